@@ -516,6 +516,15 @@ typedef enum CUstreamCaptureStatus_enum {
 
 
 typedef void (*CUhostFn)(void *userData);
+
+/* Parameters of cuCtxCreate_v3/_v4; gpupool only accepts them empty. */
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;
+typedef struct CUctxCigParam_st CUctxCigParam;
+typedef struct CUctxCreateParams_st {
+    CUexecAffinityParam *execAffinityParams;
+    int numExecAffinityParams;
+    CUctxCigParam *cigParams;
+} CUctxCreateParams;
 typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 
 typedef struct CUdevprop_st {

@@ -1816,6 +1816,53 @@ pub use self::CUstreamCaptureStatus_enum as CUstreamCaptureStatus;
 pub type CUhostFn = ::std::option::Option<
     unsafe extern "C" fn(userData: *mut ::std::os::raw::c_void),
 >;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUexecAffinityParam_st {
+    _unused: [u8; 0],
+}
+pub type CUexecAffinityParam = CUexecAffinityParam_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUctxCigParam_st {
+    _unused: [u8; 0],
+}
+pub type CUctxCigParam = CUctxCigParam_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUctxCreateParams_st {
+    pub execAffinityParams: *mut CUexecAffinityParam,
+    pub numExecAffinityParams: ::std::os::raw::c_int,
+    pub cigParams: *mut CUctxCigParam,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUctxCreateParams_st",
+    ][::std::mem::size_of::<CUctxCreateParams_st>() - 24usize];
+    [
+        "Alignment of CUctxCreateParams_st",
+    ][::std::mem::align_of::<CUctxCreateParams_st>() - 8usize];
+    [
+        "Offset of field: CUctxCreateParams_st::execAffinityParams",
+    ][::std::mem::offset_of!(CUctxCreateParams_st, execAffinityParams) - 0usize];
+    [
+        "Offset of field: CUctxCreateParams_st::numExecAffinityParams",
+    ][::std::mem::offset_of!(CUctxCreateParams_st, numExecAffinityParams) - 8usize];
+    [
+        "Offset of field: CUctxCreateParams_st::cigParams",
+    ][::std::mem::offset_of!(CUctxCreateParams_st, cigParams) - 16usize];
+};
+impl Default for CUctxCreateParams_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUctxCreateParams = CUctxCreateParams_st;
 pub type CUstreamCallback = ::std::option::Option<
     unsafe extern "C" fn(
         hStream: CUstream,
@@ -2370,6 +2417,23 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub fn cuCtxCreate_v2(
         pctx: *mut CUcontext,
+        flags: ::std::os::raw::c_uint,
+        dev: CUdevice,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuCtxCreate_v3(
+        pctx: *mut CUcontext,
+        paramsArray: *mut CUexecAffinityParam,
+        numParams: ::std::os::raw::c_int,
+        flags: ::std::os::raw::c_uint,
+        dev: CUdevice,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuCtxCreate_v4(
+        pctx: *mut CUcontext,
+        ctxCreateParams: *mut CUctxCreateParams,
         flags: ::std::os::raw::c_uint,
         dev: CUdevice,
     ) -> CUresult;
@@ -2938,6 +3002,20 @@ unsafe extern "C" {
     pub fn cuStreamGetCtx_ptsz(hStream: CUstream, pctx: *mut CUcontext) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuStreamGetCtx_v2(
+        hStream: CUstream,
+        pCtx: *mut CUcontext,
+        pGreenCtx: *mut CUgreenCtx,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamGetCtx_v2_ptsz(
+        hStream: CUstream,
+        pCtx: *mut CUcontext,
+        pGreenCtx: *mut CUgreenCtx,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuStreamQuery(hStream: CUstream) -> CUresult;
 }
 unsafe extern "C" {
@@ -3039,6 +3117,13 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn cuEventElapsedTime(
+        pMilliseconds: *mut f32,
+        hStart: CUevent,
+        hEnd: CUevent,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuEventElapsedTime_v2(
         pMilliseconds: *mut f32,
         hStart: CUevent,
         hEnd: CUevent,
