@@ -590,7 +590,8 @@ typedef struct CUDA_MEMCPY3D_st {
 } CUDA_MEMCPY3D_v2;
 typedef CUDA_MEMCPY3D_v2 CUDA_MEMCPY3D;
 
-/* Only the members gpupool reads are declared; `pad` fixes the union's size. */
+/* Only the members gpupool reads are declared; `pad` fixes the union's size, and
+ * programmaticEvent (which holds a pointer) its 8-byte alignment, as in NVIDIA's. */
 typedef union CUlaunchAttributeValue_union {
     char pad[64];
     int cooperative;
@@ -600,6 +601,11 @@ typedef union CUlaunchAttributeValue_union {
         unsigned int z;
     } clusterDim;
     int programmaticStreamSerializationAllowed;
+    struct {
+        CUevent event;
+        int flags;
+        int triggerAtBlockStart;
+    } programmaticEvent;
     int priority;
 } CUlaunchAttributeValue;
 

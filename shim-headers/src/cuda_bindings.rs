@@ -2136,6 +2136,7 @@ pub union CUlaunchAttributeValue_union {
     pub cooperative: ::std::os::raw::c_int,
     pub clusterDim: CUlaunchAttributeValue_union__bindgen_ty_1,
     pub programmaticStreamSerializationAllowed: ::std::os::raw::c_int,
+    pub programmaticEvent: CUlaunchAttributeValue_union__bindgen_ty_2,
     pub priority: ::std::os::raw::c_int,
 }
 #[repr(C)]
@@ -2163,6 +2164,44 @@ const _: () = {
         "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_1::z",
     ][::std::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_1, z) - 8usize];
 };
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUlaunchAttributeValue_union__bindgen_ty_2 {
+    pub event: CUevent,
+    pub flags: ::std::os::raw::c_int,
+    pub triggerAtBlockStart: ::std::os::raw::c_int,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUlaunchAttributeValue_union__bindgen_ty_2",
+    ][::std::mem::size_of::<CUlaunchAttributeValue_union__bindgen_ty_2>() - 16usize];
+    [
+        "Alignment of CUlaunchAttributeValue_union__bindgen_ty_2",
+    ][::std::mem::align_of::<CUlaunchAttributeValue_union__bindgen_ty_2>() - 8usize];
+    [
+        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_2::event",
+    ][::std::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_2, event)
+        - 0usize];
+    [
+        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_2::flags",
+    ][::std::mem::offset_of!(CUlaunchAttributeValue_union__bindgen_ty_2, flags)
+        - 8usize];
+    [
+        "Offset of field: CUlaunchAttributeValue_union__bindgen_ty_2::triggerAtBlockStart",
+    ][::std::mem::offset_of!(
+        CUlaunchAttributeValue_union__bindgen_ty_2, triggerAtBlockStart
+    ) - 12usize];
+};
+impl Default for CUlaunchAttributeValue_union__bindgen_ty_2 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
@@ -2170,7 +2209,7 @@ const _: () = {
     ][::std::mem::size_of::<CUlaunchAttributeValue_union>() - 64usize];
     [
         "Alignment of CUlaunchAttributeValue_union",
-    ][::std::mem::align_of::<CUlaunchAttributeValue_union>() - 4usize];
+    ][::std::mem::align_of::<CUlaunchAttributeValue_union>() - 8usize];
     [
         "Offset of field: CUlaunchAttributeValue_union::pad",
     ][::std::mem::offset_of!(CUlaunchAttributeValue_union, pad) - 0usize];
@@ -2185,6 +2224,9 @@ const _: () = {
     ][::std::mem::offset_of!(
         CUlaunchAttributeValue_union, programmaticStreamSerializationAllowed
     ) - 0usize];
+    [
+        "Offset of field: CUlaunchAttributeValue_union::programmaticEvent",
+    ][::std::mem::offset_of!(CUlaunchAttributeValue_union, programmaticEvent) - 0usize];
     [
         "Offset of field: CUlaunchAttributeValue_union::priority",
     ][::std::mem::offset_of!(CUlaunchAttributeValue_union, priority) - 0usize];
@@ -2213,7 +2255,7 @@ const _: () = {
     ][::std::mem::size_of::<CUlaunchAttribute_st>() - 72usize];
     [
         "Alignment of CUlaunchAttribute_st",
-    ][::std::mem::align_of::<CUlaunchAttribute_st>() - 4usize];
+    ][::std::mem::align_of::<CUlaunchAttribute_st>() - 8usize];
     [
         "Offset of field: CUlaunchAttribute_st::id",
     ][::std::mem::offset_of!(CUlaunchAttribute_st, id) - 0usize];
