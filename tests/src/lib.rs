@@ -1,1 +1,549 @@
-//! placeholder
+//! End-to-end test support: drive the simulator through its real C ABI.
+//!
+//! Owns: locating the simulator (`GPUPOOL_SIM_LIBDIR`, else `scripts/sim-libdir`), loading
+//! `libcuda.so.1` from there with libloading, a typed table of the driver entry points the
+//! tests use ([`Driver`]), small RAII and stream helpers, and [`isolated_test!`], which runs a
+//! test body in a fresh copy of the test binary (the simulator is process-global state:
+//! `cuInit` happens once and `GPUPOOL_SIM_*` is read when the library loads).
+//!
+//! Must not: link against the simulator, or reimplement driver semantics. Every signature
+//! in the table is checked at compile time against `gpupool_shim::cuda`.
+
+#![allow(non_snake_case)]
+
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub use gpupool_shim::cuda as cu;
+use cu::{
+    CUcontext, CUdevice, CUdeviceptr, CUdriverProcAddressQueryResult, CUevent, CUfunction,
+    CUhostFn, CUmodule, CUresult, CUstream, cuuint64_t,
+};
+
+/// Environment variable naming a directory that holds `libcuda.so.1` (the simulator).
+pub const LIBDIR_ENV: &str = "GPUPOOL_SIM_LIBDIR";
+/// Set in a child started by [`isolated_test!`]: the full name of the test it must run.
+pub const CHILD_ENV: &str = "GPUPOOL_E2E_CHILD";
+/// The simulator's configuration variables; children start with none of them but their own.
+pub const SIM_ENV: &[&str] = &[
+    "GPUPOOL_SIM_DEVICES",
+    "GPUPOOL_SIM_MEMORY",
+    "GPUPOOL_SIM_DRIVER_VERSION",
+    "GPUPOOL_SIM_CONFIG",
+];
+
+/// Result codes, short names for the ones tests compare against.
+pub mod status {
+    use super::cu::{CUresult, cudaError_enum as E};
+    pub const SUCCESS: CUresult = E::CUDA_SUCCESS;
+    pub const INVALID_VALUE: CUresult = E::CUDA_ERROR_INVALID_VALUE;
+    pub const OUT_OF_MEMORY: CUresult = E::CUDA_ERROR_OUT_OF_MEMORY;
+    pub const NOT_INITIALIZED: CUresult = E::CUDA_ERROR_NOT_INITIALIZED;
+    pub const INVALID_DEVICE: CUresult = E::CUDA_ERROR_INVALID_DEVICE;
+    pub const INVALID_CONTEXT: CUresult = E::CUDA_ERROR_INVALID_CONTEXT;
+    pub const INVALID_HANDLE: CUresult = E::CUDA_ERROR_INVALID_HANDLE;
+    pub const NOT_FOUND: CUresult = E::CUDA_ERROR_NOT_FOUND;
+    pub const NOT_READY: CUresult = E::CUDA_ERROR_NOT_READY;
+}
+
+/// Declares [`Driver`]: one field per entry point, loaded by its export name, with a
+/// compile-time proof that the written signature is the one bindgen generated.
+macro_rules! driver_table {
+    ($( $name:ident ( $($arg:ty),* $(,)? ); )*) => {
+        /// The driver entry points the tests call, resolved from the simulator by export name.
+        pub struct Driver {
+            $( pub $name: unsafe extern "C" fn($($arg),*) -> CUresult, )*
+            /// Where the library was loaded from.
+            pub path: PathBuf,
+            lib: libloading::Library,
+        }
+
+        $( const _: unsafe extern "C" fn($($arg),*) -> CUresult = cu::$name; )*
+
+        impl Driver {
+            /// Loads `path` and resolves every entry point of the table.
+            pub fn load(path: &Path) -> Result<Driver, String> {
+                // SAFETY: loading the simulator runs its initialisers, which is what we test.
+                let lib = unsafe { libloading::Library::new(path) }
+                    .map_err(|e| format!("loading {}: {e}", path.display()))?;
+                Ok(Driver {
+                    $( $name: unsafe {
+                        *lib.get::<unsafe extern "C" fn($($arg),*) -> CUresult>(
+                            concat!(stringify!($name), "\0").as_bytes(),
+                        )
+                        .map_err(|e| format!("{} in {}: {e}", stringify!($name), path.display()))?
+                    }, )*
+                    path: path.to_path_buf(),
+                    lib,
+                })
+            }
+        }
+    };
+}
+
+driver_table! {
+    cuInit(c_uint);
+    cuDriverGetVersion(*mut c_int);
+    cuGetErrorName(CUresult, *mut *const c_char);
+    cuGetProcAddress_v2(*const c_char, *mut *mut c_void, c_int, cuuint64_t,
+                        *mut CUdriverProcAddressQueryResult);
+    cuDeviceGet(*mut CUdevice, c_int);
+    cuDeviceGetCount(*mut c_int);
+    cuDeviceGetName(*mut c_char, c_int, CUdevice);
+    cuDeviceTotalMem_v2(*mut usize, CUdevice);
+    cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice);
+    cuDevicePrimaryCtxRelease_v2(CUdevice);
+    cuCtxCreate_v2(*mut CUcontext, c_uint, CUdevice);
+    cuCtxDestroy_v2(CUcontext);
+    cuCtxPushCurrent_v2(CUcontext);
+    cuCtxPopCurrent_v2(*mut CUcontext);
+    cuCtxSetCurrent(CUcontext);
+    cuCtxGetCurrent(*mut CUcontext);
+    cuCtxGetDevice(*mut CUdevice);
+    cuCtxSynchronize();
+    cuMemGetInfo_v2(*mut usize, *mut usize);
+    cuMemAlloc_v2(*mut CUdeviceptr, usize);
+    cuMemFree_v2(CUdeviceptr);
+    cuMemGetAddressRange_v2(*mut CUdeviceptr, *mut usize, CUdeviceptr);
+    cuMemAllocHost_v2(*mut *mut c_void, usize);
+    cuMemFreeHost(*mut c_void);
+    cuMemcpyHtoD_v2(CUdeviceptr, *const c_void, usize);
+    cuMemcpyDtoH_v2(*mut c_void, CUdeviceptr, usize);
+    cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, usize);
+    cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
+    cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
+    cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuMemsetD8_v2(CUdeviceptr, u8, usize);
+    cuMemsetD32_v2(CUdeviceptr, c_uint, usize);
+    cuMemsetD8Async(CUdeviceptr, u8, usize, CUstream);
+    cuMemsetD32Async(CUdeviceptr, c_uint, usize, CUstream);
+    cuStreamCreate(*mut CUstream, c_uint);
+    cuStreamDestroy_v2(CUstream);
+    cuStreamGetFlags(CUstream, *mut c_uint);
+    cuStreamQuery(CUstream);
+    cuStreamSynchronize(CUstream);
+    cuStreamWaitEvent(CUstream, CUevent, c_uint);
+    cuLaunchHostFunc(CUstream, CUhostFn, *mut c_void);
+    cuEventCreate(*mut CUevent, c_uint);
+    cuEventRecord(CUevent, CUstream);
+    cuEventQuery(CUevent);
+    cuEventSynchronize(CUevent);
+    cuEventElapsedTime(*mut f32, CUevent, CUevent);
+    cuEventDestroy_v2(CUevent);
+    cuModuleLoadData(*mut CUmodule, *const c_void);
+    cuModuleUnload(CUmodule);
+    cuModuleGetFunction(*mut CUfunction, CUmodule, *const c_char);
+    cuFuncGetParamInfo(CUfunction, usize, *mut usize, *mut usize);
+    cuLaunchKernel(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream,
+                   *mut *mut c_void, *mut *mut c_void);
+}
+
+impl Driver {
+    /// Address of an exported symbol, for comparing with what `cuGetProcAddress_v2` returns.
+    pub fn export(&self, name: &str) -> Option<*mut c_void> {
+        let mut sym = name.as_bytes().to_vec();
+        sym.push(0);
+        // SAFETY: only the address is read, never called through this type.
+        unsafe { self.lib.get::<*mut c_void>(&sym).ok().map(|s| *s) }
+    }
+
+    /// `cuGetProcAddress_v2(symbol, &pfn, version, flags, &status)` as a tuple.
+    pub fn proc_address(
+        &self,
+        symbol: &CStr,
+        version: c_int,
+        flags: u64,
+    ) -> (CUresult, *mut c_void, CUdriverProcAddressQueryResult) {
+        let mut pfn: *mut c_void = 0x1 as *mut c_void; // must be overwritten
+        let mut st = cu::CUdriverProcAddressQueryResult(0xdead);
+        let r = unsafe { (self.cuGetProcAddress_v2)(symbol.as_ptr(), &mut pfn, version, flags, &mut st) };
+        (r, pfn, st)
+    }
+}
+
+// The table holds plain function pointers and the library handle.
+unsafe impl Send for Driver {}
+unsafe impl Sync for Driver {}
+
+/// The directory holding `libcuda.so.1`: `$GPUPOOL_SIM_LIBDIR`, else the one that
+/// `scripts/sim-libdir` builds (debug profile). Resolved once per process.
+pub fn sim_libdir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| match std::env::var_os(LIBDIR_ENV) {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => build_sim_libdir(false).unwrap_or_else(|e| panic!("{e}")),
+    })
+}
+
+/// Runs `scripts/sim-libdir [--release]` from the workspace root and returns the directory.
+pub fn build_sim_libdir(release: bool) -> Result<PathBuf, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cmd = Command::new(root.join("scripts/sim-libdir"));
+    if release {
+        cmd.arg("--release");
+    }
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running scripts/sim-libdir: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("scripts/sim-libdir failed: {}", out.status));
+    }
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    Ok(PathBuf::from(dir))
+}
+
+/// The simulator's driver table, loaded once per process. Does not call `cuInit`.
+pub fn driver() -> &'static Driver {
+    DRIVER.get_or_init(|| {
+        Driver::load(&sim_libdir().join("libcuda.so.1")).unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+/// The driver after a successful `cuInit(0)` (done once per process).
+pub fn cuda() -> &'static Driver {
+    static INIT: OnceLock<()> = OnceLock::new();
+    let d = driver();
+    INIT.get_or_init(|| check(unsafe { (d.cuInit)(0) }));
+    d
+}
+
+/// The driver's name for a result code, e.g. `CUDA_ERROR_INVALID_VALUE (1)`.
+pub fn name(res: CUresult) -> String {
+    let mut p: *const c_char = std::ptr::null();
+    let known = DRIVER
+        .get()
+        .map(|d| unsafe { (d.cuGetErrorName)(res, &mut p) } == status::SUCCESS && !p.is_null())
+        .unwrap_or(false);
+    if known {
+        format!("{} ({})", unsafe { CStr::from_ptr(p) }.to_string_lossy(), res.0)
+    } else {
+        format!("CUresult({})", res.0)
+    }
+}
+static DRIVER: OnceLock<Driver> = OnceLock::new();
+
+/// Panics with the code's name unless `res` is `CUDA_SUCCESS`.
+#[track_caller]
+pub fn check(res: CUresult) {
+    if res != status::SUCCESS {
+        panic!("CUDA call failed: {}", name(res));
+    }
+}
+
+/// Asserts that `res` is `want`, naming both on failure.
+#[track_caller]
+pub fn expect(res: CUresult, want: CUresult, what: &str) {
+    if res != want {
+        panic!("{what}: expected {}, got {}", name(want), name(res));
+    }
+}
+
+/// A value that may cross threads (raw CUDA handles are pointers, hence !Send).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shared<T>(pub T);
+unsafe impl<T> Send for Shared<T> {}
+unsafe impl<T> Sync for Shared<T> {}
+
+/// A context created with `cuCtxCreate_v2` (current on the creating thread), destroyed on drop.
+pub struct Context {
+    pub raw: CUcontext,
+}
+unsafe impl Send for Context {}
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// Creates a context on `dev`; it becomes current on the calling thread.
+    pub fn new(dev: CUdevice) -> Context {
+        let d = cuda();
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { (d.cuCtxCreate_v2)(&mut raw, 0, dev) });
+        assert!(!raw.is_null());
+        Context { raw }
+    }
+    /// Makes this context current on the calling thread (replacing the top of its stack).
+    pub fn make_current(&self) {
+        check(unsafe { (cuda().cuCtxSetCurrent)(self.raw) });
+    }
+}
+impl Drop for Context {
+    fn drop(&mut self) {
+        let r = unsafe { (cuda().cuCtxDestroy_v2)(self.raw) };
+        if !std::thread::panicking() {
+            check(r);
+        }
+    }
+}
+
+/// A stream of the current context, destroyed on drop.
+pub struct Stream {
+    pub raw: CUstream,
+}
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+impl Stream {
+    pub fn new(flags: c_uint) -> Stream {
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { (cuda().cuStreamCreate)(&mut raw, flags) });
+        assert!(!raw.is_null());
+        Stream { raw }
+    }
+}
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let r = unsafe { (cuda().cuStreamDestroy_v2)(self.raw) };
+        if !std::thread::panicking() {
+            check(r);
+        }
+    }
+}
+
+/// Device memory in the current context, freed on drop.
+pub struct DeviceBuffer {
+    pub ptr: CUdeviceptr,
+    pub len: usize,
+}
+impl DeviceBuffer {
+    pub fn new(len: usize) -> DeviceBuffer {
+        let mut ptr = 0;
+        check(unsafe { (cuda().cuMemAlloc_v2)(&mut ptr, len) });
+        assert_ne!(ptr, 0);
+        DeviceBuffer { ptr, len }
+    }
+    /// Copies the whole buffer to the host (synchronous).
+    pub fn read(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len];
+        check(unsafe { (cuda().cuMemcpyDtoH_v2)(v.as_mut_ptr().cast(), self.ptr, self.len) });
+        v
+    }
+    /// Copies `data` to the start of the buffer (synchronous).
+    pub fn write(&self, data: &[u8]) {
+        assert!(data.len() <= self.len);
+        check(unsafe { (cuda().cuMemcpyHtoD_v2)(self.ptr, data.as_ptr().cast(), data.len()) });
+    }
+}
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let r = unsafe { (cuda().cuMemFree_v2)(self.ptr) };
+        if !std::thread::panicking() {
+            check(r);
+        }
+    }
+}
+
+/// Enqueues a Rust closure on `stream` with `cuLaunchHostFunc`. Returns the driver's code;
+/// on failure the closure is dropped without running.
+pub fn host_fn<F: FnOnce() + Send + 'static>(stream: CUstream, f: F) -> CUresult {
+    unsafe extern "C" fn trampoline(data: *mut c_void) {
+        let f: Box<Box<dyn FnOnce() + Send>> = unsafe { Box::from_raw(data.cast()) };
+        // A panic must not unwind into the driver's worker thread.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    }
+    let boxed: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(f));
+    let data = Box::into_raw(boxed);
+    let r = unsafe { (cuda().cuLaunchHostFunc)(stream, Some(trampoline), data.cast()) };
+    if r != status::SUCCESS {
+        drop(unsafe { Box::from_raw(data) });
+    }
+    r
+}
+
+/// A host function that holds its stream until opened: `enqueue` it, check what must not
+/// have happened yet, then `open`. Dropping the gate opens it, so a failing test never
+/// leaves a driver worker blocked.
+#[derive(Default)]
+pub struct Gate {
+    inner: Arc<(Mutex<GateState>, Condvar)>,
+}
+#[derive(Default)]
+struct GateState {
+    open: bool,
+    entered: bool,
+}
+impl Gate {
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+    /// Enqueues the blocking host function on `stream`.
+    pub fn enqueue(&self, stream: CUstream) {
+        let inner = Arc::clone(&self.inner);
+        check(host_fn(stream, move || {
+            let (m, cv) = &*inner;
+            let mut s = m.lock().unwrap();
+            s.entered = true;
+            cv.notify_all();
+            while !s.open {
+                s = cv.wait(s).unwrap();
+            }
+        }));
+    }
+    /// Lets the held stream go on.
+    pub fn open(&self) {
+        let (m, cv) = &*self.inner;
+        m.lock().unwrap().open = true;
+        cv.notify_all();
+    }
+    /// Waits until the stream has reached the gate; false if it did not within `timeout`.
+    pub fn wait_entered(&self, timeout: Duration) -> bool {
+        let (m, cv) = &*self.inner;
+        let deadline = Instant::now() + timeout;
+        let mut s = m.lock().unwrap();
+        while !s.entered {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            s = cv.wait_timeout(s, deadline - now).unwrap().0;
+        }
+        true
+    }
+}
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+    }
+}
+
+/// Runs `f` on a new thread and returns its result, or `None` if it did not finish within
+/// `timeout` (the thread is left behind). Turns "the driver deadlocked" into a failure.
+pub fn within<T: Send + 'static>(timeout: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(timeout).ok()
+}
+
+/// Runs `f` on a new thread with `ctx` current there; its result arrives on the receiver.
+/// With `recv_timeout`, "returned too early" and "never returned" are both checkable.
+pub fn spawn_in<T: Send + 'static>(
+    ctx: CUcontext,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::sync::mpsc::Receiver<T> {
+    let ctx = Shared(ctx);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let ctx = ctx;
+        check(unsafe { (cuda().cuCtxSetCurrent)(ctx.0) });
+        let _ = tx.send(f());
+    });
+    rx
+}
+
+/// `cuStreamSynchronize(stream)` on a new thread with `ctx` current (see [`spawn_in`]).
+pub fn sync_stream_in(ctx: CUcontext, stream: CUstream) -> std::sync::mpsc::Receiver<CUresult> {
+    let s = Shared(stream);
+    spawn_in(ctx, move || {
+        let s = s;
+        unsafe { (cuda().cuStreamSynchronize)(s.0) }
+    })
+}
+
+/// PTX of a kernel whose body is only `ret;`, with a u64 and a u32 parameter.
+pub const EMPTY_PTX: &str = "\
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry empty(.param .u64 p0, .param .u32 p1)
+{
+\tret;
+}
+\0";
+
+/// Number of simulated devices, from `cuDeviceGetCount`.
+pub fn device_count() -> c_int {
+    let mut n = 0;
+    check(unsafe { (cuda().cuDeviceGetCount)(&mut n) });
+    n
+}
+
+// ---------------------------------------------------------------------------------------
+// Isolated tests: one fresh process per test body.
+// ---------------------------------------------------------------------------------------
+
+/// The name libtest knows a test by: `module_path!()` without the crate, plus the fn name.
+pub fn test_name(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, rest)) => format!("{rest}::{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// True in the child process started for exactly this test.
+pub fn is_child(test: &str) -> bool {
+    std::env::var(CHILD_ENV).is_ok_and(|v| v == test)
+}
+
+const CHILD_MARK: &str = "gpupool-e2e child finished:";
+
+/// Called by the child when the body returned normally.
+pub fn child_done(test: &str) {
+    println!("{CHILD_MARK} {test}");
+}
+
+/// Re-executes the current test binary to run only `test`, with the simulator configured by
+/// `env` (and no other `GPUPOOL_SIM_*`), and fails unless the child ran the body and passed.
+pub fn run_in_child(test: &str, env: &[(&str, &str)], timeout: Duration) {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut cmd = Command::new(exe);
+    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, test)
+        .env(LIBDIR_ENV, sim_libdir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for k in SIM_ENV {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("spawning the test binary");
+    let pid = child.id();
+    let waited = within(timeout, move || child.wait_with_output());
+    let out = match waited {
+        Some(out) => out.expect("waiting for the child"),
+        None => {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("isolated test {test} did not finish within {timeout:?} (killed)");
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ran = stdout.lines().any(|l| l.trim() == format!("{CHILD_MARK} {test}"));
+    if !out.status.success() || !ran {
+        panic!(
+            "isolated test {test} failed ({}; body completed: {ran})\n--- child stdout ---\n{stdout}\n--- child stderr ---\n{stderr}",
+            out.status
+        );
+    }
+}
+
+/// A `#[test]` whose body runs in a fresh process with its own simulator configuration:
+///
+/// ```ignore
+/// isolated_test!(fn oom_at_capacity() env("GPUPOOL_SIM_MEMORY" => "64MiB") {
+///     /* first load of the simulator in this process, cuInit not yet called */
+/// });
+/// ```
+#[macro_export]
+macro_rules! isolated_test {
+    ($(#[$m:meta])* fn $name:ident() env($($k:expr => $v:expr),* $(,)?) $body:block) => {
+        $(#[$m])*
+        #[test]
+        fn $name() {
+            let test = $crate::test_name(module_path!(), stringify!($name));
+            if $crate::is_child(&test) {
+                $body
+                $crate::child_done(&test);
+            } else {
+                $crate::run_in_child(&test, &[$(($k, $v)),*], ::std::time::Duration::from_secs(60));
+            }
+        }
+    };
+    ($(#[$m:meta])* fn $name:ident() $body:block) => {
+        $crate::isolated_test!($(#[$m])* fn $name() env() $body);
+    };
+}

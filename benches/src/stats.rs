@@ -1,0 +1,71 @@
+//! Sampling and summary statistics: medians and p99 over repeated samples.
+
+use std::time::Instant;
+
+/// Summary of one measured quantity (all samples in the same unit).
+#[derive(Clone, Copy, Debug)]
+pub struct Summary {
+    pub median: f64,
+    pub p99: f64,
+    pub samples: usize,
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    assert!(!sorted.is_empty());
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+pub fn summarize(mut v: Vec<f64>) -> Summary {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("NaN sample"));
+    Summary { median: percentile(&v, 50.0), p99: percentile(&v, 99.0), samples: v.len() }
+}
+
+/// Nanoseconds per operation: `samples` samples, each timing `batch` calls of `op` and
+/// dividing by `batch` (batching keeps the clock's own cost out of very short calls).
+/// `warmup` samples are run first and discarded.
+pub fn ns_per_op(samples: usize, batch: usize, warmup: usize, mut op: impl FnMut()) -> Summary {
+    let mut v = Vec::with_capacity(samples);
+    for i in 0..warmup + samples {
+        let t = Instant::now();
+        for _ in 0..batch {
+            op();
+        }
+        let ns = t.elapsed().as_nanos() as f64 / batch as f64;
+        if i >= warmup {
+            v.push(ns);
+        }
+    }
+    summarize(v)
+}
+
+/// Bandwidth in GB/s (10^9 bytes per second) of `op` moving `bytes` per call.
+pub fn gb_per_s(samples: usize, warmup: usize, bytes: usize, mut op: impl FnMut()) -> Summary {
+    let mut v = Vec::with_capacity(samples);
+    for i in 0..warmup + samples {
+        let t = Instant::now();
+        op();
+        let s = t.elapsed().as_secs_f64();
+        if i >= warmup {
+            v.push(bytes as f64 / s / 1e9);
+        }
+    }
+    summarize(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let s = summarize((1..=100).map(f64::from).rev().collect());
+        assert_eq!(s.median, 50.0);
+        assert_eq!(s.p99, 99.0);
+        let s = summarize(vec![3.0]);
+        assert_eq!((s.median, s.p99), (3.0, 3.0));
+        let s = summarize(vec![1.0, 2.0, 3.0]);
+        assert_eq!((s.median, s.p99), (2.0, 3.0));
+    }
+}
