@@ -1,0 +1,402 @@
+//! Copies and memsets, every form: 1D, 2D, 3D, peer, unified; synchronous on the
+//! default stream of the calling variant, or asynchronous on a stream.
+//!
+//! Host memory the driver did not allocate (pageable) follows the documented rules:
+//! an async copy *from* it is staged before the call returns, an async copy *to* it
+//! completes before the call returns. Page-locked memory is used in place, truly
+//! asynchronously.
+
+use super::{DefaultStream, read, resolve_stream, stream_variants};
+use crate::context::Context;
+use crate::driver::{Driver, initialized};
+use crate::error::{CuResult, fail};
+use crate::memory::{Allocation, PinnedBlock, window_owner};
+use crate::stream::{Stream, Work};
+use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUmemorytype, CUresult, CUstream};
+use std::os::raw::{c_uchar, c_uint, c_ushort, c_void};
+use std::sync::Arc;
+
+/// What keeps the bytes of a region alive while queued work uses them.
+#[derive(Clone)]
+enum Keep {
+    Device(#[allow(dead_code)] Arc<Allocation>),
+    Pinned(#[allow(dead_code)] Arc<PinnedBlock>),
+    Pageable,
+}
+
+/// Where a copy reads or writes: the host-visible address of its first byte.
+#[derive(Clone)]
+struct Region {
+    addr: u64,
+    keep: Keep,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Device,
+    Host,
+    /// Inferred from the pointer value (unified addressing).
+    Either,
+}
+
+/// Locates `footprint` bytes at `ptr` for a copy within `ctx`.
+fn locate(driver: &Driver, ctx: &Context, ptr: u64, footprint: u64, expect: Expect, role: &str) -> CuResult<Region> {
+    if ptr == 0 {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} is NULL"));
+    }
+    if let Some(owner) = window_owner(ptr) {
+        if expect == Expect::Host {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} {ptr:#x} is device memory, not host memory"));
+        }
+        if owner != ctx.handle() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} {ptr:#x} belongs to another context"));
+        }
+        let (a, off) = ctx.memory.resolve(ptr, footprint, role)?;
+        let addr = a.host_ptr(off, footprint).map(|p| p as u64).unwrap_or(0);
+        return Ok(Region { addr, keep: Keep::Device(a) });
+    }
+    if let Some(b) = driver.pinned.find(ptr) {
+        if ptr + footprint > b.addr() + b.len {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role}: {footprint} bytes at {ptr:#x} overrun a page-locked block"));
+        }
+        return Ok(Region { addr: ptr, keep: Keep::Pinned(b) });
+    }
+    if expect == Expect::Device {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} {ptr:#x} is not device memory"));
+    }
+    Ok(Region { addr: ptr, keep: Keep::Pageable })
+}
+
+/// A (possibly strided, possibly 3D) transfer of `width` x `height` x `depth` bytes.
+#[derive(Clone, Copy)]
+struct Shape {
+    width: u64,
+    height: u64,
+    depth: u64,
+    dst_pitch: u64,
+    dst_slice: u64,
+    src_pitch: u64,
+    src_slice: u64,
+}
+
+impl Shape {
+    fn linear(n: u64) -> Shape {
+        Shape { width: n, height: 1, depth: 1, dst_pitch: n, dst_slice: n, src_pitch: n, src_slice: n }
+    }
+    fn footprint(width: u64, height: u64, depth: u64, pitch: u64, slice: u64) -> u64 {
+        if width == 0 || height == 0 || depth == 0 {
+            return 0;
+        }
+        (depth - 1) * slice + (height - 1) * pitch + width
+    }
+    fn dst_footprint(&self) -> u64 {
+        Self::footprint(self.width, self.height, self.depth, self.dst_pitch, self.dst_slice)
+    }
+    fn src_footprint(&self) -> u64 {
+        Self::footprint(self.width, self.height, self.depth, self.src_pitch, self.src_slice)
+    }
+    fn is_empty(&self) -> bool {
+        self.width == 0 || self.height == 0 || self.depth == 0
+    }
+}
+
+/// Moves the bytes. Rows may overlap (device-to-device within one allocation), so
+/// each row is a memmove.
+fn run_copy(dst: u64, src: u64, s: &Shape) {
+    for z in 0..s.depth {
+        for y in 0..s.height {
+            let d = dst + z * s.dst_slice + y * s.dst_pitch;
+            let r = src + z * s.src_slice + y * s.src_pitch;
+            // SAFETY: both footprints were validated against live allocations (or
+            // belong to the application's host memory, per the CUDA contract), and
+            // the regions are kept alive by the job that runs this.
+            unsafe { std::ptr::copy(r as *const u8, d as *mut u8, s.width as usize) };
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Sync,
+    Async,
+}
+
+fn submit_copy(ctx: &Arc<Context>, stream: &Arc<Stream>, dst: Region, src: Region, shape: Shape, mode: Mode) -> CuResult<()> {
+    ctx.check_sticky()?;
+    if shape.is_empty() {
+        return Ok(());
+    }
+    let must_wait = mode == Mode::Sync || matches!(dst.keep, Keep::Pageable);
+    let job: crate::stream::Job = if !must_wait && matches!(src.keep, Keep::Pageable) {
+        // Stage the source now: the application may reuse its buffer when we return.
+        let mut staged = vec![0u8; (shape.width * shape.height * shape.depth) as usize];
+        let packed = Shape { dst_pitch: shape.width, dst_slice: shape.width * shape.height, ..shape };
+        run_copy(staged.as_mut_ptr() as u64, src.addr, &packed);
+        let from = Shape { src_pitch: shape.width, src_slice: shape.width * shape.height, ..shape };
+        Box::new(move || {
+            let _keep = &dst;
+            run_copy(dst.addr, staged.as_ptr() as u64, &from);
+            Ok(())
+        })
+    } else {
+        Box::new(move || {
+            let _keep = (&dst, &src);
+            run_copy(dst.addr, src.addr, &shape);
+            Ok(())
+        })
+    };
+    let seq = stream.enqueue(ctx, Work::Memory, Vec::new(), job);
+    if must_wait {
+        stream.wait_for(seq);
+        ctx.check_sticky()?;
+    }
+    Ok(())
+}
+
+fn linear(dst: u64, dst_kind: Expect, src: u64, src_kind: Expect, n: usize, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
+    let driver = initialized()?;
+    let (ctx, s) = resolve_stream(driver, stream, d)?;
+    if n == 0 {
+        return ctx.check_sticky();
+    }
+    let dst = locate(driver, &ctx, dst, n as u64, dst_kind, "destination")?;
+    let src = locate(driver, &ctx, src, n as u64, src_kind, "source")?;
+    submit_copy(&ctx, &s, dst, src, Shape::linear(n as u64), mode)
+}
+
+fn memcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize, d: DefaultStream) -> CuResult<()> {
+    linear(dst, Expect::Either, src, Expect::Either, n, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    linear(dst, Expect::Either, src, Expect::Either, n, s, d, Mode::Async)
+}
+fn htod(dst: CUdeviceptr, src: *const c_void, n: usize, d: DefaultStream) -> CuResult<()> {
+    linear(dst, Expect::Device, src as u64, Expect::Host, n, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn htod_async(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    linear(dst, Expect::Device, src as u64, Expect::Host, n, s, d, Mode::Async)
+}
+fn dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, d: DefaultStream) -> CuResult<()> {
+    linear(dst as u64, Expect::Host, src, Expect::Device, n, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn dtoh_async(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    linear(dst as u64, Expect::Host, src, Expect::Device, n, s, d, Mode::Async)
+}
+fn dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize, d: DefaultStream) -> CuResult<()> {
+    linear(dst, Expect::Device, src, Expect::Device, n, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    linear(dst, Expect::Device, src, Expect::Device, n, s, d, Mode::Async)
+}
+
+fn peer_impl(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
+    let driver = initialized()?;
+    let dctx = crate::context::lookup(driver, dctx as u64)?;
+    let sctx = crate::context::lookup(driver, sctx as u64)?;
+    let (ctx, s) = resolve_stream(driver, stream, d)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let dst = locate(driver, &dctx, dst, n as u64, Expect::Device, "destination")?;
+    let src = locate(driver, &sctx, src, n as u64, Expect::Device, "source")?;
+    submit_copy(&ctx, &s, dst, src, Shape::linear(n as u64), mode)
+}
+fn peer(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, d: DefaultStream) -> CuResult<()> {
+    peer_impl(dst, dctx, src, sctx, n, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn peer_async(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    peer_impl(dst, dctx, src, sctx, n, s, d, Mode::Async)
+}
+
+fn expect_of(t: CUmemorytype) -> CuResult<Expect> {
+    match t {
+        CUmemorytype::CU_MEMORYTYPE_HOST => Ok(Expect::Host),
+        CUmemorytype::CU_MEMORYTYPE_DEVICE => Ok(Expect::Device),
+        CUmemorytype::CU_MEMORYTYPE_UNIFIED => Ok(Expect::Either),
+        CUmemorytype::CU_MEMORYTYPE_ARRAY => {
+            fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || "CUDA arrays are not simulated".into())
+        }
+        other => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown memory type {}", other.0)),
+    }
+}
+
+/// One side of a 2D/3D copy: its address, kind and pitches.
+struct Side {
+    addr: u64,
+    expect: Expect,
+    pitch: u64,
+    slice: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn side(t: CUmemorytype, host: u64, device: u64, x: u64, y: u64, z: u64, pitch: u64, height: u64, width: u64) -> CuResult<Side> {
+    let expect = expect_of(t)?;
+    let pitch = if pitch == 0 { width } else { pitch };
+    let base = if expect == Expect::Host { host } else { device };
+    if base == 0 {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "NULL source or destination".into());
+    }
+    let slice = pitch * height;
+    Ok(Side { addr: base + z * slice + y * pitch + x, expect, pitch, slice })
+}
+
+fn strided(dst: Side, src: Side, width: u64, height: u64, depth: u64, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
+    let driver = initialized()?;
+    let (ctx, s) = resolve_stream(driver, stream, d)?;
+    if (height > 1 || depth > 1) && (dst.pitch < width || src.pitch < width) {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("pitch smaller than the width {width}"));
+    }
+    let shape = Shape { width, height, depth, dst_pitch: dst.pitch, dst_slice: dst.slice, src_pitch: src.pitch, src_slice: src.slice };
+    if shape.is_empty() {
+        return ctx.check_sticky();
+    }
+    let dr = locate(driver, &ctx, dst.addr, shape.dst_footprint(), dst.expect, "destination")?;
+    let sr = locate(driver, &ctx, src.addr, shape.src_footprint(), src.expect, "source")?;
+    submit_copy(&ctx, &s, dr, sr, shape, mode)
+}
+
+fn copy2d_impl(p: *const CUDA_MEMCPY2D, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
+    let c = read(p, "CUDA_MEMCPY2D")?;
+    let (w, h) = (c.WidthInBytes as u64, c.Height as u64);
+    let src = side(c.srcMemoryType, c.srcHost as u64, c.srcDevice, c.srcXInBytes as u64, c.srcY as u64, 0, c.srcPitch as u64, h, w)?;
+    let dst = side(c.dstMemoryType, c.dstHost as u64, c.dstDevice, c.dstXInBytes as u64, c.dstY as u64, 0, c.dstPitch as u64, h, w)?;
+    strided(dst, src, w, h, 1, stream, d, mode)
+}
+fn copy2d(p: *const CUDA_MEMCPY2D, d: DefaultStream) -> CuResult<()> {
+    copy2d_impl(p, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn copy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    copy2d_impl(p, s, d, Mode::Async)
+}
+
+fn copy3d_impl(p: *const CUDA_MEMCPY3D, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
+    let c = read(p, "CUDA_MEMCPY3D")?;
+    if c.srcLOD != 0 || c.dstLOD != 0 || !c.reserved0.is_null() || !c.reserved1.is_null() {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "LOD and reserved fields must be 0".into());
+    }
+    let (w, h, depth) = (c.WidthInBytes as u64, c.Height as u64, c.Depth as u64);
+    let sh = if c.srcHeight == 0 { h } else { c.srcHeight as u64 };
+    let dh = if c.dstHeight == 0 { h } else { c.dstHeight as u64 };
+    if depth > 1 && (sh < h || dh < h) {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "srcHeight/dstHeight smaller than Height".into());
+    }
+    let src = side(c.srcMemoryType, c.srcHost as u64, c.srcDevice, c.srcXInBytes as u64, c.srcY as u64, c.srcZ as u64, c.srcPitch as u64, sh, w)?;
+    let dst = side(c.dstMemoryType, c.dstHost as u64, c.dstDevice, c.dstXInBytes as u64, c.dstY as u64, c.dstZ as u64, c.dstPitch as u64, dh, w)?;
+    strided(dst, src, w, h, depth, stream, d, mode)
+}
+fn copy3d(p: *const CUDA_MEMCPY3D, d: DefaultStream) -> CuResult<()> {
+    copy3d_impl(p, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn copy3d_async(p: *const CUDA_MEMCPY3D, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    copy3d_impl(p, s, d, Mode::Async)
+}
+
+/// Fills `width` elements of `elem` bytes in each of `height` rows `pitch` apart.
+fn memset_impl(dst: CUdeviceptr, pitch: usize, value: u32, elem: u64, width: usize, height: usize, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
+    let driver = initialized()?;
+    let (ctx, s) = resolve_stream(driver, stream, d)?;
+    ctx.check_sticky()?;
+    let (width, height) = (width as u64, height as u64);
+    let row = width * elem;
+    let pitch = if height <= 1 { row } else { pitch as u64 };
+    if height > 1 && pitch < row {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("pitch {pitch} smaller than the row of {row} bytes"));
+    }
+    if dst % elem != 0 || (height > 1 && pitch % elem != 0) {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{dst:#x} is not aligned to the {elem}-byte element"));
+    }
+    if row == 0 || height == 0 {
+        return Ok(());
+    }
+    let footprint = Shape::footprint(row, height, 1, pitch, 0);
+    let region = locate(driver, &ctx, dst, footprint, Expect::Device, "memset destination")?;
+    let job: crate::stream::Job = Box::new(move || {
+        let base = region.addr;
+        for y in 0..height {
+            let p = base + y * pitch;
+            // SAFETY: the footprint was validated against a live allocation, which
+            // `region` keeps alive; elements are written unaligned-safe.
+            unsafe {
+                match elem {
+                    1 => std::ptr::write_bytes(p as *mut u8, value as u8, width as usize),
+                    2 => (0..width).for_each(|i| ((p + 2 * i) as *mut u16).write_unaligned(value as u16)),
+                    _ => (0..width).for_each(|i| ((p + 4 * i) as *mut u32).write_unaligned(value)),
+                }
+            }
+        }
+        Ok(())
+    });
+    let seq = s.enqueue(&ctx, Work::Memory, Vec::new(), job);
+    if mode == Mode::Sync {
+        s.wait_for(seq);
+        ctx.check_sticky()?;
+    }
+    Ok(())
+}
+
+fn d8(p: CUdeviceptr, v: c_uchar, n: usize, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, 0, v as u32, 1, n, 1, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn d16(p: CUdeviceptr, v: c_ushort, n: usize, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, 0, v as u32, 2, n, 1, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn d32(p: CUdeviceptr, v: c_uint, n: usize, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, 0, v, 4, n, 1, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, pitch, v as u32, 1, w, h, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, pitch, v as u32, 2, w, h, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, pitch, v, 4, w, h, std::ptr::null_mut(), d, Mode::Sync)
+}
+fn d8_async(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, 0, v as u32, 1, n, 1, s, d, Mode::Async)
+}
+fn d16_async(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, 0, v as u32, 2, n, 1, s, d, Mode::Async)
+}
+fn d32_async(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, 0, v, 4, n, 1, s, d, Mode::Async)
+}
+fn d2d8_async(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, pitch, v as u32, 1, w, h, s, d, Mode::Async)
+}
+fn d2d16_async(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, pitch, v as u32, 2, w, h, s, d, Mode::Async)
+}
+fn d2d32_async(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    memset_impl(p, pitch, v, 4, w, h, s, d, Mode::Async)
+}
+
+stream_variants! {
+    cuMemcpy / cuMemcpy_ptds => memcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpyAsync / cuMemcpyAsync_ptsz => memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyHtoD_v2 / cuMemcpyHtoD_v2_ptds => htod(dst: CUdeviceptr, src: *const c_void, n: usize);
+    cuMemcpyHtoDAsync_v2 / cuMemcpyHtoDAsync_v2_ptsz => htod_async(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream);
+    cuMemcpyDtoH_v2 / cuMemcpyDtoH_v2_ptds => dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize);
+    cuMemcpyDtoHAsync_v2 / cuMemcpyDtoHAsync_v2_ptsz => dtoh_async(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyDtoD_v2 / cuMemcpyDtoD_v2_ptds => dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpyDtoDAsync_v2 / cuMemcpyDtoDAsync_v2_ptsz => dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyPeer / cuMemcpyPeer_ptds => peer(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize);
+    cuMemcpyPeerAsync / cuMemcpyPeerAsync_ptsz => peer_async(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, s: CUstream);
+    cuMemcpy2D_v2 / cuMemcpy2D_v2_ptds => copy2d(p: *const CUDA_MEMCPY2D);
+    cuMemcpy2DUnaligned_v2 / cuMemcpy2DUnaligned_v2_ptds => copy2d(p: *const CUDA_MEMCPY2D);
+    cuMemcpy2DAsync_v2 / cuMemcpy2DAsync_v2_ptsz => copy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream);
+    cuMemcpy3D_v2 / cuMemcpy3D_v2_ptds => copy3d(p: *const CUDA_MEMCPY3D);
+    cuMemcpy3DAsync_v2 / cuMemcpy3DAsync_v2_ptsz => copy3d_async(p: *const CUDA_MEMCPY3D, s: CUstream);
+    cuMemsetD8_v2 / cuMemsetD8_v2_ptds => d8(p: CUdeviceptr, v: c_uchar, n: usize);
+    cuMemsetD16_v2 / cuMemsetD16_v2_ptds => d16(p: CUdeviceptr, v: c_ushort, n: usize);
+    cuMemsetD32_v2 / cuMemsetD32_v2_ptds => d32(p: CUdeviceptr, v: c_uint, n: usize);
+    cuMemsetD2D8_v2 / cuMemsetD2D8_v2_ptds => d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize);
+    cuMemsetD2D16_v2 / cuMemsetD2D16_v2_ptds => d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize);
+    cuMemsetD2D32_v2 / cuMemsetD2D32_v2_ptds => d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize);
+    cuMemsetD8Async / cuMemsetD8Async_ptsz => d8_async(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream);
+    cuMemsetD16Async / cuMemsetD16Async_ptsz => d16_async(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream);
+    cuMemsetD32Async / cuMemsetD32Async_ptsz => d32_async(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
+    cuMemsetD2D8Async / cuMemsetD2D8Async_ptsz => d2d8_async(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D16Async / cuMemsetD2D16Async_ptsz => d2d16_async(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D32Async / cuMemsetD2D32Async_ptsz => d2d32_async(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream);
+}

@@ -1,0 +1,255 @@
+//! NVML: the same simulated devices, seen through the management library.
+//! Memory figures are the devices' live accounting; utilization is measured from
+//! what the stream workers really executed over the last second.
+
+use crate::device::Device;
+use crate::driver::state;
+use crate::utilization::Channel;
+use gpupool_shim::nvml::{nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t as R, nvmlUtilization_t};
+use std::os::raw::{c_char, c_int, c_uint};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::Mutex;
+
+type NResult<T> = Result<T, R>;
+
+static INIT_COUNT: Mutex<u32> = Mutex::new(0);
+
+fn nvml_entry(body: impl FnOnce() -> NResult<()>) -> R {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => R::NVML_SUCCESS,
+        Ok(Err(e)) => e,
+        Err(_) => R::NVML_ERROR_UNKNOWN,
+    }
+}
+
+fn require_init() -> NResult<()> {
+    if *INIT_COUNT.lock().unwrap_or_else(|e| e.into_inner()) == 0 { Err(R::NVML_ERROR_UNINITIALIZED) } else { Ok(()) }
+}
+
+fn nout<T>(ptr: *mut T, v: T) -> NResult<()> {
+    if ptr.is_null() {
+        return Err(R::NVML_ERROR_INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null; NVML's contract makes the caller responsible for its validity.
+    unsafe { ptr.write_unaligned(v) };
+    Ok(())
+}
+
+fn write_str(buf: *mut c_char, len: c_uint, text: &str) -> NResult<()> {
+    if buf.is_null() {
+        return Err(R::NVML_ERROR_INVALID_ARGUMENT);
+    }
+    if (len as usize) < text.len() + 1 {
+        return Err(R::NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    // SAFETY: the caller provides `len` >= text.len() + 1 writable bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
+        *buf.add(text.len()) = 0;
+    }
+    Ok(())
+}
+
+/// NVML device handles are the device ordinal in the handle range of
+/// [`crate::handles`], so a CUDA handle is never mistaken for one.
+const NVML_HANDLE_BASE: u64 = 0x7e60_0000_0000;
+
+fn handle_of(d: &Device) -> nvmlDevice_t {
+    (NVML_HANDLE_BASE + 16 * d.ordinal as u64) as nvmlDevice_t
+}
+
+fn device(h: nvmlDevice_t) -> NResult<&'static Arc<Device>> {
+    require_init()?;
+    let off = (h as u64).checked_sub(NVML_HANDLE_BASE).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)?;
+    if off % 16 != 0 {
+        return Err(R::NVML_ERROR_INVALID_ARGUMENT);
+    }
+    state().devices.get((off / 16) as usize).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)
+}
+
+/// The kernel-driver branch that ships a given CUDA driver API version.
+fn driver_branch(cuda: i32) -> &'static str {
+    match cuda {
+        v if v >= 13000 => "580.95.05",
+        v if v >= 12090 => "575.57.08",
+        v if v >= 12080 => "570.133.20",
+        v if v >= 12060 => "560.35.03",
+        v if v >= 12040 => "550.54.15",
+        _ => "535.183.01",
+    }
+}
+
+fn init(flags: c_uint) -> NResult<()> {
+    let d = state();
+    if let Some(e) = &d.config_error {
+        eprintln!("gpupool-sim: configuration rejected: {e}");
+        return Err(R::NVML_ERROR_UNKNOWN);
+    }
+    let no_gpus_ok = flags & gpupool_shim::nvml::NVML_INIT_FLAG_NO_GPUS != 0;
+    if d.devices.is_empty() && !no_gpus_ok {
+        return Err(R::NVML_ERROR_NOT_FOUND);
+    }
+    *INIT_COUNT.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlInit_v2() -> R {
+    nvml_entry(|| init(0))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlInitWithFlags(flags: c_uint) -> R {
+    nvml_entry(|| init(flags))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlShutdown() -> R {
+    nvml_entry(|| {
+        let mut n = INIT_COUNT.lock().unwrap_or_else(|e| e.into_inner());
+        if *n == 0 {
+            return Err(R::NVML_ERROR_UNINITIALIZED);
+        }
+        *n -= 1;
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlErrorString(result: R) -> *const c_char {
+    let s: &'static std::ffi::CStr = match result {
+        R::NVML_SUCCESS => c"Success",
+        R::NVML_ERROR_UNINITIALIZED => c"Uninitialized",
+        R::NVML_ERROR_INVALID_ARGUMENT => c"Invalid Argument",
+        R::NVML_ERROR_NOT_SUPPORTED => c"Not Supported",
+        R::NVML_ERROR_NO_PERMISSION => c"Insufficient Permissions",
+        R::NVML_ERROR_NOT_FOUND => c"Not Found",
+        R::NVML_ERROR_INSUFFICIENT_SIZE => c"Insufficient Size",
+        R::NVML_ERROR_DRIVER_NOT_LOADED => c"Driver Not Loaded",
+        R::NVML_ERROR_FUNCTION_NOT_FOUND => c"Function Not Found",
+        R::NVML_ERROR_GPU_IS_LOST => c"GPU is lost",
+        R::NVML_ERROR_ARGUMENT_VERSION_MISMATCH => c"Argument version mismatch",
+        R::NVML_ERROR_NO_DATA => c"No data",
+        R::NVML_ERROR_UNKNOWN => c"Unknown Error",
+        _ => c"Unknown Error",
+    };
+    s.as_ptr()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> R {
+    nvml_entry(|| {
+        require_init()?;
+        write_str(version, length, driver_branch(state().config.driver_version))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> R {
+    nvml_entry(|| {
+        require_init()?;
+        let v = state().config.driver_version;
+        write_str(version, length, &format!("{}.{}", v / 1000, driver_branch(v)))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(version: *mut c_int) -> R {
+    nvml_entry(|| {
+        require_init()?;
+        nout(version, state().config.driver_version)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(version: *mut c_int) -> R {
+    // SAFETY: same contract as the v1 entry point.
+    unsafe { nvmlSystemGetCudaDriverVersion(version) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> R {
+    nvml_entry(|| {
+        require_init()?;
+        nout(count, state().devices.len() as c_uint)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, dev: *mut nvmlDevice_t) -> R {
+    nvml_entry(|| {
+        require_init()?;
+        let d = state().devices.get(index as usize).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)?;
+        nout(dev, handle_of(d))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut nvmlDevice_t) -> R {
+    nvml_entry(|| {
+        require_init()?;
+        if uuid.is_null() {
+            return Err(R::NVML_ERROR_INVALID_ARGUMENT);
+        }
+        // SAFETY: non-null, NUL-terminated per NVML's contract.
+        let want = unsafe { std::ffi::CStr::from_ptr(uuid) }.to_string_lossy().to_ascii_lowercase();
+        let d = state().devices.iter().find(|d| d.uuid_string().to_ascii_lowercase() == want).ok_or(R::NVML_ERROR_NOT_FOUND)?;
+        nout(dev, handle_of(d))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(dev: nvmlDevice_t, index: *mut c_uint) -> R {
+    nvml_entry(|| nout(index, device(dev)?.ordinal as c_uint))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(dev: nvmlDevice_t, minor: *mut c_uint) -> R {
+    nvml_entry(|| nout(minor, device(dev)?.ordinal as c_uint))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetName(dev: nvmlDevice_t, name: *mut c_char, length: c_uint) -> R {
+    nvml_entry(|| write_str(name, length, &device(dev)?.cfg.name))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(dev: nvmlDevice_t, uuid: *mut c_char, length: c_uint) -> R {
+    nvml_entry(|| write_str(uuid, length, &device(dev)?.uuid_string()))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, memory: *mut nvmlMemory_t) -> R {
+    nvml_entry(|| {
+        let d = device(dev)?;
+        let (total, used) = (d.total_memory(), d.used_memory());
+        nout(memory, nvmlMemory_t { total, free: total - used, used })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(dev: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> R {
+    nvml_entry(|| {
+        let d = device(dev)?;
+        if memory.is_null() {
+            return Err(R::NVML_ERROR_INVALID_ARGUMENT);
+        }
+        // SAFETY: non-null; the caller fills in `version` before the call.
+        let version = unsafe { (*memory).version };
+        let expected = (std::mem::size_of::<nvmlMemory_v2_t>() as u32) | (2 << 24);
+        if version != expected {
+            return Err(R::NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        let (total, used) = (d.total_memory(), d.used_memory());
+        nout(memory, nvmlMemory_v2_t { version, total, reserved: 0, free: total - used, used })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(dev: nvmlDevice_t, util: *mut nvmlUtilization_t) -> R {
+    nvml_entry(|| {
+        let d = device(dev)?;
+        nout(util, nvmlUtilization_t { gpu: d.busy.percent(Channel::Kernel), memory: d.busy.percent(Channel::Memory) })
+    })
+}

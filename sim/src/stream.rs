@@ -1,0 +1,285 @@
+//! Streams: FIFO queues of device work, each drained by its own worker thread, so
+//! work on different streams runs concurrently and device time is real wall time.
+//!
+//! Ordering across streams is expressed as dependencies `(stream, sequence number)`
+//! attached to a queued operation: the worker waits until each named stream has
+//! completed that much before running it. This carries `cuStreamWaitEvent` and the
+//! legacy default stream's implicit synchronisation with blocking streams.
+
+use crate::context::Context;
+use crate::device::Device;
+use crate::error::CuResult;
+use crate::utilization::Channel;
+use gpupool_shim::cuda::{CUresult, CUstream_flags};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamKind {
+    /// The NULL stream / `CU_STREAM_LEGACY`: synchronises with all blocking streams.
+    Legacy,
+    /// `CU_STREAM_PER_THREAD`: an ordinary blocking stream, one per thread.
+    PerThread,
+    /// Created with `cuStreamCreate*`.
+    User,
+}
+
+/// What an operation occupies on the device, for NVML utilization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    Kernel,
+    Memory,
+    /// Markers, host functions, waits: no device time.
+    Control,
+}
+
+pub type Job = Box<dyn FnOnce() -> CuResult<()> + Send>;
+
+struct Pending {
+    seq: u64,
+    work: Work,
+    job: Job,
+    deps: Vec<(Arc<Stream>, u64)>,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Pending>,
+    /// Sequence number of the last operation enqueued.
+    enqueued: u64,
+    /// Every operation with a sequence number <= this has finished.
+    completed: u64,
+    /// First asynchronous error, reported (and cleared) by the next synchronisation.
+    error: Option<CUresult>,
+    worker_running: bool,
+    shutdown: bool,
+}
+
+pub struct Stream {
+    pub handle: std::sync::OnceLock<u64>,
+    pub ctx_handle: u64,
+    ctx: Weak<Context>,
+    device: Arc<Device>,
+    pub kind: StreamKind,
+    pub flags: u32,
+    pub priority: i32,
+    queue: Mutex<Queue>,
+    work_ready: Condvar,
+    progress: Condvar,
+}
+
+impl Stream {
+    pub fn new(ctx: &Arc<Context>, kind: StreamKind, flags: u32, priority: i32) -> Arc<Stream> {
+        let s = Arc::new(Stream {
+            handle: std::sync::OnceLock::new(),
+            ctx_handle: ctx.handle(),
+            ctx: Arc::downgrade(ctx),
+            device: ctx.device.clone(),
+            kind,
+            flags,
+            priority,
+            queue: Mutex::new(Queue::default()),
+            work_ready: Condvar::new(),
+            progress: Condvar::new(),
+        });
+        ctx.streams.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(&s));
+        s
+    }
+
+    /// Blocking streams wait for, and are waited on by, the legacy default stream.
+    pub fn is_blocking(&self) -> bool {
+        self.kind != StreamKind::Legacy && self.flags & CUstream_flags::CU_STREAM_NON_BLOCKING.0 == 0
+    }
+
+    pub fn handle(&self) -> u64 {
+        *self.handle.get().unwrap_or(&0)
+    }
+
+    pub fn context(&self) -> Option<Arc<Context>> {
+        self.ctx.upgrade()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn last_enqueued(&self) -> u64 {
+        self.lock().enqueued
+    }
+
+    /// Queues `job`; returns its sequence number. Dependencies implied by the
+    /// legacy default stream are added here.
+    pub fn enqueue(self: &Arc<Self>, ctx: &Context, work: Work, mut deps: Vec<(Arc<Stream>, u64)>, job: Job) -> u64 {
+        let _order = ctx.order.lock().unwrap_or_else(|e| e.into_inner());
+        match self.kind {
+            StreamKind::Legacy => {
+                for s in ctx.live_streams() {
+                    if s.is_blocking() && !Arc::ptr_eq(&s, self) {
+                        let last = s.last_enqueued();
+                        if last > 0 {
+                            deps.push((s, last));
+                        }
+                    }
+                }
+            }
+            _ if self.is_blocking() => {
+                if let Some(l) = ctx.legacy_if_created() {
+                    let last = l.last_enqueued();
+                    if last > 0 {
+                        deps.push((l, last));
+                    }
+                }
+            }
+            _ => {}
+        }
+        deps.retain(|(s, seq)| !Arc::ptr_eq(s, self) && s.completed() < *seq);
+        let mut q = self.lock();
+        q.enqueued += 1;
+        let seq = q.enqueued;
+        q.pending.push_back(Pending { seq, work, job, deps });
+        if !q.worker_running {
+            q.worker_running = true;
+            let me = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("gpupool-sim-stream-{:x}", self.handle()))
+                .spawn(move || me.work_loop());
+            if spawned.is_err() {
+                // No thread: run the queue on the caller's thread instead of losing it.
+                q.worker_running = false;
+                drop(q);
+                self.drain_inline();
+                return seq;
+            }
+        }
+        drop(q);
+        self.work_ready.notify_one();
+        seq
+    }
+
+    fn drain_inline(self: &Arc<Self>) {
+        while let Some(p) = self.lock().pending.pop_front() {
+            self.run(p);
+        }
+    }
+
+    fn work_loop(self: Arc<Self>) {
+        loop {
+            let next = {
+                let mut q = self.lock();
+                loop {
+                    if let Some(p) = q.pending.pop_front() {
+                        break Some(p);
+                    }
+                    if q.shutdown {
+                        q.worker_running = false;
+                        break None;
+                    }
+                    q = self.work_ready.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            match next {
+                Some(p) => self.run(p),
+                None => return,
+            }
+        }
+    }
+
+    fn run(&self, p: Pending) {
+        for (s, seq) in &p.deps {
+            s.wait_for(*seq);
+        }
+        let channel = match p.work {
+            Work::Kernel => Some(Channel::Kernel),
+            Work::Memory => Some(Channel::Memory),
+            Work::Control => None,
+        };
+        if let Some(ch) = channel {
+            self.device.busy.begin(ch);
+        }
+        let sticky = self.ctx.upgrade().and_then(|c| c.check_sticky().err());
+        // A context with a sticky error executes nothing more, as on a GPU.
+        let result = match sticky {
+            Some(code) => Err(code),
+            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(p.job))
+                .unwrap_or(Err(CUresult::CUDA_ERROR_UNKNOWN)),
+        };
+        if let Some(ch) = channel {
+            self.device.busy.end(ch);
+        }
+        let mut q = self.lock();
+        if let Err(code) = result {
+            if sticky.is_none() {
+                if is_sticky(code) {
+                    if let Some(c) = self.ctx.upgrade() {
+                        c.set_sticky(code);
+                    }
+                }
+                q.error.get_or_insert(code);
+            }
+        }
+        q.completed = p.seq;
+        drop(q);
+        self.progress.notify_all();
+    }
+
+    pub fn completed(&self) -> u64 {
+        self.lock().completed
+    }
+
+    /// Blocks until operation `seq` has finished.
+    pub fn wait_for(&self, seq: u64) {
+        let mut q = self.lock();
+        while q.completed < seq {
+            q = self.progress.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Waits for everything queued so far; returns (and clears) the first
+    /// asynchronous error, or the context's sticky error.
+    pub fn synchronize(&self) -> CuResult<()> {
+        let target = self.last_enqueued();
+        self.wait_for(target);
+        self.take_error()
+    }
+
+    fn take_error(&self) -> CuResult<()> {
+        if let Some(c) = self.ctx.upgrade() {
+            c.check_sticky()?;
+        }
+        match self.lock().error.take() {
+            Some(code) => Err(code),
+            None => Ok(()),
+        }
+    }
+
+    /// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` while work is outstanding.
+    pub fn query(&self) -> CuResult<()> {
+        let done = {
+            let q = self.lock();
+            q.completed >= q.enqueued
+        };
+        if done { self.take_error() } else { Err(CUresult::CUDA_ERROR_NOT_READY) }
+    }
+
+    /// Lets the worker finish what is queued, then exit.
+    pub fn shut_down(&self) {
+        self.lock().shutdown = true;
+        self.work_ready.notify_all();
+    }
+}
+
+/// Errors that poison the whole context, as the CUDA documentation lists them.
+pub fn is_sticky(code: CUresult) -> bool {
+    matches!(
+        code,
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUresult::CUDA_ERROR_LAUNCH_FAILED
+            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUresult::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUresult::CUDA_ERROR_INVALID_PC
+            | CUresult::CUDA_ERROR_ASSERT
+            | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
+    )
+}
