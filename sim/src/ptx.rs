@@ -243,11 +243,20 @@ fn parse_decl(c: &mut Cursor, space: &str, external: bool) -> PResult<Decl> {
     let mut align = 0;
     let mut ty = String::new();
     let mut vector = 1;
+    // After `.ptr`, `.space` and `.align N` describe the pointee, not the parameter.
+    let mut pointee = false;
     loop {
         match c.peek() {
             Some(Tok::Word(w)) if w == ".align" => {
                 c.next();
-                align = c.num()?;
+                let n = c.num()?;
+                if !pointee {
+                    align = n;
+                }
+            }
+            Some(Tok::Word(w)) if w == ".ptr" => {
+                c.next();
+                pointee = true;
             }
             Some(Tok::Word(w)) if w == ".v2" || w == ".v4" || w == ".v8" => {
                 vector = w[2..].parse().unwrap_or(1);
