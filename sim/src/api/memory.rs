@@ -75,7 +75,9 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
 pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usize, dptr: CUdeviceptr) -> CUresult {
     cuda_entry(|| {
         let ctx = current()?;
-        let (a, _) = ctx.memory.resolve(dptr, 0, "cuMemGetAddressRange")?;
+        let Some(a) = ctx.memory.find(dptr) else {
+            return fail(CUresult::CUDA_ERROR_NOT_FOUND, || format!("{dptr:#x} is in no allocation of this context"));
+        };
         // Either output may be NULL: the caller wants only the other.
         if !base.is_null() {
             out(base, a.base)?;
