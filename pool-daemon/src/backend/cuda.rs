@@ -1,0 +1,103 @@
+//! The CUDA driver API as the daemon calls it: each entry point resolved once by
+//! its exported (versioned) name, typed with the signatures bindgen generated from
+//! our checked headers.
+
+use gpupool_shim::cuda::{self as cu, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUresult};
+use libloading::Library;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    #[error("cannot load {path}: {source}")]
+    Load { path: String, source: libloading::Error },
+    #[error("{call} failed: {name} ({code})")]
+    Call { call: &'static str, name: String, code: u32 },
+}
+
+macro_rules! driver_table {
+    ($($name:ident: fn($($arg:ty),*);)*) => {
+        /// A loaded CUDA driver. Keeps the library mapped while any pointer is held.
+        #[allow(non_snake_case)]
+        pub struct Cuda {
+            $(pub $name: unsafe extern "C" fn($($arg),*) -> CUresult,)*
+            get_error_name: unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult,
+            _lib: Library,
+        }
+
+        impl Cuda {
+            pub fn load(path: &Path) -> Result<Cuda, CudaError> {
+                let err = |source| CudaError::Load { path: path.display().to_string(), source };
+                // SAFETY: loading the vendor driver runs its initialisers; that is the
+                // documented way to use it.
+                let lib = unsafe { Library::new(path) }.map_err(err)?;
+                // SAFETY: each symbol is typed with the signature our header declares
+                // for that exported name, and that header is checked against NVIDIA's.
+                unsafe {
+                    Ok(Cuda {
+                        $($name: *lib.get(concat!(stringify!($name), "\0").as_bytes()).map_err(err)?,)*
+                        get_error_name: *lib.get(b"cuGetErrorName\0").map_err(err)?,
+                        _lib: lib,
+                    })
+                }
+            }
+        }
+    };
+}
+
+driver_table! {
+    cuInit: fn(u32);
+    cuDriverGetVersion: fn(*mut c_int);
+    cuDeviceGetCount: fn(*mut c_int);
+    cuDeviceGet: fn(*mut CUdevice, c_int);
+    cuDeviceGetName: fn(*mut c_char, c_int, CUdevice);
+    cuDeviceGetUuid_v2: fn(*mut cu::CUuuid, CUdevice);
+    cuDeviceTotalMem_v2: fn(*mut usize, CUdevice);
+    cuDeviceGetAttribute: fn(*mut c_int, CUdevice_attribute, CUdevice);
+    cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice);
+    cuDevicePrimaryCtxRelease_v2: fn(CUdevice);
+    cuCtxSetCurrent: fn(CUcontext);
+    cuCtxSynchronize: fn();
+    cuMemAlloc_v2: fn(*mut CUdeviceptr, usize);
+    cuMemFree_v2: fn(CUdeviceptr);
+    cuMemcpyHtoD_v2: fn(CUdeviceptr, *const c_void, usize);
+    cuMemcpyDtoH_v2: fn(*mut c_void, CUdeviceptr, usize);
+    cuMemcpyDtoD_v2: fn(CUdeviceptr, CUdeviceptr, usize);
+    cuMemsetD32_v2: fn(CUdeviceptr, u32, usize);
+    cuModuleLoadData: fn(*mut cu::CUmodule, *const c_void);
+    cuModuleUnload: fn(cu::CUmodule);
+    cuModuleGetFunction: fn(*mut cu::CUfunction, cu::CUmodule, *const c_char);
+    cuLaunchKernel: fn(cu::CUfunction, u32, u32, u32, u32, u32, u32, u32, cu::CUstream, *mut *mut c_void, *mut *mut c_void);
+}
+
+impl Cuda {
+    /// Turns a status into a `Result`, naming the call and the vendor's error name.
+    pub fn check(&self, call: &'static str, res: CUresult) -> Result<(), CudaError> {
+        if res == CUresult::CUDA_SUCCESS {
+            return Ok(());
+        }
+        let mut name: *const c_char = std::ptr::null();
+        // SAFETY: cuGetErrorName writes a pointer to a static string or NULL.
+        unsafe { (self.get_error_name)(res, &mut name) };
+        let name = if name.is_null() {
+            format!("CUresult {}", res.0)
+        } else {
+            // SAFETY: non-null static NUL-terminated string owned by the driver.
+            unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
+        };
+        Err(CudaError::Call { call, name, code: res.0 })
+    }
+}
+
+/// Calls a driver entry point and converts its status: `call!(cuda, cuInit(0))?`.
+#[macro_export]
+macro_rules! call {
+    ($cuda:expr, $name:ident($($arg:expr),* $(,)?)) => {{
+        let cuda = &$cuda;
+        // SAFETY: the arguments follow the entry point's documented contract; every
+        // pointer passed is to a live local or buffer of the right size.
+        let res = unsafe { (cuda.$name)($($arg),*) };
+        cuda.check(stringify!($name), res)
+    }};
+}
