@@ -34,7 +34,9 @@ impl Figure {
     fn ratio_meaning(&self) -> &'static str {
         match self.kind {
             Kind::Latency => "sim median time / baseline median time (lower is better)",
-            Kind::Bandwidth => "sim median bandwidth / baseline median bandwidth (higher is better)",
+            Kind::Bandwidth => {
+                "sim median bandwidth / baseline median bandwidth (higher is better)"
+            }
         }
     }
 }
@@ -57,9 +59,25 @@ fn num(x: f64) -> String {
 
 pub fn table(run: &Run) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "gpupool-bench sim: {} ({} CPUs)", run.sim_library, run.cpus);
-    let _ = writeln!(out, "medians and p99 over repeated samples; ratio = sim median / baseline median\n");
-    let head = ["figure", "unit", "sim median", "sim p99", "baseline", "base median", "base p99", "ratio"];
+    let _ = writeln!(
+        out,
+        "gpupool-bench sim: {} ({} CPUs)",
+        run.sim_library, run.cpus
+    );
+    let _ = writeln!(
+        out,
+        "medians and p99 over repeated samples; ratio = sim median / baseline median\n"
+    );
+    let head = [
+        "figure",
+        "unit",
+        "sim median",
+        "sim p99",
+        "baseline",
+        "base median",
+        "base p99",
+        "ratio",
+    ];
     let rows: Vec<[String; 8]> = run
         .figures
         .iter()
@@ -106,7 +124,10 @@ pub fn table(run: &Run) -> String {
     for r in &rows {
         let _ = writeln!(out, "{}", line(r));
     }
-    let _ = writeln!(out, "\nlatency ratios: how many times the baseline's time; bandwidth ratios: share of the baseline's bandwidth");
+    let _ = writeln!(
+        out,
+        "\nlatency ratios: how many times the baseline's time; bandwidth ratios: share of the baseline's bandwidth"
+    );
     out
 }
 
@@ -127,7 +148,10 @@ fn json_str(s: &str) -> String {
 }
 
 fn json_summary(s: &Summary) -> String {
-    format!("{{\"median\": {}, \"p99\": {}, \"samples\": {}}}", s.median, s.p99, s.samples)
+    format!(
+        "{{\"median\": {}, \"p99\": {}, \"samples\": {}}}",
+        s.median, s.p99, s.samples
+    )
 }
 
 pub fn json(run: &Run) -> String {

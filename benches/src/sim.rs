@@ -9,12 +9,16 @@ use gpupool_e2e::cu::{CUcontext, CUresult};
 use gpupool_e2e::{Driver, EMPTY_PTX, build_sim_libdir, status};
 
 use crate::report::{Figure, Kind, Run};
-use crate::stats::{Summary, gb_per_s, ns_per_op};
+use crate::stats::{Summary, gb_per_s_paired, ns_per_op};
 
 const COPY_BYTES: usize = 64 << 20;
 
 fn ok(r: CUresult, what: &str) -> Result<(), String> {
-    if r == status::SUCCESS { Ok(()) } else { Err(format!("{what} failed with CUresult {}", r.0)) }
+    if r == status::SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed with CUresult {}", r.0))
+    }
 }
 
 /// The release simulator: `$GPUPOOL_SIM_LIBDIR`, else `scripts/sim-libdir --release`.
@@ -35,13 +39,20 @@ extern "C" fn trivial(out: *mut CUcontext) -> CUresult {
 
 /// A worker thread that answers each request through a Mutex and two Condvars: the
 /// round trip an asynchronous worker costs at least when both sides sleep.
+/// (requested, done, stop) under one lock; "requested" and "done" condition variables.
+type HandoffState = (Mutex<(u64, u64, bool)>, Condvar, Condvar);
+
 struct Handoff {
-    state: Arc<(Mutex<(u64, u64, bool)>, Condvar, Condvar)>, // (requested, done, stop)
+    state: Arc<HandoffState>,
     worker: Option<std::thread::JoinHandle<()>>,
 }
 impl Handoff {
     fn new() -> Handoff {
-        let state = Arc::new((Mutex::new((0u64, 0u64, false)), Condvar::new(), Condvar::new()));
+        let state = Arc::new((
+            Mutex::new((0u64, 0u64, false)),
+            Condvar::new(),
+            Condvar::new(),
+        ));
         let s = state.clone();
         let worker = std::thread::spawn(move || {
             let (m, req, done) = &*s;
@@ -57,7 +68,10 @@ impl Handoff {
                 done.notify_one();
             }
         });
-        Handoff { state, worker: Some(worker) }
+        Handoff {
+            state,
+            worker: Some(worker),
+        }
     }
     fn round_trip(&self) {
         let (m, req, done) = &*self.state;
@@ -79,8 +93,68 @@ impl Drop for Handoff {
     }
 }
 
+/// The same round trip with both sides spinning on atomics: the floor for a worker that
+/// busy-waits instead of sleeping (needs two free cores to mean anything).
+struct SpinHandoff {
+    state: Arc<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>, // (requested, done); u64::MAX stops
+    worker: Option<std::thread::JoinHandle<()>>,
+}
+impl SpinHandoff {
+    fn new() -> SpinHandoff {
+        use std::sync::atomic::Ordering::{Acquire, Release};
+        let state = Arc::new((
+            std::sync::atomic::AtomicU64::new(0),
+            std::sync::atomic::AtomicU64::new(0),
+        ));
+        let s = state.clone();
+        let worker = std::thread::spawn(move || {
+            let mut seen = 0;
+            loop {
+                let r = s.0.load(Acquire);
+                if r == u64::MAX {
+                    return;
+                }
+                if r != seen {
+                    seen = r;
+                    s.1.store(r, Release);
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        SpinHandoff {
+            state,
+            worker: Some(worker),
+        }
+    }
+    fn round_trip(&self) {
+        use std::sync::atomic::Ordering::{Acquire, Release};
+        let next = self.state.0.load(Acquire) + 1;
+        self.state.0.store(next, Release);
+        while self.state.1.load(Acquire) != next {
+            std::hint::spin_loop();
+        }
+    }
+}
+impl Drop for SpinHandoff {
+    fn drop(&mut self) {
+        self.state
+            .0
+            .store(u64::MAX, std::sync::atomic::Ordering::Release);
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
 fn fig(name: &str, kind: Kind, sim: Summary, baseline_name: &str, baseline: Summary) -> Figure {
-    Figure { name: name.into(), kind, sim, baseline_name: baseline_name.into(), baseline }
+    Figure {
+        name: name.into(),
+        kind,
+        sim,
+        baseline_name: baseline_name.into(),
+        baseline,
+    }
 }
 
 pub fn run() -> Result<Run, String> {
@@ -108,8 +182,20 @@ pub fn run() -> Result<Run, String> {
         let getpid = ns_per_op(300, 1000, 20, || {
             black_box(libc::getpid());
         });
-        figures.push(fig("cuCtxGetCurrent", Kind::Latency, sim, "indirect call to extern \"C\" fn", indirect));
-        figures.push(fig("cuCtxGetCurrent", Kind::Latency, sim, "libc getpid() (a real syscall)", getpid));
+        figures.push(fig(
+            "cuCtxGetCurrent",
+            Kind::Latency,
+            sim,
+            "indirect call to extern \"C\" fn",
+            indirect,
+        ));
+        figures.push(fig(
+            "cuCtxGetCurrent",
+            Kind::Latency,
+            sim,
+            "libc getpid() (a real syscall)",
+            getpid,
+        ));
 
         // 2. Allocation: cuMemAlloc_v2 + cuMemFree_v2 against malloc + free of the same size.
         for (label, size) in [("4 KiB", 4096usize), ("1 MiB", 1 << 20)] {
@@ -144,16 +230,34 @@ pub fn run() -> Result<Run, String> {
 
         // 3. Empty kernel launch + cuStreamSynchronize against a Condvar hand-off round trip.
         let mut module = null_mut();
-        ok((d.cuModuleLoadData)(&mut module, EMPTY_PTX.as_ptr().cast()), "cuModuleLoadData")?;
+        ok(
+            (d.cuModuleLoadData)(&mut module, EMPTY_PTX.as_ptr().cast()),
+            "cuModuleLoadData",
+        )?;
         let mut func = null_mut();
-        ok((d.cuModuleGetFunction)(&mut func, module, c"empty".as_ptr()), "cuModuleGetFunction")?;
+        ok(
+            (d.cuModuleGetFunction)(&mut func, module, c"empty".as_ptr()),
+            "cuModuleGetFunction",
+        )?;
         let mut stream = null_mut();
         ok((d.cuStreamCreate)(&mut stream, 1), "cuStreamCreate")?;
         let mut p0: u64 = 0;
         let mut p1: u32 = 0;
         let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
         let mut launch_sync = || {
-            let r = (d.cuLaunchKernel)(func, 1, 1, 1, 1, 1, 1, 0, stream, params.as_mut_ptr(), null_mut());
+            let r = (d.cuLaunchKernel)(
+                func,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                null_mut(),
+            );
             if r != status::SUCCESS {
                 return r;
             }
@@ -173,6 +277,9 @@ pub fn run() -> Result<Run, String> {
         let handoff = Handoff::new();
         let handoff_rt = ns_per_op(3000, 1, 100, || handoff.round_trip());
         drop(handoff);
+        let spin = SpinHandoff::new();
+        let spin_rt = ns_per_op(3000, 1, 100, || spin.round_trip());
+        drop(spin);
         figures.push(fig(
             "empty launch + cuStreamSynchronize",
             Kind::Latency,
@@ -180,12 +287,31 @@ pub fn run() -> Result<Run, String> {
             "thread hand-off round trip (Mutex+Condvar)",
             handoff_rt,
         ));
+        figures.push(fig(
+            "empty launch + cuStreamSynchronize",
+            Kind::Latency,
+            sim,
+            "thread hand-off round trip (spinning atomics)",
+            spin_rt,
+        ));
 
         // Launch rate: 1000 asynchronous launches then one synchronize, per launch.
         let mut failed = None;
         let sim = ns_per_op(50, 1, 3, || {
             for _ in 0..1000 {
-                let r = (d.cuLaunchKernel)(func, 1, 1, 1, 1, 1, 1, 0, stream, params.as_mut_ptr(), null_mut());
+                let r = (d.cuLaunchKernel)(
+                    func,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    stream,
+                    params.as_mut_ptr(),
+                    null_mut(),
+                );
                 if r != status::SUCCESS {
                     failed = Some(r);
                 }
@@ -198,7 +324,11 @@ pub fn run() -> Result<Run, String> {
         if let Some(r) = failed {
             ok(r, "cuLaunchKernel x1000 + cuStreamSynchronize")?;
         }
-        let per_launch = Summary { median: sim.median / 1000.0, p99: sim.p99 / 1000.0, samples: sim.samples };
+        let per_launch = Summary {
+            median: sim.median / 1000.0,
+            p99: sim.p99 / 1000.0,
+            samples: sim.samples,
+        };
         figures.push(fig(
             "empty launch, 1000 async + 1 sync, per launch",
             Kind::Latency,
@@ -214,44 +344,98 @@ pub fn run() -> Result<Run, String> {
         let (mut a, mut b) = (0, 0);
         ok((d.cuMemAlloc_v2)(&mut a, n), "cuMemAlloc_v2 64 MiB")?;
         ok((d.cuMemAlloc_v2)(&mut b, n), "cuMemAlloc_v2 64 MiB")?;
-        let memcpy = gb_per_s(30, 3, n, || {
-            std::ptr::copy_nonoverlapping(black_box(src.as_ptr()), black_box(dst.as_mut_ptr()), n);
-        });
+        // Each copy is sampled alternately with its own memcpy baseline.
+        let mut scratch = vec![0u8; n];
+        let mut memcpy = || {
+            std::ptr::copy_nonoverlapping(
+                black_box(src.as_ptr()),
+                black_box(scratch.as_mut_ptr()),
+                n,
+            );
+        };
         let mut failed = None;
         let mut record = |r: CUresult| {
             if r != status::SUCCESS {
                 failed = Some(r);
             }
         };
-        let htod = gb_per_s(30, 3, n, || record((d.cuMemcpyHtoD_v2)(a, src.as_ptr().cast(), n)));
-        let dtoh = gb_per_s(30, 3, n, || record((d.cuMemcpyDtoH_v2)(dst.as_mut_ptr().cast(), a, n)));
-        let dtod = gb_per_s(30, 3, n, || record((d.cuMemcpyDtoD_v2)(b, a, n)));
+        let base = "memcpy 64 MiB (same process, interleaved)";
+        let (htod, m1) = gb_per_s_paired(
+            30,
+            3,
+            n,
+            || record((d.cuMemcpyHtoD_v2)(a, src.as_ptr().cast(), n)),
+            &mut memcpy,
+        );
+        figures.push(fig(
+            "cuMemcpyHtoD_v2 64 MiB (pageable)",
+            Kind::Bandwidth,
+            htod,
+            base,
+            m1,
+        ));
+        let (dtoh, m2) = gb_per_s_paired(
+            30,
+            3,
+            n,
+            || record((d.cuMemcpyDtoH_v2)(dst.as_mut_ptr().cast(), a, n)),
+            &mut memcpy,
+        );
+        figures.push(fig(
+            "cuMemcpyDtoH_v2 64 MiB (pageable)",
+            Kind::Bandwidth,
+            dtoh,
+            base,
+            m2,
+        ));
+        let (dtod, m3) = gb_per_s_paired(
+            30,
+            3,
+            n,
+            || record((d.cuMemcpyDtoD_v2)(b, a, n)),
+            &mut memcpy,
+        );
+        figures.push(fig(
+            "cuMemcpyDtoD_v2 64 MiB",
+            Kind::Bandwidth,
+            dtod,
+            base,
+            m3,
+        ));
         if let Some(r) = failed {
             ok(r, "64 MiB copies")?;
         }
         if dst.iter().step_by(4096).any(|&x| x != 0x5a) {
             return Err("DtoH did not return the data written by HtoD".into());
         }
-        let base = "memcpy 64 MiB (same process)";
-        figures.push(fig("cuMemcpyHtoD_v2 64 MiB (pageable)", Kind::Bandwidth, htod, base, memcpy));
-        figures.push(fig("cuMemcpyDtoH_v2 64 MiB (pageable)", Kind::Bandwidth, dtoh, base, memcpy));
-        figures.push(fig("cuMemcpyDtoD_v2 64 MiB", Kind::Bandwidth, dtod, base, memcpy));
 
         // Pinned host memory, where the simulator supports it.
         let mut pinned = null_mut();
         if (d.cuMemAllocHost_v2)(&mut pinned, n) == status::SUCCESS {
             std::ptr::write_bytes(pinned.cast::<u8>(), 0x33, n);
             let mut failed = None;
-            let htod = gb_per_s(30, 3, n, || {
-                let r = (d.cuMemcpyHtoD_v2)(a, pinned, n);
-                if r != status::SUCCESS {
-                    failed = Some(r);
-                }
-            });
+            let (htod, m4) = gb_per_s_paired(
+                30,
+                3,
+                n,
+                || {
+                    let r = (d.cuMemcpyHtoD_v2)(a, pinned, n);
+                    if r != status::SUCCESS {
+                        failed = Some(r);
+                    }
+                },
+                &mut memcpy,
+            );
             if let Some(r) = failed {
                 ok(r, "pinned HtoD")?;
             }
-            figures.push(fig("cuMemcpyHtoD_v2 64 MiB (pinned)", Kind::Bandwidth, htod, base, memcpy));
+            figures.push(fig(
+                "cuMemcpyHtoD_v2 64 MiB (pinned)",
+                Kind::Bandwidth,
+                htod,
+                base,
+                m4,
+            ));
             ok((d.cuMemFreeHost)(pinned), "cuMemFreeHost")?;
         }
 
@@ -263,7 +447,9 @@ pub fn run() -> Result<Run, String> {
     }
     Ok(Run {
         sim_library: d.path.display().to_string(),
-        cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
         figures,
     })
 }

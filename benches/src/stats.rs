@@ -19,7 +19,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 pub fn summarize(mut v: Vec<f64>) -> Summary {
     v.sort_by(|a, b| a.partial_cmp(b).expect("NaN sample"));
-    Summary { median: percentile(&v, 50.0), p99: percentile(&v, 99.0), samples: v.len() }
+    Summary {
+        median: percentile(&v, 50.0),
+        p99: percentile(&v, 99.0),
+        samples: v.len(),
+    }
 }
 
 /// Nanoseconds per operation: `samples` samples, each timing `batch` calls of `op` and
@@ -40,18 +44,30 @@ pub fn ns_per_op(samples: usize, batch: usize, warmup: usize, mut op: impl FnMut
     summarize(v)
 }
 
-/// Bandwidth in GB/s (10^9 bytes per second) of `op` moving `bytes` per call.
-pub fn gb_per_s(samples: usize, warmup: usize, bytes: usize, mut op: impl FnMut()) -> Summary {
-    let mut v = Vec::with_capacity(samples);
+/// Bandwidth in GB/s (10^9 bytes/s) of `a` and of `b`, each moving `bytes` per call, sampled alternately (a, b, a, b, ...) so that both see the
+/// same machine conditions; returns (a, b).
+pub fn gb_per_s_paired(
+    samples: usize,
+    warmup: usize,
+    bytes: usize,
+    mut a: impl FnMut(),
+    mut b: impl FnMut(),
+) -> (Summary, Summary) {
+    let (mut va, mut vb) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
     for i in 0..warmup + samples {
-        let t = Instant::now();
-        op();
-        let s = t.elapsed().as_secs_f64();
-        if i >= warmup {
-            v.push(bytes as f64 / s / 1e9);
+        for (op, v) in [
+            (&mut a as &mut dyn FnMut(), &mut va),
+            (&mut b as &mut dyn FnMut(), &mut vb),
+        ] {
+            let t = Instant::now();
+            op();
+            let s = t.elapsed().as_secs_f64();
+            if i >= warmup {
+                v.push(bytes as f64 / s / 1e9);
+            }
         }
     }
-    summarize(v)
+    (summarize(va), summarize(vb))
 }
 
 #[cfg(test)]

@@ -10,6 +10,9 @@
 //! in the table is checked at compile time against `gpupool_shim::cuda`.
 
 #![allow(non_snake_case)]
+// CUDA handles are opaque pointers that only the driver interprets (and, in the simulator,
+// validates); functions here pass them on and never dereference them.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
@@ -17,11 +20,11 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use gpupool_shim::cuda as cu;
 use cu::{
     CUcontext, CUdevice, CUdeviceptr, CUdriverProcAddressQueryResult, CUevent, CUfunction,
     CUhostFn, CUmodule, CUresult, CUstream, cuuint64_t,
 };
+pub use gpupool_shim::cuda as cu;
 
 /// Environment variable naming a directory that holds `libcuda.so.1` (the simulator).
 pub const LIBDIR_ENV: &str = "GPUPOOL_SIM_LIBDIR";
@@ -157,9 +160,11 @@ impl Driver {
         version: c_int,
         flags: u64,
     ) -> (CUresult, *mut c_void, CUdriverProcAddressQueryResult) {
-        let mut pfn: *mut c_void = 0x1 as *mut c_void; // must be overwritten
+        let mut pfn: *mut c_void = std::ptr::dangling_mut(); // must be overwritten
         let mut st = cu::CUdriverProcAddressQueryResult(0xdead);
-        let r = unsafe { (self.cuGetProcAddress_v2)(symbol.as_ptr(), &mut pfn, version, flags, &mut st) };
+        let r = unsafe {
+            (self.cuGetProcAddress_v2)(symbol.as_ptr(), &mut pfn, version, flags, &mut st)
+        };
         (r, pfn, st)
     }
 }
@@ -219,7 +224,11 @@ pub fn name(res: CUresult) -> String {
         .map(|d| unsafe { (d.cuGetErrorName)(res, &mut p) } == status::SUCCESS && !p.is_null())
         .unwrap_or(false);
     if known {
-        format!("{} ({})", unsafe { CStr::from_ptr(p) }.to_string_lossy(), res.0)
+        format!(
+            "{} ({})",
+            unsafe { CStr::from_ptr(p) }.to_string_lossy(),
+            res.0
+        )
     } else {
         format!("CUresult({})", res.0)
     }
@@ -409,7 +418,10 @@ impl Drop for Gate {
 
 /// Runs `f` on a new thread and returns its result, or `None` if it did not finish within
 /// `timeout` (the thread is left behind). Turns "the driver deadlocked" into a failure.
-pub fn within<T: Send + 'static>(timeout: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+pub fn within<T: Send + 'static>(
+    timeout: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(f());
@@ -512,7 +524,8 @@ pub fn run_in_child(test: &str, env: &[(&str, &str)], timeout: Duration) {
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let ran = stdout.lines().any(|l| l.trim() == format!("{CHILD_MARK} {test}"));
+    // libtest may print "test NAME ... " on the same line before the marker.
+    let ran = stdout.contains(&format!("{CHILD_MARK} {test}\n"));
     if !out.status.success() || !ran {
         panic!(
             "isolated test {test} failed ({}; body completed: {ran})\n--- child stdout ---\n{stdout}\n--- child stderr ---\n{stderr}",
@@ -523,7 +536,7 @@ pub fn run_in_child(test: &str, env: &[(&str, &str)], timeout: Duration) {
 
 /// A `#[test]` whose body runs in a fresh process with its own simulator configuration:
 ///
-/// ```ignore
+/// ```text
 /// isolated_test!(fn oom_at_capacity() env("GPUPOOL_SIM_MEMORY" => "64MiB") {
 ///     /* first load of the simulator in this process, cuInit not yet called */
 /// });

@@ -40,15 +40,35 @@ fn worker(t: usize, ctx: Shared<CUcontext>, iters: usize) {
             let mut p0 = b;
             let mut p1 = len as u32;
             let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
-            check((d.cuLaunchKernel)(f, 2, 1, 1, 64, 1, 1, 0, stream, params.as_mut_ptr(), null_mut()));
+            check((d.cuLaunchKernel)(
+                f,
+                2,
+                1,
+                1,
+                64,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                null_mut(),
+            ));
             let mut back = vec![0u8; len];
-            check((d.cuMemcpyDtoHAsync_v2)(back.as_mut_ptr().cast(), b, len, stream));
+            check((d.cuMemcpyDtoHAsync_v2)(
+                back.as_mut_ptr().cast(),
+                b,
+                len,
+                stream,
+            ));
             check((d.cuStreamSynchronize)(stream));
             assert!(back == data, "thread {t} iteration {i}: data corrupted");
             check((d.cuMemsetD8Async)(a, t as u8, len, stream));
             check((d.cuStreamSynchronize)(stream));
             check((d.cuMemcpyDtoH_v2)(back.as_mut_ptr().cast(), a, len));
-            assert!(back.iter().all(|&x| x == t as u8), "thread {t} iteration {i}: memset lost");
+            assert!(
+                back.iter().all(|&x| x == t as u8),
+                "thread {t} iteration {i}: memset lost"
+            );
             check((d.cuMemFree_v2)(a));
             check((d.cuMemFree_v2)(b));
         }

@@ -2,13 +2,14 @@
 //! `cuStreamWaitEvent`, invalid event handles.
 
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use gpupool_e2e::cu::{CUevent, CUevent_flags_enum as F};
 use gpupool_e2e::{
-    Context, DeviceBuffer, Gate, Shared, Stream, check, cuda, expect, host_fn, spawn_in, status, sync_stream_in,
+    Context, DeviceBuffer, Gate, Shared, Stream, check, cuda, expect, host_fn, spawn_in, status,
+    sync_stream_in,
 };
 
 const SHORT: Duration = Duration::from_millis(300);
@@ -38,22 +39,41 @@ fn query_is_not_ready_until_the_stream_reaches_the_record() {
     let ctx = Context::new(0);
     let s = Stream::new(0);
     let ev = Event::new(F::CU_EVENT_DEFAULT);
-    unsafe { expect((d.cuEventQuery)(ev.0), status::SUCCESS, "cuEventQuery of a never-recorded event") };
+    unsafe {
+        expect(
+            (d.cuEventQuery)(ev.0),
+            status::SUCCESS,
+            "cuEventQuery of a never-recorded event",
+        )
+    };
     let gate = Gate::new();
     gate.enqueue(s.raw);
     unsafe {
         check((d.cuEventRecord)(ev.0, s.raw));
-        expect((d.cuEventQuery)(ev.0), status::NOT_READY, "cuEventQuery before the stream reached the record");
+        expect(
+            (d.cuEventQuery)(ev.0),
+            status::NOT_READY,
+            "cuEventQuery before the stream reached the record",
+        );
     }
     let evp = Shared(ev.0);
     let rx = spawn_in(ctx.raw, move || {
         let evp = evp;
         unsafe { (cuda().cuEventSynchronize)(evp.0) }
     });
-    assert!(rx.recv_timeout(SHORT).is_err(), "cuEventSynchronize returned before the event completed");
+    assert!(
+        rx.recv_timeout(SHORT).is_err(),
+        "cuEventSynchronize returned before the event completed"
+    );
     gate.open();
     assert_eq!(rx.recv_timeout(LONG), Ok(status::SUCCESS));
-    unsafe { expect((d.cuEventQuery)(ev.0), status::SUCCESS, "cuEventQuery after completion") };
+    unsafe {
+        expect(
+            (d.cuEventQuery)(ev.0),
+            status::SUCCESS,
+            "cuEventQuery after completion",
+        )
+    };
 }
 
 #[test]
@@ -65,16 +85,29 @@ fn elapsed_time_measures_the_work_between_records() {
     let end = Event::new(F::CU_EVENT_DEFAULT);
     let mut ms = -1.0f32;
     unsafe {
-        expect((d.cuEventElapsedTime)(&mut ms, start.0, end.0), status::INVALID_HANDLE, "elapsed time of never-recorded events");
+        expect(
+            (d.cuEventElapsedTime)(&mut ms, start.0, end.0),
+            status::INVALID_HANDLE,
+            "elapsed time of never-recorded events",
+        );
         check((d.cuEventRecord)(start.0, s.raw));
-        check(host_fn(s.raw, || std::thread::sleep(Duration::from_millis(60))));
+        check(host_fn(s.raw, || {
+            std::thread::sleep(Duration::from_millis(60))
+        }));
         check((d.cuEventRecord)(end.0, s.raw));
         check((d.cuEventSynchronize)(end.0));
         check((d.cuEventElapsedTime)(&mut ms, start.0, end.0));
     }
-    assert!((50.0..5000.0).contains(&ms), "60 ms of stream work measured as {ms} ms");
+    assert!(
+        (50.0..5000.0).contains(&ms),
+        "60 ms of stream work measured as {ms} ms"
+    );
     unsafe {
-        expect((d.cuEventElapsedTime)(null_mut(), start.0, end.0), status::INVALID_VALUE, "cuEventElapsedTime(NULL, ..)");
+        expect(
+            (d.cuEventElapsedTime)(null_mut(), start.0, end.0),
+            status::INVALID_VALUE,
+            "cuEventElapsedTime(NULL, ..)",
+        );
     }
 
     // One event recorded but not completed: not ready.
@@ -82,7 +115,11 @@ fn elapsed_time_measures_the_work_between_records() {
     gate.enqueue(s.raw);
     unsafe {
         check((d.cuEventRecord)(end.0, s.raw));
-        expect((d.cuEventElapsedTime)(&mut ms, start.0, end.0), status::NOT_READY, "elapsed time with the end event pending");
+        expect(
+            (d.cuEventElapsedTime)(&mut ms, start.0, end.0),
+            status::NOT_READY,
+            "elapsed time with the end event pending",
+        );
     }
     gate.open();
     unsafe { check((d.cuStreamSynchronize)(s.raw)) };
@@ -100,9 +137,21 @@ fn elapsed_time_of_disable_timing_events_is_invalid_handle() {
         check((d.cuEventRecord)(timed.0, s.raw));
         check((d.cuEventRecord)(untimed.0, s.raw));
         check((d.cuStreamSynchronize)(s.raw));
-        expect((d.cuEventQuery)(untimed.0), status::SUCCESS, "a DISABLE_TIMING event still completes");
-        expect((d.cuEventElapsedTime)(&mut ms, timed.0, untimed.0), status::INVALID_HANDLE, "elapsed time to a DISABLE_TIMING event");
-        expect((d.cuEventElapsedTime)(&mut ms, untimed.0, timed.0), status::INVALID_HANDLE, "elapsed time from a DISABLE_TIMING event");
+        expect(
+            (d.cuEventQuery)(untimed.0),
+            status::SUCCESS,
+            "a DISABLE_TIMING event still completes",
+        );
+        expect(
+            (d.cuEventElapsedTime)(&mut ms, timed.0, untimed.0),
+            status::INVALID_HANDLE,
+            "elapsed time to a DISABLE_TIMING event",
+        );
+        expect(
+            (d.cuEventElapsedTime)(&mut ms, untimed.0, timed.0),
+            status::INVALID_HANDLE,
+            "elapsed time from a DISABLE_TIMING event",
+        );
     }
 }
 
@@ -127,20 +176,40 @@ fn stream_wait_event_orders_work_across_streams() {
     let flag = ran.clone();
     check(host_fn(b.raw, move || flag.store(true, Ordering::SeqCst)));
     std::thread::sleep(SHORT);
-    assert!(!ran.load(Ordering::SeqCst), "stream B ran past cuStreamWaitEvent before the event completed");
-    unsafe { expect((d.cuStreamQuery)(b.raw), status::NOT_READY, "stream B waiting on stream A's event") };
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "stream B ran past cuStreamWaitEvent before the event completed"
+    );
+    unsafe {
+        expect(
+            (d.cuStreamQuery)(b.raw),
+            status::NOT_READY,
+            "stream B waiting on stream A's event",
+        )
+    };
     gate.open();
     unsafe { check((d.cuStreamSynchronize)(b.raw)) };
     assert!(ran.load(Ordering::SeqCst));
-    let words: Vec<u32> = dst.read().chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
-    assert!(words.iter().all(|&w| w == 7), "stream B copied before stream A's memset");
+    let words: Vec<u32> = dst
+        .read()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert!(
+        words.iter().all(|&w| w == 7),
+        "stream B copied before stream A's memset"
+    );
 
     // Waiting on a never-recorded event is a no-op.
     let fresh = Event::new(F::CU_EVENT_DEFAULT);
     let gate = Gate::new();
     gate.enqueue(a.raw);
     unsafe { check((d.cuStreamWaitEvent)(b.raw, fresh.0, 0)) };
-    assert_eq!(sync_stream_in(ctx.raw, b.raw).recv_timeout(LONG), Ok(status::SUCCESS), "waiting on a never-recorded event blocked");
+    assert_eq!(
+        sync_stream_in(ctx.raw, b.raw).recv_timeout(LONG),
+        Ok(status::SUCCESS),
+        "waiting on a never-recorded event blocked"
+    );
     gate.open();
 }
 
@@ -153,21 +222,113 @@ fn bad_event_handles_are_invalid_handle() {
     let destroyed = Event::new(F::CU_EVENT_DEFAULT).0; // dropped (destroyed) here
     let mut local = [0u64; 8];
     let mut ms = 0.0f32;
-    for (what, bad) in [("destroyed", destroyed), ("bogus", local.as_mut_ptr() as CUevent), ("NULL", null_mut())] {
+    for (what, bad) in [
+        ("destroyed", destroyed),
+        ("bogus", local.as_mut_ptr() as CUevent),
+        ("NULL", null_mut()),
+    ] {
         unsafe {
-            expect((d.cuEventQuery)(bad), status::INVALID_HANDLE, &format!("cuEventQuery({what})"));
-            expect((d.cuEventSynchronize)(bad), status::INVALID_HANDLE, &format!("cuEventSynchronize({what})"));
-            expect((d.cuEventRecord)(bad, s.raw), status::INVALID_HANDLE, &format!("cuEventRecord({what})"));
-            expect((d.cuStreamWaitEvent)(s.raw, bad, 0), status::INVALID_HANDLE, &format!("cuStreamWaitEvent on {what}"));
-            expect((d.cuEventElapsedTime)(&mut ms, good.0, bad), status::INVALID_HANDLE, &format!("cuEventElapsedTime to {what}"));
+            expect(
+                (d.cuEventQuery)(bad),
+                status::INVALID_HANDLE,
+                &format!("cuEventQuery({what})"),
+            );
+            expect(
+                (d.cuEventSynchronize)(bad),
+                status::INVALID_HANDLE,
+                &format!("cuEventSynchronize({what})"),
+            );
+            expect(
+                (d.cuEventRecord)(bad, s.raw),
+                status::INVALID_HANDLE,
+                &format!("cuEventRecord({what})"),
+            );
+            expect(
+                (d.cuStreamWaitEvent)(s.raw, bad, 0),
+                status::INVALID_HANDLE,
+                &format!("cuStreamWaitEvent on {what}"),
+            );
+            expect(
+                (d.cuEventElapsedTime)(&mut ms, good.0, bad),
+                status::INVALID_HANDLE,
+                &format!("cuEventElapsedTime to {what}"),
+            );
             if !bad.is_null() {
-                expect((d.cuEventDestroy_v2)(bad), status::INVALID_HANDLE, &format!("cuEventDestroy_v2({what})"));
+                expect(
+                    (d.cuEventDestroy_v2)(bad),
+                    status::INVALID_HANDLE,
+                    &format!("cuEventDestroy_v2({what})"),
+                );
             }
         }
     }
     unsafe {
-        expect((d.cuEventCreate)(null_mut(), 0), status::INVALID_VALUE, "cuEventCreate(NULL)");
+        expect(
+            (d.cuEventCreate)(null_mut(), 0),
+            status::INVALID_VALUE,
+            "cuEventCreate(NULL)",
+        );
         let mut e = null_mut();
-        expect((d.cuEventCreate)(&mut e, 0x100), status::INVALID_VALUE, "cuEventCreate with unknown flags");
+        expect(
+            (d.cuEventCreate)(&mut e, 0x100),
+            status::INVALID_VALUE,
+            "cuEventCreate with unknown flags",
+        );
     }
+}
+
+#[test]
+fn stream_wait_event_waits_for_the_record_current_at_the_call() {
+    // "the stream will wait on the most recent record of the event at the time of the
+    // call": recording the event again afterwards does not release the waiter.
+    let d = cuda();
+    let ctx = Context::new(0);
+    let a = Stream::new(0);
+    let b = Stream::new(0);
+    let c = Stream::new(0);
+    let ev = Event::new(F::CU_EVENT_DISABLE_TIMING);
+    let gate = Gate::new();
+    gate.enqueue(a.raw);
+    unsafe {
+        check((d.cuEventRecord)(ev.0, a.raw));
+        check((d.cuStreamWaitEvent)(b.raw, ev.0, 0));
+        check((d.cuEventRecord)(ev.0, c.raw));
+        check((d.cuStreamSynchronize)(c.raw));
+        expect(
+            (d.cuEventQuery)(ev.0),
+            status::SUCCESS,
+            "the event's newest record completed",
+        );
+    }
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    check(host_fn(b.raw, move || flag.store(true, Ordering::SeqCst)));
+    let b_sync = sync_stream_in(ctx.raw, b.raw);
+    assert!(
+        b_sync.recv_timeout(SHORT).is_err(),
+        "stream B was released by a later record of the event"
+    );
+    assert!(!ran.load(Ordering::SeqCst));
+    gate.open();
+    assert_eq!(b_sync.recv_timeout(LONG), Ok(status::SUCCESS));
+    assert!(ran.load(Ordering::SeqCst));
+}
+
+#[test]
+fn record_on_a_stream_of_another_context_is_invalid_handle() {
+    // "hEvent and hStream must be from the same context otherwise CUDA_ERROR_INVALID_HANDLE".
+    let d = cuda();
+    let _a = Context::new(0);
+    let ev = Event::new(F::CU_EVENT_DEFAULT);
+    let b = Context::new(0);
+    let s = Stream::new(0);
+    unsafe {
+        expect(
+            (d.cuEventRecord)(ev.0, s.raw),
+            status::INVALID_HANDLE,
+            "cuEventRecord with a stream of another context",
+        );
+    }
+    drop(s);
+    drop(b);
 }

@@ -32,14 +32,29 @@ impl Drop for Module {
 }
 
 /// Launches `f` with the `(u64, u32)` parameters of the empty kernel.
-fn launch(f: CUfunction, grid: [u32; 3], block: [u32; 3], shared: u32, stream: CUstream) -> CUresult {
+fn launch(
+    f: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    stream: CUstream,
+) -> CUresult {
     let mut p0: u64 = 0x1234;
     let mut p1: u32 = 7;
     let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
     unsafe {
         (cuda().cuLaunchKernel)(
-            f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, stream,
-            params.as_mut_ptr(), null_mut(),
+            f,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            shared,
+            stream,
+            params.as_mut_ptr(),
+            null_mut(),
         )
     }
 }
@@ -59,7 +74,11 @@ fn load_ptx_get_function_param_info_launch() {
     assert_eq!(layout, [(0, 8), (8, 4)], "(offset, size) of (.u64, .u32)");
     let (mut off, mut size) = (0, 0);
     unsafe {
-        expect((d.cuFuncGetParamInfo)(f, 2, &mut off, &mut size), status::INVALID_VALUE, "cuFuncGetParamInfo past the last parameter");
+        expect(
+            (d.cuFuncGetParamInfo)(f, 2, &mut off, &mut size),
+            status::INVALID_VALUE,
+            "cuFuncGetParamInfo past the last parameter",
+        );
         check((d.cuFuncGetParamInfo)(f, 1, &mut off, null_mut())); // size is optional
     }
     assert_eq!(off, 8);
@@ -80,21 +99,45 @@ fn load_ptx_get_function_param_info_launch() {
     buf[8..12].copy_from_slice(&7u32.to_le_bytes());
     let mut len: usize = 12;
     let mut extra: [*mut c_void; 5] = [
-        1 as *mut c_void, // CU_LAUNCH_PARAM_BUFFER_POINTER
+        gpupool_e2e::cu::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
         buf.as_mut_ptr().cast(),
-        2 as *mut c_void, // CU_LAUNCH_PARAM_BUFFER_SIZE
+        gpupool_e2e::cu::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
         (&raw mut len).cast(),
         null_mut(), // CU_LAUNCH_PARAM_END
     ];
     unsafe {
-        check((d.cuLaunchKernel)(f, 1, 1, 1, 32, 1, 1, 0, s.raw, null_mut(), extra.as_mut_ptr()));
+        check((d.cuLaunchKernel)(
+            f,
+            1,
+            1,
+            1,
+            32,
+            1,
+            1,
+            0,
+            s.raw,
+            null_mut(),
+            extra.as_mut_ptr(),
+        ));
         check((d.cuStreamSynchronize)(s.raw));
         // kernelParams and extra together are invalid.
         let mut p0: u64 = 0;
         let mut p1: u32 = 0;
         let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
         expect(
-            (d.cuLaunchKernel)(f, 1, 1, 1, 32, 1, 1, 0, s.raw, params.as_mut_ptr(), extra.as_mut_ptr()),
+            (d.cuLaunchKernel)(
+                f,
+                1,
+                1,
+                1,
+                32,
+                1,
+                1,
+                0,
+                s.raw,
+                params.as_mut_ptr(),
+                extra.as_mut_ptr(),
+            ),
             status::INVALID_VALUE,
             "cuLaunchKernel with both kernelParams and extra",
         );
@@ -116,15 +159,42 @@ fn launch_arguments_are_validated() {
         ("grid y of 0", [1, 0, 1], [32, 1, 1], 0),
         ("grid z of 0", [1, 1, 0], [32, 1, 1], 0),
         ("grid y of 65536", [1, 65536, 1], [32, 1, 1], 0),
-        ("1 MiB of dynamic shared memory", [1, 1, 1], [32, 1, 1], 1 << 20),
+        (
+            "1 MiB of dynamic shared memory",
+            [1, 1, 1],
+            [32, 1, 1],
+            1 << 20,
+        ),
     ];
     for (what, grid, block, shared) in cases {
-        expect(launch(f, *grid, *block, *shared, null_mut()), status::INVALID_VALUE, &format!("launch with {what}"));
+        expect(
+            launch(f, *grid, *block, *shared, null_mut()),
+            status::INVALID_VALUE,
+            &format!("launch with {what}"),
+        );
     }
     let mut local = [0u64; 8];
-    expect(launch(null_mut(), [1, 1, 1], [32, 1, 1], 0, null_mut()), status::INVALID_HANDLE, "launch of a NULL function");
-    expect(launch(local.as_mut_ptr().cast(), [1, 1, 1], [32, 1, 1], 0, null_mut()), status::INVALID_HANDLE, "launch of a bogus function");
-    expect(launch(f, [1, 1, 1], [32, 1, 1], 0, local.as_mut_ptr().cast()), status::INVALID_HANDLE, "launch on a bogus stream");
+    expect(
+        launch(null_mut(), [1, 1, 1], [32, 1, 1], 0, null_mut()),
+        status::INVALID_HANDLE,
+        "launch of a NULL function",
+    );
+    expect(
+        launch(
+            local.as_mut_ptr().cast(),
+            [1, 1, 1],
+            [32, 1, 1],
+            0,
+            null_mut(),
+        ),
+        status::INVALID_HANDLE,
+        "launch of a bogus function",
+    );
+    expect(
+        launch(f, [1, 1, 1], [32, 1, 1], 0, local.as_mut_ptr().cast()),
+        status::INVALID_HANDLE,
+        "launch on a bogus stream",
+    );
     // The failed launches left nothing behind; a good one still works.
     check(launch(f, [1, 1, 1], [32, 1, 1], 0, null_mut()));
     unsafe { check((d.cuCtxSynchronize)()) };
@@ -137,11 +207,27 @@ fn module_and_function_lookups_fail_cleanly() {
     let m = Module::load(EMPTY_PTX);
     let mut f = null_mut();
     unsafe {
-        expect((d.cuModuleGetFunction)(&mut f, m.0, c"no_such_kernel".as_ptr()), status::NOT_FOUND, "cuModuleGetFunction of a missing kernel");
-        expect((d.cuModuleGetFunction)(null_mut(), m.0, c"empty".as_ptr()), status::INVALID_VALUE, "cuModuleGetFunction(NULL, ..)");
-        expect((d.cuModuleGetFunction)(&mut f, m.0, null()), status::INVALID_VALUE, "cuModuleGetFunction(.., NULL name)");
+        expect(
+            (d.cuModuleGetFunction)(&mut f, m.0, c"no_such_kernel".as_ptr()),
+            status::NOT_FOUND,
+            "cuModuleGetFunction of a missing kernel",
+        );
+        expect(
+            (d.cuModuleGetFunction)(null_mut(), m.0, c"empty".as_ptr()),
+            status::INVALID_VALUE,
+            "cuModuleGetFunction(NULL, ..)",
+        );
+        expect(
+            (d.cuModuleGetFunction)(&mut f, m.0, null()),
+            status::INVALID_VALUE,
+            "cuModuleGetFunction(.., NULL name)",
+        );
         let mut m2 = null_mut();
-        expect((d.cuModuleLoadData)(&mut m2, null()), status::INVALID_VALUE, "cuModuleLoadData(NULL image)");
+        expect(
+            (d.cuModuleLoadData)(&mut m2, null()),
+            status::INVALID_VALUE,
+            "cuModuleLoadData(NULL image)",
+        );
         let garbage = b"this is neither PTX nor a cubin\0";
         let r = (d.cuModuleLoadData)(&mut m2, garbage.as_ptr().cast());
         assert!(
@@ -162,12 +248,32 @@ fn module_and_function_lookups_fail_cleanly() {
     unsafe {
         for (what, bad) in [("unloaded", raw), ("bogus", local.as_mut_ptr().cast())] {
             let mut g: CUfunction = null_mut();
-            expect((d.cuModuleGetFunction)(&mut g, bad, c"empty".as_ptr()), status::INVALID_HANDLE, &format!("cuModuleGetFunction on a {what} module"));
-            expect((d.cuModuleUnload)(bad), status::INVALID_HANDLE, &format!("cuModuleUnload of a {what} module"));
+            expect(
+                (d.cuModuleGetFunction)(&mut g, bad, c"empty".as_ptr()),
+                status::INVALID_HANDLE,
+                &format!("cuModuleGetFunction on a {what} module"),
+            );
+            expect(
+                (d.cuModuleUnload)(bad),
+                status::INVALID_HANDLE,
+                &format!("cuModuleUnload of a {what} module"),
+            );
         }
-        for (what, bad) in [("unloaded module's", f), ("bogus", local.as_mut_ptr().cast()), ("NULL", null_mut())] {
-            expect((d.cuFuncGetParamInfo)(bad, 0, &mut off, null_mut()), status::INVALID_HANDLE, &format!("cuFuncGetParamInfo of a {what} function"));
+        for (what, bad) in [
+            ("unloaded module's", f),
+            ("bogus", local.as_mut_ptr().cast()),
+            ("NULL", null_mut()),
+        ] {
+            expect(
+                (d.cuFuncGetParamInfo)(bad, 0, &mut off, null_mut()),
+                status::INVALID_HANDLE,
+                &format!("cuFuncGetParamInfo of a {what} function"),
+            );
         }
     }
-    expect(launch(f, [1, 1, 1], [32, 1, 1], 0, null_mut()), status::INVALID_HANDLE, "launch of an unloaded module's function");
+    expect(
+        launch(f, [1, 1, 1], [32, 1, 1], 0, null_mut()),
+        status::INVALID_HANDLE,
+        "launch of an unloaded module's function",
+    );
 }

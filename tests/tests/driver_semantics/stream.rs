@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use gpupool_e2e::cu::CUstream;
 use gpupool_e2e::{
-    Context, DeviceBuffer, Gate, Shared, Stream, check, cuda, expect, host_fn, spawn_in, status, sync_stream_in,
-    within,
+    Context, DeviceBuffer, Gate, Shared, Stream, check, cuda, expect, host_fn, spawn_in, status,
+    sync_stream_in,
 };
 
 const BLOCKING: u32 = 0;
@@ -40,7 +40,9 @@ impl Pinned {
     }
     fn words(&self) -> Vec<u32> {
         let s = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
-        s.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+        s.chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
     }
 }
 impl Drop for Pinned {
@@ -66,14 +68,31 @@ fn one_stream_runs_in_fifo_order() {
             check((d.cuMemcpyDtoDAsync_v2)(b.ptr, a.ptr, n, s.raw));
         }
         check((d.cuMemcpyDtoHAsync_v2)(host.ptr.cast(), b.ptr, n, s.raw));
-        expect((d.cuStreamQuery)(s.raw), status::NOT_READY, "cuStreamQuery with work held at a gate");
+        expect(
+            (d.cuStreamQuery)(s.raw),
+            status::NOT_READY,
+            "cuStreamQuery with work held at a gate",
+        );
     }
-    assert!(host.words().iter().all(|&w| w == 0), "async work ran before the stream reached it");
+    assert!(
+        host.words().iter().all(|&w| w == 0),
+        "async work ran before the stream reached it"
+    );
     gate.open();
     unsafe { check((d.cuStreamSynchronize)(s.raw)) };
-    unsafe { expect((d.cuStreamQuery)(s.raw), status::SUCCESS, "cuStreamQuery after synchronize") };
+    unsafe {
+        expect(
+            (d.cuStreamQuery)(s.raw),
+            status::SUCCESS,
+            "cuStreamQuery after synchronize",
+        )
+    };
     let words = host.words();
-    assert!(words.iter().all(|&w| w == 20), "the copy saw the last memset (first word {})", words[0]);
+    assert!(
+        words.iter().all(|&w| w == 20),
+        "the copy saw the last memset (first word {})",
+        words[0]
+    );
 }
 
 #[test]
@@ -86,19 +105,37 @@ fn two_streams_run_concurrently() {
     let host = Pinned::new(4096);
     let gate = Gate::new();
     gate.enqueue(a.raw);
-    assert!(gate.wait_entered(LONG), "stream A never reached its host function");
+    assert!(
+        gate.wait_entered(LONG),
+        "stream A never reached its host function"
+    );
     let ran_b = Arc::new(AtomicBool::new(false));
     unsafe {
         check((d.cuMemsetD32Async)(buf.ptr, 0x0b0b0b0b, 1024, b.raw));
-        check((d.cuMemcpyDtoHAsync_v2)(host.ptr.cast(), buf.ptr, 4096, b.raw));
+        check((d.cuMemcpyDtoHAsync_v2)(
+            host.ptr.cast(),
+            buf.ptr,
+            4096,
+            b.raw,
+        ));
     }
     let flag = ran_b.clone();
     check(host_fn(b.raw, move || flag.store(true, Ordering::SeqCst)));
     let r = sync_stream_in(ctx.raw, b.raw).recv_timeout(LONG);
-    assert_eq!(r, Ok(status::SUCCESS), "stream B must complete while stream A is blocked");
+    assert_eq!(
+        r,
+        Ok(status::SUCCESS),
+        "stream B must complete while stream A is blocked"
+    );
     assert!(ran_b.load(Ordering::SeqCst));
     assert!(host.words().iter().all(|&w| w == 0x0b0b0b0b));
-    unsafe { expect((d.cuStreamQuery)(a.raw), status::NOT_READY, "stream A still held") };
+    unsafe {
+        expect(
+            (d.cuStreamQuery)(a.raw),
+            status::NOT_READY,
+            "stream A still held",
+        )
+    };
     gate.open();
     unsafe { check((d.cuStreamSynchronize)(a.raw)) };
 }
@@ -114,8 +151,17 @@ fn legacy_default_stream_waits_for_blocking_streams() {
     log_on(s.raw, &log, "blocking stream");
     log_on(LEGACY, &log, "legacy stream");
     std::thread::sleep(SHORT);
-    assert!(log.lock().unwrap().is_empty(), "legacy-stream work ran before earlier work on a blocking stream");
-    unsafe { expect((d.cuStreamQuery)(LEGACY), status::NOT_READY, "legacy stream waits on the blocking stream") };
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "legacy-stream work ran before earlier work on a blocking stream"
+    );
+    unsafe {
+        expect(
+            (d.cuStreamQuery)(LEGACY),
+            status::NOT_READY,
+            "legacy stream waits on the blocking stream",
+        )
+    };
     gate.open();
     unsafe { check((d.cuStreamSynchronize)(LEGACY)) };
     assert_eq!(*log.lock().unwrap(), ["blocking stream", "legacy stream"]);
@@ -132,8 +178,17 @@ fn blocking_streams_wait_for_the_legacy_default_stream() {
     log_on(LEGACY, &log, "legacy stream");
     log_on(s.raw, &log, "blocking stream");
     std::thread::sleep(SHORT);
-    assert!(log.lock().unwrap().is_empty(), "blocking-stream work ran before earlier legacy-stream work");
-    unsafe { expect((d.cuStreamQuery)(s.raw), status::NOT_READY, "blocking stream waits on the legacy stream") };
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "blocking-stream work ran before earlier legacy-stream work"
+    );
+    unsafe {
+        expect(
+            (d.cuStreamQuery)(s.raw),
+            status::NOT_READY,
+            "blocking stream waits on the legacy stream",
+        )
+    };
     gate.open();
     unsafe { check((d.cuStreamSynchronize)(s.raw)) };
     assert_eq!(*log.lock().unwrap(), ["legacy stream", "blocking stream"]);
@@ -155,12 +210,20 @@ fn non_blocking_streams_do_not_synchronise_with_the_legacy_stream() {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
     check(host_fn(LEGACY, move || flag.store(true, Ordering::SeqCst)));
-    assert_eq!(sync_stream_in(ctx.raw, LEGACY).recv_timeout(LONG), Ok(status::SUCCESS), "legacy stream blocked by a non-blocking stream");
+    assert_eq!(
+        sync_stream_in(ctx.raw, LEGACY).recv_timeout(LONG),
+        Ok(status::SUCCESS),
+        "legacy stream blocked by a non-blocking stream"
+    );
     assert!(ran.load(Ordering::SeqCst));
 
     // But cuCtxSynchronize waits for every stream of the context.
     let ctx_sync = spawn_in(ctx.raw, || unsafe { (cuda().cuCtxSynchronize)() });
-    assert_eq!(ctx_sync.recv_timeout(SHORT), Err(RecvTimeoutError::Timeout), "cuCtxSynchronize returned with a stream still busy");
+    assert_eq!(
+        ctx_sync.recv_timeout(SHORT),
+        Err(RecvTimeoutError::Timeout),
+        "cuCtxSynchronize returned with a stream still busy"
+    );
     gate.open();
     assert_eq!(ctx_sync.recv_timeout(LONG), Ok(status::SUCCESS));
 
@@ -171,7 +234,11 @@ fn non_blocking_streams_do_not_synchronise_with_the_legacy_stream() {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
     check(host_fn(n.raw, move || flag.store(true, Ordering::SeqCst)));
-    assert_eq!(sync_stream_in(ctx.raw, n.raw).recv_timeout(LONG), Ok(status::SUCCESS), "non-blocking stream blocked by the legacy stream");
+    assert_eq!(
+        sync_stream_in(ctx.raw, n.raw).recv_timeout(LONG),
+        Ok(status::SUCCESS),
+        "non-blocking stream blocked by the legacy stream"
+    );
     assert!(ran.load(Ordering::SeqCst));
     gate.open();
     unsafe { check((d.cuCtxSynchronize)()) };
@@ -179,7 +246,7 @@ fn non_blocking_streams_do_not_synchronise_with_the_legacy_stream() {
 
 #[test]
 fn destroying_a_busy_stream_returns_at_once_and_finishes_its_work() {
-    let _ctx = Context::new(0);
+    let ctx = Context::new(0);
     let s = Stream::new(BLOCKING);
     let gate = Gate::new();
     gate.enqueue(s.raw);
@@ -188,18 +255,26 @@ fn destroying_a_busy_stream_returns_at_once_and_finishes_its_work() {
     check(host_fn(s.raw, move || flag.store(true, Ordering::SeqCst)));
     let raw = Shared(s.raw);
     std::mem::forget(s);
-    let r = within(LONG, move || {
+    let r = spawn_in(ctx.raw, move || {
         let raw = raw;
         unsafe { (cuda().cuStreamDestroy_v2)(raw.0) }
-    });
-    assert_eq!(r, Some(status::SUCCESS), "cuStreamDestroy_v2 of a busy stream must return at once");
+    })
+    .recv_timeout(LONG);
+    assert_eq!(
+        r,
+        Ok(status::SUCCESS),
+        "cuStreamDestroy_v2 of a busy stream must return at once"
+    );
     assert!(!ran.load(Ordering::SeqCst));
     gate.open();
     let deadline = std::time::Instant::now() + LONG;
     while !ran.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(ran.load(Ordering::SeqCst), "work queued before cuStreamDestroy_v2 must still run");
+    assert!(
+        ran.load(Ordering::SeqCst),
+        "work queued before cuStreamDestroy_v2 must still run"
+    );
 }
 
 #[test]
@@ -212,21 +287,61 @@ fn bad_stream_handles_are_invalid_handle() {
         s.raw
     };
     let mut local = [0u64; 8];
-    for (what, bogus) in [("destroyed", destroyed), ("bogus", local.as_mut_ptr() as CUstream), ("wild", 0xdead_beef_usize as CUstream)] {
+    for (what, bogus) in [
+        ("destroyed", destroyed),
+        ("bogus", local.as_mut_ptr() as CUstream),
+        ("wild", 0xdead_beef_usize as CUstream),
+    ] {
         unsafe {
-            expect((d.cuStreamQuery)(bogus), status::INVALID_HANDLE, &format!("cuStreamQuery({what})"));
-            expect((d.cuStreamSynchronize)(bogus), status::INVALID_HANDLE, &format!("cuStreamSynchronize({what})"));
-            expect((d.cuMemsetD8Async)(buf.ptr, 0, 64, bogus), status::INVALID_HANDLE, &format!("cuMemsetD8Async on {what}"));
+            expect(
+                (d.cuStreamQuery)(bogus),
+                status::INVALID_HANDLE,
+                &format!("cuStreamQuery({what})"),
+            );
+            expect(
+                (d.cuStreamSynchronize)(bogus),
+                status::INVALID_HANDLE,
+                &format!("cuStreamSynchronize({what})"),
+            );
+            expect(
+                (d.cuMemsetD8Async)(buf.ptr, 0, 64, bogus),
+                status::INVALID_HANDLE,
+                &format!("cuMemsetD8Async on {what}"),
+            );
             let mut flags = 0;
-            expect((d.cuStreamGetFlags)(bogus, &mut flags), status::INVALID_HANDLE, &format!("cuStreamGetFlags({what})"));
-            expect((d.cuStreamDestroy_v2)(bogus), status::INVALID_HANDLE, &format!("cuStreamDestroy_v2({what})"));
+            expect(
+                (d.cuStreamGetFlags)(bogus, &mut flags),
+                status::INVALID_HANDLE,
+                &format!("cuStreamGetFlags({what})"),
+            );
+            expect(
+                (d.cuStreamDestroy_v2)(bogus),
+                status::INVALID_HANDLE,
+                &format!("cuStreamDestroy_v2({what})"),
+            );
         }
-        expect(host_fn(bogus, || ()), status::INVALID_HANDLE, &format!("cuLaunchHostFunc on {what}"));
+        expect(
+            host_fn(bogus, || ()),
+            status::INVALID_HANDLE,
+            &format!("cuLaunchHostFunc on {what}"),
+        );
     }
     unsafe {
-        expect((d.cuStreamCreate)(null_mut(), 0), status::INVALID_VALUE, "cuStreamCreate(NULL)");
+        expect(
+            (d.cuStreamCreate)(null_mut(), 0),
+            status::INVALID_VALUE,
+            "cuStreamCreate(NULL)",
+        );
         let mut s = null_mut();
-        expect((d.cuStreamCreate)(&mut s, 0x10), status::INVALID_VALUE, "cuStreamCreate with unknown flags");
-        expect((d.cuLaunchHostFunc)(LEGACY, None, null_mut()), status::INVALID_VALUE, "cuLaunchHostFunc(NULL fn)");
+        expect(
+            (d.cuStreamCreate)(&mut s, 0x10),
+            status::INVALID_VALUE,
+            "cuStreamCreate with unknown flags",
+        );
+        expect(
+            (d.cuLaunchHostFunc)(LEGACY, None, null_mut()),
+            status::INVALID_VALUE,
+            "cuLaunchHostFunc(NULL fn)",
+        );
     }
 }
