@@ -10,7 +10,7 @@ use crate::memory::PinnedHost;
 use crate::module::{Function, Module};
 use crate::stream::Stream;
 use gpupool_shim::cuda::CUresult;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 pub struct Driver {
@@ -19,6 +19,9 @@ pub struct Driver {
     /// Why the configuration was rejected, if it was; `cuInit` then fails.
     pub config_error: Option<String>,
     initialized: AtomicBool,
+    /// The process that ran `cuInit`: a forked child inherits the state but not the
+    /// worker threads, so it must not use it (NVIDIA's driver refuses too).
+    init_pid: AtomicU32,
     pub contexts: Registry<Context>,
     pub streams: Registry<Stream>,
     pub events: Registry<Event>,
@@ -44,6 +47,7 @@ pub fn state() -> &'static Driver {
             devices,
             config_error,
             initialized: AtomicBool::new(false),
+            init_pid: AtomicU32::new(0),
             contexts: Registry::new(Kind::Context),
             streams: Registry::new(Kind::Stream),
             events: Registry::new(Kind::Event),
@@ -59,6 +63,9 @@ impl Driver {
         if flags != 0 {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("cuInit flags must be 0, got {flags}"));
         }
+        if self.forked() {
+            return fail(CUresult::CUDA_ERROR_NOT_INITIALIZED, || "the driver was initialised by the parent process before fork".into());
+        }
         if let Some(e) = &self.config_error {
             eprintln!("gpupool-sim: configuration rejected: {e}");
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -66,12 +73,18 @@ impl Driver {
         if self.devices.is_empty() {
             return fail(CUresult::CUDA_ERROR_NO_DEVICE, || "the configuration has no devices".into());
         }
+        let _ = self.init_pid.compare_exchange(0, std::process::id(), Ordering::AcqRel, Ordering::Acquire);
         self.initialized.store(true, Ordering::Release);
         Ok(())
     }
 
+    fn forked(&self) -> bool {
+        let pid = self.init_pid.load(Ordering::Acquire);
+        pid != 0 && pid != std::process::id()
+    }
+
     pub fn is_initialized(&self) -> bool {
-        self.initialized.load(Ordering::Acquire)
+        self.initialized.load(Ordering::Acquire) && !self.forked()
     }
 
     pub fn device(&self, ordinal: i32) -> CuResult<&Arc<Device>> {
