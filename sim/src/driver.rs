@@ -10,7 +10,7 @@ use crate::memory::PinnedHost;
 use crate::module::{Function, Module};
 use crate::stream::Stream;
 use gpupool_shim::cuda::CUresult;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 pub struct Driver {
@@ -19,9 +19,6 @@ pub struct Driver {
     /// Why the configuration was rejected, if it was; `cuInit` then fails.
     pub config_error: Option<String>,
     initialized: AtomicBool,
-    /// The process that ran `cuInit`: a forked child inherits the state but not the
-    /// worker threads, so it must not use it (NVIDIA's driver refuses too).
-    init_pid: AtomicU32,
     pub contexts: Registry<Context>,
     pub streams: Registry<Stream>,
     pub events: Registry<Event>,
@@ -47,7 +44,6 @@ pub fn state() -> &'static Driver {
             devices,
             config_error,
             initialized: AtomicBool::new(false),
-            init_pid: AtomicU32::new(0),
             contexts: Registry::new(Kind::Context),
             streams: Registry::new(Kind::Stream),
             events: Registry::new(Kind::Event),
@@ -73,14 +69,20 @@ impl Driver {
         if self.devices.is_empty() {
             return fail(CUresult::CUDA_ERROR_NO_DEVICE, || "the configuration has no devices".into());
         }
-        let _ = self.init_pid.compare_exchange(0, std::process::id(), Ordering::AcqRel, Ordering::Acquire);
+        static WATCH_FORK: std::sync::Once = std::sync::Once::new();
+        WATCH_FORK.call_once(|| {
+            // SAFETY: registers a child handler that only stores to an atomic, which
+            // is async-signal-safe as fork handlers must be.
+            unsafe { libc::pthread_atfork(None, None, Some(mark_forked)) };
+        });
         self.initialized.store(true, Ordering::Release);
         Ok(())
     }
 
+    /// A forked child inherits the state but not the worker threads, so it must not
+    /// use a driver its parent initialised (NVIDIA's driver refuses too).
     fn forked(&self) -> bool {
-        let pid = self.init_pid.load(Ordering::Acquire);
-        pid != 0 && pid != std::process::id()
+        FORKED.load(Ordering::Relaxed)
     }
 
     pub fn is_initialized(&self) -> bool {
@@ -95,6 +97,12 @@ impl Driver {
             }),
         }
     }
+}
+
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn mark_forked() {
+    FORKED.store(true, Ordering::Relaxed);
 }
 
 /// The driver, if `cuInit` has succeeded; `CUDA_ERROR_NOT_INITIALIZED` otherwise.
