@@ -1,15 +1,16 @@
 //! Kernel launches: validation of the configuration against the device's limits and
 //! the function's attributes, and execution on a stream.
 //!
-//! Execution of kernel bodies: this milestone runs the control-flow-free subset
-//! (`ret`, `exit`, `trap`). A body that uses anything else is refused at launch with
-//! `CUDA_ERROR_NOT_SUPPORTED`, naming the instruction, never skipped silently.
+//! Kernel bodies are decoded at their first launch; one that uses an instruction
+//! the executor does not implement is refused then with `CUDA_ERROR_NOT_SUPPORTED`,
+//! naming the instruction, never skipped silently.
 
 use crate::context::Context;
 use crate::device::{MAX_BLOCKS_PER_SM, MAX_OPTIN_SHARED, MAX_STATIC_SHARED};
 use crate::error::{CuResult, fail};
 use crate::module::Function;
-use crate::ptx::{BodyItem, Statement};
+use crate::driver::Driver;
+use crate::exec::{Launch, MemoryMap, Program};
 use crate::stream::{Stream, Work};
 use gpupool_shim::cuda::CUresult;
 use std::sync::Arc;
@@ -72,52 +73,21 @@ pub fn validate(ctx: &Context, f: &Function, cfg: &LaunchConfig) -> CuResult<()>
             });
         }
     }
-    executable(f)
-}
-
-/// The first statement this milestone's executor cannot run, as an error.
-fn executable(f: &Function) -> CuResult<()> {
-    for item in &f.entry.body.items {
-        if let BodyItem::Instr(s) = item {
-            if s.guard.is_some() || !matches!(s.opcode.as_str(), "ret" | "exit" | "trap") {
-                return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || {
-                    format!(
-                        "kernel {} uses PTX instruction `{}`, which the simulator does not execute yet",
-                        f.name.to_string_lossy(),
-                        describe(s)
-                    )
-                });
-            }
-        }
-    }
     Ok(())
 }
 
-fn describe(s: &Statement) -> String {
-    match &s.guard {
-        Some(g) => format!("@{g} {}", s.opcode),
-        None => s.opcode.clone(),
+/// The function's decoded body, decoding it on first use.
+fn program(driver: &Driver, f: &Function) -> CuResult<Arc<Program>> {
+    let built = f.program.get_or_init(|| {
+        let Some(m) = driver.modules.get(f.module_handle) else {
+            return Err("the function's module was unloaded".into());
+        };
+        crate::exec::compile(f, &m.globals, &m.ptx)
+    });
+    match built {
+        Ok(p) => Ok(p.clone()),
+        Err(e) => fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || format!("kernel {}: {e}", f.name.to_string_lossy())),
     }
-}
-
-/// Runs one kernel to completion on the calling (worker) thread.
-fn execute(f: &Function, _cfg: &LaunchConfig, _params: &[u8]) -> CuResult<()> {
-    for item in &f.entry.body.items {
-        if let BodyItem::Instr(s) = item {
-            match s.opcode.as_str() {
-                "ret" | "exit" => return Ok(()),
-                "trap" => {
-                    return fail(CUresult::CUDA_ERROR_LAUNCH_FAILED, || {
-                        format!("kernel {} executed trap", f.name.to_string_lossy())
-                    });
-                }
-                other => {
-                    return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || format!("instruction {other}"));
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Validates and queues a launch; `params` is the packed parameter buffer.
@@ -129,11 +99,34 @@ pub fn launch(
     params: Vec<u8>,
 ) -> CuResult<()> {
     validate(ctx, &f, &cfg)?;
+    let driver = crate::driver::initialized()?;
+    let prog = program(driver, &f)?;
     if params.len() as u64 != f.entry.param_bytes {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
             format!("parameter buffer is {} bytes; {} takes {}", params.len(), f.name.to_string_lossy(), f.entry.param_bytes)
         });
     }
-    stream.enqueue(ctx, Work::Kernel, Vec::new(), Box::new(move || execute(&f, &cfg, &params)));
+    let ctx2 = ctx.clone();
+    stream.enqueue(
+        ctx,
+        Work::Kernel,
+        Vec::new(),
+        Box::new(move || {
+            // The kernel sees the memory that exists when it runs, as on a GPU.
+            let memory = MemoryMap::new(ctx2.memory.live_allocations(), driver.pinned.all());
+            let name = f.name.to_string_lossy();
+            crate::exec::execute(&Launch {
+                program: &prog,
+                kernel: &name,
+                grid: cfg.grid,
+                block: cfg.block,
+                dynamic_shared: cfg.dynamic_shared,
+                params: &params,
+                memory: &memory,
+                sms: ctx2.device.cfg.sms,
+                clock_mhz: ctx2.device.cfg.clock_mhz,
+            })
+        }),
+    );
     Ok(())
 }

@@ -23,6 +23,7 @@ pub mod device;
 pub mod driver;
 pub mod error;
 pub mod event;
+pub mod exec;
 pub mod handles;
 pub mod launch;
 pub mod memory;

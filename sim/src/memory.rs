@@ -313,6 +313,11 @@ impl PinnedHost {
         }
     }
 
+    /// Every live block (what a kernel may address through unified addressing).
+    pub fn all(&self) -> Vec<Arc<PinnedBlock>> {
+        self.blocks.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
     /// The page-locked block containing `addr`.
     pub fn find(&self, addr: u64) -> Option<Arc<PinnedBlock>> {
         let b = self.blocks.read().unwrap_or_else(|e| e.into_inner());

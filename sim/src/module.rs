@@ -36,6 +36,8 @@ pub struct Function {
     pub ptx_version: (u32, u32),
     pub target_sm: u32,
     pub settings: Mutex<FuncSettings>,
+    /// The decoded body, built at the first launch.
+    pub program: std::sync::OnceLock<Result<Arc<crate::exec::Program>, String>>,
 }
 
 /// What kind of image a program handed to `cuModuleLoadData`.
@@ -149,6 +151,7 @@ pub fn load_ptx(driver: &Driver, ctx: &Arc<Context>, text: &str) -> CuResult<u64
             ptx_version: parsed.version,
             target_sm: parsed.target_sm,
             settings: Mutex::new(FuncSettings { preferred_shared_carveout: -1, ..Default::default() }),
+            program: std::sync::OnceLock::new(),
         };
         let h = driver.functions.insert(Arc::new(f));
         module.functions.insert(e.name.clone(), h);
