@@ -24,6 +24,7 @@ pub mod driver;
 pub mod error;
 pub mod event;
 pub mod exec;
+pub mod fatbin;
 pub mod handles;
 pub mod launch;
 pub mod memory;

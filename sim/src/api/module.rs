@@ -4,6 +4,7 @@ use super::{c_str, out};
 use crate::context::{current, current_healthy};
 use crate::driver::initialized;
 use crate::error::{CuResult, cuda_entry, fail};
+use crate::fatbin;
 use crate::module::{self, Function, Image};
 use gpupool_shim::cuda::{CUdeviceptr, CUfunc_cache, CUfunction, CUfunction_attribute as F, CUjit_option, CUmodule, CUresult};
 use std::os::raw::{c_char, c_int, c_uint, c_void};
@@ -25,9 +26,32 @@ fn load(pmod: *mut CUmodule, image: *const c_void) -> CuResult<()> {
         Some(Image::Elf) => fail(CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU, || {
             "the image is a cubin (device machine code); the simulator runs PTX only".into()
         }),
-        Some(Image::Fatbin) => fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || {
-            "fatbin containers are not unpacked yet; pass the PTX text".into()
-        }),
+        Some(Image::Fatbin) => {
+            // SAFETY: as above: a fatbin container or a `__fatBinC_Wrapper_t`, readable
+            // for the size its header declares.
+            let entries = match unsafe { fatbin::ptx_entries(image.cast()) } {
+                Ok(entries) => entries,
+                Err(e) => {
+                    let code = if e.is_no_ptx() {
+                        CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
+                    } else if e.is_unsupported() {
+                        CUresult::CUDA_ERROR_NOT_SUPPORTED
+                    } else {
+                        CUresult::CUDA_ERROR_INVALID_IMAGE
+                    };
+                    return fail(code, || e.to_string());
+                }
+            };
+            let cc = ctx.device.cfg.cc_major * 10 + ctx.device.cfg.cc_minor;
+            let Some(best) = fatbin::best_ptx(&entries, cc) else {
+                return fail(CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU, || {
+                    let sms: Vec<u32> = entries.iter().map(|e| e.sm_version).collect();
+                    format!("the fatbin's PTX targets sm {sms:?}, all newer than the device's sm_{cc}")
+                });
+            };
+            let h = module::load_ptx(driver, &ctx, &best.ptx)?;
+            out(pmod, h as CUmodule)
+        }
         None => fail(CUresult::CUDA_ERROR_INVALID_IMAGE, || "the image is neither PTX text nor a known binary".into()),
     }
 }
