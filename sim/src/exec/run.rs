@@ -70,7 +70,6 @@ pub enum Fault {
     Illegal { space: Space, addr: u64, len: u64, write: bool, thread: [u32; 3], block: [u32; 3] },
     Misaligned { addr: u64, len: u64, thread: [u32; 3], block: [u32; 3] },
     Trap { thread: [u32; 3], block: [u32; 3] },
-    Unsupported(String),
 }
 
 struct Block<'a> {
@@ -778,7 +777,7 @@ enum Flow {
     Exited,
 }
 
-/// Runs a whole launch; returns the number of thread-instructions executed.
+/// Runs a whole launch, block after block.
 pub fn run(l: &Launch) -> Result<(), Fault> {
     let n = l.block.iter().map(|&d| d as usize).product::<usize>();
     let shared_len = l.program.shared_static + l.dynamic_shared as u64;
