@@ -115,9 +115,12 @@ pub enum BodyItem {
     Instr(Statement),
 }
 
+/// A kernel (`.entry`) or a device function (`.func`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub name: String,
+    /// A `.func`'s return parameters (`func_retval0`); empty for kernels.
+    pub returns: Vec<Param>,
     pub params: Vec<Param>,
     pub param_bytes: u64,
     pub maxntid: Option<[u32; 3]>,
@@ -160,8 +163,10 @@ pub struct Module {
     pub address_size: u32,
     pub entries: Vec<Entry>,
     pub variables: Vec<Decl>,
-    /// Names of `.func` device functions defined in the module.
-    pub functions: Vec<String>,
+    /// Device functions defined in the module.
+    pub functions: Vec<Entry>,
+    /// Device functions declared `.extern` (provided by the driver, like `vprintf`).
+    pub extern_functions: Vec<String>,
 }
 
 struct Cursor<'a> {
@@ -434,6 +439,14 @@ fn parse_body(c: &mut Cursor) -> PResult<Body> {
     Ok(Body { items })
 }
 
+/// The word two tokens before `pos` (the linkage before `.func`), if any.
+fn t_prev(toks: &[Tok], pos: usize) -> Option<&str> {
+    match toks.get(pos.checked_sub(2)?) {
+        Some(Tok::Word(w)) => Some(w),
+        _ => None,
+    }
+}
+
 /// Parses a PTX module's text.
 pub fn parse(src: &str) -> PResult<Module> {
     let toks = tokenize(src)?;
@@ -491,7 +504,8 @@ pub fn parse(src: &str) -> PResult<Module> {
             ".entry" => {
                 let name = c.word()?.to_string();
                 let (params, param_bytes) = if c.is_punct('(') { parse_params(&mut c)? } else { (Vec::new(), 0) };
-                let mut e = Entry { name, params, param_bytes, maxntid: None, reqntid: None, body: Body::default() };
+                let mut e =
+                    Entry { name, returns: Vec::new(), params, param_bytes, maxntid: None, reqntid: None, body: Body::default() };
                 loop {
                     match c.peek() {
                         Some(Tok::Word(d)) if d == ".maxntid" => {
@@ -520,13 +534,10 @@ pub fn parse(src: &str) -> PResult<Module> {
                 m.entries.push(e);
             }
             ".func" => {
-                if c.is_punct('(') {
-                    parse_params(&mut c)?;
-                }
+                let external = matches!(t_prev(&toks, c.pos), Some(".extern"));
+                let returns = if c.is_punct('(') { parse_params(&mut c)?.0 } else { Vec::new() };
                 let name = c.word()?.to_string();
-                if c.is_punct('(') {
-                    parse_params(&mut c)?;
-                }
+                let (params, param_bytes) = if c.is_punct('(') { parse_params(&mut c)? } else { (Vec::new(), 0) };
                 while matches!(c.peek(), Some(Tok::Word(d)) if d.starts_with('.')) {
                     c.next();
                     while matches!(c.peek(), Some(Tok::Num(_)) | Some(Tok::Punct(','))) {
@@ -534,10 +545,13 @@ pub fn parse(src: &str) -> PResult<Module> {
                     }
                 }
                 if c.is_punct('{') {
-                    c.skip_block()?;
-                    m.functions.push(name);
+                    let body = parse_body(&mut c)?;
+                    m.functions.push(Entry { name, returns, params, param_bytes, maxntid: None, reqntid: None, body });
                 } else {
                     c.punct(';')?;
+                    if external {
+                        m.extern_functions.push(name);
+                    }
                 }
             }
             ".file" | ".loc" => {

@@ -17,13 +17,36 @@ pub struct Symbols<'a> {
 pub struct Decoder<'a> {
     entry: &'a ptx::Entry,
     syms: Symbols<'a>,
+    /// Kernels read their parameters from the launch's buffer; device functions
+    /// from slots in the thread's local memory that `call` fills.
+    is_kernel: bool,
+    reg_base: u16,
     regs: HashMap<String, u16>,
     /// Shared-window offsets of static shared variables and the dynamic array.
     shared: HashMap<String, u64>,
     local: HashMap<String, u64>,
     labels: HashMap<String, u32>,
+    /// Call-site `.param` slots in scope, by name: the latest declaration wins, as
+    /// each `{ callseq }` block re-declares `param0`, `retval0`, ...
+    call_slots: HashMap<String, (u64, u64)>,
     pub shared_static: u64,
-    pub local_bytes: u64,
+    /// End of this function's region of local memory (absolute offset).
+    pub local_end: u64,
+    /// Absolute local offsets and sizes of a device function's parameters and returns.
+    pub param_slots: Vec<(u64, u64)>,
+    pub return_slots: Vec<(u64, u64)>,
+    /// Device functions this one calls, in order of first call.
+    pub callees: Vec<String>,
+}
+
+/// A decoded function, before linking.
+pub struct Decoded {
+    pub instrs: Vec<Instr>,
+    pub nregs: usize,
+    pub local_end: u64,
+    pub param_slots: Vec<(u64, u64)>,
+    pub return_slots: Vec<(u64, u64)>,
+    pub callees: Vec<String>,
 }
 
 type DResult<T> = Result<T, String>;
@@ -120,19 +143,42 @@ fn special(name: &str) -> Option<Sreg> {
 }
 
 impl<'a> Decoder<'a> {
-    pub fn new(entry: &'a ptx::Entry, syms: Symbols<'a>) -> Self {
+    /// `reg_base` and `local_base` place this function's registers and local memory
+    /// after those of the functions decoded before it.
+    pub fn new(entry: &'a ptx::Entry, syms: Symbols<'a>, is_kernel: bool, reg_base: u16, local_base: u64) -> Self {
         let mut d = Decoder {
             entry,
             syms,
+            is_kernel,
+            reg_base,
             regs: HashMap::new(),
             shared: HashMap::new(),
             local: HashMap::new(),
             labels: HashMap::new(),
+            call_slots: HashMap::new(),
             shared_static: 0,
-            local_bytes: 0,
+            local_end: local_base,
+            param_slots: Vec::new(),
+            return_slots: Vec::new(),
+            callees: Vec::new(),
         };
         d.layout();
         d
+    }
+
+    /// A device function sees the shared-memory layout of the kernel that calls it.
+    pub fn inherit_shared(&mut self, kernel_shared: &HashMap<String, u64>) {
+        self.shared = kernel_shared.clone();
+    }
+
+    pub fn shared_layout(&self) -> &HashMap<String, u64> {
+        &self.shared
+    }
+
+    fn local_slot(&mut self, size: u64, align: u64) -> u64 {
+        let at = self.local_end.next_multiple_of(align.max(1));
+        self.local_end = at + size.max(1);
+        at
     }
 
     fn reg_decls(&self) -> impl Iterator<Item = &'a Decl> + 'a {
@@ -145,7 +191,7 @@ impl<'a> Decoder<'a> {
     /// Assigns register slots and shared/local offsets.
     fn layout(&mut self) {
         let mut shared_off = 0u64;
-        let mut local_off = 0u64;
+        let mut local_off = self.local_end;
         let place = |off: &mut u64, d: &Decl| {
             let at = off.next_multiple_of(d.align.max(1));
             *off = at + d.byte_size().unwrap_or(0);
@@ -156,12 +202,12 @@ impl<'a> Decoder<'a> {
                 ".reg" => match d.reg_range {
                     Some(n) => {
                         for i in 0..n {
-                            let idx = self.regs.len() as u16;
+                            let idx = self.reg_base + self.regs.len() as u16;
                             self.regs.insert(format!("{}{i}", d.name), idx);
                         }
                     }
                     None => {
-                        let idx = self.regs.len() as u16;
+                        let idx = self.reg_base + self.regs.len() as u16;
                         self.regs.insert(d.name.clone(), idx);
                     }
                 },
@@ -176,20 +222,13 @@ impl<'a> Decoder<'a> {
                 _ => {}
             }
         }
-        let mentioned = |name: &str| {
-            self.entry.body.items.iter().any(|i| match i {
-                BodyItem::Instr(s) => s.operands.iter().any(|t| matches!(t, Tok::Word(w) if w == name)),
-                _ => false,
-            })
-        };
-        let module_shared: Vec<&Decl> =
-            self.syms.module.variables.iter().filter(|v| v.space == ".shared" && mentioned(&v.name)).collect();
+        // Every module-scope shared variable is laid out, so that device functions
+        // called by the kernel find them at the same offsets.
+        let module_shared: Vec<&Decl> = self.syms.module.variables.iter().filter(|v| v.space == ".shared").collect();
         for v in module_shared.iter().filter(|v| !v.external) {
             let at = place(&mut shared_off, v);
             self.shared.insert(v.name.clone(), at);
         }
-        // Dynamic shared memory starts after the static variables, at the strictest
-        // alignment any extern array asks for (every extern array aliases it).
         let dyn_align = module_shared.iter().filter(|v| v.external).map(|v| v.align).max().unwrap_or(16).max(16);
         self.shared_static = shared_off;
         let dyn_base = shared_off.next_multiple_of(dyn_align);
@@ -197,7 +236,18 @@ impl<'a> Decoder<'a> {
             self.shared.insert(v.name.clone(), dyn_base);
         }
         self.shared_static = dyn_base.max(shared_off);
-        self.local_bytes = local_off;
+        self.local_end = local_off;
+        if !self.is_kernel {
+            let entry = self.entry;
+            for p in &entry.params {
+                let at = self.local_slot(p.size, p.align);
+                self.param_slots.push((at, p.size));
+            }
+            for p in &entry.returns {
+                let at = self.local_slot(p.size, p.align);
+                self.return_slots.push((at, p.size));
+            }
+        }
         let mut pc = 0u32;
         for item in &self.entry.body.items {
             match item {
@@ -210,9 +260,6 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    pub fn num_regs(&self) -> usize {
-        self.regs.len()
-    }
 
     fn reg(&self, name: &str) -> DResult<u16> {
         self.regs.get(name).copied().ok_or_else(|| format!("undeclared register {name}"))
@@ -220,8 +267,18 @@ impl<'a> Decoder<'a> {
 
     /// The address a symbol names, in the state space it belongs to.
     fn symbol(&self, name: &str) -> Option<(Space, u64)> {
-        if let Some(p) = self.entry.params.iter().find(|p| p.name == name) {
-            return Some((Space::Param, p.offset));
+        if let Some(&(at, _)) = self.call_slots.get(name) {
+            return Some((Space::Local, at));
+        }
+        if let Some(i) = self.entry.params.iter().position(|p| p.name == name) {
+            return Some(if self.is_kernel {
+                (Space::Param, self.entry.params[i].offset)
+            } else {
+                (Space::Local, self.param_slots[i].0)
+            });
+        }
+        if let Some(i) = self.entry.returns.iter().position(|p| p.name == name) {
+            return Some((Space::Local, self.return_slots[i].0));
         }
         if let Some(&o) = self.shared.get(name) {
             return Some((Space::Shared, o));
@@ -324,17 +381,95 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    /// Decodes every instruction of the kernel.
-    pub fn decode(&self) -> DResult<Vec<Instr>> {
+    /// Decodes every instruction of the function. Branch targets are relative to its
+    /// first instruction; calls name their callee until [`super::link`] resolves them.
+    pub fn decode(mut self) -> DResult<Decoded> {
         let mut out = Vec::new();
-        for item in &self.entry.body.items {
-            if let BodyItem::Instr(s) = item {
-                let op = self.decode_op(s).map_err(|e| format!("`{}`: {e}", describe(s)))?;
-                out.push(Instr { guard: self.guard(s)?, op });
+        let entry = self.entry;
+        for item in &entry.body.items {
+            match item {
+                BodyItem::Instr(s) => {
+                    let op = if s.opcode == "call" || s.opcode.starts_with("call.") {
+                        self.decode_call(s)
+                    } else {
+                        self.decode_op(s)
+                    }
+                    .map_err(|e| format!("`{}`: {e}", describe(s)))?;
+                    out.push(Instr { guard: self.guard(s)?, op });
+                }
+                BodyItem::Decl(d) if d.space == ".shared" && !self.is_kernel => {
+                    return bad(format!("device function {}: .shared declared inside a device function", entry.name));
+                }
+                BodyItem::Decl(d) if d.space == ".param" => {
+                    let size = d.byte_size().unwrap_or(8);
+                    let at = self.local_slot(size, d.align);
+                    self.call_slots.insert(d.name.clone(), (at, size));
+                }
+                _ => {}
             }
         }
-        out.push(Instr { guard: None, op: Op::Exit });
-        Ok(out)
+        out.push(Instr { guard: None, op: if self.is_kernel { Op::Exit } else { Op::Ret } });
+        Ok(Decoded {
+            instrs: out,
+            nregs: self.regs.len(),
+            local_end: self.local_end,
+            param_slots: self.param_slots,
+            return_slots: self.return_slots,
+            callees: self.callees,
+        })
+    }
+
+    /// `call (ret), f, (args);` to a device function of the module or a driver builtin.
+    fn decode_call(&mut self, s: &Statement) -> DResult<Op> {
+        let ops = split_operands(&s.operands);
+        let paren_names = |toks: &[Tok]| -> DResult<Vec<String>> {
+            match toks {
+                [Tok::Punct('('), inner @ .., Tok::Punct(')')] => split_operands(inner)
+                    .iter()
+                    .map(|t| match t {
+                        [Tok::Word(w)] => Ok(w.clone()),
+                        other => bad(format!("bad call operand {other:?}")),
+                    })
+                    .collect(),
+                other => bad(format!("expected a parenthesised list, found {other:?}")),
+            }
+        };
+        let (ret, rest) = match ops.first() {
+            Some(t) if matches!(t.first(), Some(Tok::Punct('('))) => (paren_names(t)?, &ops[1..]),
+            _ => (Vec::new(), &ops[..]),
+        };
+        let target = match rest.first() {
+            Some([Tok::Word(w)]) if !w.starts_with('%') => w.clone(),
+            Some(other) => return bad(format!("indirect calls are not supported (target {other:?})")),
+            None => return bad("call without a target"),
+        };
+        let args = match rest.get(1) {
+            Some(t) => paren_names(t)?,
+            None => Vec::new(),
+        };
+        let slot = |name: &String| -> DResult<(u64, u64)> {
+            self.call_slots.get(name).copied().ok_or_else(|| format!("{name} is not a .param declared for this call"))
+        };
+        let args: Vec<(u64, u64)> = args.iter().map(slot).collect::<DResult<_>>()?;
+        let ret = match ret.first() {
+            Some(r) => Some(slot(r)?),
+            None => None,
+        };
+        let callee = match target.as_str() {
+            "vprintf" => Callee::Printf,
+            "__assertfail" => Callee::AssertFail,
+            name if self.syms.module.functions.iter().any(|f| f.name == name) => {
+                if !self.callees.contains(&target) {
+                    self.callees.push(target.clone());
+                }
+                Callee::Function(target)
+            }
+            name if self.syms.module.extern_functions.iter().any(|f| f == name) => {
+                return bad(format!("external device function {name} is not provided by the simulator"));
+            }
+            name => return bad(format!("call to unknown function {name}")),
+        };
+        Ok(Op::Call(Box::new(Call { callee, args, ret, target_pc: 0, copies_in: Vec::new(), copy_out: None })))
     }
 
     fn decode_op(&self, s: &Statement) -> DResult<Op> {
@@ -633,7 +768,8 @@ impl<'a> Decoder<'a> {
                 need(1)?;
                 Op::Bra { target: self.label(ops[0])? }
             }
-            "ret" | "exit" => Op::Exit,
+            "ret" => Op::Ret,
+            "exit" => Op::Exit,
             "trap" | "brkpt" => Op::Trap,
             "bar" | "barrier" => {
                 if has("red") {

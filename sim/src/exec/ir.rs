@@ -263,7 +263,11 @@ pub enum Op {
     St { space: Space, ty: Ty, n: u8, addr: Addr, a: Operand },
     Atom { space: Space, kind: Atomic, ty: Ty, d: Operand, addr: Addr, a: Operand, b: Option<Operand> },
     Bra { target: u32 },
+    /// Returns from a device function; in a kernel, ends the thread.
+    Ret,
+    /// Ends the thread.
     Exit,
+    Call(Box<Call>),
     Trap,
     Barrier,
     BarRed { kind: Vote, d: Operand, a: Operand },
@@ -279,4 +283,29 @@ pub struct Instr {
     /// Execute only where the predicate register is true (false when negated).
     pub guard: Option<(u16, bool)>,
     pub op: Op,
+}
+
+/// What a `call` calls.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Callee {
+    /// A device function of the module, by name until linked.
+    Function(String),
+    /// `vprintf(format, args)`: printed on the host's stdout.
+    Printf,
+    /// `__assertfail(message, file, line, function, charSize)`: a failed `assert`.
+    AssertFail,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    pub callee: Callee,
+    /// The caller's argument slots (local offset, size).
+    pub args: Vec<(u64, u64)>,
+    /// The caller's return slot.
+    pub ret: Option<(u64, u64)>,
+    /// Filled in by linking, for device functions: where the callee starts, and the
+    /// copies from the caller's slots into its parameter slots and back.
+    pub target_pc: u32,
+    pub copies_in: Vec<(u64, u64, u64)>,
+    pub copy_out: Option<(u64, u64, u64)>,
 }

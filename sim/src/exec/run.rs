@@ -70,7 +70,17 @@ pub enum Fault {
     Illegal { space: Space, addr: u64, len: u64, write: bool, thread: [u32; 3], block: [u32; 3] },
     Misaligned { addr: u64, len: u64, thread: [u32; 3], block: [u32; 3] },
     Trap { thread: [u32; 3], block: [u32; 3] },
+    Assert { message: String, thread: [u32; 3], block: [u32; 3] },
 }
+
+/// A device function activation: where to resume, and the return value to hand back.
+struct Frame {
+    return_pc: u32,
+    copy_out: Option<(u64, u64, u64)>,
+}
+
+/// `next` value of a thread that has finished.
+const EXITED: u64 = u64::MAX;
 
 struct Block<'a> {
     l: &'a Launch<'a>,
@@ -87,6 +97,9 @@ struct Block<'a> {
     act: Vec<u32>,
     in_act: Vec<bool>,
     scratch: Vec<u64>,
+    /// After a control-flow instruction: each executing thread's next pc, or EXITED.
+    next: Vec<u64>,
+    frames: Vec<Vec<Frame>>,
 }
 
 fn now_ns() -> u64 {
@@ -344,19 +357,12 @@ impl<'a> Block<'a> {
                         }
                     }
                 },
-                Flow::Branch { target } => {
-                    // Per-thread outcome is in `scratch` (1 = taken).
-                    let (mut taken, mut not) = (0usize, 0usize);
-                    for i in 0..self.act.len() {
-                        if self.scratch[self.act[i] as usize] != 0 {
-                            taken += 1;
-                        } else {
-                            not += 1;
-                        }
-                    }
+                Flow::Jump => {
+                    let first = self.next[self.act[0] as usize];
+                    let uniform = first != EXITED && self.act.iter().all(|&t| self.next[t as usize] == first);
                     if let Some(p) = converged {
-                        if taken == 0 || not == 0 {
-                            converged = Some(if taken > 0 { target } else { p + 1 });
+                        if uniform {
+                            converged = Some(first as u32);
                             continue;
                         }
                         for t in 0..self.n {
@@ -364,25 +370,12 @@ impl<'a> Block<'a> {
                         }
                         converged = None;
                     }
-                    for i in 0..self.act.len() {
-                        let t = self.act[i] as usize;
-                        self.pc[t] = if self.scratch[t] != 0 { target } else { pc + 1 };
-                    }
-                }
-                Flow::Exited => {
                     act_is_all = false;
-                    if let Some(p) = converged {
-                        for t in 0..self.n {
-                            self.pc[t] = p + 1;
-                        }
-                        converged = None;
-                    }
                     for i in 0..self.act.len() {
                         let t = self.act[i] as usize;
-                        if self.scratch[t] != 0 {
-                            self.alive[t] = false;
-                        } else {
-                            self.pc[t] = pc + 1;
+                        match self.next[t] {
+                            EXITED => self.alive[t] = false,
+                            n => self.pc[t] = n as u32,
                         }
                     }
                 }
@@ -424,15 +417,15 @@ impl<'a> Block<'a> {
         }
     }
 
-    fn step(&mut self, ins: &Instr, _pc: u32) -> Result<Flow, Fault> {
+    fn step(&mut self, ins: &Instr, pc: u32) -> Result<Flow, Fault> {
         let g = ins.guard;
         let act = std::mem::take(&mut self.act);
-        let r = self.exec(ins, g, &act);
+        let r = self.exec(ins, g, &act, pc);
         self.act = act;
         r
     }
 
-    fn exec(&mut self, ins: &Instr, g: Option<(u16, bool)>, act: &[u32]) -> Result<Flow, Fault> {
+    fn exec(&mut self, ins: &Instr, g: Option<(u16, bool)>, act: &[u32], pc: u32) -> Result<Flow, Fault> {
         macro_rules! each {
             (|$t:ident| $body:expr) => {
                 for &tt in act {
@@ -558,7 +551,7 @@ impl<'a> Block<'a> {
                         continue;
                     }
                     let (a, sym) = self.address(addr, t);
-                    let sp = if *space == Space::Generic { sym.unwrap_or(Space::Generic) } else { *space };
+                    let sp = sym.unwrap_or(*space);
                     if *n > 1 {
                         let total = step * *n as u64;
                         // The whole vector must be aligned to its size.
@@ -588,7 +581,7 @@ impl<'a> Block<'a> {
                         continue;
                     }
                     let (ad, sym) = self.address(addr, t);
-                    let sp = if *space == Space::Generic { sym.unwrap_or(Space::Generic) } else { *space };
+                    let sp = sym.unwrap_or(*space);
                     match a {
                         Operand::Vec(parts) => {
                             for (i, p) in parts.iter().enumerate() {
@@ -610,7 +603,7 @@ impl<'a> Block<'a> {
                         continue;
                     }
                     let (ad, sym) = self.address(addr, t);
-                    let sp = if *space == Space::Generic { sym.unwrap_or(Space::Generic) } else { *space };
+                    let sp = sym.unwrap_or(*space);
                     let (av, bv) = (self.rd(a, t), b.as_ref().map(|b| self.rd(b, t)).unwrap_or(0));
                     let old = self.atomic(sp, *kind, *ty, ad, av, bv, t)?;
                     self.wr(d, t, old);
@@ -619,17 +612,74 @@ impl<'a> Block<'a> {
             Op::Bra { target } => {
                 for &tt in act {
                     let t = tt as usize;
-                    let taken = self.guarded(g, t) as u64;
-                    self.scratch[t] = taken;
+                    self.next[t] = if self.guarded(g, t) { *target as u64 } else { pc as u64 + 1 };
                 }
-                return Ok(Flow::Branch { target: *target });
+                return Ok(Flow::Jump);
             }
             Op::Exit => {
                 for &tt in act {
                     let t = tt as usize;
-                    self.scratch[t] = self.guarded(g, t) as u64;
+                    self.next[t] = if self.guarded(g, t) { EXITED } else { pc as u64 + 1 };
                 }
-                return Ok(Flow::Exited);
+                return Ok(Flow::Jump);
+            }
+            Op::Ret => {
+                for &tt in act {
+                    let t = tt as usize;
+                    self.next[t] = if !self.guarded(g, t) {
+                        pc as u64 + 1
+                    } else {
+                        match self.frames[t].pop() {
+                            None => EXITED,
+                            Some(f) => {
+                                if let Some((src, dst, len)) = f.copy_out {
+                                    self.local_copy(t, src, dst, len);
+                                }
+                                f.return_pc as u64
+                            }
+                        }
+                    };
+                }
+                return Ok(Flow::Jump);
+            }
+            Op::Call(call) => {
+                for &tt in act {
+                    let t = tt as usize;
+                    self.next[t] = pc as u64 + 1;
+                    if !self.guarded(g, t) {
+                        continue;
+                    }
+                    match &call.callee {
+                        Callee::Function(_) => {
+                            for &(src, dst, len) in &call.copies_in {
+                                self.local_copy(t, src, dst, len);
+                            }
+                            self.frames[t].push(Frame { return_pc: pc + 1, copy_out: call.copy_out });
+                            self.next[t] = call.target_pc as u64;
+                        }
+                        Callee::Printf => {
+                            let fmt = self.local_word(t, call.args.first().map(|a| a.0));
+                            let args = self.local_word(t, call.args.get(1).map(|a| a.0));
+                            let n = self.printf(t, fmt, args)?;
+                            if let Some((dst, _)) = call.ret {
+                                self.store(Space::Local, Ty::U32, dst, n as u64, t)?;
+                            }
+                        }
+                        Callee::AssertFail => {
+                            let word = |i: usize| call.args.get(i).map(|a| a.0);
+                            let (m, f, l, func) =
+                                (self.local_word(t, word(0)), self.local_word(t, word(1)), self.local_word(t, word(2)), self.local_word(t, word(3)));
+                            let (message, file, line, function) =
+                                (self.c_string(t, m), self.c_string(t, f), l as u32, self.c_string(t, func));
+                            return Err(Fault::Assert {
+                                message: format!("{file}:{line}: {function}: Assertion `{message}` failed."),
+                                thread: self.tid(t),
+                                block: self.ctaid,
+                            });
+                        }
+                    }
+                }
+                return Ok(Flow::Jump);
             }
             Op::Trap => {
                 if let Some(&t) = act.iter().find(|&&t| self.guarded(g, t as usize)) {
@@ -753,6 +803,79 @@ impl<'a> Block<'a> {
         Ok(Flow::Next)
     }
 
+    /// Copies `len` bytes within thread `t`'s local memory (call arguments).
+    fn local_copy(&mut self, t: usize, src: u64, dst: u64, len: u64) {
+        let stride = self.local_len.next_multiple_of(8) as usize;
+        let bytes: &mut [u8] = bytemuck_bytes(&mut self.local);
+        let base = t * stride;
+        let (s, d, l) = (base + src as usize, base + dst as usize, len as usize);
+        if s + l <= bytes.len() && d + l <= bytes.len() {
+            bytes.copy_within(s..s + l, d);
+        }
+    }
+
+    /// The 64-bit word in thread `t`'s local slot `at` (a call argument).
+    fn local_word(&mut self, t: usize, at: Option<u64>) -> u64 {
+        at.and_then(|a| self.load(Space::Local, Ty::U64, a, t).ok()).unwrap_or(0)
+    }
+
+    /// A NUL-terminated string at a generic address (at most 4 KiB, lossily decoded).
+    fn c_string(&mut self, t: usize, addr: u64) -> String {
+        let mut out = Vec::new();
+        while out.len() < 4096 {
+            match self.load(Space::Generic, Ty::U8, addr + out.len() as u64, t) {
+                Ok(0) | Err(_) => break,
+                Ok(b) => out.push(b as u8),
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Device `printf`: formats with the C library, one conversion at a time, reading
+    /// each argument from the packed buffer at its natural alignment.
+    fn printf(&mut self, t: usize, fmt: u64, args: u64) -> Result<i32, Fault> {
+        let format = self.c_string(t, fmt);
+        let mut out = String::new();
+        let mut off = 0u64;
+        let mut chars = format.char_indices().peekable();
+        while let Some((i, ch)) = chars.next() {
+            if ch != '%' {
+                out.push(ch);
+                continue;
+            }
+            let mut end = i + 1;
+            let mut conv = None;
+            for (j, c) in chars.by_ref() {
+                end = j + c.len_utf8();
+                if "diouxXcsfFeEgGaAp%n".contains(c) {
+                    conv = Some(c);
+                    break;
+                }
+            }
+            let Some(conv) = conv else { break };
+            let spec = &format[i..end];
+            if conv == '%' {
+                out.push('%');
+                continue;
+            }
+            let long = spec.contains('l') || spec.contains('z') || spec.contains('j') || spec.contains('t');
+            let size = match conv {
+                'f' | 'F' | 'e' | 'E' | 'g' | 'G' | 'a' | 'A' | 's' | 'p' => 8,
+                _ if long => 8,
+                _ => 4,
+            };
+            off = off.next_multiple_of(size);
+            let raw = self.load(Space::Generic, if size == 8 { Ty::U64 } else { Ty::U32 }, args + off, t)?;
+            off += size;
+            out.push_str(&c_format(spec, conv, raw, |addr| self.c_string(t, addr)));
+        }
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(out.as_bytes());
+        let _ = stdout.flush();
+        Ok(out.len() as i32)
+    }
+
     fn mark_active(&mut self, act: &[u32]) {
         for &t in act {
             self.in_act[t as usize] = true;
@@ -771,10 +894,43 @@ impl<'a> Block<'a> {
     }
 }
 
+/// The bytes of a word buffer.
+fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
+    // SAFETY: u8 has no alignment or validity requirements; the length covers exactly
+    // the words' bytes, borrowed mutably for the same lifetime.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
+}
+
+/// One printf conversion, formatted by the C library so the output is exactly C's.
+fn c_format(spec: &str, conv: char, raw: u64, mut string_at: impl FnMut(u64) -> String) -> String {
+    let Ok(cspec) = std::ffi::CString::new(spec) else { return String::new() };
+    let mut buf = vec![0u8; 512];
+    let n = match conv {
+        // SAFETY: the spec holds exactly one conversion, of the type passed; the
+        // buffer's length is passed, so snprintf never writes past it.
+        's' => {
+            let s = std::ffi::CString::new(string_at(raw)).unwrap_or_default();
+            unsafe { libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), cspec.as_ptr(), s.as_ptr()) }
+        }
+        // SAFETY: as above, with a double.
+        'f' | 'F' | 'e' | 'E' | 'g' | 'G' | 'a' | 'A' => unsafe {
+            libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), cspec.as_ptr(), f64::from_bits(raw))
+        },
+        // SAFETY: as above, with a 64-bit integer for long conversions and pointers.
+        _ if spec.contains('l') || spec.contains('z') || spec.contains('j') || spec.contains('t') || conv == 'p' => unsafe {
+            libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), cspec.as_ptr(), raw)
+        },
+        // SAFETY: as above, with a 32-bit integer.
+        _ => unsafe { libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), cspec.as_ptr(), raw as u32) },
+    };
+    buf.truncate((n.max(0) as usize).min(buf.len() - 1));
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
 enum Flow {
     Next,
-    Branch { target: u32 },
-    Exited,
+    /// Control flow: each executing thread's next pc is in `Block::next`.
+    Jump,
 }
 
 /// Runs a whole launch, block after block.
@@ -796,6 +952,8 @@ pub fn run(l: &Launch) -> Result<(), Fault> {
         act: Vec::with_capacity(n),
         in_act: vec![false; n],
         scratch: vec![0; n],
+        next: vec![0; n],
+        frames: (0..n).map(|_| Vec::new()).collect(),
     };
     for z in 0..l.grid[2] {
         for y in 0..l.grid[1] {
@@ -805,6 +963,7 @@ pub fn run(l: &Launch) -> Result<(), Fault> {
                 b.alive.fill(true);
                 b.regs.fill(0);
                 b.shared.fill(0);
+                b.frames.iter_mut().for_each(Vec::clear);
                 b.run()?;
             }
         }
