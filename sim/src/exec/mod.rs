@@ -140,3 +140,223 @@ pub fn execute(l: &Launch) -> CuResult<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `kernel` from `src` over `grid` x `block` with one u64 parameter pointing
+    /// at a buffer of `words` u32s; returns the buffer or the fault.
+    fn run_ptx(src: &str, kernel: &str, grid: [u32; 3], block: [u32; 3], words: usize) -> Result<Vec<u32>, Fault> {
+        let module = crate::ptx::parse(src).expect("test PTX parses");
+        let entry = module.entries.iter().find(|e| e.name == kernel).expect("kernel exists").clone();
+        let f = Function {
+            ctx_handle: 0,
+            module_handle: 0,
+            name: std::ffi::CString::new(kernel).unwrap(),
+            static_shared: entry.static_shared(&module),
+            local_bytes: entry.local_bytes(),
+            registers: entry.registers(),
+            entry,
+            ptx_version: module.version,
+            target_sm: module.target_sm,
+            settings: Default::default(),
+            program: Default::default(),
+        };
+        let program = compile(&f, &HashMap::new(), &module).expect("decodes");
+        let mut buf = vec![0u32; words];
+        let base = 0x1000_0000u64;
+        let memory = MemoryMap::from_regions(vec![(base, base + 4 * words as u64, buf.as_mut_ptr() as usize)]);
+        let params = base.to_le_bytes();
+        run::run(&Launch {
+            program: &program,
+            kernel,
+            grid,
+            block,
+            dynamic_shared: 0,
+            params: &params,
+            memory: &memory,
+            sms: 132,
+            clock_mhz: 1980,
+        })?;
+        Ok(buf)
+    }
+
+    const HEAD: &str = ".version 8.0\n.target sm_90\n.address_size 64\n";
+
+    #[test]
+    fn divergent_loops_reconverge_and_each_thread_keeps_its_own_state() {
+        // out[t] = sum of 0..t, with a trip count that differs per thread.
+        let src = format!(
+            "{HEAD}.visible .entry k(.param .u64 p)
+{{
+ .reg .pred %p<2>; .reg .b32 %r<6>; .reg .b64 %rd<4>;
+ ld.param.u64 %rd1, [p];
+ mov.u32 %r1, %tid.x;
+ mov.u32 %r2, 0;
+ mov.u32 %r3, 0;
+$L_loop:
+ setp.ge.u32 %p1, %r3, %r1;
+ @%p1 bra $L_done;
+ add.s32 %r2, %r2, %r3;
+ add.s32 %r3, %r3, 1;
+ bra.uni $L_loop;
+$L_done:
+ mul.wide.u32 %rd2, %r1, 4;
+ add.s64 %rd3, %rd1, %rd2;
+ st.global.u32 [%rd3], %r2;
+ ret;
+}}"
+        );
+        let out = run_ptx(&src, "k", [1, 1, 1], [40, 1, 1], 40).unwrap();
+        for (t, v) in out.iter().enumerate() {
+            assert_eq!(*v as usize, (0..t).sum::<usize>(), "thread {t}");
+        }
+    }
+
+    #[test]
+    fn shuffles_follow_the_isa_including_out_of_range_lanes() {
+        // shfl.down by 1 with clamp 31: lane 31 keeps its own value, others get lane+1's.
+        let src = format!(
+            "{HEAD}.visible .entry k(.param .u64 p)
+{{
+ .reg .pred %p<2>; .reg .b32 %r<6>; .reg .b64 %rd<4>;
+ ld.param.u64 %rd1, [p];
+ mov.u32 %r1, %tid.x;
+ mul.lo.s32 %r2, %r1, 10;
+ shfl.sync.down.b32 %r3|%p1, %r2, 1, 31, -1;
+ selp.u32 %r4, 1000, 0, %p1;
+ add.s32 %r5, %r3, %r4;
+ mul.wide.u32 %rd2, %r1, 4;
+ add.s64 %rd3, %rd1, %rd2;
+ st.global.u32 [%rd3], %r5;
+ ret;
+}}"
+        );
+        let out = run_ptx(&src, "k", [1, 1, 1], [64, 1, 1], 64).unwrap();
+        for (t, v) in out.iter().enumerate() {
+            let lane = t % 32;
+            let want = if lane == 31 { t as u32 * 10 } else { (t as u32 + 1) * 10 + 1000 };
+            assert_eq!(*v, want, "thread {t}");
+        }
+    }
+
+    #[test]
+    fn barriers_order_shared_memory_and_atomics_count_exactly() {
+        // Each thread writes its id to shared memory; after the barrier it reads its
+        // neighbour's; thread 0 also counts arrivals with a shared atomic.
+        let src = format!(
+            "{HEAD}.visible .entry k(.param .u64 p)
+{{
+ .shared .align 4 .b8 s[512];
+ .shared .align 4 .u32 count;
+ .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .pred %p<2>;
+ ld.param.u64 %rd1, [p];
+ mov.u32 %r1, %tid.x;
+ shl.b32 %r2, %r1, 2;
+ mov.u32 %r3, s;
+ add.s32 %r4, %r3, %r2;
+ st.shared.u32 [%r4], %r1;
+ atom.shared.add.u32 %r7, [count], 1;
+ bar.sync 0;
+ add.s32 %r5, %r1, 1;
+ and.b32 %r5, %r5, 127;
+ shl.b32 %r5, %r5, 2;
+ add.s32 %r5, %r3, %r5;
+ ld.shared.u32 %r6, [%r5];
+ ld.shared.u32 %r7, [count];
+ mad.lo.s32 %r6, %r7, 1000, %r6;
+ mul.wide.u32 %rd2, %r1, 4;
+ add.s64 %rd3, %rd1, %rd2;
+ st.global.u32 [%rd3], %r6;
+ ret;
+}}"
+        );
+        let out = run_ptx(&src, "k", [1, 1, 1], [128, 1, 1], 128).unwrap();
+        for (t, v) in out.iter().enumerate() {
+            assert_eq!(*v, 128 * 1000 + ((t as u32 + 1) % 128), "thread {t}");
+        }
+    }
+
+    #[test]
+    fn device_function_calls_pass_arguments_and_results() {
+        let src = format!(
+            "{HEAD}.func (.param .b32 ret) twice_plus(.param .b32 a, .param .b32 b)
+{{
+ .reg .b32 %r<4>;
+ ld.param.u32 %r1, [a];
+ ld.param.u32 %r2, [b];
+ mad.lo.s32 %r3, %r1, 2, %r2;
+ st.param.b32 [ret+0], %r3;
+ ret;
+}}
+.visible .entry k(.param .u64 p)
+{{
+ .reg .b32 %r<4>; .reg .b64 %rd<4>;
+ ld.param.u64 %rd1, [p];
+ mov.u32 %r1, %tid.x;
+ {{
+ .param .b32 param0;
+ st.param.b32 [param0+0], %r1;
+ .param .b32 param1;
+ st.param.b32 [param1+0], 7;
+ .param .b32 retval0;
+ call.uni (retval0), twice_plus, (param0, param1);
+ ld.param.b32 %r2, [retval0+0];
+ }}
+ mul.wide.u32 %rd2, %r1, 4;
+ add.s64 %rd3, %rd1, %rd2;
+ st.global.u32 [%rd3], %r2;
+ ret;
+}}"
+        );
+        let out = run_ptx(&src, "k", [1, 1, 1], [16, 1, 1], 16).unwrap();
+        for (t, v) in out.iter().enumerate() {
+            assert_eq!(*v, 2 * t as u32 + 7);
+        }
+    }
+
+    #[test]
+    fn an_access_outside_every_allocation_is_a_fault_naming_thread_and_block() {
+        let src = format!(
+            "{HEAD}.visible .entry k(.param .u64 p)
+{{
+ .reg .b32 %r<2>; .reg .b64 %rd<4>;
+ ld.param.u64 %rd1, [p];
+ mov.u32 %r1, %ctaid.x;
+ mul.wide.u32 %rd2, %r1, 4096;
+ add.s64 %rd3, %rd1, %rd2;
+ st.global.u32 [%rd3], %r1;
+ ret;
+}}"
+        );
+        match run_ptx(&src, "k", [3, 1, 1], [1, 1, 1], 16) {
+            Err(Fault::Illegal { block, write, len, .. }) => {
+                assert_eq!((block, write, len), ([1, 0, 0], true, 4));
+            }
+            other => panic!("expected an illegal-address fault, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unsupported_instructions_are_named_when_decoding() {
+        let src = format!("{HEAD}.visible .entry k(.param .u64 p)\n{{\n .reg .b32 %r<2>;\n tex.1d.v4.f32.s32 {{%r1, %r1, %r1, %r1}}, [t, {{%r1}}];\n ret;\n}}");
+        let module = crate::ptx::parse(&src).unwrap();
+        let entry = module.entries[0].clone();
+        let f = Function {
+            ctx_handle: 0,
+            module_handle: 0,
+            name: std::ffi::CString::new("k").unwrap(),
+            static_shared: 0,
+            local_bytes: 0,
+            registers: 1,
+            entry,
+            ptx_version: module.version,
+            target_sm: module.target_sm,
+            settings: Default::default(),
+            program: Default::default(),
+        };
+        let err = compile(&f, &HashMap::new(), &module).err().expect("tex is not executed");
+        assert!(err.contains("tex"), "{err}");
+    }
+}

@@ -45,6 +45,12 @@ impl MemoryMap {
         MemoryMap { regions, _keep: (allocs, pinned) }
     }
 
+    /// A map over raw regions `(device base, device end, host address)`, for tests.
+    #[cfg(test)]
+    pub fn from_regions(regions: Vec<(u64, u64, usize)>) -> MemoryMap {
+        MemoryMap { regions, _keep: (Vec::new(), Vec::new()) }
+    }
+
     fn translate(&self, addr: u64, len: u64) -> Option<*mut u8> {
         let i = self.regions.partition_point(|r| r.0 <= addr);
         let (base, end, host) = *self.regions.get(i.checked_sub(1)?)?;
