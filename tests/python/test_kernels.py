@@ -4,7 +4,8 @@ result is checked against a reference computed here on the CPU (numpy).
 
 Integers are compared exactly. Floating point: either exactly (operations IEEE 754 defines
 as correctly rounded: add, mul, fma, div and sqrt with NVRTC's default -prec-div/-prec-sqrt,
-conversions) or within the maximum ulp errors the CUDA C++ Programming Guide documents
+conversions, the explicit-rounding intrinsics such as __fadd_rd, whose references are exact
+rationals rounded by `_round_frac`) or within the maximum ulp errors the CUDA C++ Programming Guide documents
 for each math function (appendix "Mathematical Functions"); reductions and dot products,
 whose summation order is not fixed, within a rounding-error bound stated at the check.
 
@@ -797,6 +798,237 @@ def test_math_fp16_bf16_conversions(kctx):
         assert np.array_equal(np.isnan(got), wnan), what
         bad = np.flatnonzero((got.view(np.uint32) != want.view(np.uint32)) & ~wnan)
         assert bad.size == 0, f"{what} of bits {bits[bad[:5]]}: got {got[bad[:5]]!r} want {want[bad[:5]]!r}"
+
+
+# ---------------------------------------------------------------------------------------
+# Conversions and explicit rounding modes
+# ---------------------------------------------------------------------------------------
+
+CONV = """\
+#define K 36
+extern "C" __global__ void conv(const float *X, const double *D, const long long *L, unsigned long long *out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = X[i];
+    double d = D[i];
+    long long l = L[i];
+    float y = (float)d;
+    unsigned long long *o = out + (size_t)i * K;
+    o[0] = (unsigned int)__float2int_rn(x);
+    o[1] = (unsigned int)__float2int_rz(x);
+    o[2] = (unsigned int)__float2int_rd(x);
+    o[3] = (unsigned int)__float2int_ru(x);
+    o[4] = __float2uint_rz(x);
+    o[5] = (unsigned long long)__float2ll_rz(x);
+    o[6] = __float2ull_rz(x);
+    o[7] = (unsigned int)__double2int_rz(d);
+    o[8] = (unsigned long long)__double2ll_rz(d);
+    o[9] = __double2ull_rz(d);
+    o[10] = __float_as_uint(__ll2float_rn(l));
+    o[11] = __float_as_uint(__ll2float_rz(l));
+    o[12] = __float_as_uint(__ll2float_rd(l));
+    o[13] = (unsigned long long)__double_as_longlong(__ll2double_rn(l));
+    o[14] = __float_as_uint(__ull2float_ru((unsigned long long)l));
+    o[15] = __float_as_uint(__double2float_rn(d));
+    o[16] = __float_as_uint(__double2float_rz(d));
+    o[17] = __float_as_uint(__double2float_ru(d));
+    o[18] = __float_as_uint(__double2float_rd(d));
+    o[19] = __float_as_uint(rintf(x));
+    o[20] = __float_as_uint(roundf(x));
+    o[21] = __float_as_uint(truncf(x));
+    o[22] = __float_as_uint(floorf(x));
+    o[23] = __float_as_uint(ceilf(x));
+    o[24] = __float_as_uint(__fadd_rd(x, y));
+    o[25] = __float_as_uint(__fadd_ru(x, y));
+    o[26] = __float_as_uint(__fmul_rz(x, y));
+    o[27] = __float_as_uint(__fmul_ru(x, y));
+    o[28] = __float_as_uint(__fdiv_rd(x, y));
+    o[29] = __float_as_uint(__fsqrt_ru(fabsf(x)));
+    o[30] = __float_as_uint(__fmaf_rz(x, y, 1.0f));
+    o[31] = (unsigned long long)__double_as_longlong(__dadd_rz(d, (double)x));
+    o[32] = (unsigned long long)__double_as_longlong(__dmul_rd(d, (double)x));
+    o[33] = (unsigned long long)__double_as_longlong(__ddiv_ru(d, (double)x));
+    o[34] = __float_as_uint(fminf(x, y));
+    o[35] = __float_as_uint(fmaxf(x, y));
+}
+"""
+
+_FMT = {np.float32: (24, 128), np.float64: (53, 1024)}  # (precision, emax + 1)
+
+
+def _round_frac(fr, mode, dtype, zero=0.0):
+    """The exact rational `fr` rounded to `dtype` ('rn' ties to even, 'rz', 'rd', 'ru'),
+    with IEEE overflow: rn -> inf past max + half an ulp, rz -> max, rd/ru by direction.
+    An exact zero gives `zero` (its sign depends on the operation)."""
+    p, top = _FMT[dtype]
+    if fr == 0:
+        return zero
+    neg = fr < 0
+    a = -fr if neg else fr
+    # Floor of |fr| in the format: exponent e with 2^e <= a < 2^(e+1), ulp 2^(e-p+1),
+    # subnormals: ulp never below 2^(2 - top - p + 1 - 1) = the minimum subnormal.
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    min_e = 2 - top  # exponent of the smallest normal (-126 / -1022)
+    ulp = Fraction(2) ** (max(e, min_e) - p + 1)
+    lo = (a // ulp) * ulp
+    hi = lo if lo == a else lo + ulp
+    big = Fraction(2) ** top  # stands for infinity
+    maxv = big - Fraction(2) ** (top - p)
+    if mode == "rn":
+        if lo == hi:
+            r = lo
+        else:
+            mid = (lo + hi) / 2
+            r = lo if a < mid else hi if a > mid else (lo if (lo / ulp) % 2 == 0 else hi)
+        r = big if r >= big else r
+    else:
+        toward_zero = mode == "rz" or (mode == "rd" and not neg) or (mode == "ru" and neg)
+        r = lo if toward_zero else hi
+        if r >= big:
+            r = maxv if toward_zero else big
+        elif r > maxv:
+            r = maxv if toward_zero else big
+    v = math.inf if r >= big else float(r)
+    return -v if neg else v
+
+
+def _bits(v, dtype):
+    return int(np.array(v, dtype=dtype).view(np.uint32 if dtype == np.float32 else np.uint64))
+
+
+def _f2i(v, mode, bits, signed, nan_value):
+    if math.isnan(v):
+        return nan_value
+    if math.isinf(v):
+        q = v
+    else:
+        fv = Fraction(v)
+        q = {"rn": round(fv), "rz": math.trunc(fv), "rd": math.floor(fv), "ru": math.ceil(fv)}[mode]
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    q = lo if q < lo else hi if q > hi else int(q)
+    return q & ((1 << bits) - 1)
+
+
+def _sum_zero(a, b, mode):
+    """IEEE sign of an exact zero sum a + b: -0 when rounding down, unless both are +0;
+    the common sign when both are zeros of one sign; else +0."""
+    if a == 0 and b == 0 and math.copysign(1, a) == math.copysign(1, b):
+        return a
+    return -0.0 if mode == "rd" else 0.0
+
+
+def _prod_zero(a, b):
+    return -0.0 if (math.copysign(1, a) < 0) != (math.copysign(1, b) < 0) else 0.0
+
+
+def _conv_ref(x, d, l):
+    x, d = float(x), float(d)
+    with np.errstate(over="ignore"):
+        y = float(np.float32(d))  # (float)d: round to nearest, overflow to inf
+    o = [None] * 36
+    o[0], o[1], o[2], o[3] = (_f2i(x, m, 32, True, 0) for m in ("rn", "rz", "rd", "ru"))
+    o[4] = _f2i(x, "rz", 32, False, 0)
+    o[5] = _f2i(x, "rz", 64, True, 1 << 63)  # NaN to a 64-bit integer: 1 << 63 (PTX cvt)
+    o[6] = _f2i(x, "rz", 64, False, 1 << 63)
+    o[7] = _f2i(d, "rz", 32, True, 1 << 31)  # NaN from f64: 1 << 31
+    o[8] = _f2i(d, "rz", 64, True, 1 << 63)
+    o[9] = _f2i(d, "rz", 64, False, 1 << 63)
+    o[10], o[11], o[12] = (_bits(_round_frac(Fraction(l), m, np.float32), np.float32) for m in ("rn", "rz", "rd"))
+    o[13] = _bits(_round_frac(Fraction(l), "rn", np.float64), np.float64)
+    o[14] = _bits(_round_frac(Fraction(l & M64), "ru", np.float32), np.float32)
+    for k, m in zip((15, 16, 17, 18), ("rn", "rz", "ru", "rd")):
+        o[k] = "nan" if math.isnan(d) else _bits(d if math.isinf(d) else _round_frac(Fraction(d), m, np.float32), np.float32)
+    with np.errstate(all="ignore"):
+        x32 = np.float32(x)
+        o[19] = _bits(np.rint(x32), np.float32)
+        o[20] = _bits(np.float32(math.copysign(math.floor(abs(x) + 0.5), x)) if math.isfinite(x) and abs(x) < 2**23 else x32, np.float32)
+        o[21], o[22], o[23] = (_bits(f(x32), np.float32) for f in (np.trunc, np.floor, np.ceil))
+    fin = math.isfinite(x) and math.isfinite(y)
+    if fin:
+        fx, fy = Fraction(x), Fraction(y)
+        o[24] = _bits(_round_frac(fx + fy, "rd", np.float32, _sum_zero(x, y, "rd")), np.float32)
+        o[25] = _bits(_round_frac(fx + fy, "ru", np.float32, _sum_zero(x, y, "ru")), np.float32)
+        o[26] = _bits(_round_frac(fx * fy, "rz", np.float32, _prod_zero(x, y)), np.float32)
+        o[27] = _bits(_round_frac(fx * fy, "ru", np.float32, _prod_zero(x, y)), np.float32)
+        if y != 0:
+            o[28] = _bits(_round_frac(fx / fy, "rd", np.float32, _prod_zero(x, y)), np.float32)
+        o[30] = _bits(_round_frac(fx * fy + 1, "rz", np.float32), np.float32)
+    if math.isfinite(x):
+        # sqrt rounded up: the least float r with r*r >= |x|
+        ax = Fraction(abs(x))
+        r = np.float32(math.sqrt(abs(x)))
+        while Fraction(float(r)) ** 2 < ax:
+            r = np.nextafter(r, np.float32(np.inf))
+        while float(r) > 0 and Fraction(float(np.nextafter(r, np.float32(0)))) ** 2 >= ax:
+            r = np.nextafter(r, np.float32(0))
+        o[29] = _bits(r, np.float32)
+    if math.isfinite(x) and math.isfinite(d):
+        fx, fd = Fraction(x), Fraction(d)
+        o[31] = _bits(_round_frac(fd + fx, "rz", np.float64, _sum_zero(d, x, "rz")), np.float64)
+        o[32] = _bits(_round_frac(fd * fx, "rd", np.float64, _prod_zero(d, x)), np.float64)
+        if x != 0:
+            o[33] = _bits(_round_frac(fd / fx, "ru", np.float64, _prod_zero(d, x)), np.float64)
+    if not (math.isnan(x) and math.isnan(y)):
+        o[34] = ("min", x, y)
+        o[35] = ("max", x, y)
+    return o
+
+
+def test_conversions_and_rounding_modes(kctx):
+    fn = load(CONV).function("conv")
+    xs = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 1e10, -1e10, 3e9, -3e9, 2147483520.0,
+          2147483648.0, -2147483648.0, 4294967040.0, 4294967296.0, 9.3e18, -9.3e18, 1.8e19, 2e19, math.nan,
+          math.inf, -math.inf, 1e-40, -0.0, 8388607.5, -8388607.5, 3.0e38, 1e-30]
+    ds = [math.nan, math.inf, -math.inf, 2147483647.5, 2147483648.0, -2147483648.5, -2147483649.0, 9.3e18,
+          9.223372036854775807e18, -9.3e18, 1.9e19, 3.4028235677973366e38, 3.4028234663852886e38, -3.5e38, 1e-46,
+          0.1, -0.1, 1 / 3, 2.0**-149 * 1.5, -(2.0**-149) * 0.5, 1e30, 7.0, -3.0, 0.0, 1e-30, 6.0, 1.1, 1e38,
+          -1e-39, 5e-324]
+    ls = [0, 1, -1, (1 << 24) + 1, (1 << 53) + 1, (1 << 63) - 1, -(1 << 63), (1 << 62) + 12345, -(1 << 40) - 3,
+          16777217, -16777217, (1 << 25) + 3, -((1 << 25) + 3), 123456789, (1 << 54) - 1]
+    r = rng(14)
+    n = 256
+    xr = (r.standard_normal(n) * 10.0 ** r.integers(-5, 12, n)).astype(np.float32)
+    dr = r.standard_normal(n) * 10.0 ** r.integers(-40, 40, n)
+    lr = r.integers(-(1 << 63), 1 << 63, n, dtype=np.int64) >> r.integers(0, 63, n)
+    x = xr.copy()
+    x[: len(xs)] = xs
+    d = dr.copy()
+    d[: len(ds)] = ds
+    lv = lr.copy()
+    lv[: len(ls)] = ls
+    dx, dd, dl, dout = to_device(x), to_device(d), to_device(lv), alloc(n * 36 * 8, fill=0xFF)
+    launch(fn, (ceil_div(n, 64),), (64,), [ptr(dx), ptr(dd), ptr(dl), ptr(dout), i32(n)])
+    sync()
+    out = from_device(dout, n * 36, np.uint64).reshape(n, 36)
+    names = ["f2i_rn", "f2i_rz", "f2i_rd", "f2i_ru", "f2ui_rz", "f2ll_rz", "f2ull_rz", "d2i_rz", "d2ll_rz",
+             "d2ull_rz", "ll2f_rn", "ll2f_rz", "ll2f_rd", "ll2d_rn", "ull2f_ru", "d2f_rn", "d2f_rz", "d2f_ru",
+             "d2f_rd", "rintf", "roundf", "truncf", "floorf", "ceilf", "fadd_rd", "fadd_ru", "fmul_rz", "fmul_ru",
+             "fdiv_rd", "fsqrt_ru", "fmaf_rz", "dadd_rz", "dmul_rd", "ddiv_ru", "fminf", "fmaxf"]
+    failures = []
+    for i in range(n):
+        want = _conv_ref(x[i], d[i], int(lv[i]))
+        for j, w in enumerate(want):
+            g = int(out[i, j])
+            if w is None:
+                continue
+            if w == "nan":
+                ok = math.isnan(float(np.array(g, np.uint32).view(np.float32)))
+            elif isinstance(w, tuple):
+                op, a, b = w
+                gv = float(np.array(g & M32, np.uint32).view(np.float32))
+                wv = float(np.fmin(np.float32(a), np.float32(b)) if op == "min" else np.fmax(np.float32(a), np.float32(b)))
+                ok = gv == wv
+                w = wv
+            else:
+                ok = g == w
+            if not ok:
+                failures.append(f"{names[j]}(x={x[i]!r}, d={d[i]!r}, l={int(lv[i])}): got {g:#x}, want {w if isinstance(w, float) else hex(w)}")
+    if os.environ.get("KERNELS_DEBUG"):
+        print("\n".join(failures))
+    assert not failures, f"{len(failures)} wrong:\n" + "\n".join(failures[:30])
 
 
 # ---------------------------------------------------------------------------------------
