@@ -1,11 +1,15 @@
 //! `gpupool-bench`: figures as ratios to baselines measured in the same run.
 //!
 //!   cargo run --release -p gpupool-benches -- sim [--json PATH]
+//!   cargo run --release -p gpupool-benches -- ptx [--json PATH]
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
-//! loads a vendor driver. See benches/README.md for what each baseline means.
+//! loads a vendor driver. `ptx` measures that simulator's PTX interpreter: thread-
+//! instructions per second on hand-written kernels and a 1M-element vector add end to end,
+//! next to Rust loops doing the same work. See benches/README.md for what each baseline means.
 
+mod ptx;
 mod report;
 mod sim;
 mod stats;
@@ -13,7 +17,7 @@ mod stats;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: gpupool-bench sim [--json PATH]";
+const USAGE: &str = "usage: gpupool-bench sim|ptx [--json PATH]";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -32,22 +36,26 @@ fn main() -> ExitCode {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
-            "sim" if command.is_none() => command = Some(a),
+            "sim" | "ptx" if command.is_none() => command = Some(a),
             other => {
                 eprintln!("unexpected argument {other:?}\n{USAGE}");
                 return ExitCode::from(2);
             }
         }
     }
-    if command.as_deref() != Some("sim") {
+    let Some(command) = command else {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
-    }
-    match sim::run() {
-        Ok(run) => {
-            print!("{}", report::table(&run));
+    };
+    let result = match command.as_str() {
+        "sim" => sim::run().map(|run| (report::table(&run), report::json(&run))),
+        _ => ptx::run().map(|run| (ptx::table(&run), ptx::json(&run))),
+    };
+    match result {
+        Ok((table, doc)) => {
+            print!("{table}");
             if let Some(path) = json {
-                if let Err(e) = std::fs::write(&path, report::json(&run)) {
+                if let Err(e) = std::fs::write(&path, doc) {
                     eprintln!("writing {}: {e}", path.display());
                     return ExitCode::FAILURE;
                 }
@@ -56,7 +64,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("gpupool-bench sim: {e}");
+            eprintln!("gpupool-bench {command}: {e}");
             ExitCode::FAILURE
         }
     }

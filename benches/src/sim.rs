@@ -22,7 +22,7 @@ fn ok(r: CUresult, what: &str) -> Result<(), String> {
 }
 
 /// The release simulator: `$GPUPOOL_SIM_LIBDIR`, else `scripts/sim-libdir --release`.
-fn load() -> Result<Driver, String> {
+pub(crate) fn load() -> Result<Driver, String> {
     let dir = match std::env::var_os(gpupool_e2e::LIBDIR_ENV) {
         Some(d) if !d.is_empty() => d.into(),
         _ => build_sim_libdir(true)?,
