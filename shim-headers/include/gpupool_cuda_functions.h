@@ -19,6 +19,10 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuin
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus);
 
+/* Undocumented tables of private entry points that NVIDIA's own libraries (cudart,
+   NVRTC) look up; the simulator has none and says so. */
+CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
+
 /* Devices. */
 CUresult cuDeviceGet(CUdevice *device, int ordinal);
 CUresult cuDeviceGetCount(int *count);

@@ -2373,6 +2373,12 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuGetExportTable(
+        ppExportTable: *mut *const ::std::os::raw::c_void,
+        pExportTableId: *const CUuuid,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuDeviceGet(
         device: *mut CUdevice,
         ordinal: ::std::os::raw::c_int,

@@ -38,3 +38,21 @@ pub unsafe extern "C" fn cuGetErrorName(error: CUresult, text: *mut *const c_cha
         }
     })
 }
+
+/// NVIDIA's private entry-point tables (cudart and NVRTC ask for them by UUID). The
+/// simulator implements none: the table pointer is NULL and the call fails, which the
+/// callers handle, instead of their dereferencing a symbol that does not exist.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetExportTable(
+    table: *mut *const std::os::raw::c_void,
+    id: *const gpupool_shim::cuda::CUuuid,
+) -> CUresult {
+    cuda_entry(|| {
+        if !table.is_null() {
+            out(table, std::ptr::null())?;
+        }
+        let uuid = super::read(id, "export table id")?;
+        let hex: String = uuid.bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+        fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || format!("export table {hex} is NVIDIA-internal; not provided"))
+    })
+}

@@ -72,6 +72,7 @@ fn build() -> Vec<Entry> {
         "cuGetErrorString" => [6000 => cuGetErrorString];
         "cuGetErrorName" => [6000 => cuGetErrorName];
         "cuGetProcAddress" => [11030 => cuGetProcAddress, 12000 => cuGetProcAddress_v2];
+        "cuGetExportTable" => [3000 => cuGetExportTable];
         "cuDeviceGet" => [2000 => cuDeviceGet];
         "cuDeviceGetCount" => [2000 => cuDeviceGetCount];
         "cuDeviceGetName" => [2000 => cuDeviceGetName];

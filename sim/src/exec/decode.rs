@@ -583,7 +583,7 @@ impl<'a> Decoder<'a> {
                     _ => Un::Bfind,
                 };
                 let dty = if matches!(kind, Un::Popc | Un::Clz | Un::Bfind) { Ty::U32 } else { t };
-                Op::Un { kind, ty: t, d: self.operand(ops[0], dty)?, a: self.operand(ops[1], t)? }
+                Op::Un { kind, ty: t, rnd: rnd(), d: self.operand(ops[0], dty)?, a: self.operand(ops[1], t)? }
             }
             "mad" | "fma" => {
                 need(4)?;
@@ -667,6 +667,17 @@ impl<'a> Decoder<'a> {
                         b: self.operand(ops[2], Ty::U32)?,
                         c: self.operand(ops[3], Ty::U32)?,
                     }
+                }
+            }
+            "shf" => {
+                need(4)?;
+                Op::Shf {
+                    left: has("l"),
+                    clamp: has("clamp"),
+                    d: self.operand(ops[0], Ty::B32)?,
+                    a: self.operand(ops[1], Ty::B32)?,
+                    b: self.operand(ops[2], Ty::B32)?,
+                    c: self.operand(ops[3], Ty::U32)?,
                 }
             }
             "setp" | "set" => {
@@ -787,7 +798,8 @@ impl<'a> Decoder<'a> {
                 Op::Activemask { d: self.operand(ops[0], Ty::B32)? }
             }
             "shfl" => {
-                need(5)?;
+                // shfl.sync takes a member mask last; the pre-Volta shfl does not.
+                need(4)?;
                 let mode = if has("up") {
                     Shfl::Up
                 } else if has("down") {

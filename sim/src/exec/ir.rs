@@ -251,9 +251,11 @@ pub enum Vote {
 pub enum Op {
     Mov { ty: Ty, d: Operand, a: Operand },
     Bin { kind: Bin, ty: Ty, rnd: Round, sat: bool, d: Operand, a: Operand, b: Operand },
-    Un { kind: Un, ty: Ty, d: Operand, a: Operand },
+    Un { kind: Un, ty: Ty, rnd: Round, d: Operand, a: Operand },
     Tern { kind: Tern, ty: Ty, rnd: Round, sat: bool, d: Operand, a: Operand, b: Operand, c: Operand },
     Bfi { ty: Ty, d: Operand, a: Operand, b: Operand, pos: Operand, len: Operand },
+    /// Funnel shift of the 64-bit pair b:a (`shf.l` / `shf.r`, `.clamp` or `.wrap`).
+    Shf { left: bool, clamp: bool, d: Operand, a: Operand, b: Operand, c: Operand },
     Slct { ty: Ty, cty: Ty, d: Operand, a: Operand, b: Operand, c: Operand },
     Setp { cmp: Cmp, ty: Ty, d: u16, d2: Option<u16>, a: Operand, b: Operand, combine: Option<(BoolOp, Operand)> },
     Set { cmp: Cmp, ty: Ty, dty: Ty, d: u16, a: Operand, b: Operand, combine: Option<(BoolOp, Operand)> },

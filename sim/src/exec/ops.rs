@@ -3,6 +3,7 @@
 
 use super::ir::{Bin, Cmp, Round, Tern, Ty, Un};
 use half::{bf16, f16};
+use std::cmp::Ordering;
 
 pub fn sext(v: u64, bits: u32) -> i64 {
     if bits >= 64 {
@@ -60,9 +61,107 @@ fn round_f32(x: f64, rnd: Round) -> f32 {
     }
 }
 
+/// The result of rounding an exact value in direction `rnd`, given its
+/// round-to-nearest result `n` and whether the exact value lies above (`Greater`) or
+/// below `n`. Works for f32 and f64 through `up`/`down` (the neighbours of `n`).
+fn directed<T: Copy + PartialOrd + Default>(n: T, exact_vs_n: Ordering, rnd: Round, up: T, down: T) -> T {
+    use Ordering::*;
+    match (rnd, exact_vs_n) {
+        (Round::Nearest, _) | (_, Equal) => n,
+        (Round::Up, Greater) => up,
+        (Round::Down, Less) => down,
+        (Round::Up, Less) | (Round::Down, Greater) => n,
+        (Round::Zero, Greater) => {
+            if n < T::default() {
+                up
+            } else {
+                n
+            }
+        }
+        (Round::Zero, Less) => {
+            if n > T::default() {
+                down
+            } else {
+                n
+            }
+        }
+    }
+}
+
+fn sign(x: f64) -> Ordering {
+    x.partial_cmp(&0.0).unwrap_or(Ordering::Equal)
+}
+
+/// s and e with s + e == a + b exactly (Knuth's TwoSum).
+fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    let bb = s - a;
+    (s, (a - (s - bb)) + (b - bb))
+}
+
+/// Where the exact value lies against an infinite rounded result: an overflow from
+/// finite operands is a finite value past the largest float; with an infinite
+/// operand, the exact result is the infinity itself.
+fn beyond(n_positive: bool, finite_operands: bool) -> Ordering {
+    match (finite_operands, n_positive) {
+        (false, _) => Ordering::Equal,
+        (true, true) => Ordering::Less,
+        (true, false) => Ordering::Greater,
+    }
+}
+
+fn round32(exact_hi: f64, exact_lo: f64, rnd: Round, finite_operands: bool) -> f32 {
+    let n = exact_hi as f32;
+    if rnd == Round::Nearest || n.is_nan() {
+        return n;
+    }
+    let ord = if n.is_infinite() {
+        beyond(n > 0.0, finite_operands)
+    } else {
+        // hi - n is exact: n is the float nearest hi, within a factor of two of it.
+        sign((exact_hi - n as f64) + exact_lo)
+    };
+    directed(n, ord, rnd, n.next_up(), n.next_down())
+}
+
+fn round64(n: f64, exact_vs_n: Ordering, rnd: Round, finite_operands: bool) -> f64 {
+    if n.is_nan() || rnd == Round::Nearest {
+        return n;
+    }
+    let ord = if n.is_infinite() { beyond(n > 0.0, finite_operands) } else { exact_vs_n };
+    directed(n, ord, rnd, n.next_up(), n.next_down())
+}
+
 fn fbin(kind: Bin, ty: Ty, rnd: Round, a: u64, b: u64) -> u64 {
     if ty == Ty::F64 {
         let (x, y) = (f64::from_bits(a), f64::from_bits(b));
+        let fin = x.is_finite() && y.is_finite();
+        let r = match kind {
+            Bin::Add | Bin::Sub => {
+                let y = if kind == Bin::Sub { -y } else { y };
+                let (s, e) = two_sum(x, y);
+                round64(s, sign(e), rnd, fin)
+            }
+            Bin::Mul => {
+                let p = x * y;
+                round64(p, sign(x.mul_add(y, -p)), rnd, fin)
+            }
+            Bin::Div => {
+                let q = x / y;
+                // The remainder x - q*y is exact; its sign against y's says where x/y lies.
+                let r = (-q).mul_add(y, x);
+                let ord = if y > 0.0 { sign(r) } else { sign(r).reverse() };
+                round64(q, ord, rnd, fin && y != 0.0)
+            }
+            Bin::Min => x.min(y),
+            Bin::Max => x.max(y),
+            Bin::Copysign => y.copysign(x),
+            _ => f64::NAN,
+        };
+        return r.to_bits();
+    }
+    if ty != Ty::F32 {
+        let (x, y) = (f(a, ty), f(b, ty));
         let r = match kind {
             Bin::Add => x + y,
             Bin::Sub => x - y,
@@ -73,25 +172,73 @@ fn fbin(kind: Bin, ty: Ty, rnd: Round, a: u64, b: u64) -> u64 {
             Bin::Copysign => y.copysign(x),
             _ => f64::NAN,
         };
-        return r.to_bits();
+        return to_float(r, ty, rnd);
     }
     let (x, y) = (f(a, ty), f(b, ty));
-    // f32 operands are exact in f64, and so are their sums and products; rounding the
-    // f64 result once gives the f32 result in any rounding direction.
+    let fin = x.is_finite() && y.is_finite();
     let r = match kind {
-        Bin::Add => x + y,
-        Bin::Sub => x - y,
-        Bin::Mul => x * y,
+        Bin::Add | Bin::Sub => {
+            let (s, e) = two_sum(x, if kind == Bin::Sub { -y } else { y });
+            round32(s, if fin { e } else { 0.0 }, rnd, fin)
+        }
+        // A product of two f32 is exact in f64.
+        Bin::Mul => round32(x * y, 0.0, rnd, fin),
         Bin::Div => {
             let q = (x as f32) / (y as f32);
-            return to_float(q as f64, ty, Round::Nearest);
+            if rnd == Round::Nearest || q.is_nan() {
+                q
+            } else if q.is_infinite() {
+                directed(q, beyond(q > 0.0, fin && y != 0.0), rnd, q.next_up(), q.next_down())
+            } else {
+                let r = x - q as f64 * y;
+                let ord = if y > 0.0 { sign(r) } else { sign(r).reverse() };
+                directed(q, ord, rnd, q.next_up(), q.next_down())
+            }
         }
-        Bin::Min => x.min(y),
-        Bin::Max => x.max(y),
-        Bin::Copysign => y.copysign(x),
-        _ => f64::NAN,
+        Bin::Min => (x as f32).min(y as f32),
+        Bin::Max => (x as f32).max(y as f32),
+        Bin::Copysign => (y as f32).copysign(x as f32),
+        _ => f32::NAN,
     };
-    to_float(r, ty, rnd)
+    r.to_bits() as u64
+}
+
+/// Correctly rounded square root and reciprocal in any direction.
+pub fn sqrt_rcp(sqrt: bool, ty: Ty, rnd: Round, a: u64) -> u64 {
+    let x = f(a, ty);
+    match ty {
+        Ty::F64 => {
+            let r = if sqrt {
+                let s = x.sqrt();
+                round64(s, sign((-s).mul_add(s, x)), rnd, x.is_finite())
+            } else {
+                let q = 1.0 / x;
+                let r = (-q).mul_add(x, 1.0);
+                round64(q, if x > 0.0 { sign(r) } else { sign(r).reverse() }, rnd, x.is_finite() && x != 0.0)
+            };
+            r.to_bits()
+        }
+        Ty::F32 => {
+            let r = if sqrt {
+                let s = (x as f32).sqrt();
+                if rnd == Round::Nearest || !s.is_finite() || s == 0.0 {
+                    s
+                } else {
+                    directed(s, sign(x - s as f64 * s as f64), rnd, s.next_up(), s.next_down())
+                }
+            } else {
+                let q = 1.0 / (x as f32);
+                if rnd == Round::Nearest || !q.is_finite() {
+                    q
+                } else {
+                    let r = 1.0 - q as f64 * x;
+                    directed(q, if x > 0.0 { sign(r) } else { sign(r).reverse() }, rnd, q.next_up(), q.next_down())
+                }
+            };
+            r.to_bits() as u64
+        }
+        _ => to_float(if sqrt { x.sqrt() } else { 1.0 / x }, ty, rnd),
+    }
 }
 
 pub fn bin(kind: Bin, ty: Ty, rnd: Round, sat: bool, a: u64, b: u64) -> u64 {
@@ -221,7 +368,20 @@ pub fn tern(kind: Tern, ty: Ty, rnd: Round, sat: bool, a: u64, b: u64, c: u64) -
     match kind {
         Tern::Fma => {
             let r = if ty == Ty::F64 {
-                f64::from_bits(a).mul_add(f64::from_bits(b), f64::from_bits(c)).to_bits()
+                let (x, y, z) = (f64::from_bits(a), f64::from_bits(b), f64::from_bits(c));
+                let s = x.mul_add(y, z);
+                // Residual x*y + z - s from the exact product's two parts.
+                let p = x * y;
+                let pe = x.mul_add(y, -p);
+                let (t, te) = two_sum(p, z);
+                let fin = x.is_finite() && y.is_finite() && z.is_finite();
+                round64(s, sign(((t - s) + te) + pe), rnd, fin).to_bits()
+            } else if ty == Ty::F32 {
+                // The product of two f32 is exact in f64; add the addend exactly.
+                let (x, y, z) = (f(a, ty), f(b, ty), f(c, ty));
+                let fin = x.is_finite() && y.is_finite() && z.is_finite();
+                let (s, e) = two_sum(x * y, z);
+                round32(s, if fin { e } else { 0.0 }, rnd, fin).to_bits() as u64
             } else {
                 to_float(f(a, ty).mul_add(f(b, ty), f(c, ty)), ty, rnd)
             };
@@ -281,6 +441,13 @@ pub fn bfi(ty: Ty, a: u64, b: u64, pos: u64, len: u64) -> u64 {
     ((b & !m) | ((a << pos) & m)) & ty.mask()
 }
 
+/// `shf`: shifts the 64-bit value b:a and keeps 32 bits (the high half for `.l`).
+pub fn funnel_shift(left: bool, clamp: bool, a: u64, b: u64, c: u64) -> u64 {
+    let n = if clamp { (c as u32).min(32) } else { c as u32 & 31 };
+    let pair = ((b as u32 as u64) << 32) | a as u32 as u64;
+    if left { ((pair << n) >> 32) & 0xffff_ffff } else { (pair >> n) & 0xffff_ffff }
+}
+
 pub fn compare(cmp: Cmp, ty: Ty, a: u64, b: u64) -> bool {
     if ty.is_float() {
         let (x, y) = (f(a, ty), f(b, ty));
@@ -338,9 +505,8 @@ pub fn cvt(dty: Ty, sty: Ty, rnd: Round, int_round: bool, sat: bool, a: u64) -> 
             v & dty.mask()
         }
         (true, false) => {
-            let x = if sty.is_signed() { int(a, sty) as i64 as f64 } else { int(a, sty) as f64 };
-            // u64/s64 -> f32 via f64 can double-round; exact enough for test magnitudes.
-            let r = to_float(x, dty, rnd);
+            let v: i128 = if sty.is_signed() { int(a, sty) as i64 as i128 } else { int(a, sty) as i128 };
+            let r = int_to_float(v, dty, rnd);
             if sat { saturate(r, dty) } else { r }
         }
         (false, true) => {
@@ -351,10 +517,11 @@ pub fn cvt(dty: Ty, sty: Ty, rnd: Round, int_round: bool, sat: bool, a: u64) -> 
                 Round::Down => x.floor(),
                 Round::Up => x.ceil(),
             };
-            // Float to integer saturates to the destination's range; NaN becomes 0.
+            // Float to integer saturates to the destination's range. NaN gives 0 from
+            // f32 to a 32-bit integer, and the sign bit alone otherwise, as the hardware does.
             let (lo, hi) = int_range(dty);
             if x.is_nan() {
-                return 0;
+                return if sty == Ty::F32 && dty.bits() <= 32 { 0 } else { 1u64 << (dty.bits() - 1) };
             }
             let v = if x <= lo as f64 {
                 lo
@@ -380,6 +547,55 @@ pub fn cvt(dty: Ty, sty: Ty, rnd: Round, int_round: bool, sat: bool, a: u64) -> 
             let r = to_float(x, dty, rnd);
             if sat { saturate(r, dty) } else { r }
         }
+    }
+}
+
+/// An integer rounded to a float type in any direction, exactly.
+fn int_to_float(v: i128, ty: Ty, rnd: Round) -> u64 {
+    match ty {
+        Ty::F32 => {
+            let n = v as f32;
+            let exact = |f: f32| f as i128;
+            let r = if rnd == Round::Nearest || !n.is_finite() || exact(n) == v {
+                n
+            } else {
+                let (below, above) = if exact(n) > v { (n.next_down(), n) } else { (n, n.next_up()) };
+                match rnd {
+                    Round::Down => below,
+                    Round::Up => above,
+                    _ => {
+                        if v > 0 {
+                            below
+                        } else {
+                            above
+                        }
+                    }
+                }
+            };
+            r.to_bits() as u64
+        }
+        Ty::F64 => {
+            let n = v as f64;
+            let exact = |f: f64| f as i128;
+            let r = if rnd == Round::Nearest || exact(n) == v {
+                n
+            } else {
+                let (below, above) = if exact(n) > v { (n.next_down(), n) } else { (n, n.next_up()) };
+                match rnd {
+                    Round::Down => below,
+                    Round::Up => above,
+                    _ => {
+                        if v > 0 {
+                            below
+                        } else {
+                            above
+                        }
+                    }
+                }
+            };
+            r.to_bits()
+        }
+        _ => to_float(v as f64, ty, rnd),
     }
 }
 
@@ -436,5 +652,35 @@ mod tests {
         assert_eq!(f32::from_bits(up as u32), 1.0f32.next_up());
         assert!(compare(Cmp::Neu, Ty::F32, f32::NAN.to_bits() as u64, 0));
         assert!(!compare(Cmp::Ne, Ty::F32, f32::NAN.to_bits() as u64, 0));
+    }
+
+    #[test]
+    fn directed_rounding_is_exact_even_when_f64_would_round() {
+        let one = 1f32.to_bits() as u64;
+        let tiny = 0xA180_0000u64; // -2^-60
+        assert_eq!(bin(Bin::Add, Ty::F32, Round::Down, false, one, tiny), 0x3f7f_ffff);
+        assert_eq!(tern(Tern::Fma, Ty::F32, Round::Zero, false, one, tiny, one), 0x3f7f_ffff);
+        assert_eq!(sqrt_rcp(true, Ty::F32, Round::Up, 0.5f32.to_bits() as u64), 0x3f35_04f4);
+        let (one64, tiny64) = (1f64.to_bits(), 0xBC30_0000_0000_0000u64);
+        assert_eq!(bin(Bin::Add, Ty::F64, Round::Zero, false, one64, tiny64), 0x3fef_ffff_ffff_ffff);
+        assert_eq!(bin(Bin::Div, Ty::F64, Round::Up, false, one64, 3f64.to_bits()), 0x3fd5_5555_5555_5556);
+        assert_eq!(cvt(Ty::F32, Ty::S64, Round::Zero, false, false, i64::MAX as u64), 0x5eff_ffff);
+        assert_eq!(cvt(Ty::F32, Ty::U64, Round::Up, false, false, (1u64 << 53) + 1), 0x5a00_0001);
+        // Overflow from finite operands rounds toward zero to the largest float ...
+        let big = f32::MAX.to_bits() as u64;
+        assert_eq!(bin(Bin::Mul, Ty::F32, Round::Down, false, big, 2f32.to_bits() as u64), big);
+        // ... but an infinite operand gives infinity in every direction.
+        let inf = f32::INFINITY.to_bits() as u64;
+        assert_eq!(bin(Bin::Add, Ty::F32, Round::Zero, false, inf, 0.5f32.to_bits() as u64), inf);
+    }
+
+    #[test]
+    fn nan_to_integer_follows_the_hardware() {
+        let nan32 = f32::NAN.to_bits() as u64;
+        assert_eq!(cvt(Ty::S32, Ty::F32, Round::Zero, true, false, nan32), 0);
+        assert_eq!(cvt(Ty::S64, Ty::F32, Round::Zero, true, false, nan32), 1 << 63);
+        assert_eq!(cvt(Ty::S32, Ty::F64, Round::Zero, true, false, f64::NAN.to_bits()), 1 << 31);
+        assert_eq!(funnel_shift(true, false, 0x8000_0000, 0x1, 1), 0x3);
+        assert_eq!(funnel_shift(false, true, 0x0, 0x1, 40), 0x1);
     }
 }

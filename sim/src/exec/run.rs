@@ -479,8 +479,11 @@ impl<'a> Block<'a> {
                     self.wr(d, t, v)
                 })
             }
-            Op::Un { kind, ty, d, a } => each!(|t| {
-                let v = ops::un(*kind, *ty, self.rd(a, t));
+            Op::Un { kind, ty, rnd, d, a } => each!(|t| {
+                let v = match kind {
+                    Un::Sqrt | Un::Rcp if ty.is_float() => ops::sqrt_rcp(*kind == Un::Sqrt, *ty, *rnd, self.rd(a, t)),
+                    _ => ops::un(*kind, *ty, self.rd(a, t)),
+                };
                 self.wr(d, t, v)
             }),
             Op::Tern { kind, ty, rnd, sat, d, a, b, c } => each!(|t| {
@@ -489,6 +492,10 @@ impl<'a> Block<'a> {
             }),
             Op::Bfi { ty, d, a, b, pos, len } => each!(|t| {
                 let v = ops::bfi(*ty, self.rd(a, t), self.rd(b, t), self.rd(pos, t), self.rd(len, t));
+                self.wr(d, t, v)
+            }),
+            Op::Shf { left, clamp, d, a, b, c } => each!(|t| {
+                let v = ops::funnel_shift(*left, *clamp, self.rd(a, t), self.rd(b, t), self.rd(c, t));
                 self.wr(d, t, v)
             }),
             Op::Slct { ty, cty, d, a, b, c } => each!(|t| {
