@@ -919,13 +919,13 @@ fn c_format(spec: &str, conv: char, raw: u64, mut string_at: impl FnMut(u64) -> 
     let Ok(cspec) = std::ffi::CString::new(spec) else { return String::new() };
     let mut buf = vec![0u8; 512];
     let n = match conv {
-        // SAFETY: the spec holds exactly one conversion, of the type passed; the
-        // buffer's length is passed, so snprintf never writes past it.
         's' => {
             let s = std::ffi::CString::new(string_at(raw)).unwrap_or_default();
+            // SAFETY: the spec holds exactly one conversion, of the type passed; the
+            // buffer's length is passed, so snprintf never writes past it.
             unsafe { libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), cspec.as_ptr(), s.as_ptr()) }
         }
-        // SAFETY: as above, with a double.
+        // SAFETY: as for %s, with a double.
         'f' | 'F' | 'e' | 'E' | 'g' | 'G' | 'a' | 'A' => unsafe {
             libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), cspec.as_ptr(), f64::from_bits(raw))
         },
