@@ -116,11 +116,10 @@ impl Context {
     pub fn synchronize(&self) -> CuResult<()> {
         let mut first = Ok(());
         for s in self.live_streams() {
-            if let Err(e) = s.synchronize() {
-                if first.is_ok() {
+            if let Err(e) = s.synchronize()
+                && first.is_ok() {
                     first = Err(e);
                 }
-            }
         }
         self.check_sticky()?;
         first

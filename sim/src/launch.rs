@@ -47,11 +47,10 @@ pub fn validate(ctx: &Context, f: &Function, cfg: &LaunchConfig) -> CuResult<()>
             format!("{threads} threads per block; {} allows at most {max_threads}", f.name.to_string_lossy())
         });
     }
-    if let Some(req) = f.entry.reqntid {
-        if req != cfg.block {
+    if let Some(req) = f.entry.reqntid
+        && req != cfg.block {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("block {:?} differs from .reqntid {req:?}", cfg.block));
         }
-    }
     let settings = *f.settings.lock().unwrap_or_else(|e| e.into_inner());
     let dyn_limit = MAX_STATIC_SHARED.max(settings.max_dynamic_shared) as u64;
     let total_shared = f.static_shared + cfg.dynamic_shared as u64;

@@ -200,19 +200,17 @@ impl AddressSpace {
         };
         let span = a.size.next_multiple_of(ALLOC_ALIGN) + GUARD;
         let (mut start, mut len) = (a.base, span);
-        if let Some((&next, &nlen)) = st.free.range(start + len..).next() {
-            if next == start + len {
+        if let Some((&next, &nlen)) = st.free.range(start + len..).next()
+            && next == start + len {
                 st.free.remove(&next);
                 len += nlen;
             }
-        }
-        if let Some((&prev, &plen)) = st.free.range(..start).next_back() {
-            if prev + plen == start {
+        if let Some((&prev, &plen)) = st.free.range(..start).next_back()
+            && prev + plen == start {
                 st.free.remove(&prev);
                 start = prev;
                 len += plen;
             }
-        }
         st.free.insert(start, len);
         drop(st);
         self.device.release(a.charged);

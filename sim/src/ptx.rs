@@ -318,12 +318,11 @@ fn parse_decl(c: &mut Cursor, space: &str, external: bool) -> PResult<Decl> {
         align = elem;
     }
     let mut d = Decl { space: space.to_string(), name, ty, align, count, vector, reg_range, init, external };
-    if d.count.is_none() {
-        if let Some(init) = &d.init {
+    if d.count.is_none()
+        && let Some(init) = &d.init {
             let values = init.iter().filter(|t| matches!(t, Tok::Num(_) | Tok::Word(_))).count() as u64;
             d.count = Some(values.div_ceil(d.vector.max(1)));
         }
-    }
     Ok(d)
 }
 
@@ -405,7 +404,7 @@ fn parse_body(c: &mut Cursor) -> PResult<Body> {
                 items.extend(more.into_iter().map(BodyItem::Decl));
             }
             Some(Tok::Word(w)) if w == ".pragma" || w == ".loc" || w == ".file" => {
-                c.skip_past(';').or_else(|_| Ok::<(), ParseError>(()))?;
+                c.skip_past(';').or(Ok::<(), ParseError>(()))?;
             }
             Some(Tok::Word(w)) if matches!(c.toks.get(c.pos + 1), Some(Tok::Punct(':'))) => {
                 items.push(BodyItem::Label(w.clone()));

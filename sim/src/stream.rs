@@ -207,16 +207,14 @@ impl Stream {
             self.device.busy.end(ch);
         }
         let mut q = self.lock();
-        if let Err(code) = result {
-            if sticky.is_none() {
-                if is_sticky(code) {
-                    if let Some(c) = self.ctx.upgrade() {
+        if let Err(code) = result
+            && sticky.is_none() {
+                if is_sticky(code)
+                    && let Some(c) = self.ctx.upgrade() {
                         c.set_sticky(code);
                     }
-                }
                 q.error.get_or_insert(code);
             }
-        }
         q.completed = p.seq;
         drop(q);
         self.progress.notify_all();

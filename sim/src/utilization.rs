@@ -42,8 +42,8 @@ impl Utilization {
         let mut c = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut c[ch as usize];
         s.active = s.active.saturating_sub(1);
-        if s.active == 0 {
-            if let Some(start) = s.since.take() {
+        if s.active == 0
+            && let Some(start) = s.since.take() {
                 let now = Instant::now();
                 match s.intervals.back_mut() {
                     Some(last) if last.1 >= start => last.1 = now,
@@ -55,7 +55,6 @@ impl Utilization {
                     s.intervals.pop_front();
                 }
             }
-        }
     }
 
     /// Percent (0..=100) of the last [`WINDOW`] during which the channel was busy.

@@ -270,12 +270,11 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
             return fail(CUresult::CUDA_ERROR_INVALID_CONTEXT, || format!("device {dev}: primary context not retained"));
         }
         p.refcount -= 1;
-        if p.refcount == 0 {
-            if let Some(c) = p.ctx.take() {
+        if p.refcount == 0
+            && let Some(c) = p.ctx.take() {
                 drop(p);
                 drop_primary(driver, c);
             }
-        }
         Ok(())
     })
 }

@@ -302,7 +302,7 @@ fn memset_impl(dst: CUdeviceptr, pitch: usize, value: u32, elem: u64, width: usi
     if height > 1 && pitch < row {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("pitch {pitch} smaller than the row of {row} bytes"));
     }
-    if dst % elem != 0 || (height > 1 && pitch % elem != 0) {
+    if !dst.is_multiple_of(elem) || (height > 1 && pitch % elem != 0) {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{dst:#x} is not aligned to the {elem}-byte element"));
     }
     if row == 0 || height == 0 {

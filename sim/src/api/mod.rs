@@ -2,6 +2,11 @@
 //! symbol, split by API family. Functions here convert raw arguments into checked
 //! values (a null out-pointer is `CUDA_ERROR_INVALID_VALUE` before any logic runs),
 //! call the safe core, and map the result, and any panic, to the vendor's code.
+//!
+//! The exports' safety contracts are NVIDIA's documented ones (CUDA Driver API and
+//! NVML references), so they carry no `# Safety` sections of their own, and their
+//! argument counts are the vendor's.
+#![allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 pub mod context;
 pub mod copy;
@@ -32,7 +37,7 @@ pub enum DefaultStream {
 }
 
 /// Writes `value` through an out-pointer supplied by the application.
-pub fn out<T>(ptr: *mut T, value: T) -> CuResult<()> {
+pub(crate) fn out<T>(ptr: *mut T, value: T) -> CuResult<()> {
     if ptr.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null output pointer".into());
     }
@@ -43,7 +48,7 @@ pub fn out<T>(ptr: *mut T, value: T) -> CuResult<()> {
 }
 
 /// Reads an input struct supplied by the application.
-pub fn read<T: Copy>(ptr: *const T, what: &str) -> CuResult<T> {
+pub(crate) fn read<T: Copy>(ptr: *const T, what: &str) -> CuResult<T> {
     if ptr.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("null {what}"));
     }
@@ -52,7 +57,7 @@ pub fn read<T: Copy>(ptr: *const T, what: &str) -> CuResult<T> {
 }
 
 /// A NUL-terminated string argument.
-pub fn c_str<'a>(ptr: *const std::os::raw::c_char, what: &str) -> CuResult<&'a str> {
+pub(crate) fn c_str<'a>(ptr: *const std::os::raw::c_char, what: &str) -> CuResult<&'a str> {
     if ptr.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("null {what}"));
     }
@@ -66,7 +71,7 @@ pub fn c_str<'a>(ptr: *const std::os::raw::c_char, what: &str) -> CuResult<&'a s
 
 /// Copies `text` into a caller's buffer of `len` bytes, NUL-terminated and truncated
 /// to fit, as `cuDeviceGetName` does.
-pub fn write_c_string(buf: *mut std::os::raw::c_char, len: usize, text: &str) -> CuResult<()> {
+pub(crate) fn write_c_string(buf: *mut std::os::raw::c_char, len: usize, text: &str) -> CuResult<()> {
     if buf.is_null() || len == 0 {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null or empty string buffer".into());
     }

@@ -61,8 +61,8 @@ pub fn compile(f: &Function, globals: &HashMap<String, (u64, u64)>, module: &cra
         }));
     }
     for ins in &mut instrs {
-        if let ir::Op::Call(call) = &mut ins.op {
-            if let ir::Callee::Function(name) = &call.callee {
+        if let ir::Op::Call(call) = &mut ins.op
+            && let ir::Callee::Function(name) = &call.callee {
                 let idx = funcs.iter().position(|(n, _)| n == name).ok_or_else(|| format!("unlinked call to {name}"))?;
                 let callee = &funcs[idx].1;
                 if call.args.len() != callee.param_slots.len() {
@@ -76,7 +76,6 @@ pub fn compile(f: &Function, globals: &HashMap<String, (u64, u64)>, module: &cra
                     _ => None,
                 };
             }
-        }
     }
     Ok(Arc::new(Program { instrs, nregs, shared_static, local_bytes: local }))
 }

@@ -250,10 +250,12 @@ impl<'a> Block<'a> {
         Ok(())
     }
 
-    fn atomic(&mut self, space: Space, kind: Atomic, ty: Ty, addr: u64, a: u64, b: u64, t: usize) -> Result<u64, Fault> {
+    /// `operands` are the atomic's value and, for `cas`, the swap value.
+    fn atomic(&mut self, space: Space, kind: Atomic, ty: Ty, addr: u64, operands: (u64, u64), t: usize) -> Result<u64, Fault> {
+        let (a, b) = operands;
         let len = ty.bytes() as u64;
         let p = self.access(space, addr, len, true, t)?;
-        if (p as usize) % len as usize != 0 {
+        if !(p as usize).is_multiple_of(len as usize) {
             return Err(Fault::Misaligned { addr, len, thread: self.tid(t), block: self.ctaid });
         }
         let update = |old: u64| -> u64 {
@@ -618,7 +620,7 @@ impl<'a> Block<'a> {
                     let (ad, sym) = self.address(addr, t);
                     let sp = sym.unwrap_or(*space);
                     let (av, bv) = (self.rd(a, t), b.as_ref().map(|b| self.rd(b, t)).unwrap_or(0));
-                    let old = self.atomic(sp, *kind, *ty, ad, av, bv, t)?;
+                    let old = self.atomic(sp, *kind, *ty, ad, (av, bv), t)?;
                     self.wr(d, t, old);
                 }
             }
