@@ -96,7 +96,9 @@ macro_rules! call {
     ($cuda:expr, $name:ident($($arg:expr),* $(,)?)) => {{
         let cuda = &$cuda;
         // SAFETY: the arguments follow the entry point's documented contract; every
-        // pointer passed is to a live local or buffer of the right size.
+        // pointer passed is to a live local or buffer of the right size. (The argument
+        // expressions are plain values and references at every call site.)
+        #[allow(clippy::macro_metavars_in_unsafe)]
         let res = unsafe { (cuda.$name)($($arg),*) };
         cuda.check(stringify!($name), res)
     }};
