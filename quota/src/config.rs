@@ -1,0 +1,461 @@
+//! The quota config file (TOML): `[[tenant]]` entries and a `[default]` tenant. See README.md for the format.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::sizes::{SizeError, parse_size, require_whole_mib};
+
+/// A tenant's name, cheap to clone. Stable across config reloads: the ledger keys accounts by it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantId(Arc<str>);
+
+impl Serialize for TenantId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl TenantId {
+    /// The tenant of clients that no `[[tenant]]` matches: the `[default]` section.
+    pub const DEFAULT_NAME: &'static str = "default";
+
+    /// A tenant id from a name.
+    pub fn new(name: &str) -> Self {
+        TenantId(Arc::from(name))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How the compute quota is enforced (the scheduler's business; carried here so one file holds the policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Hard cap: at most `compute` percent of the device's time, even when the device is otherwise idle.
+    #[default]
+    Limit,
+    /// Work-conserving: under contention tenants split the device in proportion to `compute`;
+    /// capacity others leave idle goes to whoever has work.
+    Share,
+}
+
+/// Dispatch priority at kernel boundaries (the scheduler's business).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Dispatched ahead of other tenants' queued work.
+    High,
+    /// The default.
+    #[default]
+    Normal,
+    /// Dispatched after `high` and `normal` work.
+    Low,
+}
+
+/// A device-memory quota per device, in bytes (always a whole number of MiB when it comes from a config).
+///
+/// `devices` holds explicit per-device values; any other device gets `default`. `default: None` means
+/// unlimited (the device's own size bounds the tenant).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct MemoryQuota {
+    /// Quota for devices not listed in `devices`; `None` = unlimited.
+    pub default: Option<u64>,
+    /// Explicit quota per device index.
+    pub devices: BTreeMap<u32, u64>,
+}
+
+impl MemoryQuota {
+    /// No limit on any device.
+    pub fn unlimited() -> Self {
+        Self::default()
+    }
+
+    /// The same quota on every device.
+    pub fn all(bytes: u64) -> Self {
+        MemoryQuota {
+            default: Some(bytes),
+            devices: BTreeMap::new(),
+        }
+    }
+
+    /// Nothing on any device (a tenant removed from the config by a reload).
+    pub fn zero() -> Self {
+        Self::all(0)
+    }
+
+    /// The quota on `device`; `None` = unlimited.
+    pub fn for_device(&self, device: u32) -> Option<u64> {
+        self.devices.get(&device).copied().or(self.default)
+    }
+}
+
+/// One tenant after validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantSpec {
+    /// Its name (`default` for the `[default]` section).
+    pub id: TenantId,
+    /// Unix user ids that map to it.
+    pub uids: Vec<u32>,
+    /// Unix group ids (the client's primary gid) that map to it.
+    pub gids: Vec<u32>,
+    /// SHA-256 digests of the tokens that map to it.
+    pub token_sha256: Vec<[u8; 32]>,
+    /// Device-memory quota.
+    pub memory: MemoryQuota,
+    /// Compute quota, percent of a device, 1..=100.
+    pub compute: u8,
+    /// `limit` or `share`.
+    pub mode: Mode,
+    /// `high`, `normal` or `low`.
+    pub priority: Priority,
+}
+
+/// A validated quota config. Build it with [`Config::from_toml_str`]; resolve clients with
+/// [`Config::resolve`] (resolve.rs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub(crate) tenants: Vec<TenantSpec>,
+    pub(crate) default: TenantSpec,
+    pub(crate) by_token: HashMap<[u8; 32], usize>,
+    pub(crate) by_uid: HashMap<u32, usize>,
+    pub(crate) by_gid: HashMap<u32, usize>,
+}
+
+/// Why a config was refused. Field errors name the tenant and the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Not TOML, an unknown field, or a value of the wrong type (the message carries line and column).
+    #[error("quota config: {0}")]
+    Toml(#[from] toml::de::Error),
+    /// A value that parsed but is not acceptable.
+    #[error("quota config: tenant `{tenant}`: field `{field}`: {message}")]
+    Field {
+        /// The tenant's name (`default` for `[default]`, `#N` for a `[[tenant]]` without a usable name).
+        tenant: String,
+        /// The field, e.g. `memory`, `memory.1`, `compute`, `uids`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The SHA-256 of a token, as the lowercase hex that `token_sha256` expects.
+pub fn hash_token(token: &str) -> String {
+    token_digest(token)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+pub(crate) fn token_digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+// ---- raw, as written in the file ----
+
+/// The file: `[[tenant]]` entries and an optional `[default]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    tenant: Vec<RawTenant>,
+    #[serde(default)]
+    default: Option<RawLimits>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    name: String,
+    #[serde(default)]
+    uids: Vec<u32>,
+    #[serde(default)]
+    gids: Vec<u32>,
+    #[serde(default)]
+    token_sha256: OneOrMany,
+    memory: Option<RawMemory>,
+    compute: Option<i64>,
+    mode: Option<Mode>,
+    priority: Option<Priority>,
+}
+
+impl RawTenant {
+    fn limits(&self) -> RawLimits {
+        RawLimits {
+            memory: self.memory.clone(),
+            compute: self.compute,
+            mode: self.mode,
+            priority: self.priority,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory: Option<RawMemory>,
+    compute: Option<i64>,
+    mode: Option<Mode>,
+    priority: Option<Priority>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    #[default]
+    None,
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RawSize {
+    Int(i64),
+    Text(String),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RawMemory {
+    All(RawSize),
+    PerDevice(BTreeMap<String, RawSize>),
+}
+
+// ---- validation ----
+
+fn field_err(tenant: &str, field: &str, message: impl fmt::Display) -> ConfigError {
+    ConfigError::Field {
+        tenant: tenant.to_string(),
+        field: field.to_string(),
+        message: message.to_string(),
+    }
+}
+
+fn quota_size(tenant: &str, field: &str, raw: &RawSize) -> Result<u64, ConfigError> {
+    let bytes = match raw {
+        RawSize::Int(n) => {
+            u64::try_from(*n).map_err(|_| field_err(tenant, field, "a size cannot be negative"))?
+        }
+        RawSize::Text(s) => parse_size(s).map_err(|e| field_err(tenant, field, e))?,
+    };
+    require_whole_mib(bytes).map_err(|e: SizeError| field_err(tenant, field, e))
+}
+
+fn memory_quota(tenant: &str, raw: &Option<RawMemory>) -> Result<MemoryQuota, ConfigError> {
+    match raw {
+        None => Ok(MemoryQuota::unlimited()),
+        Some(RawMemory::All(s)) => Ok(MemoryQuota::all(quota_size(tenant, "memory", s)?)),
+        Some(RawMemory::PerDevice(map)) => {
+            // Devices not listed get nothing, unless a "*" entry says otherwise.
+            let mut q = MemoryQuota {
+                default: Some(0),
+                devices: BTreeMap::new(),
+            };
+            for (key, size) in map {
+                let field = format!("memory.{key}");
+                let bytes = quota_size(tenant, &field, size)?;
+                if key == "*" {
+                    q.default = Some(bytes);
+                    continue;
+                }
+                let dev: u32 = key.parse().map_err(|_| {
+                    field_err(
+                        tenant,
+                        &field,
+                        format!("`{key}` is not a device index (0, 1, ...) or `*`"),
+                    )
+                })?;
+                q.devices.insert(dev, bytes);
+            }
+            Ok(q)
+        }
+    }
+}
+
+fn spec(name: &str, limits: &RawLimits) -> Result<TenantSpec, ConfigError> {
+    let compute = match limits.compute {
+        None => 100,
+        Some(c @ 1..=100) => c as u8,
+        Some(c) => {
+            return Err(field_err(
+                name,
+                "compute",
+                format!("{c} is not a percent in 1..=100"),
+            ));
+        }
+    };
+    Ok(TenantSpec {
+        id: TenantId::new(name),
+        uids: Vec::new(),
+        gids: Vec::new(),
+        token_sha256: Vec::new(),
+        memory: memory_quota(name, &limits.memory)?,
+        compute,
+        mode: limits.mode.unwrap_or_default(),
+        priority: limits.priority.unwrap_or_default(),
+    })
+}
+
+fn parse_digest(tenant: &str, hex: &str) -> Result<[u8; 32], ConfigError> {
+    let bad = || {
+        field_err(
+            tenant,
+            "token_sha256",
+            format!("`{hex}` is not 64 hex digits (a SHA-256)"),
+        )
+    };
+    let h = hex.trim().as_bytes();
+    if h.len() != 64 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in h.chunks(2).enumerate() {
+        let s = std::str::from_utf8(pair).map_err(|_| bad())?;
+        out[i] = u8::from_str_radix(s, 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+fn insert_unique<K: std::hash::Hash + Eq + Copy>(
+    map: &mut HashMap<K, usize>,
+    key: K,
+    idx: usize,
+    tenants: &[TenantSpec],
+    field: &str,
+    show: impl fmt::Display,
+) -> Result<(), ConfigError> {
+    if let Some(&other) = map.get(&key) {
+        let (a, b) = (tenants[other].id.as_str(), tenants[idx].id.as_str());
+        let msg = if a == b {
+            format!("{show} is listed twice")
+        } else {
+            format!("{show} is already matched by tenant `{a}`")
+        };
+        return Err(field_err(b, field, msg));
+    }
+    map.insert(key, idx);
+    Ok(())
+}
+
+impl Config {
+    /// Parse and validate a config file's text. Unknown fields are errors.
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text)?;
+        Self::from_raw(raw)
+    }
+
+    /// Validate an already-parsed TOML table (for a daemon that keeps other sections in the same file:
+    /// it removes its own keys and hands the rest over). Unknown fields are errors.
+    pub fn from_toml_table(table: toml::Table) -> Result<Config, ConfigError> {
+        let raw: RawConfig = table.try_into()?;
+        Self::from_raw(raw)
+    }
+
+    /// A config with no tenants and an unlimited default tenant.
+    pub fn unrestricted() -> Config {
+        Self::from_raw(RawConfig {
+            tenant: Vec::new(),
+            default: None,
+        })
+        .expect("empty config is valid")
+    }
+
+    fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
+        let default = spec(TenantId::DEFAULT_NAME, &raw.default.unwrap_or_default())?;
+        let mut tenants: Vec<TenantSpec> = Vec::with_capacity(raw.tenant.len());
+        let mut names: HashMap<String, ()> = HashMap::new();
+        for (i, t) in raw.tenant.iter().enumerate() {
+            let name = t.name.trim();
+            if name.is_empty() {
+                return Err(field_err(
+                    &format!("#{}", i + 1),
+                    "name",
+                    "must not be empty",
+                ));
+            }
+            if name == TenantId::DEFAULT_NAME {
+                return Err(field_err(
+                    name,
+                    "name",
+                    "`default` is reserved for the [default] section",
+                ));
+            }
+            if names.insert(name.to_string(), ()).is_some() {
+                return Err(field_err(
+                    name,
+                    "name",
+                    "two [[tenant]] entries have this name",
+                ));
+            }
+            let mut s = spec(name, &t.limits())?;
+            s.uids = t.uids.clone();
+            s.gids = t.gids.clone();
+            let hexes: Vec<&String> = match &t.token_sha256 {
+                OneOrMany::None => Vec::new(),
+                OneOrMany::One(h) => vec![h],
+                OneOrMany::Many(v) => v.iter().collect(),
+            };
+            for h in hexes {
+                s.token_sha256.push(parse_digest(name, h)?);
+            }
+            tenants.push(s);
+        }
+        let (mut by_token, mut by_uid, mut by_gid) =
+            (HashMap::new(), HashMap::new(), HashMap::new());
+        for (i, t) in tenants.iter().enumerate() {
+            for &d in &t.token_sha256 {
+                insert_unique(&mut by_token, d, i, &tenants, "token_sha256", "this token")?;
+            }
+            for &u in &t.uids {
+                insert_unique(&mut by_uid, u, i, &tenants, "uids", format_args!("uid {u}"))?;
+            }
+            for &g in &t.gids {
+                insert_unique(&mut by_gid, g, i, &tenants, "gids", format_args!("gid {g}"))?;
+            }
+        }
+        Ok(Config {
+            tenants,
+            default,
+            by_token,
+            by_uid,
+            by_gid,
+        })
+    }
+
+    /// The `[[tenant]]` entries, in file order (the default tenant is not among them).
+    pub fn tenants(&self) -> &[TenantSpec] {
+        &self.tenants
+    }
+
+    /// The `[default]` tenant.
+    pub fn default_tenant(&self) -> &TenantSpec {
+        &self.default
+    }
+
+    /// A tenant by id, the default tenant included.
+    pub fn tenant(&self, id: &TenantId) -> Option<&TenantSpec> {
+        if id.as_str() == TenantId::DEFAULT_NAME {
+            return Some(&self.default);
+        }
+        self.tenants.iter().find(|t| &t.id == id)
+    }
+
+    /// Every tenant, the default last.
+    pub fn all_tenants(&self) -> impl Iterator<Item = &TenantSpec> {
+        self.tenants.iter().chain(std::iter::once(&self.default))
+    }
+}

@@ -1,0 +1,35 @@
+//! gpupool's quota policy, as pure logic the daemon calls: no sockets, no files, no vendor calls.
+//!
+//! What it owns:
+//! - the quota config format (TOML text in, a validated [`Config`] out; see `README.md`): tenants, how
+//!   clients match them (uid, gid, token hash), per-device memory quotas in 1 MiB steps, compute percent,
+//!   mode and priority ([`config`], [`sizes`]);
+//! - which tenant a client belongs to, and the limits its session gets once its own request (from
+//!   `gpupool run` or HAMi's variables) has narrowed them ([`resolve`], [`hami`]);
+//! - the device-memory [`Ledger`]: bytes per tenant per device, reserved before the backend allocates,
+//!   zero overshoot under concurrency, per-session release, hot reload, and the snapshot behind
+//!   `gpupool status --json` ([`ledger`]).
+//!
+//! What it must not touch: the vendor libraries and backends, the transport, the filesystem (the daemon
+//! reads the config file and passes the text), signals, environment variables (the caller passes them),
+//! and the compute scheduler's timing (it only carries `compute`, `mode` and `priority` for it).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod hami;
+pub mod ledger;
+pub mod resolve;
+pub mod sizes;
+
+pub use config::{
+    Config, ConfigError, MemoryQuota, Mode, Priority, TenantId, TenantSpec, hash_token,
+};
+pub use hami::{HamiError, request_from_hami_env};
+pub use ledger::{
+    DeviceUsage, Ledger, LedgerSnapshot, MemInfo, NotHeld, OverQuota, Reservation, Scope, Session,
+    SessionId, TenantUsage,
+};
+pub use resolve::{Clamp, Clamped, ClientRequest, Limits, LimitsError};
+pub use sizes::{Bytes, MIB, SizeError, parse_size};
