@@ -10,3 +10,7 @@
 //!
 //! Status: the operation set and frames arrive with the pool issue (#4); until then
 //! this crate holds no code, so nothing can depend on a half-made wire format.
+
+// The transports need `unsafe` for shared memory and futexes; nothing else here does.
+#[allow(unsafe_code)]
+pub mod transport;

@@ -1,0 +1,214 @@
+//! One single-producer single-consumer byte ring of length-prefixed frames, and the
+//! spin-then-futex wait both ends use.
+//!
+//! A record is a 4-byte little-endian length and the frame's bytes, written at
+//! `pos % capacity` and split in two where it wraps. The producer copies the record in,
+//! then publishes `tail` (Release); the consumer reads `tail` (Acquire), copies the
+//! record out, then publishes `head` (Release). Each end keeps its own position locally
+//! and only reads the other's, checking it: a peer that scribbles on the indices gets
+//! `Corrupt`, never an out-of-bounds access.
+
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+use std::time::{Duration, Instant};
+
+use super::layout::{RingControl, RingLayout, WaitWords};
+use crate::transport::TransportError;
+use crate::transport::sys::{self, Mapping};
+
+const LEN: u64 = 4;
+
+/// The ring control block at `offset` of `map`; `offset` was validated at attach (inside
+/// the mapping, 64-byte aligned).
+pub(crate) fn control(map: &Mapping, offset: usize) -> &RingControl {
+    assert!(offset.is_multiple_of(64) && offset + size_of::<RingControl>() <= map.len());
+    // SAFETY: in bounds and aligned (asserted); RingControl is ShmSafe (atomics only,
+    // valid for any bit pattern), so a shared reference is sound even while the peer
+    // writes it; the reference borrows `map`, which keeps the range mapped.
+    unsafe { &*map.as_ptr().add(offset).cast::<RingControl>() }
+}
+
+pub(crate) struct RingEnd {
+    map: Arc<Mapping>,
+    control_offset: usize,
+    data_offset: usize,
+    cap: u64,
+    /// Our own position: `tail` for the producer, `head` for the consumer.
+    pos: u64,
+}
+
+impl RingEnd {
+    /// An end of the ring at `ring` in `map`. The caller validated `ring` against the
+    /// mapping (`SegmentLayout::validate`): inside it, aligned, power-of-two capacity.
+    pub(crate) fn new(map: Arc<Mapping>, ring: &RingLayout, producer: bool) -> Self {
+        let mut end = Self {
+            map,
+            control_offset: ring.control_offset as usize,
+            data_offset: ring.data_offset as usize,
+            cap: ring.capacity,
+            pos: 0,
+        };
+        let c = end.ctrl();
+        end.pos = if producer { c.tail.0.load(Ordering::Acquire) } else { c.head.0.load(Ordering::Acquire) };
+        end
+    }
+
+    pub(crate) fn ctrl(&self) -> &RingControl {
+        control(&self.map, self.control_offset)
+    }
+
+    pub(crate) fn control_offset(&self) -> usize {
+        self.control_offset
+    }
+
+    /// Largest frame this ring can ever hold.
+    pub(crate) fn max_frame(&self) -> usize {
+        (self.cap - LEN) as usize
+    }
+
+    fn copy_in(&self, pos: u64, src: &[u8]) {
+        let idx = (pos & (self.cap - 1)) as usize;
+        let first = src.len().min(self.cap as usize - idx);
+        // SAFETY: idx < cap and first <= cap - idx, and src.len() - first <= cap (a
+        // record never exceeds the ring), so both copies stay inside the data region,
+        // which lies inside the live mapping; src is our own memory, disjoint from it.
+        unsafe {
+            let data = self.map.as_ptr().add(self.data_offset);
+            std::ptr::copy_nonoverlapping(src.as_ptr(), data.add(idx), first);
+            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), data, src.len() - first);
+        }
+    }
+
+    fn copy_out(&self, pos: u64, dst: &mut [u8]) {
+        let idx = (pos & (self.cap - 1)) as usize;
+        let first = dst.len().min(self.cap as usize - idx);
+        // SAFETY: as in copy_in, with dst.len() <= cap checked by the caller.
+        unsafe {
+            let data = self.map.as_ptr().add(self.data_offset);
+            std::ptr::copy_nonoverlapping(data.add(idx), dst.as_mut_ptr(), first);
+            std::ptr::copy_nonoverlapping(data, dst.as_mut_ptr().add(first), dst.len() - first);
+        }
+    }
+
+    /// Producer: appends `frame` if it fits now. `frame.len() <= max_frame()`.
+    pub(crate) fn try_push(&mut self, frame: &[u8]) -> Result<bool, TransportError> {
+        let c = self.ctrl();
+        let head = c.head.0.load(Ordering::Acquire);
+        let used = self.pos.wrapping_sub(head);
+        if used > self.cap {
+            return Err(TransportError::Corrupt(format!("ring head {head} is ahead of tail {}", self.pos)));
+        }
+        let need = LEN + frame.len() as u64;
+        if self.cap - used < need {
+            return Ok(false);
+        }
+        self.copy_in(self.pos, &(frame.len() as u32).to_le_bytes());
+        self.copy_in(self.pos + LEN, frame);
+        self.pos += need;
+        let c = self.ctrl();
+        c.tail.0.store(self.pos, Ordering::Release);
+        wake_if_waiting(&c.data_wait.0);
+        Ok(true)
+    }
+
+    /// Consumer: takes the next frame into `buf` if there is one.
+    pub(crate) fn try_pop(&mut self, buf: &mut Vec<u8>) -> Result<bool, TransportError> {
+        let c = self.ctrl();
+        let tail = c.tail.0.load(Ordering::Acquire);
+        let avail = tail.wrapping_sub(self.pos);
+        if avail == 0 {
+            return Ok(false);
+        }
+        if avail > self.cap || avail < LEN {
+            return Err(TransportError::Corrupt(format!("ring tail {tail} vs head {}", self.pos)));
+        }
+        let mut len = [0u8; 4];
+        self.copy_out(self.pos, &mut len);
+        let len = u32::from_le_bytes(len) as u64;
+        if len > avail - LEN {
+            return Err(TransportError::Corrupt(format!("frame length {len} > {} published bytes", avail - LEN)));
+        }
+        buf.clear();
+        buf.resize(len as usize, 0);
+        self.copy_out(self.pos + LEN, buf);
+        self.pos += LEN + len;
+        let c = self.ctrl();
+        c.head.0.store(self.pos, Ordering::Release);
+        wake_if_waiting(&c.space_wait.0);
+        Ok(true)
+    }
+
+    /// Wakes whoever sleeps on either of this ring's words, unconditionally (close).
+    pub(crate) fn wake_all(&self) {
+        let c = self.ctrl();
+        for w in [&c.data_wait.0, &c.space_wait.0] {
+            w.seq.fetch_add(1, Ordering::Release);
+            sys::futex_wake(&w.seq);
+        }
+    }
+}
+
+/// After publishing: wake the peer only if it announced that it sleeps. The SeqCst fence
+/// pairs with the one in `wait` (store flag; fence; re-check): either the waiter sees our
+/// publication, or we see its flag. No syscall on the hot path.
+fn wake_if_waiting(w: &WaitWords) {
+    fence(Ordering::SeqCst);
+    if w.waiting.load(Ordering::Relaxed) != 0 {
+        w.seq.fetch_add(1, Ordering::Release);
+        sys::futex_wake(&w.seq);
+    }
+}
+
+/// How an end waits: spin `spin` times, then sleep on the futex in slices of at most
+/// `slice`, checking the peer's liveness between slices.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitPolicy {
+    pub spin: u32,
+    pub slice: Duration,
+}
+
+/// Runs `attempt` until it yields a value: spinning first, then sleeping on `words`.
+/// `gone(deep)` says whether the peer is gone (`deep`: also ask the kernel, a syscall;
+/// only after a sleep slice). A gone peer gets one last `attempt` (to deliver what it
+/// sent before leaving), then `PeerGone`.
+pub(crate) fn wait<T>(
+    w: &WaitWords,
+    policy: WaitPolicy,
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut() -> Result<Option<T>, TransportError>,
+    mut gone: impl FnMut(bool) -> bool,
+) -> Result<T, TransportError> {
+    for _ in 0..policy.spin {
+        if let Some(v) = attempt()? {
+            return Ok(v);
+        }
+        std::hint::spin_loop();
+    }
+    let mut slept = false;
+    loop {
+        if let Some(v) = attempt()? {
+            return Ok(v);
+        }
+        if gone(slept) {
+            return attempt()?.ok_or(TransportError::PeerGone);
+        }
+        let mut slice = policy.slice;
+        if let Some(d) = deadline {
+            let now = Instant::now();
+            if now >= d {
+                return Err(TransportError::Timeout);
+            }
+            slice = slice.min(d - now);
+        }
+        let seq = w.seq.load(Ordering::Acquire);
+        w.waiting.store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if let Some(v) = attempt()? {
+            w.waiting.store(0, Ordering::Relaxed);
+            return Ok(v);
+        }
+        sys::futex_wait(&w.seq, seq, slice);
+        w.waiting.store(0, Ordering::Relaxed);
+        slept = true;
+    }
+}

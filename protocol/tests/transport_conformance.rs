@@ -1,0 +1,247 @@
+//! One conformance suite, run against every transport (iceoryx2 style): each case is a
+//! generic function over a connected pair; `conformance!` instantiates all of them per
+//! implementation. Every case runs under a watchdog, so a hang fails instead of stalling.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport, WaitPolicy};
+use gpupool_protocol::transport::unix::UnixTransport;
+use gpupool_protocol::transport::{Transport, TransportError, loopback};
+
+type End = Box<dyn Transport>;
+
+/// Runs `f` on a thread and fails the test if it takes longer than `limit`.
+fn within<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    let h = thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(r) => r,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung: still running after {limit:?}"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(h.join().expect_err("thread ended without a result"))
+        }
+    }
+}
+
+const LIMIT: Duration = Duration::from_secs(2);
+
+/// A frame whose bytes depend on its sequence number and length.
+fn frame(seq: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (seq as usize).wrapping_mul(31).wrapping_add(i * 7) as u8).collect()
+}
+
+/// Batches of frames both ways from one thread (each batch fits in every queue).
+fn ordered_delivery((mut a, mut b): (End, End)) {
+    for batch in 0..30u32 {
+        let seqs = batch * 20..(batch + 1) * 20;
+        for i in seqs.clone() {
+            a.send(&frame(i, (i % 97) as usize)).unwrap();
+            b.send(&frame(i + 1000, (i % 13) as usize)).unwrap();
+        }
+        for i in seqs {
+            assert_eq!(b.recv(Some(LIMIT)).unwrap(), frame(i, (i % 97) as usize), "frame {i} a->b");
+            assert_eq!(a.recv(Some(LIMIT)).unwrap(), frame(i + 1000, (i % 13) as usize), "frame {i} b->a");
+        }
+    }
+}
+
+fn frame_sizes((mut a, mut b): (End, End)) {
+    let max = a.max_frame_len();
+    let sizes: Vec<usize> = [0, 1, 2, 3, 5, 7, 13, 63, 64, 65, 255, 1001, max - 1, max]
+        .into_iter()
+        .filter(|&s| s <= max)
+        .collect();
+    let expect = sizes.clone();
+    let sender = thread::spawn(move || {
+        for (i, &s) in sizes.iter().enumerate() {
+            a.send(&frame(i as u32, s)).unwrap();
+        }
+        a
+    });
+    for (i, &s) in expect.iter().enumerate() {
+        let got = b.recv(Some(LIMIT)).unwrap();
+        assert_eq!(got.len(), s);
+        assert!(got == frame(i as u32, s), "content of the {s}-byte frame");
+    }
+    drop(sender.join().unwrap());
+}
+
+fn too_large_is_refused((mut a, mut b): (End, End)) {
+    let max = a.max_frame_len();
+    match a.send(&vec![0u8; max + 1]) {
+        Err(TransportError::FrameTooLarge { len, max: m }) => assert_eq!((len, m), (max + 1, max)),
+        other => panic!("oversized frame: {other:?}"),
+    }
+    a.send(b"still works").unwrap();
+    assert_eq!(b.recv(Some(LIMIT)).unwrap(), b"still works");
+}
+
+/// Thousands of frames through the queue from a sender thread to a receiver thread (the
+/// shm instance uses a 4 KiB ring, so it wraps ~1,500 times).
+fn many_in_flight_concurrent((mut a, mut b): (End, End)) {
+    const N: u32 = 40_000;
+    let len = |i: u32| ((i * 7) % 301) as usize;
+    let sender = thread::spawn(move || {
+        for i in 0..N {
+            a.send(&frame(i, len(i))).unwrap();
+        }
+        a
+    });
+    let receiver = thread::spawn(move || {
+        let mut buf = Vec::new();
+        for i in 0..N {
+            b.recv_into(&mut buf, Some(LIMIT)).unwrap();
+            assert!(buf == frame(i, len(i)), "frame {i}");
+        }
+        b
+    });
+    let _a = sender.join().unwrap();
+    let _b = receiver.join().unwrap();
+}
+
+fn ping_pong((mut a, mut b): (End, End)) {
+    let echo = thread::spawn(move || {
+        let mut buf = Vec::new();
+        loop {
+            match b.recv_into(&mut buf, Some(LIMIT)) {
+                Ok(()) => b.send(&buf).unwrap(),
+                Err(TransportError::PeerGone) => return,
+                Err(e) => panic!("echo: {e}"),
+            }
+        }
+    });
+    for i in 0..3000u32 {
+        let f = frame(i, (i % 200) as usize);
+        a.send(&f).unwrap();
+        assert_eq!(a.recv(Some(LIMIT)).unwrap(), f);
+    }
+    drop(a);
+    echo.join().unwrap();
+}
+
+fn recv_timeout((mut a, mut b): (End, End)) {
+    assert!(matches!(b.recv(Some(Duration::ZERO)), Err(TransportError::Timeout)));
+    let t = Instant::now();
+    assert!(matches!(b.recv(Some(Duration::from_millis(30))), Err(TransportError::Timeout)));
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(30) && took < Duration::from_millis(300), "{took:?}");
+    // A timeout leaves the transport usable.
+    a.send(b"after").unwrap();
+    assert_eq!(b.recv(Some(LIMIT)).unwrap(), b"after");
+}
+
+fn drop_wakes_blocked_receiver((mut a, b): (End, End)) {
+    let dropper = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(50));
+        drop(b);
+        Instant::now()
+    });
+    let r = a.recv(None);
+    let gone_at = Instant::now();
+    let dropped_at = dropper.join().unwrap();
+    assert!(matches!(r, Err(TransportError::PeerGone)), "{r:?}");
+    let lag = gone_at.saturating_duration_since(dropped_at);
+    assert!(lag < Duration::from_millis(100), "PeerGone {lag:?} after the drop");
+}
+
+fn frames_before_close_are_delivered((mut a, mut b): (End, End)) {
+    for i in 0..3 {
+        b.send(&frame(i, 10)).unwrap();
+    }
+    drop(b);
+    for i in 0..3 {
+        assert_eq!(a.recv(Some(LIMIT)).unwrap(), frame(i, 10));
+    }
+    assert!(matches!(a.recv(Some(LIMIT)), Err(TransportError::PeerGone)));
+    assert!(matches!(a.send(b"x"), Err(TransportError::PeerGone)));
+}
+
+fn local_close((mut a, mut b): (End, End)) {
+    a.close();
+    a.close();
+    assert!(matches!(a.send(b"x"), Err(TransportError::Closed)));
+    assert!(matches!(a.recv(Some(Duration::ZERO)), Err(TransportError::Closed)));
+    assert!(matches!(b.recv(Some(LIMIT)), Err(TransportError::PeerGone)));
+    assert!(matches!(b.send(b"x"), Err(TransportError::PeerGone)));
+}
+
+/// A sender blocked on a full queue (the peer never receives) learns that the peer left.
+fn drop_wakes_blocked_sender((mut a, b): (End, End)) {
+    let dropper = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(100));
+        drop(b);
+        Instant::now()
+    });
+    let chunk = vec![7u8; a.max_frame_len().min(1000)];
+    let err = loop {
+        if let Err(e) = a.send(&chunk) {
+            break e;
+        }
+    };
+    let gone_at = Instant::now();
+    let dropped_at = dropper.join().unwrap();
+    assert!(matches!(err, TransportError::PeerGone), "{err:?}");
+    assert!(gone_at.saturating_duration_since(dropped_at) < Duration::from_millis(100));
+}
+
+fn staging_is_shared((a, b): (End, End)) {
+    let (Some(sa), Some(sb)) = (a.staging(), b.staging()) else {
+        return; // this transport has no staging area
+    };
+    assert_eq!(sa.len(), sb.len());
+    let data = frame(9, 4096.min(sa.len()));
+    sa.write(sa.len() - data.len(), &data).unwrap();
+    let mut back = vec![0u8; data.len()];
+    sb.read(sb.len() - data.len(), &mut back).unwrap();
+    assert_eq!(back, data);
+    assert!(sa.write(sa.len() - 1, &[1, 2]).is_err());
+    assert!(sb.read(usize::MAX, &mut [0u8; 1]).is_err());
+}
+
+macro_rules! conformance {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            use super::*;
+            fn make() -> (End, End) {
+                $make
+            }
+            conformance!(@cases ordered_delivery, frame_sizes, too_large_is_refused,
+                many_in_flight_concurrent, ping_pong, recv_timeout, drop_wakes_blocked_receiver,
+                frames_before_close_are_delivered, local_close, drop_wakes_blocked_sender,
+                staging_is_shared);
+        }
+    };
+    (@cases $($case:ident),*) => {
+        $(
+            #[test]
+            fn $case() {
+                within(LIMIT, || super::$case(make()));
+            }
+        )*
+    };
+}
+
+fn shm(spin: u32) -> (End, End) {
+    let config = ShmConfig {
+        ring_capacity: 4096,
+        staging_size: 1 << 20,
+        wait: WaitPolicy { spin, slice: Duration::from_millis(20) },
+    };
+    let (c, s) = ShmTransport::pair(&config).unwrap();
+    (Box::new(c), Box::new(s))
+}
+
+conformance!(shm_spinning, shm(WaitPolicy::default().spin));
+conformance!(shm_futex_only, shm(0));
+conformance!(unix_socket, {
+    let (a, b) = UnixTransport::pair(1 << 20).unwrap();
+    (Box::new(a), Box::new(b))
+});
+conformance!(in_process_loopback, {
+    let (a, b) = loopback::pair(1 << 20, 1 << 20).unwrap();
+    (Box::new(a), Box::new(b))
+});
