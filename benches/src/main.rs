@@ -2,6 +2,7 @@
 //!
 //!   cargo run --release -p gpupool-benches -- sim [--json PATH]
 //!   cargo run --release -p gpupool-benches -- ptx [--json PATH]
+//!   cargo run --release -p gpupool-benches -- transport [--json PATH]
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
@@ -13,11 +14,12 @@ mod ptx;
 mod report;
 mod sim;
 mod stats;
+mod transport;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: gpupool-bench sim|ptx [--json PATH]";
+const USAGE: &str = "usage: gpupool-bench sim|ptx|transport [--json PATH]";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -36,7 +38,7 @@ fn main() -> ExitCode {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
-            "sim" | "ptx" if command.is_none() => command = Some(a),
+            "sim" | "ptx" | "transport" if command.is_none() => command = Some(a),
             other => {
                 eprintln!("unexpected argument {other:?}\n{USAGE}");
                 return ExitCode::from(2);
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
     };
     let result = match command.as_str() {
         "sim" => sim::run().map(|run| (report::table(&run), report::json(&run))),
+        "transport" => transport::run().map(|run| (transport::table(&run), transport::json(&run))),
         _ => ptx::run().map(|run| (ptx::table(&run), ptx::json(&run))),
     };
     match result {

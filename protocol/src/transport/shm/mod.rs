@@ -54,10 +54,10 @@ impl Default for ShmConfig {
 }
 
 impl Default for WaitPolicy {
-    /// About 2-5 us of spinning on this machine class (see `gpupool-bench transport`),
-    /// then 20 ms futex slices.
+    /// 100 spins: about 4 us on this machine class (a `pause` costs ~37 ns there;
+    /// `gpupool-bench transport` prints the measured budget), then 20 ms futex slices.
     fn default() -> Self {
-        Self { spin: 1000, slice: Duration::from_millis(20) }
+        Self { spin: 100, slice: Duration::from_millis(20) }
     }
 }
 

@@ -178,9 +178,13 @@ pub(crate) fn wait<T>(
     mut attempt: impl FnMut() -> Result<Option<T>, TransportError>,
     mut gone: impl FnMut(bool) -> bool,
 ) -> Result<T, TransportError> {
-    for _ in 0..policy.spin {
+    for i in 0..policy.spin {
         if let Some(v) = attempt()? {
             return Ok(v);
+        }
+        // A long spin still notices a clean close (one atomic load, no syscall).
+        if i % 1024 == 1023 && gone(false) {
+            return attempt()?.ok_or(TransportError::PeerGone);
         }
         std::hint::spin_loop();
     }
