@@ -16,10 +16,11 @@ use std::hint::black_box;
 use std::ptr::null_mut;
 use std::time::Instant;
 
-use gpupool_e2e::cu::{CUevent, CUfunction, CUresult, CUstream};
-use gpupool_e2e::{Driver, status};
+use gpupool_e2e::cu::{CUevent, CUfunction, CUstream};
+use gpupool_e2e::{Driver, call};
 
-use crate::report::json_str;
+use crate::report::{cpus, grid, json_str, json_summary};
+use crate::sim::ok;
 use crate::stats::{Summary, summarize};
 
 /// The stated target: at least this many thread-instructions per second per core.
@@ -188,16 +189,9 @@ pub struct PtxRun {
     pub classes: Classes,
 }
 
-fn ok(r: CUresult, what: &str) -> Result<(), String> {
-    if r == status::SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{what} failed with CUresult {}", r.0))
-    }
-}
-
 /// User + system CPU time of the whole process, seconds.
 fn cpu_seconds() -> f64 {
+    // SAFETY: `rusage` is a C struct of integers, for which all-zero bytes are a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `ru` is a valid out-pointer.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
@@ -211,46 +205,56 @@ struct Timed {
     cpu_ms: f64,
 }
 
-/// One launch on the legacy default stream between two events; waits for it.
-///
-/// # Safety
-/// `params` must match the kernel's parameters.
-unsafe fn timed_launch(
+/// Records `ev.0`, launches `f` (`grid` blocks of BLOCK threads) and records `ev.1`, all on
+/// the legacy default stream, then waits for `ev.1`. `params` must match the kernel's
+/// parameters (the launch reads them as the kernel declares them); `what` names the launch
+/// in errors.
+fn launch_between_events(
+    d: &Driver,
+    ev: (CUevent, CUevent),
+    f: CUfunction,
+    grid: u32,
+    params: &mut [*mut c_void],
+    what: &str,
+) -> Result<(), String> {
+    let stream: CUstream = null_mut();
+    ok(call!(d.cuEventRecord(ev.0, stream)), "cuEventRecord")?;
+    ok(
+        call!(d.cuLaunchKernel(
+            f,
+            grid,
+            1,
+            1,
+            BLOCK,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            null_mut(),
+        )),
+        what,
+    )?;
+    ok(call!(d.cuEventRecord(ev.1, stream)), "cuEventRecord")?;
+    ok(call!(d.cuEventSynchronize(ev.1)), "cuEventSynchronize")
+}
+
+/// One launch between two events (see [`launch_between_events`]), timed three ways.
+fn timed_launch(
     d: &Driver,
     ev: (CUevent, CUevent),
     f: CUfunction,
     grid: u32,
     params: &mut [*mut c_void],
 ) -> Result<Timed, String> {
-    let stream: CUstream = null_mut();
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
-    unsafe {
-        ok((d.cuEventRecord)(ev.0, stream), "cuEventRecord")?;
-        ok(
-            (d.cuLaunchKernel)(
-                f,
-                grid,
-                1,
-                1,
-                BLOCK,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                null_mut(),
-            ),
-            "cuLaunchKernel",
-        )?;
-        ok((d.cuEventRecord)(ev.1, stream), "cuEventRecord")?;
-        ok((d.cuEventSynchronize)(ev.1), "cuEventSynchronize")?;
-    }
+    launch_between_events(d, ev, f, grid, params, "cuLaunchKernel")?;
     let host = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     let mut ms = 0f32;
     ok(
-        unsafe { (d.cuEventElapsedTime)(&mut ms, ev.0, ev.1) },
+        call!(d.cuEventElapsedTime(&mut ms, ev.0, ev.1)),
         "cuEventElapsedTime",
     )?;
     Ok(Timed {
@@ -355,7 +359,7 @@ fn native(k: &Kernel, host: &mut [u32]) {
 
 /// Runs one kernel: samples launch and Rust loop alternately, then checks the device
 /// result against the loop's.
-unsafe fn bench_kernel(
+fn bench_kernel(
     d: &Driver,
     module: gpupool_e2e::cu::CUmodule,
     ev: (CUevent, CUevent),
@@ -364,7 +368,7 @@ unsafe fn bench_kernel(
     let mut f = null_mut();
     let cname = std::ffi::CString::new(k.name).unwrap();
     ok(
-        unsafe { (d.cuModuleGetFunction)(&mut f, module, cname.as_ptr()) },
+        call!(d.cuModuleGetFunction(&mut f, module, cname.as_ptr())),
         "cuModuleGetFunction",
     )?;
     let threads = k.threads() as usize;
@@ -374,20 +378,14 @@ unsafe fn bench_kernel(
         threads
     };
     let mut buf = 0;
-    ok(
-        unsafe { (d.cuMemAlloc_v2)(&mut buf, words * 4) },
-        "cuMemAlloc_v2",
-    )?;
-    ok(
-        unsafe { (d.cuMemsetD32_v2)(buf, 0, words) },
-        "cuMemsetD32_v2",
-    )?;
+    ok(call!(d.cuMemAlloc_v2(&mut buf, words * 4)), "cuMemAlloc_v2")?;
+    ok(call!(d.cuMemsetD32_v2(buf, 0, words)), "cuMemsetD32_v2")?;
     let mut host = vec![0u32; words];
     let (mut p0, mut p1) = (buf, k.iters);
     let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
     let (mut ev_ms, mut host_ms, mut cpu, mut nat) = (vec![], vec![], vec![], vec![]);
     for i in 0..WARMUP + SAMPLES {
-        let t = unsafe { timed_launch(d, ev, f, k.blocks, &mut params)? };
+        let t = timed_launch(d, ev, f, k.blocks, &mut params)?;
         let t0 = Instant::now();
         native(k, &mut host);
         let native_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -400,10 +398,10 @@ unsafe fn bench_kernel(
     }
     let mut got = vec![0u32; words];
     ok(
-        unsafe { (d.cuMemcpyDtoH_v2)(got.as_mut_ptr().cast(), buf, words * 4) },
+        call!(d.cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), buf, words * 4)),
         "cuMemcpyDtoH_v2",
     )?;
-    ok(unsafe { (d.cuMemFree_v2)(buf) }, "cuMemFree_v2")?;
+    ok(call!(d.cuMemFree_v2(buf)), "cuMemFree_v2")?;
     // mem_global accumulates over every launch, and the Rust loop ran as many times.
     if let Some(i) = (0..words).find(|&i| got[i] != host[i]) {
         let bad = (0..words).filter(|&i| got[i] != host[i]).count();
@@ -433,17 +431,17 @@ fn native_vector_add(a: &[f32], b: &[f32], c: &mut [f32]) {
     }
 }
 
-unsafe fn bench_vector_add(d: &Driver, ev: (CUevent, CUevent)) -> Result<VectorAdd, String> {
+fn bench_vector_add(d: &Driver, ev: (CUevent, CUevent)) -> Result<VectorAdd, String> {
     let n = VA_N;
     let bytes = n * 4;
     let mut module = null_mut();
     ok(
-        unsafe { (d.cuModuleLoadData)(&mut module, VECTOR_ADD_PTX.as_ptr().cast()) },
+        call!(d.cuModuleLoadData(&mut module, VECTOR_ADD_PTX.as_ptr().cast())),
         "cuModuleLoadData(vector_add.ptx)",
     )?;
     let mut f = null_mut();
     ok(
-        unsafe { (d.cuModuleGetFunction)(&mut f, module, c"vector_add".as_ptr()) },
+        call!(d.cuModuleGetFunction(&mut f, module, c"vector_add".as_ptr())),
         "cuModuleGetFunction(vector_add)",
     )?;
     // Inputs with full mantissas and mixed signs and exponents.
@@ -456,11 +454,9 @@ unsafe fn bench_vector_add(d: &Driver, ev: (CUevent, CUevent)) -> Result<VectorA
     let mut c = vec![0f32; n];
     let mut want = vec![0f32; n];
     let (mut da, mut db, mut dc) = (0, 0, 0);
-    unsafe {
-        ok((d.cuMemAlloc_v2)(&mut da, bytes), "cuMemAlloc_v2")?;
-        ok((d.cuMemAlloc_v2)(&mut db, bytes), "cuMemAlloc_v2")?;
-        ok((d.cuMemAlloc_v2)(&mut dc, bytes), "cuMemAlloc_v2")?;
-    }
+    ok(call!(d.cuMemAlloc_v2(&mut da, bytes)), "cuMemAlloc_v2")?;
+    ok(call!(d.cuMemAlloc_v2(&mut db, bytes)), "cuMemAlloc_v2")?;
+    ok(call!(d.cuMemAlloc_v2(&mut dc, bytes)), "cuMemAlloc_v2")?;
     let (mut pa, mut pb, mut pc, mut pn) = (da, db, dc, n as i32);
     let mut params: [*mut c_void; 4] = [
         (&raw mut pa).cast(),
@@ -469,56 +465,32 @@ unsafe fn bench_vector_add(d: &Driver, ev: (CUevent, CUevent)) -> Result<VectorA
         (&raw mut pn).cast(),
     ];
     let grid = n.div_ceil(BLOCK as usize) as u32;
-    let null: CUstream = null_mut();
     let (mut total, mut kernel, mut kernel_host, mut nat) = (vec![], vec![], vec![], vec![]);
     for i in 0..VA_WARMUP + VA_SAMPLES {
         // Clear the output (untimed), so every sample's check sees this sample's results.
-        unsafe {
-            ok((d.cuMemsetD32_v2)(dc, 0, n), "cuMemsetD32_v2")?;
-            ok((d.cuCtxSynchronize)(), "cuCtxSynchronize")?;
-        }
+        ok(call!(d.cuMemsetD32_v2(dc, 0, n)), "cuMemsetD32_v2")?;
+        ok(call!(d.cuCtxSynchronize()), "cuCtxSynchronize")?;
         c.fill(0.0);
         let t0 = Instant::now();
-        let tk;
-        unsafe {
-            ok(
-                (d.cuMemcpyHtoD_v2)(da, a.as_ptr().cast(), bytes),
-                "cuMemcpyHtoD_v2",
-            )?;
-            ok(
-                (d.cuMemcpyHtoD_v2)(db, b.as_ptr().cast(), bytes),
-                "cuMemcpyHtoD_v2",
-            )?;
-            let k0 = Instant::now();
-            ok((d.cuEventRecord)(ev.0, null), "cuEventRecord")?;
-            ok(
-                (d.cuLaunchKernel)(
-                    f,
-                    grid,
-                    1,
-                    1,
-                    BLOCK,
-                    1,
-                    1,
-                    0,
-                    null,
-                    params.as_mut_ptr(),
-                    null_mut(),
-                ),
-                "cuLaunchKernel(vector_add)",
-            )?;
-            ok((d.cuEventRecord)(ev.1, null), "cuEventRecord")?;
-            ok((d.cuEventSynchronize)(ev.1), "cuEventSynchronize")?;
-            tk = k0.elapsed();
-            ok(
-                (d.cuMemcpyDtoH_v2)(c.as_mut_ptr().cast(), dc, bytes),
-                "cuMemcpyDtoH_v2",
-            )?;
-        }
+        ok(
+            call!(d.cuMemcpyHtoD_v2(da, a.as_ptr().cast(), bytes)),
+            "cuMemcpyHtoD_v2",
+        )?;
+        ok(
+            call!(d.cuMemcpyHtoD_v2(db, b.as_ptr().cast(), bytes)),
+            "cuMemcpyHtoD_v2",
+        )?;
+        let k0 = Instant::now();
+        launch_between_events(d, ev, f, grid, &mut params, "cuLaunchKernel(vector_add)")?;
+        let tk = k0.elapsed();
+        ok(
+            call!(d.cuMemcpyDtoH_v2(c.as_mut_ptr().cast(), dc, bytes)),
+            "cuMemcpyDtoH_v2",
+        )?;
         let tt = t0.elapsed();
         let mut ms = 0f32;
         ok(
-            unsafe { (d.cuEventElapsedTime)(&mut ms, ev.0, ev.1) },
+            call!(d.cuEventElapsedTime(&mut ms, ev.0, ev.1)),
             "cuEventElapsedTime",
         )?;
         let t1 = Instant::now();
@@ -546,12 +518,10 @@ unsafe fn bench_vector_add(d: &Driver, ev: (CUevent, CUevent)) -> Result<VectorA
         native_vector_add(black_box(&a), black_box(&b), black_box(&mut want));
         nat.push(t1.elapsed().as_secs_f64() * 1e3);
     }
-    unsafe {
-        ok((d.cuMemFree_v2)(da), "cuMemFree_v2")?;
-        ok((d.cuMemFree_v2)(db), "cuMemFree_v2")?;
-        ok((d.cuMemFree_v2)(dc), "cuMemFree_v2")?;
-        ok((d.cuModuleUnload)(module), "cuModuleUnload")?;
-    }
+    ok(call!(d.cuMemFree_v2(da)), "cuMemFree_v2")?;
+    ok(call!(d.cuMemFree_v2(db)), "cuMemFree_v2")?;
+    ok(call!(d.cuMemFree_v2(dc)), "cuMemFree_v2")?;
+    ok(call!(d.cuModuleUnload(module)), "cuModuleUnload")?;
     Ok(VectorAdd {
         total_ms: summarize(total),
         kernel_ms: summarize(kernel),
@@ -638,19 +608,19 @@ impl Classes {
 }
 
 /// Loads `class_kernel(body)`; returns its module and function.
-unsafe fn class_function(
+fn class_function(
     d: &Driver,
     body: &str,
 ) -> Result<(gpupool_e2e::cu::CUmodule, CUfunction), String> {
     let src = class_kernel(body);
     let mut module = null_mut();
     ok(
-        unsafe { (d.cuModuleLoadData)(&mut module, src.as_ptr().cast()) },
+        call!(d.cuModuleLoadData(&mut module, src.as_ptr().cast())),
         &format!("cuModuleLoadData(class kernel `{body}`)"),
     )?;
     let mut f = null_mut();
     ok(
-        unsafe { (d.cuModuleGetFunction)(&mut f, module, c"k".as_ptr()) },
+        call!(d.cuModuleGetFunction(&mut f, module, c"k".as_ptr())),
         "cuModuleGetFunction(k)",
     )?;
     Ok((module, f))
@@ -659,40 +629,40 @@ unsafe fn class_function(
 /// Each class kernel is sampled alternately with the loop-only kernel (loop, class, loop,
 /// class, ...) and its cost is the median of the per-pair differences, so both sides of
 /// a difference see the same machine conditions.
-unsafe fn bench_classes(d: &Driver, ev: (CUevent, CUevent)) -> Result<Classes, String> {
+fn bench_classes(d: &Driver, ev: (CUevent, CUevent)) -> Result<Classes, String> {
     let threads = (CLASS_BLOCKS * BLOCK) as usize;
     let mut buf = 0;
     ok(
-        unsafe { (d.cuMemAlloc_v2)(&mut buf, threads * 4) },
+        call!(d.cuMemAlloc_v2(&mut buf, threads * 4)),
         "cuMemAlloc_v2",
     )?;
     let (mut p0, mut p1) = (buf, CLASS_ITERS);
     let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
-    let (base_module, base) = unsafe { class_function(d, "")? };
+    let (base_module, base) = class_function(d, "")?;
     let per = (threads * CLASS_ITERS as usize * CLASS_COPIES) as f64;
     let mut base_ms = Vec::new();
     let mut rows = Vec::new();
     for (label, body) in CLASSES {
-        let (module, f) = unsafe { class_function(d, body)? };
+        let (module, f) = class_function(d, body)?;
         let (mut ms, mut ns) = (Vec::new(), Vec::new());
         for i in 0..1 + CLASS_SAMPLES {
-            let b = unsafe { timed_launch(d, ev, base, CLASS_BLOCKS, &mut params)? };
-            let t = unsafe { timed_launch(d, ev, f, CLASS_BLOCKS, &mut params)? };
+            let b = timed_launch(d, ev, base, CLASS_BLOCKS, &mut params)?;
+            let t = timed_launch(d, ev, f, CLASS_BLOCKS, &mut params)?;
             if i >= 1 {
                 base_ms.push(b.event_ms);
                 ms.push(t.event_ms);
                 ns.push((t.event_ms - b.event_ms) * 1e6 / per);
             }
         }
-        ok(unsafe { (d.cuModuleUnload)(module) }, "cuModuleUnload")?;
+        ok(call!(d.cuModuleUnload(module)), "cuModuleUnload")?;
         rows.push(ClassRow {
             label: label.to_string(),
             kernel_ms: summarize(ms),
             ns: summarize(ns).median,
         });
     }
-    ok(unsafe { (d.cuModuleUnload)(base_module) }, "cuModuleUnload")?;
-    ok(unsafe { (d.cuMemFree_v2)(buf) }, "cuMemFree_v2")?;
+    ok(call!(d.cuModuleUnload(base_module)), "cuModuleUnload")?;
+    ok(call!(d.cuMemFree_v2(buf)), "cuMemFree_v2")?;
     Ok(Classes {
         base_ms: summarize(base_ms),
         rows,
@@ -703,33 +673,29 @@ pub fn run() -> Result<PtxRun, String> {
     let d = crate::sim::load()?;
     let mut kernels = Vec::new();
     let (vector_add, classes);
-    unsafe {
-        ok((d.cuInit)(0), "cuInit")?;
-        let mut ctx = null_mut();
-        ok((d.cuCtxCreate_v2)(&mut ctx, 0, 0), "cuCtxCreate_v2")?;
-        let (mut e0, mut e1) = (null_mut(), null_mut());
-        ok((d.cuEventCreate)(&mut e0, 0), "cuEventCreate")?;
-        ok((d.cuEventCreate)(&mut e1, 0), "cuEventCreate")?;
-        let mut module = null_mut();
-        ok(
-            (d.cuModuleLoadData)(&mut module, INTERP_PTX.as_ptr().cast()),
-            "cuModuleLoadData(interp.ptx)",
-        )?;
-        for k in KERNELS {
-            kernels.push(bench_kernel(&d, module, (e0, e1), k)?);
-        }
-        ok((d.cuModuleUnload)(module), "cuModuleUnload")?;
-        vector_add = bench_vector_add(&d, (e0, e1))?;
-        classes = bench_classes(&d, (e0, e1))?;
-        ok((d.cuEventDestroy_v2)(e0), "cuEventDestroy_v2")?;
-        ok((d.cuEventDestroy_v2)(e1), "cuEventDestroy_v2")?;
-        ok((d.cuCtxDestroy_v2)(ctx), "cuCtxDestroy_v2")?;
+    ok(call!(d.cuInit(0)), "cuInit")?;
+    let mut ctx = null_mut();
+    ok(call!(d.cuCtxCreate_v2(&mut ctx, 0, 0)), "cuCtxCreate_v2")?;
+    let (mut e0, mut e1) = (null_mut(), null_mut());
+    ok(call!(d.cuEventCreate(&mut e0, 0)), "cuEventCreate")?;
+    ok(call!(d.cuEventCreate(&mut e1, 0)), "cuEventCreate")?;
+    let mut module = null_mut();
+    ok(
+        call!(d.cuModuleLoadData(&mut module, INTERP_PTX.as_ptr().cast())),
+        "cuModuleLoadData(interp.ptx)",
+    )?;
+    for k in KERNELS {
+        kernels.push(bench_kernel(&d, module, (e0, e1), k)?);
     }
+    ok(call!(d.cuModuleUnload(module)), "cuModuleUnload")?;
+    vector_add = bench_vector_add(&d, (e0, e1))?;
+    classes = bench_classes(&d, (e0, e1))?;
+    ok(call!(d.cuEventDestroy_v2(e0)), "cuEventDestroy_v2")?;
+    ok(call!(d.cuEventDestroy_v2(e1)), "cuEventDestroy_v2")?;
+    ok(call!(d.cuCtxDestroy_v2(ctx)), "cuCtxDestroy_v2")?;
     Ok(PtxRun {
         sim_library: d.path.display().to_string(),
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        cpus: cpus(),
         kernels,
         vector_add,
         classes,
@@ -750,49 +716,6 @@ fn num(x: f64) -> String {
     } else {
         format!("{x:.3}")
     }
-}
-
-/// Left-aligns the columns in `left`, right-aligns the rest.
-fn grid(head: &[&str], rows: &[Vec<String>], left: &[usize]) -> String {
-    let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (w, c) in width.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut s = String::new();
-        for (i, (c, &w)) in cells.iter().zip(&width).enumerate() {
-            if i > 0 {
-                s.push_str(" | ");
-            }
-            if left.contains(&i) {
-                let _ = write!(s, "{c:<w$}");
-            } else {
-                let _ = write!(s, "{c:>w$}");
-            }
-        }
-        s.trim_end().to_string()
-    };
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{}",
-        line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>())
-    );
-    let _ = writeln!(
-        out,
-        "{}",
-        width
-            .iter()
-            .map(|&w| "-".repeat(w))
-            .collect::<Vec<_>>()
-            .join("-|-")
-    );
-    for r in rows {
-        let _ = writeln!(out, "{}", line(r));
-    }
-    out
 }
 
 pub fn table(run: &PtxRun) -> String {
@@ -949,13 +872,6 @@ pub fn table(run: &PtxRun) -> String {
     out
 }
 
-fn js(s: &Summary) -> String {
-    format!(
-        "{{\"median\": {}, \"p99\": {}, \"samples\": {}}}",
-        s.median, s.p99, s.samples
-    )
-}
-
 pub fn json(run: &PtxRun) -> String {
     let kernels: Vec<String> = run
         .kernels
@@ -973,13 +889,13 @@ pub fn json(run: &PtxRun) -> String {
                 k.iters,
                 k.per_thread,
                 k.total,
-                js(&k.event_ms),
-                js(&k.host_ms),
-                js(&k.cpu_ms),
+                json_summary(&k.event_ms),
+                json_summary(&k.host_ms),
+                json_summary(&k.cpu_ms),
                 k.m_per_s(),
                 k.m_per_cpu_s(),
                 k.pass(),
-                js(&k.native_ms),
+                json_summary(&k.native_ms),
                 k.slowdown(),
             )
         })
@@ -994,21 +910,21 @@ pub fn json(run: &PtxRun) -> String {
         json_str(&run.sim_library),
         run.cpus,
         kernels.join(",\n"),
-        js(&v.total_ms),
-        js(&v.kernel_ms),
-        js(&v.kernel_host_ms),
-        js(&v.native_ms),
+        json_summary(&v.total_ms),
+        json_summary(&v.kernel_ms),
+        json_summary(&v.kernel_host_ms),
+        json_summary(&v.native_ms),
         v.total_ms.median / v.native_ms.median,
         v.kernel_ms.median / v.native_ms.median,
         CLASS_BLOCKS * BLOCK,
-        js(&run.classes.base_ms),
+        json_summary(&run.classes.base_ms),
         run.classes
             .rows
             .iter()
             .map(|r| format!(
                 "    {{\"instruction\": {}, \"kernel_ms\": {}, \"ns_per_thread_instr\": {}, \"ratio_to_add_s32\": {}}}",
                 json_str(&r.label),
-                js(&r.kernel_ms),
+                json_summary(&r.kernel_ms),
                 r.ns,
                 r.ns / run.classes.reference_ns()
             ))

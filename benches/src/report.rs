@@ -78,7 +78,7 @@ pub fn table(run: &Run) -> String {
         "base p99",
         "ratio",
     ];
-    let rows: Vec<[String; 8]> = run
+    let rows: Vec<Vec<String>> = run
         .figures
         .iter()
         .map(|f| {
@@ -86,7 +86,7 @@ pub fn table(run: &Run) -> String {
                 Kind::Latency => format!("{}x", num(f.ratio())),
                 Kind::Bandwidth => format!("{:.0}%", f.ratio() * 100.0),
             };
-            [
+            vec![
                 f.name.clone(),
                 f.unit().to_string(),
                 num(f.sim.median),
@@ -98,20 +98,30 @@ pub fn table(run: &Run) -> String {
             ]
         })
         .collect();
-    let mut width = head.map(str::len);
-    for r in &rows {
+    out.push_str(&grid(&head, &rows, &[0, 1, 4]));
+    let _ = writeln!(
+        out,
+        "\nlatency ratios: how many times the baseline's time; bandwidth ratios: share of the baseline's bandwidth"
+    );
+    out
+}
+
+/// A plain-text table: a header row, a rule, then `rows`; the columns in `left` are
+/// left-aligned, the rest right-aligned.
+pub(crate) fn grid(head: &[&str], rows: &[Vec<String>], left: &[usize]) -> String {
+    let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for r in rows {
         for (w, c) in width.iter_mut().zip(r) {
             *w = (*w).max(c.len());
         }
     }
     let line = |cells: &[String]| {
         let mut s = String::new();
-        for (i, (c, w)) in cells.iter().zip(width).enumerate() {
-            let left = matches!(i, 0 | 1 | 4);
+        for (i, (c, &w)) in cells.iter().zip(&width).enumerate() {
             if i > 0 {
                 s.push_str(" | ");
             }
-            if left {
+            if left.contains(&i) {
                 let _ = write!(s, "{c:<w$}");
             } else {
                 let _ = write!(s, "{c:>w$}");
@@ -119,16 +129,32 @@ pub fn table(run: &Run) -> String {
         }
         s.trim_end().to_string()
     };
-    let _ = writeln!(out, "{}", line(&head.map(String::from)));
-    let _ = writeln!(out, "{}", width.map(|w| "-".repeat(w)).join("-|-"));
-    for r in &rows {
-        let _ = writeln!(out, "{}", line(r));
-    }
+    let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nlatency ratios: how many times the baseline's time; bandwidth ratios: share of the baseline's bandwidth"
+        "{}",
+        line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>())
     );
+    let _ = writeln!(
+        out,
+        "{}",
+        width
+            .iter()
+            .map(|&w| "-".repeat(w))
+            .collect::<Vec<_>>()
+            .join("-|-")
+    );
+    for r in rows {
+        let _ = writeln!(out, "{}", line(r));
+    }
     out
+}
+
+/// The number of CPUs this process may use (1 if unknown).
+pub(crate) fn cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 pub(crate) fn json_str(s: &str) -> String {
@@ -147,7 +173,7 @@ pub(crate) fn json_str(s: &str) -> String {
     o
 }
 
-fn json_summary(s: &Summary) -> String {
+pub(crate) fn json_summary(s: &Summary) -> String {
     format!(
         "{{\"median\": {}, \"p99\": {}, \"samples\": {}}}",
         s.median, s.p99, s.samples

@@ -6,14 +6,14 @@ use std::ptr::null_mut;
 use std::sync::{Arc, Condvar, Mutex};
 
 use gpupool_e2e::cu::{CUcontext, CUresult};
-use gpupool_e2e::{Driver, EMPTY_PTX, build_sim_libdir, status};
+use gpupool_e2e::{Driver, EMPTY_PTX, build_sim_libdir, call, status};
 
-use crate::report::{Figure, Kind, Run};
+use crate::report::{Figure, Kind, Run, cpus};
 use crate::stats::{Summary, gb_per_s_paired, ns_per_op};
 
 const COPY_BYTES: usize = 64 << 20;
 
-fn ok(r: CUresult, what: &str) -> Result<(), String> {
+pub(crate) fn ok(r: CUresult, what: &str) -> Result<(), String> {
     if r == status::SUCCESS {
         Ok(())
     } else {
@@ -33,6 +33,7 @@ pub(crate) fn load() -> Result<Driver, String> {
 /// Same shape as `cuCtxGetCurrent`: write one pointer, return a status.
 #[inline(never)]
 extern "C" fn trivial(out: *mut CUcontext) -> CUresult {
+    // SAFETY: its one caller, the baseline in `run`, passes `&mut out`, a live local.
     unsafe { *out = null_mut() };
     status::SUCCESS
 }
@@ -160,296 +161,282 @@ fn fig(name: &str, kind: Kind, sim: Summary, baseline_name: &str, baseline: Summ
 pub fn run() -> Result<Run, String> {
     let d = load()?;
     let mut figures = Vec::new();
-    unsafe {
-        ok((d.cuInit)(0), "cuInit")?;
-        let mut ctx = null_mut();
-        ok((d.cuCtxCreate_v2)(&mut ctx, 0, 0), "cuCtxCreate_v2")?;
+    ok(call!(d.cuInit(0)), "cuInit")?;
+    let mut ctx = null_mut();
+    ok(call!(d.cuCtxCreate_v2(&mut ctx, 0, 0)), "cuCtxCreate_v2")?;
 
-        // 1. Call cost of a trivial driver call.
-        let mut out: CUcontext = null_mut();
-        let get_current = d.cuCtxGetCurrent;
-        let sim = ns_per_op(300, 1000, 20, || {
-            black_box(get_current(black_box(&mut out)));
-        });
-        ok(get_current(&mut out), "cuCtxGetCurrent")?;
-        if out != ctx {
-            return Err("cuCtxGetCurrent did not return the created context".into());
-        }
-        let f: extern "C" fn(*mut CUcontext) -> CUresult = black_box(trivial);
-        let indirect = ns_per_op(300, 1000, 20, || {
-            black_box(f(black_box(&mut out)));
-        });
-        let getpid = ns_per_op(300, 1000, 20, || {
-            black_box(libc::getpid());
-        });
-        figures.push(fig(
-            "cuCtxGetCurrent",
-            Kind::Latency,
-            sim,
-            "indirect call to extern \"C\" fn",
-            indirect,
-        ));
-        figures.push(fig(
-            "cuCtxGetCurrent",
-            Kind::Latency,
-            sim,
-            "libc getpid() (a real syscall)",
-            getpid,
-        ));
+    // 1. Call cost of a trivial driver call.
+    let mut out: CUcontext = null_mut();
+    let get_current = &d.cuCtxGetCurrent;
+    let sim = ns_per_op(300, 1000, 20, || {
+        black_box(get_current.call((black_box(&mut out),)));
+    });
+    ok(get_current.call((&mut out,)), "cuCtxGetCurrent")?;
+    if out != ctx {
+        return Err("cuCtxGetCurrent did not return the created context".into());
+    }
+    let f: extern "C" fn(*mut CUcontext) -> CUresult = black_box(trivial);
+    let indirect = ns_per_op(300, 1000, 20, || {
+        black_box(f(black_box(&mut out)));
+    });
+    let getpid = ns_per_op(300, 1000, 20, || {
+        // SAFETY: getpid(2) has no preconditions and touches no memory of ours.
+        black_box(unsafe { libc::getpid() });
+    });
+    figures.push(fig(
+        "cuCtxGetCurrent",
+        Kind::Latency,
+        sim,
+        "indirect call to extern \"C\" fn",
+        indirect,
+    ));
+    figures.push(fig(
+        "cuCtxGetCurrent",
+        Kind::Latency,
+        sim,
+        "libc getpid() (a real syscall)",
+        getpid,
+    ));
 
-        // 2. Allocation: cuMemAlloc_v2 + cuMemFree_v2 against malloc + free of the same size.
-        for (label, size) in [("4 KiB", 4096usize), ("1 MiB", 1 << 20)] {
-            let mut failed = None;
-            let sim = ns_per_op(200, 100, 5, || {
-                let mut p = 0;
-                let r = (d.cuMemAlloc_v2)(&mut p, size);
-                if r != status::SUCCESS {
-                    failed = Some(r);
-                    return;
-                }
-                let r = (d.cuMemFree_v2)(black_box(p));
-                if r != status::SUCCESS {
-                    failed = Some(r);
-                }
-            });
-            if let Some(r) = failed {
-                ok(r, "cuMemAlloc_v2/cuMemFree_v2")?;
+    // 2. Allocation: cuMemAlloc_v2 + cuMemFree_v2 against malloc + free of the same size.
+    for (label, size) in [("4 KiB", 4096usize), ("1 MiB", 1 << 20)] {
+        let mut failed = None;
+        let sim = ns_per_op(200, 100, 5, || {
+            let mut p = 0;
+            let r = call!(d.cuMemAlloc_v2(&mut p, size));
+            if r != status::SUCCESS {
+                failed = Some(r);
+                return;
             }
-            let base = ns_per_op(200, 100, 5, || {
+            let r = call!(d.cuMemFree_v2(black_box(p)));
+            if r != status::SUCCESS {
+                failed = Some(r);
+            }
+        });
+        if let Some(r) = failed {
+            ok(r, "cuMemAlloc_v2/cuMemFree_v2")?;
+        }
+        let base = ns_per_op(200, 100, 5, || {
+            // SAFETY: `p` comes from this `malloc` and is freed once, right away (free(NULL)
+            // is a no-op if the allocation failed); the memory is never touched.
+            unsafe {
                 let p = libc::malloc(black_box(size));
                 libc::free(black_box(p));
-            });
-            figures.push(fig(
-                &format!("cuMemAlloc_v2+cuMemFree_v2 {label}"),
-                Kind::Latency,
-                sim,
-                &format!("libc malloc+free {label}"),
-                base,
-            ));
-        }
-
-        // 3. Empty kernel launch + cuStreamSynchronize against a Condvar hand-off round trip.
-        let mut module = null_mut();
-        ok(
-            (d.cuModuleLoadData)(&mut module, EMPTY_PTX.as_ptr().cast()),
-            "cuModuleLoadData",
-        )?;
-        let mut func = null_mut();
-        ok(
-            (d.cuModuleGetFunction)(&mut func, module, c"empty".as_ptr()),
-            "cuModuleGetFunction",
-        )?;
-        let mut stream = null_mut();
-        ok((d.cuStreamCreate)(&mut stream, 1), "cuStreamCreate")?;
-        let mut p0: u64 = 0;
-        let mut p1: u32 = 0;
-        let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
-        let mut launch_sync = || {
-            let r = (d.cuLaunchKernel)(
-                func,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                null_mut(),
-            );
-            if r != status::SUCCESS {
-                return r;
             }
-            (d.cuStreamSynchronize)(stream)
-        };
-        ok(launch_sync(), "cuLaunchKernel + cuStreamSynchronize")?;
-        let mut failed = None;
-        let sim = ns_per_op(3000, 1, 100, || {
-            let r = launch_sync();
+        });
+        figures.push(fig(
+            &format!("cuMemAlloc_v2+cuMemFree_v2 {label}"),
+            Kind::Latency,
+            sim,
+            &format!("libc malloc+free {label}"),
+            base,
+        ));
+    }
+
+    // 3. Empty kernel launch + cuStreamSynchronize against a Condvar hand-off round trip.
+    let mut module = null_mut();
+    ok(
+        call!(d.cuModuleLoadData(&mut module, EMPTY_PTX.as_ptr().cast())),
+        "cuModuleLoadData",
+    )?;
+    let mut func = null_mut();
+    ok(
+        call!(d.cuModuleGetFunction(&mut func, module, c"empty".as_ptr())),
+        "cuModuleGetFunction",
+    )?;
+    let mut stream = null_mut();
+    ok(call!(d.cuStreamCreate(&mut stream, 1)), "cuStreamCreate")?;
+    let mut p0: u64 = 0;
+    let mut p1: u32 = 0;
+    let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
+    let kernel_params = params.as_mut_ptr();
+    let launch =
+        || call!(d.cuLaunchKernel(func, 1, 1, 1, 1, 1, 1, 0, stream, kernel_params, null_mut(),));
+    let launch_sync = || {
+        let r = launch();
+        if r != status::SUCCESS {
+            return r;
+        }
+        call!(d.cuStreamSynchronize(stream))
+    };
+    ok(launch_sync(), "cuLaunchKernel + cuStreamSynchronize")?;
+    let mut failed = None;
+    let sim = ns_per_op(3000, 1, 100, || {
+        let r = launch_sync();
+        if r != status::SUCCESS {
+            failed = Some(r);
+        }
+    });
+    if let Some(r) = failed {
+        ok(r, "cuLaunchKernel + cuStreamSynchronize")?;
+    }
+    let handoff = Handoff::new();
+    let handoff_rt = ns_per_op(3000, 1, 100, || handoff.round_trip());
+    drop(handoff);
+    let spin = SpinHandoff::new();
+    let spin_rt = ns_per_op(3000, 1, 100, || spin.round_trip());
+    drop(spin);
+    figures.push(fig(
+        "empty launch + cuStreamSynchronize",
+        Kind::Latency,
+        sim,
+        "thread hand-off round trip (Mutex+Condvar)",
+        handoff_rt,
+    ));
+    figures.push(fig(
+        "empty launch + cuStreamSynchronize",
+        Kind::Latency,
+        sim,
+        "thread hand-off round trip (spinning atomics)",
+        spin_rt,
+    ));
+
+    // Launch rate: 1000 asynchronous launches then one synchronize, per launch.
+    let mut failed = None;
+    let sim = ns_per_op(50, 1, 3, || {
+        for _ in 0..1000 {
+            let r = launch();
             if r != status::SUCCESS {
                 failed = Some(r);
             }
-        });
-        if let Some(r) = failed {
-            ok(r, "cuLaunchKernel + cuStreamSynchronize")?;
         }
-        let handoff = Handoff::new();
-        let handoff_rt = ns_per_op(3000, 1, 100, || handoff.round_trip());
-        drop(handoff);
-        let spin = SpinHandoff::new();
-        let spin_rt = ns_per_op(3000, 1, 100, || spin.round_trip());
-        drop(spin);
-        figures.push(fig(
-            "empty launch + cuStreamSynchronize",
-            Kind::Latency,
-            sim,
-            "thread hand-off round trip (Mutex+Condvar)",
-            handoff_rt,
-        ));
-        figures.push(fig(
-            "empty launch + cuStreamSynchronize",
-            Kind::Latency,
-            sim,
-            "thread hand-off round trip (spinning atomics)",
-            spin_rt,
-        ));
-
-        // Launch rate: 1000 asynchronous launches then one synchronize, per launch.
-        let mut failed = None;
-        let sim = ns_per_op(50, 1, 3, || {
-            for _ in 0..1000 {
-                let r = (d.cuLaunchKernel)(
-                    func,
-                    1,
-                    1,
-                    1,
-                    1,
-                    1,
-                    1,
-                    0,
-                    stream,
-                    params.as_mut_ptr(),
-                    null_mut(),
-                );
-                if r != status::SUCCESS {
-                    failed = Some(r);
-                }
-            }
-            let r = (d.cuStreamSynchronize)(stream);
-            if r != status::SUCCESS {
-                failed = Some(r);
-            }
-        });
-        if let Some(r) = failed {
-            ok(r, "cuLaunchKernel x1000 + cuStreamSynchronize")?;
+        let r = call!(d.cuStreamSynchronize(stream));
+        if r != status::SUCCESS {
+            failed = Some(r);
         }
-        let per_launch = Summary {
-            median: sim.median / 1000.0,
-            p99: sim.p99 / 1000.0,
-            samples: sim.samples,
-        };
-        figures.push(fig(
-            "empty launch, 1000 async + 1 sync, per launch",
-            Kind::Latency,
-            per_launch,
-            "thread hand-off round trip (Mutex+Condvar)",
-            handoff_rt,
-        ));
+    });
+    if let Some(r) = failed {
+        ok(r, "cuLaunchKernel x1000 + cuStreamSynchronize")?;
+    }
+    let per_launch = Summary {
+        median: sim.median / 1000.0,
+        p99: sim.p99 / 1000.0,
+        samples: sim.samples,
+    };
+    figures.push(fig(
+        "empty launch, 1000 async + 1 sync, per launch",
+        Kind::Latency,
+        per_launch,
+        "thread hand-off round trip (Mutex+Condvar)",
+        handoff_rt,
+    ));
 
-        // 4. Copy bandwidth, 64 MiB, against memcpy of the same size.
-        let n = COPY_BYTES;
-        let src = vec![0x5au8; n];
-        let mut dst = vec![0u8; n];
-        let (mut a, mut b) = (0, 0);
-        ok((d.cuMemAlloc_v2)(&mut a, n), "cuMemAlloc_v2 64 MiB")?;
-        ok((d.cuMemAlloc_v2)(&mut b, n), "cuMemAlloc_v2 64 MiB")?;
-        // Each copy is sampled alternately with its own memcpy baseline.
-        let mut scratch = vec![0u8; n];
-        let mut memcpy = || {
+    // 4. Copy bandwidth, 64 MiB, against memcpy of the same size.
+    let n = COPY_BYTES;
+    let src = vec![0x5au8; n];
+    let mut dst = vec![0u8; n];
+    let (mut a, mut b) = (0, 0);
+    ok(call!(d.cuMemAlloc_v2(&mut a, n)), "cuMemAlloc_v2 64 MiB")?;
+    ok(call!(d.cuMemAlloc_v2(&mut b, n)), "cuMemAlloc_v2 64 MiB")?;
+    // Each copy is sampled alternately with its own memcpy baseline.
+    let mut scratch = vec![0u8; n];
+    let mut memcpy = || {
+        // SAFETY: `src` and `scratch` are two distinct live buffers of `n` bytes each
+        // (`black_box` hands back the pointer it is given).
+        unsafe {
             std::ptr::copy_nonoverlapping(
                 black_box(src.as_ptr()),
                 black_box(scratch.as_mut_ptr()),
                 n,
-            );
+            )
         };
+    };
+    let mut failed = None;
+    let mut record = |r: CUresult| {
+        if r != status::SUCCESS {
+            failed = Some(r);
+        }
+    };
+    let base = "memcpy 64 MiB (same process, interleaved)";
+    let (htod, m1) = gb_per_s_paired(
+        30,
+        3,
+        n,
+        || record(call!(d.cuMemcpyHtoD_v2(a, src.as_ptr().cast(), n))),
+        &mut memcpy,
+    );
+    figures.push(fig(
+        "cuMemcpyHtoD_v2 64 MiB (pageable)",
+        Kind::Bandwidth,
+        htod,
+        base,
+        m1,
+    ));
+    let (dtoh, m2) = gb_per_s_paired(
+        30,
+        3,
+        n,
+        || record(call!(d.cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), a, n))),
+        &mut memcpy,
+    );
+    figures.push(fig(
+        "cuMemcpyDtoH_v2 64 MiB (pageable)",
+        Kind::Bandwidth,
+        dtoh,
+        base,
+        m2,
+    ));
+    let (dtod, m3) = gb_per_s_paired(
+        30,
+        3,
+        n,
+        || record(call!(d.cuMemcpyDtoD_v2(b, a, n))),
+        &mut memcpy,
+    );
+    figures.push(fig(
+        "cuMemcpyDtoD_v2 64 MiB",
+        Kind::Bandwidth,
+        dtod,
+        base,
+        m3,
+    ));
+    if let Some(r) = failed {
+        ok(r, "64 MiB copies")?;
+    }
+    if dst.iter().step_by(4096).any(|&x| x != 0x5a) {
+        return Err("DtoH did not return the data written by HtoD".into());
+    }
+
+    // Pinned host memory, where the simulator supports it.
+    let mut pinned = null_mut();
+    if call!(d.cuMemAllocHost_v2(&mut pinned, n)) == status::SUCCESS {
+        // SAFETY: `cuMemAllocHost_v2` succeeded, so `pinned` points to `n` writable bytes of
+        // host memory, ours until `cuMemFreeHost` below.
+        unsafe { std::ptr::write_bytes(pinned.cast::<u8>(), 0x33, n) };
         let mut failed = None;
-        let mut record = |r: CUresult| {
-            if r != status::SUCCESS {
-                failed = Some(r);
-            }
-        };
-        let base = "memcpy 64 MiB (same process, interleaved)";
-        let (htod, m1) = gb_per_s_paired(
+        let (htod, m4) = gb_per_s_paired(
             30,
             3,
             n,
-            || record((d.cuMemcpyHtoD_v2)(a, src.as_ptr().cast(), n)),
+            || {
+                let r = call!(d.cuMemcpyHtoD_v2(a, pinned, n));
+                if r != status::SUCCESS {
+                    failed = Some(r);
+                }
+            },
             &mut memcpy,
         );
+        if let Some(r) = failed {
+            ok(r, "pinned HtoD")?;
+        }
         figures.push(fig(
-            "cuMemcpyHtoD_v2 64 MiB (pageable)",
+            "cuMemcpyHtoD_v2 64 MiB (pinned)",
             Kind::Bandwidth,
             htod,
             base,
-            m1,
+            m4,
         ));
-        let (dtoh, m2) = gb_per_s_paired(
-            30,
-            3,
-            n,
-            || record((d.cuMemcpyDtoH_v2)(dst.as_mut_ptr().cast(), a, n)),
-            &mut memcpy,
-        );
-        figures.push(fig(
-            "cuMemcpyDtoH_v2 64 MiB (pageable)",
-            Kind::Bandwidth,
-            dtoh,
-            base,
-            m2,
-        ));
-        let (dtod, m3) = gb_per_s_paired(
-            30,
-            3,
-            n,
-            || record((d.cuMemcpyDtoD_v2)(b, a, n)),
-            &mut memcpy,
-        );
-        figures.push(fig(
-            "cuMemcpyDtoD_v2 64 MiB",
-            Kind::Bandwidth,
-            dtod,
-            base,
-            m3,
-        ));
-        if let Some(r) = failed {
-            ok(r, "64 MiB copies")?;
-        }
-        if dst.iter().step_by(4096).any(|&x| x != 0x5a) {
-            return Err("DtoH did not return the data written by HtoD".into());
-        }
-
-        // Pinned host memory, where the simulator supports it.
-        let mut pinned = null_mut();
-        if (d.cuMemAllocHost_v2)(&mut pinned, n) == status::SUCCESS {
-            std::ptr::write_bytes(pinned.cast::<u8>(), 0x33, n);
-            let mut failed = None;
-            let (htod, m4) = gb_per_s_paired(
-                30,
-                3,
-                n,
-                || {
-                    let r = (d.cuMemcpyHtoD_v2)(a, pinned, n);
-                    if r != status::SUCCESS {
-                        failed = Some(r);
-                    }
-                },
-                &mut memcpy,
-            );
-            if let Some(r) = failed {
-                ok(r, "pinned HtoD")?;
-            }
-            figures.push(fig(
-                "cuMemcpyHtoD_v2 64 MiB (pinned)",
-                Kind::Bandwidth,
-                htod,
-                base,
-                m4,
-            ));
-            ok((d.cuMemFreeHost)(pinned), "cuMemFreeHost")?;
-        }
-
-        ok((d.cuMemFree_v2)(a), "cuMemFree_v2")?;
-        ok((d.cuMemFree_v2)(b), "cuMemFree_v2")?;
-        ok((d.cuStreamDestroy_v2)(stream), "cuStreamDestroy_v2")?;
-        ok((d.cuModuleUnload)(module), "cuModuleUnload")?;
-        ok((d.cuCtxDestroy_v2)(ctx), "cuCtxDestroy_v2")?;
+        ok(call!(d.cuMemFreeHost(pinned)), "cuMemFreeHost")?;
     }
+
+    ok(call!(d.cuMemFree_v2(a)), "cuMemFree_v2")?;
+    ok(call!(d.cuMemFree_v2(b)), "cuMemFree_v2")?;
+    ok(call!(d.cuStreamDestroy_v2(stream)), "cuStreamDestroy_v2")?;
+    ok(call!(d.cuModuleUnload(module)), "cuModuleUnload")?;
+    ok(call!(d.cuCtxDestroy_v2(ctx)), "cuCtxDestroy_v2")?;
     Ok(Run {
         sim_library: d.path.display().to_string(),
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        cpus: cpus(),
         figures,
     })
 }

@@ -2,7 +2,7 @@
 //!
 //! Owns: locating the simulator (`GPUPOOL_SIM_LIBDIR`, else `scripts/sim-libdir`), loading
 //! `libcuda.so.1` from there with libloading, a typed table of the driver entry points the
-//! tests use ([`Driver`]), small RAII and stream helpers, and [`isolated_test!`], which runs a
+//! tests use ([`Driver`], called through [`call!`]), small RAII and stream helpers, and [`isolated_test!`], which runs a
 //! test body in a fresh copy of the test binary (the simulator is process-global state:
 //! `cuInit` happens once and `GPUPOOL_SIM_*` is read when the library loads).
 //!
@@ -52,13 +52,70 @@ pub mod status {
     pub const NOT_READY: CUresult = E::CUDA_ERROR_NOT_READY;
 }
 
+/// A driver entry point: a function pointer that [`Driver::load`] resolved from the simulator
+/// under its export name, with its signature checked at compile time against bindgen's
+/// declaration of that export (see `driver_table!`). Only `Driver::load` makes one, it is
+/// neither `Copy` nor `Clone`, and a [`Driver`] cannot be taken apart (it implements `Drop`),
+/// so an `Entry` is only reachable through the `Driver` that keeps its library loaded.
+///
+/// Call one with [`call!`]: `call!(d.cuMemAlloc_v2(&mut p, len))`.
+pub struct Entry<F>(F);
+
+/// `Entry::call` for each arity the table uses (0 to 11 arguments).
+macro_rules! entry_arity {
+    ($( ($($a:ident: $t:ident),*) )*) => {$(
+        impl<$($t),*> Entry<unsafe extern "C" fn($($t),*) -> CUresult> {
+            /// Calls the entry point with `args` and returns its result code.
+            ///
+            /// Contract (the C driver API's own, which every test and bench call site keeps):
+            /// each pointer argument is null or points to live memory of the type and size
+            /// the entry point reads or writes; handles may be stale or bogus, since the
+            /// simulator validates every handle before it uses one.
+            #[inline]
+            pub fn call(&self, ($($a,)*): ($($t,)*)) -> CUresult {
+                // SAFETY: `self.0` is the export of its field's name, typed as bindgen declares
+                // it (`driver_table!`), loaded while its `Driver` lives; arguments: see above.
+                unsafe { (self.0)($($a),*) }
+            }
+        }
+    )*};
+}
+
+entry_arity! {
+    ()
+    (a: A)
+    (a: A, b: B)
+    (a: A, b: B, c: C)
+    (a: A, b: B, c: C, d: D)
+    (a: A, b: B, c: C, d: D, e: E)
+    (a: A, b: B, c: C, d: D, e: E, f: F)
+    (a: A, b: B, c: C, d: D, e: E, f: F, g: G)
+    (a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H)
+    (a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I)
+    (a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I, j: J)
+    (a: A, b: B, c: C, d: D, e: E, f: F, g: G, h: H, i: I, j: J, k: K)
+}
+
+/// Calls a [`Driver`] entry point: `call!(d.cuMemAlloc_v2(&mut p, len))` or
+/// `call!(cuda().cuStreamQuery(s))`, giving the `CUresult`. The arguments keep the contract
+/// of [`Entry::call`].
+#[macro_export]
+macro_rules! call {
+    ($d:ident . $f:ident ( $($arg:expr),* $(,)? )) => {
+        $d.$f.call(($($arg,)*))
+    };
+    ($g:ident () . $f:ident ( $($arg:expr),* $(,)? )) => {
+        $g().$f.call(($($arg,)*))
+    };
+}
+
 /// Declares [`Driver`]: one field per entry point, loaded by its export name, with a
 /// compile-time proof that the written signature is the one bindgen generated.
 macro_rules! driver_table {
     ($( $name:ident ( $($arg:ty),* $(,)? ); )*) => {
         /// The driver entry points the tests call, resolved from the simulator by export name.
         pub struct Driver {
-            $( pub $name: unsafe extern "C" fn($($arg),*) -> CUresult, )*
+            $( pub $name: Entry<unsafe extern "C" fn($($arg),*) -> CUresult>, )*
             /// Where the library was loaded from.
             pub path: PathBuf,
             lib: libloading::Library,
@@ -73,12 +130,16 @@ macro_rules! driver_table {
                 let lib = unsafe { libloading::Library::new(path) }
                     .map_err(|e| format!("loading {}: {e}", path.display()))?;
                 Ok(Driver {
-                    $( $name: unsafe {
-                        *lib.get::<unsafe extern "C" fn($($arg),*) -> CUresult>(
-                            concat!(stringify!($name), "\0").as_bytes(),
-                        )
-                        .map_err(|e| format!("{} in {}: {e}", stringify!($name), path.display()))?
-                    }, )*
+                    $( $name: Entry(
+                        // SAFETY: read as bindgen's type for this export (the `const _` above);
+                        // the pointer is kept next to `lib`, in the same `Driver`.
+                        unsafe {
+                            *lib.get::<unsafe extern "C" fn($($arg),*) -> CUresult>(
+                                concat!(stringify!($name), "\0").as_bytes(),
+                            )
+                            .map_err(|e| format!("{} in {}: {e}", stringify!($name), path.display()))?
+                        }
+                    ), )*
                     path: path.to_path_buf(),
                     lib,
                 })
@@ -162,16 +223,17 @@ impl Driver {
     ) -> (CUresult, *mut c_void, CUdriverProcAddressQueryResult) {
         let mut pfn: *mut c_void = std::ptr::dangling_mut(); // must be overwritten
         let mut st = cu::CUdriverProcAddressQueryResult(0xdead);
-        let r = unsafe {
-            (self.cuGetProcAddress_v2)(symbol.as_ptr(), &mut pfn, version, flags, &mut st)
-        };
+        let r = self
+            .cuGetProcAddress_v2
+            .call((symbol.as_ptr(), &mut pfn, version, flags, &mut st));
         (r, pfn, st)
     }
 }
 
-// The table holds plain function pointers and the library handle.
-unsafe impl Send for Driver {}
-unsafe impl Sync for Driver {}
+/// Keeps a `Driver` whole: no entry point can be moved out of it and outlive its library.
+impl Drop for Driver {
+    fn drop(&mut self) {}
+}
 
 /// The directory holding `libcuda.so.1`: `$GPUPOOL_SIM_LIBDIR`, else the one that
 /// `scripts/sim-libdir` builds (debug profile). Resolved once per process.
@@ -212,7 +274,7 @@ pub fn driver() -> &'static Driver {
 pub fn cuda() -> &'static Driver {
     static INIT: OnceLock<()> = OnceLock::new();
     let d = driver();
-    INIT.get_or_init(|| check(unsafe { (d.cuInit)(0) }));
+    INIT.get_or_init(|| check(call!(d.cuInit(0))));
     d
 }
 
@@ -221,14 +283,13 @@ pub fn name(res: CUresult) -> String {
     let mut p: *const c_char = std::ptr::null();
     let known = DRIVER
         .get()
-        .map(|d| unsafe { (d.cuGetErrorName)(res, &mut p) } == status::SUCCESS && !p.is_null())
+        .map(|d| call!(d.cuGetErrorName(res, &mut p)) == status::SUCCESS && !p.is_null())
         .unwrap_or(false);
     if known {
-        format!(
-            "{} ({})",
-            unsafe { CStr::from_ptr(p) }.to_string_lossy(),
-            res.0
-        )
+        // SAFETY: on success `cuGetErrorName` points `p` (checked non-null) at a static
+        // NUL-terminated string of the driver's.
+        let text = unsafe { CStr::from_ptr(p) };
+        format!("{} ({})", text.to_string_lossy(), res.0)
     } else {
         format!("CUresult({})", res.0)
     }
@@ -243,6 +304,15 @@ pub fn check(res: CUresult) {
     }
 }
 
+/// [`check`] for `Drop` impls: does nothing while the thread is already panicking, where a
+/// second panic would abort the test binary instead of reporting the first failure.
+#[track_caller]
+pub fn check_in_drop(res: CUresult) {
+    if !std::thread::panicking() {
+        check(res);
+    }
+}
+
 /// Asserts that `res` is `want`, naming both on failure.
 #[track_caller]
 pub fn expect(res: CUresult, want: CUresult, what: &str) {
@@ -251,17 +321,25 @@ pub fn expect(res: CUresult, want: CUresult, what: &str) {
     }
 }
 
-/// A value that may cross threads (raw CUDA handles are pointers, hence !Send).
+/// A raw CUDA handle that may cross threads (handles are pointers, hence !Send).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shared<T>(pub T);
-unsafe impl<T> Send for Shared<T> {}
-unsafe impl<T> Sync for Shared<T> {}
+// `Shared` never dereferences the pointer: it carries a CUDA handle back to the driver, which
+// is thread-safe and (in the simulator) validates every handle it is given.
+// SAFETY: a raw pointer has no thread affinity of its own, and CUDA handles are process-wide,
+// valid on any thread.
+unsafe impl<T> Send for Shared<*mut T> {}
+// SAFETY: as for `Send`: a shared `Shared` only gives out copies of the pointer.
+unsafe impl<T> Sync for Shared<*mut T> {}
 
 /// A context created with `cuCtxCreate_v2` (current on the creating thread), destroyed on drop.
 pub struct Context {
     pub raw: CUcontext,
 }
+// SAFETY: `raw` is a process-wide CUDA context handle, valid on any thread; `Context` only
+// passes it to the (thread-safe) driver, never dereferences it.
 unsafe impl Send for Context {}
+// SAFETY: as for `Send`; `&Context` only exposes the handle's value.
 unsafe impl Sync for Context {}
 
 impl Context {
@@ -269,21 +347,18 @@ impl Context {
     pub fn new(dev: CUdevice) -> Context {
         let d = cuda();
         let mut raw = std::ptr::null_mut();
-        check(unsafe { (d.cuCtxCreate_v2)(&mut raw, 0, dev) });
+        check(call!(d.cuCtxCreate_v2(&mut raw, 0, dev)));
         assert!(!raw.is_null());
         Context { raw }
     }
     /// Makes this context current on the calling thread (replacing the top of its stack).
     pub fn make_current(&self) {
-        check(unsafe { (cuda().cuCtxSetCurrent)(self.raw) });
+        check(call!(cuda().cuCtxSetCurrent(self.raw)));
     }
 }
 impl Drop for Context {
     fn drop(&mut self) {
-        let r = unsafe { (cuda().cuCtxDestroy_v2)(self.raw) };
-        if !std::thread::panicking() {
-            check(r);
-        }
+        check_in_drop(call!(cuda().cuCtxDestroy_v2(self.raw)));
     }
 }
 
@@ -291,22 +366,22 @@ impl Drop for Context {
 pub struct Stream {
     pub raw: CUstream,
 }
+// SAFETY: `raw` is a CUDA stream handle, valid on any thread of the process; `Stream` only
+// passes it to the (thread-safe) driver, never dereferences it.
 unsafe impl Send for Stream {}
+// SAFETY: as for `Send`; `&Stream` only exposes the handle's value.
 unsafe impl Sync for Stream {}
 impl Stream {
     pub fn new(flags: c_uint) -> Stream {
         let mut raw = std::ptr::null_mut();
-        check(unsafe { (cuda().cuStreamCreate)(&mut raw, flags) });
+        check(call!(cuda().cuStreamCreate(&mut raw, flags)));
         assert!(!raw.is_null());
         Stream { raw }
     }
 }
 impl Drop for Stream {
     fn drop(&mut self) {
-        let r = unsafe { (cuda().cuStreamDestroy_v2)(self.raw) };
-        if !std::thread::panicking() {
-            check(r);
-        }
+        check_in_drop(call!(cuda().cuStreamDestroy_v2(self.raw)));
     }
 }
 
@@ -318,28 +393,33 @@ pub struct DeviceBuffer {
 impl DeviceBuffer {
     pub fn new(len: usize) -> DeviceBuffer {
         let mut ptr = 0;
-        check(unsafe { (cuda().cuMemAlloc_v2)(&mut ptr, len) });
+        check(call!(cuda().cuMemAlloc_v2(&mut ptr, len)));
         assert_ne!(ptr, 0);
         DeviceBuffer { ptr, len }
     }
     /// Copies the whole buffer to the host (synchronous).
     pub fn read(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.len];
-        check(unsafe { (cuda().cuMemcpyDtoH_v2)(v.as_mut_ptr().cast(), self.ptr, self.len) });
+        check(call!(cuda().cuMemcpyDtoH_v2(
+            v.as_mut_ptr().cast(),
+            self.ptr,
+            self.len
+        )));
         v
     }
     /// Copies `data` to the start of the buffer (synchronous).
     pub fn write(&self, data: &[u8]) {
         assert!(data.len() <= self.len);
-        check(unsafe { (cuda().cuMemcpyHtoD_v2)(self.ptr, data.as_ptr().cast(), data.len()) });
+        check(call!(cuda().cuMemcpyHtoD_v2(
+            self.ptr,
+            data.as_ptr().cast(),
+            data.len()
+        )));
     }
 }
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        let r = unsafe { (cuda().cuMemFree_v2)(self.ptr) };
-        if !std::thread::panicking() {
-            check(r);
-        }
+        check_in_drop(call!(cuda().cuMemFree_v2(self.ptr)));
     }
 }
 
@@ -347,14 +427,19 @@ impl Drop for DeviceBuffer {
 /// on failure the closure is dropped without running.
 pub fn host_fn<F: FnOnce() + Send + 'static>(stream: CUstream, f: F) -> CUresult {
     unsafe extern "C" fn trampoline(data: *mut c_void) {
+        // The driver calls a host function once per successful `cuLaunchHostFunc`.
+        // SAFETY: `data` is the `Box::into_raw` pointer below, launched with this function, so
+        // the box comes back here exactly once.
         let f: Box<Box<dyn FnOnce() + Send>> = unsafe { Box::from_raw(data.cast()) };
         // A panic must not unwind into the driver's worker thread.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     }
     let boxed: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(f));
     let data = Box::into_raw(boxed);
-    let r = unsafe { (cuda().cuLaunchHostFunc)(stream, Some(trampoline), data.cast()) };
+    let r = call!(cuda().cuLaunchHostFunc(stream, Some(trampoline), data.cast()));
     if r != status::SUCCESS {
+        // SAFETY: the launch failed, so the driver never calls `trampoline` with `data`, and
+        // the box made by `Box::into_raw` above is still ours to reclaim, once.
         drop(unsafe { Box::from_raw(data) });
     }
     r
@@ -439,7 +524,7 @@ pub fn spawn_in<T: Send + 'static>(
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let ctx = ctx;
-        check(unsafe { (cuda().cuCtxSetCurrent)(ctx.0) });
+        check(call!(cuda().cuCtxSetCurrent(ctx.0)));
         let _ = tx.send(f());
     });
     rx
@@ -450,7 +535,7 @@ pub fn sync_stream_in(ctx: CUcontext, stream: CUstream) -> std::sync::mpsc::Rece
     let s = Shared(stream);
     spawn_in(ctx, move || {
         let s = s;
-        unsafe { (cuda().cuStreamSynchronize)(s.0) }
+        call!(cuda().cuStreamSynchronize(s.0))
     })
 }
 
@@ -468,7 +553,7 @@ pub const EMPTY_PTX: &str = "\
 /// Number of simulated devices, from `cuDeviceGetCount`.
 pub fn device_count() -> c_int {
     let mut n = 0;
-    check(unsafe { (cuda().cuDeviceGetCount)(&mut n) });
+    check(call!(cuda().cuDeviceGetCount(&mut n)));
     n
 }
 
@@ -496,6 +581,36 @@ pub fn child_done(test: &str) {
     println!("{CHILD_MARK} {test}");
 }
 
+/// Runs `cmd` with its output captured and the simulator configured by `env` alone (every
+/// other `GPUPOOL_SIM_*` removed). Returns its output, or `None` if it did not finish within
+/// `timeout`, in which case it was killed (SIGKILL).
+pub fn output_with_sim_env(
+    mut cmd: Command,
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> Option<std::process::Output> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    for k in SIM_ENV {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {program}: {e}"));
+    let pid = child.id();
+    match within(timeout, move || child.wait_with_output()) {
+        Some(out) => Some(out.unwrap_or_else(|e| panic!("waiting for {program}: {e}"))),
+        None => {
+            // SAFETY: kill(2) takes plain integers and touches none of this process's memory.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            None
+        }
+    }
+}
+
 /// Re-executes the current test binary to run only `test`, with the simulator configured by
 /// `env` (and no other `GPUPOOL_SIM_*`), and fails unless the child ran the body and passed.
 pub fn run_in_child(test: &str, env: &[(&str, &str)], timeout: Duration) {
@@ -503,24 +618,9 @@ pub fn run_in_child(test: &str, env: &[(&str, &str)], timeout: Duration) {
     let mut cmd = Command::new(exe);
     cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, test)
-        .env(LIBDIR_ENV, sim_libdir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for k in SIM_ENV {
-        cmd.env_remove(k);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let child = cmd.spawn().expect("spawning the test binary");
-    let pid = child.id();
-    let waited = within(timeout, move || child.wait_with_output());
-    let out = match waited {
-        Some(out) => out.expect("waiting for the child"),
-        None => {
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("isolated test {test} did not finish within {timeout:?} (killed)");
-        }
+        .env(LIBDIR_ENV, sim_libdir());
+    let Some(out) = output_with_sim_env(cmd, env, timeout) else {
+        panic!("isolated test {test} did not finish within {timeout:?} (killed)");
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -11,11 +11,11 @@
 //! Compiler: `$CC`, else `cc`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use gpupool_e2e::{SIM_ENV, sim_libdir, within};
+use gpupool_e2e::{output_with_sim_env, sim_libdir};
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -80,23 +80,9 @@ fn run_driver_api(env: &[(&str, &str)]) -> Run {
         _ => libdir.display().to_string(),
     };
     let mut cmd = Command::new(exe);
-    cmd.env("LD_LIBRARY_PATH", ld_path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for k in SIM_ENV {
-        cmd.env_remove(k);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let child = cmd.spawn().expect("starting driver_api");
-    let pid = child.id();
-    let out = match within(Duration::from_secs(180), move || child.wait_with_output()) {
-        Some(r) => r.expect("waiting for driver_api"),
-        None => {
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("driver_api did not finish within 180 s (killed); env {env:?}");
-        }
+    cmd.env("LD_LIBRARY_PATH", ld_path);
+    let Some(out) = output_with_sim_env(cmd, env, Duration::from_secs(180)) else {
+        panic!("driver_api did not finish within 180 s (killed); env {env:?}");
     };
     Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -7,74 +7,78 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
 use gpupool_e2e::cu::CUcontext;
-use gpupool_e2e::{EMPTY_PTX, Shared, check, cuda, expect, isolated_test, status};
+use gpupool_e2e::{EMPTY_PTX, Shared, call, check, cuda, expect, isolated_test, status};
 
 const MIB: usize = 1 << 20;
 const THREADS: usize = 16;
 
 fn mem_info() -> (usize, usize) {
     let (mut free, mut total) = (0, 0);
-    check(unsafe { (cuda().cuMemGetInfo_v2)(&mut free, &mut total) });
+    check(call!(cuda().cuMemGetInfo_v2(&mut free, &mut total)));
     (free, total)
 }
 
 /// One worker: alloc / copy / memset / launch / verify / free, `iters` times, in `ctx`.
 fn worker(t: usize, ctx: Shared<CUcontext>, iters: usize) {
     let d = cuda();
-    unsafe {
-        check((d.cuCtxSetCurrent)(ctx.0));
-        let mut stream = null_mut();
-        check((d.cuStreamCreate)(&mut stream, 1));
-        let mut module = null_mut();
-        check((d.cuModuleLoadData)(&mut module, EMPTY_PTX.as_ptr().cast()));
-        let mut f = null_mut();
-        check((d.cuModuleGetFunction)(&mut f, module, c"empty".as_ptr()));
-        for i in 0..iters {
-            let len = 4096 * (1 + (t * 31 + i * 17) % 64);
-            let (mut a, mut b) = (0, 0);
-            check((d.cuMemAlloc_v2)(&mut a, len));
-            check((d.cuMemAlloc_v2)(&mut b, len));
-            let data: Vec<u8> = (0..len).map(|k| (k ^ t ^ (i << 3)) as u8).collect();
-            check((d.cuMemcpyHtoD_v2)(a, data.as_ptr().cast(), len));
-            check((d.cuMemcpyDtoDAsync_v2)(b, a, len, stream));
-            let mut p0 = b;
-            let mut p1 = len as u32;
-            let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
-            check((d.cuLaunchKernel)(
-                f,
-                2,
-                1,
-                1,
-                64,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                null_mut(),
-            ));
-            let mut back = vec![0u8; len];
-            check((d.cuMemcpyDtoHAsync_v2)(
-                back.as_mut_ptr().cast(),
-                b,
-                len,
-                stream,
-            ));
-            check((d.cuStreamSynchronize)(stream));
-            assert!(back == data, "thread {t} iteration {i}: data corrupted");
-            check((d.cuMemsetD8Async)(a, t as u8, len, stream));
-            check((d.cuStreamSynchronize)(stream));
-            check((d.cuMemcpyDtoH_v2)(back.as_mut_ptr().cast(), a, len));
-            assert!(
-                back.iter().all(|&x| x == t as u8),
-                "thread {t} iteration {i}: memset lost"
-            );
-            check((d.cuMemFree_v2)(a));
-            check((d.cuMemFree_v2)(b));
-        }
-        check((d.cuModuleUnload)(module));
-        check((d.cuStreamDestroy_v2)(stream));
+    check(call!(d.cuCtxSetCurrent(ctx.0)));
+    let mut stream = null_mut();
+    check(call!(d.cuStreamCreate(&mut stream, 1)));
+    let mut module = null_mut();
+    check(call!(
+        d.cuModuleLoadData(&mut module, EMPTY_PTX.as_ptr().cast())
+    ));
+    let mut f = null_mut();
+    check(call!(d.cuModuleGetFunction(
+        &mut f,
+        module,
+        c"empty".as_ptr()
+    )));
+    for i in 0..iters {
+        let len = 4096 * (1 + (t * 31 + i * 17) % 64);
+        let (mut a, mut b) = (0, 0);
+        check(call!(d.cuMemAlloc_v2(&mut a, len)));
+        check(call!(d.cuMemAlloc_v2(&mut b, len)));
+        let data: Vec<u8> = (0..len).map(|k| (k ^ t ^ (i << 3)) as u8).collect();
+        check(call!(d.cuMemcpyHtoD_v2(a, data.as_ptr().cast(), len)));
+        check(call!(d.cuMemcpyDtoDAsync_v2(b, a, len, stream)));
+        let mut p0 = b;
+        let mut p1 = len as u32;
+        let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
+        check(call!(d.cuLaunchKernel(
+            f,
+            2,
+            1,
+            1,
+            64,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            null_mut(),
+        )));
+        let mut back = vec![0u8; len];
+        check(call!(d.cuMemcpyDtoHAsync_v2(
+            back.as_mut_ptr().cast(),
+            b,
+            len,
+            stream,
+        )));
+        check(call!(d.cuStreamSynchronize(stream)));
+        assert!(back == data, "thread {t} iteration {i}: data corrupted");
+        check(call!(d.cuMemsetD8Async(a, t as u8, len, stream)));
+        check(call!(d.cuStreamSynchronize(stream)));
+        check(call!(d.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), a, len)));
+        assert!(
+            back.iter().all(|&x| x == t as u8),
+            "thread {t} iteration {i}: memset lost"
+        );
+        check(call!(d.cuMemFree_v2(a)));
+        check(call!(d.cuMemFree_v2(b)));
     }
+    check(call!(d.cuModuleUnload(module)));
+    check(call!(d.cuStreamDestroy_v2(stream)));
 }
 
 isolated_test!(fn sixteen_threads_alloc_copy_verify_free() env("GPUPOOL_SIM_MEMORY" => "256MiB", "GPUPOOL_SIM_DEVICES" => "2") {
@@ -83,15 +87,13 @@ isolated_test!(fn sixteen_threads_alloc_copy_verify_free() env("GPUPOOL_SIM_MEMO
     // context on device 1, so contexts are used from several threads at once.
     let mut primary = null_mut();
     let mut created = null_mut();
-    unsafe {
-        check((d.cuDevicePrimaryCtxRetain)(&mut primary, 0));
-        check((d.cuCtxCreate_v2)(&mut created, 0, 1));
-    }
+    check(call!(d.cuDevicePrimaryCtxRetain(&mut primary, 0)));
+    check(call!(d.cuCtxCreate_v2(&mut created, 0, 1)));
     let ctxs = [Shared(primary), Shared(created)];
     let before: Vec<_> = ctxs
         .iter()
         .map(|c| {
-            check(unsafe { (d.cuCtxSetCurrent)(c.0) });
+            check(call!(d.cuCtxSetCurrent(c.0)));
             mem_info()
         })
         .collect();
@@ -105,19 +107,17 @@ isolated_test!(fn sixteen_threads_alloc_copy_verify_free() env("GPUPOOL_SIM_MEMO
         h.join().unwrap_or_else(|_| panic!("worker {t} failed"));
     }
     for (c, want) in ctxs.iter().zip(before) {
-        check(unsafe { (d.cuCtxSetCurrent)(c.0) });
+        check(call!(d.cuCtxSetCurrent(c.0)));
         assert_eq!(mem_info(), want, "all memory returned after the workers freed everything");
     }
-    unsafe {
-        check((d.cuCtxDestroy_v2)(created));
-        check((d.cuDevicePrimaryCtxRelease_v2)(0));
-    }
+    check(call!(d.cuCtxDestroy_v2(created)));
+    check(call!(d.cuDevicePrimaryCtxRelease_v2(0)));
 });
 
 isolated_test!(fn racing_allocations_never_overshoot() env("GPUPOOL_SIM_MEMORY" => "64MiB") {
     let d = cuda();
     let mut ctx = null_mut();
-    unsafe { check((d.cuCtxCreate_v2)(&mut ctx, 0, 0)) };
+    check(call!(d.cuCtxCreate_v2(&mut ctx, 0, 0)));
     let (free0, total) = mem_info();
     assert_eq!(free0, 64 * MIB);
     let ctx = Shared(ctx);
@@ -129,18 +129,18 @@ isolated_test!(fn racing_allocations_never_overshoot() env("GPUPOOL_SIM_MEMORY" 
             std::thread::spawn(move || {
                 let ctx = ctx;
                 let d = cuda();
-                check(unsafe { (d.cuCtxSetCurrent)(ctx.0) });
+                check(call!(d.cuCtxSetCurrent(ctx.0)));
                 barrier.wait();
                 let mut mine = Vec::new();
                 loop {
                     let mut p = 0;
-                    let r = unsafe { (d.cuMemAlloc_v2)(&mut p, MIB) };
+                    let r = call!(d.cuMemAlloc_v2(&mut p, MIB));
                     if r == status::OUT_OF_MEMORY {
                         break;
                     }
                     check(r);
                     granted.fetch_add(1, Ordering::SeqCst);
-                    mine.push(Shared(p));
+                    mine.push(p);
                 }
                 mine
             })
@@ -150,8 +150,8 @@ isolated_test!(fn racing_allocations_never_overshoot() env("GPUPOOL_SIM_MEMORY" 
     assert_eq!(granted.load(Ordering::SeqCst), 64, "exactly 64 x 1 MiB fit in 64 MiB");
     assert_eq!(mem_info(), (0, total));
     let mut p = 0;
-    unsafe { expect((d.cuMemAlloc_v2)(&mut p, 1), status::OUT_OF_MEMORY, "full after the race") };
-    let mut sorted: Vec<_> = all.iter().map(|p| p.0).collect();
+    expect(call!(d.cuMemAlloc_v2(&mut p, 1)), status::OUT_OF_MEMORY, "full after the race");
+    let mut sorted = all.clone();
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(sorted.len(), 64, "every allocation got a distinct address");
@@ -159,8 +159,8 @@ isolated_test!(fn racing_allocations_never_overshoot() env("GPUPOOL_SIM_MEMORY" 
         assert!(w[1] - w[0] >= MIB as u64, "allocations overlap");
     }
     for p in all {
-        unsafe { check((d.cuMemFree_v2)(p.0)) };
+        check(call!(d.cuMemFree_v2(p)));
     }
     assert_eq!(mem_info(), (free0, total));
-    unsafe { check((d.cuCtxDestroy_v2)(ctx.0)) };
+    check(call!(d.cuCtxDestroy_v2(ctx.0)));
 });

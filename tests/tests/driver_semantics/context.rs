@@ -4,17 +4,17 @@ use std::ptr::null_mut;
 use std::sync::{Arc, Barrier};
 
 use gpupool_e2e::cu::CUcontext;
-use gpupool_e2e::{Shared, check, cuda, device_count, expect, status};
+use gpupool_e2e::{Shared, call, check, cuda, device_count, expect, status};
 
 fn current() -> CUcontext {
     let mut c = 0x1 as CUcontext;
-    check(unsafe { (cuda().cuCtxGetCurrent)(&mut c) });
+    check(call!(cuda().cuCtxGetCurrent(&mut c)));
     c
 }
 
 fn current_device() -> i32 {
     let mut dev = -1;
-    check(unsafe { (cuda().cuCtxGetDevice)(&mut dev) });
+    check(call!(cuda().cuCtxGetDevice(&mut dev)));
     dev
 }
 
@@ -23,11 +23,9 @@ fn floating_context(dev: i32) -> CUcontext {
     let d = cuda();
     let mut c = null_mut();
     let mut popped = null_mut();
-    unsafe {
-        check((d.cuCtxCreate_v2)(&mut c, 0, dev));
-        assert_eq!(current(), c, "cuCtxCreate_v2 makes the new context current");
-        check((d.cuCtxPopCurrent_v2)(&mut popped));
-    }
+    check(call!(d.cuCtxCreate_v2(&mut c, 0, dev)));
+    assert_eq!(current(), c, "cuCtxCreate_v2 makes the new context current");
+    check(call!(d.cuCtxPopCurrent_v2(&mut popped)));
     assert_eq!(popped, c);
     c
 }
@@ -46,89 +44,85 @@ fn context_stack_is_per_thread() {
             std::thread::spawn(move || {
                 let (first, second, second_dev) =
                     if i % 2 == 0 { (a, b, dev_b) } else { (b, a, 0) };
-                unsafe {
-                    assert!(current().is_null(), "a new thread has no current context");
-                    check((d.cuCtxPushCurrent_v2)(first.0));
-                    assert_eq!(current(), first.0);
-                    check((d.cuCtxPushCurrent_v2)(second.0));
-                    assert_eq!(current(), second.0);
-                    assert_eq!(
-                        current_device(),
-                        second_dev,
-                        "cuCtxGetDevice follows the current context"
-                    );
-                    // Every thread has pushed; none may see another's stack.
-                    barrier.wait();
-                    let mut popped = null_mut();
-                    check((d.cuCtxPopCurrent_v2)(&mut popped));
-                    assert_eq!(popped, second.0);
-                    assert_eq!(current(), first.0, "pop uncovers the context below");
-                    barrier.wait();
-                    // Set replaces the top of the stack.
-                    check((d.cuCtxSetCurrent)(second.0));
-                    assert_eq!(current(), second.0);
-                    check((d.cuCtxPopCurrent_v2)(&mut popped));
-                    assert_eq!(popped, second.0);
-                    assert!(current().is_null(), "set replaced, not pushed");
-                    expect(
-                        (d.cuCtxPopCurrent_v2)(&mut popped),
-                        status::INVALID_CONTEXT,
-                        "pop of an empty stack",
-                    );
-                    // Set on an empty stack pushes; set NULL pops.
-                    check((d.cuCtxSetCurrent)(first.0));
-                    assert_eq!(current(), first.0);
-                    check((d.cuCtxSetCurrent)(null_mut()));
-                    assert!(current().is_null());
-                    check((d.cuCtxSetCurrent)(null_mut()));
-                    let mut dev = -1;
-                    expect(
-                        (d.cuCtxGetDevice)(&mut dev),
-                        status::INVALID_CONTEXT,
-                        "cuCtxGetDevice with no context",
-                    );
-                }
+                assert!(current().is_null(), "a new thread has no current context");
+                check(call!(d.cuCtxPushCurrent_v2(first.0)));
+                assert_eq!(current(), first.0);
+                check(call!(d.cuCtxPushCurrent_v2(second.0)));
+                assert_eq!(current(), second.0);
+                assert_eq!(
+                    current_device(),
+                    second_dev,
+                    "cuCtxGetDevice follows the current context"
+                );
+                // Every thread has pushed; none may see another's stack.
+                barrier.wait();
+                let mut popped = null_mut();
+                check(call!(d.cuCtxPopCurrent_v2(&mut popped)));
+                assert_eq!(popped, second.0);
+                assert_eq!(current(), first.0, "pop uncovers the context below");
+                barrier.wait();
+                // Set replaces the top of the stack.
+                check(call!(d.cuCtxSetCurrent(second.0)));
+                assert_eq!(current(), second.0);
+                check(call!(d.cuCtxPopCurrent_v2(&mut popped)));
+                assert_eq!(popped, second.0);
+                assert!(current().is_null(), "set replaced, not pushed");
+                expect(
+                    call!(d.cuCtxPopCurrent_v2(&mut popped)),
+                    status::INVALID_CONTEXT,
+                    "pop of an empty stack",
+                );
+                // Set on an empty stack pushes; set NULL pops.
+                check(call!(d.cuCtxSetCurrent(first.0)));
+                assert_eq!(current(), first.0);
+                check(call!(d.cuCtxSetCurrent(null_mut())));
+                assert!(current().is_null());
+                check(call!(d.cuCtxSetCurrent(null_mut())));
+                let mut dev = -1;
+                expect(
+                    call!(d.cuCtxGetDevice(&mut dev)),
+                    status::INVALID_CONTEXT,
+                    "cuCtxGetDevice with no context",
+                );
             })
         })
         .collect();
     for h in handles {
         h.join().expect("a context-stack thread failed");
     }
-    unsafe {
-        check((d.cuCtxDestroy_v2)(a.0));
-        check((d.cuCtxDestroy_v2)(b.0));
-    }
+    check(call!(d.cuCtxDestroy_v2(a.0)));
+    check(call!(d.cuCtxDestroy_v2(b.0)));
 }
 
 #[test]
 fn destroying_the_current_context_pops_it() {
     let d = cuda();
-    std::thread::spawn(move || unsafe {
+    std::thread::spawn(move || {
         let under = floating_context(0);
-        check((d.cuCtxPushCurrent_v2)(under));
+        check(call!(d.cuCtxPushCurrent_v2(under)));
         let mut top = null_mut();
-        check((d.cuCtxCreate_v2)(&mut top, 0, 0));
+        check(call!(d.cuCtxCreate_v2(&mut top, 0, 0)));
         assert_eq!(current(), top);
-        check((d.cuCtxDestroy_v2)(top));
+        check(call!(d.cuCtxDestroy_v2(top)));
         assert_eq!(current(), under, "the destroyed context left the stack");
         // The destroyed handle is no longer a context.
         expect(
-            (d.cuCtxPushCurrent_v2)(top),
+            call!(d.cuCtxPushCurrent_v2(top)),
             status::INVALID_CONTEXT,
             "push of a destroyed context",
         );
         expect(
-            (d.cuCtxSetCurrent)(top),
+            call!(d.cuCtxSetCurrent(top)),
             status::INVALID_CONTEXT,
             "set of a destroyed context",
         );
         expect(
-            (d.cuCtxDestroy_v2)(top),
+            call!(d.cuCtxDestroy_v2(top)),
             status::INVALID_CONTEXT,
             "destroying a context twice",
         );
         assert_eq!(current(), under, "failed calls leave the stack alone");
-        check((d.cuCtxDestroy_v2)(under));
+        check(call!(d.cuCtxDestroy_v2(under)));
         assert!(current().is_null());
     })
     .join()
@@ -138,36 +132,36 @@ fn destroying_the_current_context_pops_it() {
 #[test]
 fn bogus_context_handles_are_invalid_context() {
     let d = cuda();
-    std::thread::spawn(move || unsafe {
+    std::thread::spawn(move || {
         let mut local = [0u64; 8];
         for bogus in [
             0xdead_0000usize as CUcontext,
             local.as_mut_ptr() as CUcontext,
         ] {
             expect(
-                (d.cuCtxPushCurrent_v2)(bogus),
+                call!(d.cuCtxPushCurrent_v2(bogus)),
                 status::INVALID_CONTEXT,
                 "push of a bogus context",
             );
             expect(
-                (d.cuCtxSetCurrent)(bogus),
+                call!(d.cuCtxSetCurrent(bogus)),
                 status::INVALID_CONTEXT,
                 "set of a bogus context",
             );
             expect(
-                (d.cuCtxDestroy_v2)(bogus),
+                call!(d.cuCtxDestroy_v2(bogus)),
                 status::INVALID_CONTEXT,
                 "destroy of a bogus context",
             );
             assert!(current().is_null());
         }
         expect(
-            (d.cuCtxGetCurrent)(null_mut()),
+            call!(d.cuCtxGetCurrent(null_mut())),
             status::INVALID_VALUE,
             "cuCtxGetCurrent(NULL)",
         );
         expect(
-            (d.cuCtxCreate_v2)(null_mut(), 0, 0),
+            call!(d.cuCtxCreate_v2(null_mut(), 0, 0)),
             status::INVALID_VALUE,
             "cuCtxCreate_v2(NULL, 0, 0)",
         );

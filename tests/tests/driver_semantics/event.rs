@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use gpupool_e2e::cu::{CUevent, CUevent_flags_enum as F};
 use gpupool_e2e::{
-    Context, DeviceBuffer, Gate, Shared, Stream, check, cuda, expect, host_fn, spawn_in, status,
-    sync_stream_in,
+    Context, DeviceBuffer, Gate, Shared, Stream, call, check, check_in_drop, cuda, expect, host_fn,
+    spawn_in, status, sync_stream_in,
 };
 
 const SHORT: Duration = Duration::from_millis(300);
@@ -19,17 +19,14 @@ struct Event(CUevent);
 impl Event {
     fn new(flags: F) -> Event {
         let mut e = null_mut();
-        check(unsafe { (cuda().cuEventCreate)(&mut e, flags.0) });
+        check(call!(cuda().cuEventCreate(&mut e, flags.0)));
         assert!(!e.is_null());
         Event(e)
     }
 }
 impl Drop for Event {
     fn drop(&mut self) {
-        let r = unsafe { (cuda().cuEventDestroy_v2)(self.0) };
-        if !std::thread::panicking() {
-            check(r);
-        }
+        check_in_drop(call!(cuda().cuEventDestroy_v2(self.0)));
     }
 }
 
@@ -39,27 +36,23 @@ fn query_is_not_ready_until_the_stream_reaches_the_record() {
     let ctx = Context::new(0);
     let s = Stream::new(0);
     let ev = Event::new(F::CU_EVENT_DEFAULT);
-    unsafe {
-        expect(
-            (d.cuEventQuery)(ev.0),
-            status::SUCCESS,
-            "cuEventQuery of a never-recorded event",
-        )
-    };
+    expect(
+        call!(d.cuEventQuery(ev.0)),
+        status::SUCCESS,
+        "cuEventQuery of a never-recorded event",
+    );
     let gate = Gate::new();
     gate.enqueue(s.raw);
-    unsafe {
-        check((d.cuEventRecord)(ev.0, s.raw));
-        expect(
-            (d.cuEventQuery)(ev.0),
-            status::NOT_READY,
-            "cuEventQuery before the stream reached the record",
-        );
-    }
+    check(call!(d.cuEventRecord(ev.0, s.raw)));
+    expect(
+        call!(d.cuEventQuery(ev.0)),
+        status::NOT_READY,
+        "cuEventQuery before the stream reached the record",
+    );
     let evp = Shared(ev.0);
     let rx = spawn_in(ctx.raw, move || {
         let evp = evp;
-        unsafe { (cuda().cuEventSynchronize)(evp.0) }
+        call!(cuda().cuEventSynchronize(evp.0))
     });
     assert!(
         rx.recv_timeout(SHORT).is_err(),
@@ -67,13 +60,11 @@ fn query_is_not_ready_until_the_stream_reaches_the_record() {
     );
     gate.open();
     assert_eq!(rx.recv_timeout(LONG), Ok(status::SUCCESS));
-    unsafe {
-        expect(
-            (d.cuEventQuery)(ev.0),
-            status::SUCCESS,
-            "cuEventQuery after completion",
-        )
-    };
+    expect(
+        call!(d.cuEventQuery(ev.0)),
+        status::SUCCESS,
+        "cuEventQuery after completion",
+    );
 }
 
 #[test]
@@ -84,45 +75,39 @@ fn elapsed_time_measures_the_work_between_records() {
     let start = Event::new(F::CU_EVENT_DEFAULT);
     let end = Event::new(F::CU_EVENT_DEFAULT);
     let mut ms = -1.0f32;
-    unsafe {
-        expect(
-            (d.cuEventElapsedTime)(&mut ms, start.0, end.0),
-            status::INVALID_HANDLE,
-            "elapsed time of never-recorded events",
-        );
-        check((d.cuEventRecord)(start.0, s.raw));
-        check(host_fn(s.raw, || {
-            std::thread::sleep(Duration::from_millis(60))
-        }));
-        check((d.cuEventRecord)(end.0, s.raw));
-        check((d.cuEventSynchronize)(end.0));
-        check((d.cuEventElapsedTime)(&mut ms, start.0, end.0));
-    }
+    expect(
+        call!(d.cuEventElapsedTime(&mut ms, start.0, end.0)),
+        status::INVALID_HANDLE,
+        "elapsed time of never-recorded events",
+    );
+    check(call!(d.cuEventRecord(start.0, s.raw)));
+    check(host_fn(s.raw, || {
+        std::thread::sleep(Duration::from_millis(60))
+    }));
+    check(call!(d.cuEventRecord(end.0, s.raw)));
+    check(call!(d.cuEventSynchronize(end.0)));
+    check(call!(d.cuEventElapsedTime(&mut ms, start.0, end.0)));
     assert!(
         (50.0..5000.0).contains(&ms),
         "60 ms of stream work measured as {ms} ms"
     );
-    unsafe {
-        expect(
-            (d.cuEventElapsedTime)(null_mut(), start.0, end.0),
-            status::INVALID_VALUE,
-            "cuEventElapsedTime(NULL, ..)",
-        );
-    }
+    expect(
+        call!(d.cuEventElapsedTime(null_mut(), start.0, end.0)),
+        status::INVALID_VALUE,
+        "cuEventElapsedTime(NULL, ..)",
+    );
 
     // One event recorded but not completed: not ready.
     let gate = Gate::new();
     gate.enqueue(s.raw);
-    unsafe {
-        check((d.cuEventRecord)(end.0, s.raw));
-        expect(
-            (d.cuEventElapsedTime)(&mut ms, start.0, end.0),
-            status::NOT_READY,
-            "elapsed time with the end event pending",
-        );
-    }
+    check(call!(d.cuEventRecord(end.0, s.raw)));
+    expect(
+        call!(d.cuEventElapsedTime(&mut ms, start.0, end.0)),
+        status::NOT_READY,
+        "elapsed time with the end event pending",
+    );
     gate.open();
-    unsafe { check((d.cuStreamSynchronize)(s.raw)) };
+    check(call!(d.cuStreamSynchronize(s.raw)));
 }
 
 #[test]
@@ -133,26 +118,24 @@ fn elapsed_time_of_disable_timing_events_is_invalid_handle() {
     let timed = Event::new(F::CU_EVENT_DEFAULT);
     let untimed = Event::new(F::CU_EVENT_DISABLE_TIMING);
     let mut ms = 0.0f32;
-    unsafe {
-        check((d.cuEventRecord)(timed.0, s.raw));
-        check((d.cuEventRecord)(untimed.0, s.raw));
-        check((d.cuStreamSynchronize)(s.raw));
-        expect(
-            (d.cuEventQuery)(untimed.0),
-            status::SUCCESS,
-            "a DISABLE_TIMING event still completes",
-        );
-        expect(
-            (d.cuEventElapsedTime)(&mut ms, timed.0, untimed.0),
-            status::INVALID_HANDLE,
-            "elapsed time to a DISABLE_TIMING event",
-        );
-        expect(
-            (d.cuEventElapsedTime)(&mut ms, untimed.0, timed.0),
-            status::INVALID_HANDLE,
-            "elapsed time from a DISABLE_TIMING event",
-        );
-    }
+    check(call!(d.cuEventRecord(timed.0, s.raw)));
+    check(call!(d.cuEventRecord(untimed.0, s.raw)));
+    check(call!(d.cuStreamSynchronize(s.raw)));
+    expect(
+        call!(d.cuEventQuery(untimed.0)),
+        status::SUCCESS,
+        "a DISABLE_TIMING event still completes",
+    );
+    expect(
+        call!(d.cuEventElapsedTime(&mut ms, timed.0, untimed.0)),
+        status::INVALID_HANDLE,
+        "elapsed time to a DISABLE_TIMING event",
+    );
+    expect(
+        call!(d.cuEventElapsedTime(&mut ms, untimed.0, timed.0)),
+        status::INVALID_HANDLE,
+        "elapsed time from a DISABLE_TIMING event",
+    );
 }
 
 #[test]
@@ -167,12 +150,10 @@ fn stream_wait_event_orders_work_across_streams() {
     let ran = Arc::new(AtomicBool::new(false));
     let gate = Gate::new();
     gate.enqueue(a.raw);
-    unsafe {
-        check((d.cuMemsetD32Async)(src.ptr, 7, 1024, a.raw));
-        check((d.cuEventRecord)(ev.0, a.raw));
-        check((d.cuStreamWaitEvent)(b.raw, ev.0, 0));
-        check((d.cuMemcpyDtoDAsync_v2)(dst.ptr, src.ptr, 4096, b.raw));
-    }
+    check(call!(d.cuMemsetD32Async(src.ptr, 7, 1024, a.raw)));
+    check(call!(d.cuEventRecord(ev.0, a.raw)));
+    check(call!(d.cuStreamWaitEvent(b.raw, ev.0, 0)));
+    check(call!(d.cuMemcpyDtoDAsync_v2(dst.ptr, src.ptr, 4096, b.raw)));
     let flag = ran.clone();
     check(host_fn(b.raw, move || flag.store(true, Ordering::SeqCst)));
     std::thread::sleep(SHORT);
@@ -180,15 +161,13 @@ fn stream_wait_event_orders_work_across_streams() {
         !ran.load(Ordering::SeqCst),
         "stream B ran past cuStreamWaitEvent before the event completed"
     );
-    unsafe {
-        expect(
-            (d.cuStreamQuery)(b.raw),
-            status::NOT_READY,
-            "stream B waiting on stream A's event",
-        )
-    };
+    expect(
+        call!(d.cuStreamQuery(b.raw)),
+        status::NOT_READY,
+        "stream B waiting on stream A's event",
+    );
     gate.open();
-    unsafe { check((d.cuStreamSynchronize)(b.raw)) };
+    check(call!(d.cuStreamSynchronize(b.raw)));
     assert!(ran.load(Ordering::SeqCst));
     let words: Vec<u32> = dst
         .read()
@@ -204,7 +183,7 @@ fn stream_wait_event_orders_work_across_streams() {
     let fresh = Event::new(F::CU_EVENT_DEFAULT);
     let gate = Gate::new();
     gate.enqueue(a.raw);
-    unsafe { check((d.cuStreamWaitEvent)(b.raw, fresh.0, 0)) };
+    check(call!(d.cuStreamWaitEvent(b.raw, fresh.0, 0)));
     assert_eq!(
         sync_stream_in(ctx.raw, b.raw).recv_timeout(LONG),
         Ok(status::SUCCESS),
@@ -227,54 +206,50 @@ fn bad_event_handles_are_invalid_handle() {
         ("bogus", local.as_mut_ptr() as CUevent),
         ("NULL", null_mut()),
     ] {
-        unsafe {
+        expect(
+            call!(d.cuEventQuery(bad)),
+            status::INVALID_HANDLE,
+            &format!("cuEventQuery({what})"),
+        );
+        expect(
+            call!(d.cuEventSynchronize(bad)),
+            status::INVALID_HANDLE,
+            &format!("cuEventSynchronize({what})"),
+        );
+        expect(
+            call!(d.cuEventRecord(bad, s.raw)),
+            status::INVALID_HANDLE,
+            &format!("cuEventRecord({what})"),
+        );
+        expect(
+            call!(d.cuStreamWaitEvent(s.raw, bad, 0)),
+            status::INVALID_HANDLE,
+            &format!("cuStreamWaitEvent on {what}"),
+        );
+        expect(
+            call!(d.cuEventElapsedTime(&mut ms, good.0, bad)),
+            status::INVALID_HANDLE,
+            &format!("cuEventElapsedTime to {what}"),
+        );
+        if !bad.is_null() {
             expect(
-                (d.cuEventQuery)(bad),
+                call!(d.cuEventDestroy_v2(bad)),
                 status::INVALID_HANDLE,
-                &format!("cuEventQuery({what})"),
+                &format!("cuEventDestroy_v2({what})"),
             );
-            expect(
-                (d.cuEventSynchronize)(bad),
-                status::INVALID_HANDLE,
-                &format!("cuEventSynchronize({what})"),
-            );
-            expect(
-                (d.cuEventRecord)(bad, s.raw),
-                status::INVALID_HANDLE,
-                &format!("cuEventRecord({what})"),
-            );
-            expect(
-                (d.cuStreamWaitEvent)(s.raw, bad, 0),
-                status::INVALID_HANDLE,
-                &format!("cuStreamWaitEvent on {what}"),
-            );
-            expect(
-                (d.cuEventElapsedTime)(&mut ms, good.0, bad),
-                status::INVALID_HANDLE,
-                &format!("cuEventElapsedTime to {what}"),
-            );
-            if !bad.is_null() {
-                expect(
-                    (d.cuEventDestroy_v2)(bad),
-                    status::INVALID_HANDLE,
-                    &format!("cuEventDestroy_v2({what})"),
-                );
-            }
         }
     }
-    unsafe {
-        expect(
-            (d.cuEventCreate)(null_mut(), 0),
-            status::INVALID_VALUE,
-            "cuEventCreate(NULL)",
-        );
-        let mut e = null_mut();
-        expect(
-            (d.cuEventCreate)(&mut e, 0x100),
-            status::INVALID_VALUE,
-            "cuEventCreate with unknown flags",
-        );
-    }
+    expect(
+        call!(d.cuEventCreate(null_mut(), 0)),
+        status::INVALID_VALUE,
+        "cuEventCreate(NULL)",
+    );
+    let mut e = null_mut();
+    expect(
+        call!(d.cuEventCreate(&mut e, 0x100)),
+        status::INVALID_VALUE,
+        "cuEventCreate with unknown flags",
+    );
 }
 
 #[test]
@@ -289,17 +264,15 @@ fn stream_wait_event_waits_for_the_record_current_at_the_call() {
     let ev = Event::new(F::CU_EVENT_DISABLE_TIMING);
     let gate = Gate::new();
     gate.enqueue(a.raw);
-    unsafe {
-        check((d.cuEventRecord)(ev.0, a.raw));
-        check((d.cuStreamWaitEvent)(b.raw, ev.0, 0));
-        check((d.cuEventRecord)(ev.0, c.raw));
-        check((d.cuStreamSynchronize)(c.raw));
-        expect(
-            (d.cuEventQuery)(ev.0),
-            status::SUCCESS,
-            "the event's newest record completed",
-        );
-    }
+    check(call!(d.cuEventRecord(ev.0, a.raw)));
+    check(call!(d.cuStreamWaitEvent(b.raw, ev.0, 0)));
+    check(call!(d.cuEventRecord(ev.0, c.raw)));
+    check(call!(d.cuStreamSynchronize(c.raw)));
+    expect(
+        call!(d.cuEventQuery(ev.0)),
+        status::SUCCESS,
+        "the event's newest record completed",
+    );
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
     check(host_fn(b.raw, move || flag.store(true, Ordering::SeqCst)));
@@ -322,13 +295,11 @@ fn record_on_a_stream_of_another_context_is_invalid_handle() {
     let ev = Event::new(F::CU_EVENT_DEFAULT);
     let b = Context::new(0);
     let s = Stream::new(0);
-    unsafe {
-        expect(
-            (d.cuEventRecord)(ev.0, s.raw),
-            status::INVALID_HANDLE,
-            "cuEventRecord with a stream of another context",
-        );
-    }
+    expect(
+        call!(d.cuEventRecord(ev.0, s.raw)),
+        status::INVALID_HANDLE,
+        "cuEventRecord with a stream of another context",
+    );
     drop(s);
     drop(b);
 }

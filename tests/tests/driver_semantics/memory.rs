@@ -3,7 +3,9 @@
 
 use std::ptr::{null, null_mut};
 
-use gpupool_e2e::{Context, DeviceBuffer, check, cuda, expect, isolated_test, status, within};
+use gpupool_e2e::{
+    Context, DeviceBuffer, call, check, cuda, expect, isolated_test, status, within,
+};
 use std::time::Duration;
 
 const MIB: usize = 1 << 20;
@@ -17,12 +19,12 @@ fn copies_and_memsets_round_trip() {
     let b = DeviceBuffer::new(n);
     let data: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
     a.write(&data);
-    unsafe { check((d.cuMemcpyDtoD_v2)(b.ptr, a.ptr, n)) };
+    check(call!(d.cuMemcpyDtoD_v2(b.ptr, a.ptr, n)));
     assert_eq!(b.read(), data, "HtoD, DtoD, DtoH round trip");
 
-    unsafe { check((d.cuMemsetD8_v2)(a.ptr, 0x5a, n)) };
+    check(call!(d.cuMemsetD8_v2(a.ptr, 0x5a, n)));
     assert!(a.read().iter().all(|&x| x == 0x5a), "cuMemsetD8_v2");
-    unsafe { check((d.cuMemsetD32_v2)(b.ptr + 4, 0xdeadbeef, 2)) };
+    check(call!(d.cuMemsetD32_v2(b.ptr + 4, 0xdeadbeef, 2)));
     let got = b.read();
     assert_eq!(
         &got[..4],
@@ -41,37 +43,31 @@ fn copies_and_memsets_round_trip() {
 
     // An interior pointer names the allocation it lies in.
     let (mut base, mut size) = (0, 0);
-    unsafe {
-        check((d.cuMemGetAddressRange_v2)(
-            &mut base,
-            &mut size,
-            a.ptr + 100,
-        ))
-    };
+    check(call!(d.cuMemGetAddressRange_v2(
+        &mut base,
+        &mut size,
+        a.ptr + 100,
+    )));
     assert_eq!((base, size), (a.ptr, n));
     // "Both parameters pbase and psize are optional. If one of them is NULL, it is ignored."
     let (mut base, mut size) = (0, 0);
-    unsafe {
-        check((d.cuMemGetAddressRange_v2)(
-            null_mut(),
-            &mut size,
-            a.ptr + 1,
-        ));
-        check((d.cuMemGetAddressRange_v2)(
-            &mut base,
-            null_mut(),
-            a.ptr + 1,
-        ));
-    }
+    check(call!(d.cuMemGetAddressRange_v2(
+        null_mut(),
+        &mut size,
+        a.ptr + 1,
+    )));
+    check(call!(d.cuMemGetAddressRange_v2(
+        &mut base,
+        null_mut(),
+        a.ptr + 1,
+    )));
     assert_eq!((base, size), (a.ptr, n));
     let mut out = [0u8; 16];
-    unsafe {
-        check((d.cuMemcpyDtoH_v2)(
-            out.as_mut_ptr().cast(),
-            b.ptr + 100,
-            16,
-        ))
-    };
+    check(call!(d.cuMemcpyDtoH_v2(
+        out.as_mut_ptr().cast(),
+        b.ptr + 100,
+        16,
+    )));
     assert_eq!(&out[..], &data[100..116]);
 }
 
@@ -81,63 +77,61 @@ fn null_pointers_and_zero_sizes_are_invalid_value() {
     let _ctx = Context::new(0);
     let buf = DeviceBuffer::new(4096);
     let mut host = vec![0u8; 4096];
-    unsafe {
-        expect(
-            (d.cuMemAlloc_v2)(null_mut(), 16),
-            status::INVALID_VALUE,
-            "cuMemAlloc_v2(NULL, 16)",
-        );
-        let mut p = 0;
-        expect(
-            (d.cuMemAlloc_v2)(&mut p, 0),
-            status::INVALID_VALUE,
-            "cuMemAlloc_v2(&p, 0)",
-        );
-        let mut total = 0;
-        expect(
-            (d.cuMemGetInfo_v2)(null_mut(), &mut total),
-            status::INVALID_VALUE,
-            "cuMemGetInfo_v2(NULL, &total)",
-        );
-        let mut free = 0;
-        expect(
-            (d.cuMemGetInfo_v2)(&mut free, null_mut()),
-            status::INVALID_VALUE,
-            "cuMemGetInfo_v2(&free, NULL)",
-        );
-        expect(
-            (d.cuMemcpyHtoD_v2)(buf.ptr, null(), 16),
-            status::INVALID_VALUE,
-            "cuMemcpyHtoD_v2 from a NULL host pointer",
-        );
-        expect(
-            (d.cuMemcpyDtoH_v2)(null_mut(), buf.ptr, 16),
-            status::INVALID_VALUE,
-            "cuMemcpyDtoH_v2 to a NULL host pointer",
-        );
-        expect(
-            (d.cuMemcpyHtoD_v2)(0, host.as_ptr().cast(), 16),
-            status::INVALID_VALUE,
-            "cuMemcpyHtoD_v2 to device address 0",
-        );
-        expect(
-            (d.cuMemcpyDtoH_v2)(host.as_mut_ptr().cast(), 0, 16),
-            status::INVALID_VALUE,
-            "cuMemcpyDtoH_v2 from device address 0",
-        );
-        expect(
-            (d.cuMemsetD8_v2)(0, 1, 16),
-            status::INVALID_VALUE,
-            "cuMemsetD8_v2 on device address 0",
-        );
-        let mut base = 0;
-        let mut size = 0;
-        expect(
-            (d.cuMemGetAddressRange_v2)(&mut base, &mut size, 0),
-            status::NOT_FOUND,
-            "cuMemGetAddressRange_v2(0)",
-        );
-    }
+    expect(
+        call!(d.cuMemAlloc_v2(null_mut(), 16)),
+        status::INVALID_VALUE,
+        "cuMemAlloc_v2(NULL, 16)",
+    );
+    let mut p = 0;
+    expect(
+        call!(d.cuMemAlloc_v2(&mut p, 0)),
+        status::INVALID_VALUE,
+        "cuMemAlloc_v2(&p, 0)",
+    );
+    let mut total = 0;
+    expect(
+        call!(d.cuMemGetInfo_v2(null_mut(), &mut total)),
+        status::INVALID_VALUE,
+        "cuMemGetInfo_v2(NULL, &total)",
+    );
+    let mut free = 0;
+    expect(
+        call!(d.cuMemGetInfo_v2(&mut free, null_mut())),
+        status::INVALID_VALUE,
+        "cuMemGetInfo_v2(&free, NULL)",
+    );
+    expect(
+        call!(d.cuMemcpyHtoD_v2(buf.ptr, null(), 16)),
+        status::INVALID_VALUE,
+        "cuMemcpyHtoD_v2 from a NULL host pointer",
+    );
+    expect(
+        call!(d.cuMemcpyDtoH_v2(null_mut(), buf.ptr, 16)),
+        status::INVALID_VALUE,
+        "cuMemcpyDtoH_v2 to a NULL host pointer",
+    );
+    expect(
+        call!(d.cuMemcpyHtoD_v2(0, host.as_ptr().cast(), 16)),
+        status::INVALID_VALUE,
+        "cuMemcpyHtoD_v2 to device address 0",
+    );
+    expect(
+        call!(d.cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), 0, 16)),
+        status::INVALID_VALUE,
+        "cuMemcpyDtoH_v2 from device address 0",
+    );
+    expect(
+        call!(d.cuMemsetD8_v2(0, 1, 16)),
+        status::INVALID_VALUE,
+        "cuMemsetD8_v2 on device address 0",
+    );
+    let mut base = 0;
+    let mut size = 0;
+    expect(
+        call!(d.cuMemGetAddressRange_v2(&mut base, &mut size, 0)),
+        status::NOT_FOUND,
+        "cuMemGetAddressRange_v2(0)",
+    );
 }
 
 #[test]
@@ -146,41 +140,39 @@ fn out_of_bounds_and_unallocated_addresses_are_invalid_value() {
     let _ctx = Context::new(0);
     let buf = DeviceBuffer::new(4096);
     let host = vec![0u8; 8192];
-    unsafe {
-        expect(
-            (d.cuMemcpyHtoD_v2)(buf.ptr, host.as_ptr().cast(), 8192),
-            status::INVALID_VALUE,
-            "HtoD past the end of the allocation",
-        );
-        expect(
-            (d.cuMemcpyHtoD_v2)(buf.ptr + 4090, host.as_ptr().cast(), 7),
-            status::INVALID_VALUE,
-            "HtoD straddling the end",
-        );
-        expect(
-            (d.cuMemsetD32_v2)(buf.ptr, 0, 1025),
-            status::INVALID_VALUE,
-            "cuMemsetD32_v2 past the end",
-        );
-        // An address far from anything allocated in this context.
-        let wild = buf.ptr.wrapping_add(1 << 40);
-        expect(
-            (d.cuMemcpyHtoD_v2)(wild, host.as_ptr().cast(), 16),
-            status::INVALID_VALUE,
-            "HtoD to an unallocated address",
-        );
-        expect(
-            (d.cuMemFree_v2)(wild),
-            status::INVALID_VALUE,
-            "cuMemFree_v2 of an unallocated address",
-        );
-        // Freeing an interior pointer is not freeing the allocation.
-        expect(
-            (d.cuMemFree_v2)(buf.ptr + 16),
-            status::INVALID_VALUE,
-            "cuMemFree_v2 of an interior pointer",
-        );
-    }
+    expect(
+        call!(d.cuMemcpyHtoD_v2(buf.ptr, host.as_ptr().cast(), 8192)),
+        status::INVALID_VALUE,
+        "HtoD past the end of the allocation",
+    );
+    expect(
+        call!(d.cuMemcpyHtoD_v2(buf.ptr + 4090, host.as_ptr().cast(), 7)),
+        status::INVALID_VALUE,
+        "HtoD straddling the end",
+    );
+    expect(
+        call!(d.cuMemsetD32_v2(buf.ptr, 0, 1025)),
+        status::INVALID_VALUE,
+        "cuMemsetD32_v2 past the end",
+    );
+    // An address far from anything allocated in this context.
+    let wild = buf.ptr.wrapping_add(1 << 40);
+    expect(
+        call!(d.cuMemcpyHtoD_v2(wild, host.as_ptr().cast(), 16)),
+        status::INVALID_VALUE,
+        "HtoD to an unallocated address",
+    );
+    expect(
+        call!(d.cuMemFree_v2(wild)),
+        status::INVALID_VALUE,
+        "cuMemFree_v2 of an unallocated address",
+    );
+    // Freeing an interior pointer is not freeing the allocation.
+    expect(
+        call!(d.cuMemFree_v2(buf.ptr + 16)),
+        status::INVALID_VALUE,
+        "cuMemFree_v2 of an interior pointer",
+    );
     buf.write(&[1, 2, 3]);
     assert_eq!(
         &buf.read()[..3],
@@ -195,36 +187,34 @@ fn freed_pointers_and_double_free_are_invalid_value() {
     let _ctx = Context::new(0);
     let mut p = 0;
     let mut host = vec![0u8; 256];
-    unsafe {
-        check((d.cuMemAlloc_v2)(&mut p, 256));
-        check((d.cuMemFree_v2)(p));
-        expect(
-            (d.cuMemFree_v2)(p),
-            status::INVALID_VALUE,
-            "double cuMemFree_v2",
-        );
-        expect(
-            (d.cuMemcpyHtoD_v2)(p, host.as_ptr().cast(), 256),
-            status::INVALID_VALUE,
-            "HtoD to a freed pointer",
-        );
-        expect(
-            (d.cuMemcpyDtoH_v2)(host.as_mut_ptr().cast(), p, 256),
-            status::INVALID_VALUE,
-            "DtoH from a freed pointer",
-        );
-        expect(
-            (d.cuMemsetD8_v2)(p, 0, 256),
-            status::INVALID_VALUE,
-            "memset of a freed pointer",
-        );
-        let (mut base, mut size) = (0, 0);
-        expect(
-            (d.cuMemGetAddressRange_v2)(&mut base, &mut size, p),
-            status::NOT_FOUND,
-            "cuMemGetAddressRange_v2 of a freed pointer",
-        );
-    }
+    check(call!(d.cuMemAlloc_v2(&mut p, 256)));
+    check(call!(d.cuMemFree_v2(p)));
+    expect(
+        call!(d.cuMemFree_v2(p)),
+        status::INVALID_VALUE,
+        "double cuMemFree_v2",
+    );
+    expect(
+        call!(d.cuMemcpyHtoD_v2(p, host.as_ptr().cast(), 256)),
+        status::INVALID_VALUE,
+        "HtoD to a freed pointer",
+    );
+    expect(
+        call!(d.cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), p, 256)),
+        status::INVALID_VALUE,
+        "DtoH from a freed pointer",
+    );
+    expect(
+        call!(d.cuMemsetD8_v2(p, 0, 256)),
+        status::INVALID_VALUE,
+        "memset of a freed pointer",
+    );
+    let (mut base, mut size) = (0, 0);
+    expect(
+        call!(d.cuMemGetAddressRange_v2(&mut base, &mut size, p)),
+        status::NOT_FOUND,
+        "cuMemGetAddressRange_v2 of a freed pointer",
+    );
 }
 
 #[test]
@@ -237,33 +227,31 @@ fn pointer_of_another_context_is_invalid_value() {
     {
         let b = Context::new(0); // current now: b, on the same device
         let buf_b = DeviceBuffer::new(4096);
-        unsafe {
-            expect(
-                (d.cuMemFree_v2)(buf_a.ptr),
-                status::INVALID_VALUE,
-                "cuMemFree_v2 of a pointer of another context",
-            );
-            expect(
-                (d.cuMemcpyDtoH_v2)(host.as_mut_ptr().cast(), buf_a.ptr, 4096),
-                status::INVALID_VALUE,
-                "DtoH from another context's pointer",
-            );
-            expect(
-                (d.cuMemcpyHtoD_v2)(buf_a.ptr, host.as_ptr().cast(), 4096),
-                status::INVALID_VALUE,
-                "HtoD to another context's pointer",
-            );
-            expect(
-                (d.cuMemcpyDtoD_v2)(buf_b.ptr, buf_a.ptr, 4096),
-                status::INVALID_VALUE,
-                "DtoD from another context's pointer",
-            );
-            expect(
-                (d.cuMemsetD8_v2)(buf_a.ptr, 0, 4096),
-                status::INVALID_VALUE,
-                "memset of another context's pointer",
-            );
-        }
+        expect(
+            call!(d.cuMemFree_v2(buf_a.ptr)),
+            status::INVALID_VALUE,
+            "cuMemFree_v2 of a pointer of another context",
+        );
+        expect(
+            call!(d.cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), buf_a.ptr, 4096)),
+            status::INVALID_VALUE,
+            "DtoH from another context's pointer",
+        );
+        expect(
+            call!(d.cuMemcpyHtoD_v2(buf_a.ptr, host.as_ptr().cast(), 4096)),
+            status::INVALID_VALUE,
+            "HtoD to another context's pointer",
+        );
+        expect(
+            call!(d.cuMemcpyDtoD_v2(buf_b.ptr, buf_a.ptr, 4096)),
+            status::INVALID_VALUE,
+            "DtoD from another context's pointer",
+        );
+        expect(
+            call!(d.cuMemsetD8_v2(buf_a.ptr, 0, 4096)),
+            status::INVALID_VALUE,
+            "memset of another context's pointer",
+        );
         drop(buf_b);
         drop(b);
     }
@@ -282,14 +270,12 @@ fn memory_calls_without_a_current_context_are_invalid_context() {
         let mut p = 0;
         let mut host = [0u8; 8];
         let (mut free, mut total) = (0, 0);
-        unsafe {
-            [
-                (d.cuMemAlloc_v2)(&mut p, 64),
-                (d.cuMemGetInfo_v2)(&mut free, &mut total),
-                (d.cuMemcpyDtoH_v2)(host.as_mut_ptr().cast(), 0x1000, 8),
-                (d.cuCtxSynchronize)(),
-            ]
-        }
+        [
+            call!(d.cuMemAlloc_v2(&mut p, 64)),
+            call!(d.cuMemGetInfo_v2(&mut free, &mut total)),
+            call!(d.cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), 0x1000, 8)),
+            call!(d.cuCtxSynchronize()),
+        ]
     })
     .expect("driver calls hung");
     for (i, res) in r.into_iter().enumerate() {
@@ -306,86 +292,80 @@ isolated_test!(fn out_of_memory_at_capacity_and_exact_accounting() env("GPUPOOL_
     let _ctx = Context::new(0);
     let info = || {
         let (mut free, mut total) = (0usize, 0usize);
-        unsafe { check((d.cuMemGetInfo_v2)(&mut free, &mut total)) };
+        check(call!(d.cuMemGetInfo_v2(&mut free, &mut total)));
         (free, total)
     };
     let mut dev_total = 0;
-    unsafe { check((d.cuDeviceTotalMem_v2)(&mut dev_total, 0)) };
+    check(call!(d.cuDeviceTotalMem_v2(&mut dev_total, 0)));
     assert_eq!(dev_total, 64 * MIB, "cuDeviceTotalMem_v2 reports GPUPOOL_SIM_MEMORY");
     let (free0, total) = info();
     assert_eq!(total, 64 * MIB, "cuMemGetInfo_v2 total");
     assert_eq!(free0, total, "nothing allocated yet");
 
-    unsafe {
-        // Larger than the device: out of memory, nothing changes.
+    // Larger than the device: out of memory, nothing changes.
+    let mut p = 0;
+    expect(call!(d.cuMemAlloc_v2(&mut p, 64 * MIB + 1)), status::OUT_OF_MEMORY, "allocating more than the device");
+    expect(call!(d.cuMemAlloc_v2(&mut p, usize::MAX)), status::OUT_OF_MEMORY, "allocating usize::MAX");
+    assert_eq!(info().0, free0);
+
+    // Fill the device exactly, checking the accounting after each allocation.
+    let mut ptrs = Vec::new();
+    for i in 1..=4 {
         let mut p = 0;
-        expect((d.cuMemAlloc_v2)(&mut p, 64 * MIB + 1), status::OUT_OF_MEMORY, "allocating more than the device");
-        expect((d.cuMemAlloc_v2)(&mut p, usize::MAX), status::OUT_OF_MEMORY, "allocating usize::MAX");
-        assert_eq!(info().0, free0);
-
-        // Fill the device exactly, checking the accounting after each allocation.
-        let mut ptrs = Vec::new();
-        for i in 1..=4 {
-            let mut p = 0;
-            check((d.cuMemAlloc_v2)(&mut p, 16 * MIB));
-            ptrs.push(p);
-            assert_eq!(info().0, free0 - i * 16 * MIB, "free after {i} x 16 MiB");
-        }
-        assert_eq!(info().0, 0);
-        expect((d.cuMemAlloc_v2)(&mut p, 1), status::OUT_OF_MEMORY, "1 byte on a full device");
-        expect((d.cuMemAlloc_v2)(&mut p, 16 * MIB), status::OUT_OF_MEMORY, "16 MiB on a full device");
-
-        // Freeing makes room again, exactly.
-        check((d.cuMemFree_v2)(ptrs.pop().unwrap()));
-        assert_eq!(info().0, 16 * MIB);
-        let mut q = 0;
-        check((d.cuMemAlloc_v2)(&mut q, 16 * MIB));
-        assert_eq!(info().0, 0);
-        check((d.cuMemFree_v2)(q));
-        for p in ptrs {
-            check((d.cuMemFree_v2)(p));
-        }
-        assert_eq!(info(), (free0, total), "all memory back after freeing everything");
-
-        // Odd sizes: at least the requested size is charged, and all of it comes back.
-        let mut odd = 0;
-        check((d.cuMemAlloc_v2)(&mut odd, 1000));
-        let charged = free0 - info().0;
-        assert!(charged >= 1000, "1000-byte allocation charged {charged} bytes");
-        check((d.cuMemFree_v2)(odd));
-        assert_eq!(info().0, free0);
+        check(call!(d.cuMemAlloc_v2(&mut p, 16 * MIB)));
+        ptrs.push(p);
+        assert_eq!(info().0, free0 - i * 16 * MIB, "free after {i} x 16 MiB");
     }
+    assert_eq!(info().0, 0);
+    expect(call!(d.cuMemAlloc_v2(&mut p, 1)), status::OUT_OF_MEMORY, "1 byte on a full device");
+    expect(call!(d.cuMemAlloc_v2(&mut p, 16 * MIB)), status::OUT_OF_MEMORY, "16 MiB on a full device");
+
+    // Freeing makes room again, exactly.
+    check(call!(d.cuMemFree_v2(ptrs.pop().unwrap())));
+    assert_eq!(info().0, 16 * MIB);
+    let mut q = 0;
+    check(call!(d.cuMemAlloc_v2(&mut q, 16 * MIB)));
+    assert_eq!(info().0, 0);
+    check(call!(d.cuMemFree_v2(q)));
+    for p in ptrs {
+        check(call!(d.cuMemFree_v2(p)));
+    }
+    assert_eq!(info(), (free0, total), "all memory back after freeing everything");
+
+    // Odd sizes: at least the requested size is charged, and all of it comes back.
+    let mut odd = 0;
+    check(call!(d.cuMemAlloc_v2(&mut odd, 1000)));
+    let charged = free0 - info().0;
+    assert!(charged >= 1000, "1000-byte allocation charged {charged} bytes");
+    check(call!(d.cuMemFree_v2(odd)));
+    assert_eq!(info().0, free0);
 });
 
 isolated_test!(fn devices_have_separate_capacity() env("GPUPOOL_SIM_MEMORY" => "32MiB", "GPUPOOL_SIM_DEVICES" => "2") {
     let d = cuda();
     let c0 = Context::new(0);
     let mut p0 = 0;
-    unsafe { check((d.cuMemAlloc_v2)(&mut p0, 32 * MIB)) };
+    check(call!(d.cuMemAlloc_v2(&mut p0, 32 * MIB)));
     let c1 = Context::new(1);
     let mut p1 = 0;
-    unsafe {
-        check((d.cuMemAlloc_v2)(&mut p1, 32 * MIB));
-        let (mut free, mut total) = (0, 0);
-        check((d.cuMemGetInfo_v2)(&mut free, &mut total));
-        assert_eq!((free, total), (0, 32 * MIB), "device 1 full");
-        let mut p = 0;
-        expect((d.cuMemAlloc_v2)(&mut p, 1), status::OUT_OF_MEMORY, "device 1 over capacity");
-        check((d.cuMemFree_v2)(p1));
-    }
+    check(call!(d.cuMemAlloc_v2(&mut p1, 32 * MIB)));
+    let (mut free, mut total) = (0, 0);
+    check(call!(d.cuMemGetInfo_v2(&mut free, &mut total)));
+    assert_eq!((free, total), (0, 32 * MIB), "device 1 full");
+    let mut p = 0;
+    expect(call!(d.cuMemAlloc_v2(&mut p, 1)), status::OUT_OF_MEMORY, "device 1 over capacity");
+    check(call!(d.cuMemFree_v2(p1)));
     drop(c1);
     c0.make_current();
-    unsafe {
-        let mut p = 0;
-        expect((d.cuMemAlloc_v2)(&mut p, 1), status::OUT_OF_MEMORY, "device 0 still full");
-        check((d.cuMemFree_v2)(p0));
-    }
+    let mut p = 0;
+    expect(call!(d.cuMemAlloc_v2(&mut p, 1)), status::OUT_OF_MEMORY, "device 0 still full");
+    check(call!(d.cuMemFree_v2(p0)));
     // Destroying a context releases what it still holds.
     let mut leak = 0;
-    unsafe { check((d.cuMemAlloc_v2)(&mut leak, 32 * MIB)) };
+    check(call!(d.cuMemAlloc_v2(&mut leak, 32 * MIB)));
     drop(c0);
     let _c = Context::new(0);
     let (mut free, mut total) = (0, 0);
-    unsafe { check((d.cuMemGetInfo_v2)(&mut free, &mut total)) };
+    check(call!(d.cuMemGetInfo_v2(&mut free, &mut total)));
     assert_eq!(free, total, "cuCtxDestroy_v2 frees the context's allocations");
 });

@@ -5,29 +5,32 @@ use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
 use gpupool_e2e::cu::{CUfunction, CUmodule, CUresult, CUstream};
-use gpupool_e2e::{Context, EMPTY_PTX, Stream, check, cuda, expect, status};
+use gpupool_e2e::{Context, EMPTY_PTX, Stream, call, check, check_in_drop, cuda, expect, status};
 
 struct Module(CUmodule);
 impl Module {
     fn load(image: &str) -> Module {
         let mut m = null_mut();
-        check(unsafe { (cuda().cuModuleLoadData)(&mut m, image.as_ptr().cast()) });
+        check(call!(
+            cuda().cuModuleLoadData(&mut m, image.as_ptr().cast())
+        ));
         assert!(!m.is_null());
         Module(m)
     }
     fn function(&self, name: &std::ffi::CStr) -> CUfunction {
         let mut f = null_mut();
-        check(unsafe { (cuda().cuModuleGetFunction)(&mut f, self.0, name.as_ptr()) });
+        check(call!(cuda().cuModuleGetFunction(
+            &mut f,
+            self.0,
+            name.as_ptr()
+        )));
         assert!(!f.is_null());
         f
     }
 }
 impl Drop for Module {
     fn drop(&mut self) {
-        let r = unsafe { (cuda().cuModuleUnload)(self.0) };
-        if !std::thread::panicking() {
-            check(r);
-        }
+        check_in_drop(call!(cuda().cuModuleUnload(self.0)));
     }
 }
 
@@ -42,21 +45,19 @@ fn launch(
     let mut p0: u64 = 0x1234;
     let mut p1: u32 = 7;
     let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
-    unsafe {
-        (cuda().cuLaunchKernel)(
-            f,
-            grid[0],
-            grid[1],
-            grid[2],
-            block[0],
-            block[1],
-            block[2],
-            shared,
-            stream,
-            params.as_mut_ptr(),
-            null_mut(),
-        )
-    }
+    call!(cuda().cuLaunchKernel(
+        f,
+        grid[0],
+        grid[1],
+        grid[2],
+        block[0],
+        block[1],
+        block[2],
+        shared,
+        stream,
+        params.as_mut_ptr(),
+        null_mut(),
+    ))
 }
 
 #[test]
@@ -68,19 +69,17 @@ fn load_ptx_get_function_param_info_launch() {
     let mut layout = Vec::new();
     for i in 0..2 {
         let (mut off, mut size) = (usize::MAX, usize::MAX);
-        unsafe { check((d.cuFuncGetParamInfo)(f, i, &mut off, &mut size)) };
+        check(call!(d.cuFuncGetParamInfo(f, i, &mut off, &mut size)));
         layout.push((off, size));
     }
     assert_eq!(layout, [(0, 8), (8, 4)], "(offset, size) of (.u64, .u32)");
     let (mut off, mut size) = (0, 0);
-    unsafe {
-        expect(
-            (d.cuFuncGetParamInfo)(f, 2, &mut off, &mut size),
-            status::INVALID_VALUE,
-            "cuFuncGetParamInfo past the last parameter",
-        );
-        check((d.cuFuncGetParamInfo)(f, 1, &mut off, null_mut())); // size is optional
-    }
+    expect(
+        call!(d.cuFuncGetParamInfo(f, 2, &mut off, &mut size)),
+        status::INVALID_VALUE,
+        "cuFuncGetParamInfo past the last parameter",
+    );
+    check(call!(d.cuFuncGetParamInfo(f, 1, &mut off, null_mut()))); // size is optional
     assert_eq!(off, 8);
 
     // Launch on the legacy stream and on a created stream, then wait.
@@ -88,10 +87,8 @@ fn load_ptx_get_function_param_info_launch() {
     check(launch(f, [1, 1, 1], [1, 1, 1], 0, null_mut()));
     check(launch(f, [4, 2, 1], [128, 2, 2], 0, s.raw));
     check(launch(f, [3, 1, 1], [1024, 1, 1], 0, s.raw));
-    unsafe {
-        check((d.cuStreamSynchronize)(s.raw));
-        check((d.cuCtxSynchronize)());
-    }
+    check(call!(d.cuStreamSynchronize(s.raw)));
+    check(call!(d.cuCtxSynchronize()));
 
     // Parameters passed as one buffer through `extra`.
     let mut buf = [0u8; 16];
@@ -105,8 +102,26 @@ fn load_ptx_get_function_param_info_launch() {
         (&raw mut len).cast(),
         null_mut(), // CU_LAUNCH_PARAM_END
     ];
-    unsafe {
-        check((d.cuLaunchKernel)(
+    check(call!(d.cuLaunchKernel(
+        f,
+        1,
+        1,
+        1,
+        32,
+        1,
+        1,
+        0,
+        s.raw,
+        null_mut(),
+        extra.as_mut_ptr(),
+    )));
+    check(call!(d.cuStreamSynchronize(s.raw)));
+    // kernelParams and extra together are invalid.
+    let mut p0: u64 = 0;
+    let mut p1: u32 = 0;
+    let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
+    expect(
+        call!(d.cuLaunchKernel(
             f,
             1,
             1,
@@ -116,32 +131,12 @@ fn load_ptx_get_function_param_info_launch() {
             1,
             0,
             s.raw,
-            null_mut(),
+            params.as_mut_ptr(),
             extra.as_mut_ptr(),
-        ));
-        check((d.cuStreamSynchronize)(s.raw));
-        // kernelParams and extra together are invalid.
-        let mut p0: u64 = 0;
-        let mut p1: u32 = 0;
-        let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
-        expect(
-            (d.cuLaunchKernel)(
-                f,
-                1,
-                1,
-                1,
-                32,
-                1,
-                1,
-                0,
-                s.raw,
-                params.as_mut_ptr(),
-                extra.as_mut_ptr(),
-            ),
-            status::INVALID_VALUE,
-            "cuLaunchKernel with both kernelParams and extra",
-        );
-    }
+        )),
+        status::INVALID_VALUE,
+        "cuLaunchKernel with both kernelParams and extra",
+    );
 }
 
 #[test]
@@ -197,7 +192,7 @@ fn launch_arguments_are_validated() {
     );
     // The failed launches left nothing behind; a good one still works.
     check(launch(f, [1, 1, 1], [32, 1, 1], 0, null_mut()));
-    unsafe { check((d.cuCtxSynchronize)()) };
+    check(call!(d.cuCtxSynchronize()));
 }
 
 #[test]
@@ -206,70 +201,66 @@ fn module_and_function_lookups_fail_cleanly() {
     let _ctx = Context::new(0);
     let m = Module::load(EMPTY_PTX);
     let mut f = null_mut();
-    unsafe {
-        expect(
-            (d.cuModuleGetFunction)(&mut f, m.0, c"no_such_kernel".as_ptr()),
-            status::NOT_FOUND,
-            "cuModuleGetFunction of a missing kernel",
-        );
-        expect(
-            (d.cuModuleGetFunction)(null_mut(), m.0, c"empty".as_ptr()),
-            status::INVALID_VALUE,
-            "cuModuleGetFunction(NULL, ..)",
-        );
-        expect(
-            (d.cuModuleGetFunction)(&mut f, m.0, null()),
-            status::INVALID_VALUE,
-            "cuModuleGetFunction(.., NULL name)",
-        );
-        let mut m2 = null_mut();
-        expect(
-            (d.cuModuleLoadData)(&mut m2, null()),
-            status::INVALID_VALUE,
-            "cuModuleLoadData(NULL image)",
-        );
-        let garbage = b"this is neither PTX nor a cubin\0";
-        let r = (d.cuModuleLoadData)(&mut m2, garbage.as_ptr().cast());
-        assert!(
-            r == gpupool_e2e::cu::cudaError_enum::CUDA_ERROR_INVALID_IMAGE
-                || r == gpupool_e2e::cu::cudaError_enum::CUDA_ERROR_INVALID_PTX,
-            "loading garbage must fail with INVALID_IMAGE or INVALID_PTX, got {}",
-            gpupool_e2e::name(r)
-        );
-    }
+    expect(
+        call!(d.cuModuleGetFunction(&mut f, m.0, c"no_such_kernel".as_ptr())),
+        status::NOT_FOUND,
+        "cuModuleGetFunction of a missing kernel",
+    );
+    expect(
+        call!(d.cuModuleGetFunction(null_mut(), m.0, c"empty".as_ptr())),
+        status::INVALID_VALUE,
+        "cuModuleGetFunction(NULL, ..)",
+    );
+    expect(
+        call!(d.cuModuleGetFunction(&mut f, m.0, null())),
+        status::INVALID_VALUE,
+        "cuModuleGetFunction(.., NULL name)",
+    );
+    let mut m2 = null_mut();
+    expect(
+        call!(d.cuModuleLoadData(&mut m2, null())),
+        status::INVALID_VALUE,
+        "cuModuleLoadData(NULL image)",
+    );
+    let garbage = b"this is neither PTX nor a cubin\0";
+    let r = call!(d.cuModuleLoadData(&mut m2, garbage.as_ptr().cast()));
+    assert!(
+        r == gpupool_e2e::cu::cudaError_enum::CUDA_ERROR_INVALID_IMAGE
+            || r == gpupool_e2e::cu::cudaError_enum::CUDA_ERROR_INVALID_PTX,
+        "loading garbage must fail with INVALID_IMAGE or INVALID_PTX, got {}",
+        gpupool_e2e::name(r)
+    );
 
     // Handles of an unloaded module, and of its functions, are invalid.
     let f = m.function(c"empty");
     let raw = m.0;
     std::mem::forget(m);
-    unsafe { check((d.cuModuleUnload)(raw)) };
+    check(call!(d.cuModuleUnload(raw)));
     let mut local = [0u64; 8];
     let mut off = 0;
-    unsafe {
-        for (what, bad) in [("unloaded", raw), ("bogus", local.as_mut_ptr().cast())] {
-            let mut g: CUfunction = null_mut();
-            expect(
-                (d.cuModuleGetFunction)(&mut g, bad, c"empty".as_ptr()),
-                status::INVALID_HANDLE,
-                &format!("cuModuleGetFunction on a {what} module"),
-            );
-            expect(
-                (d.cuModuleUnload)(bad),
-                status::INVALID_HANDLE,
-                &format!("cuModuleUnload of a {what} module"),
-            );
-        }
-        for (what, bad) in [
-            ("unloaded module's", f),
-            ("bogus", local.as_mut_ptr().cast()),
-            ("NULL", null_mut()),
-        ] {
-            expect(
-                (d.cuFuncGetParamInfo)(bad, 0, &mut off, null_mut()),
-                status::INVALID_HANDLE,
-                &format!("cuFuncGetParamInfo of a {what} function"),
-            );
-        }
+    for (what, bad) in [("unloaded", raw), ("bogus", local.as_mut_ptr().cast())] {
+        let mut g: CUfunction = null_mut();
+        expect(
+            call!(d.cuModuleGetFunction(&mut g, bad, c"empty".as_ptr())),
+            status::INVALID_HANDLE,
+            &format!("cuModuleGetFunction on a {what} module"),
+        );
+        expect(
+            call!(d.cuModuleUnload(bad)),
+            status::INVALID_HANDLE,
+            &format!("cuModuleUnload of a {what} module"),
+        );
+    }
+    for (what, bad) in [
+        ("unloaded module's", f),
+        ("bogus", local.as_mut_ptr().cast()),
+        ("NULL", null_mut()),
+    ] {
+        expect(
+            call!(d.cuFuncGetParamInfo(bad, 0, &mut off, null_mut())),
+            status::INVALID_HANDLE,
+            &format!("cuFuncGetParamInfo of a {what} function"),
+        );
     }
     expect(
         launch(f, [1, 1, 1], [32, 1, 1], 0, null_mut()),

@@ -5,7 +5,7 @@ use std::ffi::{CStr, c_int, c_void};
 use std::ptr::null_mut;
 
 use gpupool_e2e::cu::{CUdriverProcAddressQueryResult_enum as Q, CUresult};
-use gpupool_e2e::{Driver, check, cuda, driver, expect, isolated_test, status};
+use gpupool_e2e::{Driver, call, check, cuda, driver, expect, isolated_test, status};
 
 const DEFAULT: u64 = 0;
 const LEGACY_STREAM: u64 = 1;
@@ -13,7 +13,7 @@ const PER_THREAD: u64 = 2;
 
 fn driver_version(d: &Driver) -> c_int {
     let mut v = 0;
-    check(unsafe { (d.cuDriverGetVersion)(&mut v) });
+    check(call!(d.cuDriverGetVersion(&mut v)));
     v
 }
 
@@ -108,8 +108,13 @@ fn resolved_pointers_are_callable() {
     let (r, pfn, _) = d.proc_address(c"cuDriverGetVersion", 12000, DEFAULT);
     check(r);
     assert!(!pfn.is_null());
-    let f: unsafe extern "C" fn(*mut c_int) -> CUresult = unsafe { std::mem::transmute(pfn) };
+    type GetVersion = unsafe extern "C" fn(*mut c_int) -> CUresult;
+    const _: GetVersion = gpupool_e2e::cu::cuDriverGetVersion; // the header's signature
+    // SAFETY: the lookup succeeded, so `pfn` is the (non-null) address of the driver's
+    // `cuDriverGetVersion`, whose signature is `GetVersion` (checked just above).
+    let f: GetVersion = unsafe { std::mem::transmute(pfn) };
     let mut v = 0;
+    // SAFETY: `f` is `cuDriverGetVersion` and `&mut v` is a live `c_int` out-pointer.
     check(unsafe { f(&mut v) });
     assert_eq!(v, driver_version(d));
 }
@@ -149,27 +154,25 @@ fn unknown_symbols_and_versions() {
 
     // symbolStatus is optional; symbol and pfn are not.
     let mut pfn: *mut c_void = null_mut();
-    unsafe {
-        check((d.cuGetProcAddress_v2)(
-            c"cuMemAlloc".as_ptr(),
-            &mut pfn,
-            12000,
-            DEFAULT,
-            null_mut(),
-        ));
-        assert_eq!(Some(pfn), d.export("cuMemAlloc_v2"));
-        let mut st = Q(0);
-        expect(
-            (d.cuGetProcAddress_v2)(std::ptr::null(), &mut pfn, 12000, DEFAULT, &mut st),
-            status::INVALID_VALUE,
-            "NULL symbol",
-        );
-        expect(
-            (d.cuGetProcAddress_v2)(c"cuMemAlloc".as_ptr(), null_mut(), 12000, DEFAULT, &mut st),
-            status::INVALID_VALUE,
-            "NULL pfn",
-        );
-    }
+    check(call!(d.cuGetProcAddress_v2(
+        c"cuMemAlloc".as_ptr(),
+        &mut pfn,
+        12000,
+        DEFAULT,
+        null_mut(),
+    )));
+    assert_eq!(Some(pfn), d.export("cuMemAlloc_v2"));
+    let mut st = Q(0);
+    expect(
+        call!(d.cuGetProcAddress_v2(std::ptr::null(), &mut pfn, 12000, DEFAULT, &mut st)),
+        status::INVALID_VALUE,
+        "NULL symbol",
+    );
+    expect(
+        call!(d.cuGetProcAddress_v2(c"cuMemAlloc".as_ptr(), null_mut(), 12000, DEFAULT, &mut st)),
+        status::INVALID_VALUE,
+        "NULL pfn",
+    );
 }
 
 isolated_test!(
@@ -184,10 +187,15 @@ isolated_test!(
         );
         assert_eq!(st, Q::CU_GET_PROC_ADDRESS_SUCCESS);
         assert_eq!(Some(pfn), d.export("cuInit"));
-        let init: unsafe extern "C" fn(u32) -> CUresult = unsafe { std::mem::transmute(pfn) };
+        type Init = unsafe extern "C" fn(u32) -> CUresult;
+        const _: Init = gpupool_e2e::cu::cuInit; // the header's signature
+        // SAFETY: `pfn` is the address of the exported `cuInit` (asserted equal just above),
+        // whose signature is `Init` (checked just above).
+        let init: Init = unsafe { std::mem::transmute(pfn) };
+        // SAFETY: `init` is `cuInit`, called with the flags value 0 it documents.
         check(unsafe { init(0) });
         let mut n = 0;
-        check(unsafe { (d.cuDeviceGetCount)(&mut n) });
+        check(call!(d.cuDeviceGetCount(&mut n)));
         assert!(n > 0);
     }
 );

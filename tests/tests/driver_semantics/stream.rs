@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use gpupool_e2e::cu::CUstream;
 use gpupool_e2e::{
-    Context, DeviceBuffer, Gate, Shared, Stream, check, cuda, expect, host_fn, spawn_in, status,
-    sync_stream_in,
+    Context, DeviceBuffer, Gate, Shared, Stream, call, check, cuda, expect, host_fn, spawn_in,
+    status, sync_stream_in,
 };
 
 const BLOCKING: u32 = 0;
@@ -34,11 +34,17 @@ struct Pinned {
 impl Pinned {
     fn new(len: usize) -> Pinned {
         let mut p = null_mut();
-        check(unsafe { (cuda().cuMemAllocHost_v2)(&mut p, len) });
+        check(call!(cuda().cuMemAllocHost_v2(&mut p, len)));
+        // SAFETY: the allocation succeeded: `p` points to `len` writable bytes, ours until
+        // `cuMemFreeHost` in `drop`, and no copy into them has been enqueued yet.
         unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, len) };
         Pinned { ptr: p.cast(), len }
     }
+    /// The buffer as little-endian words. Call only while no copy into it is in flight
+    /// (after a synchronize, or while its stream is held at a gate before the copy).
     fn words(&self) -> Vec<u32> {
+        // SAFETY: `ptr` points to `len` initialised bytes (zeroed in `new`) that live until
+        // `drop`; every caller reads while no asynchronous copy is writing them.
         let s = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
         s.chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
@@ -47,7 +53,7 @@ impl Pinned {
 }
 impl Drop for Pinned {
     fn drop(&mut self) {
-        check(unsafe { (cuda().cuMemFreeHost)(self.ptr.cast()) });
+        check(call!(cuda().cuMemFreeHost(self.ptr.cast())));
     }
 }
 
@@ -62,31 +68,32 @@ fn one_stream_runs_in_fifo_order() {
     let host = Pinned::new(n);
     let gate = Gate::new();
     gate.enqueue(s.raw);
-    unsafe {
-        for i in 1..=20u32 {
-            check((d.cuMemsetD32Async)(a.ptr, i, n / 4, s.raw));
-            check((d.cuMemcpyDtoDAsync_v2)(b.ptr, a.ptr, n, s.raw));
-        }
-        check((d.cuMemcpyDtoHAsync_v2)(host.ptr.cast(), b.ptr, n, s.raw));
-        expect(
-            (d.cuStreamQuery)(s.raw),
-            status::NOT_READY,
-            "cuStreamQuery with work held at a gate",
-        );
+    for i in 1..=20u32 {
+        check(call!(d.cuMemsetD32Async(a.ptr, i, n / 4, s.raw)));
+        check(call!(d.cuMemcpyDtoDAsync_v2(b.ptr, a.ptr, n, s.raw)));
     }
+    check(call!(d.cuMemcpyDtoHAsync_v2(
+        host.ptr.cast(),
+        b.ptr,
+        n,
+        s.raw
+    )));
+    expect(
+        call!(d.cuStreamQuery(s.raw)),
+        status::NOT_READY,
+        "cuStreamQuery with work held at a gate",
+    );
     assert!(
         host.words().iter().all(|&w| w == 0),
         "async work ran before the stream reached it"
     );
     gate.open();
-    unsafe { check((d.cuStreamSynchronize)(s.raw)) };
-    unsafe {
-        expect(
-            (d.cuStreamQuery)(s.raw),
-            status::SUCCESS,
-            "cuStreamQuery after synchronize",
-        )
-    };
+    check(call!(d.cuStreamSynchronize(s.raw)));
+    expect(
+        call!(d.cuStreamQuery(s.raw)),
+        status::SUCCESS,
+        "cuStreamQuery after synchronize",
+    );
     let words = host.words();
     assert!(
         words.iter().all(|&w| w == 20),
@@ -110,15 +117,13 @@ fn two_streams_run_concurrently() {
         "stream A never reached its host function"
     );
     let ran_b = Arc::new(AtomicBool::new(false));
-    unsafe {
-        check((d.cuMemsetD32Async)(buf.ptr, 0x0b0b0b0b, 1024, b.raw));
-        check((d.cuMemcpyDtoHAsync_v2)(
-            host.ptr.cast(),
-            buf.ptr,
-            4096,
-            b.raw,
-        ));
-    }
+    check(call!(d.cuMemsetD32Async(buf.ptr, 0x0b0b0b0b, 1024, b.raw)));
+    check(call!(d.cuMemcpyDtoHAsync_v2(
+        host.ptr.cast(),
+        buf.ptr,
+        4096,
+        b.raw,
+    )));
     let flag = ran_b.clone();
     check(host_fn(b.raw, move || flag.store(true, Ordering::SeqCst)));
     let r = sync_stream_in(ctx.raw, b.raw).recv_timeout(LONG);
@@ -129,15 +134,13 @@ fn two_streams_run_concurrently() {
     );
     assert!(ran_b.load(Ordering::SeqCst));
     assert!(host.words().iter().all(|&w| w == 0x0b0b0b0b));
-    unsafe {
-        expect(
-            (d.cuStreamQuery)(a.raw),
-            status::NOT_READY,
-            "stream A still held",
-        )
-    };
+    expect(
+        call!(d.cuStreamQuery(a.raw)),
+        status::NOT_READY,
+        "stream A still held",
+    );
     gate.open();
-    unsafe { check((d.cuStreamSynchronize)(a.raw)) };
+    check(call!(d.cuStreamSynchronize(a.raw)));
 }
 
 #[test]
@@ -155,15 +158,13 @@ fn legacy_default_stream_waits_for_blocking_streams() {
         log.lock().unwrap().is_empty(),
         "legacy-stream work ran before earlier work on a blocking stream"
     );
-    unsafe {
-        expect(
-            (d.cuStreamQuery)(LEGACY),
-            status::NOT_READY,
-            "legacy stream waits on the blocking stream",
-        )
-    };
+    expect(
+        call!(d.cuStreamQuery(LEGACY)),
+        status::NOT_READY,
+        "legacy stream waits on the blocking stream",
+    );
     gate.open();
-    unsafe { check((d.cuStreamSynchronize)(LEGACY)) };
+    check(call!(d.cuStreamSynchronize(LEGACY)));
     assert_eq!(*log.lock().unwrap(), ["blocking stream", "legacy stream"]);
 }
 
@@ -182,15 +183,13 @@ fn blocking_streams_wait_for_the_legacy_default_stream() {
         log.lock().unwrap().is_empty(),
         "blocking-stream work ran before earlier legacy-stream work"
     );
-    unsafe {
-        expect(
-            (d.cuStreamQuery)(s.raw),
-            status::NOT_READY,
-            "blocking stream waits on the legacy stream",
-        )
-    };
+    expect(
+        call!(d.cuStreamQuery(s.raw)),
+        status::NOT_READY,
+        "blocking stream waits on the legacy stream",
+    );
     gate.open();
-    unsafe { check((d.cuStreamSynchronize)(s.raw)) };
+    check(call!(d.cuStreamSynchronize(s.raw)));
     assert_eq!(*log.lock().unwrap(), ["legacy stream", "blocking stream"]);
 }
 
@@ -200,7 +199,7 @@ fn non_blocking_streams_do_not_synchronise_with_the_legacy_stream() {
     let ctx = Context::new(0);
     let n = Stream::new(NON_BLOCKING);
     let mut flags = 99;
-    unsafe { check((d.cuStreamGetFlags)(n.raw, &mut flags)) };
+    check(call!(d.cuStreamGetFlags(n.raw, &mut flags)));
     assert_eq!(flags, NON_BLOCKING);
 
     // Non-blocking stream held: the legacy stream still completes.
@@ -218,7 +217,7 @@ fn non_blocking_streams_do_not_synchronise_with_the_legacy_stream() {
     assert!(ran.load(Ordering::SeqCst));
 
     // But cuCtxSynchronize waits for every stream of the context.
-    let ctx_sync = spawn_in(ctx.raw, || unsafe { (cuda().cuCtxSynchronize)() });
+    let ctx_sync = spawn_in(ctx.raw, || call!(cuda().cuCtxSynchronize()));
     assert_eq!(
         ctx_sync.recv_timeout(SHORT),
         Err(RecvTimeoutError::Timeout),
@@ -241,7 +240,7 @@ fn non_blocking_streams_do_not_synchronise_with_the_legacy_stream() {
     );
     assert!(ran.load(Ordering::SeqCst));
     gate.open();
-    unsafe { check((d.cuCtxSynchronize)()) };
+    check(call!(d.cuCtxSynchronize()));
 }
 
 #[test]
@@ -257,7 +256,7 @@ fn destroying_a_busy_stream_returns_at_once_and_finishes_its_work() {
     std::mem::forget(s);
     let r = spawn_in(ctx.raw, move || {
         let raw = raw;
-        unsafe { (cuda().cuStreamDestroy_v2)(raw.0) }
+        call!(cuda().cuStreamDestroy_v2(raw.0))
     })
     .recv_timeout(LONG);
     assert_eq!(
@@ -292,56 +291,52 @@ fn bad_stream_handles_are_invalid_handle() {
         ("bogus", local.as_mut_ptr() as CUstream),
         ("wild", 0xdead_beef_usize as CUstream),
     ] {
-        unsafe {
-            expect(
-                (d.cuStreamQuery)(bogus),
-                status::INVALID_HANDLE,
-                &format!("cuStreamQuery({what})"),
-            );
-            expect(
-                (d.cuStreamSynchronize)(bogus),
-                status::INVALID_HANDLE,
-                &format!("cuStreamSynchronize({what})"),
-            );
-            expect(
-                (d.cuMemsetD8Async)(buf.ptr, 0, 64, bogus),
-                status::INVALID_HANDLE,
-                &format!("cuMemsetD8Async on {what}"),
-            );
-            let mut flags = 0;
-            expect(
-                (d.cuStreamGetFlags)(bogus, &mut flags),
-                status::INVALID_HANDLE,
-                &format!("cuStreamGetFlags({what})"),
-            );
-            expect(
-                (d.cuStreamDestroy_v2)(bogus),
-                status::INVALID_HANDLE,
-                &format!("cuStreamDestroy_v2({what})"),
-            );
-        }
+        expect(
+            call!(d.cuStreamQuery(bogus)),
+            status::INVALID_HANDLE,
+            &format!("cuStreamQuery({what})"),
+        );
+        expect(
+            call!(d.cuStreamSynchronize(bogus)),
+            status::INVALID_HANDLE,
+            &format!("cuStreamSynchronize({what})"),
+        );
+        expect(
+            call!(d.cuMemsetD8Async(buf.ptr, 0, 64, bogus)),
+            status::INVALID_HANDLE,
+            &format!("cuMemsetD8Async on {what}"),
+        );
+        let mut flags = 0;
+        expect(
+            call!(d.cuStreamGetFlags(bogus, &mut flags)),
+            status::INVALID_HANDLE,
+            &format!("cuStreamGetFlags({what})"),
+        );
+        expect(
+            call!(d.cuStreamDestroy_v2(bogus)),
+            status::INVALID_HANDLE,
+            &format!("cuStreamDestroy_v2({what})"),
+        );
         expect(
             host_fn(bogus, || ()),
             status::INVALID_HANDLE,
             &format!("cuLaunchHostFunc on {what}"),
         );
     }
-    unsafe {
-        expect(
-            (d.cuStreamCreate)(null_mut(), 0),
-            status::INVALID_VALUE,
-            "cuStreamCreate(NULL)",
-        );
-        let mut s = null_mut();
-        expect(
-            (d.cuStreamCreate)(&mut s, 0x10),
-            status::INVALID_VALUE,
-            "cuStreamCreate with unknown flags",
-        );
-        expect(
-            (d.cuLaunchHostFunc)(LEGACY, None, null_mut()),
-            status::INVALID_VALUE,
-            "cuLaunchHostFunc(NULL fn)",
-        );
-    }
+    expect(
+        call!(d.cuStreamCreate(null_mut(), 0)),
+        status::INVALID_VALUE,
+        "cuStreamCreate(NULL)",
+    );
+    let mut s = null_mut();
+    expect(
+        call!(d.cuStreamCreate(&mut s, 0x10)),
+        status::INVALID_VALUE,
+        "cuStreamCreate with unknown flags",
+    );
+    expect(
+        call!(d.cuLaunchHostFunc(LEGACY, None, null_mut())),
+        status::INVALID_VALUE,
+        "cuLaunchHostFunc(NULL fn)",
+    );
 }
