@@ -1,0 +1,188 @@
+//! The vendor-neutral operation set (DESIGN.md §1): every call between `libgpupool.so` and
+//! the daemon is one [`Request`] answered by one [`Reply`] (or, for an asynchronous request
+//! sent with `NO_REPLY`, by nothing unless it fails).
+//!
+//! # The tables
+//!
+//! Each operation is one line of the tables below: opcode, name, fields, and for requests
+//! the reply it expects and whether it is asynchronous. `op_table!` ([`macros`]) generates
+//! the enums, the opcode enums [`RequestOp`] / [`ReplyOp`], encoding and decoding from it.
+//! Adding an operation means adding one line (and an example in the test list, which fails
+//! until you do).
+//!
+//! Opcodes are `u16`, grouped by family in the high byte:
+//!
+//! | range | family |
+//! | --- | --- |
+//! | `0x00xx` | session (hello) |
+//! | `0x01xx` | devices |
+//! | `0x02xx` | contexts |
+//! | `0x03xx` | memory |
+//! | `0x04xx` | copies and memset |
+//! | `0x05xx` | modules and functions |
+//! | `0x06xx` | launch |
+//! | `0x07xx` | streams |
+//! | `0x08xx` | events |
+//! | `0x09xx` | management (NVML-like) |
+//! | `0x8000..=0xffff` | replies, same family byte plus `0x80` |
+//!
+//! Requests must lie in `0x0001..=0x7fff` and replies in `0x8000..=0xffff`, and no opcode
+//! may appear twice in a table; both are checked at compile time (see
+//! [`assert_unique_opcodes`]): a duplicated opcode does not build.
+//!
+//! # Payload encoding
+//!
+//! The opcode (`u16` LE), then each field in table order with [`crate::codec`]'s rules.
+//! Decoding requires the payload to be consumed exactly.
+#![forbid(unsafe_code)]
+
+pub(crate) mod macros;
+mod types;
+
+pub use macros::{assert_opcodes_in, assert_unique_opcodes};
+pub use types::*;
+
+use macros::op_table;
+
+op_table! {
+    /// A call from a client to the daemon.
+    requests Request / RequestOp in 0x0001 ..= 0x7fff;
+
+    // ---- session ----
+    /// The first frame of every connection. `memory_limit` (bytes per device) and
+    /// `compute_percent` may only narrow the tenant's quota.
+    0x0001 Hello {
+        pid: u32, uid: u32, gid: u32, protocol_version: u16,
+        memory_limit: Option<u64>, compute_percent: Option<u8>,
+        client_name: String, token: Option<String>,
+    } => HelloReply;
+
+    // ---- devices ----
+    0x0101 DeviceGetCount {} => DeviceCount;
+    0x0102 DeviceGetInfo { device: u32 } => DeviceInfo;
+    /// `cuMemGetInfo` in a context: free and total as the tenant sees them.
+    0x0103 MemGetInfo { ctx: CtxId } => MemInfo;
+
+    // ---- contexts ----
+    0x0201 PrimaryCtxRetain { device: u32 } => Context;
+    0x0202 PrimaryCtxRelease { device: u32 } => Ok;
+    0x0203 PrimaryCtxReset { device: u32 } => Ok;
+    0x0204 CtxCreate { device: u32, flags: u32 } => Context;
+    0x0205 CtxDestroy { ctx: CtxId } => Ok;
+    0x0206 CtxSynchronize { ctx: CtxId } => Ok;
+
+    // ---- memory ----
+    0x0301 MemAlloc { ctx: CtxId, bytes: u64 } => MemPtr;
+    /// `element_size` is 4, 8 or 16, as `cuMemAllocPitch` takes it.
+    0x0302 MemAllocPitch { ctx: CtxId, width_bytes: u64, height: u64, element_size: u32 } => MemPitch;
+    0x0303 MemFree { ptr: DevicePtr } => Ok;
+    0x0304 MemGetAddressRange { ptr: DevicePtr } => AddressRange;
+
+    // ---- copies and memset ----
+    0x0401 MemcpyHtoD { dst: DevicePtr, src: HostSrc } => Ok;
+    0x0402 MemcpyHtoDAsync { dst: DevicePtr, src: HostSrc, stream: StreamId } => Ok, async;
+    /// Into the staging area; the reply comes once the bytes are there.
+    0x0403 MemcpyDtoH { src: DevicePtr, dst: StagingRegion } => Ok;
+    /// Small copies: the bytes come back in the reply.
+    0x0404 MemcpyDtoHInline { src: DevicePtr, len: u32 } => Bytes;
+    /// Into the staging area, ordered on `stream`; the bytes are there after a sync point.
+    0x0405 MemcpyDtoHAsync { src: DevicePtr, dst: StagingRegion, stream: StreamId } => Ok, async;
+    0x0406 MemcpyDtoD { dst: DevicePtr, src: DevicePtr, len: u64 } => Ok;
+    0x0407 MemcpyDtoDAsync { dst: DevicePtr, src: DevicePtr, len: u64, stream: StreamId } => Ok, async;
+    0x0408 Memcpy2D { copy: Copy2D } => Ok;
+    0x0409 Memcpy2DAsync { copy: Copy2D, stream: StreamId } => Ok, async;
+    0x040a Memcpy3D { copy: Copy3D } => Ok;
+    0x040b Memcpy3DAsync { copy: Copy3D, stream: StreamId } => Ok, async;
+    0x0410 Memset { set: Memset } => Ok;
+    0x0411 MemsetAsync { set: Memset, stream: StreamId } => Ok, async;
+
+    // ---- modules and functions ----
+    /// The image (PTX, cubin or fatbin) inline or in staging.
+    0x0501 ModuleLoad { ctx: CtxId, image: HostSrc } => Module;
+    0x0502 ModuleUnload { module: ModuleId } => Ok;
+    0x0503 ModuleGetFunction { module: ModuleId, name: String } => Function;
+    0x0504 ModuleGetGlobal { module: ModuleId, name: String } => Global;
+    /// A `CUfunction_attribute` number.
+    0x0505 FuncGetAttribute { func: FuncId, attribute: u32 } => Attribute;
+    0x0506 FuncSetAttribute { func: FuncId, attribute: u32, value: i32 } => Ok;
+
+    // ---- launch ----
+    0x0601 LaunchKernel {
+        func: FuncId, grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32,
+        stream: StreamId, params: KernelParams, cooperative: bool,
+    } => Ok, async;
+
+    // ---- streams ----
+    0x0701 StreamCreate { ctx: CtxId, flags: u32, priority: i32 } => Stream;
+    0x0702 StreamDestroy { stream: StreamId } => Ok;
+    0x0703 StreamSynchronize { stream: StreamId } => Ok;
+    0x0704 StreamQuery { stream: StreamId } => Ready;
+    0x0705 StreamWaitEvent { stream: StreamId, event: EventId, flags: u32 } => Ok, async;
+
+    // ---- events ----
+    0x0801 EventCreate { ctx: CtxId, flags: u32 } => Event;
+    0x0802 EventRecord { event: EventId, stream: StreamId } => Ok, async;
+    0x0803 EventSynchronize { event: EventId } => Ok;
+    0x0804 EventQuery { event: EventId } => Ready;
+    0x0805 EventElapsedTime { start: EventId, end: EventId } => Elapsed;
+    0x0806 EventDestroy { event: EventId } => Ok;
+
+    // ---- management (NVML-like), per device ordinal ----
+    0x0901 MgmtMemoryInfo { device: u32 } => MemInfo;
+    0x0902 MgmtUtilization { device: u32 } => Utilization;
+}
+
+op_table! {
+    /// The daemon's answer to a [`Request`].
+    replies Reply / ReplyOp in 0x8000 ..= 0xffff;
+
+    /// Success with nothing to return.
+    0x8000 Ok {};
+    /// Failure: `code` is the vendor's error code for the front-end that made the call
+    /// (e.g. CUDA_ERROR_OUT_OF_MEMORY = 2 for a quota refusal).
+    0x8001 Error { code: u32, message: String };
+    0x8002 HelloReply { session_id: u64, tenant: String, driver_version: u32, devices: Vec<DeviceInfo> };
+
+    0x8101 DeviceCount { count: u32 };
+    0x8102 DeviceInfo { info: DeviceInfo };
+    /// Free and total bytes, as the tenant sees them (total = the tenant's quota).
+    0x8103 MemInfo { free: u64, total: u64 };
+
+    0x8201 Context { ctx: CtxId };
+
+    0x8301 MemPtr { ptr: DevicePtr };
+    0x8302 MemPitch { ptr: DevicePtr, pitch: u64 };
+    0x8303 AddressRange { base: DevicePtr, size: u64 };
+
+    0x8401 Bytes { data: InlineBytes };
+
+    0x8501 Module { module: ModuleId, functions: Vec<FunctionInfo> };
+    0x8502 Function { func: FuncId, params: Vec<ParamInfo> };
+    0x8503 Global { ptr: DevicePtr, size: u64 };
+    0x8504 Attribute { value: i64 };
+
+    0x8701 Stream { stream: StreamId };
+    /// For queries: `false` is CUDA_ERROR_NOT_READY.
+    0x8702 Ready { ready: bool };
+
+    0x8801 Event { event: EventId };
+    /// Elapsed time between two events in nanoseconds (negative if `end` precedes `start`).
+    0x8802 Elapsed { nanos: i64 };
+
+    /// Percent of time busy over the last sample period, as the tenant sees it.
+    0x8901 Utilization { gpu_percent: u32, memory_percent: u32 };
+}
+
+impl Request {
+    pub const fn is_async(&self) -> bool {
+        self.op().is_async()
+    }
+    /// The reply this request expects on success.
+    pub const fn reply_op(&self) -> ReplyOp {
+        self.op().reply()
+    }
+    /// Whether `reply` is a possible answer to this request: the expected reply or an error.
+    pub fn accepts(&self, reply: &Reply) -> bool {
+        matches!(reply, Reply::Error { .. }) || reply.op() == self.reply_op()
+    }
+}
