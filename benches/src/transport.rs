@@ -163,23 +163,24 @@ pub fn run() -> Result<TransportRun, String> {
     let cpus = thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let unix = || UnixTransport::pair(1 << 20).map_err(|e| e.to_string());
     let default = WaitPolicy::default();
-    let spin_forever = WaitPolicy { spin: u32::MAX, ..default };
-    let futex_only = WaitPolicy { spin: 0, ..default };
+    let spin_forever = WaitPolicy { spin: u32::MAX, spin_max: u32::MAX, ..default };
+    let fixed = WaitPolicy { spin_max: default.spin, ..default };
+    let futex_only = WaitPolicy { spin: 0, spin_max: 0, ..default };
     let mut rtts = Vec::new();
     // The baseline first, then the shared-memory regimes, then the baseline again (the
     // baseline figure pools both runs' samples: same machine conditions as the rest).
     let (a, b) = unix()?;
     let base1 = rtt(a, b, 20_000)?;
-    let (a, b) = shm_pair(spin_forever)?;
-    rtts.push(Rtt { name: "shm, both ends spin", policy: "spin without limit".into(), ns: summarize(rtt(a, b, 200_000)?) });
-    let (a, b) = shm_pair(default)?;
-    rtts.push(Rtt {
-        name: "shm, default policy",
-        policy: format!("spin {}, then futex", default.spin),
-        ns: summarize(rtt(a, b, 200_000)?),
-    });
-    let (a, b) = shm_pair(futex_only)?;
-    rtts.push(Rtt { name: "shm, futex path", policy: "spin 0: sleep every time".into(), ns: summarize(rtt(a, b, 20_000)?) });
+    let regimes = [
+        ("shm, both ends spin", "spin without limit".to_string(), spin_forever, 200_000),
+        ("shm, default policy", format!("spin {}..{} adaptive, futex", default.spin, default.spin_max), default, 200_000),
+        ("shm, fixed short spin", format!("spin {}, futex (no adapting)", default.spin), fixed, 20_000),
+        ("shm, futex path", "spin 0: sleep every time".to_string(), futex_only, 20_000),
+    ];
+    for (name, policy, wait, iters) in regimes {
+        let (a, b) = shm_pair(wait)?;
+        rtts.push(Rtt { name, policy, ns: summarize(rtt(a, b, iters)?) });
+    }
     let (a, b) = unix()?;
     let mut base = base1;
     base.extend(rtt(a, b, 20_000)?);
@@ -207,13 +208,13 @@ pub fn table(run: &TransportRun) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "gpupool-bench transport ({} CPUs; both ends are threads of one process)\n", run.cpus);
     let _ = writeln!(out, "1. Round trip of a {FRAME}-byte frame (send + echo + receive), each timed alone");
-    let _ = writeln!(out, "{:<26} | {:<26} | {:>9} | {:>9} | {:>8} | {:>9}", "transport", "wait policy", "p50", "p99", "samples", "p50/unix");
-    let _ = writeln!(out, "{}", "-".repeat(26 + 26 + 9 * 3 + 8 + 15));
+    let _ = writeln!(out, "{:<26} | {:<34} | {:>9} | {:>9} | {:>8} | {:>9}", "transport", "wait policy", "p50", "p99", "samples", "p50/unix");
+    let _ = writeln!(out, "{}", "-".repeat(26 + 34 + 9 * 3 + 8 + 15));
     let base = baseline(run);
     for r in &run.rtts {
         let _ = writeln!(
             out,
-            "{:<26} | {:<26} | {:>9} | {:>9} | {:>8} | {:>8.4}x",
+            "{:<26} | {:<34} | {:>9} | {:>9} | {:>8} | {:>8.4}x",
             r.name,
             r.policy,
             fmt_ns(r.ns.median),
@@ -224,7 +225,7 @@ pub fn table(run: &TransportRun) -> String {
     }
     let _ = writeln!(
         out,
-        "(each sample includes one clock read pair, {:.0} ns; the default spin budget lasts {:.1} us ({} spins))\n",
+        "(each sample includes one clock read pair, {:.0} ns; the default initial spin budget lasts {:.1} us ({} spins))\n",
         run.clock_ns, run.spin_budget_us, run.default_spin
     );
     let _ = writeln!(out, "2. Staging bandwidth, {} MiB, vs plain memcpy of the same size in the same run", STAGING >> 20);

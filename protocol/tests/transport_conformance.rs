@@ -225,18 +225,14 @@ macro_rules! conformance {
     };
 }
 
-fn shm(spin: u32) -> (End, End) {
-    let config = ShmConfig {
-        ring_capacity: 4096,
-        staging_size: 1 << 20,
-        wait: WaitPolicy { spin, slice: Duration::from_millis(20) },
-    };
+fn shm(wait: WaitPolicy) -> (End, End) {
+    let config = ShmConfig { ring_capacity: 4096, staging_size: 1 << 20, wait };
     let (c, s) = ShmTransport::pair(&config).unwrap();
     (Box::new(c), Box::new(s))
 }
 
-conformance!(shm_spinning, shm(WaitPolicy::default().spin));
-conformance!(shm_futex_only, shm(0));
+conformance!(shm_spinning, shm(WaitPolicy::default()));
+conformance!(shm_futex_only, shm(WaitPolicy { spin: 0, spin_max: 0, ..WaitPolicy::default() }));
 conformance!(unix_socket, {
     let (a, b) = UnixTransport::pair(1 << 20).unwrap();
     (Box::new(a), Box::new(b))

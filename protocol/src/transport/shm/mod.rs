@@ -8,7 +8,7 @@
 //! before it touches anything else. The socket stays open next to the segment: its
 //! hang-up is how either side learns that the other died.
 //!
-//! Waiting ([`WaitPolicy`]): spin `spin` times on the ring index (no syscall), then
+//! Waiting ([`WaitPolicy`]): spin on the ring index (no syscall; the budget adapts), then
 //! announce "I sleep" in the ring's waiter flag and FUTEX_WAIT on its sequence word in
 //! slices of `slice`; the other side issues FUTEX_WAKE only when that flag is set. Between
 //! slices the sleeper polls the socket for POLLHUP/POLLRDHUP, so a SIGKILLed peer is
@@ -54,10 +54,12 @@ impl Default for ShmConfig {
 }
 
 impl Default for WaitPolicy {
-    /// 100 spins: about 4 us on this machine class (a `pause` costs ~37 ns there;
-    /// `gpupool-bench transport` prints the measured budget), then 20 ms futex slices.
+    /// Spin 100 times (about 4 us on this machine class, where a `pause` costs ~37 ns;
+    /// `gpupool-bench transport` prints the measured budget), adapting up to 2000 (~75
+    /// us, more than a futex wake-up takes) when the peer answers within 100 us of our
+    /// falling asleep; then 20 ms futex slices.
     fn default() -> Self {
-        Self { spin: 100, slice: Duration::from_millis(20) }
+        Self { spin: 100, spin_max: 2000, adapt_window: Duration::from_micros(100), slice: Duration::from_millis(20) }
     }
 }
 
@@ -86,6 +88,9 @@ pub struct ShmTransport {
     /// CLIENT or SERVER: which `closed` flag is ours.
     me: usize,
     policy: WaitPolicy,
+    /// Current adaptive spin budgets for sending (ring full) and receiving (ring empty).
+    send_spin: u32,
+    recv_spin: u32,
     closed: bool,
 }
 
@@ -148,6 +153,8 @@ impl ShmTransport {
             layout,
             me,
             policy,
+            send_spin: policy.spin,
+            recv_spin: policy.spin,
             closed: false,
         })
     }
@@ -163,6 +170,7 @@ impl ShmTransport {
 
     pub fn set_wait_policy(&mut self, policy: WaitPolicy) {
         self.policy = policy;
+        (self.send_spin, self.recv_spin) = (policy.spin, policy.spin);
     }
 
     /// The unix socket that came with the segment (e.g. for SO_PEERCRED).
@@ -200,6 +208,7 @@ impl Transport for ShmTransport {
         ring::wait(
             words,
             self.policy,
+            &mut self.send_spin,
             None,
             || tx.try_push(frame).map(|done| done.then_some(())),
             |deep| peer_gone(map, socket, me, deep),
@@ -216,6 +225,7 @@ impl Transport for ShmTransport {
         ring::wait(
             words,
             self.policy,
+            &mut self.recv_spin,
             deadline,
             || rx.try_pop(buf).map(|got| got.then_some(())),
             |deep| peer_gone(map, socket, me, deep),

@@ -159,26 +159,36 @@ fn wake_if_waiting(w: &WaitWords) {
     }
 }
 
-/// How an end waits: spin `spin` times, then sleep on the futex in slices of at most
-/// `slice`, checking the peer's liveness between slices.
+/// How an end waits: spin, then sleep on the futex in slices of at most `slice`,
+/// checking the peer's liveness between slices.
+///
+/// The spin budget adapts between `spin` and `spin_max` (per direction): a wait that had
+/// to sleep but was woken within `adapt_window` doubles it (a longer spin would have
+/// caught the peer; this breaks the convoy where each side's spin ends just before the
+/// other, itself just woken, answers, so that every round trip pays two wake-ups); a
+/// wait that slept longer halves it. `spin_max == spin` turns adaptation off.
 #[derive(Clone, Copy, Debug)]
 pub struct WaitPolicy {
     pub spin: u32,
+    pub spin_max: u32,
+    pub adapt_window: Duration,
     pub slice: Duration,
 }
 
-/// Runs `attempt` until it yields a value: spinning first, then sleeping on `words`.
-/// `gone(deep)` says whether the peer is gone (`deep`: also ask the kernel, a syscall;
-/// only after a sleep slice). A gone peer gets one last `attempt` (to deliver what it
-/// sent before leaving), then `PeerGone`.
+/// Runs `attempt` until it yields a value: spinning up to `*budget` times (adapted as
+/// described on [`WaitPolicy`]), then sleeping on `w`. `gone(deep)` says whether the
+/// peer is gone (`deep`: also ask the kernel, a syscall; only after a sleep slice). A
+/// gone peer gets one last `attempt` (to deliver what it sent before leaving), then
+/// `PeerGone`.
 pub(crate) fn wait<T>(
     w: &WaitWords,
     policy: WaitPolicy,
+    budget: &mut u32,
     deadline: Option<Instant>,
     mut attempt: impl FnMut() -> Result<Option<T>, TransportError>,
     mut gone: impl FnMut(bool) -> bool,
 ) -> Result<T, TransportError> {
-    for i in 0..policy.spin {
+    for i in 0..*budget {
         if let Some(v) = attempt()? {
             return Ok(v);
         }
@@ -188,9 +198,20 @@ pub(crate) fn wait<T>(
         }
         std::hint::spin_loop();
     }
+    let slept_at = Instant::now();
     let mut slept = false;
+    let got = |budget: &mut u32| {
+        let (lo, hi) = (policy.spin, policy.spin_max.max(policy.spin));
+        let next = if slept_at.elapsed() <= policy.adapt_window {
+            budget.saturating_mul(2).max(1)
+        } else {
+            *budget / 2
+        };
+        *budget = next.min(hi).max(lo); // lo <= hi: never panics, unlike clamp
+    };
     loop {
         if let Some(v) = attempt()? {
+            got(budget);
             return Ok(v);
         }
         if gone(slept) {
@@ -209,6 +230,7 @@ pub(crate) fn wait<T>(
         fence(Ordering::SeqCst);
         if let Some(v) = attempt()? {
             w.waiting.store(0, Ordering::Relaxed);
+            got(budget);
             return Ok(v);
         }
         sys::futex_wait(&w.seq, seq, slice);
