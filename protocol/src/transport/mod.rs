@@ -58,7 +58,10 @@ impl fmt::Display for TransportError {
             Self::PeerGone => write!(f, "peer gone (closed or died)"),
             Self::Timeout => write!(f, "timed out waiting for a frame"),
             Self::FrameTooLarge { len, max } => {
-                write!(f, "frame of {len} bytes exceeds the transport maximum of {max}")
+                write!(
+                    f,
+                    "frame of {len} bytes exceeds the transport maximum of {max}"
+                )
             }
             Self::Closed => write!(f, "transport closed locally"),
             Self::BadSegment(why) => write!(f, "bad shared-memory segment: {why}"),

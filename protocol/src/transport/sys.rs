@@ -50,7 +50,10 @@ impl Mapping {
                 0,
             )?
         };
-        Ok(Self { ptr: NonNull::new(p.cast()).expect("mmap returned null"), len })
+        Ok(Self {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+        })
     }
 
     /// Anonymous private read-write memory (zeroed), e.g. the loopback's staging area.
@@ -65,7 +68,10 @@ impl Mapping {
                 MapFlags::PRIVATE,
             )?
         };
-        Ok(Self { ptr: NonNull::new(p.cast()).expect("mmap returned null"), len })
+        Ok(Self {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+        })
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -112,9 +118,17 @@ pub(crate) fn send_fd(sock: &UnixStream, fd: impl AsFd, tag: u8) -> io::Result<(
     let mut control = SendAncillaryBuffer::new(&mut space);
     assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
     let byte = [tag];
-    let n = rustix::net::sendmsg(sock, &[IoSlice::new(&byte)], &mut control, SendFlags::NOSIGNAL)?;
+    let n = rustix::net::sendmsg(
+        sock,
+        &[IoSlice::new(&byte)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
     if n != 1 {
-        return Err(io::Error::new(io::ErrorKind::WriteZero, "fd message not sent"));
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "fd message not sent",
+        ));
     }
     Ok(())
 }
@@ -147,7 +161,10 @@ pub(crate) fn recv_fd(sock: &UnixStream) -> io::Result<(u8, Option<OwnedFd>)> {
 }
 
 fn timespec(d: Duration) -> Timespec {
-    Timespec { tv_sec: d.as_secs() as _, tv_nsec: d.subsec_nanos() as _ }
+    Timespec {
+        tv_sec: d.as_secs() as _,
+        tv_nsec: d.subsec_nanos() as _,
+    }
 }
 
 /// FUTEX_WAIT (shared, not private: the word may live in memory another process maps)
@@ -167,7 +184,13 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
 /// Never blocks. Data still queued on the socket does not count as a hang-up.
 pub(crate) fn hung_up(sock: &UnixStream) -> bool {
     let mut fds = [PollFd::new(sock, PollFlags::RDHUP)];
-    match rustix::event::poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) {
+    match rustix::event::poll(
+        &mut fds,
+        Some(&Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        }),
+    ) {
         Ok(0) => false,
         Ok(_) => fds[0]
             .revents()
