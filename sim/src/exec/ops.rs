@@ -550,50 +550,18 @@ pub fn cvt(dty: Ty, sty: Ty, rnd: Round, int_round: bool, sat: bool, a: u64) -> 
     }
 }
 
-/// An integer rounded to a float type in any direction, exactly.
+/// An integer rounded to a float type in any direction, exactly: the nearest float,
+/// then one step toward the direction if the integer lies on the other side of it.
 fn int_to_float(v: i128, ty: Ty, rnd: Round) -> u64 {
     match ty {
         Ty::F32 => {
             let n = v as f32;
-            let exact = |f: f32| f as i128;
-            let r = if rnd == Round::Nearest || !n.is_finite() || exact(n) == v {
-                n
-            } else {
-                let (below, above) = if exact(n) > v { (n.next_down(), n) } else { (n, n.next_up()) };
-                match rnd {
-                    Round::Down => below,
-                    Round::Up => above,
-                    _ => {
-                        if v > 0 {
-                            below
-                        } else {
-                            above
-                        }
-                    }
-                }
-            };
-            r.to_bits() as u64
+            let ord = if n.is_finite() { v.cmp(&(n as i128)) } else { beyond(n > 0.0, true) };
+            directed(n, ord, rnd, n.next_up(), n.next_down()).to_bits() as u64
         }
         Ty::F64 => {
             let n = v as f64;
-            let exact = |f: f64| f as i128;
-            let r = if rnd == Round::Nearest || exact(n) == v {
-                n
-            } else {
-                let (below, above) = if exact(n) > v { (n.next_down(), n) } else { (n, n.next_up()) };
-                match rnd {
-                    Round::Down => below,
-                    Round::Up => above,
-                    _ => {
-                        if v > 0 {
-                            below
-                        } else {
-                            above
-                        }
-                    }
-                }
-            };
-            r.to_bits()
+            directed(n, v.cmp(&(n as i128)), rnd, n.next_up(), n.next_down()).to_bits()
         }
         _ => to_float(v as f64, ty, rnd),
     }

@@ -224,12 +224,15 @@ impl<'a> Block<'a> {
         ptr.ok_or_else(|| self.fault_illegal(space, addr, len, write, t))
     }
 
-    fn address(&self, a: &Addr, t: usize) -> (u64, Option<Space>) {
+    /// The address an operand names for thread `t`, and its state space: a symbol's
+    /// own space wins over the instruction's (a call's `.param` slots live in local
+    /// memory though `st.param` names them).
+    fn address(&self, a: &Addr, space: Space, t: usize) -> (u64, Space) {
         let (base, sym_space) = match &a.base {
             AddrBase::Reg(r) => (self.reg(*r, t), None),
             AddrBase::Imm(v, s) => (*v, *s),
         };
-        (base.wrapping_add(a.offset as u64), sym_space)
+        (base.wrapping_add(a.offset as u64), sym_space.unwrap_or(space))
     }
 
     fn load(&mut self, space: Space, ty: Ty, addr: u64, t: usize) -> Result<u64, Fault> {
@@ -565,8 +568,7 @@ impl<'a> Block<'a> {
                     if !self.guarded(g, t) {
                         continue;
                     }
-                    let (a, sym) = self.address(addr, t);
-                    let sp = sym.unwrap_or(*space);
+                    let (a, sp) = self.address(addr, *space, t);
                     if *n > 1 {
                         let total = step * *n as u64;
                         // The whole vector must be aligned to its size.
@@ -595,8 +597,7 @@ impl<'a> Block<'a> {
                     if !self.guarded(g, t) {
                         continue;
                     }
-                    let (ad, sym) = self.address(addr, t);
-                    let sp = sym.unwrap_or(*space);
+                    let (ad, sp) = self.address(addr, *space, t);
                     match a {
                         Operand::Vec(parts) => {
                             for (i, p) in parts.iter().enumerate() {
@@ -617,8 +618,7 @@ impl<'a> Block<'a> {
                     if !self.guarded(g, t) {
                         continue;
                     }
-                    let (ad, sym) = self.address(addr, t);
-                    let sp = sym.unwrap_or(*space);
+                    let (ad, sp) = self.address(addr, *space, t);
                     let (av, bv) = (self.rd(a, t), b.as_ref().map(|b| self.rd(b, t)).unwrap_or(0));
                     let old = self.atomic(sp, *kind, *ty, ad, (av, bv), t)?;
                     self.wr(d, t, old);
