@@ -515,6 +515,12 @@ typedef enum CUstreamCaptureStatus_enum {
 } CUstreamCaptureStatus;
 
 
+typedef enum CUstreamCaptureMode_enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+} CUstreamCaptureMode;
+
 typedef void (*CUhostFn)(void *userData);
 
 /* Parameters of cuCtxCreate_v3/_v4; gpupool only accepts them empty. */

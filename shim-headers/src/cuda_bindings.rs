@@ -1813,6 +1813,25 @@ impl CUstreamCaptureStatus_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUstreamCaptureStatus_enum(pub ::std::os::raw::c_uint);
 pub use self::CUstreamCaptureStatus_enum as CUstreamCaptureStatus;
+impl CUstreamCaptureMode_enum {
+    pub const CU_STREAM_CAPTURE_MODE_GLOBAL: CUstreamCaptureMode_enum = CUstreamCaptureMode_enum(
+        0,
+    );
+}
+impl CUstreamCaptureMode_enum {
+    pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode_enum = CUstreamCaptureMode_enum(
+        1,
+    );
+}
+impl CUstreamCaptureMode_enum {
+    pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode_enum = CUstreamCaptureMode_enum(
+        2,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUstreamCaptureMode_enum(pub ::std::os::raw::c_uint);
+pub use self::CUstreamCaptureMode_enum as CUstreamCaptureMode;
 pub type CUhostFn = ::std::option::Option<
     unsafe extern "C" fn(userData: *mut ::std::os::raw::c_void),
 >;
@@ -3130,6 +3149,49 @@ unsafe extern "C" {
         hStream: CUstream,
         captureStatus: *mut CUstreamCaptureStatus,
     ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamBeginCapture_v2(
+        hStream: CUstream,
+        mode: CUstreamCaptureMode,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamBeginCapture_v2_ptsz(
+        hStream: CUstream,
+        mode: CUstreamCaptureMode,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamEndCapture(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamEndCapture_ptsz(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphCreate(
+        phGraph: *mut CUgraph,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphDestroy(hGraph: CUgraph) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphInstantiateWithFlags(
+        phGraphExec: *mut CUgraphExec,
+        hGraph: CUgraph,
+        flags: ::std::os::raw::c_ulonglong,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphLaunch_ptsz(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> CUresult;
 }
 unsafe extern "C" {
     pub fn cuEventCreate(

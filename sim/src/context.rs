@@ -140,6 +140,8 @@ impl Context {
         driver.events.remove_where(|e| e.ctx_handle == me);
         driver.functions.remove_where(|f| f.ctx_handle == me);
         driver.modules.remove_where(|m| m.ctx_handle == me);
+        driver.graphs.remove_where(|g| g.ctx_handle == me);
+        driver.graph_execs.remove_where(|g| g.ctx_handle == me);
         driver.contexts.remove(me);
         self.per_thread.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.memory.release_all();

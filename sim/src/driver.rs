@@ -5,6 +5,7 @@ use crate::context::Context;
 use crate::device::Device;
 use crate::error::{CuResult, fail};
 use crate::event::Event;
+use crate::graph::{Graph, GraphExec};
 use crate::handles::{Kind, Registry};
 use crate::memory::PinnedHost;
 use crate::module::{Function, Module};
@@ -24,6 +25,8 @@ pub struct Driver {
     pub events: Registry<Event>,
     pub modules: Registry<Module>,
     pub functions: Registry<Function>,
+    pub graphs: Registry<Graph>,
+    pub graph_execs: Registry<GraphExec>,
     pub pinned: PinnedHost,
 }
 
@@ -49,6 +52,8 @@ pub fn state() -> &'static Driver {
             events: Registry::new(Kind::Event),
             modules: Registry::new(Kind::Module),
             functions: Registry::new(Kind::Function),
+            graphs: Registry::new(Kind::Graph),
+            graph_execs: Registry::new(Kind::GraphExec),
             pinned: PinnedHost::default(),
         }
     })

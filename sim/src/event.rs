@@ -44,11 +44,12 @@ impl Event {
             st.generation
         };
         let me = self.clone();
+        let capturing = stream.is_capturing();
         let seq = stream.enqueue(
             ctx,
             Work::Control,
             Vec::new(),
-            Box::new(move || {
+            std::sync::Arc::new(move || {
                 let mut st = me.lock();
                 if st.generation == generation {
                     st.stamp = Some((generation, Instant::now()));
@@ -57,7 +58,8 @@ impl Event {
             }),
         );
         let mut st = self.lock();
-        if st.generation == generation {
+        // A record captured into a graph happens when the graph runs, not now.
+        if st.generation == generation && !capturing {
             st.record = Some((stream.clone(), seq, generation));
         }
     }
@@ -77,6 +79,7 @@ impl Event {
 
     pub fn synchronize(&self) -> CuResult<()> {
         if let Some((s, seq)) = self.position() {
+            s.refuse_if_capturing("cuEventSynchronize")?;
             s.wait_for(seq);
         }
         Ok(())

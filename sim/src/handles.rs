@@ -24,6 +24,8 @@ pub enum Kind {
     Module = 4,
     Function = 5,
     NvmlDevice = 6,
+    Graph = 7,
+    GraphExec = 8,
 }
 
 pub struct Registry<T> {

@@ -110,7 +110,7 @@ pub fn launch(
         ctx,
         Work::Kernel,
         Vec::new(),
-        Box::new(move || {
+        std::sync::Arc::new(move || {
             // The kernel sees the memory that exists when it runs, as on a GPU.
             let memory = MemoryMap::new(ctx2.memory.live_allocations(), driver.pinned.all());
             let name = f.name.to_string_lossy();

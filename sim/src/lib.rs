@@ -25,6 +25,7 @@ pub mod error;
 pub mod event;
 pub mod exec;
 pub mod fatbin;
+pub mod graph;
 pub mod handles;
 pub mod launch;
 pub mod memory;

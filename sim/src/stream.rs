@@ -33,7 +33,20 @@ pub enum Work {
     Control,
 }
 
-pub type Job = Box<dyn FnOnce() -> CuResult<()> + Send>;
+/// A unit of device work. Shared and callable more than once, because a captured
+/// graph replays the same work at every launch.
+pub type Job = Arc<dyn Fn() -> CuResult<()> + Send + Sync>;
+
+/// Stream capture (`cuStreamBeginCapture`): work is recorded into a graph instead of
+/// running.
+#[derive(Default)]
+pub enum Capture {
+    #[default]
+    None,
+    Active(Vec<(Work, Job)>),
+    /// A call not allowed during capture was made; `cuStreamEndCapture` will fail.
+    Invalidated,
+}
 
 struct Pending {
     seq: u64,
@@ -66,6 +79,7 @@ pub struct Stream {
     queue: Mutex<Queue>,
     work_ready: Condvar,
     progress: Condvar,
+    pub capture: Mutex<Capture>,
 }
 
 impl Stream {
@@ -81,6 +95,7 @@ impl Stream {
             queue: Mutex::new(Queue::default()),
             work_ready: Condvar::new(),
             progress: Condvar::new(),
+            capture: Mutex::new(Capture::None),
         });
         ctx.streams.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(&s));
         s
@@ -109,7 +124,19 @@ impl Stream {
 
     /// Queues `job`; returns its sequence number. Dependencies implied by the
     /// legacy default stream are added here.
+    /// During capture the work is recorded instead, and 0 is returned (nothing to wait for).
     pub fn enqueue(self: &Arc<Self>, ctx: &Context, work: Work, mut deps: Vec<(Arc<Stream>, u64)>, job: Job) -> u64 {
+        {
+            let mut cap = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+            match &mut *cap {
+                Capture::Active(nodes) => {
+                    nodes.push((work, job));
+                    return 0;
+                }
+                Capture::Invalidated => return 0,
+                Capture::None => {}
+            }
+        }
         let _order = ctx.order.lock().unwrap_or_else(|e| e.into_inner());
         match self.kind {
             StreamKind::Legacy => {
@@ -200,7 +227,7 @@ impl Stream {
         // A context with a sticky error executes nothing more, as on a GPU.
         let result = match sticky {
             Some(code) => Err(code),
-            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(p.job))
+            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (p.job)()))
                 .unwrap_or(Err(CUresult::CUDA_ERROR_UNKNOWN)),
         };
         if let Some(ch) = channel {
@@ -220,6 +247,23 @@ impl Stream {
         self.progress.notify_all();
     }
 
+    pub fn is_capturing(&self) -> bool {
+        !matches!(*self.capture.lock().unwrap_or_else(|e| e.into_inner()), Capture::None)
+    }
+
+    /// Refuses a synchronising call on a capturing stream, invalidating the capture,
+    /// as CUDA does (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`).
+    pub fn refuse_if_capturing(&self, what: &str) -> CuResult<()> {
+        let mut cap = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*cap, Capture::None) {
+            return Ok(());
+        }
+        *cap = Capture::Invalidated;
+        crate::error::fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, || {
+            format!("{what} is not allowed on a capturing stream; the capture is invalidated")
+        })
+    }
+
     pub fn completed(&self) -> u64 {
         self.lock().completed
     }
@@ -235,6 +279,7 @@ impl Stream {
     /// Waits for everything queued so far; returns (and clears) the first
     /// asynchronous error, or the context's sticky error.
     pub fn synchronize(&self) -> CuResult<()> {
+        self.refuse_if_capturing("synchronising")?;
         let target = self.last_enqueued();
         self.wait_for(target);
         self.take_error()
@@ -252,6 +297,7 @@ impl Stream {
 
     /// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` while work is outstanding.
     pub fn query(&self) -> CuResult<()> {
+        self.refuse_if_capturing("cuStreamQuery")?;
         let done = {
             let q = self.lock();
             q.completed >= q.enqueued

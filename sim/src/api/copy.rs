@@ -127,19 +127,25 @@ fn submit_copy(ctx: &Arc<Context>, stream: &Arc<Stream>, dst: Region, src: Regio
         return Ok(());
     }
     let must_wait = mode == Mode::Sync || matches!(dst.keep, Keep::Pageable);
-    let job: crate::stream::Job = if !must_wait && matches!(src.keep, Keep::Pageable) {
+    if must_wait {
+        stream.refuse_if_capturing("a synchronous copy")?;
+    }
+    // A captured copy reads the host buffer each time the graph runs, so it is not
+    // staged at capture time.
+    let stage = !must_wait && matches!(src.keep, Keep::Pageable) && !stream.is_capturing();
+    let job: crate::stream::Job = if stage {
         // Stage the source now: the application may reuse its buffer when we return.
         let mut staged = vec![0u8; (shape.width * shape.height * shape.depth) as usize];
         let packed = Shape { dst_pitch: shape.width, dst_slice: shape.width * shape.height, ..shape };
         run_copy(staged.as_mut_ptr() as u64, src.addr, &packed);
         let from = Shape { src_pitch: shape.width, src_slice: shape.width * shape.height, ..shape };
-        Box::new(move || {
+        std::sync::Arc::new(move || {
             let _keep = &dst;
             run_copy(dst.addr, staged.as_ptr() as u64, &from);
             Ok(())
         })
     } else {
-        Box::new(move || {
+        std::sync::Arc::new(move || {
             let _keep = (&dst, &src);
             run_copy(dst.addr, src.addr, &shape);
             Ok(())
@@ -310,7 +316,7 @@ fn memset_impl(dst: CUdeviceptr, pitch: usize, value: u32, elem: u64, width: usi
     }
     let footprint = Shape::footprint(row, height, 1, pitch, 0);
     let region = locate(driver, &ctx, dst, footprint, Expect::Device, "memset destination")?;
-    let job: crate::stream::Job = Box::new(move || {
+    let job: crate::stream::Job = std::sync::Arc::new(move || {
         let base = region.addr;
         for y in 0..height {
             let p = base + y * pitch;
@@ -326,6 +332,9 @@ fn memset_impl(dst: CUdeviceptr, pitch: usize, value: u32, elem: u64, width: usi
         }
         Ok(())
     });
+    if mode == Mode::Sync {
+        s.refuse_if_capturing("a synchronous memset")?;
+    }
     let seq = s.enqueue(&ctx, Work::Memory, Vec::new(), job);
     if mode == Mode::Sync {
         s.wait_for(seq);

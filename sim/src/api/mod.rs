@@ -13,6 +13,7 @@ pub mod copy;
 pub mod device;
 pub mod errors;
 pub mod event;
+pub mod graph;
 pub mod init;
 pub mod launch;
 pub mod memory;

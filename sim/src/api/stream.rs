@@ -97,9 +97,14 @@ fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> C
     if flags > 1 {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown wait flags {flags:#x}"));
     }
+    if s.is_capturing() {
+        // Joining other streams into a capture (fork/join graphs) is not simulated;
+        // refusing is better than a graph with the dependency silently missing.
+        return s.refuse_if_capturing("cuStreamWaitEvent (a cross-stream capture dependency)");
+    }
     // An event never recorded imposes no wait.
     if let Some(pos) = e.position() {
-        s.enqueue(&ctx, Work::Control, vec![pos], Box::new(|| Ok(())));
+        s.enqueue(&ctx, Work::Control, vec![pos], std::sync::Arc::new(|| Ok(())));
     }
     Ok(())
 }
@@ -118,7 +123,7 @@ fn launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void, d: DefaultStrea
         &ctx,
         Work::Control,
         Vec::new(),
-        Box::new(move || {
+        std::sync::Arc::new(move || {
             // SAFETY: `call.0` is the CUhostFn the application passed, restored to its type.
             let f: unsafe extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(call.0) };
             // SAFETY: calling the application's callback with its own argument, as documented.
@@ -144,7 +149,7 @@ fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_u
         &ctx,
         Work::Control,
         Vec::new(),
-        Box::new(move || {
+        std::sync::Arc::new(move || {
             let status = ctx2.check_sticky().err().unwrap_or(CUresult::CUDA_SUCCESS);
             // SAFETY: `call.0` is the CUstreamCallback the application passed.
             let f: unsafe extern "C" fn(CUstream, CUresult, *mut c_void) = unsafe { std::mem::transmute(call.0) };
@@ -157,9 +162,13 @@ fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_u
 }
 
 fn is_capturing(h: CUstream, status: *mut CUstreamCaptureStatus, d: DefaultStream) -> CuResult<()> {
-    resolve_stream(initialized()?, h, d)?;
-    // Graph capture is not simulated, so no stream is ever capturing.
-    out(status, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    let (_, s) = resolve_stream(initialized()?, h, d)?;
+    let st = match *s.capture.lock().unwrap_or_else(|e| e.into_inner()) {
+        crate::stream::Capture::None => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
+        crate::stream::Capture::Active(_) => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        crate::stream::Capture::Invalidated => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED,
+    };
+    out(status, st)
 }
 
 stream_variants! {
