@@ -52,6 +52,12 @@ typedef struct CUuuid_st {
 #define CU_MEMHOSTALLOC_DEVICEMAP 0x02
 #define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
 
+/* Flags of cuMemHostRegister. */
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
+#define CU_MEMHOSTREGISTER_IOMEMORY 0x04
+#define CU_MEMHOSTREGISTER_READ_ONLY 0x08
+
 /* Markers of the `extra` argument of cuLaunchKernel. */
 #define CU_LAUNCH_PARAM_END_AS_INT 0x00
 #define CU_LAUNCH_PARAM_END ((void *)CU_LAUNCH_PARAM_END_AS_INT)

@@ -6,6 +6,10 @@ pub const CUDA_VERSION: u32 = 12090;
 pub const CU_MEMHOSTALLOC_PORTABLE: u32 = 1;
 pub const CU_MEMHOSTALLOC_DEVICEMAP: u32 = 2;
 pub const CU_MEMHOSTALLOC_WRITECOMBINED: u32 = 4;
+pub const CU_MEMHOSTREGISTER_PORTABLE: u32 = 1;
+pub const CU_MEMHOSTREGISTER_DEVICEMAP: u32 = 2;
+pub const CU_MEMHOSTREGISTER_IOMEMORY: u32 = 4;
+pub const CU_MEMHOSTREGISTER_READ_ONLY: u32 = 8;
 pub const CU_LAUNCH_PARAM_END_AS_INT: u32 = 0;
 pub const CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT: u32 = 1;
 pub const CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT: u32 = 2;
@@ -2606,6 +2610,36 @@ unsafe extern "C" {
         pFlags: *mut ::std::os::raw::c_uint,
         p: *mut ::std::os::raw::c_void,
     ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemHostRegister_v2(
+        p: *mut ::std::os::raw::c_void,
+        bytesize: usize,
+        Flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemHostUnregister(p: *mut ::std::os::raw::c_void) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemAllocAsync(
+        dptr: *mut CUdeviceptr,
+        bytesize: usize,
+        hStream: CUstream,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemAllocAsync_ptsz(
+        dptr: *mut CUdeviceptr,
+        bytesize: usize,
+        hStream: CUstream,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, hStream: CUstream) -> CUresult;
 }
 unsafe extern "C" {
     pub fn cuPointerGetAttribute(

@@ -268,18 +268,33 @@ fn describe_bad_pointer(ptr: u64, ctx_id: u64, what: &str) -> String {
     }
 }
 
-/// A block of page-locked host memory (`cuMemAllocHost`, `cuMemHostAlloc`).
+/// Where a page-locked block's bytes come from.
+enum PinnedStorage {
+    /// Allocated by the driver (`cuMemAllocHost`, `cuMemHostAlloc`).
+    Owned(Mapping),
+    /// The application's own memory, registered with `cuMemHostRegister`.
+    Registered(u64),
+}
+
+/// A block of page-locked host memory.
 pub struct PinnedBlock {
     pub len: u64,
     pub flags: u32,
     /// Device that was current at allocation (for pointer attributes).
     pub ctx_id: u64,
-    mapping: Mapping,
+    storage: PinnedStorage,
 }
 
 impl PinnedBlock {
     pub fn addr(&self) -> u64 {
-        self.mapping.addr()
+        match &self.storage {
+            PinnedStorage::Owned(m) => m.addr(),
+            PinnedStorage::Registered(a) => *a,
+        }
+    }
+
+    pub fn is_registered(&self) -> bool {
+        matches!(self.storage, PinnedStorage::Registered(_))
     }
 }
 
@@ -297,16 +312,54 @@ impl PinnedHost {
             return fail(CUresult::CUDA_ERROR_OUT_OF_MEMORY, || format!("cannot allocate {len} bytes of host memory"));
         };
         let addr = mapping.addr();
-        let block = Arc::new(PinnedBlock { len, flags, ctx_id, mapping });
+        let block = Arc::new(PinnedBlock { len, flags, ctx_id, storage: PinnedStorage::Owned(mapping) });
         self.blocks.write().unwrap_or_else(|e| e.into_inner()).insert(addr, block);
         Ok(addr)
     }
 
     pub fn free(&self, addr: u64) -> CuResult<()> {
-        match self.blocks.write().unwrap_or_else(|e| e.into_inner()).remove(&addr) {
-            Some(_) => Ok(()),
-            None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+        let mut blocks = self.blocks.write().unwrap_or_else(|e| e.into_inner());
+        match blocks.get(&addr) {
+            Some(b) if !b.is_registered() => {
+                blocks.remove(&addr);
+                Ok(())
+            }
+            _ => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
                 format!("cuMemFreeHost: {addr:#x} is not the start of a page-locked allocation")
+            }),
+        }
+    }
+
+    /// Page-locks the application's `[addr, addr + len)` (`cuMemHostRegister`).
+    pub fn register(&self, addr: u64, len: u64, flags: u32, ctx_id: u64) -> CuResult<()> {
+        if addr == 0 || len == 0 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "cuMemHostRegister of an empty or NULL range".into());
+        }
+        if window_owner(addr).is_some() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{addr:#x} is device memory"));
+        }
+        let mut blocks = self.blocks.write().unwrap_or_else(|e| e.into_inner());
+        let end = addr.saturating_add(len);
+        let overlaps = blocks.range(..end).next_back().is_some_and(|(_, b)| b.addr() + b.len > addr);
+        if overlaps {
+            return fail(CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, || {
+                format!("[{addr:#x}, {end:#x}) overlaps page-locked memory")
+            });
+        }
+        blocks.insert(addr, Arc::new(PinnedBlock { len, flags, ctx_id, storage: PinnedStorage::Registered(addr) }));
+        Ok(())
+    }
+
+    /// Undoes `register` for the block starting at `addr` (`cuMemHostUnregister`).
+    pub fn unregister(&self, addr: u64) -> CuResult<()> {
+        let mut blocks = self.blocks.write().unwrap_or_else(|e| e.into_inner());
+        match blocks.get(&addr) {
+            Some(b) if b.is_registered() => {
+                blocks.remove(&addr);
+                Ok(())
+            }
+            _ => fail(CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, || {
+                format!("{addr:#x} is not the start of a registered range")
             }),
         }
     }

@@ -1,12 +1,13 @@
 //! Device memory, page-locked host memory and pointer attributes.
 
-use super::out;
+use super::{DefaultStream, out, resolve_stream, stream_variants};
 use crate::context::{Context, current, current_healthy};
 use crate::driver::{Driver, initialized};
 use crate::error::{CuResult, cuda_entry, fail};
 use crate::memory::{PITCH_ALIGN, window_owner};
 use gpupool_shim::cuda::{
-    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CUcontext, CUdeviceptr,
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CU_MEMHOSTREGISTER_DEVICEMAP,
+    CU_MEMHOSTREGISTER_IOMEMORY, CU_MEMHOSTREGISTER_PORTABLE, CU_MEMHOSTREGISTER_READ_ONLY, CUcontext, CUdeviceptr, CUstream,
     CUmemorytype, CUpointer_attribute as P, CUresult,
 };
 use std::os::raw::{c_int, c_uint, c_void};
@@ -144,6 +145,63 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
             None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{p:?} is not page-locked host memory")),
         }
     })
+}
+
+const HOST_REGISTER_FLAGS: u32 =
+    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
+    cuda_entry(|| {
+        let ctx = current_healthy()?;
+        if flags & !HOST_REGISTER_FLAGS != 0 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown cuMemHostRegister flags {flags:#x}"));
+        }
+        if flags & CU_MEMHOSTREGISTER_IOMEMORY != 0 {
+            return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || "I/O memory registration is not simulated".into());
+        }
+        initialized()?.pinned.register(p as u64, bytesize as u64, flags, ctx.handle())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
+    cuda_entry(|| {
+        current()?;
+        initialized()?.pinned.unregister(p as u64)
+    })
+}
+
+/// Stream-ordered allocation: the memory is taken (and charged) now, usable by work
+/// queued on the stream after this call.
+fn alloc_async(dptr: *mut CUdeviceptr, bytesize: usize, h: CUstream, d: DefaultStream) -> CuResult<()> {
+    let (ctx, s) = resolve_stream(initialized()?, h, d)?;
+    ctx.check_sticky()?;
+    s.refuse_if_capturing("cuMemAllocAsync (allocation nodes)")?;
+    if dptr.is_null() {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null dptr".into());
+    }
+    let a = ctx.memory.alloc(bytesize as u64)?;
+    out(dptr, a.base)
+}
+
+/// Stream-ordered free: the memory returns to the device when the stream reaches it.
+fn free_async(ptr: CUdeviceptr, h: CUstream, d: DefaultStream) -> CuResult<()> {
+    let (ctx, s) = resolve_stream(initialized()?, h, d)?;
+    ctx.check_sticky()?;
+    s.refuse_if_capturing("cuMemFreeAsync (free nodes)")?;
+    match ctx.memory.find(ptr) {
+        Some(a) if a.base == ptr => {}
+        _ => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("cuMemFreeAsync: {ptr:#x} is not an allocation of this context")),
+    }
+    let owner = Arc::clone(&ctx);
+    s.enqueue(&ctx, crate::stream::Work::Control, Vec::new(), Arc::new(move || owner.memory.free(ptr)));
+    Ok(())
+}
+
+stream_variants! {
+    cuMemAllocAsync / cuMemAllocAsync_ptsz => alloc_async(dptr: *mut CUdeviceptr, bytesize: usize, h: CUstream);
+    cuMemFreeAsync / cuMemFreeAsync_ptsz => free_async(ptr: CUdeviceptr, h: CUstream);
 }
 
 /// What a pointer is, for the attribute queries.

@@ -115,6 +115,10 @@ fn build() -> Vec<Entry> {
         "cuMemFreeHost" => [2000 => cuMemFreeHost];
         "cuMemHostGetDevicePointer" => [2020 => !, 3020 => cuMemHostGetDevicePointer_v2];
         "cuMemHostGetFlags" => [2030 => cuMemHostGetFlags];
+        "cuMemHostRegister" => [4000 => !, 6050 => cuMemHostRegister_v2];
+        "cuMemHostUnregister" => [4000 => cuMemHostUnregister];
+        "cuMemAllocAsync" => [11020 => cuMemAllocAsync | cuMemAllocAsync_ptsz];
+        "cuMemFreeAsync" => [11020 => cuMemFreeAsync | cuMemFreeAsync_ptsz];
         "cuPointerGetAttribute" => [4000 => cuPointerGetAttribute];
         "cuPointerGetAttributes" => [7000 => cuPointerGetAttributes];
         "cuMemcpy" => [4000 => cuMemcpy | cuMemcpy_ptds];
