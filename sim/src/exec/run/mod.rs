@@ -11,8 +11,12 @@ use super::ir::*;
 use super::ops;
 use crate::memory::{Allocation, PinnedBlock};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+mod calls;
+mod memory;
+mod warp;
 
 /// Generic addresses of the shared and local windows: above the 47-bit user address
 /// space, so they never collide with a device or host pointer.
@@ -186,134 +190,11 @@ impl<'a> Block<'a> {
         }
     }
 
-    fn fault_illegal(&self, space: Space, addr: u64, len: u64, write: bool, t: usize) -> Fault {
-        Fault::Illegal { space, addr, len, write, thread: self.tid(t), block: self.ctaid }
-    }
 
-    /// Host pointer for `len` bytes at `addr` in `space`, as thread `t` sees it.
-    fn access(&mut self, space: Space, addr: u64, len: u64, write: bool, t: usize) -> Result<*mut u8, Fault> {
-        let (space, addr) = match space {
-            Space::Generic => match addr {
-                a if (SHARED_BASE..SHARED_BASE + WINDOW).contains(&a) => (Space::Shared, a - SHARED_BASE),
-                a if (LOCAL_BASE..LOCAL_BASE + WINDOW).contains(&a) => (Space::Local, a - LOCAL_BASE),
-                a => (Space::Global, a),
-            },
-            s => (s, addr),
-        };
-        let ptr = match space {
-            Space::Global | Space::Const | Space::Generic => {
-                if len > 1 && addr % len.min(16) != 0 {
-                    return Err(Fault::Misaligned { addr, len, thread: self.tid(t), block: self.ctaid });
-                }
-                self.l.memory.translate(addr, len)
-            }
-            Space::Shared => (addr.checked_add(len).is_some_and(|e| e <= self.shared_len)).then(|| {
-                // SAFETY: within the block's shared buffer (checked above).
-                unsafe { self.shared.as_mut_ptr().cast::<u8>().add(addr as usize) }
-            }),
-            Space::Local => (addr.checked_add(len).is_some_and(|e| e <= self.local_len)).then(|| {
-                let base = t as u64 * self.local_len.next_multiple_of(8);
-                // SAFETY: within this thread's slice of the local buffer (checked above).
-                unsafe { self.local.as_mut_ptr().cast::<u8>().add((base + addr) as usize) }
-            }),
-            Space::Param => {
-                let ok = !write && addr.checked_add(len).is_some_and(|e| e <= self.l.params.len() as u64);
-                ok.then(|| self.l.params.as_ptr().wrapping_add(addr as usize) as *mut u8)
-            }
-        };
-        ptr.ok_or_else(|| self.fault_illegal(space, addr, len, write, t))
-    }
 
-    /// The address an operand names for thread `t`, and its state space: a symbol's
-    /// own space wins over the instruction's (a call's `.param` slots live in local
-    /// memory though `st.param` names them).
-    fn address(&self, a: &Addr, space: Space, t: usize) -> (u64, Space) {
-        let (base, sym_space) = match &a.base {
-            AddrBase::Reg(r) => (self.reg(*r, t), None),
-            AddrBase::Imm(v, s) => (*v, *s),
-        };
-        (base.wrapping_add(a.offset as u64), sym_space.unwrap_or(space))
-    }
 
-    fn load(&mut self, space: Space, ty: Ty, addr: u64, t: usize) -> Result<u64, Fault> {
-        let len = ty.bytes() as u64;
-        let p = self.access(space, addr, len, false, t)?;
-        let mut buf = [0u8; 8];
-        // SAFETY: `p` points to `len` (<= 8) readable bytes, per `access`.
-        unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), len as usize) };
-        let v = u64::from_le_bytes(buf);
-        Ok(if ty.is_signed() { ops::sext(v, ty.bits()) as u64 } else { v })
-    }
 
-    fn store(&mut self, space: Space, ty: Ty, addr: u64, v: u64, t: usize) -> Result<(), Fault> {
-        let len = ty.bytes();
-        let p = self.access(space, addr, len as u64, true, t)?;
-        // SAFETY: `p` points to `len` (<= 8) writable bytes, per `access`.
-        unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes().as_ptr(), p, len) };
-        Ok(())
-    }
 
-    /// `operands` are the atomic's value and, for `cas`, the swap value.
-    fn atomic(&mut self, space: Space, kind: Atomic, ty: Ty, addr: u64, operands: (u64, u64), t: usize) -> Result<u64, Fault> {
-        let (a, b) = operands;
-        let len = ty.bytes() as u64;
-        let p = self.access(space, addr, len, true, t)?;
-        if !(p as usize).is_multiple_of(len as usize) {
-            return Err(Fault::Misaligned { addr, len, thread: self.tid(t), block: self.ctaid });
-        }
-        let update = |old: u64| -> u64 {
-            match kind {
-                Atomic::Add => ops::bin(Bin::Add, ty, Round::Nearest, false, old, a),
-                Atomic::Min => ops::bin(Bin::Min, ty, Round::Nearest, false, old, a),
-                Atomic::Max => ops::bin(Bin::Max, ty, Round::Nearest, false, old, a),
-                Atomic::Exch => a,
-                Atomic::Cas => {
-                    if old & ty.mask() == a & ty.mask() {
-                        b
-                    } else {
-                        old
-                    }
-                }
-                Atomic::And => old & a,
-                Atomic::Or => old | a,
-                Atomic::Xor => old ^ a,
-                Atomic::Inc => {
-                    if (old as u32) >= (a as u32) {
-                        0
-                    } else {
-                        old.wrapping_add(1)
-                    }
-                }
-                Atomic::Dec => {
-                    if old as u32 == 0 || (old as u32) > (a as u32) {
-                        a
-                    } else {
-                        old.wrapping_sub(1)
-                    }
-                }
-            }
-        };
-        let old = match len {
-            4 => {
-                // SAFETY: aligned (checked) and valid for 4 bytes; other streams may
-                // touch the same memory concurrently, so access it atomically.
-                let cell = unsafe { AtomicU32::from_ptr(p.cast()) };
-                cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| Some(update(o as u64) as u32))
-                    .unwrap_or_else(|o| o) as u64
-            }
-            8 => {
-                // SAFETY: as above, for 8 bytes.
-                let cell = unsafe { AtomicU64::from_ptr(p.cast()) };
-                cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| Some(update(o))).unwrap_or_else(|o| o)
-            }
-            _ => {
-                let old = self.load(space, ty, addr, t)?;
-                self.store(space, ty, addr, update(old), t)?;
-                old
-            }
-        };
-        Ok(if ty.is_signed() { ops::sext(old, ty.bits()) as u64 } else { old })
-    }
 
     /// Runs the block to completion.
     fn run(&mut self) -> Result<(), Fault> {
@@ -732,215 +613,21 @@ impl<'a> Block<'a> {
                     self.wr(d, t, m)
                 })
             }
-            Op::Shfl { mode, d, p, a, b, c } => {
-                self.mark_active(act);
-                for &tt in act {
-                    let t = tt as usize;
-                    self.scratch[t] = self.rd(a, t);
-                }
-                let mut results: Vec<(usize, u64, bool)> = Vec::with_capacity(act.len());
-                for &tt in act {
-                    let t = tt as usize;
-                    if !self.guarded(g, t) {
-                        continue;
-                    }
-                    let lane = (t % 32) as u64;
-                    let bval = self.rd(b, t) & 0x1f;
-                    let cv = self.rd(c, t);
-                    let (clamp, seg) = (cv & 0x1f, (cv >> 8) & 0x1f);
-                    let max_lane = (lane & seg) | (clamp & !seg);
-                    let min_lane = lane & seg;
-                    let (j, ok) = match mode {
-                        Shfl::Up => {
-                            let j = lane as i64 - bval as i64;
-                            (j, j >= max_lane as i64)
-                        }
-                        Shfl::Down => {
-                            let j = (lane + bval) as i64;
-                            (j, j <= max_lane as i64)
-                        }
-                        Shfl::Bfly => {
-                            let j = (lane ^ bval) as i64;
-                            (j, j <= max_lane as i64)
-                        }
-                        Shfl::Idx => {
-                            let j = (min_lane | (bval & !seg)) as i64;
-                            (j, j <= max_lane as i64)
-                        }
-                    };
-                    let src = t - lane as usize + j.clamp(0, 31) as usize;
-                    let v = if ok && src < self.n && self.in_act[src] { self.scratch[src] } else { self.scratch[t] };
-                    results.push((t, v, ok));
-                }
-                for (t, v, ok) in results {
-                    self.set(*d, t, v & 0xffff_ffff);
-                    if let Some(p) = p {
-                        self.set(*p, t, ok as u64);
-                    }
-                }
-                self.unmark_active(act);
-            }
-            Op::Vote { mode, d, a } => {
-                self.mark_active(act);
-                for &tt in act {
-                    let t = tt as usize;
-                    self.scratch[t] = self.rd(a, t) & 1;
-                }
-                let mut out = Vec::with_capacity(act.len());
-                for &tt in act {
-                    let t = tt as usize;
-                    if !self.guarded(g, t) {
-                        continue;
-                    }
-                    let base = t - t % 32;
-                    let (mut ballot, mut members) = (0u64, 0u64);
-                    for lane in 0..32usize {
-                        let u = base + lane;
-                        if u < self.n && self.in_act[u] {
-                            members |= 1 << lane;
-                            ballot |= self.scratch[u] << lane;
-                        }
-                    }
-                    let v = match mode {
-                        Vote::Ballot => ballot,
-                        Vote::All => (ballot == members) as u64,
-                        Vote::Any => (ballot != 0) as u64,
-                        Vote::Uni => (ballot == 0 || ballot == members) as u64,
-                    };
-                    out.push((t, v));
-                }
-                for (t, v) in out {
-                    self.wr(d, t, v);
-                }
-                self.unmark_active(act);
-            }
+            Op::Shfl { mode, d, p, a, b, c } => self.shfl(act, g, *mode, *d, *p, (a, b, c)),
+            Op::Vote { mode, d, a } => self.vote(act, g, *mode, d, a),
         }
         Ok(Flow::Next)
     }
 
-    /// Copies `len` bytes within thread `t`'s local memory (call arguments).
-    fn local_copy(&mut self, t: usize, src: u64, dst: u64, len: u64) {
-        let stride = self.local_len.next_multiple_of(8) as usize;
-        let bytes: &mut [u8] = bytemuck_bytes(&mut self.local);
-        let base = t * stride;
-        let (s, d, l) = (base + src as usize, base + dst as usize, len as usize);
-        if s + l <= bytes.len() && d + l <= bytes.len() {
-            bytes.copy_within(s..s + l, d);
-        }
-    }
 
-    /// The 64-bit word in thread `t`'s local slot `at` (a call argument).
-    fn local_word(&mut self, t: usize, at: Option<u64>) -> u64 {
-        at.and_then(|a| self.load(Space::Local, Ty::U64, a, t).ok()).unwrap_or(0)
-    }
 
-    /// A NUL-terminated string at a generic address (at most 4 KiB, lossily decoded).
-    fn c_string(&mut self, t: usize, addr: u64) -> String {
-        let mut out = Vec::new();
-        while out.len() < 4096 {
-            match self.load(Space::Generic, Ty::U8, addr + out.len() as u64, t) {
-                Ok(0) | Err(_) => break,
-                Ok(b) => out.push(b as u8),
-            }
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
 
-    /// Device `printf`: formats with the C library, one conversion at a time, reading
-    /// each argument from the packed buffer at its natural alignment.
-    fn printf(&mut self, t: usize, fmt: u64, args: u64) -> Result<i32, Fault> {
-        let format = self.c_string(t, fmt);
-        let mut out = String::new();
-        let mut off = 0u64;
-        let mut chars = format.char_indices().peekable();
-        while let Some((i, ch)) = chars.next() {
-            if ch != '%' {
-                out.push(ch);
-                continue;
-            }
-            let mut end = i + 1;
-            let mut conv = None;
-            for (j, c) in chars.by_ref() {
-                end = j + c.len_utf8();
-                if "diouxXcsfFeEgGaAp%n".contains(c) {
-                    conv = Some(c);
-                    break;
-                }
-            }
-            let Some(conv) = conv else { break };
-            let spec = &format[i..end];
-            if conv == '%' {
-                out.push('%');
-                continue;
-            }
-            let long = spec.contains('l') || spec.contains('z') || spec.contains('j') || spec.contains('t');
-            let size = match conv {
-                'f' | 'F' | 'e' | 'E' | 'g' | 'G' | 'a' | 'A' | 's' | 'p' => 8,
-                _ if long => 8,
-                _ => 4,
-            };
-            off = off.next_multiple_of(size);
-            let raw = self.load(Space::Generic, if size == 8 { Ty::U64 } else { Ty::U32 }, args + off, t)?;
-            off += size;
-            out.push_str(&c_format(spec, conv, raw, |addr| self.c_string(t, addr)));
-        }
-        use std::io::Write;
-        let mut stdout = std::io::stdout().lock();
-        let _ = stdout.write_all(out.as_bytes());
-        let _ = stdout.flush();
-        Ok(out.len() as i32)
-    }
 
-    fn mark_active(&mut self, act: &[u32]) {
-        for &t in act {
-            self.in_act[t as usize] = true;
-        }
-    }
 
-    fn unmark_active(&mut self, act: &[u32]) {
-        for &t in act {
-            self.in_act[t as usize] = false;
-        }
-    }
 
-    fn warp_mask(&self, t: usize) -> u64 {
-        let base = t - t % 32;
-        (0..32).filter(|&l| base + l < self.n && self.in_act[base + l]).fold(0u64, |m, l| m | (1 << l))
-    }
 }
 
-/// The bytes of a word buffer.
-fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
-    // SAFETY: u8 has no alignment or validity requirements; the length covers exactly
-    // the words' bytes, borrowed mutably for the same lifetime.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
-}
 
-/// One printf conversion, formatted by the C library so the output is exactly C's.
-fn c_format(spec: &str, conv: char, raw: u64, mut string_at: impl FnMut(u64) -> String) -> String {
-    let Ok(cspec) = std::ffi::CString::new(spec) else { return String::new() };
-    let mut buf = vec![0u8; 512];
-    let n = match conv {
-        's' => {
-            let s = std::ffi::CString::new(string_at(raw)).unwrap_or_default();
-            // SAFETY: the spec holds exactly one conversion, of the type passed; the
-            // buffer's length is passed, so snprintf never writes past it.
-            unsafe { libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), cspec.as_ptr(), s.as_ptr()) }
-        }
-        // SAFETY: as for %s, with a double.
-        'f' | 'F' | 'e' | 'E' | 'g' | 'G' | 'a' | 'A' => unsafe {
-            libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), cspec.as_ptr(), f64::from_bits(raw))
-        },
-        // SAFETY: as above, with a 64-bit integer for long conversions and pointers.
-        _ if spec.contains('l') || spec.contains('z') || spec.contains('j') || spec.contains('t') || conv == 'p' => unsafe {
-            libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), cspec.as_ptr(), raw)
-        },
-        // SAFETY: as above, with a 32-bit integer.
-        _ => unsafe { libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), cspec.as_ptr(), raw as u32) },
-    };
-    buf.truncate((n.max(0) as usize).min(buf.len() - 1));
-    String::from_utf8_lossy(&buf).into_owned()
-}
 
 enum Flow {
     Next,
