@@ -1,20 +1,27 @@
 //! `gpupool`: the pool daemon and its command line.
 //!
 //! Owns: the devices, reached only through the vendor libraries loaded at run time
-//! (`backend`), and the commands operators run. Today that is `gpupool probe`, which
-//! loads a driver exactly as the daemon will and exercises every device; the daemon
-//! proper (sessions, quotas, transport) builds on the same backend.
+//! (`backend`), and the commands operators run: `gpupool probe` (load a driver and
+//! exercise every device), `gpupool daemon` (the pool: sessions, quotas, transport;
+//! `daemon`), `gpupool status` and `gpupool run`.
 //!
 //! Must not: link a vendor library at build time, or trust anything a client sends.
 
 mod backend;
+mod daemon;
 mod probe;
+mod run;
+mod status;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "gpupool", version, about = "Pool GPUs between unmodified programs under hard quotas")]
+#[command(
+    name = "gpupool",
+    version,
+    about = "Pool GPUs between unmodified programs under hard quotas"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,12 +43,90 @@ enum Command {
         #[arg(long, default_value_t = 64 << 20)]
         bytes: usize,
     },
+    /// Run the pool: serve clients on a unix socket under the quota config.
+    Daemon {
+        /// Quota config (TOML, see quota/README.md); default: one unrestricted tenant.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Endpoint to listen on, `unix:///PATH` (repeatable). Default:
+        /// /run/gpupool/gpupool.sock as root, else $XDG_RUNTIME_DIR/gpupool.sock.
+        #[arg(long)]
+        listen: Vec<String>,
+        /// Serve the simulated devices built from this workspace.
+        #[arg(long)]
+        sim: bool,
+        /// Directory holding libcuda.so.1 and libnvidia-ml.so.1.
+        #[arg(long)]
+        driver_dir: Option<PathBuf>,
+    },
+    /// Show the running daemon's devices, tenants, sessions and memory use.
+    Status {
+        /// One JSON document, for scripts.
+        #[arg(long)]
+        json: bool,
+        /// The daemon's endpoint (default: $GPUPOOL_ENDPOINT, else the default socket).
+        #[arg(long)]
+        endpoint: Option<String>,
+    },
+    /// Run an unmodified program against the pool (LD_PRELOAD=libgpupool.so).
+    Run {
+        /// The daemon's endpoint (default: $GPUPOOL_ENDPOINT, else the default socket).
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// Narrow the tenant's memory quota on every device (e.g. 1536MiB).
+        #[arg(long)]
+        memory: Option<String>,
+        /// Narrow the tenant's compute share (percent, 1..=100).
+        #[arg(long)]
+        compute: Option<u8>,
+        /// The program and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Probe { sim, driver_dir, bytes } => probe::run(sim, driver_dir, bytes),
+        Command::Probe {
+            sim,
+            driver_dir,
+            bytes,
+        } => probe::run(sim, driver_dir, bytes),
+        Command::Daemon {
+            config,
+            listen,
+            sim,
+            driver_dir,
+        } => listen
+            .iter()
+            .map(|l| daemon::listener::parse_endpoint(l))
+            .collect::<anyhow::Result<Vec<_>>>()
+            .and_then(|listen| {
+                daemon::run(daemon::Options {
+                    config,
+                    listen,
+                    sim,
+                    driver_dir,
+                })
+            }),
+        Command::Status { json, endpoint } => status::run(json, endpoint),
+        Command::Run {
+            endpoint,
+            memory,
+            compute,
+            command,
+        } => {
+            match run::run(run::Options {
+                endpoint,
+                memory,
+                compute,
+                command,
+            }) {
+                Ok(code) => return std::process::ExitCode::from(code.clamp(0, 255) as u8),
+                Err(e) => Err(e),
+            }
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

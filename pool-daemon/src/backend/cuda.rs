@@ -2,7 +2,9 @@
 //! its exported (versioned) name, typed with the signatures bindgen generated from
 //! our checked headers.
 
-use gpupool_shim::cuda::{self as cu, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUresult};
+use gpupool_shim::cuda::{
+    self as cu, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUresult,
+};
 use libloading::Library;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
@@ -11,9 +13,16 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
     #[error("cannot load {path}: {source}")]
-    Load { path: String, source: libloading::Error },
+    Load {
+        path: String,
+        source: libloading::Error,
+    },
     #[error("{call} failed: {name} ({code})")]
-    Call { call: &'static str, name: String, code: u32 },
+    Call {
+        call: &'static str,
+        name: String,
+        code: u32,
+    },
 }
 
 macro_rules! driver_table {
@@ -69,6 +78,41 @@ driver_table! {
     cuModuleUnload: fn(cu::CUmodule);
     cuModuleGetFunction: fn(*mut cu::CUfunction, cu::CUmodule, *const c_char);
     cuLaunchKernel: fn(cu::CUfunction, u32, u32, u32, u32, u32, u32, u32, cu::CUstream, *mut *mut c_void, *mut *mut c_void);
+    // What the daemon's dispatch adds (pool-daemon/src/daemon/dispatch.rs).
+    cuCtxCreate_v2: fn(*mut CUcontext, u32, CUdevice);
+    cuCtxDestroy_v2: fn(CUcontext);
+    cuMemGetInfo_v2: fn(*mut usize, *mut usize);
+    cuMemAllocPitch_v2: fn(*mut CUdeviceptr, *mut usize, usize, usize, u32);
+    cuMemcpyHtoDAsync_v2: fn(CUdeviceptr, *const c_void, usize, cu::CUstream);
+    cuMemcpyDtoHAsync_v2: fn(*mut c_void, CUdeviceptr, usize, cu::CUstream);
+    cuMemcpyDtoDAsync_v2: fn(CUdeviceptr, CUdeviceptr, usize, cu::CUstream);
+    cuMemsetD8_v2: fn(CUdeviceptr, u8, usize);
+    cuMemsetD16_v2: fn(CUdeviceptr, u16, usize);
+    cuMemsetD2D8_v2: fn(CUdeviceptr, usize, u8, usize, usize);
+    cuMemsetD2D16_v2: fn(CUdeviceptr, usize, u16, usize, usize);
+    cuMemsetD2D32_v2: fn(CUdeviceptr, usize, u32, usize, usize);
+    cuMemsetD8Async: fn(CUdeviceptr, u8, usize, cu::CUstream);
+    cuMemsetD16Async: fn(CUdeviceptr, u16, usize, cu::CUstream);
+    cuMemsetD32Async: fn(CUdeviceptr, u32, usize, cu::CUstream);
+    cuMemsetD2D8Async: fn(CUdeviceptr, usize, u8, usize, usize, cu::CUstream);
+    cuMemsetD2D16Async: fn(CUdeviceptr, usize, u16, usize, usize, cu::CUstream);
+    cuMemsetD2D32Async: fn(CUdeviceptr, usize, u32, usize, usize, cu::CUstream);
+    cuModuleGetGlobal_v2: fn(*mut CUdeviceptr, *mut usize, cu::CUmodule, *const c_char);
+    cuFuncGetAttribute: fn(*mut c_int, cu::CUfunction_attribute, cu::CUfunction);
+    cuFuncSetAttribute: fn(cu::CUfunction, cu::CUfunction_attribute, c_int);
+    cuFuncGetParamInfo: fn(cu::CUfunction, usize, *mut usize, *mut usize);
+    cuLaunchCooperativeKernel: fn(cu::CUfunction, u32, u32, u32, u32, u32, u32, u32, cu::CUstream, *mut *mut c_void);
+    cuStreamCreateWithPriority: fn(*mut cu::CUstream, u32, c_int);
+    cuStreamDestroy_v2: fn(cu::CUstream);
+    cuStreamSynchronize: fn(cu::CUstream);
+    cuStreamQuery: fn(cu::CUstream);
+    cuStreamWaitEvent: fn(cu::CUstream, cu::CUevent, u32);
+    cuEventCreate: fn(*mut cu::CUevent, u32);
+    cuEventRecord: fn(cu::CUevent, cu::CUstream);
+    cuEventSynchronize: fn(cu::CUevent);
+    cuEventQuery: fn(cu::CUevent);
+    cuEventElapsedTime: fn(*mut f32, cu::CUevent, cu::CUevent);
+    cuEventDestroy_v2: fn(cu::CUevent);
 }
 
 impl Cuda {
@@ -84,9 +128,15 @@ impl Cuda {
             format!("CUresult {}", res.0)
         } else {
             // SAFETY: non-null static NUL-terminated string owned by the driver.
-            unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
+            unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned()
         };
-        Err(CudaError::Call { call, name, code: res.0 })
+        Err(CudaError::Call {
+            call,
+            name,
+            code: res.0,
+        })
     }
 }
 

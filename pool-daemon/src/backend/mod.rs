@@ -5,7 +5,7 @@
 mod cuda;
 mod nvml;
 
-pub use cuda::Cuda;
+pub use cuda::{Cuda, CudaError};
 pub use nvml::Nvml;
 
 use std::path::{Path, PathBuf};
@@ -32,5 +32,10 @@ impl DriverSource {
 /// which answers to both vendor sonames.
 pub fn simulator_next_to(exe: &Path) -> Option<PathBuf> {
     let dir = exe.parent()?;
-    [dir.join("libgpupool_sim.so"), dir.parent()?.join("libgpupool_sim.so")].into_iter().find(|p| p.exists())
+    [
+        dir.join("libgpupool_sim.so"),
+        dir.parent()?.join("libgpupool_sim.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
 }

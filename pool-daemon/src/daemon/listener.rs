@@ -1,0 +1,231 @@
+//! The daemon's sockets: `<path>` for clients (mode 0660, each client identified with
+//! SO_PEERCRED) and `<path>.ctl`, which answers every connection with one JSON status
+//! document and closes it (what `gpupool status` reads).
+
+use super::{Shared, control, session};
+use anyhow::{Context as _, Result, bail};
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// The client's identity, from the kernel (SO_PEERCRED), not from anything it sends.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerCred {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+pub fn peer_cred(stream: &UnixStream) -> std::io::Result<PeerCred> {
+    let c = rustix::net::sockopt::socket_peercred(stream)?;
+    Ok(PeerCred {
+        pid: c.pid.as_raw_nonzero().get() as u32,
+        uid: c.uid.as_raw(),
+        gid: c.gid.as_raw(),
+    })
+}
+
+/// `/run/gpupool/gpupool.sock` as root, else `$XDG_RUNTIME_DIR/gpupool.sock` (or
+/// `/tmp/gpupool-<uid>/gpupool.sock` without XDG_RUNTIME_DIR).
+pub fn default_socket_path() -> Result<PathBuf> {
+    if rustix::process::geteuid().is_root() {
+        return Ok(PathBuf::from("/run/gpupool/gpupool.sock"));
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => Ok(PathBuf::from(d).join("gpupool.sock")),
+        _ => Ok(PathBuf::from(format!(
+            "/tmp/gpupool-{}/gpupool.sock",
+            rustix::process::geteuid().as_raw()
+        ))),
+    }
+}
+
+/// `unix:///PATH` or a bare path.
+pub fn parse_endpoint(text: &str) -> Result<PathBuf> {
+    if let Some(p) = text.strip_prefix("unix://") {
+        if p.is_empty() {
+            bail!("endpoint {text:?}: empty path");
+        }
+        return Ok(PathBuf::from(p));
+    }
+    if text.contains("://") {
+        bail!("endpoint {text:?}: only unix:///PATH is supported so far");
+    }
+    Ok(PathBuf::from(text))
+}
+
+pub fn control_path(socket: &Path) -> PathBuf {
+    let mut s = socket.as_os_str().to_owned();
+    s.push(".ctl");
+    PathBuf::from(s)
+}
+
+/// Binds one socket: creates its directory, removes a stale socket (one nobody answers
+/// on), refuses to steal a live one, sets mode 0660.
+fn bind_one(path: &Path) -> Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            bail!("{} is in use by a running daemon", path.display());
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("removing the stale socket {}", path.display()))?;
+        tracing::info!(path = %path.display(), "removed a stale socket");
+    }
+    let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(l)
+}
+
+pub struct Bound {
+    path: PathBuf,
+    clients: UnixListener,
+    control: UnixListener,
+}
+
+pub fn bind(path: &PathBuf) -> Result<Bound> {
+    Ok(Bound {
+        path: path.clone(),
+        clients: bind_one(path)?,
+        control: bind_one(&control_path(path))?,
+    })
+}
+
+/// Accepts until SIGTERM/SIGINT, then closes every session and removes the sockets.
+pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>) -> Result<()> {
+    let paths: Vec<PathBuf> = bound.iter().map(|b| b.path.clone()).collect();
+    signals(shared.clone(), paths.clone())?;
+    let mut loops = Vec::new();
+    for b in bound {
+        let s = shared.clone();
+        let c = b.control;
+        loops.push(
+            std::thread::Builder::new()
+                .name("gpupool-ctl".into())
+                .spawn(move || control_loop(s, c))?,
+        );
+        let s = shared.clone();
+        let l = b.clients;
+        loops.push(
+            std::thread::Builder::new()
+                .name("gpupool-accept".into())
+                .spawn(move || accept_loop(s, l))?,
+        );
+    }
+    for l in loops {
+        let _ = l.join();
+    }
+    let threads = std::mem::take(
+        &mut *shared
+            .session_threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()),
+    );
+    let n = threads.len();
+    for t in threads {
+        let _ = t.join();
+    }
+    for p in &paths {
+        let _ = std::fs::remove_file(p);
+        let _ = std::fs::remove_file(control_path(p));
+    }
+    tracing::info!(
+        sessions_closed = n,
+        "gpupool daemon stopped; sockets removed"
+    );
+    Ok(())
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
+    for stream in listener.incoming() {
+        if shared.stopping() {
+            break;
+        }
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                continue;
+            }
+        };
+        let cred = match peer_cred(&stream) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("SO_PEERCRED failed ({e}); connection refused");
+                continue;
+            }
+        };
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("gpupool-session-{}", cred.pid))
+            .spawn(move || session::run(s, stream, cred));
+        match spawned {
+            Ok(h) => {
+                let mut threads = shared
+                    .session_threads
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                threads.retain(|t| !t.is_finished());
+                threads.push(h);
+            }
+            Err(e) => tracing::error!("cannot start a session thread: {e}"),
+        }
+    }
+}
+
+fn control_loop(shared: Arc<Shared>, listener: UnixListener) {
+    for stream in listener.incoming() {
+        if shared.stopping() {
+            break;
+        }
+        let Ok(mut stream) = stream else { continue };
+        let doc = control::status_document(&shared);
+        let _ = stream.write_all(doc.to_string().as_bytes());
+    }
+}
+
+/// SIGTERM/SIGINT: stop (wake the accept loops by connecting to them); SIGHUP: reload.
+fn signals(shared: Arc<Shared>, paths: Vec<PathBuf>) -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("gpupool-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if sig == SIGHUP {
+                    reload(&shared);
+                    continue;
+                }
+                tracing::info!(
+                    signal = sig,
+                    "shutting down: no new clients, closing sessions"
+                );
+                shared.shutdown.store(true, Ordering::Release);
+                for p in &paths {
+                    let _ = UnixStream::connect(p);
+                    let _ = UnixStream::connect(control_path(p));
+                }
+                break;
+            }
+        })?;
+    Ok(())
+}
+
+fn reload(shared: &Shared) {
+    let Some(path) = &shared.config_path else {
+        tracing::info!("SIGHUP: no config file to reload (built-in default config)");
+        return;
+    };
+    match super::load_config(Some(path)) {
+        Ok(cfg) => {
+            shared.ledger.apply(cfg);
+            tracing::info!(path = %path.display(), "SIGHUP: quota config reloaded; live sessions kept");
+        }
+        Err(e) => tracing::error!("SIGHUP: keeping the current config: {e:#}"),
+    }
+}

@@ -1,0 +1,283 @@
+//! `gpupool daemon`: owns the devices through the vendor libraries and serves pooled
+//! clients, one session (thread) per client process.
+//!
+//! - [`listener`]: the unix socket (path, mode 0660, stale-socket removal), SO_PEERCRED,
+//!   the accept loops, the control socket `<socket>.ctl` behind `gpupool status`.
+//! - [`session`]: the hello handshake and the request loop of one client.
+//! - [`dispatch`]: every [`gpupool_protocol::Request`] to the backend, with every handle
+//!   and device pointer checked against what the session owns.
+//! - [`cleanup`]: everything a session owned is freed when it ends, however it ends.
+//! - [`control`]: the status document (devices, tenants, sessions, the ledger).
+//!
+//! Signals: SIGTERM/SIGINT stop accepting, close every session (freeing what it owned)
+//! and remove the sockets; SIGHUP reloads the quota config into the ledger.
+
+pub mod cleanup;
+pub mod control;
+pub mod dispatch;
+pub mod exec;
+pub mod listener;
+pub mod session;
+
+use crate::backend::{Cuda, DriverSource, Nvml};
+use crate::call;
+use anyhow::{Context as _, Result};
+use gpupool_protocol::ops::DeviceAttribute;
+use gpupool_quota::{Config, Ledger, TenantId};
+use gpupool_shim::cuda::{CUcontext, CUdevice, CUdevice_attribute, CUuuid};
+use std::collections::{BTreeMap, HashMap};
+use std::os::raw::{c_char, c_int};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+
+/// What `gpupool daemon` was asked to do.
+pub struct Options {
+    pub config: Option<PathBuf>,
+    pub listen: Vec<PathBuf>,
+    pub sim: bool,
+    pub driver_dir: Option<PathBuf>,
+}
+
+/// A vendor handle (context, stream, event, module, function) moved between threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Raw<T>(pub T);
+// SAFETY: CUDA driver handles are opaque tokens that the driver lets any thread use
+// (with the right context current, which dispatch ensures); we never dereference them.
+unsafe impl<T> Send for Raw<T> {}
+// SAFETY: as above; sharing the token itself involves no access.
+unsafe impl<T> Sync for Raw<T> {}
+
+/// One device as the daemon found it at start-up.
+pub struct Device {
+    pub cu: CUdevice,
+    pub name: String,
+    pub uuid: [u8; 16],
+    pub total_memory: u64,
+    pub compute_capability: [u32; 2],
+    pub attributes: Vec<DeviceAttribute>,
+}
+
+/// A tenant's own backend context on one device, shared by that tenant's sessions.
+pub struct TenantCtx {
+    pub ctx: Raw<CUcontext>,
+    pub device: u32,
+    pub tenant: TenantId,
+}
+
+/// What `gpupool status` lists per session.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SessionInfo {
+    pub id: u64,
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub tenant: String,
+    pub client: String,
+    pub started_unix_ms: u128,
+}
+
+/// State shared by every thread of the daemon.
+pub struct Shared {
+    pub cuda: Cuda,
+    pub nvml: Option<Nvml>,
+    pub ledger: Ledger,
+    pub devices: Vec<Device>,
+    pub driver_version: u32,
+    pub config_path: Option<PathBuf>,
+    pub endpoints: Vec<PathBuf>,
+    pub shutdown: AtomicBool,
+    contexts: Mutex<HashMap<(TenantId, u32), Weak<TenantCtx>>>,
+    pub sessions: Mutex<BTreeMap<u64, SessionInfo>>,
+    pub session_threads: Mutex<Vec<JoinHandle<()>>>,
+    next_session: AtomicU64,
+}
+
+impl Shared {
+    pub fn next_session_id(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// The tenant's context on `device`, created (cuCtxCreate_v2) on first use. Tenants
+    /// never share a context; sessions of one tenant do.
+    pub fn tenant_ctx(
+        &self,
+        tenant: &TenantId,
+        device: u32,
+    ) -> Result<Arc<TenantCtx>, dispatch::Fail> {
+        let dev = self
+            .devices
+            .get(device as usize)
+            .ok_or_else(|| dispatch::Fail::invalid_device(device))?;
+        let mut map = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (tenant.clone(), device);
+        if let Some(tc) = map.get(&key).and_then(Weak::upgrade) {
+            return Ok(tc);
+        }
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        call!(self.cuda, cuCtxCreate_v2(&mut ctx, 0, dev.cu))?;
+        tracing::debug!(tenant = %tenant.as_str(), device, "created the tenant's context");
+        let tc = Arc::new(TenantCtx {
+            ctx: Raw(ctx),
+            device,
+            tenant: tenant.clone(),
+        });
+        map.insert(key, Arc::downgrade(&tc));
+        Ok(tc)
+    }
+
+    /// Drops a session's hold on a tenant context; the last holder destroys it.
+    pub fn release_ctx(&self, tc: Arc<TenantCtx>) {
+        let mut map = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::strong_count(&tc) == 1 {
+            map.remove(&(tc.tenant.clone(), tc.device));
+            if let Err(e) = call!(self.cuda, cuCtxDestroy_v2(tc.ctx.0)) {
+                tracing::warn!(tenant = %tc.tenant.as_str(), device = tc.device, "destroying the tenant's context: {e}");
+            }
+        }
+    }
+}
+
+/// Reads the quota config: the file given, or the built-in default (one unrestricted
+/// default tenant).
+pub fn load_config(path: Option<&PathBuf>) -> Result<Config> {
+    match path {
+        None => Ok(Config::unrestricted()),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Config::from_toml_str(&text).with_context(|| format!("quota config {}", p.display()))
+        }
+    }
+}
+
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("GPUPOOL_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal as _;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn discover(cuda: &Cuda) -> Result<(u32, Vec<Device>)> {
+    call!(cuda, cuInit(0))?;
+    let mut version: c_int = 0;
+    call!(cuda, cuDriverGetVersion(&mut version))?;
+    let mut count: c_int = 0;
+    call!(cuda, cuDeviceGetCount(&mut count))?;
+    let mut devices = Vec::new();
+    for i in 0..count {
+        let mut dev: CUdevice = 0;
+        call!(cuda, cuDeviceGet(&mut dev, i))?;
+        let mut name = [0 as c_char; 256];
+        call!(
+            cuda,
+            cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, dev)
+        )?;
+        // SAFETY: the driver NUL-terminates the name within the buffer.
+        let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let mut uuid = CUuuid::default();
+        call!(cuda, cuDeviceGetUuid_v2(&mut uuid, dev))?;
+        let mut total = 0usize;
+        call!(cuda, cuDeviceTotalMem_v2(&mut total, dev))?;
+        let mut attributes = Vec::new();
+        for a in 1..200u32 {
+            let mut v: c_int = 0;
+            if call!(
+                cuda,
+                cuDeviceGetAttribute(&mut v, CUdevice_attribute(a), dev)
+            )
+            .is_ok()
+            {
+                attributes.push(DeviceAttribute {
+                    attribute: a,
+                    value: v.into(),
+                });
+            }
+        }
+        let get = |a: u32| {
+            attributes
+                .iter()
+                .find(|x| x.attribute == a)
+                .map_or(0, |x| x.value as u32)
+        };
+        // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76.
+        let compute_capability = [get(75), get(76)];
+        devices.push(Device {
+            cu: dev,
+            name,
+            uuid: uuid.bytes.map(|b| b as u8),
+            total_memory: total as u64,
+            compute_capability,
+            attributes,
+        });
+    }
+    Ok((version as u32, devices))
+}
+
+pub fn run(opts: Options) -> Result<()> {
+    init_logging();
+    let src = crate::probe::source(opts.sim, opts.driver_dir.clone())?;
+    let cuda_path = src.library("libcuda.so.1");
+    let cuda = Cuda::load(&cuda_path).with_context(|| {
+        format!(
+            "no CUDA driver found ({}); install NVIDIA's driver, pass --driver-dir DIR, or run with --sim",
+            match &src {
+                DriverSource::System => "libcuda.so.1 is not on the loader's search path".to_string(),
+                DriverSource::Dir(d) => format!("nothing loadable in {}", d.display()),
+            }
+        )
+    })?;
+    let nvml = match Nvml::load(&src.library("libnvidia-ml.so.1")) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            tracing::warn!("NVML unavailable ({e:#}); management queries answer from CUDA");
+            None
+        }
+    };
+    let (driver_version, devices) = discover(&cuda)?;
+    let config = load_config(opts.config.as_ref())?;
+    let endpoints = if opts.listen.is_empty() {
+        vec![listener::default_socket_path()?]
+    } else {
+        opts.listen.clone()
+    };
+    let shared = Arc::new(Shared {
+        cuda,
+        nvml,
+        ledger: Ledger::new(config),
+        devices,
+        driver_version,
+        config_path: opts.config.clone(),
+        endpoints: endpoints.clone(),
+        shutdown: AtomicBool::new(false),
+        contexts: Mutex::new(HashMap::new()),
+        sessions: Mutex::new(BTreeMap::new()),
+        session_threads: Mutex::new(Vec::new()),
+        next_session: AtomicU64::new(1),
+    });
+    let listeners = endpoints
+        .iter()
+        .map(|p| listener::bind(p))
+        .collect::<Result<Vec<_>>>()?;
+    tracing::info!(
+        devices = shared.devices.len(),
+        driver = format!("{}.{}", driver_version / 1000, driver_version % 1000 / 10),
+        endpoints = ?endpoints,
+        config = ?opts.config,
+        "gpupool daemon ready"
+    );
+    listener::serve(shared, listeners)
+}

@@ -1,0 +1,294 @@
+//! One client session: the shared-memory transport, the hello handshake (tenant from
+//! SO_PEERCRED and the quota config), then requests until Bye, the client's death, a
+//! malformed frame or shutdown; then [`super::cleanup`] frees everything it owned.
+
+use super::dispatch::Fail;
+use super::listener::PeerCred;
+use super::{Raw, SessionInfo, Shared, TenantCtx};
+use gpupool_protocol::ops::{DeviceInfo, ParamInfo};
+use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport};
+use gpupool_protocol::transport::{Transport, TransportError};
+use gpupool_protocol::{
+    CtxId, EventId, FuncId, Message, ModuleId, PROTOCOL_VERSION, Reply, Request, StreamId,
+};
+use gpupool_quota::{ClientRequest, MemoryQuota};
+use gpupool_shim::cuda::{CUcontext, CUevent, CUfunction, CUmodule, CUstream};
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often an idle session looks at the shutdown flag.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+
+pub struct Alloc {
+    pub size: u64,
+    pub device: u32,
+}
+
+pub struct Func {
+    pub f: Raw<CUfunction>,
+    pub module: ModuleId,
+    pub device: u32,
+    pub params: Vec<ParamInfo>,
+}
+
+/// Everything one client owns, by the ids the daemon handed it.
+pub struct Session {
+    pub shared: Arc<Shared>,
+    pub id: u64,
+    pub cred: PeerCred,
+    pub quota: gpupool_quota::Session,
+    /// The tenant's context per device this session touched.
+    pub tenant_ctxs: BTreeMap<u32, Arc<TenantCtx>>,
+    /// Client-visible contexts → device.
+    pub ctxs: HashMap<CtxId, u32>,
+    pub primary: HashMap<u32, CtxId>,
+    pub allocs: BTreeMap<u64, Alloc>,
+    /// Module globals: address → (size, module, device).
+    pub globals: BTreeMap<u64, (u64, ModuleId, u32)>,
+    pub streams: HashMap<StreamId, (Raw<CUstream>, u32)>,
+    pub events: HashMap<EventId, (Raw<CUevent>, u32)>,
+    pub modules: HashMap<ModuleId, (Raw<CUmodule>, u32)>,
+    pub funcs: HashMap<FuncId, Func>,
+    next_handle: u64,
+    pub current: Raw<CUcontext>,
+}
+
+impl Session {
+    pub fn next_handle(&mut self) -> u64 {
+        self.next_handle += 1;
+        self.next_handle
+    }
+
+    pub fn tenant(&self) -> &str {
+        self.quota.tenant().as_str()
+    }
+}
+
+fn reply(t: &mut ShmTransport, id: u64, op: Reply) -> Result<(), TransportError> {
+    let frame = Message::Reply { id, op }
+        .encode()
+        .map_err(|e| TransportError::Corrupt(e.to_string()))?;
+    t.send(&frame)
+}
+
+/// The session thread's body.
+pub fn run(shared: Arc<Shared>, stream: UnixStream, cred: PeerCred) {
+    let t0 = Instant::now();
+    let mut transport = match ShmTransport::serve(stream, &ShmConfig::default()) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(
+                pid = cred.pid,
+                uid = cred.uid,
+                "transport set-up failed: {e}"
+            );
+            return;
+        }
+    };
+    let mut session = match hello(&shared, &mut transport, cred, t0) {
+        Ok(s) => s,
+        Err(why) => {
+            tracing::warn!(pid = cred.pid, uid = cred.uid, "hello refused: {why}");
+            transport.close();
+            return;
+        }
+    };
+    let reason = serve(&mut session, &mut transport);
+    transport.close();
+    super::cleanup::end(session, &reason);
+}
+
+fn hello(
+    shared: &Arc<Shared>,
+    t: &mut ShmTransport,
+    cred: PeerCred,
+    t0: Instant,
+) -> Result<Session, String> {
+    let frame = t
+        .recv(Some(Duration::from_secs(5)))
+        .map_err(|e| format!("no hello: {e}"))?;
+    let (msg, _) = Message::decode(&frame).map_err(|e| format!("malformed hello frame: {e}"))?;
+    let Message::Request {
+        id,
+        op:
+            Request::Hello {
+                protocol_version,
+                memory_limit,
+                compute_percent,
+                client_name,
+                token,
+                ..
+            },
+        ..
+    } = msg
+    else {
+        return Err(format!("first frame is not a hello: {msg:?}")
+            .chars()
+            .take(200)
+            .collect());
+    };
+    let refuse = |t: &mut ShmTransport, code: u32, message: String| {
+        let _ = reply(
+            t,
+            id,
+            Reply::Error {
+                code,
+                message: message.clone(),
+            },
+        );
+        message
+    };
+    if protocol_version != PROTOCOL_VERSION {
+        return Err(refuse(
+            t,
+            1,
+            format!("protocol version {protocol_version}, the daemon speaks {PROTOCOL_VERSION}"),
+        ));
+    }
+    let config = shared.ledger.config();
+    let tenant = config.resolve(cred.uid, cred.gid, token.as_deref());
+    let request = ClientRequest {
+        memory: memory_limit.map_or_else(MemoryQuota::default, MemoryQuota::all),
+        compute: compute_percent,
+    };
+    let limits = config
+        .effective_limits(&tenant, &request)
+        .map_err(|e| refuse(t, 1, e.to_string()))?;
+    let quota = shared
+        .ledger
+        .open_session(&tenant, &request)
+        .map_err(|e| refuse(t, 1, e.to_string()))?;
+    let id_s = shared.next_session_id();
+    let session = Session {
+        shared: shared.clone(),
+        id: id_s,
+        cred,
+        quota,
+        tenant_ctxs: BTreeMap::new(),
+        ctxs: HashMap::new(),
+        primary: HashMap::new(),
+        allocs: BTreeMap::new(),
+        globals: BTreeMap::new(),
+        streams: HashMap::new(),
+        events: HashMap::new(),
+        modules: HashMap::new(),
+        funcs: HashMap::new(),
+        next_handle: 0,
+        current: Raw(std::ptr::null_mut()),
+    };
+    let devices = (0..shared.devices.len() as u32)
+        .map(|d| session.device_info(d))
+        .collect();
+    let hr = Reply::HelloReply {
+        session_id: id_s,
+        tenant: tenant.as_str().to_string(),
+        driver_version: shared.driver_version,
+        devices,
+    };
+    reply(t, id, hr).map_err(|e| format!("sending the hello reply: {e}"))?;
+    shared
+        .sessions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            id_s,
+            SessionInfo {
+                id: id_s,
+                pid: cred.pid,
+                uid: cred.uid,
+                gid: cred.gid,
+                tenant: tenant.as_str().to_string(),
+                client: client_name.clone(),
+                started_unix_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis()),
+            },
+        );
+    tracing::info!(
+        session = id_s, pid = cred.pid, uid = cred.uid, gid = cred.gid, tenant = %tenant.as_str(),
+        client = %client_name, memory = ?limits.memory, compute = limits.compute,
+        clamped = limits.clamped.len(), hello_us = t0.elapsed().as_micros() as u64,
+        "session start"
+    );
+    Ok(session)
+}
+
+impl Session {
+    /// A device as this tenant sees it: its quota as the total memory.
+    pub fn device_info(&self, d: u32) -> DeviceInfo {
+        let dev = &self.shared.devices[d as usize];
+        let seen = self
+            .shared
+            .ledger
+            .mem_info(&self.quota, d, dev.total_memory, dev.total_memory);
+        DeviceInfo {
+            ordinal: d,
+            name: dev.name.clone(),
+            uuid: dev.uuid,
+            total_memory: seen.total,
+            compute_capability: dev.compute_capability,
+            attributes: dev.attributes.clone(),
+        }
+    }
+}
+
+/// Serves requests until the session ends; returns why it ended.
+fn serve(s: &mut Session, t: &mut ShmTransport) -> String {
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    loop {
+        match t.recv_into(&mut buf, Some(IDLE_POLL)) {
+            Ok(()) => {}
+            Err(TransportError::Timeout) => {
+                if s.shared.stopping() {
+                    return "daemon shutting down".into();
+                }
+                continue;
+            }
+            Err(TransportError::PeerGone) => return "client gone (closed or died)".into(),
+            Err(e) => return format!("transport failed: {e}"),
+        }
+        let (id, no_reply, op) = match Message::decode(&buf) {
+            Ok((Message::Request { id, no_reply, op }, _)) => (id, no_reply, op),
+            Ok((Message::Bye, _)) => return "bye".into(),
+            Ok((other, _)) => {
+                return format!(
+                    "malformed: unexpected {:?} frame from a client",
+                    other.kind()
+                );
+            }
+            Err(e) => return format!("malformed frame: {e}"),
+        };
+        if matches!(op, Request::Hello { .. }) {
+            return "malformed: a second hello".into();
+        }
+        let name = op.name();
+        let result = s.handle(op, t.staging());
+        let msg = match result {
+            Ok(_) if no_reply => continue,
+            Ok(r) => Message::Reply { id, op: r },
+            Err(Fail { code, message }) => {
+                tracing::info!(session = s.id, pid = s.cred.pid, tenant = %s.tenant(), request = name, code, "refused: {message}");
+                if no_reply {
+                    Message::AsyncError { id, code, message }
+                } else {
+                    Message::Reply {
+                        id,
+                        op: Reply::Error { code, message },
+                    }
+                }
+            }
+        };
+        out.clear();
+        if let Err(e) = msg.encode_into(&mut out) {
+            return format!("cannot encode a reply: {e}");
+        }
+        match t.send(&out) {
+            Ok(()) => {}
+            Err(TransportError::PeerGone) => return "client gone (closed or died)".into(),
+            Err(e) => return format!("transport failed: {e}"),
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Shared by the daemon's end-to-end tests: a real `gpupool daemon` process on the
+//! simulator (killed on drop), and a small client built on gpupool_protocol.
+#![allow(dead_code)]
+
+use gpupool_protocol::transport::Transport;
+use gpupool_protocol::transport::shm::{ShmTransport, WaitPolicy};
+use gpupool_protocol::{CtxId, DevicePtr, Message, PROTOCOL_VERSION, Reply, Request};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const MIB: u64 = 1 << 20;
+
+pub struct Daemon {
+    pub child: Child,
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+}
+
+pub fn uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+impl Daemon {
+    /// A daemon on two simulated 1 GiB devices; `config` is the quota TOML (None: built in).
+    pub fn start(config: Option<&str>) -> Daemon {
+        Self::start_with(config, &[])
+    }
+
+    pub fn start_with(config: Option<&str>, extra: &[&str]) -> Daemon {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("gpupool-test-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("gpupool.sock");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+        cmd.arg("daemon")
+            .arg("--listen")
+            .arg(format!("unix://{}", socket.display()));
+        cmd.arg("--driver-dir").arg(gpupool_e2e::sim_libdir());
+        if let Some(text) = config {
+            let p = dir.join("quota.toml");
+            std::fs::write(&p, text).unwrap();
+            cmd.arg("--config").arg(p);
+        }
+        cmd.args(extra);
+        cmd.env("GPUPOOL_SIM_DEVICES", "2")
+            .env("GPUPOOL_SIM_MEMORY", "1GiB")
+            .env("GPUPOOL_LOG", "info");
+        cmd.stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap());
+        let child = cmd.spawn().expect("starting gpupool daemon");
+        let mut d = Daemon { child, dir, socket };
+        let t0 = Instant::now();
+        let ctl = PathBuf::from(format!("{}.ctl", d.socket.display()));
+        while UnixStream::connect(&ctl).is_err() {
+            if let Ok(Some(st)) = d.child.try_wait() {
+                panic!("daemon exited {st}: {}", d.log());
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "daemon did not come up: {}",
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        d
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// The status document, read from the control socket directly.
+    pub fn status(&self) -> serde_json::Value {
+        use std::io::Read as _;
+        let mut s =
+            UnixStream::connect(format!("{}.ctl", self.socket.display())).expect("control socket");
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Bytes `tenant` uses on `device`, per the status document.
+    pub fn used(&self, tenant: &str, device: u64) -> u64 {
+        let doc = self.status();
+        doc["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tenant"] == tenant)
+            .and_then(|t| {
+                t["devices"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|d| d["device"] == device)
+            })
+            .map_or(0, |d| d["used"].as_u64().unwrap())
+    }
+
+    pub fn signal(&self, sig: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, sig).unwrap();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub struct Client {
+    pub t: ShmTransport,
+    next: u64,
+    pub hello: Reply,
+    pub async_errors: Vec<(u64, u32, String)>,
+}
+
+pub fn hello(name: &str, memory_limit: Option<u64>) -> Request {
+    Request::Hello {
+        pid: std::process::id(),
+        uid: uid(),
+        gid: rustix::process::getgid().as_raw(),
+        protocol_version: PROTOCOL_VERSION,
+        memory_limit,
+        compute_percent: None,
+        client_name: name.into(),
+        token: None,
+    }
+}
+
+impl Client {
+    pub fn connect(socket: &Path) -> Client {
+        Self::connect_with(socket, None).unwrap_or_else(|e| panic!("hello refused: {e:?}"))
+    }
+
+    pub fn connect_with(socket: &Path, memory_limit: Option<u64>) -> Result<Client, Reply> {
+        let s = UnixStream::connect(socket).expect("connect");
+        let t = ShmTransport::connect(s, WaitPolicy::default()).expect("shm connect");
+        let mut c = Client {
+            t,
+            next: 1,
+            hello: Reply::Ok {},
+            async_errors: Vec::new(),
+        };
+        let r = c.call(hello("test", memory_limit));
+        match r {
+            Reply::HelloReply { .. } => {
+                c.hello = r;
+                Ok(c)
+            }
+            other => Err(other),
+        }
+    }
+
+    pub fn call(&mut self, op: Request) -> Reply {
+        let id = self.next;
+        self.next += 1;
+        self.t
+            .send(
+                &Message::Request {
+                    id,
+                    no_reply: false,
+                    op,
+                }
+                .encode()
+                .unwrap(),
+            )
+            .expect("send");
+        loop {
+            let f = self.t.recv(Some(Duration::from_secs(5))).expect("reply");
+            match Message::decode(&f).unwrap().0 {
+                Message::Reply { id: rid, op } if rid == id => return op,
+                Message::AsyncError { id, code, message } => {
+                    self.async_errors.push((id, code, message))
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    pub fn send_async(&mut self, op: Request) {
+        let id = self.next;
+        self.next += 1;
+        self.t
+            .send(
+                &Message::Request {
+                    id,
+                    no_reply: true,
+                    op,
+                }
+                .encode()
+                .unwrap(),
+            )
+            .expect("send");
+    }
+
+    pub fn ctx(&mut self, device: u32) -> CtxId {
+        match self.call(Request::PrimaryCtxRetain { device }) {
+            Reply::Context { ctx } => ctx,
+            r => panic!("{r:?}"),
+        }
+    }
+
+    pub fn alloc(&mut self, ctx: CtxId, bytes: u64) -> Result<DevicePtr, (u32, String)> {
+        match self.call(Request::MemAlloc { ctx, bytes }) {
+            Reply::MemPtr { ptr } => Ok(ptr),
+            Reply::Error { code, message } => Err((code, message)),
+            r => panic!("{r:?}"),
+        }
+    }
+}
+
+/// The error code of a reply, or 0 for success.
+pub fn code(r: &Reply) -> u32 {
+    match r {
+        Reply::Error { code, .. } => *code,
+        _ => 0,
+    }
+}
+
+pub fn tenant_config(memory: &str) -> String {
+    format!(
+        "[[tenant]]\nname = \"team\"\nuids = [{}]\nmemory = \"{memory}\"\n",
+        uid()
+    )
+}

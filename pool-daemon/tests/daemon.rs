@@ -1,0 +1,343 @@
+//! `gpupool daemon` end to end: the real binary on the simulator, real clients over the
+//! shared-memory transport.
+
+mod common;
+
+use common::*;
+use gpupool_protocol::ops::{
+    HostSrc, InlineBytes, KernelParams, Memset, MemsetValue, StagingRegion,
+};
+use gpupool_protocol::transport::Transport;
+use gpupool_protocol::{Reply, Request, StreamId};
+use std::time::{Duration, Instant};
+
+#[test]
+fn the_quota_is_the_device_size_and_is_exact_to_the_mib() {
+    let d = Daemon::start(Some(&tenant_config("64MiB")));
+    let mut c = Client::connect(&d.socket);
+    let Reply::HelloReply {
+        tenant, devices, ..
+    } = &c.hello
+    else {
+        unreachable!()
+    };
+    assert_eq!(tenant, "team");
+    assert_eq!(devices.len(), 2);
+    assert!(
+        devices.iter().all(|d| d.total_memory == 64 * MIB),
+        "{devices:?}"
+    );
+    let ctx = c.ctx(0);
+    assert_eq!(
+        c.call(Request::MemGetInfo { ctx }),
+        Reply::MemInfo {
+            free: 64 * MIB,
+            total: 64 * MIB
+        }
+    );
+    let big = c.alloc(ctx, 48 * MIB).unwrap();
+    let mut small = Vec::new();
+    for _ in 0..16 {
+        small.push(c.alloc(ctx, MIB).unwrap());
+    }
+    assert_eq!(
+        c.call(Request::MemGetInfo { ctx }),
+        Reply::MemInfo {
+            free: 0,
+            total: 64 * MIB
+        }
+    );
+    assert_eq!(
+        c.call(Request::MgmtMemoryInfo { device: 0 }),
+        Reply::MemInfo {
+            free: 0,
+            total: 64 * MIB
+        }
+    );
+    let (code, msg) = c.alloc(ctx, MIB).unwrap_err();
+    assert_eq!(code, 2, "{msg}");
+    assert_eq!(d.used("team", 0), 64 * MIB);
+    // Device 1 has its own 64 MiB.
+    let ctx1 = c.ctx(1);
+    c.alloc(ctx1, 64 * MIB).unwrap();
+    // A free gives the MiB back.
+    assert_eq!(
+        code_of(c.call(Request::MemFree {
+            ptr: small.pop().unwrap()
+        })),
+        0
+    );
+    c.alloc(ctx, MIB).unwrap();
+
+    // Data paths: inline and staged host-to-device, memset, device-to-host both ways.
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    assert_eq!(
+        code_of(c.call(Request::MemcpyHtoD {
+            dst: big,
+            src: HostSrc::Inline(InlineBytes(data.clone()))
+        })),
+        0
+    );
+    let r = c.call(Request::MemcpyDtoHInline {
+        src: big,
+        len: 4096,
+    });
+    assert_eq!(
+        r,
+        Reply::Bytes {
+            data: InlineBytes(data.clone())
+        }
+    );
+    let st = c.t.staging().unwrap();
+    st.write(0, &data).unwrap();
+    let dst = gpupool_protocol::DevicePtr(big.0 + 8192);
+    let region = StagingRegion {
+        offset: 0,
+        len: 4096,
+    };
+    assert_eq!(
+        code_of(c.call(Request::MemcpyHtoD {
+            dst,
+            src: HostSrc::Staging(region)
+        })),
+        0
+    );
+    let set = Memset {
+        dst: big,
+        value: MemsetValue::U32(0xdeadbeef),
+        width: 256,
+        height: 1,
+        pitch: 0,
+    };
+    c.send_async(Request::MemsetAsync {
+        set,
+        stream: StreamId::NULL,
+    });
+    assert_eq!(
+        code_of(c.call(Request::StreamSynchronize {
+            stream: StreamId::NULL
+        })),
+        0
+    );
+    let back = StagingRegion {
+        offset: 1 << 20,
+        len: 8192 + 4096,
+    };
+    assert_eq!(
+        code_of(c.call(Request::MemcpyDtoH {
+            src: big,
+            dst: back
+        })),
+        0
+    );
+    let mut got = vec![0u8; back.len as usize];
+    c.t.staging()
+        .unwrap()
+        .read(back.offset as usize, &mut got)
+        .unwrap();
+    assert!(
+        got[..1024]
+            .chunks(4)
+            .all(|w| w == 0xdeadbeefu32.to_le_bytes())
+    );
+    assert_eq!(&got[1024..4096], &data[1024..]);
+    assert_eq!(&got[8192..], &data[..]);
+    assert!(c.async_errors.is_empty(), "{:?}", c.async_errors);
+}
+
+fn code_of(r: Reply) -> u32 {
+    code(&r)
+}
+
+const FILL_PTX: &str = ".version 8.0\n.target sm_90\n.address_size 64\n\
+.visible .entry fill(.param .u64 p, .param .u32 v)\n{\n\
+\t.reg .b64 %rd<4>;\n\t.reg .b32 %r<4>;\n\
+\tld.param.u64 %rd1, [p];\n\tld.param.u32 %r1, [v];\n\
+\tcvta.to.global.u64 %rd2, %rd1;\n\tmov.u32 %r2, %tid.x;\n\
+\tmul.wide.u32 %rd3, %r2, 4;\n\tadd.s64 %rd2, %rd2, %rd3;\n\
+\tst.global.u32 [%rd2], %r1;\n\tret;\n}\n";
+
+#[test]
+fn modules_streams_events_and_launches_are_served() {
+    let d = Daemon::start(None);
+    let mut c = Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let buf = c.alloc(ctx, 4096).unwrap();
+    let Reply::Module { module, .. } = c.call(Request::ModuleLoad {
+        ctx,
+        image: HostSrc::Inline(InlineBytes(FILL_PTX.into())),
+    }) else {
+        panic!("module load failed: {}", d.log())
+    };
+    let Reply::Function { func, params } = c.call(Request::ModuleGetFunction {
+        module,
+        name: "fill".into(),
+    }) else {
+        panic!()
+    };
+    assert_eq!(params.len(), 2);
+    let mut packed = vec![0u8; (params[1].offset + params[1].size) as usize];
+    packed[params[0].offset as usize..][..8].copy_from_slice(&buf.0.to_le_bytes());
+    packed[params[1].offset as usize..][..4].copy_from_slice(&7u32.to_le_bytes());
+    let Reply::Stream { stream } = c.call(Request::StreamCreate {
+        ctx,
+        flags: 0,
+        priority: 0,
+    }) else {
+        panic!()
+    };
+    let Reply::Event { event: e0 } = c.call(Request::EventCreate { ctx, flags: 0 }) else {
+        panic!()
+    };
+    let Reply::Event { event: e1 } = c.call(Request::EventCreate { ctx, flags: 0 }) else {
+        panic!()
+    };
+    c.send_async(Request::EventRecord { event: e0, stream });
+    c.send_async(Request::LaunchKernel {
+        func,
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        shared_mem_bytes: 0,
+        stream,
+        params: KernelParams(packed),
+        cooperative: false,
+    });
+    c.send_async(Request::EventRecord { event: e1, stream });
+    assert_eq!(code_of(c.call(Request::StreamSynchronize { stream })), 0);
+    assert!(
+        matches!(c.call(Request::EventElapsedTime { start: e0, end: e1 }), Reply::Elapsed { nanos } if nanos >= 0)
+    );
+    let Reply::Bytes { data } = c.call(Request::MemcpyDtoHInline { src: buf, len: 256 }) else {
+        panic!()
+    };
+    assert!(
+        data.0.chunks(4).all(|w| w == 7u32.to_le_bytes()),
+        "{:?}",
+        &data.0[..16]
+    );
+    // An async failure comes back as an AsyncError before the next reply.
+    c.send_async(Request::EventRecord {
+        event: gpupool_protocol::EventId(999),
+        stream,
+    });
+    assert_eq!(code_of(c.call(Request::StreamSynchronize { stream })), 0);
+    assert_eq!(c.async_errors.len(), 1);
+    assert_eq!(c.async_errors[0].1, 400);
+}
+
+#[test]
+fn a_forged_pointer_is_refused_and_never_reaches_the_backend() {
+    let d = Daemon::start(Some(&tenant_config("256MiB")));
+    let mut a = Client::connect(&d.socket);
+    let mut b = Client::connect(&d.socket);
+    let (ca, cb) = (a.ctx(0), b.ctx(0));
+    let pa = a.alloc(ca, MIB).unwrap();
+    let pb = b.alloc(cb, MIB).unwrap();
+    a.call(Request::MemcpyHtoD {
+        dst: pa,
+        src: HostSrc::Inline(InlineBytes(vec![42; 64])),
+    });
+    let inside = gpupool_protocol::DevicePtr(pa.0 + 4096);
+    for op in [
+        Request::MemcpyDtoHInline {
+            src: inside,
+            len: 64,
+        },
+        Request::MemFree { ptr: pa },
+        Request::MemcpyDtoD {
+            dst: pb,
+            src: pa,
+            len: 64,
+        },
+        Request::MemcpyHtoD {
+            dst: inside,
+            src: HostSrc::Inline(InlineBytes(vec![0; 64])),
+        },
+        Request::Memset {
+            set: Memset {
+                dst: pa,
+                value: MemsetValue::U8(0),
+                width: 64,
+                height: 1,
+                pitch: 0,
+            },
+        },
+    ] {
+        assert_eq!(code_of(b.call(op.clone())), 1, "{op:?}");
+    }
+    // Running off the end of one's own allocation is refused too.
+    assert_eq!(
+        code_of(b.call(Request::MemcpyDtoHInline {
+            src: pb,
+            len: (MIB + 1) as u32
+        })),
+        1
+    );
+    // A's memory is intact.
+    let Reply::Bytes { data } = a.call(Request::MemcpyDtoHInline { src: pa, len: 64 }) else {
+        panic!()
+    };
+    assert_eq!(data.0, vec![42; 64]);
+    assert!(
+        d.log().contains("is not owned by this session"),
+        "{}",
+        d.log()
+    );
+}
+
+#[test]
+fn sixteen_concurrent_sessions_of_one_tenant_never_exceed_the_quota() {
+    const QUOTA: u64 = 96 * MIB;
+    let d = Daemon::start(Some(&tenant_config("96MiB")));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (stop, socket) = (stop.clone(), d.socket.clone());
+        std::thread::spawn(move || {
+            let probe = Daemon {
+                child: std::process::Command::new("true").spawn().unwrap(),
+                dir: std::env::temp_dir().join("gpupool-none"),
+                socket,
+            };
+            let mut max = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                max = max.max(probe.used("team", 0));
+            }
+            std::mem::forget(probe);
+            max
+        })
+    };
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let socket = d.socket.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&socket);
+                let ctx = c.ctx(0);
+                let mut got = 0;
+                let size = if i % 2 == 0 { MIB } else { 3 * MIB };
+                loop {
+                    match c.alloc(ctx, size) {
+                        Ok(_) => got += size,
+                        Err((2, _)) => break,
+                        Err(e) => panic!("{e:?}"),
+                    }
+                }
+                (got, c)
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let max_seen = watcher.join().unwrap();
+    let total: u64 = results.iter().map(|r| r.0).sum();
+    assert!(total <= QUOTA && total > QUOTA - 3 * MIB, "total {total}");
+    assert!(max_seen <= QUOTA, "status showed {max_seen}");
+    assert_eq!(d.used("team", 0), total);
+    let doc = d.status();
+    assert_eq!(doc["sessions"].as_array().unwrap().len(), 16);
+    drop(results);
+    let t0 = Instant::now();
+    while d.used("team", 0) != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(2), "memory not returned");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
