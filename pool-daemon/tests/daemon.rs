@@ -341,3 +341,62 @@ fn sixteen_concurrent_sessions_of_one_tenant_never_exceed_the_quota() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+#[test]
+fn pitched_memory_and_2d_copies_are_checked_over_their_whole_extent() {
+    use gpupool_protocol::ops::{Copy2D, Copy2DEnd, MemSpace};
+    let d = Daemon::start(Some(&tenant_config("64MiB")));
+    let mut c = Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let Reply::MemPitch { ptr, pitch } = c.call(Request::MemAllocPitch {
+        ctx,
+        width_bytes: 100,
+        height: 10,
+        element_size: 4,
+    }) else {
+        panic!("{}", d.log())
+    };
+    assert!(pitch >= 100);
+    assert_eq!(d.used("team", 0), pitch * 10);
+    let rows: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+    c.t.staging().unwrap().write(0, &rows).unwrap();
+    let copy = |src, spitch, dst, dpitch, height| Copy2D {
+        src: Copy2DEnd {
+            space: src,
+            x_bytes: 0,
+            y: 0,
+            pitch: spitch,
+        },
+        dst: Copy2DEnd {
+            space: dst,
+            x_bytes: 0,
+            y: 0,
+            pitch: dpitch,
+        },
+        width_bytes: 100,
+        height,
+    };
+    let up = copy(MemSpace::Staging(0), 100, MemSpace::Device(ptr), pitch, 10);
+    assert_eq!(
+        code_of(c.call(Request::Memcpy2D { copy: up })),
+        0,
+        "{}",
+        d.log()
+    );
+    let down = copy(
+        MemSpace::Device(ptr),
+        pitch,
+        MemSpace::Staging(4096),
+        100,
+        10,
+    );
+    assert_eq!(code_of(c.call(Request::Memcpy2D { copy: down })), 0);
+    let mut got = vec![0u8; 1000];
+    c.t.staging().unwrap().read(4096, &mut got).unwrap();
+    assert_eq!(got, rows);
+    // One row too many runs past the allocation: refused.
+    let past = copy(MemSpace::Staging(0), 100, MemSpace::Device(ptr), pitch, 11);
+    assert_eq!(code_of(c.call(Request::Memcpy2D { copy: past })), 1);
+    assert_eq!(code_of(c.call(Request::MemFree { ptr })), 0);
+    assert_eq!(d.used("team", 0), 0);
+}

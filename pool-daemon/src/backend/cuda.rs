@@ -113,6 +113,10 @@ driver_table! {
     cuEventQuery: fn(cu::CUevent);
     cuEventElapsedTime: fn(*mut f32, cu::CUevent, cu::CUevent);
     cuEventDestroy_v2: fn(cu::CUevent);
+    cuMemcpy2D_v2: fn(*const cu::CUDA_MEMCPY2D);
+    cuMemcpy2DAsync_v2: fn(*const cu::CUDA_MEMCPY2D, cu::CUstream);
+    cuMemcpy3D_v2: fn(*const cu::CUDA_MEMCPY3D);
+    cuMemcpy3DAsync_v2: fn(*const cu::CUDA_MEMCPY3D, cu::CUstream);
 }
 
 impl Cuda {

@@ -6,7 +6,7 @@
 //! consume it before they return too).
 
 use super::Raw;
-use super::dispatch::{Fail, INVALID_VALUE, NOT_READY, NOT_SUPPORTED, Result};
+use super::dispatch::{Fail, NOT_READY, NOT_SUPPORTED, Result};
 use super::session::{Func, Session};
 use crate::call;
 use gpupool_protocol::ops::{
@@ -20,8 +20,6 @@ use std::os::raw::{c_int, c_void};
 impl Session {
     pub(super) fn exec(&mut self, op: Request, staging: Option<&Staging>) -> Result<Reply> {
         use Request as R;
-        let cuda = &self.shared.cuda;
-        let _ = cuda;
         Ok(match op {
             R::MemcpyHtoD { dst, src } | R::MemcpyHtoDAsync { dst, src, .. } if src.is_empty() => {
                 self.owned(dst, 0)?;
@@ -106,14 +104,21 @@ impl Session {
                 )?;
                 Reply::Ok {}
             }
-            R::Memcpy2D { .. }
-            | R::Memcpy2DAsync { .. }
-            | R::Memcpy3D { .. }
-            | R::Memcpy3DAsync { .. } => {
-                return Err(Fail::new(
-                    NOT_SUPPORTED,
-                    "2D/3D copies are not served by the daemon yet",
-                ));
+            R::Memcpy2D { copy } => {
+                self.memcpy_2d(copy, None, staging)?;
+                Reply::Ok {}
+            }
+            R::Memcpy2DAsync { copy, stream } => {
+                self.memcpy_2d(copy, Some(stream), staging)?;
+                Reply::Ok {}
+            }
+            R::Memcpy3D { copy } => {
+                self.memcpy_3d(copy, None, staging)?;
+                Reply::Ok {}
+            }
+            R::Memcpy3DAsync { copy, stream } => {
+                self.memcpy_3d(copy, Some(stream), staging)?;
+                Reply::Ok {}
             }
             R::Memset { set } => {
                 self.memset(set, None)?;
@@ -275,9 +280,9 @@ impl Session {
                 } else {
                     // CU_LAUNCH_PARAM_BUFFER_POINTER (1), CU_LAUNCH_PARAM_BUFFER_SIZE (2), CU_LAUNCH_PARAM_END (0).
                     let mut extra: [*mut c_void; 5] = [
-                        1 as *mut c_void,
+                        std::ptr::without_provenance_mut(1),
                         buf.as_mut_ptr().cast(),
-                        2 as *mut c_void,
+                        std::ptr::without_provenance_mut(2),
                         (&mut size as *mut usize).cast(),
                         std::ptr::null_mut(),
                     ];
@@ -547,6 +552,3 @@ fn ready(r: std::result::Result<(), crate::backend::CudaError>) -> Result<bool> 
         }
     }
 }
-
-#[allow(dead_code)]
-const _: u32 = INVALID_VALUE;

@@ -88,9 +88,9 @@ pub struct Bound {
     control: UnixListener,
 }
 
-pub fn bind(path: &PathBuf) -> Result<Bound> {
+pub fn bind(path: &Path) -> Result<Bound> {
     Ok(Bound {
-        path: path.clone(),
+        path: path.to_path_buf(),
         clients: bind_one(path)?,
         control: bind_one(&control_path(path))?,
     })

@@ -14,6 +14,7 @@
 
 pub mod cleanup;
 pub mod control;
+pub mod copy2d;
 pub mod dispatch;
 pub mod exec;
 pub mod listener;
