@@ -1,12 +1,32 @@
 //! `libgpupool.so`: loaded with LD_PRELOAD (or installed under the vendor sonames)
 //! into unmodified programs.
 //!
-//! Owns: the exported CUDA driver, CUDA runtime and NVML symbols, the `dlopen` /
-//! `dlsym` hooks that route vendor-library lookups to itself, encoding each call for
-//! the daemon, and fork safety.
+//! Owns: the exported CUDA driver API and NVML symbols ([`api`], the same names and
+//! signatures as the simulator's, checked at compile time against bindgen's declarations
+//! through the `cuGetProcAddress` table), the `dlopen` / `dlsym` hooks that route
+//! vendor-library lookups to itself ([`hooks`]), the client state and the connection to
+//! the daemon ([`client`]), and fork safety.
 //!
 //! Must not: execute anything on a device itself, recurse through its own hooks, do
-//! work in library constructors, or let a panic cross `extern "C"`.
+//! work in library constructors (the connection opens on the first call that needs it),
+//! or let a panic cross `extern "C"` (every export runs under `catch_unwind`).
 //!
-//! Status: the exports arrive with the pool issue (#4); the simulator in `sim/` is
-//! the driver they will be tested against.
+//! Environment: `GPUPOOL_ENDPOINT` (`unix:///path`; default `$XDG_RUNTIME_DIR/gpupool.sock`,
+//! or `/run/gpupool/gpupool.sock` for root), `GPUPOOL_MEMORY` / `CUDA_DEVICE_MEMORY_LIMIT`
+//! and `GPUPOOL_COMPUTE` / `CUDA_DEVICE_SM_LIMIT` (requests that may only narrow the
+//! tenant's quota), `GPUPOOL_TOKEN`, `GPUPOOL_LOG=1` (one stderr line per failure).
+//!
+//! Errors: a daemon that cannot be reached makes `cuInit` fail with
+//! `CUDA_ERROR_NOT_INITIALIZED` (calls before a successful `cuInit` get the same); a daemon
+//! that goes away later makes every call that needs it fail with
+//! `CUDA_ERROR_DEVICE_UNAVAILABLE` (never a hang). NVML: `NVML_ERROR_DRIVER_NOT_LOADED`
+//! and `NVML_ERROR_GPU_IS_LOST`. After `fork`, the child drops the parent's connection
+//! without disturbing it and connects afresh on its next call; handles from the parent
+//! are not valid in the child.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod api;
+mod client;
+mod errors;
+mod hooks;
+mod util;

@@ -1,0 +1,389 @@
+//! Copies and memsets. Host bytes travel inline when short and through the shared staging
+//! area otherwise (in chunks of its size). Async host-to-device copies are posted without
+//! a reply; a chunk that used staging is followed by a cheap synchronous request, after
+//! which the daemon is done with the area. Async device-to-host copies wait for their
+//! stream, then copy (they complete before returning, as CUDA's do into pageable memory).
+
+use super::DefaultStream;
+use super::stream::resolve;
+use crate::client::{self, Client};
+use crate::util::{R, host_bytes, host_bytes_mut};
+use gpupool_protocol::ops::{Copy2D, Copy2DEnd, MemSpace, Memset, MemsetValue, Reply, StagingRegion};
+use gpupool_protocol::{DevicePtr, Request, StreamId};
+use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream};
+use std::os::raw::{c_uchar, c_uint, c_ushort, c_void};
+
+/// The device range `[p, p + n)` lies in one allocation of this client, made in the
+/// calling thread's current context (another context's pointer is INVALID_VALUE, as the
+/// driver answers, without a round trip).
+fn check_dev(c: &Client, p: u64, n: usize) -> R<()> {
+    match c.reg.alloc_of(p) {
+        Some((base, size, ctx)) if p + n as u64 <= base + size && Some(ctx) == client::stack_top() => Ok(()),
+        _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+fn require_ctx(c: &mut Client) -> R<()> {
+    c.current().map(|_| ())
+}
+
+pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R<()> {
+    check_dev(c, dst, src.len())?;
+    let conn = c.live()?;
+    let chunk = conn.staging_len();
+    for (i, part) in src.chunks(chunk).enumerate() {
+        let d = DevicePtr(dst + (i * chunk) as u64);
+        let hs = conn.host_src(part)?;
+        let staged = matches!(hs, gpupool_protocol::ops::HostSrc::Staging(_));
+        match stream {
+            None => conn.call_ok(Request::MemcpyHtoD { dst: d, src: hs })?,
+            Some(stream) => {
+                conn.post(Request::MemcpyHtoDAsync { dst: d, src: hs, stream })?;
+                if staged {
+                    // The daemon is done with staging once it handles the next frame.
+                    conn.call(Request::DeviceGetCount {})?;
+                }
+            }
+        }
+    }
+    if stream.is_none() {
+        conn.take_pending()?;
+    }
+    Ok(())
+}
+
+pub fn dtoh(c: &mut Client, dst: &mut [u8], src: u64) -> R<()> {
+    check_dev(c, src, dst.len())?;
+    let conn = c.live()?;
+    let chunk = conn.staging_len();
+    for (i, part) in dst.chunks_mut(chunk).enumerate() {
+        let s = DevicePtr(src + (i * chunk) as u64);
+        if part.len() <= client::conn::INLINE_MAX {
+            match conn.call(Request::MemcpyDtoHInline { src: s, len: part.len() as u32 })? {
+                Reply::Bytes { data } if data.0.len() == part.len() => part.copy_from_slice(&data.0),
+                _ => return Err(CUresult::CUDA_ERROR_UNKNOWN),
+            }
+        } else {
+            conn.call_ok(Request::MemcpyDtoH { src: s, dst: StagingRegion { offset: 0, len: part.len() as u64 } })?;
+            conn.staging().read(0, part).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+        }
+    }
+    conn.take_pending()
+}
+
+fn dtod(c: &mut Client, dst: u64, src: u64, n: usize, stream: Option<StreamId>) -> R<()> {
+    check_dev(c, dst, n)?;
+    check_dev(c, src, n)?;
+    let (dst, src, len) = (DevicePtr(dst), DevicePtr(src), n as u64);
+    let conn = c.live()?;
+    match stream {
+        None => conn.call_ok(Request::MemcpyDtoD { dst, src, len }),
+        Some(stream) => conn.post(Request::MemcpyDtoDAsync { dst, src, len, stream }),
+    }
+}
+
+fn sync_stream(c: &mut Client, stream: StreamId) -> R<()> {
+    c.live()?.call_ok(Request::StreamSynchronize { stream })
+}
+
+fn memcpy_htod(dst: CUdeviceptr, src: *const c_void, n: usize, _ds: DefaultStream) -> R<()> {
+    let bytes = host_bytes(src, n)?;
+    client::call(|c| {
+        require_ctx(c)?;
+        htod(c, dst, bytes, None)
+    })
+}
+
+fn memcpy_htod_async(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    let bytes = host_bytes(src, n)?;
+    client::call(|c| {
+        let stream = resolve(c, s, ds)?;
+        htod(c, dst, bytes, Some(stream))
+    })
+}
+
+fn memcpy_dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R<()> {
+    let bytes = host_bytes_mut(dst, n)?;
+    client::call(|c| {
+        require_ctx(c)?;
+        dtoh(c, bytes, src)
+    })
+}
+
+fn memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    let bytes = host_bytes_mut(dst, n)?;
+    client::call(|c| {
+        let stream = resolve(c, s, ds)?;
+        check_dev(c, src, n)?;
+        sync_stream(c, stream)?;
+        dtoh(c, bytes, src)
+    })
+}
+
+fn memcpy_dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R<()> {
+    client::call(|c| {
+        require_ctx(c)?;
+        dtod(c, dst, src, n, None)
+    })
+}
+
+fn memcpy_dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    client::call(|c| {
+        let stream = resolve(c, s, ds)?;
+        dtod(c, dst, src, n, Some(stream))
+    })
+}
+
+/// Unified addressing: a pointer is device memory if this client allocated it.
+fn memcpy_any(c: &mut Client, dst: u64, src: u64, n: usize, stream: Option<StreamId>) -> R<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let (d_dev, s_dev) = (c.reg.alloc_of(dst).is_some(), c.reg.alloc_of(src).is_some());
+    match (d_dev, s_dev) {
+        (true, true) => dtod(c, dst, src, n, stream),
+        (true, false) => htod(c, dst, host_bytes(src as *const c_void, n)?, stream),
+        (false, true) => {
+            if let Some(s) = stream {
+                sync_stream(c, s)?;
+            }
+            dtoh(c, host_bytes_mut(dst as *mut c_void, n)?, src)
+        }
+        (false, false) => {
+            if dst == 0 || src == 0 {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: both are host memory of `n` bytes per the CUDA contract; `copy`
+            // tolerates overlap.
+            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
+            Ok(())
+        }
+    }
+}
+
+fn memcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R<()> {
+    client::call(|c| {
+        require_ctx(c)?;
+        memcpy_any(c, dst, src, n, None)
+    })
+}
+
+fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    client::call(|c| {
+        let stream = resolve(c, s, ds)?;
+        memcpy_any(c, dst, src, n, Some(stream))
+    })
+}
+
+fn memcpy_peer(dst: CUdeviceptr, _dc: CUcontext, src: CUdeviceptr, _sc: CUcontext, n: usize, ds: DefaultStream) -> R<()> {
+    memcpy_dtod(dst, src, n, ds)
+}
+
+fn memcpy_peer_async(dst: CUdeviceptr, _dc: CUcontext, src: CUdeviceptr, _sc: CUcontext, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memcpy_dtod_async(dst, src, n, s, ds)
+}
+
+// ---- 2D copies ----
+
+/// One end: (is device memory, base address). Unified ends name their pointer in the
+/// device field and are device memory if this client allocated it.
+fn end_of(c: &Client, t: MT, host: u64, dev: u64) -> R<(bool, u64)> {
+    match t {
+        MT::CU_MEMORYTYPE_DEVICE => Ok((true, dev)),
+        MT::CU_MEMORYTYPE_HOST => Ok((false, host)),
+        MT::CU_MEMORYTYPE_UNIFIED => Ok((c.reg.alloc_of(dev).is_some(), dev)),
+        _ => Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
+    }
+}
+
+fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
+    let (w, h) = (p.WidthInBytes, p.Height);
+    if w == 0 || h == 0 {
+        return Ok(());
+    }
+    if h > 1 && (p.srcPitch < w || p.dstPitch < w) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (s_dev, s_base) = end_of(c, p.srcMemoryType, p.srcHost as u64, p.srcDevice)?;
+    let (d_dev, d_base) = end_of(c, p.dstMemoryType, p.dstHost as u64, p.dstDevice)?;
+    if s_base == 0 || d_base == 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // Origins of each end.
+    let s_org = s_base + (p.srcY * p.srcPitch + p.srcXInBytes) as u64;
+    let d_org = d_base + (p.dstY * p.dstPitch + p.dstXInBytes) as u64;
+    let span = |pitch: usize| (h - 1) * pitch + w;
+    if s_dev {
+        check_dev(c, s_org, span(p.srcPitch))?;
+    }
+    if d_dev {
+        check_dev(c, d_org, span(p.dstPitch))?;
+    }
+    let dev_end = |org: u64, pitch: usize| Copy2DEnd { space: MemSpace::Device(DevicePtr(org)), x_bytes: 0, y: 0, pitch: pitch as u64 };
+    let staged = Copy2DEnd { space: MemSpace::Staging(0), x_bytes: 0, y: 0, pitch: w as u64 };
+    match (s_dev, d_dev) {
+        (true, true) => {
+            let copy = Copy2D { src: dev_end(s_org, p.srcPitch), dst: dev_end(d_org, p.dstPitch), width_bytes: w as u64, height: h as u64 };
+            c.live()?.call_ok(Request::Memcpy2D { copy })
+        }
+        (false, false) => {
+            for row in 0..h {
+                let (s, d) = (s_org as usize + row * p.srcPitch, d_org as usize + row * p.dstPitch);
+                // SAFETY: both ends are host buffers covering these rows per the CUDA contract.
+                unsafe { std::ptr::copy(s as *const u8, d as *mut u8, w) };
+            }
+            Ok(())
+        }
+        (false, true) | (true, false) => {
+            let conn = c.live()?;
+            let rows = conn.staging_len() / w;
+            if rows == 0 {
+                return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+            }
+            let mut row = 0;
+            while row < h {
+                let n = rows.min(h - row);
+                if d_dev {
+                    for r in 0..n {
+                        let s = host_bytes((s_org as usize + (row + r) * p.srcPitch) as *const c_void, w)?;
+                        conn.staging().write(r * w, s).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                    }
+                    let dst = dev_end(d_org + (row * p.dstPitch) as u64, p.dstPitch);
+                    conn.call_ok(Request::Memcpy2D { copy: Copy2D { src: staged, dst, width_bytes: w as u64, height: n as u64 } })?;
+                } else {
+                    let src = dev_end(s_org + (row * p.srcPitch) as u64, p.srcPitch);
+                    conn.call_ok(Request::Memcpy2D { copy: Copy2D { src, dst: staged, width_bytes: w as u64, height: n as u64 } })?;
+                    for r in 0..n {
+                        let d = host_bytes_mut((d_org as usize + (row + r) * p.dstPitch) as *mut c_void, w)?;
+                        conn.staging().read(r * w, d).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                    }
+                }
+                row += n;
+            }
+            conn.take_pending()
+        }
+    }
+}
+
+fn memcpy2d(p: *const CUDA_MEMCPY2D, _ds: DefaultStream) -> R<()> {
+    let p = crate::util::read(p)?;
+    client::call(|c| {
+        require_ctx(c)?;
+        copy2d(c, &p)
+    })
+}
+
+fn memcpy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream, ds: DefaultStream) -> R<()> {
+    let p = crate::util::read(p)?;
+    client::call(|c| {
+        let stream = resolve(c, s, ds)?;
+        sync_stream(c, stream)?;
+        copy2d(c, &p)
+    })
+}
+
+fn memcpy3d(_p: *const CUDA_MEMCPY3D, _ds: DefaultStream) -> R<()> {
+    Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
+}
+
+fn memcpy3d_async(_p: *const CUDA_MEMCPY3D, _s: CUstream, _ds: DefaultStream) -> R<()> {
+    Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
+}
+
+super::stream_variants! {
+    cuMemcpy / cuMemcpy_ptds => memcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpyAsync / cuMemcpyAsync_ptsz => memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyHtoD_v2 / cuMemcpyHtoD_v2_ptds => memcpy_htod(dst: CUdeviceptr, src: *const c_void, n: usize);
+    cuMemcpyHtoDAsync_v2 / cuMemcpyHtoDAsync_v2_ptsz => memcpy_htod_async(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream);
+    cuMemcpyDtoH_v2 / cuMemcpyDtoH_v2_ptds => memcpy_dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize);
+    cuMemcpyDtoHAsync_v2 / cuMemcpyDtoHAsync_v2_ptsz => memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyDtoD_v2 / cuMemcpyDtoD_v2_ptds => memcpy_dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpyDtoDAsync_v2 / cuMemcpyDtoDAsync_v2_ptsz => memcpy_dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
+    cuMemcpyPeer / cuMemcpyPeer_ptds => memcpy_peer(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize);
+    cuMemcpyPeerAsync / cuMemcpyPeerAsync_ptsz => memcpy_peer_async(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, s: CUstream);
+    cuMemcpy2D_v2 / cuMemcpy2D_v2_ptds => memcpy2d(p: *const CUDA_MEMCPY2D);
+    cuMemcpy2DUnaligned_v2 / cuMemcpy2DUnaligned_v2_ptds => memcpy2d(p: *const CUDA_MEMCPY2D);
+    cuMemcpy2DAsync_v2 / cuMemcpy2DAsync_v2_ptsz => memcpy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream);
+    cuMemcpy3D_v2 / cuMemcpy3D_v2_ptds => memcpy3d(p: *const CUDA_MEMCPY3D);
+    cuMemcpy3DAsync_v2 / cuMemcpy3DAsync_v2_ptsz => memcpy3d_async(p: *const CUDA_MEMCPY3D, s: CUstream);
+}
+
+// ---- memset ----
+
+fn memset(p: u64, value: MemsetValue, pitch: usize, w: usize, h: usize, stream: Option<(CUstream, DefaultStream)>) -> R<()> {
+    let es = value.element_size() as usize;
+    client::call(|c| {
+        let stream = match stream {
+            Some((s, ds)) => Some(resolve(c, s, ds)?),
+            None => {
+                require_ctx(c)?;
+                None
+            }
+        };
+        if w == 0 || h == 0 {
+            return Ok(());
+        }
+        if !p.is_multiple_of(es as u64) || (h > 1 && pitch < w * es) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        check_dev(c, p, if h > 1 { (h - 1) * pitch + w * es } else { w * es })?;
+        let set = Memset { dst: DevicePtr(p), value, width: w as u64, height: h as u64, pitch: if h > 1 { pitch as u64 } else { 0 } };
+        let conn = c.live()?;
+        match stream {
+            None => conn.call_ok(Request::Memset { set }),
+            Some(stream) => conn.post(Request::MemsetAsync { set, stream }),
+        }
+    })
+}
+
+fn d8(p: CUdeviceptr, v: c_uchar, n: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U8(v), 0, n, 1, None)
+}
+fn d16(p: CUdeviceptr, v: c_ushort, n: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U16(v), 0, n, 1, None)
+}
+fn d32(p: CUdeviceptr, v: c_uint, n: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U32(v), 0, n, 1, None)
+}
+fn d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U8(v), pitch, w, h, None)
+}
+fn d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U16(v), pitch, w, h, None)
+}
+fn d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U32(v), pitch, w, h, None)
+}
+fn d8a(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U8(v), 0, n, 1, Some((s, ds)))
+}
+fn d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U16(v), 0, n, 1, Some((s, ds)))
+}
+fn d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U32(v), 0, n, 1, Some((s, ds)))
+}
+fn d2d8a(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U8(v), pitch, w, h, Some((s, ds)))
+}
+fn d2d16a(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U16(v), pitch, w, h, Some((s, ds)))
+}
+fn d2d32a(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U32(v), pitch, w, h, Some((s, ds)))
+}
+
+super::stream_variants! {
+    cuMemsetD8_v2 / cuMemsetD8_v2_ptds => d8(p: CUdeviceptr, v: c_uchar, n: usize);
+    cuMemsetD16_v2 / cuMemsetD16_v2_ptds => d16(p: CUdeviceptr, v: c_ushort, n: usize);
+    cuMemsetD32_v2 / cuMemsetD32_v2_ptds => d32(p: CUdeviceptr, v: c_uint, n: usize);
+    cuMemsetD2D8_v2 / cuMemsetD2D8_v2_ptds => d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize);
+    cuMemsetD2D16_v2 / cuMemsetD2D16_v2_ptds => d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize);
+    cuMemsetD2D32_v2 / cuMemsetD2D32_v2_ptds => d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize);
+    cuMemsetD8Async / cuMemsetD8Async_ptsz => d8a(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream);
+    cuMemsetD16Async / cuMemsetD16Async_ptsz => d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream);
+    cuMemsetD32Async / cuMemsetD32Async_ptsz => d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
+    cuMemsetD2D8Async / cuMemsetD2D8Async_ptsz => d2d8a(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D16Async / cuMemsetD2D16Async_ptsz => d2d16a(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D32Async / cuMemsetD2D32Async_ptsz => d2d32a(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream);
+}

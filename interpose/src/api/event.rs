@@ -1,0 +1,122 @@
+//! Events: created, recorded (async), queried, synchronised and timed through the daemon.
+
+use super::DefaultStream;
+use super::stream::resolve;
+use crate::client::{self, EventInfo, Kind, make};
+use crate::util::{R, entry, out};
+use gpupool_protocol::ops::Reply;
+use gpupool_protocol::{EventId, Request};
+use gpupool_shim::cuda::{CUevent, CUresult, CUstream};
+use std::os::raw::c_uint;
+
+/// CU_EVENT_DEFAULT | BLOCKING_SYNC | DISABLE_TIMING | INTERPROCESS
+const EVENT_FLAGS_MASK: u32 = 0x7;
+
+fn event_id(c: &mut client::Client, h: CUevent) -> R<EventId> {
+    if !c.initialized {
+        return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+    }
+    c.reg.events.get(&(h as u64)).map(|e| e.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUresult {
+    entry(|| {
+        if ph.is_null() || flags & !EVENT_FLAGS_MASK != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = client::call(|c| {
+            let (_, ctx, _) = c.current()?;
+            let Reply::Event { event } = c.live()?.call(Request::EventCreate { ctx, flags })? else {
+                return Err(CUresult::CUDA_ERROR_UNKNOWN);
+            };
+            let h = make(Kind::Event, event.0)?;
+            c.reg.events.insert(h, EventInfo { id: event });
+            Ok(h)
+        })?;
+        out(ph, h as CUevent)
+    })
+}
+
+fn record(event: CUevent, stream: CUstream, d: DefaultStream) -> R<()> {
+    client::call(|c| {
+        let ev = event_id(c, event)?;
+        let stream = resolve(c, stream, d)?;
+        c.live()?.post(Request::EventRecord { event: ev, stream })
+    })
+}
+
+fn record_with_flags(event: CUevent, stream: CUstream, flags: c_uint, d: DefaultStream) -> R<()> {
+    if flags & !1 != 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    record(event, stream, d)
+}
+
+super::stream_variants! {
+    cuEventRecord / cuEventRecord_ptsz => record(event: CUevent, stream: CUstream);
+    cuEventRecordWithFlags / cuEventRecordWithFlags_ptsz => record_with_flags(event: CUevent, stream: CUstream, flags: c_uint);
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventQuery(h: CUevent) -> CUresult {
+    entry(|| {
+        client::call(|c| {
+            let event = event_id(c, h)?;
+            let conn = c.live()?;
+            let Reply::Ready { ready } = conn.call(Request::EventQuery { event })? else {
+                return Err(CUresult::CUDA_ERROR_UNKNOWN);
+            };
+            conn.take_pending()?;
+            if ready { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_READY) }
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventSynchronize(h: CUevent) -> CUresult {
+    entry(|| {
+        client::call(|c| {
+            let event = event_id(c, h)?;
+            let conn = c.live()?;
+            conn.call_ok(Request::EventSynchronize { event })?;
+            conn.take_pending()
+        })
+    })
+}
+
+fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> R<()> {
+    if ms.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let nanos = client::call(|c| {
+        let (start, end) = (event_id(c, start)?, event_id(c, end)?);
+        match c.live()?.call(Request::EventElapsedTime { start, end })? {
+            Reply::Elapsed { nanos } => Ok(nanos),
+            _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
+        }
+    })?;
+    out(ms, nanos as f32 / 1e6)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+    entry(|| elapsed(ms, start, end))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+    entry(|| elapsed(ms, start, end))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventDestroy_v2(h: CUevent) -> CUresult {
+    entry(|| {
+        client::call(|c| {
+            let event = event_id(c, h)?;
+            c.live()?.call_ok(Request::EventDestroy { event })?;
+            c.reg.events.remove(&(h as u64));
+            Ok(())
+        })
+    })
+}

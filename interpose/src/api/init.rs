@@ -1,0 +1,80 @@
+//! Initialisation, versions and error strings.
+
+use crate::client;
+use crate::errors;
+use crate::util::{entry, out};
+use gpupool_shim::cuda::{CUresult, CUuuid};
+use std::os::raw::{c_char, c_int, c_uint, c_void};
+
+/// The ABI we implement when no daemon has told us its driver's version.
+pub const DEFAULT_DRIVER_VERSION: i32 = 13000;
+
+/// Connects (lazily, here and nowhere earlier) and says hello.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
+    entry(|| {
+        if flags != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        client::with(|c| {
+            let n = c.conn()?.devices.len();
+            if n == 0 {
+                return Err(CUresult::CUDA_ERROR_NO_DEVICE);
+            }
+            c.initialized = true;
+            Ok(())
+        })
+    })
+}
+
+/// The daemon's driver version (connecting if needed), else the ABI we implement.
+pub fn driver_version() -> i32 {
+    client::with(|c| Ok(c.conn()?.driver_version as i32)).unwrap_or(DEFAULT_DRIVER_VERSION)
+}
+
+/// Works before `cuInit`, as the real driver's does.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
+    entry(|| {
+        if version.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        out(version, driver_version())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetErrorString(error: CUresult, text: *mut *const c_char) -> CUresult {
+    entry(|| match errors::description_c(error) {
+        Some(s) => out(text, s.as_ptr()),
+        None => {
+            let _ = out(text, std::ptr::null());
+            Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetErrorName(error: CUresult, text: *mut *const c_char) -> CUresult {
+    entry(|| match errors::name_c(error) {
+        Some(s) => out(text, s.as_ptr()),
+        None => {
+            let _ = out(text, std::ptr::null());
+            Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+        }
+    })
+}
+
+/// NVIDIA's private tables: not provided (the table pointer is NULL, the call fails).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetExportTable(table: *mut *const c_void, id: *const CUuuid) -> CUresult {
+    entry(|| {
+        if !table.is_null() {
+            out(table, std::ptr::null())?;
+        }
+        if id.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
+    })
+}

@@ -1,0 +1,277 @@
+//! Device allocations (forwarded; the daemon counts them against the quota), memory info
+//! (the tenant's view), page-locked host memory (client-local aligned allocations), and
+//! pointer attributes for what this client knows.
+
+use crate::client::{self, Client};
+use crate::util::{R, entry, out};
+use gpupool_protocol::ops::Reply;
+use gpupool_protocol::{DevicePtr, Request};
+use gpupool_shim::cuda::{
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CUcontext, CUdeviceptr, CUmemorytype,
+    CUpointer_attribute as P, CUresult,
+};
+use std::alloc::Layout;
+use std::os::raw::{c_int, c_uint, c_void};
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    entry(|| {
+        if free.is_null() || total.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let (f, t) = client::call(|c| {
+            let (_, ctx, _) = c.current()?;
+            match c.live()?.call(Request::MemGetInfo { ctx })? {
+                Reply::MemInfo { free, total } => Ok((free, total)),
+                _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
+            }
+        })?;
+        out(free, f as usize)?;
+        out(total, t as usize)
+    })
+}
+
+fn record(c: &mut Client, ctx: u64, ptr: DevicePtr, size: u64) {
+    c.reg.allocs.insert(ptr.0, (size, ctx));
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+    entry(|| {
+        if dptr.is_null() || bytesize == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = client::call(|c| {
+            let (h, ctx, _) = c.current()?;
+            match c.live()?.call(Request::MemAlloc { ctx, bytes: bytesize as u64 })? {
+                Reply::MemPtr { ptr } => {
+                    record(c, h, ptr, bytesize as u64);
+                    Ok(ptr.0)
+                }
+                _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
+            }
+        })?;
+        out(dptr, p)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width_bytes: usize,
+    height: usize,
+    element_size: c_uint,
+) -> CUresult {
+    entry(|| {
+        if dptr.is_null() || pitch.is_null() || width_bytes == 0 || height == 0 || !matches!(element_size, 4 | 8 | 16) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let (p, pt) = client::call(|c| {
+            let (h, ctx, _) = c.current()?;
+            let req = Request::MemAllocPitch { ctx, width_bytes: width_bytes as u64, height: height as u64, element_size };
+            match c.live()?.call(req)? {
+                Reply::MemPitch { ptr, pitch } => {
+                    record(c, h, ptr, pitch * height as u64);
+                    Ok((ptr.0, pitch))
+                }
+                _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
+            }
+        })?;
+        out(dptr, p)?;
+        out(pitch, pt as usize)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    entry(|| {
+        client::call(|c| {
+            let (cur, ..) = c.current()?;
+            // Only the base of an allocation this client made in the current context.
+            if c.reg.allocs.get(&dptr).is_none_or(|&(_, ctx)| ctx != cur) {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            c.live()?.call_ok(Request::MemFree { ptr: DevicePtr(dptr) })?;
+            c.reg.allocs.remove(&dptr);
+            Ok(())
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usize, dptr: CUdeviceptr) -> CUresult {
+    entry(|| {
+        let (b, s, _) = client::with(|c| {
+            c.current()?;
+            c.reg.alloc_of(dptr).ok_or(CUresult::CUDA_ERROR_NOT_FOUND)
+        })?;
+        if !base.is_null() {
+            out(base, b)?;
+        }
+        if !size.is_null() {
+            out(size, s as usize)?;
+        }
+        Ok(())
+    })
+}
+
+// ---- page-locked host memory: local, page-aligned allocations ----
+
+const HOST_ALLOC_FLAGS: u32 = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+const PAGE: usize = 4096;
+
+fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
+    if pp.is_null() || flags & !HOST_ALLOC_FLAGS != 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::with(|c| {
+        c.current()?;
+        let layout = Layout::from_size_align(bytesize.max(1), PAGE).map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        c.reg.host.insert(p as usize, (bytesize.max(1), flags));
+        out(pp, p.cast::<c_void>())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
+    entry(|| host_alloc(pp, bytesize, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
+    entry(|| host_alloc(pp, bytesize, flags))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
+    entry(|| {
+        client::with(|c| {
+            let (size, _) = c.reg.host.remove(&(p as usize)).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            let layout = Layout::from_size_align(size, PAGE).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+            // SAFETY: `p` was returned by `alloc_zeroed` with this layout (recorded at
+            // allocation) and is removed from the table, so it is freed once.
+            unsafe { std::alloc::dealloc(p.cast::<u8>(), layout) };
+            Ok(())
+        })
+    })
+}
+
+/// Unified addressing: page-locked memory has its host address. Through the pool it is
+/// usable in copies; kernels cannot reach client memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) -> CUresult {
+    entry(|| {
+        if flags != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        client::with(|c| {
+            c.current()?;
+            c.reg.host_of(p as usize).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            out(pdptr, p as CUdeviceptr)
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -> CUresult {
+    entry(|| {
+        client::with(|c| {
+            c.current()?;
+            let (_, _, f) = c.reg.host_of(p as usize).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            out(flags, f)
+        })
+    })
+}
+
+// ---- pointer attributes ----
+
+/// (context handle, base, size, device ordinal, is device memory)
+type Pointee = (u64, u64, u64, i32, bool);
+
+fn pointee(c: &Client, ptr: u64) -> Option<Pointee> {
+    if let Some((base, size, ctx)) = c.reg.alloc_of(ptr) {
+        let dev = c.reg.ctxs.get(&ctx).map(|i| i.device as i32).unwrap_or(0);
+        return Some((ctx, base, size, dev, true));
+    }
+    let (base, size, _) = c.reg.host_of(ptr as usize)?;
+    Some((0, base as u64, size as u64, 0, false))
+}
+
+fn write_attribute(data: *mut c_void, attr: P, p: Pointee, ptr: u64) -> R<()> {
+    let (ctx, base, size, device, is_device) = p;
+    match attr {
+        P::CU_POINTER_ATTRIBUTE_CONTEXT => out(data.cast::<CUcontext>(), ctx as CUcontext),
+        P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => {
+            let t = if is_device { CUmemorytype::CU_MEMORYTYPE_DEVICE } else { CUmemorytype::CU_MEMORYTYPE_HOST };
+            out(data.cast::<c_uint>(), t.0)
+        }
+        P::CU_POINTER_ATTRIBUTE_DEVICE_POINTER => out(data.cast::<CUdeviceptr>(), ptr),
+        P::CU_POINTER_ATTRIBUTE_HOST_POINTER => {
+            if is_device {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            out(data.cast::<*mut c_void>(), ptr as *mut c_void)
+        }
+        P::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS | P::CU_POINTER_ATTRIBUTE_IS_MANAGED | P::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE => {
+            out(data.cast::<c_uint>(), 0)
+        }
+        P::CU_POINTER_ATTRIBUTE_MAPPED => out(data.cast::<c_uint>(), 1),
+        P::CU_POINTER_ATTRIBUTE_BUFFER_ID | P::CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID => out(data.cast::<u64>(), base),
+        P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => out(data.cast::<c_int>(), device),
+        P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR | P::CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => out(data.cast::<u64>(), base),
+        P::CU_POINTER_ATTRIBUTE_RANGE_SIZE | P::CU_POINTER_ATTRIBUTE_MAPPING_SIZE => out(data.cast::<usize>(), size as usize),
+        P::CU_POINTER_ATTRIBUTE_ACCESS_FLAGS => out(data.cast::<c_uint>(), 3),
+        _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: P, ptr: CUdeviceptr) -> CUresult {
+    entry(|| {
+        if data.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = client::with(|c| {
+            if !c.initialized {
+                return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+            }
+            pointee(c, ptr).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+        })?;
+        write_attribute(data, attribute, p, ptr)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttributes(num: c_uint, attributes: *mut P, data: *mut *mut c_void, ptr: CUdeviceptr) -> CUresult {
+    entry(|| {
+        if num == 0 || attributes.is_null() || data.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = client::with(|c| {
+            if !c.initialized {
+                return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+            }
+            Ok(pointee(c, ptr))
+        })?;
+        for i in 0..num as usize {
+            // SAFETY: the caller provides `num` entries in both arrays.
+            let (attr, slot) = unsafe { (*attributes.add(i), *data.add(i)) };
+            if slot.is_null() {
+                continue;
+            }
+            let unknown: Pointee = (0, 0, 0, -2, false);
+            match p {
+                Some(p) => write_attribute(slot, attr, p, ptr).or_else(|_| write_attribute(slot, attr, unknown, 0))?,
+                None if attr == P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => out(slot.cast::<c_uint>(), 0)?,
+                None => write_attribute(slot, attr, unknown, 0).or_else(|_| out(slot.cast::<u64>(), 0))?,
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,271 @@
+//! Modules and functions. The image bytes go to the daemon (PTX text with its NUL, a
+//! fatbin container of the length its header declares, or an ELF cubin of the length its
+//! headers span); the daemon answers with each kernel's parameter layout, cached here so
+//! launches pack their parameters locally.
+
+use crate::client::{self, Client, FuncInfo, Kind, ModuleInfo, make};
+use crate::util::{R, c_str, entry, out};
+use gpupool_protocol::ops::{FunctionInfo, Reply};
+use gpupool_protocol::{FuncId, Request};
+use gpupool_shim::cuda::{CUdeviceptr, CUfunc_cache, CUfunction, CUfunction_attribute as F, CUjit_option, CUmodule, CUresult};
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_uint, c_void};
+
+const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+const FATBIN_WRAPPER_MAGIC: u32 = 0x4662_43B1;
+const MAX_IMAGE: usize = 1 << 30;
+
+/// Reads `n` bytes at `p + off` into an array.
+///
+/// SAFETY (for callers): `p .. p + off + N` must be readable.
+unsafe fn bytes_at<const N: usize>(p: *const u8, off: usize) -> [u8; N] {
+    let mut b = [0u8; N];
+    // SAFETY: the caller vouches for the range.
+    unsafe { std::ptr::copy_nonoverlapping(p.add(off), b.as_mut_ptr(), N) };
+    b
+}
+
+/// The image's bytes: exactly what the daemon needs, never reading past it.
+fn image_bytes<'a>(image: *const c_void) -> R<&'a [u8]> {
+    if image.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut p = image.cast::<u8>();
+    // SAFETY: every image cuModuleLoadData admits starts with at least 4 readable bytes.
+    let magic = u32::from_le_bytes(unsafe { bytes_at::<4>(p, 0) });
+    let len = if magic == FATBIN_WRAPPER_MAGIC || magic == FATBIN_MAGIC {
+        if magic == FATBIN_WRAPPER_MAGIC {
+            // SAFETY: a __fatBinC_Wrapper_t holds its data pointer at byte 8.
+            p = usize::from_le_bytes(unsafe { bytes_at::<8>(p, 8) }) as *const u8;
+            if p.is_null() {
+                return Err(CUresult::CUDA_ERROR_INVALID_IMAGE);
+            }
+        }
+        // SAFETY: a container starts with a 16-byte header.
+        let h = unsafe { bytes_at::<16>(p, 0) };
+        if u32::from_le_bytes(h[0..4].try_into().expect("4")) != FATBIN_MAGIC {
+            return Err(CUresult::CUDA_ERROR_INVALID_IMAGE);
+        }
+        let header_size = u16::from_le_bytes([h[6], h[7]]) as u64;
+        let body = u64::from_le_bytes(h[8..16].try_into().expect("8"));
+        (header_size.max(16)).saturating_add(body) as usize
+    } else if magic == u32::from_le_bytes(*b"\x7fELF") {
+        // SAFETY: an ELF64 header is 64 bytes.
+        let h = unsafe { bytes_at::<64>(p, 0) };
+        let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().expect("8"));
+        let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]) as u64;
+        let sh_end = u64_at(0x28).saturating_add(u16_at(0x3c) * u16_at(0x3a));
+        let ph_end = u64_at(0x20).saturating_add(u16_at(0x38) * u16_at(0x36));
+        sh_end.max(ph_end).max(64) as usize
+    } else {
+        // PTX text, NUL-terminated: send it with its NUL.
+        // SAFETY: a text image is NUL-terminated per the CUDA contract.
+        unsafe { std::ffi::CStr::from_ptr(p.cast()) }.to_bytes_with_nul().len()
+    };
+    if len > MAX_IMAGE {
+        return Err(CUresult::CUDA_ERROR_INVALID_IMAGE);
+    }
+    // SAFETY: the image's own headers declare `len` bytes, which the caller vouches for.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+fn add_function(c: &mut Client, module: u64, f: FunctionInfo) -> R<u64> {
+    let h = make(Kind::Func, f.func.0)?;
+    let name = CString::new(f.name).unwrap_or_default();
+    c.reg.funcs.insert(h, FuncInfo { id: f.func, module, name, params: f.params });
+    Ok(h)
+}
+
+fn load(pmod: *mut CUmodule, image: *const c_void) -> R<()> {
+    if pmod.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let bytes = image_bytes(image)?;
+    let h = client::call(|c| {
+        let (ctx_h, ctx, _) = c.current()?;
+        let conn = c.live()?;
+        if bytes.len() > conn.staging_len() {
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        }
+        let src = conn.host_src(bytes)?;
+        let Reply::Module { module, functions } = conn.call(Request::ModuleLoad { ctx, image: src })? else {
+            return Err(CUresult::CUDA_ERROR_UNKNOWN);
+        };
+        let h = make(Kind::Module, module.0)?;
+        c.reg.modules.insert(h, ModuleInfo { id: module, ctx: ctx_h });
+        for f in functions {
+            add_function(c, h, f)?;
+        }
+        Ok(h)
+    })?;
+    out(pmod, h as CUmodule)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadData(pmod: *mut CUmodule, image: *const c_void) -> CUresult {
+    entry(|| load(pmod, image))
+}
+
+/// JIT options are accepted and ignored (the daemon's driver compiles).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    pmod: *mut CUmodule,
+    image: *const c_void,
+    num_options: c_uint,
+    options: *mut CUjit_option,
+    values: *mut *mut c_void,
+) -> CUresult {
+    entry(|| {
+        if num_options > 0 && (options.is_null() || values.is_null()) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        load(pmod, image)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadFatBinary(pmod: *mut CUmodule, fat: *const c_void) -> CUresult {
+    entry(|| load(pmod, fat))
+}
+
+fn module_id(c: &mut Client, h: CUmodule) -> R<gpupool_protocol::ModuleId> {
+    c.current()?;
+    c.reg.modules.get(&(h as u64)).map(|m| m.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleUnload(hmod: CUmodule) -> CUresult {
+    entry(|| {
+        client::call(|c| {
+            let module = module_id(c, hmod)?;
+            c.live()?.call_ok(Request::ModuleUnload { module })?;
+            let h = hmod as u64;
+            c.reg.modules.remove(&h);
+            c.reg.funcs.retain(|_, f| f.module != h);
+            Ok(())
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetFunction(hfunc: *mut CUfunction, hmod: CUmodule, name: *const c_char) -> CUresult {
+    entry(|| {
+        let name = c_str(name)?;
+        if hfunc.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = client::call(|c| {
+            let module = module_id(c, hmod)?;
+            let m = hmod as u64;
+            if let Some((&h, _)) = c.reg.funcs.iter().find(|(_, f)| f.module == m && f.name.to_bytes() == name.as_bytes()) {
+                return Ok(h);
+            }
+            let req = Request::ModuleGetFunction { module, name: name.to_string() };
+            let Reply::Function { func, params } = c.live()?.call(req)? else {
+                return Err(CUresult::CUDA_ERROR_UNKNOWN);
+            };
+            add_function(c, m, FunctionInfo { func, name: name.to_string(), params })
+        })?;
+        out(hfunc, h as CUfunction)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, hmod: CUmodule, name: *const c_char) -> CUresult {
+    entry(|| {
+        let name = c_str(name)?;
+        let (p, size) = client::call(|c| {
+            let module = module_id(c, hmod)?;
+            let ctx = c.reg.modules[&(hmod as u64)].ctx;
+            let Reply::Global { ptr, size } = c.live()?.call(Request::ModuleGetGlobal { module, name: name.to_string() })? else {
+                return Err(CUresult::CUDA_ERROR_UNKNOWN);
+            };
+            // Globals are device memory this client may copy to and from.
+            c.reg.allocs.entry(ptr.0).or_insert((size, ctx));
+            Ok((ptr.0, size))
+        })?;
+        if !dptr.is_null() {
+            out(dptr, p)?;
+        }
+        if !bytes.is_null() {
+            out(bytes, size as usize)?;
+        }
+        Ok(())
+    })
+}
+
+pub fn func_id(c: &mut Client, h: CUfunction) -> R<FuncId> {
+    if !c.initialized {
+        return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+    }
+    c.reg.funcs.get(&(h as u64)).map(|f| f.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attrib: F, hfunc: CUfunction) -> CUresult {
+    entry(|| {
+        if value.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let v = client::call(|c| {
+            let func = func_id(c, hfunc)?;
+            match c.live()?.call(Request::FuncGetAttribute { func, attribute: attrib.0 })? {
+                Reply::Attribute { value } => Ok(value),
+                _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
+            }
+        })?;
+        out(value, v as c_int)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncSetAttribute(hfunc: CUfunction, attrib: F, value: c_int) -> CUresult {
+    entry(|| {
+        client::call(|c| {
+            let func = func_id(c, hfunc)?;
+            c.live()?.call_ok(Request::FuncSetAttribute { func, attribute: attrib.0, value })
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncSetCacheConfig(hfunc: CUfunction, config: CUfunc_cache) -> CUresult {
+    entry(|| {
+        client::with(|c| func_id(c, hfunc))?;
+        if config.0 > CUfunc_cache::CU_FUNC_CACHE_PREFER_EQUAL.0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    })
+}
+
+/// Answered from the cached layout.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetParamInfo(func: CUfunction, index: usize, offset: *mut usize, size: *mut usize) -> CUresult {
+    entry(|| {
+        if offset.is_null() || size.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = client::with(|c| {
+            func_id(c, func)?;
+            c.reg.funcs[&(func as u64)].params.get(index).copied().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+        })?;
+        out(offset, p.offset as usize)?;
+        out(size, p.size as usize)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, hfunc: CUfunction) -> CUresult {
+    entry(|| {
+        if name.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // The CString lives in the registry until the module is unloaded.
+        let p = client::with(|c| {
+            func_id(c, hfunc)?;
+            Ok(c.reg.funcs[&(hfunc as u64)].name.as_ptr())
+        })?;
+        out(name, p)
+    })
+}

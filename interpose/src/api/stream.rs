@@ -1,0 +1,180 @@
+//! Streams. Handles are the daemon's ids (see `client::handles`); CUDA's NULL, legacy
+//! (0x1) and per-thread (0x2) handles all map to the context's default stream
+//! (`StreamId::NULL`): per-thread default streams are served by the legacy one, which
+//! orders more strictly, never less.
+
+use super::DefaultStream;
+use crate::client::{self, Client, Kind, StreamInfo, make};
+use crate::util::{R, out};
+use gpupool_protocol::ops::Reply;
+use gpupool_protocol::{Request, StreamId};
+use gpupool_shim::cuda::{
+    CUcontext, CUevent, CUgreenCtx, CUhostFn, CUresult, CUstream, CUstreamCallback, CUstreamCaptureStatus, CUstream_flags,
+};
+use std::os::raw::{c_int, c_uint, c_void};
+
+const STREAM_FLAGS_MASK: u32 = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
+
+/// The daemon's stream for a handle; special handles need a current context.
+pub fn resolve(c: &mut Client, h: CUstream, _d: DefaultStream) -> R<StreamId> {
+    match h as u64 {
+        0..=2 => {
+            c.current()?;
+            Ok(StreamId::NULL)
+        }
+        h => {
+            if !c.initialized {
+                return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+            }
+            let s = c.reg.streams.get(&h).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            c.reg.ctx(s.ctx).map_err(|_| CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
+            Ok(s.id)
+        }
+    }
+}
+
+/// (flags, priority, context handle) of a stream handle.
+fn info(c: &mut Client, h: CUstream) -> R<(u32, i32, u64)> {
+    match h as u64 {
+        0..=2 => {
+            let (ctx, ..) = c.current()?;
+            Ok((0, 0, ctx))
+        }
+        h => {
+            resolve(c, h as CUstream, DefaultStream::Legacy)?;
+            let s = &c.reg.streams[&h];
+            Ok((s.flags, s.priority, s.ctx))
+        }
+    }
+}
+
+fn create(ph: *mut CUstream, flags: u32, priority: c_int) -> R<()> {
+    if ph.is_null() || flags & !STREAM_FLAGS_MASK != 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let priority = priority.clamp(-5, 0);
+    let h = client::call(|c| {
+        let (ctx_h, ctx, _) = c.current()?;
+        let Reply::Stream { stream } = c.live()?.call(Request::StreamCreate { ctx, flags, priority })? else {
+            return Err(CUresult::CUDA_ERROR_UNKNOWN);
+        };
+        let h = make(Kind::Stream, stream.0)?;
+        c.reg.streams.insert(h, StreamInfo { id: stream, ctx: ctx_h, flags, priority });
+        Ok(h)
+    })?;
+    out(ph, h as CUstream)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(ph: *mut CUstream, flags: c_uint) -> CUresult {
+    crate::util::entry(|| create(ph, flags, 0))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(ph: *mut CUstream, flags: c_uint, priority: c_int) -> CUresult {
+    crate::util::entry(|| create(ph, flags, priority))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamDestroy_v2(h: CUstream) -> CUresult {
+    crate::util::entry(|| {
+        client::call(|c| {
+            if (h as u64) <= 2 {
+                return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+            }
+            let stream = resolve(c, h, DefaultStream::Legacy)?;
+            c.live()?.call_ok(Request::StreamDestroy { stream })?;
+            c.reg.streams.remove(&(h as u64));
+            Ok(())
+        })
+    })
+}
+
+fn get_flags(h: CUstream, flags: *mut c_uint, _d: DefaultStream) -> R<()> {
+    let (f, ..) = client::with(|c| info(c, h))?;
+    out(flags, f)
+}
+
+fn get_priority(h: CUstream, priority: *mut c_int, _d: DefaultStream) -> R<()> {
+    let (_, p, _) = client::with(|c| info(c, h))?;
+    out(priority, p)
+}
+
+fn get_ctx(h: CUstream, pctx: *mut CUcontext, _d: DefaultStream) -> R<()> {
+    let (.., ctx) = client::with(|c| info(c, h))?;
+    out(pctx, ctx as CUcontext)
+}
+
+fn get_ctx_v2(h: CUstream, pctx: *mut CUcontext, green: *mut CUgreenCtx, d: DefaultStream) -> R<()> {
+    if !green.is_null() {
+        out(green, std::ptr::null_mut())?;
+    }
+    get_ctx(h, pctx, d)
+}
+
+fn query(h: CUstream, d: DefaultStream) -> R<()> {
+    client::call(|c| {
+        let stream = resolve(c, h, d)?;
+        let conn = c.live()?;
+        let Reply::Ready { ready } = conn.call(Request::StreamQuery { stream })? else {
+            return Err(CUresult::CUDA_ERROR_UNKNOWN);
+        };
+        conn.take_pending()?;
+        if ready { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_READY) }
+    })
+}
+
+pub fn synchronize(h: CUstream, d: DefaultStream) -> R<()> {
+    client::call(|c| {
+        let stream = resolve(c, h, d)?;
+        let conn = c.live()?;
+        conn.call_ok(Request::StreamSynchronize { stream })?;
+        conn.take_pending()
+    })
+}
+
+fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> R<()> {
+    client::call(|c| {
+        let stream = resolve(c, h, d)?;
+        let ev = c.reg.events.get(&(event as u64)).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?.id;
+        c.live()?.post(Request::StreamWaitEvent { stream, event: ev, flags })
+    })
+}
+
+/// Host functions run on the calling thread once the stream's earlier work is done.
+fn launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void, d: DefaultStream) -> R<()> {
+    let f = f.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    synchronize(h, d)?;
+    // SAFETY: the application's callback with its own user data, as CUDA would call it.
+    unsafe { f(user) };
+    Ok(())
+}
+
+fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_uint, d: DefaultStream) -> R<()> {
+    let cb = cb.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if flags != 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let status = synchronize(h, d).err().unwrap_or(CUresult::CUDA_SUCCESS);
+    // SAFETY: the application's callback with its own arguments, as CUDA would call it.
+    unsafe { cb(h, status, user) };
+    Ok(())
+}
+
+fn is_capturing(h: CUstream, status: *mut CUstreamCaptureStatus, d: DefaultStream) -> R<()> {
+    client::with(|c| resolve(c, h, d))?;
+    out(status, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+super::stream_variants! {
+    cuStreamGetFlags / cuStreamGetFlags_ptsz => get_flags(h: CUstream, flags: *mut c_uint);
+    cuStreamGetPriority / cuStreamGetPriority_ptsz => get_priority(h: CUstream, priority: *mut c_int);
+    cuStreamGetCtx / cuStreamGetCtx_ptsz => get_ctx(h: CUstream, pctx: *mut CUcontext);
+    cuStreamGetCtx_v2 / cuStreamGetCtx_v2_ptsz => get_ctx_v2(h: CUstream, pctx: *mut CUcontext, green: *mut CUgreenCtx);
+    cuStreamQuery / cuStreamQuery_ptsz => query(h: CUstream);
+    cuStreamSynchronize / cuStreamSynchronize_ptsz => synchronize(h: CUstream);
+    cuStreamWaitEvent / cuStreamWaitEvent_ptsz => wait_event(h: CUstream, event: CUevent, flags: c_uint);
+    cuLaunchHostFunc / cuLaunchHostFunc_ptsz => launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void);
+    cuStreamAddCallback / cuStreamAddCallback_ptsz => add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_uint);
+    cuStreamIsCapturing / cuStreamIsCapturing_ptsz => is_capturing(h: CUstream, status: *mut CUstreamCaptureStatus);
+}

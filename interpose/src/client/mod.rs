@@ -1,0 +1,197 @@
+//! Client-side state: the connection, the cached device list, and the handles this
+//! process was issued (contexts, streams, events, modules, functions, allocations), so that
+//! most validation and every device query is answered without a round trip.
+//!
+//! One process-wide lock guards it all (one request in flight). The per-thread context
+//! stack lives in a thread-local. After `fork`, the child notices on its next call (the
+//! recorded pid differs) and starts over with a fresh connection.
+
+pub mod conn;
+mod handles;
+
+pub use handles::*;
+
+use conn::Conn;
+use gpupool_protocol::CtxId;
+use gpupool_shim::cuda::CUresult;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard, Once};
+
+use crate::util::{R, log};
+
+#[derive(Default)]
+pub struct Client {
+    pub conn: Option<Conn>,
+    /// `cuInit` succeeded in this process.
+    pub initialized: bool,
+    /// The daemon went away after a successful start.
+    pub gone: bool,
+    pub pid: u32,
+    pub reg: Registry,
+}
+
+/// What this process holds, by the handle values the application sees.
+#[derive(Default)]
+pub struct Registry {
+    pub ctxs: HashMap<u64, CtxInfo>,
+    /// Per device ordinal: the primary context's handle and its retain count.
+    pub primary: HashMap<u32, (u64, u32, u32)>,
+    pub streams: HashMap<u64, StreamInfo>,
+    pub events: HashMap<u64, EventInfo>,
+    pub modules: HashMap<u64, ModuleInfo>,
+    pub funcs: HashMap<u64, FuncInfo>,
+    /// Device allocations: base -> (size, context handle).
+    pub allocs: BTreeMap<u64, (u64, u64)>,
+    /// Page-locked host allocations (local): base -> (size, flags).
+    pub host: BTreeMap<usize, (usize, u32)>,
+    /// Host ranges registered with cuMemHostRegister: base -> size.
+    pub registered: HashMap<usize, usize>,
+}
+
+impl Registry {
+    /// The device allocation containing `p`: (base, size, context handle).
+    pub fn alloc_of(&self, p: u64) -> Option<(u64, u64, u64)> {
+        let (&base, &(size, ctx)) = self.allocs.range(..=p).next_back()?;
+        (p < base + size.max(1)).then_some((base, size, ctx))
+    }
+    pub fn host_of(&self, p: usize) -> Option<(usize, usize, u32)> {
+        let (&base, &(size, flags)) = self.host.range(..=p).next_back()?;
+        (p < base + size.max(1)).then_some((base, size, flags))
+    }
+    pub fn ctx(&self, h: u64) -> R<&CtxInfo> {
+        self.ctxs.get(&h).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+    }
+}
+
+static CLIENT: Mutex<Option<Client>> = Mutex::new(None);
+
+thread_local! {
+    /// This thread's context stack (handles), top last.
+    static STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// The client lock held across `fork` by this (the forking) thread.
+    static FORK_GUARD: RefCell<Option<MutexGuard<'static, Option<Client>>>> = const { RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    let g = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
+    FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
+}
+extern "C" fn after_fork() {
+    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
+}
+
+fn register_atfork() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: the handlers are plain functions that live as long as the library (never
+        // unloaded: it is preloaded); they only take and release our own lock.
+        let rc = unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+        if rc != 0 {
+            log("pthread_atfork failed; a forked child must not use CUDA");
+        }
+    });
+}
+
+/// Runs `f` with the client state locked (created on first use; reset in a forked child).
+pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
+    let mut g = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = g.get_or_insert_with(|| Client { pid: std::process::id(), ..Default::default() });
+    let pid = std::process::id();
+    if c.pid != pid {
+        // A forked child: the parent's connection and handles are not ours.
+        if let Some(conn) = c.conn.take() {
+            conn.abandon();
+        }
+        let initialized = c.initialized;
+        *c = Client { pid, initialized, ..Default::default() };
+        STACK.with(|s| s.borrow_mut().clear());
+    }
+    f(c)
+}
+
+impl Client {
+    /// The connection, opened on first use. `cuInit` reports a failure to open as
+    /// NOT_INITIALIZED; later calls after the daemon left get DEVICE_UNAVAILABLE.
+    pub fn conn(&mut self) -> R<&mut Conn> {
+        if self.gone {
+            return Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE);
+        }
+        if self.conn.is_none() {
+            register_atfork();
+            match Conn::open() {
+                Ok(c) => self.conn = Some(c),
+                Err(why) => {
+                    log(&why);
+                    return Err(if self.initialized {
+                        CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE
+                    } else {
+                        CUresult::CUDA_ERROR_NOT_INITIALIZED
+                    });
+                }
+            }
+        }
+        Ok(self.conn.as_mut().expect("just opened"))
+    }
+
+    /// Records that the daemon is gone when a call failed that way.
+    pub fn note(&mut self, r: CUresult) -> CUresult {
+        if r == CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE && self.conn.is_some() {
+            self.gone = true;
+        }
+        r
+    }
+
+    /// Requires a successful `cuInit` and a live connection.
+    pub fn live(&mut self) -> R<&mut Conn> {
+        if !self.initialized {
+            return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+        }
+        self.conn()
+    }
+
+    pub fn devices(&mut self) -> R<&[gpupool_protocol::ops::DeviceInfo]> {
+        Ok(&self.live()?.devices)
+    }
+
+    pub fn device(&mut self, ordinal: i32) -> R<&gpupool_protocol::ops::DeviceInfo> {
+        let devs = self.devices()?;
+        usize::try_from(ordinal).ok().and_then(|i| devs.get(i)).ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// The calling thread's current context: (handle, daemon id, device).
+    pub fn current(&mut self) -> R<(u64, CtxId, u32)> {
+        if !self.initialized {
+            return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+        }
+        let h = stack_top().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        let c = self.reg.ctx(h)?;
+        Ok((h, c.id, c.device))
+    }
+}
+
+/// Runs `f` with the state locked and a live connection, turning a vanished daemon into
+/// the sticky DEVICE_UNAVAILABLE.
+pub fn call<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
+    with(|c| f(c).map_err(|e| c.note(e)))
+}
+
+pub fn stack_top() -> Option<u64> {
+    STACK.with(|s| s.borrow().last().copied())
+}
+pub fn stack_push(h: u64) {
+    STACK.with(|s| s.borrow_mut().push(h));
+}
+pub fn stack_pop() -> Option<u64> {
+    STACK.with(|s| s.borrow_mut().pop())
+}
+/// `cuCtxSetCurrent`: replaces the top (or pushes onto an empty stack); 0 pops.
+pub fn stack_set(h: u64) {
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        s.pop();
+        if h != 0 {
+            s.push(h);
+        }
+    });
+}

@@ -1,0 +1,95 @@
+//! The `extern "C"` boundary helpers: results, panic containment, checked out-pointers.
+
+use gpupool_shim::cuda::CUresult;
+use std::os::raw::c_char;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+pub type R<T> = Result<T, CUresult>;
+
+/// Runs an export's body: a panic never crosses `extern "C"` (it is CUDA_ERROR_UNKNOWN).
+pub fn entry(body: impl FnOnce() -> R<()>) -> CUresult {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => CUresult::CUDA_SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => {
+            log("internal panic in a driver call; returning CUDA_ERROR_UNKNOWN");
+            CUresult::CUDA_ERROR_UNKNOWN
+        }
+    }
+}
+
+/// One line on stderr when `GPUPOOL_LOG` is set.
+pub fn log(msg: &str) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ON.get_or_init(|| std::env::var_os("GPUPOOL_LOG").is_some_and(|v| !v.is_empty() && v != "0")) {
+        eprintln!("libgpupool: {msg}");
+    }
+}
+
+/// Writes through an application out-pointer; NULL is CUDA_ERROR_INVALID_VALUE.
+pub fn out<T>(ptr: *mut T, value: T) -> R<()> {
+    if ptr.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the CUDA contract makes the caller responsible for it pointing to
+    // a writable `T`.
+    unsafe { ptr.write_unaligned(value) };
+    Ok(())
+}
+
+/// Reads an application input struct; NULL is CUDA_ERROR_INVALID_VALUE.
+pub fn read<T: Copy>(ptr: *const T) -> R<T> {
+    if ptr.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller guarantees it points to a readable `T`.
+    Ok(unsafe { ptr.read_unaligned() })
+}
+
+/// A NUL-terminated UTF-8 string argument.
+pub fn c_str<'a>(ptr: *const c_char) -> R<&'a str> {
+    if ptr.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null and, per the CUDA contract, NUL-terminated.
+    unsafe { std::ffi::CStr::from_ptr(ptr) }.to_str().map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)
+}
+
+/// Copies `text` into a caller's buffer of `len` bytes, NUL-terminated and truncated.
+pub fn write_c_string(buf: *mut c_char, len: usize, text: &str) -> R<()> {
+    if buf.is_null() || len == 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let n = text.len().min(len - 1);
+    // SAFETY: the caller provides `len` writable bytes at `buf`; we write n + 1 <= len.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+        *buf.add(n) = 0;
+    }
+    Ok(())
+}
+
+/// Views `n` bytes of application memory at `p` (NULL with n > 0 is INVALID_VALUE).
+pub fn host_bytes<'a>(p: *const std::os::raw::c_void, n: usize) -> R<&'a [u8]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: per the CUDA contract the caller's buffer holds `n` readable bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) })
+}
+
+/// Views `n` writable bytes of application memory at `p`.
+pub fn host_bytes_mut<'a>(p: *mut std::os::raw::c_void, n: usize) -> R<&'a mut [u8]> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: per the CUDA contract the caller's buffer holds `n` writable bytes that
+    // nothing else accesses during the call.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), n) })
+}
