@@ -400,3 +400,65 @@ fn pitched_memory_and_2d_copies_are_checked_over_their_whole_extent() {
     assert_eq!(code_of(c.call(Request::MemFree { ptr })), 0);
     assert_eq!(d.used("team", 0), 0);
 }
+
+#[test]
+fn tenants_are_isolated_from_each_other() {
+    // sha256("secret")
+    let config = format!(
+        "{}\n[[tenant]]\nname = \"other\"\ntoken_sha256 = \"2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\"\nmemory = \"32MiB\"\n",
+        tenant_config("64MiB")
+    );
+    let d = Daemon::start(Some(&config));
+    let mut a = Client::connect(&d.socket);
+    let mut b = Client::connect_as(&d.socket, None, Some("secret")).unwrap();
+    let Reply::HelloReply {
+        tenant, devices, ..
+    } = &b.hello
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (tenant.as_str(), devices[0].total_memory),
+        ("other", 32 * MIB)
+    );
+    let (ca, cb) = (a.ctx(0), b.ctx(0));
+    let pa = a.alloc(ca, 64 * MIB).unwrap();
+    b.alloc(cb, 32 * MIB).unwrap();
+    assert_eq!(b.alloc(cb, MIB).unwrap_err().0, 2);
+    assert_eq!(
+        code_of(b.call(Request::MemcpyDtoHInline { src: pa, len: 16 })),
+        1
+    );
+    assert_eq!(
+        (d.used("team", 0), d.used("other", 0)),
+        (64 * MIB, 32 * MIB)
+    );
+}
+
+#[test]
+fn sighup_reloads_the_quota_without_dropping_clients() {
+    let d = Daemon::start(Some(&tenant_config("16MiB")));
+    let mut c = Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    c.alloc(ctx, 16 * MIB).unwrap();
+    assert_eq!(c.alloc(ctx, MIB).unwrap_err().0, 2);
+    std::fs::write(d.dir.join("quota.toml"), tenant_config("32MiB")).unwrap();
+    d.signal(rustix::process::Signal::HUP);
+    let t0 = Instant::now();
+    while c.alloc(ctx, MIB).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "not reloaded: {}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        c.call(Request::MemGetInfo { ctx }),
+        Reply::MemInfo {
+            free: 15 * MIB,
+            total: 32 * MIB
+        }
+    );
+    assert!(d.log().contains("reloaded"));
+}

@@ -127,6 +127,10 @@ pub struct Client {
 }
 
 pub fn hello(name: &str, memory_limit: Option<u64>) -> Request {
+    hello_token(name, memory_limit, None)
+}
+
+pub fn hello_token(name: &str, memory_limit: Option<u64>, token: Option<&str>) -> Request {
     Request::Hello {
         pid: std::process::id(),
         uid: uid(),
@@ -135,7 +139,7 @@ pub fn hello(name: &str, memory_limit: Option<u64>) -> Request {
         memory_limit,
         compute_percent: None,
         client_name: name.into(),
-        token: None,
+        token: token.map(str::to_string),
     }
 }
 
@@ -145,6 +149,14 @@ impl Client {
     }
 
     pub fn connect_with(socket: &Path, memory_limit: Option<u64>) -> Result<Client, Reply> {
+        Self::connect_as(socket, memory_limit, None)
+    }
+
+    pub fn connect_as(
+        socket: &Path,
+        memory_limit: Option<u64>,
+        token: Option<&str>,
+    ) -> Result<Client, Reply> {
         let s = UnixStream::connect(socket).expect("connect");
         let t = ShmTransport::connect(s, WaitPolicy::default()).expect("shm connect");
         let mut c = Client {
@@ -153,7 +165,7 @@ impl Client {
             hello: Reply::Ok {},
             async_errors: Vec::new(),
         };
-        let r = c.call(hello("test", memory_limit));
+        let r = c.call(hello_token("test", memory_limit, token));
         match r {
             Reply::HelloReply { .. } => {
                 c.hello = r;
