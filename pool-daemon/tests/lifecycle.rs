@@ -305,3 +305,65 @@ fn gpupool_run_preloads_the_interposer_and_propagates_the_exit_code() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+#[test]
+fn round_trips_through_the_daemon_are_measured() {
+    let d = Daemon::start(None);
+    let mut c = Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let mut measure = |op: Request| {
+        let mut t: Vec<Duration> = (0..2000)
+            .map(|_| {
+                let t0 = Instant::now();
+                c.call(op.clone());
+                t0.elapsed()
+            })
+            .collect();
+        t.sort();
+        (t[1000], t[1980])
+    };
+    let (p50, p99) = measure(Request::DeviceGetCount {});
+    eprintln!("sync round trip (DeviceGetCount, no backend call): p50 {p50:?}, p99 {p99:?}");
+    let (p50, p99) = measure(Request::MemGetInfo { ctx });
+    eprintln!("sync round trip (MemGetInfo, one backend call): p50 {p50:?}, p99 {p99:?}");
+    assert!(p50 < Duration::from_millis(10));
+}
+
+#[test]
+fn two_hundred_fifty_six_clients_at_once() {
+    let d = Daemon::start(Some(&tenant_config("1GiB")));
+    let t0 = Instant::now();
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let socket = d.socket.clone();
+            std::thread::spawn(move || {
+                (0..16)
+                    .map(|_| {
+                        let mut c = Client::connect(&socket);
+                        let ctx = c.ctx(0);
+                        c.alloc(ctx, MIB).unwrap();
+                        c
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let clients: Vec<Client> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    eprintln!("256 clients connected and allocated in {:?}", t0.elapsed());
+    assert_eq!(d.status()["sessions"].as_array().unwrap().len(), 256);
+    assert_eq!(d.used("team", 0), 256 * MIB);
+    let t1 = Instant::now();
+    drop(clients);
+    while d.used("team", 0) != 0 {
+        assert!(
+            t1.elapsed() < Duration::from_secs(3),
+            "{}",
+            d.used("team", 0)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    eprintln!("256 sessions ended and cleaned up in {:?}", t1.elapsed());
+}
