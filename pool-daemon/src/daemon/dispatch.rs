@@ -4,7 +4,8 @@
 //! CUDA_ERROR_INVALID_VALUE before anything reaches the backend, and memory is reserved
 //! in the quota ledger before the backend allocates.
 //!
-//! Copies, memset, modules, launches, streams and events live in [`super::exec`].
+//! Copies, memset, modules and launches live in [`super::exec`] and [`super::copy2d`];
+//! streams, events and management queries in [`super::streams`].
 
 use super::Raw;
 use super::session::{Alloc, Session};

@@ -19,6 +19,7 @@ pub mod dispatch;
 pub mod exec;
 pub mod listener;
 pub mod session;
+pub mod streams;
 
 use crate::backend::{Cuda, DriverSource, Nvml};
 use crate::call;
