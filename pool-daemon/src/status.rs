@@ -31,6 +31,11 @@ pub fn fetch(socket: &std::path::Path) -> Result<Value> {
     serde_json::from_str(&text).context("the daemon's status is not JSON")
 }
 
+/// A JSON value as plain text (strings without quotes), for padding in tables.
+fn txt(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
 fn mib(v: &Value) -> String {
     v.as_u64()
         .map_or_else(|| "unlimited".to_string(), |b| format!("{} MiB", b >> 20))
@@ -56,7 +61,7 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
     for dev in doc["devices"].as_array().into_iter().flatten() {
         println!(
             "{:<7} {:<36} {}",
-            dev["ordinal"],
+            txt(&dev["ordinal"]),
             dev["name"].as_str().unwrap_or("?"),
             mib(&dev["total_memory"])
         );
@@ -67,8 +72,8 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
             println!(
                 "{:<20} {:<9} {:<7} {:<14} {}",
                 t["tenant"].as_str().unwrap_or("?"),
-                t["sessions"],
-                dev["device"],
+                txt(&t["sessions"]),
+                txt(&dev["device"]),
                 format!(
                     "{} MiB",
                     dev["used"].as_u64().unwrap_or(0) as f64 / 1048576.0
@@ -81,9 +86,9 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
     for s in doc["sessions"].as_array().into_iter().flatten() {
         println!(
             "{:<8} {:<8} {:<6} {:<20} {}",
-            s["id"],
-            s["pid"],
-            s["uid"],
+            txt(&s["id"]),
+            txt(&s["pid"]),
+            txt(&s["uid"]),
             s["tenant"].as_str().unwrap_or("?"),
             s["client"].as_str().unwrap_or("")
         );

@@ -367,3 +367,54 @@ fn two_hundred_fifty_six_clients_at_once() {
     }
     eprintln!("256 sessions ended and cleaned up in {:?}", t1.elapsed());
 }
+
+/// An unmodified program (Python's ctypes, no CUDA package) under `gpupool run`, through
+/// the interposer, against the daemon. Skipped when libgpupool.so is not built.
+#[test]
+fn an_unmodified_program_under_gpupool_run_sees_its_narrowed_quota() {
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpupool"));
+    if !exe.parent().unwrap().join("libgpupool.so").exists()
+        || Command::new("python3").arg("-V").output().is_err()
+    {
+        eprintln!("skipped: libgpupool.so or python3 missing");
+        return;
+    }
+    let d = Daemon::start(Some(&tenant_config("2GiB")));
+    let script = r#"
+import ctypes, sys
+cu = ctypes.CDLL("libcuda.so.1")
+assert cu.cuInit(0) == 0
+dev = ctypes.c_int(); assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+total = ctypes.c_size_t(); assert cu.cuDeviceTotalMem_v2(ctypes.byref(total), dev) == 0
+ctx = ctypes.c_void_p(); assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+p = ctypes.c_uint64()
+ok = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(768 << 20))
+over = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(1 << 20))
+print(total.value >> 20, ok, over)
+sys.exit(7)
+"#;
+    let out = Command::new(&exe)
+        .args([
+            "run",
+            "--endpoint",
+            &d.endpoint(),
+            "--memory",
+            "768MiB",
+            "--",
+            "python3",
+            "-c",
+            script,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{text}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.log()
+    );
+    assert_eq!(text.trim(), "768 0 2", "{}", d.log());
+}
