@@ -462,3 +462,43 @@ fn sighup_reloads_the_quota_without_dropping_clients() {
     );
     assert!(d.log().contains("reloaded"));
 }
+
+#[test]
+fn destroying_or_resetting_a_context_frees_what_was_made_in_it() {
+    let d = Daemon::start(Some(&tenant_config("64MiB")));
+    let mut c = Client::connect(&d.socket);
+    let primary = c.ctx(0);
+    let keep = c.alloc(primary, 8 * MIB).unwrap();
+    let Reply::Context { ctx } = c.call(Request::CtxCreate {
+        device: 0,
+        flags: 0,
+    }) else {
+        panic!()
+    };
+    for _ in 0..3 {
+        c.alloc(ctx, 16 * MIB).unwrap();
+    }
+    let Reply::Stream { stream } = c.call(Request::StreamCreate {
+        ctx,
+        flags: 0,
+        priority: 0,
+    }) else {
+        panic!()
+    };
+    assert_eq!(d.used("team", 0), 56 * MIB);
+    assert_eq!(code_of(c.call(Request::CtxDestroy { ctx })), 0);
+    assert_eq!(d.used("team", 0), 8 * MIB);
+    assert_eq!(code_of(c.call(Request::StreamSynchronize { stream })), 400);
+    assert_eq!(code_of(c.call(Request::MemAlloc { ctx, bytes: MIB })), 400);
+    // The primary context's memory is untouched until it is reset.
+    assert_eq!(
+        code_of(c.call(Request::MemcpyDtoHInline { src: keep, len: 8 })),
+        0
+    );
+    assert_eq!(code_of(c.call(Request::PrimaryCtxReset { device: 0 })), 0);
+    assert_eq!(d.used("team", 0), 0);
+    assert_eq!(
+        code_of(c.call(Request::MemcpyDtoHInline { src: keep, len: 8 })),
+        1
+    );
+}

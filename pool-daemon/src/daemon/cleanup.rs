@@ -1,61 +1,141 @@
-//! The end of a session, however it ended (Bye, the client closing or dying, a malformed
-//! frame, shutdown): everything it owned is freed — memory (and its ledger account),
-//! streams, events, modules, its hold on the tenant's contexts — and the time that took
-//! is measured and logged.
+//! Freeing what a session owns: everything when the session ends, however it ended (Bye,
+//! the client closing or dying, a malformed frame, shutdown), or what one client context
+//! owned when the client destroys or resets it. Memory is released from the ledger as it
+//! is freed; the end of a session is logged with what was freed and how long it took.
 
 use super::session::Session;
 use crate::call;
+use gpupool_protocol::{CtxId, EventId, ModuleId, StreamId};
 use std::time::Instant;
+
+/// A backend object of a session, for recording which client context created it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Handle {
+    Alloc(u64),
+    Stream(StreamId),
+    Event(EventId),
+    Module(ModuleId),
+}
+
+/// What one [`Session::free_owned`] freed.
+#[derive(Debug, Default)]
+pub struct Freed {
+    pub allocations: usize,
+    pub bytes: u64,
+    pub streams: usize,
+    pub events: usize,
+    pub modules: usize,
+    /// Backend calls that failed (a poisoned context, say); the ledger is released anyway.
+    pub errors: usize,
+}
+
+impl Session {
+    /// Frees the objects created through client context `only` (all of them: `None`).
+    /// Streams are synchronised first, so no queued work touches freed memory.
+    pub fn free_owned(&mut self, only: Option<CtxId>) -> Freed {
+        let mut f = Freed::default();
+        let owner = std::mem::take(&mut self.owner);
+        let mine = |h: Handle| only.is_none_or(|c| owner.get(&h) == Some(&c));
+        let shared = self.shared.clone();
+        let cuda = &shared.cuda;
+        let id = self.id;
+        let note = |r: Result<(), crate::backend::CudaError>, errors: &mut usize| {
+            if let Err(e) = r {
+                *errors += 1;
+                tracing::debug!(session = id, "freeing: {e}");
+            }
+        };
+        let streams: Vec<_> = self
+            .streams
+            .keys()
+            .copied()
+            .filter(|&k| mine(Handle::Stream(k)))
+            .collect();
+        for k in streams {
+            let (st, d) = self.streams.remove(&k).expect("listed");
+            f.streams += 1;
+            if self.enter(d).is_ok() {
+                let _ = call!(cuda, cuStreamSynchronize(st.0));
+                note(call!(cuda, cuStreamDestroy_v2(st.0)), &mut f.errors);
+            }
+        }
+        let events: Vec<_> = self
+            .events
+            .keys()
+            .copied()
+            .filter(|&k| mine(Handle::Event(k)))
+            .collect();
+        for k in events {
+            let (e, d) = self.events.remove(&k).expect("listed");
+            f.events += 1;
+            if self.enter(d).is_ok() {
+                note(call!(cuda, cuEventDestroy_v2(e.0)), &mut f.errors);
+            }
+        }
+        let allocs: Vec<_> = self
+            .allocs
+            .keys()
+            .copied()
+            .filter(|&k| mine(Handle::Alloc(k)))
+            .collect();
+        let mut synced = std::collections::BTreeSet::new();
+        for ptr in allocs {
+            let a = self.allocs.remove(&ptr).expect("listed");
+            f.allocations += 1;
+            f.bytes += a.size;
+            if self.enter(a.device).is_ok() {
+                // Work still queued on the default stream may use this memory.
+                if synced.insert(a.device) {
+                    let _ = call!(cuda, cuCtxSynchronize());
+                }
+                note(call!(cuda, cuMemFree_v2(ptr)), &mut f.errors);
+            }
+            if let Err(e) = shared.ledger.release(&self.quota, a.device, a.size) {
+                tracing::error!(session = self.id, "ledger out of step: {e}");
+            }
+        }
+        let modules: Vec<_> = self
+            .modules
+            .keys()
+            .copied()
+            .filter(|&k| mine(Handle::Module(k)))
+            .collect();
+        for k in modules {
+            let (m, d) = self.modules.remove(&k).expect("listed");
+            f.modules += 1;
+            self.funcs.retain(|_, func| func.module != k);
+            self.globals.retain(|_, g| g.1 != k);
+            if self.enter(d).is_ok() {
+                note(call!(cuda, cuModuleUnload(m.0)), &mut f.errors);
+            }
+        }
+        self.owner = owner;
+        self.owner.retain(|&h, _| match h {
+            Handle::Alloc(p) => self.allocs.contains_key(&p),
+            Handle::Stream(s) => self.streams.contains_key(&s),
+            Handle::Event(e) => self.events.contains_key(&e),
+            Handle::Module(m) => self.modules.contains_key(&m),
+        });
+        f
+    }
+}
 
 pub fn end(mut s: Session, reason: &str) {
     let t0 = Instant::now();
     let shared = s.shared.clone();
-    let cuda = &shared.cuda;
-    let mut errors = 0usize;
-    let id = s.id;
-    let mut note = |r: Result<(), crate::backend::CudaError>| {
-        if let Err(e) = r {
-            errors += 1;
-            tracing::debug!(session = id, "cleanup: {e}");
-        }
-    };
-    let enter = |s: &mut Session, d: u32| s.enter(d).is_ok();
-    // Wait for the session's outstanding work before freeing what it uses.
-    let n_streams = s.streams.len();
-    for (_, (st, d)) in std::mem::take(&mut s.streams) {
-        if enter(&mut s, d) {
-            let _ = call!(cuda, cuStreamSynchronize(st.0));
-            note(call!(cuda, cuStreamDestroy_v2(st.0)));
-        }
-    }
-    let n_events = s.events.len();
-    for (_, (e, d)) in std::mem::take(&mut s.events) {
-        if enter(&mut s, d) {
-            note(call!(cuda, cuEventDestroy_v2(e.0)));
-        }
-    }
-    let n_allocs = s.allocs.len();
-    let mut bytes = 0u64;
-    for (ptr, a) in std::mem::take(&mut s.allocs) {
-        bytes += a.size;
-        if enter(&mut s, a.device) {
-            note(call!(cuda, cuMemFree_v2(ptr)));
-        }
-    }
-    let n_modules = s.modules.len();
-    s.funcs.clear();
-    s.globals.clear();
-    for (_, (m, d)) in std::mem::take(&mut s.modules) {
-        if enter(&mut s, d) {
-            note(call!(cuda, cuModuleUnload(m.0)));
-        }
-    }
+    let freed = s.free_owned(None);
     // Leave no context of ours current on this (ending) thread, then let go of them.
-    let _ = call!(cuda, cuCtxSetCurrent(std::ptr::null_mut()));
+    let _ = call!(shared.cuda, cuCtxSetCurrent(std::ptr::null_mut()));
     for (_, tc) in std::mem::take(&mut s.tenant_ctxs) {
         shared.release_ctx(tc);
     }
-    let freed = shared.ledger.release_session(s.quota);
+    let left = shared.ledger.release_session(s.quota);
+    if !left.is_empty() {
+        tracing::error!(
+            session = s.id,
+            "ledger held more than the session's allocations: {left:?}"
+        );
+    }
     shared
         .sessions
         .lock()
@@ -63,9 +143,9 @@ pub fn end(mut s: Session, reason: &str) {
         .remove(&s.id);
     let took = t0.elapsed();
     tracing::info!(
-        session = s.id, pid = s.cred.pid, uid = s.cred.uid, reason,
-        allocations = n_allocs, bytes, ledger_freed = ?freed, streams = n_streams, events = n_events, modules = n_modules,
-        errors, cleanup_us = took.as_micros() as u64,
+        session = s.id, pid = s.cred.pid, uid = s.cred.uid, tenant = %s.tenant_name, reason,
+        allocations = freed.allocations, bytes = freed.bytes, streams = freed.streams, events = freed.events,
+        modules = freed.modules, errors = freed.errors, cleanup_us = took.as_micros() as u64,
         "session end"
     );
 }

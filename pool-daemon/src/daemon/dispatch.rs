@@ -8,6 +8,7 @@
 //! streams, events and management queries in [`super::streams`].
 
 use super::Raw;
+use super::cleanup::Handle;
 use super::session::{Alloc, Session};
 use crate::backend::CudaError;
 use crate::call;
@@ -172,8 +173,17 @@ impl Session {
                 };
                 Reply::Context { ctx: id }
             }
-            R::PrimaryCtxRelease { device } | R::PrimaryCtxReset { device } => {
+            R::PrimaryCtxRelease { device } => {
                 self.check_device(device)?;
+                Reply::Ok {}
+            }
+            R::PrimaryCtxReset { device } => {
+                // CUDA's reset destroys everything the primary context holds.
+                self.check_device(device)?;
+                if let Some(&id) = self.primary.get(&device) {
+                    let f = self.free_owned(Some(id));
+                    tracing::debug!(session = self.id, device, ?f, "primary context reset");
+                }
                 Reply::Ok {}
             }
             R::CtxCreate { device, .. } => {
@@ -184,7 +194,10 @@ impl Session {
                 Reply::Context { ctx: id }
             }
             R::CtxDestroy { ctx } => {
+                // Destroying a context frees what was created in it.
                 self.ctx_device(ctx)?;
+                let f = self.free_owned(Some(ctx));
+                tracing::debug!(session = self.id, ctx = ctx.0, ?f, "context destroyed");
                 self.ctxs.remove(&ctx);
                 self.primary.retain(|_, id| *id != ctx);
                 Reply::Ok {}
@@ -197,9 +210,9 @@ impl Session {
             }
             R::MemAlloc { ctx, bytes } => {
                 let d = self.ctx_device(ctx)?;
-                Reply::MemPtr {
-                    ptr: self.alloc(d, bytes)?,
-                }
+                let ptr = self.alloc(d, bytes)?;
+                self.owner.insert(Handle::Alloc(ptr.0), ctx);
+                Reply::MemPtr { ptr }
             }
             R::MemAllocPitch {
                 ctx,
@@ -209,6 +222,7 @@ impl Session {
             } => {
                 let d = self.ctx_device(ctx)?;
                 let (ptr, pitch) = self.alloc_pitch(d, width_bytes, height, element_size)?;
+                self.owner.insert(Handle::Alloc(ptr.0), ctx);
                 Reply::MemPitch { ptr, pitch }
             }
             R::MemFree { ptr } => {
@@ -343,6 +357,7 @@ impl Session {
         self.enter(d)?;
         call!(self.shared.cuda, cuMemFree_v2(ptr.0))?;
         self.allocs.remove(&ptr.0);
+        self.owner.remove(&Handle::Alloc(ptr.0));
         if let Err(e) = self.shared.ledger.release(&self.quota, d, size) {
             tracing::error!(session = self.id, "ledger out of step on free: {e}");
         }

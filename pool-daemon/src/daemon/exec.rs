@@ -6,6 +6,7 @@
 //! consume it before they return too).
 
 use super::Raw;
+use super::cleanup::Handle;
 use super::dispatch::{Fail, Result};
 use super::session::{Func, Session};
 use crate::call;
@@ -147,6 +148,7 @@ impl Session {
                 )?;
                 let id = ModuleId(self.next_handle());
                 self.modules.insert(id, (Raw(m), d));
+                self.owner.insert(Handle::Module(id), ctx);
                 Reply::Module {
                     module: id,
                     functions: Vec::new(),
@@ -160,6 +162,7 @@ impl Session {
                 self.enter(d)?;
                 call!(self.shared.cuda, cuModuleUnload(m.0))?;
                 self.modules.remove(&module);
+                self.owner.remove(&Handle::Module(module));
                 self.funcs.retain(|_, f| f.module != module);
                 self.globals.retain(|_, g| g.1 != module);
                 Reply::Ok {}

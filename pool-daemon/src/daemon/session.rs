@@ -51,6 +51,9 @@ pub struct Session {
     pub events: HashMap<EventId, (Raw<CUevent>, u32)>,
     pub modules: HashMap<ModuleId, (Raw<CUmodule>, u32)>,
     pub funcs: HashMap<FuncId, Func>,
+    /// The client context each allocation, stream, event and module was created through.
+    pub owner: HashMap<super::cleanup::Handle, CtxId>,
+    pub tenant_name: String,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -175,6 +178,8 @@ fn hello(
         events: HashMap::new(),
         modules: HashMap::new(),
         funcs: HashMap::new(),
+        owner: HashMap::new(),
+        tenant_name: tenant.as_str().to_string(),
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };

@@ -1,6 +1,7 @@
 //! Streams, events and management queries (NVML-like, as the tenant sees them).
 
 use super::Raw;
+use super::cleanup::Handle;
 use super::dispatch::{Fail, NOT_READY, NOT_SUPPORTED, Result};
 use super::session::Session;
 use crate::call;
@@ -25,6 +26,7 @@ impl Session {
                 )?;
                 let id = StreamId(self.next_handle());
                 self.streams.insert(id, (Raw(s), d));
+                self.owner.insert(Handle::Stream(id), ctx);
                 Reply::Stream { stream: id }
             }
             R::StreamDestroy { stream } => {
@@ -35,6 +37,7 @@ impl Session {
                 self.enter(d)?;
                 call!(self.shared.cuda, cuStreamDestroy_v2(s.0))?;
                 self.streams.remove(&stream);
+                self.owner.remove(&Handle::Stream(stream));
                 Reply::Ok {}
             }
             R::StreamSynchronize { stream } => {
@@ -75,6 +78,7 @@ impl Session {
                 call!(self.shared.cuda, cuEventCreate(&mut e, flags))?;
                 let id = EventId(self.next_handle());
                 self.events.insert(id, (Raw(e), d));
+                self.owner.insert(Handle::Event(id), ctx);
                 Reply::Event { event: id }
             }
             R::EventRecord { event, stream } => {
@@ -112,6 +116,7 @@ impl Session {
                 self.enter(d)?;
                 call!(self.shared.cuda, cuEventDestroy_v2(e.0))?;
                 self.events.remove(&event);
+                self.owner.remove(&Handle::Event(event));
                 Reply::Ok {}
             }
             R::MgmtMemoryInfo { device } => {
