@@ -47,9 +47,9 @@ pub struct Options {
 pub struct Raw<T>(pub T);
 // SAFETY: CUDA driver handles are opaque tokens that the driver lets any thread use
 // (with the right context current, which dispatch ensures); we never dereference them.
-unsafe impl<T> Send for Raw<T> {}
+unsafe impl<T> Send for Raw<*mut T> {}
 // SAFETY: as above; sharing the token itself involves no access.
-unsafe impl<T> Sync for Raw<T> {}
+unsafe impl<T> Sync for Raw<*mut T> {}
 
 /// One device as the daemon found it at start-up.
 pub struct Device {

@@ -109,9 +109,16 @@ fn hello(
     cred: PeerCred,
     t0: Instant,
 ) -> Result<Session, String> {
-    let frame = t
-        .recv(Some(Duration::from_secs(5)))
-        .map_err(|e| format!("no hello: {e}"))?;
+    // The hello must come within 5 s (checking for shutdown meanwhile).
+    let mut frame = Vec::new();
+    loop {
+        match t.recv_into(&mut frame, Some(IDLE_POLL)) {
+            Ok(()) => break,
+            Err(TransportError::Timeout)
+                if t0.elapsed() < Duration::from_secs(5) && !shared.stopping() => {}
+            Err(e) => return Err(format!("no hello: {e}")),
+        }
+    }
     let (msg, _) = Message::decode(&frame).map_err(|e| format!("malformed hello frame: {e}"))?;
     let Message::Request {
         id,
