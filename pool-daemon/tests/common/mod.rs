@@ -79,30 +79,12 @@ impl Daemon {
 
     /// The status document, read from the control socket directly.
     pub fn status(&self) -> serde_json::Value {
-        use std::io::Read as _;
-        let mut s =
-            UnixStream::connect(format!("{}.ctl", self.socket.display())).expect("control socket");
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        serde_json::from_str(&text).unwrap()
+        status_at(&self.socket)
     }
 
     /// Bytes `tenant` uses on `device`, per the status document.
     pub fn used(&self, tenant: &str, device: u64) -> u64 {
-        let doc = self.status();
-        doc["tenants"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["tenant"] == tenant)
-            .and_then(|t| {
-                t["devices"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|d| d["device"] == device)
-            })
-            .map_or(0, |d| d["used"].as_u64().unwrap())
+        used_at(&self.socket, tenant, device)
     }
 
     pub fn signal(&self, sig: rustix::process::Signal) {
@@ -246,4 +228,31 @@ pub fn tenant_config(memory: &str) -> String {
         "[[tenant]]\nname = \"team\"\nuids = [{}]\nmemory = \"{memory}\"\n",
         uid()
     )
+}
+
+/// The status document of the daemon on `socket`.
+pub fn status_at(socket: &Path) -> serde_json::Value {
+    use std::io::Read as _;
+    let mut s = UnixStream::connect(format!("{}.ctl", socket.display())).expect("control socket");
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Bytes `tenant` uses on `device`, per the status document of the daemon on `socket`.
+pub fn used_at(socket: &Path, tenant: &str, device: u64) -> u64 {
+    let doc = status_at(socket);
+    doc["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tenant"] == tenant)
+        .and_then(|t| {
+            t["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|d| d["device"] == device)
+        })
+        .map_or(0, |d| d["used"].as_u64().unwrap())
 }
