@@ -269,6 +269,13 @@ fn daemon_gone_is_device_unavailable_within_a_second() {
     assert!(t0.elapsed() < Duration::from_secs(1), "took {:?}: {rest:?}", t0.elapsed());
 }
 
+#[test]
+fn ptx_kernels_load_launch_and_report_faults_at_the_next_sync() {
+    let d = Daemon::start("1", "1GiB");
+    let out = d.client("python3").arg(ctypes_script()).arg("kernel").output().unwrap();
+    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+}
+
 /// Prints the forwarded round trip (cuCtxSynchronize) and a locally answered call, both
 /// measured from Python through ctypes (which adds its own ~1 us per call).
 #[test]

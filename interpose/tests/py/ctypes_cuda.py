@@ -6,6 +6,8 @@ Modes (argv[1]):
                then cuCtxSynchronize must fail with CUDA_ERROR_DEVICE_UNAVAILABLE (46) fast
   fork         the parent sets up and allocates, a forked child uses CUDA on its own fresh
                connection, then the parent's connection still works
+  kernel       PTX module load, function lookup, launches (kernelParams and `extra`) on a
+               stream, events, a launch error surfacing at the next sync point
   latency      median round trip of cuCtxSynchronize (forwarded) and cuCtxGetDevice (local)
 """
 import ctypes, os, sys, time
@@ -70,6 +72,75 @@ elif mode == "fork":
     check("child exit status", status, 0)
     roundtrip(1 << 16)
     check("free in parent", cu.cuMemFree_v2(p))
+elif mode == "kernel":
+    setup()
+    ptx = b"""
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry vadd(.param .u64 a, .param .u64 b, .param .u64 c, .param .u32 n)
+{
+  .reg .pred %p; .reg .b32 %r<6>; .reg .b64 %rd<10>; .reg .f32 %f<4>;
+  ld.param.u64 %rd1, [a]; ld.param.u64 %rd2, [b]; ld.param.u64 %rd3, [c]; ld.param.u32 %r1, [n];
+  mov.u32 %r2, %ctaid.x; mov.u32 %r3, %ntid.x; mov.u32 %r4, %tid.x; mad.lo.s32 %r5, %r2, %r3, %r4;
+  setp.ge.u32 %p, %r5, %r1; @%p bra DONE;
+  cvta.to.global.u64 %rd4, %rd1; cvta.to.global.u64 %rd5, %rd2; cvta.to.global.u64 %rd6, %rd3;
+  mul.wide.u32 %rd7, %r5, 4; add.s64 %rd8, %rd4, %rd7; ld.global.f32 %f1, [%rd8];
+  add.s64 %rd9, %rd5, %rd7; ld.global.f32 %f2, [%rd9]; add.f32 %f3, %f1, %f2;
+  add.s64 %rd8, %rd6, %rd7; st.global.f32 [%rd8], %f3;
+DONE:
+  ret;
+}
+"""
+    mod = ctypes.c_void_p()
+    check("cuModuleLoadData", cu.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(ptx)))
+    fn = ctypes.c_void_p()
+    check("cuModuleGetFunction", cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"vadd"))
+    check("missing function", cu.cuModuleGetFunction(ctypes.byref(ctypes.c_void_p()), mod, b"nope"), 500)
+    off, size = ctypes.c_size_t(), ctypes.c_size_t()
+    check("param info", cu.cuFuncGetParamInfo(fn, ctypes.c_size_t(3), ctypes.byref(off), ctypes.byref(size)))
+    check("param 3 layout", (off.value, size.value), (24, 4))
+    n = 1000
+    F = ctypes.c_float * n
+    a, b = F(*[float(i) for i in range(n)]), F(*[2.0 * i for i in range(n)])
+    pa, pb, pc = u64(), u64(), u64()
+    for p, host in ((pa, a), (pb, b), (pc, None)):
+        check("alloc", cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4 * n)))
+        if host is not None:
+            check("htod", cu.cuMemcpyHtoD_v2(p, host, ctypes.c_size_t(4 * n)))
+    stream = ctypes.c_void_p()
+    check("stream", cu.cuStreamCreate(ctypes.byref(stream), 1))
+    ev0, ev1 = ctypes.c_void_p(), ctypes.c_void_p()
+    check("event", cu.cuEventCreate(ctypes.byref(ev0), 0))
+    check("event", cu.cuEventCreate(ctypes.byref(ev1), 0))
+    nn = ctypes.c_uint32(n)
+    args = (ctypes.c_void_p * 4)(*[ctypes.cast(ctypes.byref(x), ctypes.c_void_p) for x in (pa, pb, pc, nn)])
+    check("record", cu.cuEventRecord(ev0, stream))
+    check("launch", cu.cuLaunchKernel(fn, 4, 1, 1, 256, 1, 1, 0, stream, args, None))
+    check("record", cu.cuEventRecord(ev1, stream))
+    check("stream sync", cu.cuStreamSynchronize(stream))
+    ms = ctypes.c_float()
+    check("elapsed", cu.cuEventElapsedTime(ctypes.byref(ms), ev0, ev1))
+    c = F()
+    check("dtoh", cu.cuMemcpyDtoH_v2(c, pc, ctypes.c_size_t(4 * n)))
+    check("vadd result", all(c[i] == 3.0 * i for i in range(n)), True)
+    # The same launch with an `extra` parameter buffer, on the NULL stream.
+    buf = (ctypes.c_uint64 * 4)(pb.value, pa.value, pc.value, n)
+    bsize = ctypes.c_size_t(28)
+    extra = (ctypes.c_void_p * 5)(1, ctypes.cast(buf, ctypes.c_void_p), 2, ctypes.cast(ctypes.byref(bsize), ctypes.c_void_p), 0)
+    check("memset", cu.cuMemsetD32_v2(pc, 0, ctypes.c_size_t(n)))
+    check("launch extra", cu.cuLaunchKernel(fn, 4, 1, 1, 256, 1, 1, 0, None, None, extra))
+    check("ctx sync", cu.cuCtxSynchronize())
+    check("dtoh", cu.cuMemcpyDtoH_v2(c, pc, ctypes.c_size_t(4 * n)))
+    check("vadd (extra) result", all(c[i] == 3.0 * i for i in range(n)), True)
+    # A launch that faults (c = NULL) returns at once; the error surfaces at the sync.
+    bad = (ctypes.c_uint64 * 4)(pa.value, pb.value, 0, n)
+    extra = (ctypes.c_void_p * 5)(1, ctypes.cast(bad, ctypes.c_void_p), 2, ctypes.cast(ctypes.byref(bsize), ctypes.c_void_p), 0)
+    check("faulting launch is async", cu.cuLaunchKernel(fn, 4, 1, 1, 256, 1, 1, 0, stream, None, extra))
+    rc = cu.cuStreamSynchronize(stream)
+    check("fault reported at sync", rc != 0, True)
+    print(f"fault code {rc}")
+    check("invalid function handle", cu.cuLaunchKernel(ctypes.c_void_p(0x1234), 1, 1, 1, 1, 1, 1, 0, None, None, None), 400)
 elif mode == "latency":
     setup()
     def median(f, n=5000):
