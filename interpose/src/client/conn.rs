@@ -28,7 +28,15 @@ pub struct Conn {
     pub pending: Option<CUresult>,
     pub driver_version: u32,
     pub devices: Vec<DeviceInfo>,
+    /// The transport failed (the daemon is gone or broke the protocol): sticky.
+    pub broken: bool,
+    /// Asynchronous requests posted since the last look for failure frames.
+    posted: u32,
 }
+
+/// Every this many async posts, failure frames the daemon queued are collected, so a
+/// long run of failing async calls never fills the reply ring while nobody reads it.
+const DRAIN_EVERY: u32 = 64;
 
 /// Where the daemon listens: `GPUPOOL_ENDPOINT` (`unix:///path`), else the default.
 fn endpoint() -> Result<String, String> {
@@ -88,7 +96,7 @@ impl Conn {
         let client_name = std::env::args().next().unwrap_or_default();
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let mut c = Conn { t, next_id: 1, buf: Vec::new(), pending: None, driver_version: 0, devices: Vec::new() };
+        let mut c = Conn { t, next_id: 1, buf: Vec::new(), pending: None, driver_version: 0, devices: Vec::new(), broken: false, posted: 0 };
         let hello = Request::Hello {
             pid,
             uid,
@@ -118,10 +126,9 @@ impl Conn {
             log(&format!("encoding a request: {e}"));
             CUresult::CUDA_ERROR_INVALID_VALUE
         })?;
-        self.t.send(&frame).map_err(|e| {
-            log(&format!("sending to the daemon: {e}"));
-            CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE
-        })?;
+        if let Err(e) = self.t.send(&frame) {
+            return Err(self.fail(&format!("sending to the daemon: {e}")));
+        }
         Ok(id)
     }
 
@@ -129,24 +136,36 @@ impl Conn {
     fn call_raw(&mut self, op: Request) -> R<Reply> {
         let id = self.send(op, false)?;
         loop {
-            self.t.recv_into(&mut self.buf, None).map_err(|e| {
-                log(&format!("waiting for the daemon: {e}"));
-                CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE
-            })?;
-            match Message::decode(&self.buf) {
-                Ok((Message::Reply { id: rid, op }, _)) if rid == id => return Ok(op),
-                Ok((Message::Reply { .. }, _)) => continue,
-                Ok((Message::AsyncError { code, message, .. }, _)) => {
-                    log(&format!("asynchronous failure {code}: {message}"));
-                    self.pending.get_or_insert(CUresult(code));
-                }
-                Ok((Message::Bye, _)) => return Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE),
-                Ok((Message::Request { .. }, _)) => return Err(CUresult::CUDA_ERROR_UNKNOWN),
-                Err(e) => {
-                    log(&format!("undecodable frame from the daemon: {e}"));
-                    return Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE);
-                }
+            if let Err(e) = self.t.recv_into(&mut self.buf, None) {
+                return Err(self.fail(&format!("waiting for the daemon: {e}")));
             }
+            if let Some(reply) = self.handle_frame(Some(id))? {
+                return Ok(reply);
+            }
+        }
+    }
+
+    /// Marks the connection broken (sticky) and returns the code every call now gets.
+    fn fail(&mut self, why: &str) -> CUresult {
+        log(why);
+        self.broken = true;
+        CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE
+    }
+
+    /// Handles the frame in `buf`: the reply to `want`, or an async failure kept for the
+    /// next sync point (`None`).
+    fn handle_frame(&mut self, want: Option<u64>) -> R<Option<Reply>> {
+        match Message::decode(&self.buf) {
+            Ok((Message::Reply { id, op }, _)) if Some(id) == want => Ok(Some(op)),
+            Ok((Message::Reply { .. }, _)) => Ok(None),
+            Ok((Message::AsyncError { code, message, .. }, _)) => {
+                log(&format!("asynchronous failure {code}: {message}"));
+                self.pending.get_or_insert(CUresult(code));
+                Ok(None)
+            }
+            Ok((Message::Bye, _)) => Err(self.fail("the daemon said goodbye")),
+            Ok((Message::Request { .. }, _)) => Err(self.fail("the daemon sent a request")),
+            Err(e) => Err(self.fail(&format!("undecodable frame from the daemon: {e}"))),
         }
     }
 
@@ -171,7 +190,17 @@ impl Conn {
     /// An asynchronous request: sent without a reply; failures come back later.
     pub fn post(&mut self, op: Request) -> R<()> {
         debug_assert!(op.is_async());
-        self.send(op, true).map(|_| ())
+        self.send(op, true)?;
+        self.posted += 1;
+        if self.posted >= DRAIN_EVERY {
+            self.posted = 0;
+            // No sync request is in flight (we hold the client lock), so whatever is
+            // queued for us is an asynchronous failure.
+            while self.t.recv_into(&mut self.buf, Some(std::time::Duration::ZERO)).is_ok() {
+                self.handle_frame(None)?;
+            }
+        }
+        Ok(())
     }
 
     /// A synchronisation point: reports (and clears) the first asynchronous failure.

@@ -134,9 +134,9 @@ impl Client {
         Ok(self.conn.as_mut().expect("just opened"))
     }
 
-    /// Records that the daemon is gone when a call failed that way.
+    /// Records that the daemon is gone when the transport failed.
     pub fn note(&mut self, r: CUresult) -> CUresult {
-        if r == CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE && self.conn.is_some() {
+        if self.conn.as_ref().is_some_and(|c| c.broken) {
             self.gone = true;
         }
         r
