@@ -156,14 +156,8 @@ fn c_driver_api_program_runs_unmodified_through_the_pool() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let passed = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
-    // The daemon does not serve 2D copies yet (it answers CUDA_ERROR_NOT_SUPPORTED); the
-    // interposer's side of them is in place. Every other check must pass.
-    let unexpected: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.starts_with("FAIL "))
-        .filter(|l| !(l.starts_with("FAIL memcpy2d.") && l.contains("returned 801")))
-        .collect();
-    assert!(unexpected.is_empty() && passed > 300, "{passed} passed; unexpected failures:\n{}\n{}\ndaemon log:\n{}", unexpected.join("\n"), text(&out), d.log());
+    let unexpected: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
+    assert!(unexpected.is_empty() && passed > 300, "{passed} passed; failures:\n{}\n{}\ndaemon log:\n{}", unexpected.join("\n"), text(&out), d.log());
 }
 
 #[test]
