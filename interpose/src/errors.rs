@@ -47,7 +47,9 @@ pub fn name_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_CONTAINED => c"CUDA_ERROR_CONTAINED",
         E::CUDA_ERROR_INVALID_SOURCE => c"CUDA_ERROR_INVALID_SOURCE",
         E::CUDA_ERROR_FILE_NOT_FOUND => c"CUDA_ERROR_FILE_NOT_FOUND",
-        E::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND => c"CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND",
+        E::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND => {
+            c"CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND"
+        }
         E::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED => c"CUDA_ERROR_SHARED_OBJECT_INIT_FAILED",
         E::CUDA_ERROR_OPERATING_SYSTEM => c"CUDA_ERROR_OPERATING_SYSTEM",
         E::CUDA_ERROR_INVALID_HANDLE => c"CUDA_ERROR_INVALID_HANDLE",
@@ -65,7 +67,9 @@ pub fn name_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_CONTEXT_IS_DESTROYED => c"CUDA_ERROR_CONTEXT_IS_DESTROYED",
         E::CUDA_ERROR_ASSERT => c"CUDA_ERROR_ASSERT",
         E::CUDA_ERROR_TOO_MANY_PEERS => c"CUDA_ERROR_TOO_MANY_PEERS",
-        E::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => c"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+        E::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => {
+            c"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"
+        }
         E::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED => c"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
         E::CUDA_ERROR_HARDWARE_STACK_ERROR => c"CUDA_ERROR_HARDWARE_STACK_ERROR",
         E::CUDA_ERROR_ILLEGAL_INSTRUCTION => c"CUDA_ERROR_ILLEGAL_INSTRUCTION",
@@ -79,7 +83,9 @@ pub fn name_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_NOT_SUPPORTED => c"CUDA_ERROR_NOT_SUPPORTED",
         E::CUDA_ERROR_SYSTEM_NOT_READY => c"CUDA_ERROR_SYSTEM_NOT_READY",
         E::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH => c"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-        E::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE => c"CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+        E::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE => {
+            c"CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"
+        }
         E::CUDA_ERROR_MPS_CONNECTION_FAILED => c"CUDA_ERROR_MPS_CONNECTION_FAILED",
         E::CUDA_ERROR_MPS_RPC_FAILURE => c"CUDA_ERROR_MPS_RPC_FAILURE",
         E::CUDA_ERROR_MPS_SERVER_NOT_READY => c"CUDA_ERROR_MPS_SERVER_NOT_READY",
@@ -103,7 +109,9 @@ pub fn name_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_INVALID_CLUSTER_SIZE => c"CUDA_ERROR_INVALID_CLUSTER_SIZE",
         E::CUDA_ERROR_FUNCTION_NOT_LOADED => c"CUDA_ERROR_FUNCTION_NOT_LOADED",
         E::CUDA_ERROR_INVALID_RESOURCE_TYPE => c"CUDA_ERROR_INVALID_RESOURCE_TYPE",
-        E::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION => c"CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION",
+        E::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION => {
+            c"CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION"
+        }
         E::CUDA_ERROR_KEY_ROTATION => c"CUDA_ERROR_KEY_ROTATION",
         E::CUDA_ERROR_UNKNOWN => c"CUDA_ERROR_UNKNOWN",
         _ => return None,
@@ -123,8 +131,12 @@ pub fn description_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_INVALID_IMAGE => c"device kernel image is invalid",
         E::CUDA_ERROR_INVALID_CONTEXT => c"invalid device context",
         E::CUDA_ERROR_CONTEXT_ALREADY_CURRENT => c"context already current",
-        E::CUDA_ERROR_NO_BINARY_FOR_GPU => c"no kernel image is available for execution on the device",
-        E::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => c"peer access is not supported between these two devices",
+        E::CUDA_ERROR_NO_BINARY_FOR_GPU => {
+            c"no kernel image is available for execution on the device"
+        }
+        E::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => {
+            c"peer access is not supported between these two devices"
+        }
         E::CUDA_ERROR_INVALID_PTX => c"a PTX JIT compilation failed",
         E::CUDA_ERROR_INVALID_SOURCE => c"device kernel image is invalid",
         E::CUDA_ERROR_INVALID_HANDLE => c"invalid resource handle",
@@ -140,7 +152,9 @@ pub fn description_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_LAUNCH_FAILED => c"unspecified launch failure",
         E::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE => c"too many blocks in cooperative launch",
         E::CUDA_ERROR_NOT_SUPPORTED => c"operation not supported",
-        E::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => c"operation not permitted when stream is capturing",
+        E::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => {
+            c"operation not permitted when stream is capturing"
+        }
         E::CUDA_ERROR_UNKNOWN => c"unknown error",
         other => return name_c(other),
     })

@@ -68,11 +68,15 @@ fn real_dlopen() -> Option<DlopenFn> {
 fn own_handle() -> *mut c_void {
     static OWN: OnceLock<usize> = OnceLock::new();
     *OWN.get_or_init(|| {
-        let Some(dlopen) = real_dlopen() else { return 0 };
+        let Some(dlopen) = real_dlopen() else {
+            return 0;
+        };
         // SAFETY: Dl_info is plain data; zeroed is a valid initial value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         // SAFETY: dladdr on the address of one of our own functions, writing `info`.
-        if unsafe { libc::dladdr(own_handle as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        if unsafe { libc::dladdr(own_handle as *const c_void, &mut info) } == 0
+            || info.dli_fname.is_null()
+        {
             return 0;
         }
         // SAFETY: the real dlopen with the NUL-terminated path dladdr reported; this
@@ -118,9 +122,16 @@ pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c
 /// NUL-terminated symbol name.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    let Some(real) = real_dlsym() else { return std::ptr::null_mut() };
+    let Some(real) = real_dlsym() else {
+        return std::ptr::null_mut();
+    };
     let guard = Guard::enter();
-    if !guard.nested() && !handle.is_null() && handle != libc::RTLD_NEXT && handle != libc::RTLD_DEFAULT && handle == own_handle() {
+    if !guard.nested()
+        && !handle.is_null()
+        && handle != libc::RTLD_NEXT
+        && handle != libc::RTLD_DEFAULT
+        && handle == own_handle()
+    {
         // Our own handle: our exports answer (the real dlsym on our handle finds exactly
         // them, never another library's).
         // SAFETY: the real dlsym with our handle and the caller's NUL-terminated name.

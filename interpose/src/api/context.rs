@@ -6,7 +6,9 @@ use crate::client::{self, CtxInfo, Kind, make, stack_pop, stack_push, stack_set,
 use crate::util::{R, entry, out};
 use gpupool_protocol::Request;
 use gpupool_protocol::ops::Reply;
-use gpupool_shim::cuda::{CUcontext, CUctxCreateParams, CUdevice, CUexecAffinityParam, CUfunc_cache, CUlimit, CUresult};
+use gpupool_shim::cuda::{
+    CUcontext, CUctxCreateParams, CUdevice, CUexecAffinityParam, CUfunc_cache, CUlimit, CUresult,
+};
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_uint};
 use std::sync::Mutex;
@@ -20,11 +22,23 @@ fn create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> R<()> {
     }
     let h = client::call(|c| {
         c.device(dev)?;
-        let Reply::Context { ctx } = c.live()?.call(Request::CtxCreate { device: dev as u32, flags })? else {
+        let Reply::Context { ctx } = c.live()?.call(Request::CtxCreate {
+            device: dev as u32,
+            flags,
+        })?
+        else {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
         let h = make(Kind::Ctx, ctx.0)?;
-        c.reg.ctxs.insert(h, CtxInfo { id: ctx, device: dev as u32, flags, primary: false });
+        c.reg.ctxs.insert(
+            h,
+            CtxInfo {
+                id: ctx,
+                device: dev as u32,
+                flags,
+                primary: false,
+            },
+        );
         Ok(h)
     })?;
     out(pctx, h as CUcontext)?;
@@ -33,7 +47,11 @@ fn create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> R<()> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
     entry(|| create(pctx, flags, dev))
 }
 
@@ -57,7 +75,12 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut CUctxCreateParams, flags: c_uint, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    pctx: *mut CUcontext,
+    params: *mut CUctxCreateParams,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
     entry(|| {
         if !params.is_null() {
             // SAFETY: non-null; the caller passes a valid CUctxCreateParams.
@@ -113,7 +136,13 @@ pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
     entry(|| {
-        client::with(|c| if c.initialized { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_INITIALIZED) })?;
+        client::with(|c| {
+            if c.initialized {
+                Ok(())
+            } else {
+                Err(CUresult::CUDA_ERROR_NOT_INITIALIZED)
+            }
+        })?;
         let h = stack_pop().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         if !pctx.is_null() {
             out(pctx, h as CUcontext)?;
@@ -128,7 +157,13 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
         if !ctx.is_null() {
             check_ctx(ctx as u64)?;
         } else {
-            client::with(|c| if c.initialized { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_INITIALIZED) })?;
+            client::with(|c| {
+                if c.initialized {
+                    Ok(())
+                } else {
+                    Err(CUresult::CUDA_ERROR_NOT_INITIALIZED)
+                }
+            })?;
         }
         stack_set(ctx as u64);
         Ok(())
@@ -141,7 +176,13 @@ pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
         if pctx.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        client::with(|c| if c.initialized { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_INITIALIZED) })?;
+        client::with(|c| {
+            if c.initialized {
+                Ok(())
+            } else {
+                Err(CUresult::CUDA_ERROR_NOT_INITIALIZED)
+            }
+        })?;
         out(pctx, stack_top().unwrap_or(0) as CUcontext)
     })
 }
@@ -214,7 +255,10 @@ pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: CUlimit) -> CUr
         let (h, ..) = client::with(|c| c.current())?;
         let dflt = default_limit(limit).ok_or(CUresult::CUDA_ERROR_UNSUPPORTED_LIMIT)?;
         let map = LIMITS.lock().unwrap_or_else(|e| e.into_inner());
-        let v = map.as_ref().and_then(|m| m.get(&(h, limit.0)).copied()).unwrap_or(dflt);
+        let v = map
+            .as_ref()
+            .and_then(|m| m.get(&(h, limit.0)).copied())
+            .unwrap_or(dflt);
         out(value, v)
     })
 }
@@ -224,7 +268,11 @@ pub unsafe extern "C" fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult
     entry(|| {
         let (h, ..) = client::with(|c| c.current())?;
         default_limit(limit).ok_or(CUresult::CUDA_ERROR_UNSUPPORTED_LIMIT)?;
-        LIMITS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert((h, limit.0), value);
+        LIMITS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert((h, limit.0), value);
         Ok(())
     })
 }
@@ -249,7 +297,10 @@ pub unsafe extern "C" fn cuCtxSetCacheConfig(config: CUfunc_cache) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CUresult {
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CUresult {
     entry(|| {
         client::with(|c| c.current())?;
         if !least.is_null() {
@@ -273,7 +324,8 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
         let h = client::call(|c| {
             c.device(dev)?;
             let d = dev as u32;
-            let Reply::Context { ctx } = c.live()?.call(Request::PrimaryCtxRetain { device: d })? else {
+            let Reply::Context { ctx } = c.live()?.call(Request::PrimaryCtxRetain { device: d })?
+            else {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
             let h = make(Kind::Ctx, ctx.0)?;
@@ -281,7 +333,15 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
             let entry = c.reg.primary.entry(d).or_insert((h, 0, flags));
             entry.0 = h;
             entry.1 += 1;
-            c.reg.ctxs.insert(h, CtxInfo { id: ctx, device: d, flags, primary: true });
+            c.reg.ctxs.insert(
+                h,
+                CtxInfo {
+                    id: ctx,
+                    device: d,
+                    flags,
+                    primary: true,
+                },
+            );
             Ok(h)
         })?;
         out(pctx, h as CUcontext)
@@ -298,7 +358,8 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
                 Some(&(_, n, _)) if n > 0 => {}
                 _ => return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT),
             }
-            c.live()?.call_ok(Request::PrimaryCtxRelease { device: d })?;
+            c.live()?
+                .call_ok(Request::PrimaryCtxRelease { device: d })?;
             let p = c.reg.primary.get_mut(&d).expect("checked above");
             p.1 -= 1;
             if p.1 == 0 {
@@ -330,14 +391,22 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) -> CUresult {
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: CUdevice,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> CUresult {
     entry(|| {
         if flags.is_null() || active.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let (f, a) = client::call(|c| {
             c.device(dev)?;
-            Ok(c.reg.primary.get(&(dev as u32)).map(|p| (p.2, p.1 > 0)).unwrap_or((0, false)))
+            Ok(c.reg
+                .primary
+                .get(&(dev as u32))
+                .map(|p| (p.2, p.1 > 0))
+                .unwrap_or((0, false)))
         })?;
         out(flags, f)?;
         out(active, a as c_int)

@@ -1,4 +1,4 @@
-//! Copies and memsets. Host bytes travel inline when short and through the shared staging
+//! Copies (memsets are in [`super::memset`]). Host bytes travel inline when short and through the shared staging
 //! area otherwise (in chunks of its size). Async host-to-device copies are posted without
 //! a reply; a chunk that used staging is followed by a cheap synchronous request, after
 //! which the daemon is done with the area. Async device-to-host copies wait for their
@@ -8,22 +8,28 @@ use super::DefaultStream;
 use super::stream::resolve;
 use crate::client::{self, Client};
 use crate::util::{R, host_bytes, host_bytes_mut};
-use gpupool_protocol::ops::{Copy2D, Copy2DEnd, MemSpace, Memset, MemsetValue, Reply, StagingRegion};
+use gpupool_protocol::ops::{Copy2D, Copy2DEnd, MemSpace, Reply, StagingRegion};
 use gpupool_protocol::{DevicePtr, Request, StreamId};
-use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream};
-use std::os::raw::{c_uchar, c_uint, c_ushort, c_void};
+use gpupool_shim::cuda::{
+    CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream,
+};
+use std::os::raw::c_void;
 
 /// The device range `[p, p + n)` lies in one allocation of this client, made in the
 /// calling thread's current context (another context's pointer is INVALID_VALUE, as the
 /// driver answers, without a round trip).
-fn check_dev(c: &Client, p: u64, n: usize) -> R<()> {
+pub(super) fn check_dev(c: &Client, p: u64, n: usize) -> R<()> {
     match c.reg.alloc_of(p) {
-        Some((base, size, ctx)) if p + n as u64 <= base + size && Some(ctx) == client::stack_top() => Ok(()),
+        Some((base, size, ctx))
+            if p + n as u64 <= base + size && Some(ctx) == client::stack_top() =>
+        {
+            Ok(())
+        }
         _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
     }
 }
 
-fn require_ctx(c: &mut Client) -> R<()> {
+pub(super) fn require_ctx(c: &mut Client) -> R<()> {
     c.current().map(|_| ())
 }
 
@@ -38,7 +44,11 @@ pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R
         match stream {
             None => conn.call_ok(Request::MemcpyHtoD { dst: d, src: hs })?,
             Some(stream) => {
-                conn.post(Request::MemcpyHtoDAsync { dst: d, src: hs, stream })?;
+                conn.post(Request::MemcpyHtoDAsync {
+                    dst: d,
+                    src: hs,
+                    stream,
+                })?;
                 if staged {
                     // The daemon is done with staging once it handles the next frame.
                     conn.call(Request::DeviceGetCount {})?;
@@ -59,13 +69,26 @@ pub fn dtoh(c: &mut Client, dst: &mut [u8], src: u64) -> R<()> {
     for (i, part) in dst.chunks_mut(chunk).enumerate() {
         let s = DevicePtr(src + (i * chunk) as u64);
         if part.len() <= client::conn::INLINE_MAX {
-            match conn.call(Request::MemcpyDtoHInline { src: s, len: part.len() as u32 })? {
-                Reply::Bytes { data } if data.0.len() == part.len() => part.copy_from_slice(&data.0),
+            match conn.call(Request::MemcpyDtoHInline {
+                src: s,
+                len: part.len() as u32,
+            })? {
+                Reply::Bytes { data } if data.0.len() == part.len() => {
+                    part.copy_from_slice(&data.0)
+                }
                 _ => return Err(CUresult::CUDA_ERROR_UNKNOWN),
             }
         } else {
-            conn.call_ok(Request::MemcpyDtoH { src: s, dst: StagingRegion { offset: 0, len: part.len() as u64 } })?;
-            conn.staging().read(0, part).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+            conn.call_ok(Request::MemcpyDtoH {
+                src: s,
+                dst: StagingRegion {
+                    offset: 0,
+                    len: part.len() as u64,
+                },
+            })?;
+            conn.staging()
+                .read(0, part)
+                .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
         }
     }
     conn.take_pending()
@@ -78,7 +101,12 @@ fn dtod(c: &mut Client, dst: u64, src: u64, n: usize, stream: Option<StreamId>) 
     let conn = c.live()?;
     match stream {
         None => conn.call_ok(Request::MemcpyDtoD { dst, src, len }),
-        Some(stream) => conn.post(Request::MemcpyDtoDAsync { dst, src, len, stream }),
+        Some(stream) => conn.post(Request::MemcpyDtoDAsync {
+            dst,
+            src,
+            len,
+            stream,
+        }),
     }
 }
 
@@ -94,7 +122,13 @@ fn memcpy_htod(dst: CUdeviceptr, src: *const c_void, n: usize, _ds: DefaultStrea
     })
 }
 
-fn memcpy_htod_async(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+fn memcpy_htod_async(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
     let bytes = host_bytes(src, n)?;
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
@@ -110,7 +144,13 @@ fn memcpy_dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, _ds: DefaultStream)
     })
 }
 
-fn memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+fn memcpy_dtoh_async(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    n: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
     let bytes = host_bytes_mut(dst, n)?;
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
@@ -127,7 +167,13 @@ fn memcpy_dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize, _ds: DefaultStream)
     })
 }
 
-fn memcpy_dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+fn memcpy_dtod_async(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    n: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         dtod(c, dst, src, n, Some(stream))
@@ -168,18 +214,39 @@ fn memcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R
     })
 }
 
-fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+fn memcpy_async(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    n: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         memcpy_any(c, dst, src, n, Some(stream))
     })
 }
 
-fn memcpy_peer(dst: CUdeviceptr, _dc: CUcontext, src: CUdeviceptr, _sc: CUcontext, n: usize, ds: DefaultStream) -> R<()> {
+fn memcpy_peer(
+    dst: CUdeviceptr,
+    _dc: CUcontext,
+    src: CUdeviceptr,
+    _sc: CUcontext,
+    n: usize,
+    ds: DefaultStream,
+) -> R<()> {
     memcpy_dtod(dst, src, n, ds)
 }
 
-fn memcpy_peer_async(dst: CUdeviceptr, _dc: CUcontext, src: CUdeviceptr, _sc: CUcontext, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+fn memcpy_peer_async(
+    dst: CUdeviceptr,
+    _dc: CUcontext,
+    src: CUdeviceptr,
+    _sc: CUcontext,
+    n: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
     memcpy_dtod_async(dst, src, n, s, ds)
 }
 
@@ -219,16 +286,34 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
     if d_dev {
         check_dev(c, d_org, span(p.dstPitch))?;
     }
-    let dev_end = |org: u64, pitch: usize| Copy2DEnd { space: MemSpace::Device(DevicePtr(org)), x_bytes: 0, y: 0, pitch: pitch as u64 };
-    let staged = Copy2DEnd { space: MemSpace::Staging(0), x_bytes: 0, y: 0, pitch: w as u64 };
+    let dev_end = |org: u64, pitch: usize| Copy2DEnd {
+        space: MemSpace::Device(DevicePtr(org)),
+        x_bytes: 0,
+        y: 0,
+        pitch: pitch as u64,
+    };
+    let staged = Copy2DEnd {
+        space: MemSpace::Staging(0),
+        x_bytes: 0,
+        y: 0,
+        pitch: w as u64,
+    };
     match (s_dev, d_dev) {
         (true, true) => {
-            let copy = Copy2D { src: dev_end(s_org, p.srcPitch), dst: dev_end(d_org, p.dstPitch), width_bytes: w as u64, height: h as u64 };
+            let copy = Copy2D {
+                src: dev_end(s_org, p.srcPitch),
+                dst: dev_end(d_org, p.dstPitch),
+                width_bytes: w as u64,
+                height: h as u64,
+            };
             c.live()?.call_ok(Request::Memcpy2D { copy })
         }
         (false, false) => {
             for row in 0..h {
-                let (s, d) = (s_org as usize + row * p.srcPitch, d_org as usize + row * p.dstPitch);
+                let (s, d) = (
+                    s_org as usize + row * p.srcPitch,
+                    d_org as usize + row * p.dstPitch,
+                );
                 // SAFETY: both ends are host buffers covering these rows per the CUDA contract.
                 unsafe { std::ptr::copy(s as *const u8, d as *mut u8, w) };
             }
@@ -245,17 +330,41 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
                 let n = rows.min(h - row);
                 if d_dev {
                     for r in 0..n {
-                        let s = host_bytes((s_org as usize + (row + r) * p.srcPitch) as *const c_void, w)?;
-                        conn.staging().write(r * w, s).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                        let s = host_bytes(
+                            (s_org as usize + (row + r) * p.srcPitch) as *const c_void,
+                            w,
+                        )?;
+                        conn.staging()
+                            .write(r * w, s)
+                            .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
                     }
                     let dst = dev_end(d_org + (row * p.dstPitch) as u64, p.dstPitch);
-                    conn.call_ok(Request::Memcpy2D { copy: Copy2D { src: staged, dst, width_bytes: w as u64, height: n as u64 } })?;
+                    conn.call_ok(Request::Memcpy2D {
+                        copy: Copy2D {
+                            src: staged,
+                            dst,
+                            width_bytes: w as u64,
+                            height: n as u64,
+                        },
+                    })?;
                 } else {
                     let src = dev_end(s_org + (row * p.srcPitch) as u64, p.srcPitch);
-                    conn.call_ok(Request::Memcpy2D { copy: Copy2D { src, dst: staged, width_bytes: w as u64, height: n as u64 } })?;
+                    conn.call_ok(Request::Memcpy2D {
+                        copy: Copy2D {
+                            src,
+                            dst: staged,
+                            width_bytes: w as u64,
+                            height: n as u64,
+                        },
+                    })?;
                     for r in 0..n {
-                        let d = host_bytes_mut((d_org as usize + (row + r) * p.dstPitch) as *mut c_void, w)?;
-                        conn.staging().read(r * w, d).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                        let d = host_bytes_mut(
+                            (d_org as usize + (row + r) * p.dstPitch) as *mut c_void,
+                            w,
+                        )?;
+                        conn.staging()
+                            .read(r * w, d)
+                            .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
                     }
                 }
                 row += n;
@@ -306,84 +415,4 @@ super::stream_variants! {
     cuMemcpy2DAsync_v2 / cuMemcpy2DAsync_v2_ptsz => memcpy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream);
     cuMemcpy3D_v2 / cuMemcpy3D_v2_ptds => memcpy3d(p: *const CUDA_MEMCPY3D);
     cuMemcpy3DAsync_v2 / cuMemcpy3DAsync_v2_ptsz => memcpy3d_async(p: *const CUDA_MEMCPY3D, s: CUstream);
-}
-
-// ---- memset ----
-
-fn memset(p: u64, value: MemsetValue, pitch: usize, w: usize, h: usize, stream: Option<(CUstream, DefaultStream)>) -> R<()> {
-    let es = value.element_size() as usize;
-    client::call(|c| {
-        let stream = match stream {
-            Some((s, ds)) => Some(resolve(c, s, ds)?),
-            None => {
-                require_ctx(c)?;
-                None
-            }
-        };
-        if w == 0 || h == 0 {
-            return Ok(());
-        }
-        if !p.is_multiple_of(es as u64) || (h > 1 && pitch < w * es) {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        check_dev(c, p, if h > 1 { (h - 1) * pitch + w * es } else { w * es })?;
-        let set = Memset { dst: DevicePtr(p), value, width: w as u64, height: h as u64, pitch: if h > 1 { pitch as u64 } else { 0 } };
-        let conn = c.live()?;
-        match stream {
-            None => conn.call_ok(Request::Memset { set }),
-            Some(stream) => conn.post(Request::MemsetAsync { set, stream }),
-        }
-    })
-}
-
-fn d8(p: CUdeviceptr, v: c_uchar, n: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U8(v), 0, n, 1, None)
-}
-fn d16(p: CUdeviceptr, v: c_ushort, n: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U16(v), 0, n, 1, None)
-}
-fn d32(p: CUdeviceptr, v: c_uint, n: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U32(v), 0, n, 1, None)
-}
-fn d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U8(v), pitch, w, h, None)
-}
-fn d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U16(v), pitch, w, h, None)
-}
-fn d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U32(v), pitch, w, h, None)
-}
-fn d8a(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U8(v), 0, n, 1, Some((s, ds)))
-}
-fn d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U16(v), 0, n, 1, Some((s, ds)))
-}
-fn d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U32(v), 0, n, 1, Some((s, ds)))
-}
-fn d2d8a(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U8(v), pitch, w, h, Some((s, ds)))
-}
-fn d2d16a(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U16(v), pitch, w, h, Some((s, ds)))
-}
-fn d2d32a(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U32(v), pitch, w, h, Some((s, ds)))
-}
-
-super::stream_variants! {
-    cuMemsetD8_v2 / cuMemsetD8_v2_ptds => d8(p: CUdeviceptr, v: c_uchar, n: usize);
-    cuMemsetD16_v2 / cuMemsetD16_v2_ptds => d16(p: CUdeviceptr, v: c_ushort, n: usize);
-    cuMemsetD32_v2 / cuMemsetD32_v2_ptds => d32(p: CUdeviceptr, v: c_uint, n: usize);
-    cuMemsetD2D8_v2 / cuMemsetD2D8_v2_ptds => d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize);
-    cuMemsetD2D16_v2 / cuMemsetD2D16_v2_ptds => d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize);
-    cuMemsetD2D32_v2 / cuMemsetD2D32_v2_ptds => d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize);
-    cuMemsetD8Async / cuMemsetD8Async_ptsz => d8a(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream);
-    cuMemsetD16Async / cuMemsetD16Async_ptsz => d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream);
-    cuMemsetD32Async / cuMemsetD32Async_ptsz => d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
-    cuMemsetD2D8Async / cuMemsetD2D8Async_ptsz => d2d8a(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream);
-    cuMemsetD2D16Async / cuMemsetD2D16Async_ptsz => d2d16a(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream);
-    cuMemsetD2D32Async / cuMemsetD2D32Async_ptsz => d2d32a(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream);
 }

@@ -67,7 +67,10 @@ pub unsafe extern "C" fn cuGetErrorName(error: CUresult, text: *mut *const c_cha
 
 /// NVIDIA's private tables: not provided (the table pointer is NULL, the call fails).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetExportTable(table: *mut *const c_void, id: *const CUuuid) -> CUresult {
+pub unsafe extern "C" fn cuGetExportTable(
+    table: *mut *const c_void,
+    id: *const CUuuid,
+) -> CUresult {
     entry(|| {
         if !table.is_null() {
             out(table, std::ptr::null())?;

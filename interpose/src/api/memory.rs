@@ -7,8 +7,8 @@ use crate::util::{R, entry, out};
 use gpupool_protocol::ops::Reply;
 use gpupool_protocol::{DevicePtr, Request};
 use gpupool_shim::cuda::{
-    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CUcontext, CUdeviceptr, CUmemorytype,
-    CUpointer_attribute as P, CUresult,
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CUcontext,
+    CUdeviceptr, CUmemorytype, CUpointer_attribute as P, CUresult,
 };
 use std::alloc::Layout;
 use std::os::raw::{c_int, c_uint, c_void};
@@ -43,7 +43,10 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
         }
         let p = client::call(|c| {
             let (h, ctx, _) = c.current()?;
-            match c.live()?.call(Request::MemAlloc { ctx, bytes: bytesize as u64 })? {
+            match c.live()?.call(Request::MemAlloc {
+                ctx,
+                bytes: bytesize as u64,
+            })? {
                 Reply::MemPtr { ptr } => {
                     record(c, h, ptr, bytesize as u64);
                     Ok(ptr.0)
@@ -64,12 +67,22 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     element_size: c_uint,
 ) -> CUresult {
     entry(|| {
-        if dptr.is_null() || pitch.is_null() || width_bytes == 0 || height == 0 || !matches!(element_size, 4 | 8 | 16) {
+        if dptr.is_null()
+            || pitch.is_null()
+            || width_bytes == 0
+            || height == 0
+            || !matches!(element_size, 4 | 8 | 16)
+        {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let (p, pt) = client::call(|c| {
             let (h, ctx, _) = c.current()?;
-            let req = Request::MemAllocPitch { ctx, width_bytes: width_bytes as u64, height: height as u64, element_size };
+            let req = Request::MemAllocPitch {
+                ctx,
+                width_bytes: width_bytes as u64,
+                height: height as u64,
+                element_size,
+            };
             match c.live()?.call(req)? {
                 Reply::MemPitch { ptr, pitch } => {
                     record(c, h, ptr, pitch * height as u64);
@@ -92,7 +105,9 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
             if c.reg.allocs.get(&dptr).is_none_or(|&(_, ctx)| ctx != cur) {
                 return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
             }
-            c.live()?.call_ok(Request::MemFree { ptr: DevicePtr(dptr) })?;
+            c.live()?.call_ok(Request::MemFree {
+                ptr: DevicePtr(dptr),
+            })?;
             c.reg.allocs.remove(&dptr);
             Ok(())
         })
@@ -100,7 +115,11 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usize, dptr: CUdeviceptr) -> CUresult {
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    base: *mut CUdeviceptr,
+    size: *mut usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
     entry(|| {
         let (b, s, _) = client::with(|c| {
             c.current()?;
@@ -118,7 +137,8 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *
 
 // ---- page-locked host memory: local, page-aligned allocations ----
 
-const HOST_ALLOC_FLAGS: u32 = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+const HOST_ALLOC_FLAGS: u32 =
+    CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
 const PAGE: usize = 4096;
 
 fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
@@ -127,7 +147,8 @@ fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
     }
     client::with(|c| {
         c.current()?;
-        let layout = Layout::from_size_align(bytesize.max(1), PAGE).map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        let layout = Layout::from_size_align(bytesize.max(1), PAGE)
+            .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
         if p.is_null() {
@@ -140,11 +161,21 @@ fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
-    entry(|| host_alloc(pp, bytesize, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP))
+    entry(|| {
+        host_alloc(
+            pp,
+            bytesize,
+            CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
+        )
+    })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuMemHostAlloc(
+    pp: *mut *mut c_void,
+    bytesize: usize,
+    flags: c_uint,
+) -> CUresult {
     entry(|| host_alloc(pp, bytesize, flags))
 }
 
@@ -152,8 +183,13 @@ pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, f
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     entry(|| {
         client::with(|c| {
-            let (size, _) = c.reg.host.remove(&(p as usize)).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-            let layout = Layout::from_size_align(size, PAGE).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+            let (size, _) = c
+                .reg
+                .host
+                .remove(&(p as usize))
+                .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            let layout =
+                Layout::from_size_align(size, PAGE).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
             // SAFETY: `p` was returned by `alloc_zeroed` with this layout (recorded at
             // allocation) and is removed from the table, so it is freed once.
             unsafe { std::alloc::dealloc(p.cast::<u8>(), layout) };
@@ -165,14 +201,20 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
 /// Unified addressing: page-locked memory has its host address. Through the pool it is
 /// usable in copies; kernels cannot reach client memory.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    pdptr: *mut CUdeviceptr,
+    p: *mut c_void,
+    flags: c_uint,
+) -> CUresult {
     entry(|| {
         if flags != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         client::with(|c| {
             c.current()?;
-            c.reg.host_of(p as usize).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            c.reg
+                .host_of(p as usize)
+                .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
             out(pdptr, p as CUdeviceptr)
         })
     })
@@ -183,7 +225,10 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
     entry(|| {
         client::with(|c| {
             c.current()?;
-            let (_, _, f) = c.reg.host_of(p as usize).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            let (_, _, f) = c
+                .reg
+                .host_of(p as usize)
+                .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
             out(flags, f)
         })
     })
@@ -208,7 +253,11 @@ fn write_attribute(data: *mut c_void, attr: P, p: Pointee, ptr: u64) -> R<()> {
     match attr {
         P::CU_POINTER_ATTRIBUTE_CONTEXT => out(data.cast::<CUcontext>(), ctx as CUcontext),
         P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => {
-            let t = if is_device { CUmemorytype::CU_MEMORYTYPE_DEVICE } else { CUmemorytype::CU_MEMORYTYPE_HOST };
+            let t = if is_device {
+                CUmemorytype::CU_MEMORYTYPE_DEVICE
+            } else {
+                CUmemorytype::CU_MEMORYTYPE_HOST
+            };
             out(data.cast::<c_uint>(), t.0)
         }
         P::CU_POINTER_ATTRIBUTE_DEVICE_POINTER => out(data.cast::<CUdeviceptr>(), ptr),
@@ -218,21 +267,31 @@ fn write_attribute(data: *mut c_void, attr: P, p: Pointee, ptr: u64) -> R<()> {
             }
             out(data.cast::<*mut c_void>(), ptr as *mut c_void)
         }
-        P::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS | P::CU_POINTER_ATTRIBUTE_IS_MANAGED | P::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE => {
-            out(data.cast::<c_uint>(), 0)
-        }
+        P::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS
+        | P::CU_POINTER_ATTRIBUTE_IS_MANAGED
+        | P::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE => out(data.cast::<c_uint>(), 0),
         P::CU_POINTER_ATTRIBUTE_MAPPED => out(data.cast::<c_uint>(), 1),
-        P::CU_POINTER_ATTRIBUTE_BUFFER_ID | P::CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID => out(data.cast::<u64>(), base),
+        P::CU_POINTER_ATTRIBUTE_BUFFER_ID | P::CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID => {
+            out(data.cast::<u64>(), base)
+        }
         P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => out(data.cast::<c_int>(), device),
-        P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR | P::CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => out(data.cast::<u64>(), base),
-        P::CU_POINTER_ATTRIBUTE_RANGE_SIZE | P::CU_POINTER_ATTRIBUTE_MAPPING_SIZE => out(data.cast::<usize>(), size as usize),
+        P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR | P::CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => {
+            out(data.cast::<u64>(), base)
+        }
+        P::CU_POINTER_ATTRIBUTE_RANGE_SIZE | P::CU_POINTER_ATTRIBUTE_MAPPING_SIZE => {
+            out(data.cast::<usize>(), size as usize)
+        }
         P::CU_POINTER_ATTRIBUTE_ACCESS_FLAGS => out(data.cast::<c_uint>(), 3),
         _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
     }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: P, ptr: CUdeviceptr) -> CUresult {
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: P,
+    ptr: CUdeviceptr,
+) -> CUresult {
     entry(|| {
         if data.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -248,7 +307,12 @@ pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: P, 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttributes(num: c_uint, attributes: *mut P, data: *mut *mut c_void, ptr: CUdeviceptr) -> CUresult {
+pub unsafe extern "C" fn cuPointerGetAttributes(
+    num: c_uint,
+    attributes: *mut P,
+    data: *mut *mut c_void,
+    ptr: CUdeviceptr,
+) -> CUresult {
     entry(|| {
         if num == 0 || attributes.is_null() || data.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -267,9 +331,13 @@ pub unsafe extern "C" fn cuPointerGetAttributes(num: c_uint, attributes: *mut P,
             }
             let unknown: Pointee = (0, 0, 0, -2, false);
             match p {
-                Some(p) => write_attribute(slot, attr, p, ptr).or_else(|_| write_attribute(slot, attr, unknown, 0))?,
-                None if attr == P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => out(slot.cast::<c_uint>(), 0)?,
-                None => write_attribute(slot, attr, unknown, 0).or_else(|_| out(slot.cast::<u64>(), 0))?,
+                Some(p) => write_attribute(slot, attr, p, ptr)
+                    .or_else(|_| write_attribute(slot, attr, unknown, 0))?,
+                None if attr == P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => {
+                    out(slot.cast::<c_uint>(), 0)?
+                }
+                None => write_attribute(slot, attr, unknown, 0)
+                    .or_else(|_| out(slot.cast::<u64>(), 0))?,
             }
         }
         Ok(())

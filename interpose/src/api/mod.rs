@@ -14,6 +14,7 @@ pub mod extra;
 pub mod init;
 pub mod launch;
 pub mod memory;
+pub mod memset;
 pub mod module;
 pub mod nvml;
 pub mod proc_address;
@@ -41,4 +42,3 @@ macro_rules! stream_variants {
     )*};
 }
 pub(crate) use stream_variants;
-

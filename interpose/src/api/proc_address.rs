@@ -6,7 +6,9 @@
 //! instead of a function with the wrong signature.
 
 use crate::util::{R as CuResult, entry as cuda_entry, out};
-use gpupool_shim::cuda::{CUdriverProcAddress_flags as Flags, CUdriverProcAddressQueryResult as Q, CUresult, cuuint64_t};
+use gpupool_shim::cuda::{
+    CUdriverProcAddress_flags as Flags, CUdriverProcAddressQueryResult as Q, CUresult, cuuint64_t,
+};
 use std::os::raw::{c_char, c_int, c_void};
 
 type Ptr = *const c_void;
@@ -25,16 +27,28 @@ struct Entry {
 
 macro_rules! variant {
     ($v:literal => !) => {
-        Variant { version: $v, default: None, per_thread: None }
+        Variant {
+            version: $v,
+            default: None,
+            per_thread: None,
+        }
     };
     ($v:literal => $f:ident) => {{
         check_signature!($f);
-        Variant { version: $v, default: Some($f as Ptr), per_thread: None }
+        Variant {
+            version: $v,
+            default: Some($f as Ptr),
+            per_thread: None,
+        }
     }};
     ($v:literal => $f:ident | $p:ident) => {{
         check_signature!($f);
         check_signature!($p);
-        Variant { version: $v, default: Some($f as Ptr), per_thread: Some($p as Ptr) }
+        Variant {
+            version: $v,
+            default: Some($f as Ptr),
+            per_thread: Some($p as Ptr),
+        }
     }};
 }
 
@@ -61,6 +75,7 @@ use super::extra::*;
 use super::init::*;
 use super::launch::*;
 use super::memory::*;
+use super::memset::*;
 use super::module::*;
 use super::stream::*;
 
@@ -209,7 +224,11 @@ pub fn lookup(symbol: &str, version: i32, per_thread: bool) -> (Option<Ptr>, Q) 
     match entry.variants.iter().rev().find(|v| v.version <= version) {
         None => (None, Q::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT),
         Some(v) => {
-            let f = if per_thread { v.per_thread.or(v.default) } else { v.default };
+            let f = if per_thread {
+                v.per_thread.or(v.default)
+            } else {
+                v.default
+            };
             match f {
                 Some(f) => (Some(f), Q::CU_GET_PROC_ADDRESS_SUCCESS),
                 None => (None, Q::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND),
@@ -233,12 +252,18 @@ fn get_proc_address(
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let per_thread = match flags {
-        f if f == Flags::CU_GET_PROC_ADDRESS_DEFAULT.0 as u64 || f == Flags::CU_GET_PROC_ADDRESS_LEGACY_STREAM.0 as u64 => false,
+        f if f == Flags::CU_GET_PROC_ADDRESS_DEFAULT.0 as u64
+            || f == Flags::CU_GET_PROC_ADDRESS_LEGACY_STREAM.0 as u64 =>
+        {
+            false
+        }
         f if f == Flags::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.0 as u64 => true,
         _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
     };
     // SAFETY: non-null and NUL-terminated per the CUDA contract.
-    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_str().unwrap_or("");
+    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }
+        .to_str()
+        .unwrap_or("");
     let (f, q) = lookup(name, version, per_thread);
     out(pfn, f.unwrap_or(std::ptr::null()) as *mut c_void)?;
     if !status.is_null() {
@@ -248,7 +273,12 @@ fn get_proc_address(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: cuuint64_t) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: cuuint64_t,
+) -> CUresult {
     cuda_entry(|| get_proc_address(symbol, pfn, version, flags, std::ptr::null_mut()))
 }
 

@@ -9,7 +9,8 @@ use crate::util::{R, out};
 use gpupool_protocol::ops::Reply;
 use gpupool_protocol::{Request, StreamId};
 use gpupool_shim::cuda::{
-    CUcontext, CUevent, CUgreenCtx, CUhostFn, CUresult, CUstream, CUstreamCallback, CUstreamCaptureStatus, CUstream_flags,
+    CUcontext, CUevent, CUgreenCtx, CUhostFn, CUresult, CUstream, CUstream_flags, CUstreamCallback,
+    CUstreamCaptureStatus,
 };
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -26,8 +27,14 @@ pub fn resolve(c: &mut Client, h: CUstream, _d: DefaultStream) -> R<StreamId> {
             if !c.initialized {
                 return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
             }
-            let s = c.reg.streams.get(&h).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-            c.reg.ctx(s.ctx).map_err(|_| CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
+            let s = c
+                .reg
+                .streams
+                .get(&h)
+                .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            c.reg
+                .ctx(s.ctx)
+                .map_err(|_| CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
             Ok(s.id)
         }
     }
@@ -55,11 +62,24 @@ fn create(ph: *mut CUstream, flags: u32, priority: c_int) -> R<()> {
     let priority = priority.clamp(-5, 0);
     let h = client::call(|c| {
         let (ctx_h, ctx, _) = c.current()?;
-        let Reply::Stream { stream } = c.live()?.call(Request::StreamCreate { ctx, flags, priority })? else {
+        let Reply::Stream { stream } = c.live()?.call(Request::StreamCreate {
+            ctx,
+            flags,
+            priority,
+        })?
+        else {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
         let h = make(Kind::Stream, stream.0)?;
-        c.reg.streams.insert(h, StreamInfo { id: stream, ctx: ctx_h, flags, priority });
+        c.reg.streams.insert(
+            h,
+            StreamInfo {
+                id: stream,
+                ctx: ctx_h,
+                flags,
+                priority,
+            },
+        );
         Ok(h)
     })?;
     out(ph, h as CUstream)
@@ -71,7 +91,11 @@ pub unsafe extern "C" fn cuStreamCreate(ph: *mut CUstream, flags: c_uint) -> CUr
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(ph: *mut CUstream, flags: c_uint, priority: c_int) -> CUresult {
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    ph: *mut CUstream,
+    flags: c_uint,
+    priority: c_int,
+) -> CUresult {
     crate::util::entry(|| create(ph, flags, priority))
 }
 
@@ -105,7 +129,12 @@ fn get_ctx(h: CUstream, pctx: *mut CUcontext, _d: DefaultStream) -> R<()> {
     out(pctx, ctx as CUcontext)
 }
 
-fn get_ctx_v2(h: CUstream, pctx: *mut CUcontext, green: *mut CUgreenCtx, d: DefaultStream) -> R<()> {
+fn get_ctx_v2(
+    h: CUstream,
+    pctx: *mut CUcontext,
+    green: *mut CUgreenCtx,
+    d: DefaultStream,
+) -> R<()> {
     if !green.is_null() {
         out(green, std::ptr::null_mut())?;
     }
@@ -120,7 +149,11 @@ fn query(h: CUstream, d: DefaultStream) -> R<()> {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
         conn.take_pending()?;
-        if ready { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_READY) }
+        if ready {
+            Ok(())
+        } else {
+            Err(CUresult::CUDA_ERROR_NOT_READY)
+        }
     })
 }
 
@@ -136,8 +169,17 @@ pub fn synchronize(h: CUstream, d: DefaultStream) -> R<()> {
 fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, h, d)?;
-        let ev = c.reg.events.get(&(event as u64)).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?.id;
-        c.live()?.post(Request::StreamWaitEvent { stream, event: ev, flags })
+        let ev = c
+            .reg
+            .events
+            .get(&(event as u64))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
+            .id;
+        c.live()?.post(Request::StreamWaitEvent {
+            stream,
+            event: ev,
+            flags,
+        })
     })
 }
 
@@ -150,7 +192,13 @@ fn launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void, d: DefaultStrea
     Ok(())
 }
 
-fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_uint, d: DefaultStream) -> R<()> {
+fn add_callback(
+    h: CUstream,
+    cb: CUstreamCallback,
+    user: *mut c_void,
+    flags: c_uint,
+    d: DefaultStream,
+) -> R<()> {
     let cb = cb.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     if flags != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);

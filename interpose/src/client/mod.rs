@@ -60,7 +60,9 @@ impl Registry {
         (p < base + size.max(1)).then_some((base, size, flags))
     }
     pub fn ctx(&self, h: u64) -> R<&CtxInfo> {
-        self.ctxs.get(&h).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+        self.ctxs
+            .get(&h)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
     }
 }
 
@@ -86,7 +88,8 @@ fn register_atfork() {
     ONCE.call_once(|| {
         // SAFETY: the handlers are plain functions that live as long as the library (never
         // unloaded: it is preloaded); they only take and release our own lock.
-        let rc = unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+        let rc =
+            unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
         if rc != 0 {
             log("pthread_atfork failed; a forked child must not use CUDA");
         }
@@ -96,7 +99,10 @@ fn register_atfork() {
 /// Runs `f` with the client state locked (created on first use; reset in a forked child).
 pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
     let mut g = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
-    let c = g.get_or_insert_with(|| Client { pid: std::process::id(), ..Default::default() });
+    let c = g.get_or_insert_with(|| Client {
+        pid: std::process::id(),
+        ..Default::default()
+    });
     let pid = std::process::id();
     if c.pid != pid {
         // A forked child: the parent's connection and handles are not ours.
@@ -104,7 +110,11 @@ pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
             conn.abandon();
         }
         let initialized = c.initialized;
-        *c = Client { pid, initialized, ..Default::default() };
+        *c = Client {
+            pid,
+            initialized,
+            ..Default::default()
+        };
         STACK.with(|s| s.borrow_mut().clear());
     }
     f(c)
@@ -156,7 +166,10 @@ impl Client {
 
     pub fn device(&mut self, ordinal: i32) -> R<&gpupool_protocol::ops::DeviceInfo> {
         let devs = self.devices()?;
-        usize::try_from(ordinal).ok().and_then(|i| devs.get(i)).ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
+        usize::try_from(ordinal)
+            .ok()
+            .and_then(|i| devs.get(i))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
     }
 
     /// The calling thread's current context: (handle, daemon id, device).

@@ -1,0 +1,135 @@
+//! Memsets (1, 2 and 4-byte values, 1D and 2D, sync and async), validated locally
+//! against this client's allocations in the current context.
+
+use super::DefaultStream;
+use super::copy::{check_dev, require_ctx};
+use super::stream::resolve;
+use crate::client;
+use crate::util::R;
+use gpupool_protocol::ops::{Memset, MemsetValue};
+use gpupool_protocol::{DevicePtr, Request};
+use gpupool_shim::cuda::{CUdeviceptr, CUresult, CUstream};
+use std::os::raw::{c_uchar, c_uint, c_ushort};
+
+fn memset(
+    p: u64,
+    value: MemsetValue,
+    pitch: usize,
+    w: usize,
+    h: usize,
+    stream: Option<(CUstream, DefaultStream)>,
+) -> R<()> {
+    let es = value.element_size() as usize;
+    client::call(|c| {
+        let stream = match stream {
+            Some((s, ds)) => Some(resolve(c, s, ds)?),
+            None => {
+                require_ctx(c)?;
+                None
+            }
+        };
+        if w == 0 || h == 0 {
+            return Ok(());
+        }
+        if !p.is_multiple_of(es as u64) || (h > 1 && pitch < w * es) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        check_dev(
+            c,
+            p,
+            if h > 1 {
+                (h - 1) * pitch + w * es
+            } else {
+                w * es
+            },
+        )?;
+        let set = Memset {
+            dst: DevicePtr(p),
+            value,
+            width: w as u64,
+            height: h as u64,
+            pitch: if h > 1 { pitch as u64 } else { 0 },
+        };
+        let conn = c.live()?;
+        match stream {
+            None => conn.call_ok(Request::Memset { set }),
+            Some(stream) => conn.post(Request::MemsetAsync { set, stream }),
+        }
+    })
+}
+
+fn d8(p: CUdeviceptr, v: c_uchar, n: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U8(v), 0, n, 1, None)
+}
+fn d16(p: CUdeviceptr, v: c_ushort, n: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U16(v), 0, n, 1, None)
+}
+fn d32(p: CUdeviceptr, v: c_uint, n: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U32(v), 0, n, 1, None)
+}
+fn d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U8(v), pitch, w, h, None)
+}
+fn d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U16(v), pitch, w, h, None)
+}
+fn d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, _: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U32(v), pitch, w, h, None)
+}
+fn d8a(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U8(v), 0, n, 1, Some((s, ds)))
+}
+fn d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U16(v), 0, n, 1, Some((s, ds)))
+}
+fn d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memset(p, MemsetValue::U32(v), 0, n, 1, Some((s, ds)))
+}
+fn d2d8a(
+    p: CUdeviceptr,
+    pitch: usize,
+    v: c_uchar,
+    w: usize,
+    h: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
+    memset(p, MemsetValue::U8(v), pitch, w, h, Some((s, ds)))
+}
+fn d2d16a(
+    p: CUdeviceptr,
+    pitch: usize,
+    v: c_ushort,
+    w: usize,
+    h: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
+    memset(p, MemsetValue::U16(v), pitch, w, h, Some((s, ds)))
+}
+fn d2d32a(
+    p: CUdeviceptr,
+    pitch: usize,
+    v: c_uint,
+    w: usize,
+    h: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
+    memset(p, MemsetValue::U32(v), pitch, w, h, Some((s, ds)))
+}
+
+super::stream_variants! {
+    cuMemsetD8_v2 / cuMemsetD8_v2_ptds => d8(p: CUdeviceptr, v: c_uchar, n: usize);
+    cuMemsetD16_v2 / cuMemsetD16_v2_ptds => d16(p: CUdeviceptr, v: c_ushort, n: usize);
+    cuMemsetD32_v2 / cuMemsetD32_v2_ptds => d32(p: CUdeviceptr, v: c_uint, n: usize);
+    cuMemsetD2D8_v2 / cuMemsetD2D8_v2_ptds => d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize);
+    cuMemsetD2D16_v2 / cuMemsetD2D16_v2_ptds => d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize);
+    cuMemsetD2D32_v2 / cuMemsetD2D32_v2_ptds => d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize);
+    cuMemsetD8Async / cuMemsetD8Async_ptsz => d8a(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream);
+    cuMemsetD16Async / cuMemsetD16Async_ptsz => d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream);
+    cuMemsetD32Async / cuMemsetD32Async_ptsz => d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
+    cuMemsetD2D8Async / cuMemsetD2D8Async_ptsz => d2d8a(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D16Async / cuMemsetD2D16Async_ptsz => d2d16a(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream);
+    cuMemsetD2D32Async / cuMemsetD2D32Async_ptsz => d2d32a(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream);
+}
