@@ -24,6 +24,7 @@ pub struct Conn {
     t: ShmTransport,
     next_id: u64,
     buf: Vec<u8>,
+    out: Vec<u8>,
     /// The first asynchronous failure not yet reported.
     pub pending: Option<CUresult>,
     pub driver_version: u32,
@@ -104,6 +105,7 @@ impl Conn {
             t,
             next_id: 1,
             buf: Vec::new(),
+            out: Vec::new(),
             pending: None,
             driver_version: 0,
             devices: Vec::new(),
@@ -143,16 +145,24 @@ impl Conn {
     fn send(&mut self, op: Request, no_reply: bool) -> R<u64> {
         let id = self.next_id;
         self.next_id += 1;
-        let frame = Message::Request { id, no_reply, op }
-            .encode()
-            .map_err(|e| {
+        // One frame buffer, reused: no allocation per call once it has grown.
+        let mut frame = std::mem::take(&mut self.out);
+        frame.clear();
+        let encoded = Message::Request { id, no_reply, op }.encode_into(&mut frame);
+        let sent = match encoded {
+            Err(e) => {
                 log(&format!("encoding a request: {e}"));
-                CUresult::CUDA_ERROR_INVALID_VALUE
-            })?;
-        if let Err(e) = self.t.send(&frame) {
-            return Err(self.fail(&format!("sending to the daemon: {e}")));
+                Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+            }
+            Ok(_) => match self.t.send(&frame) {
+                Err(e) => Err(self.fail(&format!("sending to the daemon: {e}"))),
+                Ok(()) => Ok(id),
+            },
+        };
+        if frame.capacity() <= 1 << 20 {
+            self.out = frame;
         }
-        Ok(id)
+        sent
     }
 
     /// Sends `op` and waits for its reply (an `Error` reply is returned as a reply).
