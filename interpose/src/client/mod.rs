@@ -4,7 +4,7 @@
 //!
 //! One process-wide lock guards it all (one request in flight). The per-thread context
 //! stack lives in a thread-local. After `fork`, the child notices on its next call (the
-//! recorded pid differs) and starts over with a fresh connection.
+//! fork generation differs) and starts over with a fresh connection.
 
 pub mod conn;
 mod handles;
@@ -16,6 +16,7 @@ use gpupool_protocol::CtxId;
 use gpupool_shim::cuda::CUresult;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 
 use crate::util::{R, log};
@@ -27,7 +28,8 @@ pub struct Client {
     pub initialized: bool,
     /// The daemon went away after a successful start.
     pub gone: bool,
-    pub pid: u32,
+    /// The fork generation this state belongs to.
+    pub generation: u32,
     pub reg: Registry,
 }
 
@@ -82,14 +84,24 @@ extern "C" fn before_fork() {
 extern "C" fn after_fork() {
     FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
 }
+extern "C" fn after_fork_child() {
+    FORK_GEN.fetch_add(1, Ordering::Relaxed);
+    after_fork();
+}
+
+/// Bumped in every forked child (by the atfork handler registered with the first
+/// connection; before it nothing needs resetting), so the hot path checks an atomic
+/// instead of calling getpid.
+static FORK_GEN: AtomicU32 = AtomicU32::new(0);
 
 fn register_atfork() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // SAFETY: the handlers are plain functions that live as long as the library (never
         // unloaded: it is preloaded); they only take and release our own lock.
-        let rc =
-            unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+        let rc = unsafe {
+            libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork_child))
+        };
         if rc != 0 {
             log("pthread_atfork failed; a forked child must not use CUDA");
         }
@@ -99,19 +111,19 @@ fn register_atfork() {
 /// Runs `f` with the client state locked (created on first use; reset in a forked child).
 pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
     let mut g = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
+    let generation = FORK_GEN.load(Ordering::Relaxed);
     let c = g.get_or_insert_with(|| Client {
-        pid: std::process::id(),
+        generation,
         ..Default::default()
     });
-    let pid = std::process::id();
-    if c.pid != pid {
+    if c.generation != generation {
         // A forked child: the parent's connection and handles are not ours.
         if let Some(conn) = c.conn.take() {
             conn.abandon();
         }
         let initialized = c.initialized;
         *c = Client {
-            pid,
+            generation,
             initialized,
             ..Default::default()
         };
