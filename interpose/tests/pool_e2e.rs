@@ -334,6 +334,13 @@ fn ptx_kernels_load_launch_and_report_faults_at_the_next_sync() {
     assert!(out.status.success(), "{}\n{}", text(&out), d.log());
 }
 
+#[test]
+fn threads_share_one_connection_safely() {
+    let d = Daemon::start("1", "1GiB");
+    let out = d.client("python3").arg(ctypes_script()).arg("threads").output().unwrap();
+    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+}
+
 /// Prints the forwarded round trip (cuCtxSynchronize) and a locally answered call, both
 /// measured from Python through ctypes (which adds its own ~1 us per call).
 #[test]

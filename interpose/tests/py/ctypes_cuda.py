@@ -8,6 +8,8 @@ Modes (argv[1]):
                connection, then the parent's connection still works
   kernel       PTX module load, function lookup, launches (kernelParams and `extra`) on a
                stream, events, a launch error surfacing at the next sync point
+  threads      8 threads, each with the primary context current and its own stream,
+               allocate, copy (inline and staged sizes), memset and free concurrently
   latency      median round trip of cuCtxSynchronize (forwarded) and cuCtxGetDevice (local)
 """
 import ctypes, os, sys, time
@@ -141,6 +143,37 @@ DONE:
     check("fault reported at sync", rc != 0, True)
     print(f"fault code {rc}")
     check("invalid function handle", cu.cuLaunchKernel(ctypes.c_void_p(0x1234), 1, 1, 1, 1, 1, 1, 0, None, None, None), 400)
+elif mode == "threads":
+    import threading
+    setup()
+    ctx = ctypes.c_void_p()
+    check("current", cu.cuCtxGetCurrent(ctypes.byref(ctx)))
+    errors = []
+
+    def work(k):
+        try:
+            check("set in thread", cu.cuCtxSetCurrent(ctx))
+            s = ctypes.c_void_p()
+            check("stream", cu.cuStreamCreate(ctypes.byref(s), 1))
+            for i in range(20):
+                n = 1000 + k * 7 + i if i % 2 else 200_000 + k
+                p = roundtrip(n)
+                check("memset async", cu.cuMemsetD8Async(p, k, ctypes.c_size_t(n), s))
+                check("stream sync", cu.cuStreamSynchronize(s))
+                back = (ctypes.c_ubyte * n)()
+                check("dtoh", cu.cuMemcpyDtoH_v2(back, p, ctypes.c_size_t(n)))
+                check("memset data", bytes(back) == bytes([k]) * n, True)
+                check("free", cu.cuMemFree_v2(p))
+            check("stream destroy", cu.cuStreamDestroy_v2(s))
+        except SystemExit as e:
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check("thread failures", len(errors), 0)
 elif mode == "latency":
     setup()
     def median(f, n=5000):
