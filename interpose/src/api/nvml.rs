@@ -235,7 +235,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
             .to_ascii_lowercase();
         let i = devices()?
             .iter()
-            .position(|d| uuid_string(d) == want)
+            .position(|d| uuid_string(d).to_ascii_lowercase() == want)
             .ok_or(R::NVML_ERROR_NOT_FOUND)?;
         nout(dev, handle_of(i))
     })
