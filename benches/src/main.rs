@@ -3,13 +3,18 @@
 //!   cargo run --release -p gpupool-benches -- sim [--json PATH]
 //!   cargo run --release -p gpupool-benches -- ptx [--json PATH]
 //!   cargo run --release -p gpupool-benches -- transport [--json PATH]
+//!   cargo run --release -p gpupool-benches -- pool [--json PATH]
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
 //! loads a vendor driver. `ptx` measures that simulator's PTX interpreter: thread-
 //! instructions per second on hand-written kernels and a 1M-element vector add end to end,
-//! next to Rust loops doing the same work. See benches/README.md for what each baseline means.
+//! next to Rust loops doing the same work. `pool` starts the release daemon on the release
+//! simulator and measures calls through `libgpupool.so` against the simulator loaded
+//! directly, plain memcpy and a unix-socket ping-pong. See benches/README.md for what each
+//! baseline means.
 
+mod pool;
 mod ptx;
 mod report;
 mod sim;
@@ -19,10 +24,14 @@ mod transport;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: gpupool-bench sim|ptx|transport [--json PATH]";
+const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool [--json PATH]";
 
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    if all.first().map(String::as_str) == Some(pool::CLIENT_COMMAND) {
+        return pool::client_main(&all[1..]);
+    }
+    let mut args = all.into_iter();
     let mut command = None;
     let mut json: Option<PathBuf> = None;
     while let Some(a) = args.next() {
@@ -38,7 +47,7 @@ fn main() -> ExitCode {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
-            "sim" | "ptx" | "transport" if command.is_none() => command = Some(a),
+            "sim" | "ptx" | "transport" | "pool" if command.is_none() => command = Some(a),
             other => {
                 eprintln!("unexpected argument {other:?}\n{USAGE}");
                 return ExitCode::from(2);
@@ -52,6 +61,7 @@ fn main() -> ExitCode {
     let result = match command.as_str() {
         "sim" => sim::run().map(|run| (report::table(&run), report::json(&run))),
         "transport" => transport::run().map(|run| (transport::table(&run), transport::json(&run))),
+        "pool" => pool::run().map(|run| (pool::table(&run), pool::json(&run))),
         _ => ptx::run().map(|run| (ptx::table(&run), ptx::json(&run))),
     };
     match result {
