@@ -23,6 +23,19 @@
 //! and `NVML_ERROR_GPU_IS_LOST`. After `fork`, the child drops the parent's connection
 //! without disturbing it and connects afresh on its next call; handles from the parent
 //! are not valid in the child.
+//!
+//! Limits of this release (each documented where it is implemented):
+//! - the per-thread default stream (`_ptds`/`_ptsz`, handle 0x2) is served by the context's
+//!   legacy default stream, which orders more strictly, never less;
+//! - async device-to-host copies wait for their stream and complete before returning (as
+//!   CUDA's do into pageable memory); host functions and stream callbacks run on the
+//!   calling thread once the stream's earlier work is done;
+//! - page-locked host memory (`cuMemAllocHost`, `cuMemHostAlloc`, `cuMemHostRegister`) is
+//!   plain client memory, copied through staging like pageable memory; kernels cannot
+//!   dereference it;
+//! - module images must fit the staging area (8 MiB by default); device `printf` prints on
+//!   the daemon's output; 3D copies, graphs and stream capture are refused with
+//!   `CUDA_ERROR_NOT_SUPPORTED`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod api;

@@ -337,7 +337,12 @@ fn ptx_kernels_load_launch_and_report_faults_at_the_next_sync() {
 #[test]
 fn threads_share_one_connection_safely() {
     let d = Daemon::start("1", "1GiB");
-    let out = d.client("python3").arg(ctypes_script()).arg("threads").output().unwrap();
+    let out = d
+        .client("python3")
+        .arg(ctypes_script())
+        .arg("threads")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}\n{}", text(&out), d.log());
 }
 
