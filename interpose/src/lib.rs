@@ -25,8 +25,8 @@
 //! are not valid in the child.
 //!
 //! Limits of this release (each documented where it is implemented):
-//! - the per-thread default stream (`_ptds`/`_ptsz`, handle 0x2) is served by the context's
-//!   legacy default stream, which orders more strictly, never less;
+//! - a thread's per-thread default stream (`_ptds`/`_ptsz`, handle 0x2) is a blocking
+//!   stream created on its first use and kept until its context goes;
 //! - async device-to-host copies wait for their stream and complete before returning (as
 //!   CUDA's do into pageable memory); host functions and stream callbacks run on the
 //!   calling thread once the stream's earlier work is done;

@@ -104,8 +104,7 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
             }
             let id = info.id;
             c.live()?.call_ok(Request::CtxDestroy { ctx: id })?;
-            c.reg.ctxs.remove(&h);
-            c.reg.allocs.retain(|_, (_, owner)| *owner != h);
+            c.reg.forget_ctx(h);
             Ok(())
         })?;
         if stack_top() == Some(h) {
@@ -364,8 +363,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
             p.1 -= 1;
             if p.1 == 0 {
                 let h = p.0;
-                c.reg.ctxs.remove(&h);
-                c.reg.allocs.retain(|_, (_, owner)| *owner != h);
+                c.reg.forget_ctx(h);
             }
             Ok(())
         })
@@ -382,8 +380,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
             if let Some(p) = c.reg.primary.get_mut(&d) {
                 let h = p.0;
                 p.1 = 0;
-                c.reg.ctxs.remove(&h);
-                c.reg.allocs.retain(|_, (_, owner)| *owner != h);
+                c.reg.forget_ctx(h);
             }
             Ok(())
         })

@@ -1,7 +1,7 @@
-//! Streams. Handles are the daemon's ids (see `client::handles`); CUDA's NULL, legacy
-//! (0x1) and per-thread (0x2) handles all map to the context's default stream
-//! (`StreamId::NULL`): per-thread default streams are served by the legacy one, which
-//! orders more strictly, never less.
+//! Streams. Handles are the daemon's ids (see `client::handles`); CUDA's legacy handle
+//! (0x1, or NULL in the plain exports) is the context's default stream (`StreamId::NULL`),
+//! the per-thread handle (0x2, or NULL in the `_ptds`/`_ptsz` exports) a blocking stream
+//! this client creates per thread and context on first use.
 
 use super::DefaultStream;
 use crate::client::{self, Client, Kind, StreamInfo, make};
@@ -16,9 +16,13 @@ use std::os::raw::{c_int, c_uint, c_void};
 
 const STREAM_FLAGS_MASK: u32 = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
 
-/// The daemon's stream for a handle; special handles need a current context.
-pub fn resolve(c: &mut Client, h: CUstream, _d: DefaultStream) -> R<StreamId> {
+/// The daemon's stream for a handle; special handles need a current context. The
+/// legacy default stream is the daemon's `StreamId::NULL`; a thread's per-thread default
+/// stream is a blocking stream created for it (per context) on first use, which orders
+/// against the legacy stream exactly as CUDA's per-thread stream does.
+pub fn resolve(c: &mut Client, h: CUstream, d: DefaultStream) -> R<StreamId> {
     match h as u64 {
+        0 | 2 if h as u64 == 2 || d == DefaultStream::PerThread => per_thread(c),
         0..=2 => {
             c.current()?;
             Ok(StreamId::NULL)
@@ -38,6 +42,24 @@ pub fn resolve(c: &mut Client, h: CUstream, _d: DefaultStream) -> R<StreamId> {
             Ok(s.id)
         }
     }
+}
+
+fn per_thread(c: &mut Client) -> R<StreamId> {
+    let (ctx_h, ctx, _) = c.current()?;
+    let key = (std::thread::current().id(), ctx_h);
+    if let Some(&s) = c.reg.per_thread.get(&key) {
+        return Ok(s);
+    }
+    let req = Request::StreamCreate {
+        ctx,
+        flags: 0,
+        priority: 0,
+    };
+    let Reply::Stream { stream } = c.live()?.call(req)? else {
+        return Err(CUresult::CUDA_ERROR_UNKNOWN);
+    };
+    c.reg.per_thread.insert(key, stream);
+    Ok(stream)
 }
 
 /// (flags, priority, context handle) of a stream handle.

@@ -47,6 +47,8 @@ pub struct Registry {
     pub allocs: BTreeMap<u64, (u64, u64)>,
     /// Page-locked host allocations (local): base -> (size, flags).
     pub host: BTreeMap<usize, (usize, u32)>,
+    /// Per-thread default streams, per (thread, context handle).
+    pub per_thread: HashMap<(std::thread::ThreadId, u64), gpupool_protocol::StreamId>,
     /// Host ranges registered with cuMemHostRegister: base -> size.
     pub registered: HashMap<usize, usize>,
 }
@@ -60,6 +62,13 @@ impl Registry {
     pub fn host_of(&self, p: usize) -> Option<(usize, usize, u32)> {
         let (&base, &(size, flags)) = self.host.range(..=p).next_back()?;
         (p < base + size.max(1)).then_some((base, size, flags))
+    }
+    /// Forgets what was created through context `h` (the daemon frees it with the context).
+    pub fn forget_ctx(&mut self, h: u64) {
+        self.ctxs.remove(&h);
+        self.allocs.retain(|_, (_, owner)| *owner != h);
+        self.streams.retain(|_, s| s.ctx != h);
+        self.per_thread.retain(|(_, ctx), _| *ctx != h);
     }
     pub fn ctx(&self, h: u64) -> R<&CtxInfo> {
         self.ctxs

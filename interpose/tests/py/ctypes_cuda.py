@@ -8,7 +8,8 @@ Modes (argv[1]):
                connection, then the parent's connection still works
   kernel       PTX module load, function lookup, launches (kernelParams and `extra`) on a
                stream, events, a launch error surfacing at the next sync point
-  threads      8 threads, each with the primary context current and its own stream,
+  threads      8 threads, each with the primary context current, its own stream and
+               its per-thread default stream,
                allocate, copy (inline and staged sizes), memset and free concurrently
   latency      median round trip of cuCtxSynchronize (forwarded) and cuCtxGetDevice (local)
 """
@@ -158,8 +159,18 @@ elif mode == "threads":
             for i in range(20):
                 n = 1000 + k * 7 + i if i % 2 else 200_000 + k
                 p = roundtrip(n)
-                check("memset async", cu.cuMemsetD8Async(p, k, ctypes.c_size_t(n), s))
-                check("stream sync", cu.cuStreamSynchronize(s))
+                # Alternate the user stream, the per-thread default stream (handle 0x2),
+                # and NULL through the _ptsz export (also the per-thread stream).
+                if i % 3 == 0:
+                    check("memset async", cu.cuMemsetD8Async(p, k, ctypes.c_size_t(n), s))
+                    check("stream sync", cu.cuStreamSynchronize(s))
+                elif i % 3 == 1:
+                    pts = ctypes.c_void_p(2)
+                    check("memset async ptds", cu.cuMemsetD8Async(p, k, ctypes.c_size_t(n), pts))
+                    check("per-thread sync", cu.cuStreamSynchronize(pts))
+                else:
+                    check("memset async _ptsz", cu.cuMemsetD8Async_ptsz(p, k, ctypes.c_size_t(n), None))
+                    check("legacy sync", cu.cuStreamSynchronize(ctypes.c_void_p(1)))
                 back = (ctypes.c_ubyte * n)()
                 check("dtoh", cu.cuMemcpyDtoH_v2(back, p, ctypes.c_size_t(n)))
                 check("memset data", bytes(back) == bytes([k]) * n, True)
