@@ -1,7 +1,7 @@
 //! End to end through real processes: a `gpupool daemon` on the simulator, and unmodified
 //! clients run with `LD_PRELOAD=libgpupool.so` and `GPUPOOL_ENDPOINT` pointing at it:
 //! the C driver-API program (tests/c/driver_api.c, which dlopens libcuda.so.1), cuda-python
-//! and nvidia-ml-py (from target/venv; skipped with a message when it is missing), and a
+//! and nvidia-ml-py (from target/venv, which scripts/test creates), and a
 //! ctypes client for the failure modes (daemon unreachable, daemon killed, fork).
 //!
 //! Binaries: `target/<profile>/gpupool` and `target/<profile>/libgpupool.so`, built by
@@ -127,14 +127,12 @@ fn text(out: &Output) -> String {
     )
 }
 
-fn venv_python() -> Option<PathBuf> {
+/// The venv with cuda-python and nvidia-ml-py. Missing is a failure, not a skip:
+/// `scripts/test` creates it before the Rust tests run.
+fn venv_python() -> PathBuf {
     let p = root().join("target/venv/bin/python");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("SKIP: {} is missing (scripts/test creates it)", p.display());
-        None
-    }
+    assert!(p.exists(), "{} is missing: run scripts/test (or scripts/setup-venv) first", p.display());
+    p
 }
 
 fn ctypes_script() -> PathBuf {
@@ -191,7 +189,7 @@ fn c_driver_api_program_runs_unmodified_through_the_pool() {
 
 #[test]
 fn cuda_python_init_alloc_copy_free_and_memory_info() {
-    let Some(py) = venv_python() else { return };
+    let py = venv_python();
     let script = r#"
 from cuda.bindings import driver as d
 def ok(r):
@@ -233,7 +231,7 @@ print("PASS")
 
 #[test]
 fn nvml_under_a_1536mib_quota_sees_a_1536mib_device() {
-    let Some(py) = venv_python() else { return };
+    let py = venv_python();
     let script = r#"
 import pynvml as n
 n.nvmlInit()
