@@ -40,6 +40,5 @@
 
 mod api;
 mod client;
-mod errors;
 mod hooks;
 mod util;

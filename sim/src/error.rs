@@ -10,7 +10,7 @@ pub type CuResult<T> = Result<T, CUresult>;
 /// `GPUPOOL_SIM_LOG` is set, as a driver must not write to a program's stderr.
 pub fn fail<T>(code: CUresult, why: impl FnOnce() -> String) -> CuResult<T> {
     if log_enabled() {
-        eprintln!("gpupool-sim: {} ({}): {}", crate::api::errors::name(code), code.0, why());
+        eprintln!("gpupool-sim: {} ({}): {}", gpupool_abi::errors::name(code), code.0, why());
     }
     Err(code)
 }

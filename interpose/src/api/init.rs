@@ -1,7 +1,7 @@
 //! Initialisation, versions and error strings.
 
 use crate::client;
-use crate::errors;
+use gpupool_abi::errors;
 use crate::util::{entry, out};
 use gpupool_shim::cuda::{CUresult, CUuuid};
 use std::os::raw::{c_char, c_int, c_uint, c_void};

@@ -156,22 +156,7 @@ pub unsafe extern "C" fn nvmlShutdown() -> R {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlErrorString(result: R) -> *const c_char {
-    let s: &'static std::ffi::CStr = match result {
-        R::NVML_SUCCESS => c"Success",
-        R::NVML_ERROR_UNINITIALIZED => c"Uninitialized",
-        R::NVML_ERROR_INVALID_ARGUMENT => c"Invalid Argument",
-        R::NVML_ERROR_NOT_SUPPORTED => c"Not Supported",
-        R::NVML_ERROR_NO_PERMISSION => c"Insufficient Permissions",
-        R::NVML_ERROR_NOT_FOUND => c"Not Found",
-        R::NVML_ERROR_INSUFFICIENT_SIZE => c"Insufficient Size",
-        R::NVML_ERROR_DRIVER_NOT_LOADED => c"Driver Not Loaded",
-        R::NVML_ERROR_FUNCTION_NOT_FOUND => c"Function Not Found",
-        R::NVML_ERROR_GPU_IS_LOST => c"GPU is lost",
-        R::NVML_ERROR_ARGUMENT_VERSION_MISMATCH => c"Argument version mismatch",
-        R::NVML_ERROR_NO_DATA => c"No data",
-        _ => c"Unknown Error",
-    };
-    s.as_ptr()
+    gpupool_abi::errors::nvml_description(result).as_ptr()
 }
 
 fn cuda_version() -> NResult<i32> {

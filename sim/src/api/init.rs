@@ -1,6 +1,7 @@
 //! Initialisation, versions and error strings.
 
-use super::{errors, out};
+use super::out;
+use gpupool_abi::errors;
 use crate::driver::state;
 use crate::error::{cuda_entry, fail};
 use gpupool_shim::cuda::CUresult;

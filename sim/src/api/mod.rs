@@ -11,7 +11,6 @@
 pub mod context;
 pub mod copy;
 pub mod device;
-pub mod errors;
 pub mod event;
 pub mod graph;
 pub mod init;

@@ -104,7 +104,7 @@ fn reject_recursion(kernel_callees: &[String], funcs: &[(String, decode::Decoded
 /// A kernel fault: always reported on stderr, like compute-sanitizer's report, since
 /// it poisons the context and that one line is what finds the bug.
 fn fault(code: CUresult, what: String) -> CuResult<()> {
-    eprintln!("gpupool-sim: {} ({}): {what}", crate::api::errors::name(code), code.0);
+    eprintln!("gpupool-sim: {} ({}): {what}", gpupool_abi::errors::name(code), code.0);
     Err(code)
 }
 

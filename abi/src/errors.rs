@@ -1,5 +1,5 @@
-//! Names and descriptions of `CUresult` codes (`cuGetErrorName`, `cuGetErrorString`): a local
-//! table (the same approach as the simulator's), answered without a round trip.
+//! Names and descriptions of `CUresult` codes (`cuGetErrorName`, `cuGetErrorString`)
+//! and of NVML's return codes (`nvmlErrorString`).
 
 use gpupool_shim::cuda::{CUresult, cudaError_enum as E};
 
@@ -47,9 +47,7 @@ pub fn name_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_CONTAINED => c"CUDA_ERROR_CONTAINED",
         E::CUDA_ERROR_INVALID_SOURCE => c"CUDA_ERROR_INVALID_SOURCE",
         E::CUDA_ERROR_FILE_NOT_FOUND => c"CUDA_ERROR_FILE_NOT_FOUND",
-        E::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND => {
-            c"CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND"
-        }
+        E::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND => c"CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND",
         E::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED => c"CUDA_ERROR_SHARED_OBJECT_INIT_FAILED",
         E::CUDA_ERROR_OPERATING_SYSTEM => c"CUDA_ERROR_OPERATING_SYSTEM",
         E::CUDA_ERROR_INVALID_HANDLE => c"CUDA_ERROR_INVALID_HANDLE",
@@ -67,9 +65,7 @@ pub fn name_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_CONTEXT_IS_DESTROYED => c"CUDA_ERROR_CONTEXT_IS_DESTROYED",
         E::CUDA_ERROR_ASSERT => c"CUDA_ERROR_ASSERT",
         E::CUDA_ERROR_TOO_MANY_PEERS => c"CUDA_ERROR_TOO_MANY_PEERS",
-        E::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => {
-            c"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"
-        }
+        E::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => c"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
         E::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED => c"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
         E::CUDA_ERROR_HARDWARE_STACK_ERROR => c"CUDA_ERROR_HARDWARE_STACK_ERROR",
         E::CUDA_ERROR_ILLEGAL_INSTRUCTION => c"CUDA_ERROR_ILLEGAL_INSTRUCTION",
@@ -83,9 +79,7 @@ pub fn name_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_NOT_SUPPORTED => c"CUDA_ERROR_NOT_SUPPORTED",
         E::CUDA_ERROR_SYSTEM_NOT_READY => c"CUDA_ERROR_SYSTEM_NOT_READY",
         E::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH => c"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-        E::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE => {
-            c"CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"
-        }
+        E::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE => c"CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
         E::CUDA_ERROR_MPS_CONNECTION_FAILED => c"CUDA_ERROR_MPS_CONNECTION_FAILED",
         E::CUDA_ERROR_MPS_RPC_FAILURE => c"CUDA_ERROR_MPS_RPC_FAILURE",
         E::CUDA_ERROR_MPS_SERVER_NOT_READY => c"CUDA_ERROR_MPS_SERVER_NOT_READY",
@@ -109,9 +103,7 @@ pub fn name_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_INVALID_CLUSTER_SIZE => c"CUDA_ERROR_INVALID_CLUSTER_SIZE",
         E::CUDA_ERROR_FUNCTION_NOT_LOADED => c"CUDA_ERROR_FUNCTION_NOT_LOADED",
         E::CUDA_ERROR_INVALID_RESOURCE_TYPE => c"CUDA_ERROR_INVALID_RESOURCE_TYPE",
-        E::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION => {
-            c"CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION"
-        }
+        E::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION => c"CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION",
         E::CUDA_ERROR_KEY_ROTATION => c"CUDA_ERROR_KEY_ROTATION",
         E::CUDA_ERROR_UNKNOWN => c"CUDA_ERROR_UNKNOWN",
         _ => return None,
@@ -131,12 +123,8 @@ pub fn description_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_INVALID_IMAGE => c"device kernel image is invalid",
         E::CUDA_ERROR_INVALID_CONTEXT => c"invalid device context",
         E::CUDA_ERROR_CONTEXT_ALREADY_CURRENT => c"context already current",
-        E::CUDA_ERROR_NO_BINARY_FOR_GPU => {
-            c"no kernel image is available for execution on the device"
-        }
-        E::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => {
-            c"peer access is not supported between these two devices"
-        }
+        E::CUDA_ERROR_NO_BINARY_FOR_GPU => c"no kernel image is available for execution on the device",
+        E::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => c"peer access is not supported between these two devices",
         E::CUDA_ERROR_INVALID_PTX => c"a PTX JIT compilation failed",
         E::CUDA_ERROR_INVALID_SOURCE => c"device kernel image is invalid",
         E::CUDA_ERROR_INVALID_HANDLE => c"invalid resource handle",
@@ -152,10 +140,33 @@ pub fn description_c(code: CUresult) -> Option<&'static std::ffi::CStr> {
         E::CUDA_ERROR_LAUNCH_FAILED => c"unspecified launch failure",
         E::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE => c"too many blocks in cooperative launch",
         E::CUDA_ERROR_NOT_SUPPORTED => c"operation not supported",
-        E::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => {
-            c"operation not permitted when stream is capturing"
-        }
+        E::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => c"operation not permitted when stream is capturing",
         E::CUDA_ERROR_UNKNOWN => c"unknown error",
         other => return name_c(other),
     })
+}
+
+/// The code's name for log lines.
+pub fn name(code: CUresult) -> &'static str {
+    name_c(code).and_then(|c| c.to_str().ok()).unwrap_or("CUDA_ERROR_<unknown>")
+}
+
+/// `nvmlErrorString`'s text for an NVML return code.
+pub fn nvml_description(r: gpupool_shim::nvml::nvmlReturn_t) -> &'static std::ffi::CStr {
+    use gpupool_shim::nvml::nvmlReturn_t as R;
+    match r {
+        R::NVML_SUCCESS => c"Success",
+        R::NVML_ERROR_UNINITIALIZED => c"Uninitialized",
+        R::NVML_ERROR_INVALID_ARGUMENT => c"Invalid Argument",
+        R::NVML_ERROR_NOT_SUPPORTED => c"Not Supported",
+        R::NVML_ERROR_NO_PERMISSION => c"Insufficient Permissions",
+        R::NVML_ERROR_NOT_FOUND => c"Not Found",
+        R::NVML_ERROR_INSUFFICIENT_SIZE => c"Insufficient Size",
+        R::NVML_ERROR_DRIVER_NOT_LOADED => c"Driver Not Loaded",
+        R::NVML_ERROR_FUNCTION_NOT_FOUND => c"Function Not Found",
+        R::NVML_ERROR_GPU_IS_LOST => c"GPU is lost",
+        R::NVML_ERROR_ARGUMENT_VERSION_MISMATCH => c"Argument version mismatch",
+        R::NVML_ERROR_NO_DATA => c"No data",
+        _ => c"Unknown Error",
+    }
 }

@@ -1,0 +1,14 @@
+//! What the simulator (a driver) and the interposer (a driver front-end) both need to
+//! know about NVIDIA's driver ABI beyond types: which exported function answers each
+//! `cuGetProcAddress` request, and the names and descriptions of the status codes.
+//!
+//! Owns: the one table of entry points ([`driver_entry_points!`]) and its lookup
+//! ([`proc::lookup`], [`proc::validate`]), and [`errors`].
+//! Must not: implement any entry point; the crates that export them pass their own
+//! functions in (the table names them, and they resolve where the macro is invoked).
+
+pub mod errors;
+pub mod proc;
+
+#[doc(hidden)]
+pub use gpupool_shim as shim;
