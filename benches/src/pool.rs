@@ -1006,10 +1006,10 @@ fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
         format!(
             "64 MiB per copy, {COPY_SAMPLES} samples after {COPY_WARMUP} warm-up; memcpy, then each copy through the pool and direct, round-robin; data checked after timing"
         ),
-        "through the pool a copy crosses the 8 MiB shared staging area in chunks: client memcpy \
-         into staging, daemon copies staging into the sim's device memory (and back for DtoH), so \
-         a copy is two memory passes where the direct sim does one; libgpupool's pinned memory is \
-         ordinary host memory (not shared), so pinned copies stage the same way"
+        "through the pool a pageable copy crosses the 8 MiB shared staging area in chunks: client \
+         memcpy into staging, daemon copies staging into the sim's device memory (and back for \
+         DtoH), so a copy is two memory passes where the direct sim does one; libgpupool's pinned \
+         memory is a shared region the daemon maps, so a pinned copy is one request and one pass"
             .into(),
     ];
     Ok(Section {

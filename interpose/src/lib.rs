@@ -27,12 +27,15 @@
 //! Limits of this release (each documented where it is implemented):
 //! - a thread's per-thread default stream (`_ptds`/`_ptsz`, handle 0x2) is a blocking
 //!   stream created on its first use and kept until its context goes;
-//! - async device-to-host copies wait for their stream and complete before returning (as
-//!   CUDA's do into pageable memory); host functions and stream callbacks run on the
+//! - async device-to-host copies into pageable memory wait for their stream and complete
+//!   before returning (as CUDA's do); host functions and stream callbacks run on the
 //!   calling thread once the stream's earlier work is done;
-//! - page-locked host memory (`cuMemAllocHost`, `cuMemHostAlloc`, `cuMemHostRegister`) is
-//!   plain client memory, copied through staging like pageable memory; kernels cannot
-//!   dereference it;
+//! - page-locked host memory from `cuMemAllocHost` / `cuMemHostAlloc` lives in shared
+//!   memory (a sealed memfd the daemon maps and page-locks with its backend): copies whose
+//!   host side lies inside one allocation need no staging pass, and async ones are queued
+//!   on their stream. Memory registered with `cuMemHostRegister` stays plain client
+//!   memory, copied through staging like pageable memory; kernels cannot dereference
+//!   either;
 //! - module images must fit the staging area (8 MiB by default); device `printf` prints on
 //!   the daemon's output; 3D copies, graphs and stream capture are refused with
 //!   `CUDA_ERROR_NOT_SUPPORTED`.

@@ -131,7 +131,11 @@ fn text(out: &Output) -> String {
 /// `scripts/test` creates it before the Rust tests run.
 fn venv_python() -> PathBuf {
     let p = root().join("target/venv/bin/python");
-    assert!(p.exists(), "{} is missing: run scripts/test (or scripts/setup-venv) first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/test (or scripts/setup-venv) first",
+        p.display()
+    );
     p
 }
 
@@ -330,6 +334,26 @@ fn ptx_kernels_load_launch_and_report_faults_at_the_next_sync() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+}
+
+/// Page-locked memory lives in shared memory the daemon maps: copies from and into it
+/// (sync and async) carry the right bytes, and the allocation left at exit is unmapped by
+/// the session's end.
+#[test]
+fn pinned_memory_is_shared_with_the_daemon() {
+    let d = Daemon::start("1", "1GiB");
+    let out = d
+        .client("python3")
+        .arg(ctypes_script())
+        .arg("pinned")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+    let t0 = Instant::now();
+    while !d.log().contains("regions=1") {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

@@ -106,10 +106,10 @@ impl Sample for KernelParams {
 
 impl Sample for HostSrc {
     fn sample(g: &mut Gen) -> Self {
-        if g.next() & 1 == 1 {
-            HostSrc::Staging(Sample::sample(g))
-        } else {
-            HostSrc::Inline(Sample::sample(g))
+        match g.below(3) {
+            0 => HostSrc::Staging(Sample::sample(g)),
+            1 => HostSrc::Inline(Sample::sample(g)),
+            _ => HostSrc::Region(Sample::sample(g)),
         }
     }
 }

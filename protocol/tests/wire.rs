@@ -107,6 +107,7 @@ fn async_operations_are_exactly_these() {
     let expected: BTreeSet<RequestOp> = [
         MemcpyHtoDAsync,
         MemcpyDtoHAsync,
+        MemcpyDtoHRegionAsync,
         MemcpyDtoDAsync,
         Memcpy2DAsync,
         Memcpy3DAsync,

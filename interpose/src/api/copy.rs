@@ -1,14 +1,20 @@
-//! Copies (memsets are in [`super::memset`]). Host bytes travel inline when short and through the shared staging
+//! Copies (memsets are in [`super::memset`]). Host bytes in page-locked memory (a shared
+//! region the daemon maps) are named by region, offset and length: no staging pass, and
+//! async copies from or into it are queued on their stream and return at once. Other host
+//! bytes travel inline when short and through the shared staging
 //! area otherwise (in chunks of its size). Async host-to-device copies are posted without
 //! a reply; a chunk that used staging is followed by a cheap synchronous request, after
 //! which the daemon is done with the area. Async device-to-host copies wait for their
-//! stream, then copy (they complete before returning, as CUDA's do into pageable memory).
+//! stream, then copy (they complete before returning, as CUDA's do into pageable memory),
+//! unless they go into page-locked memory.
 
 use super::DefaultStream;
 use super::stream::resolve;
 use crate::client::{self, Client};
 use crate::util::{R, host_bytes, host_bytes_mut};
-use gpupool_protocol::ops::{Copy2D, Copy2DEnd, MemSpace, Reply, StagingRegion};
+use gpupool_protocol::ops::{
+    Copy2D, Copy2DEnd, HostSrc, MemSpace, RegionSlice, Reply, StagingRegion,
+};
 use gpupool_protocol::{DevicePtr, Request, StreamId};
 use gpupool_shim::cuda::{
     CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream,
@@ -35,12 +41,23 @@ pub(super) fn require_ctx(c: &mut Client) -> R<()> {
 
 pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R<()> {
     check_dev(c, dst, src.len())?;
+    if let Some(r) = region(c, src.as_ptr() as usize, src.len()) {
+        let (dst, src) = (DevicePtr(dst), HostSrc::Region(r));
+        let conn = c.live()?;
+        return match stream {
+            None => conn
+                .call_ok(Request::MemcpyHtoD { dst, src })
+                .and_then(|()| conn.take_pending()),
+            // The region outlives the call: nothing to wait for.
+            Some(stream) => conn.post(Request::MemcpyHtoDAsync { dst, src, stream }),
+        };
+    }
     let conn = c.live()?;
     let chunk = conn.staging_len();
     for (i, part) in src.chunks(chunk).enumerate() {
         let d = DevicePtr(dst + (i * chunk) as u64);
         let hs = conn.host_src(part)?;
-        let staged = matches!(hs, gpupool_protocol::ops::HostSrc::Staging(_));
+        let staged = matches!(hs, HostSrc::Staging(_));
         match stream {
             None => conn.call_ok(Request::MemcpyHtoD { dst: d, src: hs })?,
             Some(stream) => {
@@ -62,8 +79,42 @@ pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R
     Ok(())
 }
 
+/// The page-locked region holding all of `[p, p + n)`, as a slice the daemon can name.
+fn region(c: &Client, p: usize, n: usize) -> Option<RegionSlice> {
+    let (id, offset) = c.reg.region_of(p, n)?;
+    Some(RegionSlice {
+        id,
+        offset,
+        len: n as u64,
+    })
+}
+
+/// Device to host on `stream`: into page-locked memory it is queued on the stream and
+/// returns at once (the bytes are there after a sync point); elsewhere it waits for the
+/// stream and copies through staging.
+fn dtoh_async(c: &mut Client, dst: &mut [u8], src: u64, stream: StreamId) -> R<()> {
+    check_dev(c, src, dst.len())?;
+    if let Some(r) = region(c, dst.as_ptr() as usize, dst.len()) {
+        return c.live()?.post(Request::MemcpyDtoHRegionAsync {
+            src: DevicePtr(src),
+            dst: r,
+            stream,
+        });
+    }
+    sync_stream(c, stream)?;
+    dtoh(c, dst, src)
+}
+
 pub fn dtoh(c: &mut Client, dst: &mut [u8], src: u64) -> R<()> {
     check_dev(c, src, dst.len())?;
+    if let Some(r) = region(c, dst.as_ptr() as usize, dst.len()) {
+        let conn = c.live()?;
+        conn.call_ok(Request::MemcpyDtoHRegion {
+            src: DevicePtr(src),
+            dst: r,
+        })?;
+        return conn.take_pending();
+    }
     let conn = c.live()?;
     let chunk = conn.staging_len();
     for (i, part) in dst.chunks_mut(chunk).enumerate() {
@@ -154,9 +205,7 @@ fn memcpy_dtoh_async(
     let bytes = host_bytes_mut(dst, n)?;
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
-        check_dev(c, src, n)?;
-        sync_stream(c, stream)?;
-        dtoh(c, bytes, src)
+        dtoh_async(c, bytes, src, stream)
     })
 }
 
@@ -190,10 +239,11 @@ fn memcpy_any(c: &mut Client, dst: u64, src: u64, n: usize, stream: Option<Strea
         (true, true) => dtod(c, dst, src, n, stream),
         (true, false) => htod(c, dst, host_bytes(src as *const c_void, n)?, stream),
         (false, true) => {
-            if let Some(s) = stream {
-                sync_stream(c, s)?;
+            let bytes = host_bytes_mut(dst as *mut c_void, n)?;
+            match stream {
+                Some(s) => dtoh_async(c, bytes, src, s),
+                None => dtoh(c, bytes, src),
             }
-            dtoh(c, host_bytes_mut(dst as *mut c_void, n)?, src)
         }
         (false, false) => {
             if dst == 0 || src == 0 {

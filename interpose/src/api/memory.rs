@@ -1,16 +1,16 @@
 //! Device allocations (forwarded; the daemon counts them against the quota), memory info
-//! (the tenant's view), page-locked host memory (client-local aligned allocations), and
+//! (the tenant's view), page-locked host memory (shared-memory regions the daemon maps), and
 //! pointer attributes for what this client knows.
 
 use crate::client::{self, Client};
 use crate::util::{R, entry, out};
 use gpupool_protocol::ops::Reply;
+use gpupool_protocol::transport::shm::create_host_region;
 use gpupool_protocol::{DevicePtr, Request};
 use gpupool_shim::cuda::{
     CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CUcontext,
     CUdeviceptr, CUmemorytype, CUpointer_attribute as P, CUresult,
 };
-use std::alloc::Layout;
 use std::os::raw::{c_int, c_uint, c_void};
 
 #[unsafe(no_mangle)]
@@ -135,26 +135,23 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     })
 }
 
-// ---- page-locked host memory: local, page-aligned allocations ----
+// ---- page-locked host memory: shared-memory regions the daemon maps ----
 
 const HOST_ALLOC_FLAGS: u32 =
     CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
-const PAGE: usize = 4096;
 
 fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
     if pp.is_null() || flags & !HOST_ALLOC_FLAGS != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    client::with(|c| {
+    client::call(|c| {
         c.current()?;
-        let layout = Layout::from_size_align(bytesize.max(1), PAGE)
-            .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        if p.is_null() {
-            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-        }
+        let (fd, map) =
+            create_host_region(bytesize).map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        let id = c.live()?.map_region(&fd, map.len() as u64)?;
+        let p = map.as_ptr();
         c.reg.host.insert(p as usize, (bytesize.max(1), flags));
+        c.reg.regions.insert(p as usize, (id, map));
         out(pp, p.cast::<c_void>())
     })
 }
@@ -182,18 +179,19 @@ pub unsafe extern "C" fn cuMemHostAlloc(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     entry(|| {
-        client::with(|c| {
-            let (size, _) = c
+        client::call(|c| {
+            let (id, map) = c
                 .reg
-                .host
+                .regions
                 .remove(&(p as usize))
                 .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-            let layout =
-                Layout::from_size_align(size, PAGE).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
-            // SAFETY: `p` was returned by `alloc_zeroed` with this layout (recorded at
-            // allocation) and is removed from the table, so it is freed once.
-            unsafe { std::alloc::dealloc(p.cast::<u8>(), layout) };
-            Ok(())
+            c.reg.host.remove(&(p as usize));
+            // The daemon waits for queued copies that use it, then lets go of it.
+            let r = c
+                .live()
+                .and_then(|conn| conn.call_ok(Request::HostRegionUnmap { id }));
+            drop(map);
+            r
         })
     })
 }

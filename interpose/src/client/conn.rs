@@ -8,7 +8,7 @@
 //! vanished peer as `PeerGone`, so nothing hangs).
 
 use gpupool_protocol::ops::{DeviceInfo, HostSrc, InlineBytes, StagingRegion};
-use gpupool_protocol::transport::shm::{ShmTransport, WaitPolicy};
+use gpupool_protocol::transport::shm::{ShmTransport, WaitPolicy, send_host_region};
 use gpupool_protocol::transport::{Staging, Transport};
 use gpupool_protocol::{Message, PROTOCOL_VERSION, Reply, Request};
 use gpupool_shim::cuda::CUresult;
@@ -266,6 +266,18 @@ impl Conn {
             offset: 0,
             len: bytes.len() as u64,
         }))
+    }
+
+    /// Shares a page-locked region with the daemon: its fd goes on the socket just before
+    /// the `HostRegionMap` frame. Returns the region's id.
+    pub fn map_region(&mut self, fd: &std::os::fd::OwnedFd, bytes: u64) -> R<u64> {
+        if let Err(e) = send_host_region(self.t.socket(), fd) {
+            return Err(self.fail(&format!("sending a host region: {e}")));
+        }
+        match self.call(Request::HostRegionMap { bytes })? {
+            Reply::HostRegion { id } => Ok(id),
+            _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
+        }
     }
 
     pub fn staging_len(&self) -> usize {

@@ -51,6 +51,9 @@ pub struct Registry {
     pub per_thread: HashMap<(std::thread::ThreadId, u64), gpupool_protocol::StreamId>,
     /// Host ranges registered with cuMemHostRegister: base -> size.
     pub registered: HashMap<usize, usize>,
+    /// Page-locked allocations living in shared memory: base -> (daemon region id,
+    /// this process's mapping).
+    pub regions: BTreeMap<usize, (u64, gpupool_protocol::transport::Mapping)>,
 }
 
 impl Registry {
@@ -58,6 +61,12 @@ impl Registry {
     pub fn alloc_of(&self, p: u64) -> Option<(u64, u64, u64)> {
         let (&base, &(size, ctx)) = self.allocs.range(..=p).next_back()?;
         (p < base + size.max(1)).then_some((base, size, ctx))
+    }
+    /// The shared region holding all of `[p, p + n)`: (region id, offset of `p`).
+    pub fn region_of(&self, p: usize, n: usize) -> Option<(u64, u64)> {
+        let (&base, (id, map)) = self.regions.range(..=p).next_back()?;
+        let end = p.checked_add(n)?;
+        (end <= base + map.len()).then_some((*id, (p - base) as u64))
     }
     pub fn host_of(&self, p: usize) -> Option<(usize, usize, u32)> {
         let (&base, &(size, flags)) = self.host.range(..=p).next_back()?;
@@ -131,6 +140,9 @@ pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
             conn.abandon();
         }
         let initialized = c.initialized;
+        // The child keeps its copies of the parent's page-locked mappings (its pointers
+        // stay readable); they are no longer regions of any session.
+        std::mem::forget(std::mem::take(&mut c.reg.regions));
         *c = Client {
             generation,
             initialized,

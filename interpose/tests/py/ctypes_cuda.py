@@ -11,6 +11,9 @@ Modes (argv[1]):
   threads      8 threads, each with the primary context current, its own stream and
                its per-thread default stream,
                allocate, copy (inline and staged sizes), memset and free concurrently
+  pinned       cuMemAllocHost / cuMemHostAlloc memory (shared with the daemon): HtoD and
+               DtoH from and into it, sync and async, whole and at offsets, data checked;
+               one allocation is left for the session's end to unmap
   latency      median round trip of cuCtxSynchronize (forwarded) and cuCtxGetDevice (local)
 """
 import ctypes, os, sys, time
@@ -185,6 +188,41 @@ elif mode == "threads":
     for t in ts:
         t.join()
     check("thread failures", len(errors), 0)
+elif mode == "pinned":
+    setup()
+    n = 12 << 20  # more than the 8 MiB staging area: one request, no chunks
+    size = ctypes.c_size_t
+    hsrc, hdst = ctypes.c_void_p(), ctypes.c_void_p()
+    check("cuMemAllocHost", cu.cuMemAllocHost_v2(ctypes.byref(hsrc), size(n)))
+    check("cuMemHostAlloc", cu.cuMemHostAlloc(ctypes.byref(hdst), size(n), 0))
+    pattern = bytes((i * 13 + 5) & 0xFF for i in range(256)) * (n // 256)
+    ctypes.memmove(hsrc, pattern, n)
+    d = u64()
+    check("alloc", cu.cuMemAlloc_v2(ctypes.byref(d), size(n)))
+    check("htod", cu.cuMemcpyHtoD_v2(d, hsrc, size(n)))
+    check("dtoh", cu.cuMemcpyDtoH_v2(hdst, d, size(n)))
+    check("sync data", ctypes.string_at(hdst, n) == pattern, True)
+    s = ctypes.c_void_p()
+    check("stream", cu.cuStreamCreate(ctypes.byref(s), 0))
+    ctypes.memset(hdst, 0, n)
+    rev = pattern[::-1]
+    ctypes.memmove(hsrc, rev, n)
+    check("htod async", cu.cuMemcpyHtoDAsync_v2(d, hsrc, size(n), s))
+    check("dtoh async", cu.cuMemcpyDtoHAsync_v2(hdst, d, size(n), s))
+    check("stream sync", cu.cuStreamSynchronize(s))
+    check("async data", ctypes.string_at(hdst, n) == rev, True)
+    # A sub-range at odd offsets, through cuMemcpy (unified addressing) on the stream.
+    off = ctypes.c_void_p(hsrc.value + 101)
+    check("memcpy async h->d", cu.cuMemcpyAsync(d, u64(off.value), size(5000), s))
+    check("memcpy async d->h", cu.cuMemcpyAsync(u64(hdst.value + 7), d, size(5000), s))
+    check("stream sync 2", cu.cuStreamSynchronize(s))
+    check("offset data", ctypes.string_at(hdst.value + 7, 5000) == rev[101:5101], True)
+    flags = ctypes.c_uint()
+    check("flags", cu.cuMemHostGetFlags(ctypes.byref(flags), hdst))
+    check("free pinned", cu.cuMemFreeHost(hsrc))
+    check("double free", cu.cuMemFreeHost(hsrc), 1)
+    check("free", cu.cuMemFree_v2(d))
+    print("OK", flush=True)
 elif mode == "latency":
     setup()
     def median(f, n=5000):

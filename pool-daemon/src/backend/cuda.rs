@@ -117,6 +117,9 @@ driver_table! {
     cuMemcpy2DAsync_v2: fn(*const cu::CUDA_MEMCPY2D, cu::CUstream);
     cuMemcpy3D_v2: fn(*const cu::CUDA_MEMCPY3D);
     cuMemcpy3DAsync_v2: fn(*const cu::CUDA_MEMCPY3D, cu::CUstream);
+    // Client host-memory regions (pool-daemon/src/daemon/regions.rs).
+    cuMemHostRegister_v2: fn(*mut c_void, usize, u32);
+    cuMemHostUnregister: fn(*mut c_void);
 }
 
 impl Cuda {

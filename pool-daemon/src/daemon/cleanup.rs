@@ -124,6 +124,7 @@ pub fn end(mut s: Session, reason: &str) {
     let t0 = Instant::now();
     let shared = s.shared.clone();
     let freed = s.free_owned(None);
+    let regions = s.free_regions();
     // Leave no context of ours current on this (ending) thread, then let go of them.
     let _ = call!(shared.cuda, cuCtxSetCurrent(std::ptr::null_mut()));
     for (_, tc) in std::mem::take(&mut s.tenant_ctxs) {
@@ -145,7 +146,7 @@ pub fn end(mut s: Session, reason: &str) {
     tracing::info!(
         session = s.id, pid = s.cred.pid, uid = s.cred.uid, tenant = %s.tenant_name, reason,
         allocations = freed.allocations, bytes = freed.bytes, streams = freed.streams, events = freed.events,
-        modules = freed.modules, errors = freed.errors, cleanup_us = took.as_micros() as u64,
+        modules = freed.modules, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
         "session end"
     );
 }

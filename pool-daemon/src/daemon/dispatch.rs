@@ -229,6 +229,13 @@ impl Session {
                 self.free(ptr)?;
                 Reply::Ok {}
             }
+            R::HostRegionMap { .. } => {
+                return Err(Fail::new(1, "a host region needs the session's socket"));
+            }
+            R::HostRegionUnmap { id } => {
+                self.region_unmap(id)?;
+                Reply::Ok {}
+            }
             R::MemGetAddressRange { ptr } => {
                 self.owned(ptr, 0)?;
                 let p = ptr.0;

@@ -1,6 +1,8 @@
 //! Copies, memset, modules and functions, and launches (streams, events and management
 //! queries are in [`super::streams`], 2D/3D copies in [`super::copy2d`]). Every device pointer goes through
-//! [`Session::owned`] first; host bytes come from the frame or the staging area, which
+//! [`Session::owned`] first; host bytes come from a client host region
+//! ([`super::regions`], bounds-checked, outliving the call) or from the frame or the
+//! staging area, which
 //! is read completely before the next frame is handled (the sync calls copy before they
 //! return, and CUDA's async copies from or to pageable memory, which the staging area is,
 //! consume it before they return too).
@@ -29,7 +31,7 @@ impl Session {
             R::MemcpyHtoD { dst, src } => {
                 let d = self.owned(dst, src.len())?;
                 self.enter(d)?;
-                let (ptr, len) = self.host_src(&src, staging)?;
+                let (ptr, len) = self.host_src(&src, staging, d)?;
                 call!(self.shared.cuda, cuMemcpyHtoD_v2(dst.0, ptr, len))?;
                 Reply::Ok {}
             }
@@ -37,7 +39,7 @@ impl Session {
                 let d = self.owned(dst, src.len())?;
                 let (s, _) = self.stream(stream, Some(d))?;
                 self.enter(d)?;
-                let (ptr, len) = self.host_src(&src, staging)?;
+                let (ptr, len) = self.host_src(&src, staging, d)?;
                 call!(self.shared.cuda, cuMemcpyHtoDAsync_v2(dst.0, ptr, len, s.0))?;
                 Reply::Ok {}
             }
@@ -56,6 +58,27 @@ impl Session {
                 let (s, _) = self.stream(stream, Some(d))?;
                 let p = Self::staging_ptr(staging, dst.offset, dst.len)?;
                 self.enter(d)?;
+                call!(
+                    self.shared.cuda,
+                    cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0)
+                )?;
+                Reply::Ok {}
+            }
+            R::MemcpyDtoHRegion { src, dst } => {
+                let d = self.owned(src, dst.len)?;
+                self.enter(d)?;
+                let p = self.region_ptr(&dst, d)?;
+                call!(
+                    self.shared.cuda,
+                    cuMemcpyDtoH_v2(p.cast(), src.0, dst.len as usize)
+                )?;
+                Reply::Ok {}
+            }
+            R::MemcpyDtoHRegionAsync { src, dst, stream } => {
+                let d = self.owned(src, dst.len)?;
+                let (s, _) = self.stream(stream, Some(d))?;
+                self.enter(d)?;
+                let p = self.region_ptr(&dst, d)?;
                 call!(
                     self.shared.cuda,
                     cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0)
@@ -131,7 +154,8 @@ impl Session {
             }
             R::ModuleLoad { ctx, image } => {
                 let d = self.ctx_device(ctx)?;
-                let (ptr, len) = self.host_src(&image, staging)?;
+                self.enter(d)?;
+                let (ptr, len) = self.host_src(&image, staging, d)?;
                 // An owned, NUL-terminated copy: PTX text must end in NUL, and the staging
                 // area is the client's again once we answer.
                 let mut bytes = Vec::with_capacity(len + 1);
@@ -313,8 +337,15 @@ impl Session {
     }
 
     /// Host bytes of a copy: a pointer into the frame's inline bytes or the staging area.
-    fn host_src(&self, src: &HostSrc, staging: Option<&Staging>) -> Result<(*const c_void, usize)> {
+    /// A region is page-locked through device `d`'s context (entered) on first use.
+    fn host_src(
+        &mut self,
+        src: &HostSrc,
+        staging: Option<&Staging>,
+        d: u32,
+    ) -> Result<(*const c_void, usize)> {
         match src {
+            HostSrc::Region(r) => Ok((self.region_ptr(r, d)?.cast_const().cast(), r.len as usize)),
             HostSrc::Inline(b) => Ok((b.0.as_ptr().cast(), b.0.len())),
             HostSrc::Staging(r) => Ok((
                 Self::staging_ptr(staging, r.offset, r.len)?

@@ -18,6 +18,7 @@ pub mod copy2d;
 pub mod dispatch;
 pub mod exec;
 pub mod listener;
+pub mod regions;
 pub mod session;
 pub mod streams;
 

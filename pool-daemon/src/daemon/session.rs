@@ -51,6 +51,8 @@ pub struct Session {
     pub events: HashMap<EventId, (Raw<CUevent>, u32)>,
     pub modules: HashMap<ModuleId, (Raw<CUmodule>, u32)>,
     pub funcs: HashMap<FuncId, Func>,
+    /// Client host-memory regions by id ([`super::regions`]).
+    pub regions: HashMap<u64, super::regions::Region>,
     /// The client context each allocation, stream, event and module was created through.
     pub owner: HashMap<super::cleanup::Handle, CtxId>,
     pub tenant_name: String,
@@ -185,6 +187,7 @@ fn hello(
         events: HashMap::new(),
         modules: HashMap::new(),
         funcs: HashMap::new(),
+        regions: HashMap::new(),
         owner: HashMap::new(),
         tenant_name: tenant.as_str().to_string(),
         next_handle: 0,
@@ -277,7 +280,11 @@ fn serve(s: &mut Session, t: &mut ShmTransport) -> String {
             return "malformed: a second hello".into();
         }
         let name = op.name();
-        let result = s.handle(op, t.staging());
+        let result = match op {
+            // The region's fd waits on the socket, which only the session loop holds.
+            Request::HostRegionMap { bytes } => s.region_map(t.socket(), bytes),
+            op => s.handle(op, t.staging()),
+        };
         let msg = match result {
             Ok(_) if no_reply => continue,
             Ok(r) => Message::Reply { id, op: r },

@@ -77,6 +77,12 @@ op_table! {
     0x0302 MemAllocPitch { ctx: CtxId, width_bytes: u64, height: u64, element_size: u32 } => MemPitch;
     0x0303 MemFree { ptr: DevicePtr } => Ok;
     0x0304 MemGetAddressRange { ptr: DevicePtr } => AddressRange;
+    /// Shares `bytes` of client page-locked memory: the memfd travels with SCM_RIGHTS on
+    /// the transport's unix socket just before this frame (one byte, tag
+    /// [`crate::transport::shm::HOST_REGION_FD_TAG`]); the daemon maps it.
+    0x0305 HostRegionMap { bytes: u64 } => HostRegion;
+    /// Forgets a region (after the work that used it is done).
+    0x0306 HostRegionUnmap { id: u64 } => Ok;
 
     // ---- copies and memset ----
     0x0401 MemcpyHtoD { dst: DevicePtr, src: HostSrc } => Ok;
@@ -87,6 +93,10 @@ op_table! {
     0x0404 MemcpyDtoHInline { src: DevicePtr, len: u32 } => Bytes;
     /// Into the staging area, ordered on `stream`; the bytes are there after a sync point.
     0x0405 MemcpyDtoHAsync { src: DevicePtr, dst: StagingRegion, stream: StreamId } => Ok, async;
+    /// Into a client host-memory region; the reply comes once the bytes are there.
+    0x040c MemcpyDtoHRegion { src: DevicePtr, dst: RegionSlice } => Ok;
+    /// Into a client host-memory region, ordered on `stream` (truly asynchronous).
+    0x040d MemcpyDtoHRegionAsync { src: DevicePtr, dst: RegionSlice, stream: StreamId } => Ok, async;
     0x0406 MemcpyDtoD { dst: DevicePtr, src: DevicePtr, len: u64 } => Ok;
     0x0407 MemcpyDtoDAsync { dst: DevicePtr, src: DevicePtr, len: u64, stream: StreamId } => Ok, async;
     0x0408 Memcpy2D { copy: Copy2D } => Ok;
@@ -153,6 +163,7 @@ op_table! {
     0x8301 MemPtr { ptr: DevicePtr };
     0x8302 MemPitch { ptr: DevicePtr, pitch: u64 };
     0x8303 AddressRange { base: DevicePtr, size: u64 };
+    0x8304 HostRegion { id: u64 };
 
     0x8401 Bytes { data: InlineBytes };
 

@@ -54,6 +54,13 @@ wire_struct! {
     pub struct StagingRegion { pub offset: u64, pub len: u64 }
 }
 
+wire_struct! {
+    /// `len` bytes at `offset` of a client host-memory region (page-locked memory the
+    /// client shared with `HostRegionMap`). The daemon checks it lies inside the region.
+    #[derive(Copy, Default)]
+    pub struct RegionSlice { pub id: u64, pub offset: u64, pub len: u64 }
+}
+
 /// Where host bytes going to the device come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum HostSrc {
@@ -61,6 +68,8 @@ pub enum HostSrc {
     Staging(StagingRegion),
     /// In this frame.
     Inline(InlineBytes),
+    /// In a client host-memory region (no staging pass; it outlives the call).
+    Region(RegionSlice),
 }
 
 impl HostSrc {
@@ -68,6 +77,7 @@ impl HostSrc {
         match self {
             HostSrc::Staging(r) => r.len,
             HostSrc::Inline(b) => b.0.len() as u64,
+            HostSrc::Region(r) => r.len,
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -86,6 +96,10 @@ impl Encode for HostSrc {
                 1u8.encode(w);
                 b.encode(w);
             }
+            HostSrc::Region(r) => {
+                2u8.encode(w);
+                r.encode(w);
+            }
         }
     }
 }
@@ -95,6 +109,7 @@ impl Decode for HostSrc {
         match u8::decode(r)? {
             0 => Ok(HostSrc::Staging(Decode::decode(r)?)),
             1 => Ok(HostSrc::Inline(Decode::decode(r)?)),
+            2 => Ok(HostSrc::Region(Decode::decode(r)?)),
             tag => Err(DecodeError::InvalidTag {
                 what: "host source",
                 tag: tag.into(),

@@ -56,6 +56,14 @@ fn memset(value: MemsetValue) -> Memset {
         pitch: 0,
     }
 }
+fn region() -> RegionSlice {
+    RegionSlice {
+        id: 7,
+        offset: 4096,
+        len: 1 << 16,
+    }
+}
+
 fn staging() -> StagingRegion {
     StagingRegion {
         offset: 8192,
@@ -121,9 +129,20 @@ pub fn all_request_examples() -> Vec<Request> {
         MemGetAddressRange {
             ptr: DevicePtr(PTR.0 + 8),
         },
+        HostRegionMap { bytes: 1 << 20 },
+        HostRegionUnmap { id: 7 },
         MemcpyHtoD {
             dst: PTR,
             src: HostSrc::Inline(vec![1, 2, 3, 4].into()),
+        },
+        MemcpyDtoHRegion {
+            src: PTR,
+            dst: region(),
+        },
+        MemcpyDtoHRegionAsync {
+            src: PTR,
+            dst: region(),
+            stream: STREAM,
         },
         MemcpyHtoDAsync {
             dst: PTR,
@@ -253,6 +272,7 @@ pub fn all_reply_examples() -> Vec<Reply> {
         },
         Context { ctx: CTX },
         MemPtr { ptr: PTR },
+        HostRegion { id: 7 },
         MemPitch {
             ptr: PTR,
             pitch: 1024,

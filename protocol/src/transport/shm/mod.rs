@@ -17,6 +17,10 @@
 
 pub mod layout;
 mod ring;
+mod region;
+pub use region::{
+    HOST_REGION_FD_TAG, create_host_region, map_host_region, recv_host_region, send_host_region,
+};
 
 use std::mem::{offset_of, size_of};
 use std::os::fd::OwnedFd;

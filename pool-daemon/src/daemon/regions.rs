@@ -1,0 +1,114 @@
+//! Client host-memory regions: the client's page-locked allocations, shared with the
+//! daemon as sealed memfds (the fd travels with SCM_RIGHTS on the session's socket just
+//! before the `HostRegionMap` frame). The daemon maps each one, checks every access
+//! names a range inside it, page-locks it with the backend on first use (so the
+//! backend's async copies from and into it are truly asynchronous: the region outlives
+//! the call) and unregisters and unmaps it at `HostRegionUnmap` or session end.
+
+use super::dispatch::{Fail, Result};
+use super::session::Session;
+use crate::call;
+use gpupool_protocol::Reply;
+use gpupool_protocol::ops::RegionSlice;
+use gpupool_protocol::transport::Mapping;
+use gpupool_protocol::transport::shm::{map_host_region, recv_host_region};
+use std::os::raw::c_void;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// How long the daemon waits for a region's fd once its frame arrived.
+const FD_WAIT: Duration = Duration::from_secs(2);
+/// At most this many regions per session.
+pub const MAX_REGIONS: usize = 4096;
+/// CU_MEMHOSTREGISTER_PORTABLE: page-locked for every context.
+const PORTABLE: u32 = 1;
+
+/// One mapped region.
+pub struct Region {
+    pub map: Mapping,
+    /// The device whose context registered it with the backend, once used.
+    pub registered: Option<u32>,
+}
+
+impl Session {
+    /// `HostRegionMap`: receives the fd (bounded wait) and maps it.
+    pub fn region_map(&mut self, sock: &UnixStream, bytes: u64) -> Result<Reply> {
+        let fd = recv_host_region(sock, FD_WAIT).map_err(|e| Fail::new(1, e))?;
+        if self.regions.len() >= MAX_REGIONS {
+            return Err(Fail::new(1, "too many host regions in this session"));
+        }
+        let map = map_host_region(&fd, bytes).map_err(|e| Fail::new(1, e))?;
+        let id = self.next_handle();
+        self.regions.insert(
+            id,
+            Region {
+                map,
+                registered: None,
+            },
+        );
+        Ok(Reply::HostRegion { id })
+    }
+
+    /// `HostRegionUnmap`: waits for work that may use it, unregisters and unmaps it.
+    pub fn region_unmap(&mut self, id: u64) -> Result<()> {
+        let r = self
+            .regions
+            .remove(&id)
+            .ok_or_else(|| Fail::new(1, format!("no host region {id}")))?;
+        self.release_region(r);
+        Ok(())
+    }
+
+    fn release_region(&mut self, r: Region) {
+        if let Some(d) = r.registered
+            && self.enter(d).is_ok()
+        {
+            let cuda = &self.shared.cuda;
+            // Queued copies may still read or write it: CUDA's cuMemFreeHost waits too.
+            let _ = call!(cuda, cuCtxSynchronize());
+            if let Err(e) = call!(cuda, cuMemHostUnregister(r.map.as_ptr().cast::<c_void>())) {
+                tracing::debug!(session = self.id, "unregistering a host region: {e}");
+            }
+        }
+        drop(r); // unmaps
+    }
+
+    /// Session end: every region, after the session's streams were synchronised.
+    pub fn free_regions(&mut self) -> usize {
+        let all: Vec<_> = std::mem::take(&mut self.regions).into_values().collect();
+        let n = all.len();
+        for r in all {
+            self.release_region(r);
+        }
+        n
+    }
+
+    /// The first byte of `s`, checked to lie inside its region, which is page-locked with
+    /// the backend through device `d`'s context (entered by the caller) on first use.
+    pub fn region_ptr(&mut self, s: &RegionSlice, d: u32) -> Result<*mut u8> {
+        let r = self
+            .regions
+            .get_mut(&s.id)
+            .ok_or_else(|| Fail::new(1, format!("no host region {}", s.id)))?;
+        let len = r.map.len() as u64;
+        match s.offset.checked_add(s.len) {
+            Some(end) if end <= len => {}
+            _ => {
+                return Err(Fail::new(
+                    1,
+                    format!(
+                        "host region range {}+{} outside {len} bytes",
+                        s.offset, s.len
+                    ),
+                ));
+            }
+        }
+        if r.registered.is_none() {
+            let (p, n) = (r.map.as_ptr().cast::<c_void>(), r.map.len());
+            call!(self.shared.cuda, cuMemHostRegister_v2(p, n, PORTABLE))?;
+            r.registered = Some(d);
+        }
+        // SAFETY: offset + len lies within the live mapping just checked.
+        Ok(unsafe { r.map.as_ptr().add(s.offset as usize) })
+    }
+}
