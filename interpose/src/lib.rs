@@ -37,8 +37,10 @@
 //!   memory, copied through staging like pageable memory; kernels cannot dereference
 //!   either;
 //! - module images must fit the staging area (8 MiB by default); device `printf` prints on
-//!   the daemon's output; 3D copies, graphs and stream capture are refused with
-//!   `CUDA_ERROR_NOT_SUPPORTED`.
+//!   the daemon's output; graphs, stream capture and copies to or from CUDA arrays are
+//!   refused with `CUDA_ERROR_NOT_SUPPORTED`;
+//! - 2D and 3D copies with a host end go through staging even when that end is
+//!   page-locked (a 3D row wider than the staging area is `CUDA_ERROR_NOT_SUPPORTED`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod api;

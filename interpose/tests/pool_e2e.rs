@@ -356,6 +356,20 @@ fn pinned_memory_is_shared_with_the_daemon() {
     }
 }
 
+/// 3D copies (host, device, padded, offset, chunked through staging, sync and async)
+/// carry every byte where the reference puts it; bad arguments are INVALID_VALUE.
+#[test]
+fn copies_in_3d_go_through_the_pool() {
+    let d = Daemon::start("1", "1GiB");
+    let out = d
+        .client("python3")
+        .arg(ctypes_script())
+        .arg("copy3d")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+}
+
 #[test]
 fn threads_share_one_connection_safely() {
     let d = Daemon::start("1", "1GiB");

@@ -17,7 +17,7 @@ use gpupool_protocol::ops::{
 };
 use gpupool_protocol::{DevicePtr, Request, StreamId};
 use gpupool_shim::cuda::{
-    CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream,
+    CUDA_MEMCPY2D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream,
 };
 use std::os::raw::c_void;
 
@@ -161,7 +161,7 @@ fn dtod(c: &mut Client, dst: u64, src: u64, n: usize, stream: Option<StreamId>) 
     }
 }
 
-fn sync_stream(c: &mut Client, stream: StreamId) -> R<()> {
+pub(super) fn sync_stream(c: &mut Client, stream: StreamId) -> R<()> {
     c.live()?.call_ok(Request::StreamSynchronize { stream })
 }
 
@@ -300,11 +300,11 @@ fn memcpy_peer_async(
     memcpy_dtod_async(dst, src, n, s, ds)
 }
 
-// ---- 2D copies ----
+// ---- 2D copies (3D ones are in [`super::copy3d`]) ----
 
 /// One end: (is device memory, base address). Unified ends name their pointer in the
 /// device field and are device memory if this client allocated it.
-fn end_of(c: &Client, t: MT, host: u64, dev: u64) -> R<(bool, u64)> {
+pub(super) fn end_of(c: &Client, t: MT, host: u64, dev: u64) -> R<(bool, u64)> {
     match t {
         MT::CU_MEMORYTYPE_DEVICE => Ok((true, dev)),
         MT::CU_MEMORYTYPE_HOST => Ok((false, host)),
@@ -441,14 +441,6 @@ fn memcpy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream, ds: DefaultStream) -> R<
     })
 }
 
-fn memcpy3d(_p: *const CUDA_MEMCPY3D, _ds: DefaultStream) -> R<()> {
-    Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
-}
-
-fn memcpy3d_async(_p: *const CUDA_MEMCPY3D, _s: CUstream, _ds: DefaultStream) -> R<()> {
-    Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
-}
-
 super::stream_variants! {
     cuMemcpy / cuMemcpy_ptds => memcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize);
     cuMemcpyAsync / cuMemcpyAsync_ptsz => memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
@@ -463,6 +455,4 @@ super::stream_variants! {
     cuMemcpy2D_v2 / cuMemcpy2D_v2_ptds => memcpy2d(p: *const CUDA_MEMCPY2D);
     cuMemcpy2DUnaligned_v2 / cuMemcpy2DUnaligned_v2_ptds => memcpy2d(p: *const CUDA_MEMCPY2D);
     cuMemcpy2DAsync_v2 / cuMemcpy2DAsync_v2_ptsz => memcpy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream);
-    cuMemcpy3D_v2 / cuMemcpy3D_v2_ptds => memcpy3d(p: *const CUDA_MEMCPY3D);
-    cuMemcpy3DAsync_v2 / cuMemcpy3DAsync_v2_ptsz => memcpy3d_async(p: *const CUDA_MEMCPY3D, s: CUstream);
 }

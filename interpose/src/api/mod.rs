@@ -8,6 +8,7 @@
 
 pub mod context;
 pub mod copy;
+pub mod copy3d;
 pub mod device;
 pub mod event;
 pub mod extra;

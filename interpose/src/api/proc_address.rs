@@ -8,6 +8,7 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use super::context::*;
 use super::copy::*;
+use super::copy3d::*;
 use super::device::*;
 use super::event::*;
 use super::extra::*;
@@ -33,9 +34,12 @@ fn get_proc_address(
     if symbol.is_null() || pfn.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    let per_thread = validate(version, flags, super::init::driver_version()).map_err(|why| why.code())?;
+    let per_thread =
+        validate(version, flags, super::init::driver_version()).map_err(|why| why.code())?;
     // SAFETY: non-null and NUL-terminated per the CUDA contract.
-    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_str().unwrap_or("");
+    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }
+        .to_str()
+        .unwrap_or("");
     let (f, q) = table().lookup(name, version, per_thread);
     out(pfn, f.unwrap_or(std::ptr::null()) as *mut c_void)?;
     if !status.is_null() {

@@ -14,6 +14,9 @@ Modes (argv[1]):
   pinned       cuMemAllocHost / cuMemHostAlloc memory (shared with the daemon): HtoD and
                DtoH from and into it, sync and async, whole and at offsets, data checked;
                one allocation is left for the session's end to unmap
+  copy3d       cuMemcpy3D[Async]: HtoD with pitch/slice-height padding and x/y/z offsets,
+               DtoD, DtoH, chunked through staging (by slices and by rows), every byte
+               checked against a host-side reference; reserved1 set is INVALID_VALUE
   latency      median round trip of cuCtxSynchronize (forwarded) and cuCtxGetDevice (local)
 """
 import ctypes, os, sys, time
@@ -221,6 +224,128 @@ elif mode == "pinned":
     check("flags", cu.cuMemHostGetFlags(ctypes.byref(flags), hdst))
     check("free pinned", cu.cuMemFreeHost(hsrc))
     check("double free", cu.cuMemFreeHost(hsrc), 1)
+    check("free", cu.cuMemFree_v2(d))
+    print("OK", flush=True)
+elif mode == "copy3d":
+    setup()
+    size = ctypes.c_size_t
+    HOST, DEVICE = 1, 2
+
+    class M3(ctypes.Structure):
+        _fields_ = [("srcXInBytes", size), ("srcY", size), ("srcZ", size), ("srcLOD", size),
+                    ("srcMemoryType", ctypes.c_int), ("srcHost", ctypes.c_void_p),
+                    ("srcDevice", u64), ("srcArray", ctypes.c_void_p),
+                    ("reserved0", ctypes.c_void_p), ("srcPitch", size), ("srcHeight", size),
+                    ("dstXInBytes", size), ("dstY", size), ("dstZ", size), ("dstLOD", size),
+                    ("dstMemoryType", ctypes.c_int), ("dstHost", ctypes.c_void_p),
+                    ("dstDevice", u64), ("dstArray", ctypes.c_void_p),
+                    ("reserved1", ctypes.c_void_p), ("dstPitch", size), ("dstHeight", size),
+                    ("WidthInBytes", size), ("Height", size), ("Depth", size)]
+    check("struct size", ctypes.sizeof(M3), 200)
+
+    def place(buf, pitch, rows, x, y, z, w, h, d, packed):
+        """`buf` with the packed w*h*d bytes written at (x, y, z) of a pitch/rows layout."""
+        buf = bytearray(buf)
+        for k in range(d):
+            for j in range(h):
+                o = ((z + k) * rows + y + j) * pitch + x
+                buf[o:o + w] = packed[(k * h + j) * w:(k * h + j + 1) * w]
+        return bytes(buf)
+
+    def dev(n, fill=0):
+        p = u64()
+        check("alloc", cu.cuMemAlloc_v2(ctypes.byref(p), size(n)))
+        check("fill", cu.cuMemsetD8_v2(p, ctypes.c_ubyte(fill), size(n)))
+        return p
+
+    def dev_bytes(p, n):
+        out = (ctypes.c_ubyte * n)()
+        check("dtoh", cu.cuMemcpyDtoH_v2(out, p, size(n)))
+        return bytes(out)
+
+    def end(m, side, kind, ptr, pitch, rows, x=0, y=0, z=0):
+        setattr(m, side + "MemoryType", kind)
+        if kind == HOST:
+            setattr(m, side + "Host", ctypes.cast(ptr, ctypes.c_void_p))
+        else:
+            setattr(m, side + "Device", ptr)
+        setattr(m, side + "Pitch", pitch)
+        setattr(m, side + "Height", rows)
+        setattr(m, side + "XInBytes", x)
+        setattr(m, side + "Y", y)
+        setattr(m, side + "Z", z)
+
+    stream = ctypes.c_void_p()
+    check("stream", cu.cuStreamCreate(ctypes.byref(stream), 0))
+
+    def trip(w, h, d, hs, ds, hd, use_async):
+        """HtoD into a padded, offset device layout; DtoD into a packed device buffer
+        (pitch and slice height 0); DtoH into a padded, offset host layout."""
+        packed = bytes((i * 31 + (i >> 9) + 11) & 0xFF for i in range(w * h * d))
+        (sp, sr, sx, sy, sz), (dp, dr, dx, dy, dz), (hp, hr, hx, hy, hz) = hs, ds, hd
+        hsize = (sz + d) * sr * sp
+        host = place(bytes((i * 3) & 0xFF for i in range(hsize)), sp, sr, sx, sy, sz, w, h, d, packed)
+        hbuf = ctypes.create_string_buffer(host, hsize)
+        dsize = (dz + d) * dr * dp
+        a = dev(dsize, 0x5A)
+        m = M3(WidthInBytes=w, Height=h, Depth=d)
+        end(m, "src", HOST, hbuf, sp, sr, sx, sy, sz)
+        end(m, "dst", DEVICE, a, dp, dr, dx, dy, dz)
+        if use_async:
+            check("htod 3d async", cu.cuMemcpy3DAsync_v2(ctypes.byref(m), stream))
+            check("sync", cu.cuStreamSynchronize(stream))
+        else:
+            check("htod 3d", cu.cuMemcpy3D_v2(ctypes.byref(m)))
+        want = place(bytes([0x5A]) * dsize, dp, dr, dx, dy, dz, w, h, d, packed)
+        check("htod 3d data", dev_bytes(a, dsize) == want, True)
+        b = dev(w * h * d, 0xC3)
+        m = M3(WidthInBytes=w, Height=h, Depth=d)
+        end(m, "src", DEVICE, a, dp, dr, dx, dy, dz)
+        end(m, "dst", DEVICE, b, 0, 0)
+        if use_async:
+            check("dtod 3d async", cu.cuMemcpy3DAsync_v2(ctypes.byref(m), stream))
+            check("sync", cu.cuStreamSynchronize(stream))
+        else:
+            check("dtod 3d", cu.cuMemcpy3D_v2(ctypes.byref(m)))
+        check("dtod 3d data", dev_bytes(b, w * h * d) == packed, True)
+        osize = (hz + d) * hr * hp
+        out = ctypes.create_string_buffer(b"\xee" * osize, osize)
+        m = M3(WidthInBytes=w, Height=h, Depth=d)
+        end(m, "src", DEVICE, b, w, h)
+        end(m, "dst", HOST, out, hp, hr, hx, hy, hz)
+        if use_async:
+            check("dtoh 3d async", cu.cuMemcpy3DAsync_v2(ctypes.byref(m), stream))
+        else:
+            check("dtoh 3d", cu.cuMemcpy3D_v2(ctypes.byref(m)))
+        want = place(b"\xee" * osize, hp, hr, hx, hy, hz, w, h, d, packed)
+        check("dtoh 3d data", out.raw[:osize] == want, True)
+        for p in (a, b):
+            check("free", cu.cuMemFree_v2(p))
+
+    # Small: pitch and slice-height padding and x/y/z offsets on every padded end.
+    trip(37, 5, 4, (50, 7, 3, 1, 1), (64, 8, 5, 2, 1), (45, 6, 2, 1, 1), False)
+    trip(37, 5, 4, (50, 7, 3, 1, 1), (64, 8, 5, 2, 1), (45, 6, 2, 1, 1), True)
+    # 3 MiB slices, 12 MiB in all: chunked by whole slices through 8 MiB of staging.
+    trip(3000, 1000, 4, (3072, 1001, 8, 1, 0), (3100, 1000, 0, 0, 1), (3000, 1002, 0, 2, 0), False)
+    # One 8.6 MiB slice: chunked by rows.
+    trip(4100, 2100, 1, (4200, 2100, 4, 0, 0), (4100, 2101, 0, 1, 0), (4104, 2100, 2, 0, 0), True)
+
+    # Invalid requests answer before touching anything.
+    d = dev(4096)
+    src = ctypes.create_string_buffer(4096)
+    m = M3(WidthInBytes=16, Height=4, Depth=2)
+    end(m, "src", HOST, src, 16, 4)
+    end(m, "dst", DEVICE, d, 16, 4)
+    m.reserved1 = 1
+    check("reserved1 set", cu.cuMemcpy3D_v2(ctypes.byref(m)), 1)
+    m.reserved1 = None
+    m.dstHeight = 3
+    check("dstHeight < Height", cu.cuMemcpy3D_v2(ctypes.byref(m)), 1)
+    m.dstHeight = 4
+    m.dstZ = 200
+    check("beyond the allocation", cu.cuMemcpy3D_v2(ctypes.byref(m)), 1)
+    m.dstZ = 0
+    check("valid after all", cu.cuMemcpy3D_v2(ctypes.byref(m)), 0)
     check("free", cu.cuMemFree_v2(d))
     print("OK", flush=True)
 elif mode == "latency":
