@@ -4,7 +4,9 @@
 //! listed as `!`, so a caller asking for that ABI gets "not found" instead of a function
 //! with the wrong signature.
 
-use gpupool_shim::cuda::{CUdriverProcAddress_flags as Flags, CUdriverProcAddressQueryResult as Q, CUresult, cuuint64_t};
+use gpupool_shim::cuda::{
+    CUdriverProcAddress_flags as Flags, CUdriverProcAddressQueryResult as Q, CUresult, cuuint64_t,
+};
 use std::os::raw::c_void;
 
 pub type Ptr = *const c_void;
@@ -84,7 +86,9 @@ pub fn validate(version: i32, flags: cuuint64_t, driver_version: i32) -> Result<
         return Err(Refusal::NewerThanDriver { requested: version, driver: driver_version });
     }
     match flags {
-        f if f == Flags::CU_GET_PROC_ADDRESS_DEFAULT.0 as u64 || f == Flags::CU_GET_PROC_ADDRESS_LEGACY_STREAM.0 as u64 => {
+        f if f == Flags::CU_GET_PROC_ADDRESS_DEFAULT.0 as u64
+            || f == Flags::CU_GET_PROC_ADDRESS_LEGACY_STREAM.0 as u64 =>
+        {
             Ok(false)
         }
         f if f == Flags::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.0 as u64 => Ok(true),

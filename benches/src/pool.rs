@@ -51,11 +51,8 @@ const COPY_WARMUP: usize = 2;
 /// Part 4: client processes of each kind.
 const START_SAMPLES: usize = 25;
 /// Part 5: (clients, round trips each, deadline).
-const CONCURRENCY: [(usize, usize, Duration); 3] = [
-    (1, 20_000, Duration::from_secs(3)),
-    (16, 2_000, Duration::from_secs(4)),
-    (128, 200, Duration::from_secs(6)),
-];
+const CONCURRENCY: [(usize, usize, Duration); 3] =
+    [(1, 20_000, Duration::from_secs(3)), (16, 2_000, Duration::from_secs(4)), (128, 200, Duration::from_secs(6))];
 
 // ---------------------------------------------------------------------------------------
 // Results
@@ -108,14 +105,7 @@ fn loadavg() -> String {
 }
 
 fn row(name: &str, unit: Unit, pool: Summary, base_name: &str, base: Summary) -> Row {
-    Row {
-        name: name.into(),
-        unit,
-        pool,
-        base_name: base_name.into(),
-        base,
-        verdict: String::new(),
-    }
+    Row { name: name.into(), unit, pool, base_name: base_name.into(), base, verdict: String::new() }
 }
 
 fn pass(ok: bool) -> &'static str {
@@ -124,11 +114,7 @@ fn pass(ok: bool) -> &'static str {
 
 /// The round-trip target of DESIGN.md §6: p50 <= 1 us, p99 <= 5 us.
 fn rtt_verdict(s: &Summary) -> String {
-    format!(
-        "p50<=1us {}, p99<=5us {}",
-        pass(s.median <= 1_000.0),
-        pass(s.p99 <= 5_000.0)
-    )
+    format!("p50<=1us {}, p99<=5us {}", pass(s.median <= 1_000.0), pass(s.p99 <= 5_000.0))
 }
 
 /// Rates from per-sample times: `work` units per sample of `ns` nanoseconds. The median
@@ -136,11 +122,7 @@ fn rtt_verdict(s: &Summary) -> String {
 /// slow tail (so it is the lower figure).
 pub fn rate_summary(times_ns: Vec<f64>, work: f64) -> Summary {
     let t = summarize(times_ns);
-    Summary {
-        median: work / t.median * 1e9,
-        p99: work / t.p99 * 1e9,
-        samples: t.samples,
-    }
+    Summary { median: work / t.median * 1e9, p99: work / t.p99 * 1e9, samples: t.samples }
 }
 
 fn fmt_ns(ns: f64) -> String {
@@ -253,11 +235,8 @@ pub fn json(run: &PoolRun) -> String {
             ));
         }
     }
-    let notes: Vec<String> = run
-        .sections
-        .iter()
-        .flat_map(|s| s.notes.iter().map(|n| format!("    {}", json_str(n))))
-        .collect();
+    let notes: Vec<String> =
+        run.sections.iter().flat_map(|s| s.notes.iter().map(|n| format!("    {}", json_str(n)))).collect();
     format!(
         "{{\n  \"bench\": \"pool\",\n  \"daemon\": {},\n  \"client_library\": {},\n  \"sim_library\": {},\n  \"cpus\": {},\n  \"load_average_1min\": [{}, {}],\n  \"clock_ns\": {},\n  \"p99_meaning\": \"99th percentile of per-sample time; for rates the rate at that sample\",\n  \"rows\": [\n{}\n  ],\n  \"notes\": [\n{}\n  ]\n}}\n",
         json_str(&run.daemon),
@@ -286,10 +265,7 @@ pub fn parse_start(line: &str) -> Result<[f64; 3], String> {
     }
     let mut v = [0.0; 3];
     for x in &mut v {
-        *x = it
-            .next()
-            .and_then(|s| s.parse::<u64>().ok())
-            .ok_or_else(|| format!("bad start line: {line:?}"))? as f64;
+        *x = it.next().and_then(|s| s.parse::<u64>().ok()).ok_or_else(|| format!("bad start line: {line:?}"))? as f64;
     }
     if it.next().is_some() {
         return Err(format!("trailing fields in start line: {line:?}"));
@@ -301,15 +277,10 @@ pub fn parse_start(line: &str) -> Result<[f64; 3], String> {
 pub fn parse_rtt(line: &str) -> Result<(f64, Vec<f64>), String> {
     let mut it = line.split_whitespace();
     if it.next() != Some("rtt") {
-        return Err(format!(
-            "not an rtt line: {:?}",
-            &line[..line.len().min(40)]
-        ));
+        return Err(format!("not an rtt line: {:?}", &line[..line.len().min(40)]));
     }
     let mut num = || -> Result<u64, String> {
-        it.next()
-            .and_then(|s| s.parse::<u64>().ok())
-            .ok_or_else(|| "bad rtt line".to_string())
+        it.next().and_then(|s| s.parse::<u64>().ok()).ok_or_else(|| "bad rtt line".to_string())
     };
     let wall = num()? as f64;
     let n = num()? as usize;
@@ -329,9 +300,7 @@ pub fn parse_hello_us(line: &str) -> Option<f64> {
     if !line.contains("session start") {
         return None;
     }
-    let v = line
-        .split_whitespace()
-        .find_map(|f| f.strip_prefix("hello_us="))?;
+    let v = line.split_whitespace().find_map(|f| f.strip_prefix("hello_us="))?;
     v.parse::<u64>().ok().map(|x| x as f64)
 }
 
@@ -343,9 +312,7 @@ pub fn client_main(args: &[String]) -> ExitCode {
             (Ok(i), Ok(m)) => client_rtt(Path::new(lib), i, Duration::from_millis(m)),
             _ => Err("rtt ITERS DEADLINE_MS must be numbers".into()),
         },
-        _ => Err(format!(
-            "usage: gpupool-bench {CLIENT_COMMAND} start LIB | rtt LIB ITERS DEADLINE_MS"
-        )),
+        _ => Err(format!("usage: gpupool-bench {CLIENT_COMMAND} start LIB | rtt LIB ITERS DEADLINE_MS")),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -368,12 +335,7 @@ fn client_start(lib: &Path) -> Result<(), String> {
     if n < 1 {
         return Err(format!("cuDeviceGetCount gave {n}"));
     }
-    println!(
-        "start {} {} {}",
-        (t1 - t0).as_nanos(),
-        (t2 - t1).as_nanos(),
-        (t3 - t2).as_nanos()
-    );
+    println!("start {} {} {}", (t1 - t0).as_nanos(), (t2 - t1).as_nanos(), (t3 - t2).as_nanos());
     Ok(())
 }
 
@@ -383,10 +345,7 @@ fn primary_context(d: &Driver) -> Result<CUcontext, String> {
     let mut dev: CUdevice = 0;
     ok(call!(d.cuDeviceGet(&mut dev, 0)), "cuDeviceGet")?;
     let mut ctx = null_mut();
-    ok(
-        call!(d.cuDevicePrimaryCtxRetain(&mut ctx, dev)),
-        "cuDevicePrimaryCtxRetain",
-    )?;
+    ok(call!(d.cuDevicePrimaryCtxRetain(&mut ctx, dev)), "cuDevicePrimaryCtxRetain")?;
     ok(call!(d.cuCtxSetCurrent(ctx)), "cuCtxSetCurrent")?;
     Ok(ctx)
 }
@@ -398,13 +357,9 @@ fn client_rtt(lib: &Path, iters: usize, deadline: Duration) -> Result<(), String
         ok(call!(d.cuCtxSynchronize()), "cuCtxSynchronize")?;
     }
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "ready")
-        .and_then(|_| stdout.flush())
-        .map_err(|e| e.to_string())?;
+    writeln!(stdout, "ready").and_then(|_| stdout.flush()).map_err(|e| e.to_string())?;
     let mut go = String::new();
-    std::io::stdin()
-        .read_line(&mut go)
-        .map_err(|e| e.to_string())?;
+    std::io::stdin().read_line(&mut go).map_err(|e| e.to_string())?;
     let mut v = Vec::with_capacity(iters);
     let start = Instant::now();
     let end = start + deadline;
@@ -445,24 +400,14 @@ fn release_dir() -> PathBuf {
 /// `cargo build --release -p gpupool-daemon -p gpupool-interpose` (a no-op when fresh).
 fn build_pool() -> Result<(), String> {
     let st = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args([
-            "build",
-            "--quiet",
-            "--release",
-            "-p",
-            "gpupool-daemon",
-            "-p",
-            "gpupool-interpose",
-        ])
+        .args(["build", "--quiet", "--release", "-p", "gpupool-daemon", "-p", "gpupool-interpose"])
         .current_dir(root())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .status()
         .map_err(|e| format!("running cargo build: {e}"))?;
     if !st.success() {
-        return Err(format!(
-            "cargo build --release of the daemon/interposer: {st}"
-        ));
+        return Err(format!("cargo build --release of the daemon/interposer: {st}"));
     }
     Ok(())
 }
@@ -521,11 +466,7 @@ impl Daemon {
     /// The daemon's own `hello_us` of every session started after the log `mark`.
     fn hello_us_since(&self, mark: usize) -> Vec<f64> {
         let log = self.log();
-        log.get(mark..)
-            .unwrap_or("")
-            .lines()
-            .filter_map(parse_hello_us)
-            .collect()
+        log.get(mark..).unwrap_or("").lines().filter_map(parse_hello_us).collect()
     }
 
     /// Whether the daemon process is still running.
@@ -612,10 +553,7 @@ impl Echo {
     }
 
     fn round_trip(&mut self, frame: &[u8; FRAME], back: &mut [u8; FRAME]) -> Result<(), String> {
-        self.sock
-            .write_all(frame)
-            .and_then(|_| self.sock.read_exact(back))
-            .map_err(|e| format!("unix ping-pong: {e}"))
+        self.sock.write_all(frame).and_then(|_| self.sock.read_exact(back)).map_err(|e| format!("unix ping-pong: {e}"))
     }
 }
 
@@ -638,11 +576,7 @@ fn clock_ns() -> f64 {
 }
 
 /// Times `op` once per sample; the first error stops the run.
-fn time_each(
-    n: usize,
-    v: &mut Vec<f64>,
-    mut op: impl FnMut() -> Result<(), String>,
-) -> Result<(), String> {
+fn time_each(n: usize, v: &mut Vec<f64>, mut op: impl FnMut() -> Result<(), String>) -> Result<(), String> {
     for _ in 0..n {
         let t = Instant::now();
         let r = op();
@@ -669,36 +603,17 @@ impl<'d> Side<'d> {
         let mut stream = null_mut();
         ok(call!(d.cuStreamCreate(&mut stream, 1)), "cuStreamCreate")?;
         let mut module = null_mut();
-        ok(
-            call!(d.cuModuleLoadData(&mut module, EMPTY_PTX.as_ptr().cast())),
-            "cuModuleLoadData",
-        )?;
+        ok(call!(d.cuModuleLoadData(&mut module, EMPTY_PTX.as_ptr().cast())), "cuModuleLoadData")?;
         let mut func = null_mut();
-        ok(
-            call!(d.cuModuleGetFunction(&mut func, module, c"empty".as_ptr())),
-            "cuModuleGetFunction",
-        )?;
+        ok(call!(d.cuModuleGetFunction(&mut func, module, c"empty".as_ptr())), "cuModuleGetFunction")?;
         let mut dev_buf = 0;
-        ok(
-            call!(d.cuMemAlloc_v2(&mut dev_buf, COPY_BYTES)),
-            "cuMemAlloc_v2 64 MiB",
-        )?;
+        ok(call!(d.cuMemAlloc_v2(&mut dev_buf, COPY_BYTES)), "cuMemAlloc_v2 64 MiB")?;
         let mut pinned = null_mut();
-        ok(
-            call!(d.cuMemAllocHost_v2(&mut pinned, COPY_BYTES)),
-            "cuMemAllocHost_v2 64 MiB",
-        )?;
+        ok(call!(d.cuMemAllocHost_v2(&mut pinned, COPY_BYTES)), "cuMemAllocHost_v2 64 MiB")?;
         // SAFETY: `cuMemAllocHost_v2` succeeded, so `pinned` points to COPY_BYTES writable
         // bytes of host memory, ours until `cuMemFreeHost` in `drop`.
         unsafe { std::ptr::write_bytes(pinned.cast::<u8>(), 0x33, COPY_BYTES) };
-        Ok(Side {
-            d,
-            stream,
-            module,
-            func,
-            dev_buf,
-            pinned,
-        })
+        Ok(Side { d, stream, module, func, dev_buf, pinned })
     }
 
     /// `n` empty launches on the stream, then one `cuStreamSynchronize`.
@@ -708,25 +623,11 @@ impl<'d> Side<'d> {
         let mut p1: u32 = 0;
         let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
         for _ in 0..n {
-            let r = call!(d.cuLaunchKernel(
-                self.func,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                0,
-                self.stream,
-                params.as_mut_ptr(),
-                null_mut(),
-            ));
+            let r =
+                call!(d.cuLaunchKernel(self.func, 1, 1, 1, 1, 1, 1, 0, self.stream, params.as_mut_ptr(), null_mut(),));
             ok(r, "cuLaunchKernel")?;
         }
-        ok(
-            call!(d.cuStreamSynchronize(self.stream)),
-            "cuStreamSynchronize",
-        )
+        ok(call!(d.cuStreamSynchronize(self.stream)), "cuStreamSynchronize")
     }
 
     /// The pinned buffer's bytes, for checking after the copies into it have completed.
@@ -766,14 +667,11 @@ fn part1(pool: &Driver, sim: &Driver, echo: &mut Echo) -> Result<Section, String
     time_each(2000, &mut scratch, sync_pool)?;
     time_each(2000, &mut scratch, sync_sim)?;
     time_each(200, &mut scratch, || echo.round_trip(&frame, &mut back))?;
-    let (mut vp, mut vs, mut vu, mut ip, mut is) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut vp, mut vs, mut vu, mut ip, mut is) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..RTT_ROUNDS {
         time_each(RTT_PER_ROUND, &mut vp, sync_pool)?;
         time_each(RTT_PER_ROUND, &mut vs, sync_sim)?;
-        time_each(UNIX_PER_ROUND, &mut vu, || {
-            echo.round_trip(&frame, &mut back)
-        })?;
+        time_each(UNIX_PER_ROUND, &mut vu, || echo.round_trip(&frame, &mut back))?;
         time_each(RTT_PER_ROUND / 2, &mut ip, info_pool)?;
         time_each(RTT_PER_ROUND / 2, &mut is, info_sim)?;
     }
@@ -791,44 +689,21 @@ fn part1(pool: &Driver, sim: &Driver, echo: &mut Echo) -> Result<Section, String
     let (p, s, u) = (summarize(vp), summarize(vs), summarize(vu));
     let unix_name = "unix socket 64 B ping-pong, 2 processes";
     let mut rows = vec![
-        row(
-            "cuCtxSynchronize",
-            Unit::Ns,
-            p,
-            "direct call into the sim",
-            s,
-        ),
+        row("cuCtxSynchronize", Unit::Ns, p, "direct call into the sim", s),
         row("cuCtxSynchronize", Unit::Ns, p, unix_name, u),
     ];
     rows[0].verdict = rtt_verdict(&p);
     rows[1].verdict = rtt_verdict(&p);
     let ip = summarize(ip);
-    let mut r = row(
-        "cuMemGetInfo_v2",
-        Unit::Ns,
-        ip,
-        "direct call into the sim",
-        summarize(is),
-    );
+    let mut r = row("cuMemGetInfo_v2", Unit::Ns, ip, "direct call into the sim", summarize(is));
     r.verdict = rtt_verdict(&ip);
     rows.push(r);
     let idle = summarize(ipl);
-    let mut r = row(
-        "cuCtxSynchronize after 1 ms idle",
-        Unit::Ns,
-        idle,
-        "direct call into the sim, same",
-        summarize(isl),
-    );
+    let mut r =
+        row("cuCtxSynchronize after 1 ms idle", Unit::Ns, idle, "direct call into the sim, same", summarize(isl));
     r.verdict = rtt_verdict(&idle);
     rows.push(r);
-    rows.push(row(
-        "cuCtxSynchronize after 1 ms idle",
-        Unit::Ns,
-        idle,
-        unix_name,
-        u,
-    ));
+    rows.push(row("cuCtxSynchronize after 1 ms idle", Unit::Ns, idle, unix_name, u));
     let mut notes = vec![format!(
         "back-to-back calls: {} per series in {RTT_ROUNDS} interleaved rounds; idle: {IDLE_SAMPLES} calls, each after a 1 ms sleep",
         p.samples
@@ -841,11 +716,7 @@ fn part1(pool: &Driver, sim: &Driver, echo: &mut Echo) -> Result<Section, String
                 .into(),
         );
     }
-    Ok(Section {
-        title: "1. Sync round trip of a forwarded call (each call timed alone)".into(),
-        rows,
-        notes,
-    })
+    Ok(Section { title: "1. Sync round trip of a forwarded call (each call timed alone)".into(), rows, notes })
 }
 
 fn part2(pool: &Side, sim: &Side) -> Result<Section, String> {
@@ -858,13 +729,7 @@ fn part2(pool: &Side, sim: &Side) -> Result<Section, String> {
     }
     let p = rate_summary(vp, LAUNCHES as f64);
     let s = rate_summary(vs, LAUNCHES as f64);
-    let mut r = row(
-        "empty kernel launches (async) + 1 sync",
-        Unit::PerSec,
-        p,
-        "same, direct into the sim",
-        s,
-    );
+    let mut r = row("empty kernel launches (async) + 1 sync", Unit::PerSec, p, "same, direct into the sim", s);
     r.verdict = format!(">= 2 M/s {}", pass(p.median >= 2e6));
     let mut notes = vec![format!(
         "{LAUNCH_SAMPLES} samples of {LAUNCHES} launches + cuStreamSynchronize each, pool and direct alternately"
@@ -878,11 +743,7 @@ fn part2(pool: &Side, sim: &Side) -> Result<Section, String> {
             cpus()
         ));
     }
-    Ok(Section {
-        title: "2. Async launch rate (launches per second)".into(),
-        rows: vec![r],
-        notes,
-    })
+    Ok(Section { title: "2. Async launch rate (launches per second)".into(), rows: vec![r], notes })
 }
 
 fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
@@ -892,32 +753,15 @@ fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
     let mut scratch = vec![0u8; n];
     let mut memcpy = Vec::new();
     // (name, pool times, sim times)
-    let names = [
-        "HtoD pageable",
-        "DtoH pageable",
-        "HtoD pinned",
-        "DtoH pinned",
-    ];
+    let names = ["HtoD pageable", "DtoH pageable", "HtoD pinned", "DtoH pinned"];
     let mut times: Vec<(Vec<f64>, Vec<f64>)> = vec![Default::default(); names.len()];
     let copy = |side: &Side, which: usize, dst: &mut [u8]| -> Result<(), String> {
         let d = side.d;
         match which {
-            0 => ok(
-                call!(d.cuMemcpyHtoD_v2(side.dev_buf, src.as_ptr().cast(), n)),
-                "cuMemcpyHtoD_v2",
-            ),
-            1 => ok(
-                call!(d.cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), side.dev_buf, n)),
-                "cuMemcpyDtoH_v2",
-            ),
-            2 => ok(
-                call!(d.cuMemcpyHtoD_v2(side.dev_buf, side.pinned, n)),
-                "cuMemcpyHtoD_v2 (pinned)",
-            ),
-            _ => ok(
-                call!(d.cuMemcpyDtoH_v2(side.pinned, side.dev_buf, n)),
-                "cuMemcpyDtoH_v2 (pinned)",
-            ),
+            0 => ok(call!(d.cuMemcpyHtoD_v2(side.dev_buf, src.as_ptr().cast(), n)), "cuMemcpyHtoD_v2"),
+            1 => ok(call!(d.cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), side.dev_buf, n)), "cuMemcpyDtoH_v2"),
+            2 => ok(call!(d.cuMemcpyHtoD_v2(side.dev_buf, side.pinned, n)), "cuMemcpyHtoD_v2 (pinned)"),
+            _ => ok(call!(d.cuMemcpyDtoH_v2(side.pinned, side.dev_buf, n)), "cuMemcpyDtoH_v2 (pinned)"),
         }
     };
     let (mut sink, mut sink2) = (Vec::new(), Vec::new());
@@ -927,21 +771,11 @@ fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
         time_each(1, v, || {
             // SAFETY: `src` and `scratch` are two distinct live buffers of `n` bytes each
             // (`black_box` hands back the pointer it is given).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    black_box(src.as_ptr()),
-                    black_box(scratch.as_mut_ptr()),
-                    n,
-                )
-            };
+            unsafe { std::ptr::copy_nonoverlapping(black_box(src.as_ptr()), black_box(scratch.as_mut_ptr()), n) };
             Ok(())
         })?;
         for (w, (tp, ts)) in times.iter_mut().enumerate() {
-            let (tp, ts) = if keep {
-                (tp, ts)
-            } else {
-                (&mut sink, &mut sink2)
-            };
+            let (tp, ts) = if keep { (tp, ts) } else { (&mut sink, &mut sink2) };
             time_each(1, tp, || copy(pool, w, &mut dst))?;
             time_each(1, ts, || copy(sim, w, &mut dst))?;
         }
@@ -953,10 +787,7 @@ fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
         copy(side, 0, &mut dst)?;
         copy(side, 1, &mut dst)?;
         if dst != src {
-            return Err(format!(
-                "{}: DtoH did not return the HtoD data",
-                side.d.path.display()
-            ));
+            return Err(format!("{}: DtoH did not return the HtoD data", side.d.path.display()));
         }
         // SAFETY: `pinned` is COPY_BYTES (= n) bytes of host memory owned by `side` (see
         // `Side::new`), distinct from `src`; no reference into it is alive here.
@@ -966,10 +797,7 @@ fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
         unsafe { std::ptr::write_bytes(side.pinned.cast::<u8>(), 0, n) };
         copy(side, 3, &mut dst)?;
         if side.pinned_bytes() != &src[..] {
-            return Err(format!(
-                "{}: pinned DtoH did not return the pinned HtoD data",
-                side.d.path.display()
-            ));
+            return Err(format!("{}: pinned DtoH did not return the pinned HtoD data", side.d.path.display()));
         }
     }
     let bytes = n as f64 / 1e9;
@@ -978,29 +806,11 @@ fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
     for (name, (tp, ts)) in names.iter().zip(times) {
         let p = rate_summary(tp, bytes);
         let s = rate_summary(ts, bytes);
-        let mut r = row(
-            &format!("{name}, pool"),
-            Unit::GbS,
-            p,
-            "memcpy 64 MiB, same run",
-            m,
-        );
+        let mut r = row(&format!("{name}, pool"), Unit::GbS, p, "memcpy 64 MiB, same run", m);
         r.verdict = format!(">= 80% of memcpy {}", pass(p.median >= 0.8 * m.median));
         rows.push(r);
-        rows.push(row(
-            &format!("{name}, pool"),
-            Unit::GbS,
-            p,
-            "same copy, direct into the sim",
-            s,
-        ));
-        rows.push(row(
-            &format!("{name}, direct into the sim"),
-            Unit::GbS,
-            s,
-            "memcpy 64 MiB, same run",
-            m,
-        ));
+        rows.push(row(&format!("{name}, pool"), Unit::GbS, p, "same copy, direct into the sim", s));
+        rows.push(row(&format!("{name}, direct into the sim"), Unit::GbS, s, "memcpy 64 MiB, same run", m));
     }
     let notes = vec![
         format!(
@@ -1012,11 +822,7 @@ fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
          memory is a shared region the daemon maps, so a pinned copy is one request and one pass"
             .into(),
     ];
-    Ok(Section {
-        title: "3. Copy bandwidth, 64 MiB (GB/s = 10^9 bytes/s)".into(),
-        rows,
-        notes,
-    })
+    Ok(Section { title: "3. Copy bandwidth, 64 MiB (GB/s = 10^9 bytes/s)".into(), rows, notes })
 }
 
 fn part4(exe: &Path, pool_lib: &Path, sim_lib: &Path, daemon: &Daemon) -> Result<Section, String> {
@@ -1034,11 +840,7 @@ fn part4(exe: &Path, pool_lib: &Path, sim_lib: &Path, daemon: &Daemon) -> Result
             .map_err(|e| format!("starting a client: {e}"))?;
         let wall = t.elapsed().as_nanos() as f64;
         if !out.status.success() {
-            return Err(format!(
-                "start client ({}) failed: {}",
-                lib.display(),
-                out.status
-            ));
+            return Err(format!("start client ({}) failed: {}", lib.display(), out.status));
         }
         let line = String::from_utf8_lossy(&out.stdout);
         Ok((parse_start(line.trim())?, wall))
@@ -1068,13 +870,7 @@ fn part4(exe: &Path, pool_lib: &Path, sim_lib: &Path, daemon: &Daemon) -> Result
     let mut rows = Vec::new();
     for (i, (vp, vs)) in p.into_iter().zip(s).enumerate() {
         let ps = summarize(vp);
-        let mut r = row(
-            names[i],
-            Unit::Ns,
-            ps,
-            "same process, sim loaded directly",
-            summarize(vs),
-        );
+        let mut r = row(names[i], Unit::Ns, ps, "same process, sim loaded directly", summarize(vs));
         if i == 3 {
             r.verdict = format!("<= 1 ms {}", pass(ps.median <= 1e6));
         }
@@ -1093,11 +889,7 @@ fn part4(exe: &Path, pool_lib: &Path, sim_lib: &Path, daemon: &Daemon) -> Result
             fmt_ns(h.p99 * 1e3)
         ));
     }
-    Ok(Section {
-        title: "4. Client start-up".into(),
-        rows,
-        notes,
-    })
+    Ok(Section { title: "4. Client start-up".into(), rows, notes })
 }
 
 struct Phase {
@@ -1146,13 +938,7 @@ fn concurrent(
         let mut stdin = c.stdin.take().ok_or("no stdin")?;
         stdin.write_all(b"go\n").map_err(|e| e.to_string())?;
     }
-    let mut phase = Phase {
-        clients,
-        iters,
-        samples: Vec::new(),
-        cut: 0,
-        max_wall_ns: 0.0,
-    };
+    let mut phase = Phase { clients, iters, samples: Vec::new(), cut: 0, max_wall_ns: 0.0 };
     for (c, mut r) in kids.0.iter_mut().zip(readers) {
         let mut s = String::new();
         r.read_to_string(&mut s).map_err(|e| e.to_string())?;
@@ -1181,11 +967,7 @@ fn part5(exe: &Path, lib: &Path, endpoint: &str) -> Result<Section, String> {
     for ph in &phases {
         let s = summarize(ph.samples.clone());
         let mut r = row(
-            &format!(
-                "cuCtxSynchronize, {} client process{}",
-                ph.clients,
-                if ph.clients == 1 { "" } else { "es" }
-            ),
+            &format!("cuCtxSynchronize, {} client process{}", ph.clients, if ph.clients == 1 { "" } else { "es" }),
             Unit::Ns,
             s,
             "1 client process",
@@ -1203,11 +985,7 @@ fn part5(exe: &Path, lib: &Path, endpoint: &str) -> Result<Section, String> {
                 format!(
                     ", {} stopped at the {:?} deadline",
                     ph.cut,
-                    CONCURRENCY
-                        .iter()
-                        .find(|c| c.0 == ph.clients)
-                        .map(|c| c.2)
-                        .unwrap_or_default()
+                    CONCURRENCY.iter().find(|c| c.0 == ph.clients).map(|c| c.2).unwrap_or_default()
                 )
             } else {
                 String::new()
@@ -1224,7 +1002,9 @@ fn part5(exe: &Path, lib: &Path, endpoint: &str) -> Result<Section, String> {
         ));
     }
     Ok(Section {
-        title: "5. Sync round trip with concurrent client processes (each client times its own calls; aggregate p50/p99)".into(),
+        title:
+            "5. Sync round trip with concurrent client processes (each client times its own calls; aggregate p50/p99)"
+                .into(),
         rows,
         notes,
     })
@@ -1299,10 +1079,7 @@ mod tests {
 
     #[test]
     fn start_lines_parse() {
-        assert_eq!(
-            parse_start("start 10 2000 30").unwrap(),
-            [10.0, 2000.0, 30.0]
-        );
+        assert_eq!(parse_start("start 10 2000 30").unwrap(), [10.0, 2000.0, 30.0]);
         assert!(parse_start("start 10 20").is_err());
         assert!(parse_start("start 10 20 30 40").is_err());
         assert!(parse_start("rtt 10 20 30").is_err());
@@ -1325,10 +1102,7 @@ mod tests {
     fn hello_us_comes_from_session_start_lines() {
         let line = "2026-11-22T06:33:21.558311Z  INFO gpupool::daemon::session: session start session=1 pid=18678 uid=0 gid=0 tenant=default client=/x memory=MemoryQuota { default: None, devices: {} } compute=100 clamped=0 hello_us=209";
         assert_eq!(parse_hello_us(line), Some(209.0));
-        assert_eq!(
-            parse_hello_us("INFO session end session=1 cleanup_us=25"),
-            None
-        );
+        assert_eq!(parse_hello_us("INFO session end session=1 cleanup_us=25"), None);
         assert_eq!(parse_hello_us("INFO session start session=1"), None);
     }
 
@@ -1344,23 +1118,10 @@ mod tests {
 
     #[test]
     fn round_trip_verdicts() {
-        let s = |median, p99| Summary {
-            median,
-            p99,
-            samples: 1,
-        };
-        assert_eq!(
-            rtt_verdict(&s(900.0, 4000.0)),
-            "p50<=1us PASS, p99<=5us PASS"
-        );
-        assert_eq!(
-            rtt_verdict(&s(1500.0, 4000.0)),
-            "p50<=1us MISS, p99<=5us PASS"
-        );
-        assert_eq!(
-            rtt_verdict(&s(900.0, 6000.0)),
-            "p50<=1us PASS, p99<=5us MISS"
-        );
+        let s = |median, p99| Summary { median, p99, samples: 1 };
+        assert_eq!(rtt_verdict(&s(900.0, 4000.0)), "p50<=1us PASS, p99<=5us PASS");
+        assert_eq!(rtt_verdict(&s(1500.0, 4000.0)), "p50<=1us MISS, p99<=5us PASS");
+        assert_eq!(rtt_verdict(&s(900.0, 6000.0)), "p50<=1us PASS, p99<=5us MISS");
     }
 
     #[test]

@@ -219,22 +219,7 @@ fn launch_between_events(
 ) -> Result<(), String> {
     let stream: CUstream = null_mut();
     ok(call!(d.cuEventRecord(ev.0, stream)), "cuEventRecord")?;
-    ok(
-        call!(d.cuLaunchKernel(
-            f,
-            grid,
-            1,
-            1,
-            BLOCK,
-            1,
-            1,
-            0,
-            stream,
-            params.as_mut_ptr(),
-            null_mut(),
-        )),
-        what,
-    )?;
+    ok(call!(d.cuLaunchKernel(f, grid, 1, 1, BLOCK, 1, 1, 0, stream, params.as_mut_ptr(), null_mut(),)), what)?;
     ok(call!(d.cuEventRecord(ev.1, stream)), "cuEventRecord")?;
     ok(call!(d.cuEventSynchronize(ev.1)), "cuEventSynchronize")
 }
@@ -253,15 +238,8 @@ fn timed_launch(
     let host = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     let mut ms = 0f32;
-    ok(
-        call!(d.cuEventElapsedTime(&mut ms, ev.0, ev.1)),
-        "cuEventElapsedTime",
-    )?;
-    Ok(Timed {
-        event_ms: ms as f64,
-        host_ms: host * 1e3,
-        cpu_ms: cpu * 1e3,
-    })
+    ok(call!(d.cuEventElapsedTime(&mut ms, ev.0, ev.1)), "cuEventElapsedTime")?;
+    Ok(Timed { event_ms: ms as f64, host_ms: host * 1e3, cpu_ms: cpu * 1e3 })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -329,11 +307,7 @@ fn native_divergent(out: &mut [u32], n: u32) {
         let mut acc = i as u32;
         let odd = i & 1 == 1;
         for k in 0..n {
-            acc = if odd {
-                (acc ^ k).wrapping_mul(3).wrapping_add(1)
-            } else {
-                acc.wrapping_mul(5).wrapping_add(k)
-            };
+            acc = if odd { (acc ^ k).wrapping_mul(3).wrapping_add(1) } else { acc.wrapping_mul(5).wrapping_add(k) };
         }
         *o = acc;
     }
@@ -367,16 +341,9 @@ fn bench_kernel(
 ) -> Result<KernelRow, String> {
     let mut f = null_mut();
     let cname = std::ffi::CString::new(k.name).unwrap();
-    ok(
-        call!(d.cuModuleGetFunction(&mut f, module, cname.as_ptr())),
-        "cuModuleGetFunction",
-    )?;
+    ok(call!(d.cuModuleGetFunction(&mut f, module, cname.as_ptr())), "cuModuleGetFunction")?;
     let threads = k.threads() as usize;
-    let words = if k.which == Which::MemGlobal {
-        threads * k.iters as usize
-    } else {
-        threads
-    };
+    let words = if k.which == Which::MemGlobal { threads * k.iters as usize } else { threads };
     let mut buf = 0;
     ok(call!(d.cuMemAlloc_v2(&mut buf, words * 4)), "cuMemAlloc_v2")?;
     ok(call!(d.cuMemsetD32_v2(buf, 0, words)), "cuMemsetD32_v2")?;
@@ -397,10 +364,7 @@ fn bench_kernel(
         }
     }
     let mut got = vec![0u32; words];
-    ok(
-        call!(d.cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), buf, words * 4)),
-        "cuMemcpyDtoH_v2",
-    )?;
+    ok(call!(d.cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), buf, words * 4)), "cuMemcpyDtoH_v2")?;
     ok(call!(d.cuMemFree_v2(buf)), "cuMemFree_v2")?;
     // mem_global accumulates over every launch, and the Rust loop ran as many times.
     if let Some(i) = (0..words).find(|&i| got[i] != host[i]) {
@@ -435,15 +399,9 @@ fn bench_vector_add(d: &Driver, ev: (CUevent, CUevent)) -> Result<VectorAdd, Str
     let n = VA_N;
     let bytes = n * 4;
     let mut module = null_mut();
-    ok(
-        call!(d.cuModuleLoadData(&mut module, VECTOR_ADD_PTX.as_ptr().cast())),
-        "cuModuleLoadData(vector_add.ptx)",
-    )?;
+    ok(call!(d.cuModuleLoadData(&mut module, VECTOR_ADD_PTX.as_ptr().cast())), "cuModuleLoadData(vector_add.ptx)")?;
     let mut f = null_mut();
-    ok(
-        call!(d.cuModuleGetFunction(&mut f, module, c"vector_add".as_ptr())),
-        "cuModuleGetFunction(vector_add)",
-    )?;
+    ok(call!(d.cuModuleGetFunction(&mut f, module, c"vector_add".as_ptr())), "cuModuleGetFunction(vector_add)")?;
     // Inputs with full mantissas and mixed signs and exponents.
     let val = |i: usize, salt: u64| {
         let h = (i as u64 ^ salt).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -458,12 +416,8 @@ fn bench_vector_add(d: &Driver, ev: (CUevent, CUevent)) -> Result<VectorAdd, Str
     ok(call!(d.cuMemAlloc_v2(&mut db, bytes)), "cuMemAlloc_v2")?;
     ok(call!(d.cuMemAlloc_v2(&mut dc, bytes)), "cuMemAlloc_v2")?;
     let (mut pa, mut pb, mut pc, mut pn) = (da, db, dc, n as i32);
-    let mut params: [*mut c_void; 4] = [
-        (&raw mut pa).cast(),
-        (&raw mut pb).cast(),
-        (&raw mut pc).cast(),
-        (&raw mut pn).cast(),
-    ];
+    let mut params: [*mut c_void; 4] =
+        [(&raw mut pa).cast(), (&raw mut pb).cast(), (&raw mut pc).cast(), (&raw mut pn).cast()];
     let grid = n.div_ceil(BLOCK as usize) as u32;
     let (mut total, mut kernel, mut kernel_host, mut nat) = (vec![], vec![], vec![], vec![]);
     for i in 0..VA_WARMUP + VA_SAMPLES {
@@ -472,34 +426,20 @@ fn bench_vector_add(d: &Driver, ev: (CUevent, CUevent)) -> Result<VectorAdd, Str
         ok(call!(d.cuCtxSynchronize()), "cuCtxSynchronize")?;
         c.fill(0.0);
         let t0 = Instant::now();
-        ok(
-            call!(d.cuMemcpyHtoD_v2(da, a.as_ptr().cast(), bytes)),
-            "cuMemcpyHtoD_v2",
-        )?;
-        ok(
-            call!(d.cuMemcpyHtoD_v2(db, b.as_ptr().cast(), bytes)),
-            "cuMemcpyHtoD_v2",
-        )?;
+        ok(call!(d.cuMemcpyHtoD_v2(da, a.as_ptr().cast(), bytes)), "cuMemcpyHtoD_v2")?;
+        ok(call!(d.cuMemcpyHtoD_v2(db, b.as_ptr().cast(), bytes)), "cuMemcpyHtoD_v2")?;
         let k0 = Instant::now();
         launch_between_events(d, ev, f, grid, &mut params, "cuLaunchKernel(vector_add)")?;
         let tk = k0.elapsed();
-        ok(
-            call!(d.cuMemcpyDtoH_v2(c.as_mut_ptr().cast(), dc, bytes)),
-            "cuMemcpyDtoH_v2",
-        )?;
+        ok(call!(d.cuMemcpyDtoH_v2(c.as_mut_ptr().cast(), dc, bytes)), "cuMemcpyDtoH_v2")?;
         let tt = t0.elapsed();
         let mut ms = 0f32;
-        ok(
-            call!(d.cuEventElapsedTime(&mut ms, ev.0, ev.1)),
-            "cuEventElapsedTime",
-        )?;
+        ok(call!(d.cuEventElapsedTime(&mut ms, ev.0, ev.1)), "cuEventElapsedTime")?;
         let t1 = Instant::now();
         native_vector_add(black_box(&a), black_box(&b), black_box(&mut want));
         let native_ms = t1.elapsed().as_secs_f64() * 1e3;
         if let Some(j) = (0..n).find(|&j| c[j].to_bits() != want[j].to_bits()) {
-            let bad = (0..n)
-                .filter(|&j| c[j].to_bits() != want[j].to_bits())
-                .count();
+            let bad = (0..n).filter(|&j| c[j].to_bits() != want[j].to_bits()).count();
             return Err(format!(
                 "vector_add: {bad} of {n} results wrong; first c[{j}] = {} (a {} + b {} = {})",
                 c[j], a[j], b[j], want[j]
@@ -608,10 +548,7 @@ impl Classes {
 }
 
 /// Loads `class_kernel(body)`; returns its module and function.
-fn class_function(
-    d: &Driver,
-    body: &str,
-) -> Result<(gpupool_e2e::cu::CUmodule, CUfunction), String> {
+fn class_function(d: &Driver, body: &str) -> Result<(gpupool_e2e::cu::CUmodule, CUfunction), String> {
     let src = class_kernel(body);
     let mut module = null_mut();
     ok(
@@ -619,10 +556,7 @@ fn class_function(
         &format!("cuModuleLoadData(class kernel `{body}`)"),
     )?;
     let mut f = null_mut();
-    ok(
-        call!(d.cuModuleGetFunction(&mut f, module, c"k".as_ptr())),
-        "cuModuleGetFunction(k)",
-    )?;
+    ok(call!(d.cuModuleGetFunction(&mut f, module, c"k".as_ptr())), "cuModuleGetFunction(k)")?;
     Ok((module, f))
 }
 
@@ -632,10 +566,7 @@ fn class_function(
 fn bench_classes(d: &Driver, ev: (CUevent, CUevent)) -> Result<Classes, String> {
     let threads = (CLASS_BLOCKS * BLOCK) as usize;
     let mut buf = 0;
-    ok(
-        call!(d.cuMemAlloc_v2(&mut buf, threads * 4)),
-        "cuMemAlloc_v2",
-    )?;
+    ok(call!(d.cuMemAlloc_v2(&mut buf, threads * 4)), "cuMemAlloc_v2")?;
     let (mut p0, mut p1) = (buf, CLASS_ITERS);
     let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
     let (base_module, base) = class_function(d, "")?;
@@ -655,18 +586,11 @@ fn bench_classes(d: &Driver, ev: (CUevent, CUevent)) -> Result<Classes, String> 
             }
         }
         ok(call!(d.cuModuleUnload(module)), "cuModuleUnload")?;
-        rows.push(ClassRow {
-            label: label.to_string(),
-            kernel_ms: summarize(ms),
-            ns: summarize(ns).median,
-        });
+        rows.push(ClassRow { label: label.to_string(), kernel_ms: summarize(ms), ns: summarize(ns).median });
     }
     ok(call!(d.cuModuleUnload(base_module)), "cuModuleUnload")?;
     ok(call!(d.cuMemFree_v2(buf)), "cuMemFree_v2")?;
-    Ok(Classes {
-        base_ms: summarize(base_ms),
-        rows,
-    })
+    Ok(Classes { base_ms: summarize(base_ms), rows })
 }
 
 pub fn run() -> Result<PtxRun, String> {
@@ -680,10 +604,7 @@ pub fn run() -> Result<PtxRun, String> {
     ok(call!(d.cuEventCreate(&mut e0, 0)), "cuEventCreate")?;
     ok(call!(d.cuEventCreate(&mut e1, 0)), "cuEventCreate")?;
     let mut module = null_mut();
-    ok(
-        call!(d.cuModuleLoadData(&mut module, INTERP_PTX.as_ptr().cast())),
-        "cuModuleLoadData(interp.ptx)",
-    )?;
+    ok(call!(d.cuModuleLoadData(&mut module, INTERP_PTX.as_ptr().cast())), "cuModuleLoadData(interp.ptx)")?;
     for k in KERNELS {
         kernels.push(bench_kernel(&d, module, (e0, e1), k)?);
     }
@@ -693,13 +614,7 @@ pub fn run() -> Result<PtxRun, String> {
     ok(call!(d.cuEventDestroy_v2(e0)), "cuEventDestroy_v2")?;
     ok(call!(d.cuEventDestroy_v2(e1)), "cuEventDestroy_v2")?;
     ok(call!(d.cuCtxDestroy_v2(ctx)), "cuCtxDestroy_v2")?;
-    Ok(PtxRun {
-        sim_library: d.path.display().to_string(),
-        cpus: cpus(),
-        kernels,
-        vector_add,
-        classes,
-    })
+    Ok(PtxRun { sim_library: d.path.display().to_string(), cpus: cpus(), kernels, vector_add, classes })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -720,15 +635,9 @@ fn num(x: f64) -> String {
 
 pub fn table(run: &PtxRun) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "gpupool-bench ptx: {} ({} CPUs)",
-        run.sim_library, run.cpus
-    );
-    let _ = writeln!(
-        out,
-        "medians (p99) over {SAMPLES} launches after {WARMUP} warm-up; one launch runs on one core\n"
-    );
+    let _ = writeln!(out, "gpupool-bench ptx: {} ({} CPUs)", run.sim_library, run.cpus);
+    let _ =
+        writeln!(out, "medians (p99) over {SAMPLES} launches after {WARMUP} warm-up; one launch runs on one core\n");
     let _ = writeln!(
         out,
         "1. Interpreter throughput: thread-instructions / kernel time (events), {BLOCK} threads per block"
@@ -815,11 +724,7 @@ pub fn table(run: &PtxRun) -> String {
         "kernel: {VA_INSTR_PER_THREAD} instr/thread, {:.1} M thread-instructions, {} M thr-instr/s ({})",
         instr / 1e6,
         num(instr / (v.kernel_ms.median * 1e-3) / 1e6),
-        if instr / (v.kernel_ms.median * 1e-3) / 1e6 >= TARGET_M_PER_S {
-            "PASS"
-        } else {
-            "BELOW"
-        }
+        if instr / (v.kernel_ms.median * 1e-3) / 1e6 >= TARGET_M_PER_S { "PASS" } else { "BELOW" }
     );
     let c = &run.classes;
     let _ = writeln!(
@@ -829,13 +734,7 @@ pub fn table(run: &PtxRun) -> String {
         CLASS_BLOCKS * BLOCK,
         num(c.base_ms.median)
     );
-    let head = [
-        "instruction",
-        "kernel ms",
-        "ns/thread-instr",
-        "M/s",
-        "x add.s32",
-    ];
+    let head = ["instruction", "kernel ms", "ns/thread-instr", "M/s", "x add.s32"];
     let rows: Vec<Vec<String>> = c
         .rows
         .iter()
@@ -845,21 +744,9 @@ pub fn table(run: &PtxRun) -> String {
             vec![
                 r.label.clone(),
                 format!("{} ({})", num(r.kernel_ms.median), num(r.kernel_ms.p99)),
-                if measurable {
-                    num(r.ns)
-                } else {
-                    "< 0.1".into()
-                },
-                if measurable {
-                    num(1e3 / r.ns)
-                } else {
-                    "-".into()
-                },
-                if measurable {
-                    format!("{}x", num(r.ns / c.reference_ns()))
-                } else {
-                    "~0".into()
-                },
+                if measurable { num(r.ns) } else { "< 0.1".into() },
+                if measurable { num(1e3 / r.ns) } else { "-".into() },
+                if measurable { format!("{}x", num(r.ns / c.reference_ns())) } else { "~0".into() },
             ]
         })
         .collect();
@@ -940,9 +827,7 @@ mod tests {
     /// (prologue, static loop body, epilogue) instruction counts of `entry` in `ptx`:
     /// instructions before `$L_loop:`, from there to `$L_done:`, and after.
     fn count(ptx: &str, entry: &str) -> (u64, u64, u64) {
-        let start = ptx
-            .find(&format!(".entry {entry}("))
-            .unwrap_or_else(|| panic!("no entry {entry}"));
+        let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("no entry {entry}"));
         let body = &ptx[start..];
         let body = &body[body.find('{').unwrap() + 1..];
         let body = &body[..body.find('}').unwrap()];
@@ -952,10 +837,7 @@ mod tests {
             match line {
                 "$L_loop:" => part = 1,
                 "$L_done:" => part = 2,
-                l if l.is_empty()
-                    || l.starts_with("//")
-                    || l.starts_with('.')
-                    || l.ends_with(':') => {}
+                l if l.is_empty() || l.starts_with("//") || l.starts_with('.') || l.ends_with(':') => {}
                 l => {
                     assert!(l.ends_with(';'), "{entry}: {l}");
                     counts[part] += 1;
@@ -970,17 +852,8 @@ mod tests {
         for k in KERNELS {
             let (pro, body, epi) = count(INTERP_PTX, k.name);
             // The divergent kernel's threads each skip one of its two 2-instruction paths.
-            let body = if k.which == Which::Divergent {
-                body - 2
-            } else {
-                body
-            };
-            assert_eq!(
-                (k.prologue, k.body, k.epilogue),
-                (pro, body, epi),
-                "{}",
-                k.name
-            );
+            let body = if k.which == Which::Divergent { body - 2 } else { body };
+            assert_eq!((k.prologue, k.body, k.epilogue), (pro, body, epi), "{}", k.name);
         }
     }
 

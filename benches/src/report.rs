@@ -34,9 +34,7 @@ impl Figure {
     fn ratio_meaning(&self) -> &'static str {
         match self.kind {
             Kind::Latency => "sim median time / baseline median time (lower is better)",
-            Kind::Bandwidth => {
-                "sim median bandwidth / baseline median bandwidth (higher is better)"
-            }
+            Kind::Bandwidth => "sim median bandwidth / baseline median bandwidth (higher is better)",
         }
     }
 }
@@ -59,25 +57,9 @@ fn num(x: f64) -> String {
 
 pub fn table(run: &Run) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "gpupool-bench sim: {} ({} CPUs)",
-        run.sim_library, run.cpus
-    );
-    let _ = writeln!(
-        out,
-        "medians and p99 over repeated samples; ratio = sim median / baseline median\n"
-    );
-    let head = [
-        "figure",
-        "unit",
-        "sim median",
-        "sim p99",
-        "baseline",
-        "base median",
-        "base p99",
-        "ratio",
-    ];
+    let _ = writeln!(out, "gpupool-bench sim: {} ({} CPUs)", run.sim_library, run.cpus);
+    let _ = writeln!(out, "medians and p99 over repeated samples; ratio = sim median / baseline median\n");
+    let head = ["figure", "unit", "sim median", "sim p99", "baseline", "base median", "base p99", "ratio"];
     let rows: Vec<Vec<String>> = run
         .figures
         .iter()
@@ -130,20 +112,8 @@ pub(crate) fn grid(head: &[&str], rows: &[Vec<String>], left: &[usize]) -> Strin
         s.trim_end().to_string()
     };
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{}",
-        line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>())
-    );
-    let _ = writeln!(
-        out,
-        "{}",
-        width
-            .iter()
-            .map(|&w| "-".repeat(w))
-            .collect::<Vec<_>>()
-            .join("-|-")
-    );
+    let _ = writeln!(out, "{}", line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>()));
+    let _ = writeln!(out, "{}", width.iter().map(|&w| "-".repeat(w)).collect::<Vec<_>>().join("-|-"));
     for r in rows {
         let _ = writeln!(out, "{}", line(r));
     }
@@ -152,9 +122,7 @@ pub(crate) fn grid(head: &[&str], rows: &[Vec<String>], left: &[usize]) -> Strin
 
 /// The number of CPUs this process may use (1 if unknown).
 pub(crate) fn cpus() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 pub(crate) fn json_str(s: &str) -> String {
@@ -174,10 +142,7 @@ pub(crate) fn json_str(s: &str) -> String {
 }
 
 pub(crate) fn json_summary(s: &Summary) -> String {
-    format!(
-        "{{\"median\": {}, \"p99\": {}, \"samples\": {}}}",
-        s.median, s.p99, s.samples
-    )
+    format!("{{\"median\": {}, \"p99\": {}, \"samples\": {}}}", s.median, s.p99, s.samples)
 }
 
 pub fn json(run: &Run) -> String {

@@ -14,11 +14,7 @@ use crate::stats::{Summary, gb_per_s_paired, ns_per_op};
 const COPY_BYTES: usize = 64 << 20;
 
 pub(crate) fn ok(r: CUresult, what: &str) -> Result<(), String> {
-    if r == status::SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{what} failed with CUresult {}", r.0))
-    }
+    if r == status::SUCCESS { Ok(()) } else { Err(format!("{what} failed with CUresult {}", r.0)) }
 }
 
 /// The release simulator: `$GPUPOOL_SIM_LIBDIR`, else `scripts/sim-libdir --release`.
@@ -49,11 +45,7 @@ struct Handoff {
 }
 impl Handoff {
     fn new() -> Handoff {
-        let state = Arc::new((
-            Mutex::new((0u64, 0u64, false)),
-            Condvar::new(),
-            Condvar::new(),
-        ));
+        let state = Arc::new((Mutex::new((0u64, 0u64, false)), Condvar::new(), Condvar::new()));
         let s = state.clone();
         let worker = std::thread::spawn(move || {
             let (m, req, done) = &*s;
@@ -69,10 +61,7 @@ impl Handoff {
                 done.notify_one();
             }
         });
-        Handoff {
-            state,
-            worker: Some(worker),
-        }
+        Handoff { state, worker: Some(worker) }
     }
     fn round_trip(&self) {
         let (m, req, done) = &*self.state;
@@ -103,10 +92,7 @@ struct SpinHandoff {
 impl SpinHandoff {
     fn new() -> SpinHandoff {
         use std::sync::atomic::Ordering::{Acquire, Release};
-        let state = Arc::new((
-            std::sync::atomic::AtomicU64::new(0),
-            std::sync::atomic::AtomicU64::new(0),
-        ));
+        let state = Arc::new((std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)));
         let s = state.clone();
         let worker = std::thread::spawn(move || {
             let mut seen = 0;
@@ -123,10 +109,7 @@ impl SpinHandoff {
                 }
             }
         });
-        SpinHandoff {
-            state,
-            worker: Some(worker),
-        }
+        SpinHandoff { state, worker: Some(worker) }
     }
     fn round_trip(&self) {
         use std::sync::atomic::Ordering::{Acquire, Release};
@@ -139,9 +122,7 @@ impl SpinHandoff {
 }
 impl Drop for SpinHandoff {
     fn drop(&mut self) {
-        self.state
-            .0
-            .store(u64::MAX, std::sync::atomic::Ordering::Release);
+        self.state.0.store(u64::MAX, std::sync::atomic::Ordering::Release);
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
@@ -149,13 +130,7 @@ impl Drop for SpinHandoff {
 }
 
 fn fig(name: &str, kind: Kind, sim: Summary, baseline_name: &str, baseline: Summary) -> Figure {
-    Figure {
-        name: name.into(),
-        kind,
-        sim,
-        baseline_name: baseline_name.into(),
-        baseline,
-    }
+    Figure { name: name.into(), kind, sim, baseline_name: baseline_name.into(), baseline }
 }
 
 pub fn run() -> Result<Run, String> {
@@ -183,20 +158,8 @@ pub fn run() -> Result<Run, String> {
         // SAFETY: getpid(2) has no preconditions and touches no memory of ours.
         black_box(unsafe { libc::getpid() });
     });
-    figures.push(fig(
-        "cuCtxGetCurrent",
-        Kind::Latency,
-        sim,
-        "indirect call to extern \"C\" fn",
-        indirect,
-    ));
-    figures.push(fig(
-        "cuCtxGetCurrent",
-        Kind::Latency,
-        sim,
-        "libc getpid() (a real syscall)",
-        getpid,
-    ));
+    figures.push(fig("cuCtxGetCurrent", Kind::Latency, sim, "indirect call to extern \"C\" fn", indirect));
+    figures.push(fig("cuCtxGetCurrent", Kind::Latency, sim, "libc getpid() (a real syscall)", getpid));
 
     // 2. Allocation: cuMemAlloc_v2 + cuMemFree_v2 against malloc + free of the same size.
     for (label, size) in [("4 KiB", 4096usize), ("1 MiB", 1 << 20)] {
@@ -235,23 +198,16 @@ pub fn run() -> Result<Run, String> {
 
     // 3. Empty kernel launch + cuStreamSynchronize against a Condvar hand-off round trip.
     let mut module = null_mut();
-    ok(
-        call!(d.cuModuleLoadData(&mut module, EMPTY_PTX.as_ptr().cast())),
-        "cuModuleLoadData",
-    )?;
+    ok(call!(d.cuModuleLoadData(&mut module, EMPTY_PTX.as_ptr().cast())), "cuModuleLoadData")?;
     let mut func = null_mut();
-    ok(
-        call!(d.cuModuleGetFunction(&mut func, module, c"empty".as_ptr())),
-        "cuModuleGetFunction",
-    )?;
+    ok(call!(d.cuModuleGetFunction(&mut func, module, c"empty".as_ptr())), "cuModuleGetFunction")?;
     let mut stream = null_mut();
     ok(call!(d.cuStreamCreate(&mut stream, 1)), "cuStreamCreate")?;
     let mut p0: u64 = 0;
     let mut p1: u32 = 0;
     let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
     let kernel_params = params.as_mut_ptr();
-    let launch =
-        || call!(d.cuLaunchKernel(func, 1, 1, 1, 1, 1, 1, 0, stream, kernel_params, null_mut(),));
+    let launch = || call!(d.cuLaunchKernel(func, 1, 1, 1, 1, 1, 1, 0, stream, kernel_params, null_mut(),));
     let launch_sync = || {
         let r = launch();
         if r != status::SUCCESS {
@@ -308,11 +264,7 @@ pub fn run() -> Result<Run, String> {
     if let Some(r) = failed {
         ok(r, "cuLaunchKernel x1000 + cuStreamSynchronize")?;
     }
-    let per_launch = Summary {
-        median: sim.median / 1000.0,
-        p99: sim.p99 / 1000.0,
-        samples: sim.samples,
-    };
+    let per_launch = Summary { median: sim.median / 1000.0, p99: sim.p99 / 1000.0, samples: sim.samples };
     figures.push(fig(
         "empty launch, 1000 async + 1 sync, per launch",
         Kind::Latency,
@@ -333,13 +285,7 @@ pub fn run() -> Result<Run, String> {
     let mut memcpy = || {
         // SAFETY: `src` and `scratch` are two distinct live buffers of `n` bytes each
         // (`black_box` hands back the pointer it is given).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                black_box(src.as_ptr()),
-                black_box(scratch.as_mut_ptr()),
-                n,
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(black_box(src.as_ptr()), black_box(scratch.as_mut_ptr()), n) };
     };
     let mut failed = None;
     let mut record = |r: CUresult| {
@@ -348,48 +294,14 @@ pub fn run() -> Result<Run, String> {
         }
     };
     let base = "memcpy 64 MiB (same process, interleaved)";
-    let (htod, m1) = gb_per_s_paired(
-        30,
-        3,
-        n,
-        || record(call!(d.cuMemcpyHtoD_v2(a, src.as_ptr().cast(), n))),
-        &mut memcpy,
-    );
-    figures.push(fig(
-        "cuMemcpyHtoD_v2 64 MiB (pageable)",
-        Kind::Bandwidth,
-        htod,
-        base,
-        m1,
-    ));
-    let (dtoh, m2) = gb_per_s_paired(
-        30,
-        3,
-        n,
-        || record(call!(d.cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), a, n))),
-        &mut memcpy,
-    );
-    figures.push(fig(
-        "cuMemcpyDtoH_v2 64 MiB (pageable)",
-        Kind::Bandwidth,
-        dtoh,
-        base,
-        m2,
-    ));
-    let (dtod, m3) = gb_per_s_paired(
-        30,
-        3,
-        n,
-        || record(call!(d.cuMemcpyDtoD_v2(b, a, n))),
-        &mut memcpy,
-    );
-    figures.push(fig(
-        "cuMemcpyDtoD_v2 64 MiB",
-        Kind::Bandwidth,
-        dtod,
-        base,
-        m3,
-    ));
+    let (htod, m1) =
+        gb_per_s_paired(30, 3, n, || record(call!(d.cuMemcpyHtoD_v2(a, src.as_ptr().cast(), n))), &mut memcpy);
+    figures.push(fig("cuMemcpyHtoD_v2 64 MiB (pageable)", Kind::Bandwidth, htod, base, m1));
+    let (dtoh, m2) =
+        gb_per_s_paired(30, 3, n, || record(call!(d.cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), a, n))), &mut memcpy);
+    figures.push(fig("cuMemcpyDtoH_v2 64 MiB (pageable)", Kind::Bandwidth, dtoh, base, m2));
+    let (dtod, m3) = gb_per_s_paired(30, 3, n, || record(call!(d.cuMemcpyDtoD_v2(b, a, n))), &mut memcpy);
+    figures.push(fig("cuMemcpyDtoD_v2 64 MiB", Kind::Bandwidth, dtod, base, m3));
     if let Some(r) = failed {
         ok(r, "64 MiB copies")?;
     }
@@ -419,13 +331,7 @@ pub fn run() -> Result<Run, String> {
         if let Some(r) = failed {
             ok(r, "pinned HtoD")?;
         }
-        figures.push(fig(
-            "cuMemcpyHtoD_v2 64 MiB (pinned)",
-            Kind::Bandwidth,
-            htod,
-            base,
-            m4,
-        ));
+        figures.push(fig("cuMemcpyHtoD_v2 64 MiB (pinned)", Kind::Bandwidth, htod, base, m4));
         ok(call!(d.cuMemFreeHost(pinned)), "cuMemFreeHost")?;
     }
 
@@ -434,9 +340,5 @@ pub fn run() -> Result<Run, String> {
     ok(call!(d.cuStreamDestroy_v2(stream)), "cuStreamDestroy_v2")?;
     ok(call!(d.cuModuleUnload(module)), "cuModuleUnload")?;
     ok(call!(d.cuCtxDestroy_v2(ctx)), "cuCtxDestroy_v2")?;
-    Ok(Run {
-        sim_library: d.path.display().to_string(),
-        cpus: cpus(),
-        figures,
-    })
+    Ok(Run { sim_library: d.path.display().to_string(), cpus: cpus(), figures })
 }

@@ -19,11 +19,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 pub fn summarize(mut v: Vec<f64>) -> Summary {
     v.sort_by(|a, b| a.partial_cmp(b).expect("NaN sample"));
-    Summary {
-        median: percentile(&v, 50.0),
-        p99: percentile(&v, 99.0),
-        samples: v.len(),
-    }
+    Summary { median: percentile(&v, 50.0), p99: percentile(&v, 99.0), samples: v.len() }
 }
 
 /// Nanoseconds per operation: `samples` samples, each timing `batch` calls of `op` and
@@ -55,10 +51,7 @@ pub fn gb_per_s_paired(
 ) -> (Summary, Summary) {
     let (mut va, mut vb) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
     for i in 0..warmup + samples {
-        for (op, v) in [
-            (&mut a as &mut dyn FnMut(), &mut va),
-            (&mut b as &mut dyn FnMut(), &mut vb),
-        ] {
+        for (op, v) in [(&mut a as &mut dyn FnMut(), &mut va), (&mut b as &mut dyn FnMut(), &mut vb)] {
             let t = Instant::now();
             op();
             let s = t.elapsed().as_secs_f64();

@@ -64,11 +64,7 @@ fn echo(mut t: impl Transport + 'static) -> thread::JoinHandle<()> {
 }
 
 /// Round trips of a 64-byte frame through `a` and an echo thread holding `b`.
-fn rtt(
-    mut a: impl Transport,
-    b: impl Transport + 'static,
-    iters: usize,
-) -> Result<Vec<f64>, String> {
+fn rtt(mut a: impl Transport, b: impl Transport + 'static, iters: usize) -> Result<Vec<f64>, String> {
     let peer = echo(b);
     let frame = [0x5au8; FRAME];
     let mut buf = Vec::with_capacity(FRAME);
@@ -76,25 +72,19 @@ fn rtt(
     for i in 0..iters + iters / 10 {
         let t = Instant::now();
         a.send(&frame).map_err(err)?;
-        a.recv_into(&mut buf, Some(Duration::from_secs(5)))
-            .map_err(err)?;
+        a.recv_into(&mut buf, Some(Duration::from_secs(5))).map_err(err)?;
         let ns = t.elapsed().as_nanos() as f64;
         if i >= iters / 10 {
             v.push(ns);
         }
     }
     drop(a);
-    peer.join()
-        .map_err(|_| "echo thread panicked".to_string())?;
+    peer.join().map_err(|_| "echo thread panicked".to_string())?;
     Ok(v)
 }
 
 fn shm_pair(wait: WaitPolicy) -> Result<(ShmTransport, ShmTransport), String> {
-    let config = ShmConfig {
-        ring_capacity: 1 << 16,
-        staging_size: STAGING,
-        wait,
-    };
+    let config = ShmConfig { ring_capacity: 1 << 16, staging_size: STAGING, wait };
     ShmTransport::pair(&config).map_err(err)
 }
 
@@ -132,10 +122,7 @@ fn bandwidth() -> Result<Vec<Bandwidth>, String> {
         let mut buf = Vec::new();
         while s.recv_into(&mut buf, None).is_ok() {
             let t = Instant::now();
-            s.staging()
-                .expect("shm has staging")
-                .read(0, &mut out)
-                .expect("in range");
+            s.staging().expect("shm has staging").read(0, &mut out).expect("in range");
             let ns = t.elapsed().as_nanos() as u64;
             black_box(&out);
             if s.send(&ns.to_le_bytes()).is_err() {
@@ -152,10 +139,7 @@ fn bandwidth() -> Result<Vec<Bandwidth>, String> {
         let copy_ns = t.elapsed().as_nanos() as f64;
         black_box(&dst);
         let t = Instant::now();
-        c.staging()
-            .expect("shm has staging")
-            .write(0, black_box(&src))
-            .map_err(err)?;
+        c.staging().expect("shm has staging").write(0, black_box(&src)).map_err(err)?;
         let write_ns = t.elapsed().as_nanos() as f64;
         c.send(b"read").map_err(err)?;
         let reply = c.recv(Some(Duration::from_secs(5))).map_err(err)?;
@@ -167,95 +151,46 @@ fn bandwidth() -> Result<Vec<Bandwidth>, String> {
         }
     }
     drop(c);
-    reader
-        .join()
-        .map_err(|_| "reader thread panicked".to_string())?;
+    reader.join().map_err(|_| "reader thread panicked".to_string())?;
     let memcpy = summarize(copy);
     Ok(vec![
-        Bandwidth {
-            name: "staging write (client end)",
-            gb_s: summarize(write),
-            memcpy,
-        },
-        Bandwidth {
-            name: "staging read (daemon end, its thread)",
-            gb_s: summarize(read),
-            memcpy,
-        },
+        Bandwidth { name: "staging write (client end)", gb_s: summarize(write), memcpy },
+        Bandwidth { name: "staging read (daemon end, its thread)", gb_s: summarize(read), memcpy },
     ])
 }
 
 pub fn run() -> Result<TransportRun, String> {
-    let cpus = thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let cpus = thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let unix = || UnixTransport::pair(1 << 20).map_err(|e| e.to_string());
     let default = WaitPolicy::default();
-    let spin_forever = WaitPolicy {
-        spin: u32::MAX,
-        spin_max: u32::MAX,
-        ..default
-    };
-    let fixed = WaitPolicy {
-        spin_max: default.spin,
-        ..default
-    };
-    let futex_only = WaitPolicy {
-        spin: 0,
-        spin_max: 0,
-        ..default
-    };
+    let spin_forever = WaitPolicy { spin: u32::MAX, spin_max: u32::MAX, ..default };
+    let fixed = WaitPolicy { spin_max: default.spin, ..default };
+    let futex_only = WaitPolicy { spin: 0, spin_max: 0, ..default };
     let mut rtts = Vec::new();
     // The baseline first, then the shared-memory regimes, then the baseline again (the
     // baseline figure pools both runs' samples: same machine conditions as the rest).
     let (a, b) = unix()?;
     let base1 = rtt(a, b, 20_000)?;
     let regimes = [
-        (
-            "shm, both ends spin",
-            "spin without limit".to_string(),
-            spin_forever,
-            200_000,
-        ),
+        ("shm, both ends spin", "spin without limit".to_string(), spin_forever, 200_000),
         (
             "shm, default policy",
-            format!(
-                "spin {}..{} adaptive, futex",
-                default.spin, default.spin_max
-            ),
+            format!("spin {}..{} adaptive, futex", default.spin, default.spin_max),
             default,
             200_000,
         ),
-        (
-            "shm, fixed short spin",
-            format!("spin {}, futex (no adapting)", default.spin),
-            fixed,
-            20_000,
-        ),
-        (
-            "shm, futex path",
-            "spin 0: sleep every time".to_string(),
-            futex_only,
-            20_000,
-        ),
+        ("shm, fixed short spin", format!("spin {}, futex (no adapting)", default.spin), fixed, 20_000),
+        ("shm, futex path", "spin 0: sleep every time".to_string(), futex_only, 20_000),
     ];
     for (name, policy, wait, iters) in regimes {
         let (a, b) = shm_pair(wait)?;
-        rtts.push(Rtt {
-            name,
-            policy,
-            ns: summarize(rtt(a, b, iters)?),
-        });
+        rtts.push(Rtt { name, policy, ns: summarize(rtt(a, b, iters)?) });
     }
     let (a, b) = unix()?;
     let mut base = base1;
     base.extend(rtt(a, b, 20_000)?);
     let base = summarize(base);
-    rtts.push(Rtt {
-        name: "unix socket (baseline)",
-        policy: "blocking poll + read".into(),
-        ns: base,
-    });
+    rtts.push(Rtt { name: "unix socket (baseline)", policy: "blocking poll + read".into(), ns: base });
     Ok(TransportRun {
         cpus,
         clock_ns: clock_ns(),
@@ -271,24 +206,13 @@ fn baseline(run: &TransportRun) -> f64 {
 }
 
 fn fmt_ns(ns: f64) -> String {
-    if ns >= 10_000.0 {
-        format!("{:.1} us", ns / 1e3)
-    } else {
-        format!("{ns:.0} ns")
-    }
+    if ns >= 10_000.0 { format!("{:.1} us", ns / 1e3) } else { format!("{ns:.0} ns") }
 }
 
 pub fn table(run: &TransportRun) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "gpupool-bench transport ({} CPUs; both ends are threads of one process)\n",
-        run.cpus
-    );
-    let _ = writeln!(
-        out,
-        "1. Round trip of a {FRAME}-byte frame (send + echo + receive), each timed alone"
-    );
+    let _ = writeln!(out, "gpupool-bench transport ({} CPUs; both ends are threads of one process)\n", run.cpus);
+    let _ = writeln!(out, "1. Round trip of a {FRAME}-byte frame (send + echo + receive), each timed alone");
     let _ = writeln!(
         out,
         "{:<26} | {:<34} | {:>9} | {:>9} | {:>8} | {:>9}",
@@ -313,11 +237,8 @@ pub fn table(run: &TransportRun) -> String {
         "(each sample includes one clock read pair, {:.0} ns; the default initial spin budget lasts {:.1} us ({} spins))\n",
         run.clock_ns, run.spin_budget_us, run.default_spin
     );
-    let _ = writeln!(
-        out,
-        "2. Staging bandwidth, {} MiB, vs plain memcpy of the same size in the same run",
-        STAGING >> 20
-    );
+    let _ =
+        writeln!(out, "2. Staging bandwidth, {} MiB, vs plain memcpy of the same size in the same run", STAGING >> 20);
     let _ = writeln!(
         out,
         "{:<38} | {:>10} | {:>10} | {:>12} | {:>8}",
@@ -335,18 +256,12 @@ pub fn table(run: &TransportRun) -> String {
             100.0 * b.gb_s.median / b.memcpy.median
         );
     }
-    let _ = writeln!(
-        out,
-        "(GB/s = 10^9 bytes/s; p99 column is the 99th-percentile sample, i.e. the fastest)"
-    );
+    let _ = writeln!(out, "(GB/s = 10^9 bytes/s; p99 column is the 99th-percentile sample, i.e. the fastest)");
     out
 }
 
 fn js(s: &Summary) -> String {
-    format!(
-        "{{\"median\": {}, \"p99\": {}, \"samples\": {}}}",
-        s.median, s.p99, s.samples
-    )
+    format!("{{\"median\": {}, \"p99\": {}, \"samples\": {}}}", s.median, s.p99, s.samples)
 }
 
 pub fn json(run: &TransportRun) -> String {

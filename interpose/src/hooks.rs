@@ -74,9 +74,7 @@ fn own_handle() -> *mut c_void {
         // SAFETY: Dl_info is plain data; zeroed is a valid initial value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         // SAFETY: dladdr on the address of one of our own functions, writing `info`.
-        if unsafe { libc::dladdr(own_handle as *const c_void, &mut info) } == 0
-            || info.dli_fname.is_null()
-        {
+        if unsafe { libc::dladdr(own_handle as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
             return 0;
         }
         // SAFETY: the real dlopen with the NUL-terminated path dladdr reported; this

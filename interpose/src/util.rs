@@ -21,9 +21,7 @@ pub fn entry(body: impl FnOnce() -> R<()>) -> CUresult {
 /// One line on stderr when `GPUPOOL_LOG` is set.
 pub fn log(msg: &str) {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *ON
-        .get_or_init(|| std::env::var_os("GPUPOOL_LOG").is_some_and(|v| !v.is_empty() && v != "0"))
-    {
+    if *ON.get_or_init(|| std::env::var_os("GPUPOOL_LOG").is_some_and(|v| !v.is_empty() && v != "0")) {
         eprintln!("libgpupool: {msg}");
     }
 }
@@ -54,9 +52,7 @@ pub fn c_str<'a>(ptr: *const c_char) -> R<&'a str> {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: non-null and, per the CUDA contract, NUL-terminated.
-    unsafe { std::ffi::CStr::from_ptr(ptr) }
-        .to_str()
-        .map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)
+    unsafe { std::ffi::CStr::from_ptr(ptr) }.to_str().map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)
 }
 
 /// Copies `text` into a caller's buffer of `len` bytes, NUL-terminated and truncated.

@@ -28,11 +28,7 @@ fn built(name: &str, package: &str) -> PathBuf {
     let path = profile_dir().join(name);
     if !path.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo)
-            .current_dir(root())
-            .args(["build", "-p", package])
-            .status()
-            .unwrap();
+        let st = Command::new(cargo).current_dir(root()).args(["build", "-p", package]).status().unwrap();
         assert!(st.success(), "building {package}");
     }
     assert!(path.exists(), "{} missing", path.display());
@@ -59,8 +55,7 @@ impl Daemon {
     fn start(devices: &str, memory: &str) -> Daemon {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("gpupool-interpose-{}-{n}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("gpupool-interpose-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("s.sock");
@@ -82,11 +77,7 @@ impl Daemon {
             if let Ok(Some(st)) = d.child.try_wait() {
                 panic!("daemon exited {st}: {}", d.log());
             }
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "daemon did not come up: {}",
-                d.log()
-            );
+            assert!(t0.elapsed() < Duration::from_secs(10), "daemon did not come up: {}", d.log());
             std::thread::sleep(Duration::from_millis(10));
         }
         d
@@ -103,9 +94,7 @@ impl Daemon {
     /// `program` with the interposer preloaded and this daemon as its endpoint.
     fn client(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(program);
-        c.env("LD_PRELOAD", interposer())
-            .env("GPUPOOL_ENDPOINT", self.endpoint())
-            .env_remove("LD_LIBRARY_PATH");
+        c.env("LD_PRELOAD", interposer()).env("GPUPOOL_ENDPOINT", self.endpoint()).env_remove("LD_LIBRARY_PATH");
         c
     }
 }
@@ -119,23 +108,14 @@ impl Drop for Daemon {
 }
 
 fn text(out: &Output) -> String {
-    format!(
-        "{}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    format!("{}\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 /// The venv with cuda-python and nvidia-ml-py. Missing is a failure, not a skip:
 /// `scripts/test` creates it before the Rust tests run.
 fn venv_python() -> PathBuf {
     let p = root().join("target/venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/test (or scripts/setup-venv) first",
-        p.display()
-    );
+    assert!(p.exists(), "{} is missing: run scripts/test (or scripts/setup-venv) first", p.display());
     p
 }
 
@@ -148,10 +128,7 @@ fn driver_api_exe() -> PathBuf {
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("interpose_c_client");
     std::fs::create_dir_all(&out_dir).unwrap();
     let exe = out_dir.join("driver_api");
-    let cc = std::env::var("CC")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "cc".into());
+    let cc = std::env::var("CC").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "cc".into());
     let out = Command::new(&cc)
         .args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra"])
         .arg("-I")
@@ -162,23 +139,15 @@ fn driver_api_exe() -> PathBuf {
         .args(["-ldl", "-lpthread"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "compiling driver_api.c: {}",
-        text(&out)
-    );
+    assert!(out.status.success(), "compiling driver_api.c: {}", text(&out));
     exe
 }
 
 #[test]
 fn c_driver_api_program_runs_unmodified_through_the_pool() {
     let d = Daemon::start("2", "1GiB");
-    let out = d
-        .client(driver_api_exe())
-        .env("GPUPOOL_SIM_DEVICES", "2")
-        .env("GPUPOOL_SIM_MEMORY", "1GiB")
-        .output()
-        .unwrap();
+    let out =
+        d.client(driver_api_exe()).env("GPUPOOL_SIM_DEVICES", "2").env("GPUPOOL_SIM_MEMORY", "1GiB").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let passed = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
     let unexpected: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
@@ -252,12 +221,7 @@ n.nvmlShutdown()
 print("PASS")
 "#;
     let d = Daemon::start("1", "4GiB");
-    let out = d
-        .client(py)
-        .env("GPUPOOL_MEMORY", "1536MiB")
-        .args(["-c", script])
-        .output()
-        .unwrap();
+    let out = d.client(py).env("GPUPOOL_MEMORY", "1536MiB").args(["-c", script]).output().unwrap();
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("PASS"),
         "{}\n{}",
@@ -271,10 +235,7 @@ fn unreachable_daemon_is_not_initialized() {
     let d = Daemon::start("1", "1GiB");
     let out = d
         .client("python3")
-        .env(
-            "GPUPOOL_ENDPOINT",
-            format!("unix://{}/nobody.sock", d.dir.display()),
-        )
+        .env("GPUPOOL_ENDPOINT", format!("unix://{}/nobody.sock", d.dir.display()))
         .arg(ctypes_script())
         .arg("unreachable")
         .output()
@@ -285,12 +246,7 @@ fn unreachable_daemon_is_not_initialized() {
 #[test]
 fn forked_child_connects_afresh_and_the_parent_carries_on() {
     let d = Daemon::start("1", "1GiB");
-    let out = d
-        .client("python3")
-        .arg(ctypes_script())
-        .arg("fork")
-        .output()
-        .unwrap();
+    let out = d.client("python3").arg(ctypes_script()).arg("fork").output().unwrap();
     assert!(out.status.success(), "{}\n{}", text(&out), d.log());
 }
 
@@ -313,26 +269,14 @@ fn daemon_gone_is_device_unavailable_within_a_second() {
     writeln!(client.stdin.take().unwrap()).unwrap();
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     let st = client.wait().unwrap();
-    assert!(
-        st.success() && rest.iter().any(|l| l == "PASS"),
-        "{st}: {rest:?}"
-    );
-    assert!(
-        t0.elapsed() < Duration::from_secs(1),
-        "took {:?}: {rest:?}",
-        t0.elapsed()
-    );
+    assert!(st.success() && rest.iter().any(|l| l == "PASS"), "{st}: {rest:?}");
+    assert!(t0.elapsed() < Duration::from_secs(1), "took {:?}: {rest:?}", t0.elapsed());
 }
 
 #[test]
 fn ptx_kernels_load_launch_and_report_faults_at_the_next_sync() {
     let d = Daemon::start("1", "1GiB");
-    let out = d
-        .client("python3")
-        .arg(ctypes_script())
-        .arg("kernel")
-        .output()
-        .unwrap();
+    let out = d.client("python3").arg(ctypes_script()).arg("kernel").output().unwrap();
     assert!(out.status.success(), "{}\n{}", text(&out), d.log());
 }
 
@@ -342,12 +286,7 @@ fn ptx_kernels_load_launch_and_report_faults_at_the_next_sync() {
 #[test]
 fn pinned_memory_is_shared_with_the_daemon() {
     let d = Daemon::start("1", "1GiB");
-    let out = d
-        .client("python3")
-        .arg(ctypes_script())
-        .arg("pinned")
-        .output()
-        .unwrap();
+    let out = d.client("python3").arg(ctypes_script()).arg("pinned").output().unwrap();
     assert!(out.status.success(), "{}\n{}", text(&out), d.log());
     let t0 = Instant::now();
     while !d.log().contains("regions=1") {
@@ -361,24 +300,14 @@ fn pinned_memory_is_shared_with_the_daemon() {
 #[test]
 fn copies_in_3d_go_through_the_pool() {
     let d = Daemon::start("1", "1GiB");
-    let out = d
-        .client("python3")
-        .arg(ctypes_script())
-        .arg("copy3d")
-        .output()
-        .unwrap();
+    let out = d.client("python3").arg(ctypes_script()).arg("copy3d").output().unwrap();
     assert!(out.status.success(), "{}\n{}", text(&out), d.log());
 }
 
 #[test]
 fn threads_share_one_connection_safely() {
     let d = Daemon::start("1", "1GiB");
-    let out = d
-        .client("python3")
-        .arg(ctypes_script())
-        .arg("threads")
-        .output()
-        .unwrap();
+    let out = d.client("python3").arg(ctypes_script()).arg("threads").output().unwrap();
     assert!(out.status.success(), "{}\n{}", text(&out), d.log());
 }
 
@@ -387,12 +316,7 @@ fn threads_share_one_connection_safely() {
 #[test]
 fn round_trip_latency_is_reported() {
     let d = Daemon::start("1", "1GiB");
-    let out = d
-        .client("python3")
-        .arg(ctypes_script())
-        .arg("latency")
-        .output()
-        .unwrap();
+    let out = d.client("python3").arg(ctypes_script()).arg("latency").output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
 }

@@ -17,11 +17,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(
-    name = "gpupool",
-    version,
-    about = "Pool GPUs between unmodified programs under hard quotas"
-)]
+#[command(name = "gpupool", version, about = "Pool GPUs between unmodified programs under hard quotas")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -88,41 +84,15 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Probe {
-            sim,
-            driver_dir,
-            bytes,
-        } => probe::run(sim, driver_dir, bytes),
-        Command::Daemon {
-            config,
-            listen,
-            sim,
-            driver_dir,
-        } => listen
+        Command::Probe { sim, driver_dir, bytes } => probe::run(sim, driver_dir, bytes),
+        Command::Daemon { config, listen, sim, driver_dir } => listen
             .iter()
             .map(|l| daemon::listener::parse_endpoint(l))
             .collect::<anyhow::Result<Vec<_>>>()
-            .and_then(|listen| {
-                daemon::run(daemon::Options {
-                    config,
-                    listen,
-                    sim,
-                    driver_dir,
-                })
-            }),
+            .and_then(|listen| daemon::run(daemon::Options { config, listen, sim, driver_dir })),
         Command::Status { json, endpoint } => status::run(json, endpoint),
-        Command::Run {
-            endpoint,
-            memory,
-            compute,
-            command,
-        } => {
-            match run::run(run::Options {
-                endpoint,
-                memory,
-                compute,
-                command,
-            }) {
+        Command::Run { endpoint, memory, compute, command } => {
+            match run::run(run::Options { endpoint, memory, compute, command }) {
                 Ok(code) => return std::process::ExitCode::from(code.clamp(0, 255) as u8),
                 Err(e) => Err(e),
             }

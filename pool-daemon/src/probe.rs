@@ -5,16 +5,13 @@
 use crate::backend::{Cuda, DriverSource, Nvml, simulator_next_to};
 use crate::call;
 use anyhow::{Context as _, Result, bail, ensure};
-use gpupool_shim::cuda::{
-    CUcontext, CUdevice_attribute as A, CUdeviceptr, CUfunction, CUmodule, CUuuid,
-};
+use gpupool_shim::cuda::{CUcontext, CUdevice_attribute as A, CUdeviceptr, CUfunction, CUmodule, CUuuid};
 use std::os::raw::{c_char, c_void};
 use std::path::PathBuf;
 use std::time::Instant;
 
 /// A kernel with no body: what a launch costs when the work itself is free.
-const EMPTY_KERNEL: &str =
-    ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry empty()\n{\n\tret;\n}\n\0";
+const EMPTY_KERNEL: &str = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry empty()\n{\n\tret;\n}\n\0";
 const LAUNCHES: u32 = 2000;
 
 pub(crate) fn source(sim: bool, driver_dir: Option<PathBuf>) -> Result<DriverSource> {
@@ -26,10 +23,7 @@ pub(crate) fn source(sim: bool, driver_dir: Option<PathBuf>) -> Result<DriverSou
     }
     let exe = std::env::current_exe()?;
     let lib = simulator_next_to(&exe).with_context(|| {
-        format!(
-            "no libgpupool_sim.so next to {}; build it with `cargo build --release`",
-            exe.display()
-        )
+        format!("no libgpupool_sim.so next to {}; build it with `cargo build --release`", exe.display())
     })?;
     Ok(DriverSource::Dir(lib.parent().unwrap_or(&lib).join("sim-lib-probe")).with_sim(&lib))
 }
@@ -61,14 +55,7 @@ impl WithSim for DriverSource {
 fn uuid_string(u: &CUuuid) -> String {
     let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
     let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        h(0..4),
-        h(4..6),
-        h(6..8),
-        h(8..10),
-        h(10..16)
-    )
+    format!("GPU-{}-{}-{}-{}-{}", h(0..4), h(4..6), h(6..8), h(8..10), h(10..16))
 }
 
 pub fn run(sim: bool, driver_dir: Option<PathBuf>, bytes: usize) -> Result<()> {
@@ -80,12 +67,7 @@ pub fn run(sim: bool, driver_dir: Option<PathBuf>, bytes: usize) -> Result<()> {
     call!(cuda, cuDriverGetVersion(&mut version))?;
     let mut count = 0;
     call!(cuda, cuDeviceGetCount(&mut count))?;
-    println!(
-        "driver: CUDA {}.{} from {:?}, {count} device(s)",
-        version / 1000,
-        version % 1000 / 10,
-        src
-    );
+    println!("driver: CUDA {}.{} from {:?}, {count} device(s)", version / 1000, version % 1000 / 10, src);
     println!(
         "{:>3}  {:<28} {:<40} {:>9} {:>4} {:>4}  {:>10} {:>10} {:>12}",
         "dev", "name", "uuid", "memory", "SMs", "cc", "HtoD GB/s", "DtoH GB/s", "launch+sync"
@@ -103,18 +85,13 @@ fn probe_device(cuda: &Cuda, nvml: &Nvml, ordinal: i32, bytes: usize) -> Result<
     let mut name = [0 as c_char; 64];
     call!(cuda, cuDeviceGetName(name.as_mut_ptr(), 64, dev))?;
     // SAFETY: the driver NUL-terminates the name within the buffer.
-    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
     let mut uuid = CUuuid::default();
     call!(cuda, cuDeviceGetUuid_v2(&mut uuid, dev))?;
     let uuid = uuid_string(&uuid);
     let nvml_dev = nvml.device(ordinal as u32)?;
     let nvml_uuid = nvml.uuid(nvml_dev)?;
-    ensure!(
-        uuid == nvml_uuid,
-        "device {ordinal}: CUDA says {uuid}, NVML says {nvml_uuid}"
-    );
+    ensure!(uuid == nvml_uuid, "device {ordinal}: CUDA says {uuid}, NVML says {nvml_uuid}");
     let mut total = 0;
     call!(cuda, cuDeviceTotalMem_v2(&mut total, dev))?;
     let attr = |a| -> Result<i32> {
@@ -143,42 +120,25 @@ fn probe_device(cuda: &Cuda, nvml: &Nvml, ordinal: i32, bytes: usize) -> Result<
         "device {ordinal}: NVML shows {charged} bytes for two {bytes}-byte allocations"
     );
 
-    let pattern: Vec<u8> = (0..bytes)
-        .map(|i| (i * 31 + ordinal as usize) as u8)
-        .collect();
+    let pattern: Vec<u8> = (0..bytes).map(|i| (i * 31 + ordinal as usize) as u8).collect();
     let mut back = vec![0u8; bytes];
     let t = Instant::now();
-    call!(
-        cuda,
-        cuMemcpyHtoD_v2(a, pattern.as_ptr().cast::<c_void>(), bytes)
-    )?;
+    call!(cuda, cuMemcpyHtoD_v2(a, pattern.as_ptr().cast::<c_void>(), bytes))?;
     let htod = bytes as f64 / t.elapsed().as_secs_f64() / 1e9;
     call!(cuda, cuMemcpyDtoD_v2(b, a, bytes))?;
     call!(cuda, cuMemsetD32_v2(b, 0xdead_beef, 4))?;
     let t = Instant::now();
-    call!(
-        cuda,
-        cuMemcpyDtoH_v2(back.as_mut_ptr().cast::<c_void>(), b, bytes)
-    )?;
+    call!(cuda, cuMemcpyDtoH_v2(back.as_mut_ptr().cast::<c_void>(), b, bytes))?;
     let dtoh = bytes as f64 / t.elapsed().as_secs_f64() / 1e9;
-    ensure!(
-        back[..16] == 0xdead_beef_u32.to_le_bytes().repeat(4)[..],
-        "device {ordinal}: memset result wrong"
-    );
+    ensure!(back[..16] == 0xdead_beef_u32.to_le_bytes().repeat(4)[..], "device {ordinal}: memset result wrong");
     if back[16..] != pattern[16..] {
         bail!("device {ordinal}: data read back differs from what was written");
     }
 
     let mut module: CUmodule = std::ptr::null_mut();
-    call!(
-        cuda,
-        cuModuleLoadData(&mut module, EMPTY_KERNEL.as_ptr().cast::<c_void>())
-    )?;
+    call!(cuda, cuModuleLoadData(&mut module, EMPTY_KERNEL.as_ptr().cast::<c_void>()))?;
     let mut func: CUfunction = std::ptr::null_mut();
-    call!(
-        cuda,
-        cuModuleGetFunction(&mut func, module, c"empty".as_ptr())
-    )?;
+    call!(cuda, cuModuleGetFunction(&mut func, module, c"empty".as_ptr()))?;
     let t = Instant::now();
     for _ in 0..LAUNCHES {
         call!(

@@ -22,10 +22,7 @@ pub fn interposer() -> Result<PathBuf> {
     let dir = exe.parent().context("the executable has no directory")?;
     let lib = dir.join("libgpupool.so");
     if !lib.exists() {
-        bail!(
-            "{} not found: build the interposer (`cargo build -p gpupool-interpose`) next to gpupool",
-            lib.display()
-        );
+        bail!("{} not found: build the interposer (`cargo build -p gpupool-interpose`) next to gpupool", lib.display());
     }
     Ok(lib)
 }
@@ -51,9 +48,7 @@ pub fn run(o: Options) -> Result<i32> {
         preload.push_str(&old.to_string_lossy());
     }
     let mut cmd = Command::new(prog);
-    cmd.args(args)
-        .env("LD_PRELOAD", preload)
-        .env("GPUPOOL_ENDPOINT", format!("unix://{}", endpoint.display()));
+    cmd.args(args).env("LD_PRELOAD", preload).env("GPUPOOL_ENDPOINT", format!("unix://{}", endpoint.display()));
     if let Some(m) = &o.memory {
         cmd.env("GPUPOOL_MEMORY", m);
     }
@@ -61,7 +56,5 @@ pub fn run(o: Options) -> Result<i32> {
         cmd.env("GPUPOOL_COMPUTE", c.to_string());
     }
     let status = cmd.status().with_context(|| format!("cannot run {prog}"))?;
-    Ok(status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }

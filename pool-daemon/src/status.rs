@@ -10,11 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 pub fn endpoint(arg: Option<String>) -> Result<std::path::PathBuf> {
-    match arg.or_else(|| {
-        std::env::var("GPUPOOL_ENDPOINT")
-            .ok()
-            .filter(|s| !s.is_empty())
-    }) {
+    match arg.or_else(|| std::env::var("GPUPOOL_ENDPOINT").ok().filter(|s| !s.is_empty())) {
         Some(e) => parse_endpoint(&e),
         None => default_socket_path(),
     }
@@ -22,12 +18,10 @@ pub fn endpoint(arg: Option<String>) -> Result<std::path::PathBuf> {
 
 pub fn fetch(socket: &std::path::Path) -> Result<Value> {
     let ctl = control_path(socket);
-    let mut s = UnixStream::connect(&ctl)
-        .with_context(|| format!("no gpupool daemon answers on {}", ctl.display()))?;
+    let mut s = UnixStream::connect(&ctl).with_context(|| format!("no gpupool daemon answers on {}", ctl.display()))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut text = String::new();
-    s.read_to_string(&mut text)
-        .context("reading the daemon's status")?;
+    s.read_to_string(&mut text).context("reading the daemon's status")?;
     serde_json::from_str(&text).context("the daemon's status is not JSON")
 }
 
@@ -37,8 +31,7 @@ fn txt(v: &Value) -> String {
 }
 
 fn mib(v: &Value) -> String {
-    v.as_u64()
-        .map_or_else(|| "unlimited".to_string(), |b| format!("{} MiB", b >> 20))
+    v.as_u64().map_or_else(|| "unlimited".to_string(), |b| format!("{} MiB", b >> 20))
 }
 
 pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
@@ -74,10 +67,7 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
                 t["tenant"].as_str().unwrap_or("?"),
                 txt(&t["sessions"]),
                 txt(&dev["device"]),
-                format!(
-                    "{} MiB",
-                    dev["used"].as_u64().unwrap_or(0) as f64 / 1048576.0
-                ),
+                format!("{} MiB", dev["used"].as_u64().unwrap_or(0) as f64 / 1048576.0),
                 mib(&dev["quota"])
             );
         }

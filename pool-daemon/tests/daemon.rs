@@ -4,9 +4,7 @@
 mod common;
 
 use common::*;
-use gpupool_protocol::ops::{
-    HostSrc, InlineBytes, KernelParams, Memset, MemsetValue, StagingRegion,
-};
+use gpupool_protocol::ops::{HostSrc, InlineBytes, KernelParams, Memset, MemsetValue, StagingRegion};
 use gpupool_protocol::transport::Transport;
 use gpupool_protocol::{Reply, Request, StreamId};
 use std::time::{Duration, Instant};
@@ -15,45 +13,19 @@ use std::time::{Duration, Instant};
 fn the_quota_is_the_device_size_and_is_exact_to_the_mib() {
     let d = Daemon::start(Some(&tenant_config("64MiB")));
     let mut c = Client::connect(&d.socket);
-    let Reply::HelloReply {
-        tenant, devices, ..
-    } = &c.hello
-    else {
-        unreachable!()
-    };
+    let Reply::HelloReply { tenant, devices, .. } = &c.hello else { unreachable!() };
     assert_eq!(tenant, "team");
     assert_eq!(devices.len(), 2);
-    assert!(
-        devices.iter().all(|d| d.total_memory == 64 * MIB),
-        "{devices:?}"
-    );
+    assert!(devices.iter().all(|d| d.total_memory == 64 * MIB), "{devices:?}");
     let ctx = c.ctx(0);
-    assert_eq!(
-        c.call(Request::MemGetInfo { ctx }),
-        Reply::MemInfo {
-            free: 64 * MIB,
-            total: 64 * MIB
-        }
-    );
+    assert_eq!(c.call(Request::MemGetInfo { ctx }), Reply::MemInfo { free: 64 * MIB, total: 64 * MIB });
     let big = c.alloc(ctx, 48 * MIB).unwrap();
     let mut small = Vec::new();
     for _ in 0..16 {
         small.push(c.alloc(ctx, MIB).unwrap());
     }
-    assert_eq!(
-        c.call(Request::MemGetInfo { ctx }),
-        Reply::MemInfo {
-            free: 0,
-            total: 64 * MIB
-        }
-    );
-    assert_eq!(
-        c.call(Request::MgmtMemoryInfo { device: 0 }),
-        Reply::MemInfo {
-            free: 0,
-            total: 64 * MIB
-        }
-    );
+    assert_eq!(c.call(Request::MemGetInfo { ctx }), Reply::MemInfo { free: 0, total: 64 * MIB });
+    assert_eq!(c.call(Request::MgmtMemoryInfo { device: 0 }), Reply::MemInfo { free: 0, total: 64 * MIB });
     let (code, msg) = c.alloc(ctx, MIB).unwrap_err();
     assert_eq!(code, 2, "{msg}");
     assert_eq!(d.used("team", 0), 64 * MIB);
@@ -61,85 +33,27 @@ fn the_quota_is_the_device_size_and_is_exact_to_the_mib() {
     let ctx1 = c.ctx(1);
     c.alloc(ctx1, 64 * MIB).unwrap();
     // A free gives the MiB back.
-    assert_eq!(
-        code_of(c.call(Request::MemFree {
-            ptr: small.pop().unwrap()
-        })),
-        0
-    );
+    assert_eq!(code_of(c.call(Request::MemFree { ptr: small.pop().unwrap() })), 0);
     c.alloc(ctx, MIB).unwrap();
 
     // Data paths: inline and staged host-to-device, memset, device-to-host both ways.
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
-    assert_eq!(
-        code_of(c.call(Request::MemcpyHtoD {
-            dst: big,
-            src: HostSrc::Inline(InlineBytes(data.clone()))
-        })),
-        0
-    );
-    let r = c.call(Request::MemcpyDtoHInline {
-        src: big,
-        len: 4096,
-    });
-    assert_eq!(
-        r,
-        Reply::Bytes {
-            data: InlineBytes(data.clone())
-        }
-    );
+    assert_eq!(code_of(c.call(Request::MemcpyHtoD { dst: big, src: HostSrc::Inline(InlineBytes(data.clone())) })), 0);
+    let r = c.call(Request::MemcpyDtoHInline { src: big, len: 4096 });
+    assert_eq!(r, Reply::Bytes { data: InlineBytes(data.clone()) });
     let st = c.t.staging().unwrap();
     st.write(0, &data).unwrap();
     let dst = gpupool_protocol::DevicePtr(big.0 + 8192);
-    let region = StagingRegion {
-        offset: 0,
-        len: 4096,
-    };
-    assert_eq!(
-        code_of(c.call(Request::MemcpyHtoD {
-            dst,
-            src: HostSrc::Staging(region)
-        })),
-        0
-    );
-    let set = Memset {
-        dst: big,
-        value: MemsetValue::U32(0xdeadbeef),
-        width: 256,
-        height: 1,
-        pitch: 0,
-    };
-    c.send_async(Request::MemsetAsync {
-        set,
-        stream: StreamId::NULL,
-    });
-    assert_eq!(
-        code_of(c.call(Request::StreamSynchronize {
-            stream: StreamId::NULL
-        })),
-        0
-    );
-    let back = StagingRegion {
-        offset: 1 << 20,
-        len: 8192 + 4096,
-    };
-    assert_eq!(
-        code_of(c.call(Request::MemcpyDtoH {
-            src: big,
-            dst: back
-        })),
-        0
-    );
+    let region = StagingRegion { offset: 0, len: 4096 };
+    assert_eq!(code_of(c.call(Request::MemcpyHtoD { dst, src: HostSrc::Staging(region) })), 0);
+    let set = Memset { dst: big, value: MemsetValue::U32(0xdeadbeef), width: 256, height: 1, pitch: 0 };
+    c.send_async(Request::MemsetAsync { set, stream: StreamId::NULL });
+    assert_eq!(code_of(c.call(Request::StreamSynchronize { stream: StreamId::NULL })), 0);
+    let back = StagingRegion { offset: 1 << 20, len: 8192 + 4096 };
+    assert_eq!(code_of(c.call(Request::MemcpyDtoH { src: big, dst: back })), 0);
     let mut got = vec![0u8; back.len as usize];
-    c.t.staging()
-        .unwrap()
-        .read(back.offset as usize, &mut got)
-        .unwrap();
-    assert!(
-        got[..1024]
-            .chunks(4)
-            .all(|w| w == 0xdeadbeefu32.to_le_bytes())
-    );
+    c.t.staging().unwrap().read(back.offset as usize, &mut got).unwrap();
+    assert!(got[..1024].chunks(4).all(|w| w == 0xdeadbeefu32.to_le_bytes()));
     assert_eq!(&got[1024..4096], &data[1024..]);
     assert_eq!(&got[8192..], &data[..]);
     assert!(c.async_errors.is_empty(), "{:?}", c.async_errors);
@@ -163,35 +77,21 @@ fn modules_streams_events_and_launches_are_served() {
     let mut c = Client::connect(&d.socket);
     let ctx = c.ctx(0);
     let buf = c.alloc(ctx, 4096).unwrap();
-    let Reply::Module { module, .. } = c.call(Request::ModuleLoad {
-        ctx,
-        image: HostSrc::Inline(InlineBytes(FILL_PTX.into())),
-    }) else {
+    let Reply::Module { module, .. } =
+        c.call(Request::ModuleLoad { ctx, image: HostSrc::Inline(InlineBytes(FILL_PTX.into())) })
+    else {
         panic!("module load failed: {}", d.log())
     };
-    let Reply::Function { func, params } = c.call(Request::ModuleGetFunction {
-        module,
-        name: "fill".into(),
-    }) else {
+    let Reply::Function { func, params } = c.call(Request::ModuleGetFunction { module, name: "fill".into() }) else {
         panic!()
     };
     assert_eq!(params.len(), 2);
     let mut packed = vec![0u8; (params[1].offset + params[1].size) as usize];
     packed[params[0].offset as usize..][..8].copy_from_slice(&buf.0.to_le_bytes());
     packed[params[1].offset as usize..][..4].copy_from_slice(&7u32.to_le_bytes());
-    let Reply::Stream { stream } = c.call(Request::StreamCreate {
-        ctx,
-        flags: 0,
-        priority: 0,
-    }) else {
-        panic!()
-    };
-    let Reply::Event { event: e0 } = c.call(Request::EventCreate { ctx, flags: 0 }) else {
-        panic!()
-    };
-    let Reply::Event { event: e1 } = c.call(Request::EventCreate { ctx, flags: 0 }) else {
-        panic!()
-    };
+    let Reply::Stream { stream } = c.call(Request::StreamCreate { ctx, flags: 0, priority: 0 }) else { panic!() };
+    let Reply::Event { event: e0 } = c.call(Request::EventCreate { ctx, flags: 0 }) else { panic!() };
+    let Reply::Event { event: e1 } = c.call(Request::EventCreate { ctx, flags: 0 }) else { panic!() };
     c.send_async(Request::EventRecord { event: e0, stream });
     c.send_async(Request::LaunchKernel {
         func,
@@ -204,22 +104,11 @@ fn modules_streams_events_and_launches_are_served() {
     });
     c.send_async(Request::EventRecord { event: e1, stream });
     assert_eq!(code_of(c.call(Request::StreamSynchronize { stream })), 0);
-    assert!(
-        matches!(c.call(Request::EventElapsedTime { start: e0, end: e1 }), Reply::Elapsed { nanos } if nanos >= 0)
-    );
-    let Reply::Bytes { data } = c.call(Request::MemcpyDtoHInline { src: buf, len: 256 }) else {
-        panic!()
-    };
-    assert!(
-        data.0.chunks(4).all(|w| w == 7u32.to_le_bytes()),
-        "{:?}",
-        &data.0[..16]
-    );
+    assert!(matches!(c.call(Request::EventElapsedTime { start: e0, end: e1 }), Reply::Elapsed { nanos } if nanos >= 0));
+    let Reply::Bytes { data } = c.call(Request::MemcpyDtoHInline { src: buf, len: 256 }) else { panic!() };
+    assert!(data.0.chunks(4).all(|w| w == 7u32.to_le_bytes()), "{:?}", &data.0[..16]);
     // An async failure comes back as an AsyncError before the next reply.
-    c.send_async(Request::EventRecord {
-        event: gpupool_protocol::EventId(999),
-        stream,
-    });
+    c.send_async(Request::EventRecord { event: gpupool_protocol::EventId(999), stream });
     assert_eq!(code_of(c.call(Request::StreamSynchronize { stream })), 0);
     assert_eq!(c.async_errors.len(), 1);
     assert_eq!(c.async_errors[0].1, 400);
@@ -233,56 +122,23 @@ fn a_forged_pointer_is_refused_and_never_reaches_the_backend() {
     let (ca, cb) = (a.ctx(0), b.ctx(0));
     let pa = a.alloc(ca, MIB).unwrap();
     let pb = b.alloc(cb, MIB).unwrap();
-    a.call(Request::MemcpyHtoD {
-        dst: pa,
-        src: HostSrc::Inline(InlineBytes(vec![42; 64])),
-    });
+    a.call(Request::MemcpyHtoD { dst: pa, src: HostSrc::Inline(InlineBytes(vec![42; 64])) });
     let inside = gpupool_protocol::DevicePtr(pa.0 + 4096);
     for op in [
-        Request::MemcpyDtoHInline {
-            src: inside,
-            len: 64,
-        },
+        Request::MemcpyDtoHInline { src: inside, len: 64 },
         Request::MemFree { ptr: pa },
-        Request::MemcpyDtoD {
-            dst: pb,
-            src: pa,
-            len: 64,
-        },
-        Request::MemcpyHtoD {
-            dst: inside,
-            src: HostSrc::Inline(InlineBytes(vec![0; 64])),
-        },
-        Request::Memset {
-            set: Memset {
-                dst: pa,
-                value: MemsetValue::U8(0),
-                width: 64,
-                height: 1,
-                pitch: 0,
-            },
-        },
+        Request::MemcpyDtoD { dst: pb, src: pa, len: 64 },
+        Request::MemcpyHtoD { dst: inside, src: HostSrc::Inline(InlineBytes(vec![0; 64])) },
+        Request::Memset { set: Memset { dst: pa, value: MemsetValue::U8(0), width: 64, height: 1, pitch: 0 } },
     ] {
         assert_eq!(code_of(b.call(op.clone())), 1, "{op:?}");
     }
     // Running off the end of one's own allocation is refused too.
-    assert_eq!(
-        code_of(b.call(Request::MemcpyDtoHInline {
-            src: pb,
-            len: (MIB + 1) as u32
-        })),
-        1
-    );
+    assert_eq!(code_of(b.call(Request::MemcpyDtoHInline { src: pb, len: (MIB + 1) as u32 })), 1);
     // A's memory is intact.
-    let Reply::Bytes { data } = a.call(Request::MemcpyDtoHInline { src: pa, len: 64 }) else {
-        panic!()
-    };
+    let Reply::Bytes { data } = a.call(Request::MemcpyDtoHInline { src: pa, len: 64 }) else { panic!() };
     assert_eq!(data.0, vec![42; 64]);
-    assert!(
-        d.log().contains("is not owned by this session"),
-        "{}",
-        d.log()
-    );
+    assert!(d.log().contains("is not owned by this session"), "{}", d.log());
 }
 
 #[test]
@@ -342,12 +198,9 @@ fn pitched_memory_and_2d_copies_are_checked_over_their_whole_extent() {
     let d = Daemon::start(Some(&tenant_config("64MiB")));
     let mut c = Client::connect(&d.socket);
     let ctx = c.ctx(0);
-    let Reply::MemPitch { ptr, pitch } = c.call(Request::MemAllocPitch {
-        ctx,
-        width_bytes: 100,
-        height: 10,
-        element_size: 4,
-    }) else {
+    let Reply::MemPitch { ptr, pitch } =
+        c.call(Request::MemAllocPitch { ctx, width_bytes: 100, height: 10, element_size: 4 })
+    else {
         panic!("{}", d.log())
     };
     assert!(pitch >= 100);
@@ -355,35 +208,14 @@ fn pitched_memory_and_2d_copies_are_checked_over_their_whole_extent() {
     let rows: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
     c.t.staging().unwrap().write(0, &rows).unwrap();
     let copy = |src, spitch, dst, dpitch, height| Copy2D {
-        src: Copy2DEnd {
-            space: src,
-            x_bytes: 0,
-            y: 0,
-            pitch: spitch,
-        },
-        dst: Copy2DEnd {
-            space: dst,
-            x_bytes: 0,
-            y: 0,
-            pitch: dpitch,
-        },
+        src: Copy2DEnd { space: src, x_bytes: 0, y: 0, pitch: spitch },
+        dst: Copy2DEnd { space: dst, x_bytes: 0, y: 0, pitch: dpitch },
         width_bytes: 100,
         height,
     };
     let up = copy(MemSpace::Staging(0), 100, MemSpace::Device(ptr), pitch, 10);
-    assert_eq!(
-        code_of(c.call(Request::Memcpy2D { copy: up })),
-        0,
-        "{}",
-        d.log()
-    );
-    let down = copy(
-        MemSpace::Device(ptr),
-        pitch,
-        MemSpace::Staging(4096),
-        100,
-        10,
-    );
+    assert_eq!(code_of(c.call(Request::Memcpy2D { copy: up })), 0, "{}", d.log());
+    let down = copy(MemSpace::Device(ptr), pitch, MemSpace::Staging(4096), 100, 10);
     assert_eq!(code_of(c.call(Request::Memcpy2D { copy: down })), 0);
     let mut got = vec![0u8; 1000];
     c.t.staging().unwrap().read(4096, &mut got).unwrap();
@@ -405,28 +237,14 @@ fn tenants_are_isolated_from_each_other() {
     let d = Daemon::start(Some(&config));
     let mut a = Client::connect(&d.socket);
     let mut b = Client::connect_as(&d.socket, None, Some("secret")).unwrap();
-    let Reply::HelloReply {
-        tenant, devices, ..
-    } = &b.hello
-    else {
-        unreachable!()
-    };
-    assert_eq!(
-        (tenant.as_str(), devices[0].total_memory),
-        ("other", 32 * MIB)
-    );
+    let Reply::HelloReply { tenant, devices, .. } = &b.hello else { unreachable!() };
+    assert_eq!((tenant.as_str(), devices[0].total_memory), ("other", 32 * MIB));
     let (ca, cb) = (a.ctx(0), b.ctx(0));
     let pa = a.alloc(ca, 64 * MIB).unwrap();
     b.alloc(cb, 32 * MIB).unwrap();
     assert_eq!(b.alloc(cb, MIB).unwrap_err().0, 2);
-    assert_eq!(
-        code_of(b.call(Request::MemcpyDtoHInline { src: pa, len: 16 })),
-        1
-    );
-    assert_eq!(
-        (d.used("team", 0), d.used("other", 0)),
-        (64 * MIB, 32 * MIB)
-    );
+    assert_eq!(code_of(b.call(Request::MemcpyDtoHInline { src: pa, len: 16 })), 1);
+    assert_eq!((d.used("team", 0), d.used("other", 0)), (64 * MIB, 32 * MIB));
 }
 
 #[test]
@@ -440,20 +258,10 @@ fn sighup_reloads_the_quota_without_dropping_clients() {
     d.signal(rustix::process::Signal::HUP);
     let t0 = Instant::now();
     while c.alloc(ctx, MIB).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(2),
-            "not reloaded: {}",
-            d.log()
-        );
+        assert!(t0.elapsed() < Duration::from_secs(2), "not reloaded: {}", d.log());
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(
-        c.call(Request::MemGetInfo { ctx }),
-        Reply::MemInfo {
-            free: 15 * MIB,
-            total: 32 * MIB
-        }
-    );
+    assert_eq!(c.call(Request::MemGetInfo { ctx }), Reply::MemInfo { free: 15 * MIB, total: 32 * MIB });
     assert!(d.log().contains("reloaded"));
 }
 
@@ -463,36 +271,19 @@ fn destroying_or_resetting_a_context_frees_what_was_made_in_it() {
     let mut c = Client::connect(&d.socket);
     let primary = c.ctx(0);
     let keep = c.alloc(primary, 8 * MIB).unwrap();
-    let Reply::Context { ctx } = c.call(Request::CtxCreate {
-        device: 0,
-        flags: 0,
-    }) else {
-        panic!()
-    };
+    let Reply::Context { ctx } = c.call(Request::CtxCreate { device: 0, flags: 0 }) else { panic!() };
     for _ in 0..3 {
         c.alloc(ctx, 16 * MIB).unwrap();
     }
-    let Reply::Stream { stream } = c.call(Request::StreamCreate {
-        ctx,
-        flags: 0,
-        priority: 0,
-    }) else {
-        panic!()
-    };
+    let Reply::Stream { stream } = c.call(Request::StreamCreate { ctx, flags: 0, priority: 0 }) else { panic!() };
     assert_eq!(d.used("team", 0), 56 * MIB);
     assert_eq!(code_of(c.call(Request::CtxDestroy { ctx })), 0);
     assert_eq!(d.used("team", 0), 8 * MIB);
     assert_eq!(code_of(c.call(Request::StreamSynchronize { stream })), 400);
     assert_eq!(code_of(c.call(Request::MemAlloc { ctx, bytes: MIB })), 400);
     // The primary context's memory is untouched until it is reset.
-    assert_eq!(
-        code_of(c.call(Request::MemcpyDtoHInline { src: keep, len: 8 })),
-        0
-    );
+    assert_eq!(code_of(c.call(Request::MemcpyDtoHInline { src: keep, len: 8 })), 0);
     assert_eq!(code_of(c.call(Request::PrimaryCtxReset { device: 0 })), 0);
     assert_eq!(d.used("team", 0), 0);
-    assert_eq!(
-        code_of(c.call(Request::MemcpyDtoHInline { src: keep, len: 8 })),
-        1
-    );
+    assert_eq!(code_of(c.call(Request::MemcpyDtoHInline { src: keep, len: 8 })), 1);
 }

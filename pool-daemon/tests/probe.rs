@@ -10,11 +10,7 @@ fn probe(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
         cmd.env(k, v);
     }
     let out = cmd.output().expect("running gpupool probe");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
 }
 
@@ -37,8 +33,5 @@ fn probe_drives_every_configured_device_end_to_end() {
 fn probe_fails_clearly_without_a_driver() {
     let (ok, out) = probe(&["--driver-dir", "/nonexistent/gpupool"], &[]);
     assert!(!ok);
-    assert!(
-        out.contains("cannot load /nonexistent/gpupool/libcuda.so.1"),
-        "{out}"
-    );
+    assert!(out.contains("cannot load /nonexistent/gpupool/libcuda.so.1"), "{out}");
 }

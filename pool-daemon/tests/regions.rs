@@ -16,9 +16,7 @@ const LEN: usize = 256 * 1024;
 fn map(c: &mut Client, len: usize) -> (u64, gpupool_protocol::transport::Mapping) {
     let (fd, m) = create_host_region(len).unwrap();
     send_host_region(c.t.socket(), &fd).unwrap();
-    match c.call(Request::HostRegionMap {
-        bytes: m.len() as u64,
-    }) {
+    match c.call(Request::HostRegionMap { bytes: m.len() as u64 }) {
         Reply::HostRegion { id } => (id, m),
         r => panic!("{r:?}"),
     }
@@ -39,11 +37,7 @@ fn write(m: &gpupool_protocol::transport::Mapping, data: &[u8]) {
 }
 
 fn slice(id: u64, offset: u64, len: usize) -> RegionSlice {
-    RegionSlice {
-        id,
-        offset,
-        len: len as u64,
-    }
+    RegionSlice { id, offset, len: len as u64 }
 }
 
 #[test]
@@ -54,15 +48,9 @@ fn region_copies_sync_and_async_and_forgeries_are_refused() {
     let dev = c.alloc(ctx, LEN as u64).unwrap();
 
     // Forged ids: nothing was mapped yet.
-    let forged = c.call(Request::MemcpyHtoD {
-        dst: dev,
-        src: HostSrc::Region(slice(77, 0, 4096)),
-    });
+    let forged = c.call(Request::MemcpyHtoD { dst: dev, src: HostSrc::Region(slice(77, 0, 4096)) });
     assert_eq!(code(&forged), 1, "{forged:?}");
-    let forged = c.call(Request::MemcpyDtoHRegion {
-        src: dev,
-        dst: slice(77, 0, 4096),
-    });
+    let forged = c.call(Request::MemcpyDtoHRegion { src: dev, dst: slice(77, 0, 4096) });
     assert_eq!(code(&forged), 1, "{forged:?}");
 
     let (id, m) = map(&mut c, LEN);
@@ -71,15 +59,9 @@ fn region_copies_sync_and_async_and_forgeries_are_refused() {
     write(&m, &pattern);
 
     // Synchronous both ways.
-    let r = c.call(Request::MemcpyHtoD {
-        dst: dev,
-        src: HostSrc::Region(slice(id, 0, LEN)),
-    });
+    let r = c.call(Request::MemcpyHtoD { dst: dev, src: HostSrc::Region(slice(id, 0, LEN)) });
     assert_eq!(r, Reply::Ok {});
-    let r = c.call(Request::MemcpyDtoHRegion {
-        src: dev,
-        dst: slice(id2, 0, LEN),
-    });
+    let r = c.call(Request::MemcpyDtoHRegion { src: dev, dst: slice(id2, 0, LEN) });
     assert_eq!(r, Reply::Ok {});
     assert!(read(&m2) == pattern);
 
@@ -90,26 +72,16 @@ fn region_copies_sync_and_async_and_forgeries_are_refused() {
         src: HostSrc::Region(slice(id, 4096, 8192)),
         stream: StreamId::NULL,
     });
-    c.send_async(Request::MemcpyDtoHRegionAsync {
-        src: dev,
-        dst: slice(id2, 100, 8192),
-        stream: StreamId::NULL,
-    });
+    c.send_async(Request::MemcpyDtoHRegionAsync { src: dev, dst: slice(id2, 100, 8192), stream: StreamId::NULL });
     assert_eq!(c.call(Request::CtxSynchronize { ctx }), Reply::Ok {});
     assert!(c.async_errors.is_empty(), "{:?}", c.async_errors);
     assert!(read(&m2)[100..100 + 8192] == pattern[4096..4096 + 8192]);
 
     // Out of the region's bounds (and an overflowing offset).
     for (offset, len) in [(LEN as u64 - 100, 4096), (u64::MAX - 10, 4096)] {
-        let r = c.call(Request::MemcpyHtoD {
-            dst: dev,
-            src: HostSrc::Region(slice(id, offset, len)),
-        });
+        let r = c.call(Request::MemcpyHtoD { dst: dev, src: HostSrc::Region(slice(id, offset, len)) });
         assert_eq!(code(&r), 1, "{r:?}");
-        let r = c.call(Request::MemcpyDtoHRegion {
-            src: dev,
-            dst: slice(id2, offset, len),
-        });
+        let r = c.call(Request::MemcpyDtoHRegion { src: dev, dst: slice(id2, offset, len) });
         assert_eq!(code(&r), 1, "{r:?}");
     }
     assert!(d.log().contains("outside"), "refusals are logged");
@@ -122,10 +94,7 @@ fn region_copies_sync_and_async_and_forgeries_are_refused() {
 
     // Unmap: the id is gone.
     assert_eq!(c.call(Request::HostRegionUnmap { id }), Reply::Ok {});
-    let r = c.call(Request::MemcpyHtoD {
-        dst: dev,
-        src: HostSrc::Region(slice(id, 0, 16)),
-    });
+    let r = c.call(Request::MemcpyHtoD { dst: dev, src: HostSrc::Region(slice(id, 0, 16)) });
     assert_eq!(code(&r), 1, "{r:?}");
     assert_eq!(code(&c.call(Request::HostRegionUnmap { id })), 1);
 

@@ -27,12 +27,7 @@ fn sim_daemon_replaces_a_stale_socket_and_refuses_a_live_one() {
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
     assert!(sock.exists());
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpupool"))
-        .args([
-            "daemon",
-            "--sim",
-            "--listen",
-            &format!("unix://{}", sock.display()),
-        ])
+        .args(["daemon", "--sim", "--listen", &format!("unix://{}", sock.display())])
         .env("GPUPOOL_SIM_DEVICES", "1")
         .stderr(Stdio::null())
         .spawn()
@@ -43,10 +38,7 @@ fn sim_daemon_replaces_a_stale_socket_and_refuses_a_live_one() {
             drop(s);
             break Client::connect(&sock);
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "daemon --sim did not come up"
-        );
+        assert!(t0.elapsed() < Duration::from_secs(5), "daemon --sim did not come up");
         std::thread::sleep(Duration::from_millis(10));
     };
     let ctx = client.ctx(0);

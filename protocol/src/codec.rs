@@ -37,20 +37,13 @@ pub enum DecodeError {
     #[error("unknown {what} opcode {opcode:#06x}")]
     UnknownOpcode { what: &'static str, opcode: u16 },
     #[error("{what}: length {len} exceeds the cap {max}")]
-    TooLong {
-        what: &'static str,
-        len: usize,
-        max: usize,
-    },
+    TooLong { what: &'static str, len: usize, max: usize },
     #[error("string is not UTF-8")]
     InvalidUtf8,
     #[error("{what}: invalid tag {tag}")]
     InvalidTag { what: &'static str, tag: u32 },
     #[error("frame kind {kind:?} cannot carry opcode {opcode:#06x}")]
-    KindMismatch {
-        kind: crate::frame::FrameKind,
-        opcode: u16,
-    },
+    KindMismatch { kind: crate::frame::FrameKind, opcode: u16 },
     #[error("a bye frame must have request id 0 and an empty payload")]
     BadBye,
 }
@@ -59,11 +52,7 @@ pub enum DecodeError {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum EncodeError {
     #[error("{what}: length {len} exceeds the cap {max}")]
-    TooLong {
-        what: &'static str,
-        len: usize,
-        max: usize,
-    },
+    TooLong { what: &'static str, len: usize, max: usize },
     #[error("payload of {len} bytes exceeds MAX_PAYLOAD ({max})")]
     PayloadTooLarge { len: usize, max: u32 },
     #[error("request {0} is synchronous: it cannot be sent without a reply")]
@@ -126,10 +115,7 @@ impl<'a> Reader<'a> {
     }
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if n > self.buf.len() {
-            return Err(DecodeError::UnexpectedEnd {
-                needed: n,
-                remaining: self.buf.len(),
-            });
+            return Err(DecodeError::UnexpectedEnd { needed: n, remaining: self.buf.len() });
         }
         let (head, tail) = self.buf.split_at(n);
         self.buf = tail;
@@ -142,32 +128,20 @@ impl<'a> Reader<'a> {
     }
     /// Reads a `u32` length, checks it against `max` and against the bytes left when each
     /// unit takes at least `min_unit` bytes.
-    pub fn length(
-        &mut self,
-        what: &'static str,
-        max: usize,
-        min_unit: usize,
-    ) -> Result<usize, DecodeError> {
+    pub fn length(&mut self, what: &'static str, max: usize, min_unit: usize) -> Result<usize, DecodeError> {
         let len = u32::decode(self)? as usize;
         if len > max {
             return Err(DecodeError::TooLong { what, len, max });
         }
         let needed = len.saturating_mul(min_unit.max(1));
         if needed > self.remaining() {
-            return Err(DecodeError::UnexpectedEnd {
-                needed,
-                remaining: self.remaining(),
-            });
+            return Err(DecodeError::UnexpectedEnd { needed, remaining: self.remaining() });
         }
         Ok(len)
     }
     /// Succeeds only when every byte was consumed.
     pub fn finish(self) -> Result<(), DecodeError> {
-        if self.buf.is_empty() {
-            Ok(())
-        } else {
-            Err(DecodeError::TrailingBytes(self.buf.len()))
-        }
+        if self.buf.is_empty() { Ok(()) } else { Err(DecodeError::TrailingBytes(self.buf.len())) }
     }
 }
 
@@ -214,10 +188,7 @@ impl Decode for bool {
         match u8::decode(r)? {
             0 => Ok(false),
             1 => Ok(true),
-            tag => Err(DecodeError::InvalidTag {
-                what: "bool",
-                tag: tag.into(),
-            }),
+            tag => Err(DecodeError::InvalidTag { what: "bool", tag: tag.into() }),
         }
     }
 }
@@ -257,10 +228,7 @@ impl<T: Decode> Decode for Option<T> {
         match u8::decode(r)? {
             0 => Ok(None),
             1 => Ok(Some(T::decode(r)?)),
-            tag => Err(DecodeError::InvalidTag {
-                what: "option",
-                tag: tag.into(),
-            }),
+            tag => Err(DecodeError::InvalidTag { what: "option", tag: tag.into() }),
         }
     }
 }

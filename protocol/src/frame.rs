@@ -49,14 +49,8 @@ pub enum FrameKind {
 }
 
 impl FrameKind {
-    pub const ALL: [FrameKind; 6] = [
-        Self::Request,
-        Self::Reply,
-        Self::AsyncError,
-        Self::Hello,
-        Self::HelloReply,
-        Self::Bye,
-    ];
+    pub const ALL: [FrameKind; 6] =
+        [Self::Request, Self::Reply, Self::AsyncError, Self::Hello, Self::HelloReply, Self::Bye];
 
     pub fn from_u16(v: u16) -> Option<Self> {
         Self::ALL.into_iter().find(|k| *k as u16 == v)
@@ -142,59 +136,35 @@ impl FrameHeader {
         // The version prefix is checked on as few bytes as it needs, so even a short read
         // from a peer of another version says "incompatible".
         if bytes.len() < 4 {
-            return Err(FrameError::Truncated {
-                needed: HEADER_LEN,
-                available: bytes.len(),
-            });
+            return Err(FrameError::Truncated { needed: HEADER_LEN, available: bytes.len() });
         }
         let magic = [bytes[0], bytes[1], bytes[2], bytes[3]];
         if magic != MAGIC {
             return Err(FrameError::BadMagic(magic));
         }
         if bytes.len() >= 6 && u16_at(4) != PROTOCOL_VERSION {
-            return Err(FrameError::VersionMismatch {
-                ours: PROTOCOL_VERSION,
-                theirs: u16_at(4),
-            });
+            return Err(FrameError::VersionMismatch { ours: PROTOCOL_VERSION, theirs: u16_at(4) });
         }
         if bytes.len() < HEADER_LEN {
-            return Err(FrameError::Truncated {
-                needed: HEADER_LEN,
-                available: bytes.len(),
-            });
+            return Err(FrameError::Truncated { needed: HEADER_LEN, available: bytes.len() });
         }
         let header_len = u16_at(6);
         if header_len as usize != HEADER_LEN {
-            return Err(FrameError::BadHeaderLen {
-                expected: HEADER_LEN as u16,
-                found: header_len,
-            });
+            return Err(FrameError::BadHeaderLen { expected: HEADER_LEN as u16, found: header_len });
         }
         let kind = FrameKind::from_u16(u16_at(8)).ok_or(FrameError::UnknownKind(u16_at(8)))?;
         let flag_bits = u16_at(10);
-        let flags = Flags::from_bits(flag_bits)
-            .ok_or(FrameError::ReservedFlags(flag_bits & !Flags::DEFINED))?;
+        let flags = Flags::from_bits(flag_bits).ok_or(FrameError::ReservedFlags(flag_bits & !Flags::DEFINED))?;
         if flags.contains(Flags::NO_REPLY) && kind != FrameKind::Request {
-            return Err(FrameError::FlagNotAllowed {
-                kind,
-                flags: flag_bits,
-            });
+            return Err(FrameError::FlagNotAllowed { kind, flags: flag_bits });
         }
         let payload_len = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
         if payload_len > MAX_PAYLOAD {
-            return Err(FrameError::PayloadTooLarge {
-                len: payload_len,
-                max: MAX_PAYLOAD,
-            });
+            return Err(FrameError::PayloadTooLarge { len: payload_len, max: MAX_PAYLOAD });
         }
         let mut id = [0u8; 8];
         id.copy_from_slice(&bytes[16..24]);
-        Ok(FrameHeader {
-            kind,
-            flags,
-            request_id: u64::from_le_bytes(id),
-            payload_len,
-        })
+        Ok(FrameHeader { kind, flags, request_id: u64::from_le_bytes(id), payload_len })
     }
 
     /// Header plus payload, in bytes.
@@ -210,10 +180,7 @@ pub fn split_frame(bytes: &[u8]) -> Result<(FrameHeader, &[u8], usize), FrameErr
     let header = FrameHeader::decode(bytes)?;
     let total = header.frame_len();
     if bytes.len() < total {
-        return Err(FrameError::Truncated {
-            needed: total,
-            available: bytes.len(),
-        });
+        return Err(FrameError::Truncated { needed: total, available: bytes.len() });
     }
     Ok((header, &bytes[HEADER_LEN..total], total))
 }

@@ -49,10 +49,6 @@ mod tests;
 pub mod transport;
 
 pub use codec::{DecodeError, EncodeError};
-pub use frame::{
-    Flags, FrameError, FrameHeader, FrameKind, HEADER_LEN, MAGIC, MAX_PAYLOAD, PROTOCOL_VERSION,
-};
+pub use frame::{Flags, FrameError, FrameHeader, FrameKind, HEADER_LEN, MAGIC, MAX_PAYLOAD, PROTOCOL_VERSION};
 pub use message::{Message, ProtocolError};
-pub use ops::{
-    CtxId, DevicePtr, EventId, FuncId, ModuleId, Reply, ReplyOp, Request, RequestOp, StreamId,
-};
+pub use ops::{CtxId, DevicePtr, EventId, FuncId, ModuleId, Reply, ReplyOp, Request, RequestOp, StreamId};

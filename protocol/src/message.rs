@@ -5,9 +5,7 @@
 use thiserror::Error;
 
 use crate::codec::{DecodeError, EncodeError};
-use crate::frame::{
-    Flags, FrameError, FrameHeader, FrameKind, HEADER_LEN, MAX_PAYLOAD, split_frame,
-};
+use crate::frame::{Flags, FrameError, FrameHeader, FrameKind, HEADER_LEN, MAX_PAYLOAD, split_frame};
 use crate::ops::{Reply, ReplyOp, Request, RequestOp};
 
 /// A frame or its payload was refused.
@@ -24,10 +22,7 @@ pub enum ProtocolError {
 impl ProtocolError {
     /// Whether the peer speaks another protocol version (say "incompatible", not "garbage").
     pub fn is_version_mismatch(&self) -> bool {
-        matches!(
-            self,
-            ProtocolError::Frame(FrameError::VersionMismatch { .. })
-        )
+        matches!(self, ProtocolError::Frame(FrameError::VersionMismatch { .. }))
     }
 }
 
@@ -62,15 +57,9 @@ pub enum Message {
 impl Message {
     pub fn kind(&self) -> FrameKind {
         match self {
-            Message::Request {
-                op: Request::Hello { .. },
-                ..
-            } => FrameKind::Hello,
+            Message::Request { op: Request::Hello { .. }, .. } => FrameKind::Hello,
             Message::Request { .. } => FrameKind::Request,
-            Message::Reply {
-                op: Reply::HelloReply { .. },
-                ..
-            } => FrameKind::HelloReply,
+            Message::Reply { op: Reply::HelloReply { .. }, .. } => FrameKind::HelloReply,
             Message::Reply { .. } => FrameKind::Reply,
             Message::AsyncError { .. } => FrameKind::AsyncError,
             Message::Bye => FrameKind::Bye,
@@ -79,9 +68,7 @@ impl Message {
 
     pub fn request_id(&self) -> u64 {
         match self {
-            Message::Request { id, .. }
-            | Message::Reply { id, .. }
-            | Message::AsyncError { id, .. } => *id,
+            Message::Request { id, .. } | Message::Reply { id, .. } | Message::AsyncError { id, .. } => *id,
             Message::Bye => 0,
         }
     }
@@ -118,26 +105,17 @@ impl Message {
                 op.encode_payload(out)?;
             }
             Message::Reply { op, .. } => op.encode_payload(out)?,
-            Message::AsyncError { code, message, .. } => Reply::Error {
-                code: *code,
-                message: message.clone(),
+            Message::AsyncError { code, message, .. } => {
+                Reply::Error { code: *code, message: message.clone() }.encode_payload(out)?
             }
-            .encode_payload(out)?,
             Message::Bye => {}
         }
         let payload_len = out.len() - start - HEADER_LEN;
         if payload_len > MAX_PAYLOAD as usize {
-            return Err(EncodeError::PayloadTooLarge {
-                len: payload_len,
-                max: MAX_PAYLOAD,
-            });
+            return Err(EncodeError::PayloadTooLarge { len: payload_len, max: MAX_PAYLOAD });
         }
-        let header = FrameHeader {
-            kind: self.kind(),
-            flags,
-            request_id: self.request_id(),
-            payload_len: payload_len as u32,
-        };
+        let header =
+            FrameHeader { kind: self.kind(), flags, request_id: self.request_id(), payload_len: payload_len as u32 };
         out[start..start + HEADER_LEN].copy_from_slice(&header.encode());
         Ok(HEADER_LEN + payload_len)
     }
@@ -155,17 +133,10 @@ impl Message {
     /// bytes.
     pub fn from_parts(header: &FrameHeader, payload: &[u8]) -> Result<Message, ProtocolError> {
         if payload.len() != header.payload_len as usize {
-            return Err(FrameError::Truncated {
-                needed: header.payload_len as usize,
-                available: payload.len(),
-            }
-            .into());
+            return Err(FrameError::Truncated { needed: header.payload_len as usize, available: payload.len() }.into());
         }
         let id = header.request_id;
-        let mismatch = |opcode: u16| DecodeError::KindMismatch {
-            kind: header.kind,
-            opcode,
-        };
+        let mismatch = |opcode: u16| DecodeError::KindMismatch { kind: header.kind, opcode };
         let msg = match header.kind {
             FrameKind::Request | FrameKind::Hello => {
                 let op = Request::decode_payload(payload)?;

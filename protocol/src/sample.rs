@@ -67,11 +67,7 @@ impl<T: Sample, const N: usize> Sample for [T; N] {
 
 impl<T: Sample> Sample for Option<T> {
     fn sample(g: &mut Gen) -> Self {
-        if g.next() & 1 == 1 {
-            Some(T::sample(g))
-        } else {
-            None
-        }
+        if g.next() & 1 == 1 { Some(T::sample(g)) } else { None }
     }
 }
 
@@ -79,9 +75,7 @@ impl Sample for String {
     fn sample(g: &mut Gen) -> Self {
         const CHARS: &[char] = &['a', 'Z', '_', '0', ' ', 'é', '∂', '🦀', '\0'];
         let n = g.below(12);
-        (0..n)
-            .map(|_| CHARS[g.below(CHARS.len() as u64) as usize])
-            .collect()
+        (0..n).map(|_| CHARS[g.below(CHARS.len() as u64) as usize]).collect()
     }
 }
 
@@ -116,11 +110,7 @@ impl Sample for HostSrc {
 
 impl Sample for MemSpace {
     fn sample(g: &mut Gen) -> Self {
-        if g.next() & 1 == 1 {
-            MemSpace::Device(Sample::sample(g))
-        } else {
-            MemSpace::Staging(Sample::sample(g))
-        }
+        if g.next() & 1 == 1 { MemSpace::Device(Sample::sample(g)) } else { MemSpace::Staging(Sample::sample(g)) }
     }
 }
 

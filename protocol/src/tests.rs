@@ -22,10 +22,7 @@ fn sample_message(seed: u64) -> Message {
         }
         4..=6 => {
             let op = ReplyOp::ALL[g.below(ReplyOp::ALL.len() as u64) as usize];
-            Message::Reply {
-                id,
-                op: Reply::sample(op, &mut g),
-            }
+            Message::Reply { id, op: Reply::sample(op, &mut g) }
         }
         7 if g.next() & 1 == 1 => match Reply::sample(ReplyOp::Error, &mut g) {
             Reply::Error { code, message } => Message::AsyncError { id, code, message },
@@ -38,15 +35,8 @@ fn sample_message(seed: u64) -> Message {
 /// The decoder's contract on arbitrary bytes: no panic, and `Ok` only for canonical bytes.
 fn check_decode(bytes: &[u8]) -> Result<(), TestCaseError> {
     if let Ok((msg, len)) = Message::decode(bytes) {
-        let again = msg
-            .encode()
-            .map_err(|e| TestCaseError::fail(format!("re-encode {msg:?}: {e}")))?;
-        prop_assert_eq!(
-            &again[..],
-            &bytes[..len],
-            "accepted non-canonical bytes as {:?}",
-            msg
-        );
+        let again = msg.encode().map_err(|e| TestCaseError::fail(format!("re-encode {msg:?}: {e}")))?;
+        prop_assert_eq!(&again[..], &bytes[..len], "accepted non-canonical bytes as {:?}", msg);
     }
     if let Ok(req) = Request::decode_payload(bytes) {
         let mut again = Vec::new();
@@ -69,20 +59,13 @@ fn every_operation_round_trips() {
             let req = Request::sample(op, &mut g);
             assert_eq!(req.op(), op);
             let no_reply = req.is_async() && seed & 1 == 1;
-            let msg = Message::Request {
-                id: seed,
-                no_reply,
-                op: req,
-            };
+            let msg = Message::Request { id: seed, no_reply, op: req };
             let bytes = msg.encode().unwrap_or_else(|e| panic!("{msg:?}: {e}"));
             assert_eq!(Message::decode(&bytes), Ok((msg, bytes.len())));
         }
         for &op in ReplyOp::ALL {
             let mut g = Gen::new(seed.wrapping_mul(0x2000_0003) ^ op.code() as u64);
-            let msg = Message::Reply {
-                id: !seed,
-                op: Reply::sample(op, &mut g),
-            };
+            let msg = Message::Reply { id: !seed, op: Reply::sample(op, &mut g) };
             let bytes = msg.encode().unwrap();
             assert_eq!(Message::decode(&bytes), Ok((msg, bytes.len())));
         }
@@ -91,11 +74,7 @@ fn every_operation_round_trips() {
 
 fn config() -> ProptestConfig {
     // Bounded and fast: the whole module runs in well under a second in a debug build.
-    ProptestConfig {
-        cases: 512,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() }
 }
 
 proptest! {

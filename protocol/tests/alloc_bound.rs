@@ -46,24 +46,14 @@ fn allocated_by_decode(bytes: &[u8]) -> usize {
 fn assert_bounded(what: &str, bytes: &[u8]) {
     let n = allocated_by_decode(bytes);
     let bound = 3 * 8 * bytes.len() + 1024;
-    assert!(
-        n <= bound,
-        "{what}: decoding {} bytes allocated {n} (bound {bound})",
-        bytes.len()
-    );
+    assert!(n <= bound, "{what}: decoding {} bytes allocated {n} (bound {bound})", bytes.len());
 }
 
 #[test]
 fn decoding_allocates_in_proportion_to_the_input() {
     // Real messages.
     for (i, op) in common::all_request_examples().into_iter().enumerate() {
-        let bytes = Message::Request {
-            id: i as u64,
-            no_reply: false,
-            op,
-        }
-        .encode()
-        .unwrap();
+        let bytes = Message::Request { id: i as u64, no_reply: false, op }.encode().unwrap();
         assert_bounded("request example", &bytes);
     }
     for op in common::all_reply_examples() {
@@ -72,19 +62,8 @@ fn decoding_allocates_in_proportion_to_the_input() {
     }
     // Hostile ones: every opcode followed by fields that all claim the maximum (0xff bytes
     // make every u32 length u32::MAX) or a count just under the cap.
-    let reply_header = Message::Reply {
-        id: 1,
-        op: Reply::Ok {},
-    }
-    .encode()
-    .unwrap();
-    let request_header = Message::Request {
-        id: 1,
-        no_reply: false,
-        op: Request::DeviceGetCount {},
-    }
-    .encode()
-    .unwrap();
+    let reply_header = Message::Reply { id: 1, op: Reply::Ok {} }.encode().unwrap();
+    let request_header = Message::Request { id: 1, no_reply: false, op: Request::DeviceGetCount {} }.encode().unwrap();
     for fill in [0xffu8, 0x01, 0x00, 0x10] {
         for len in [0usize, 4, 16, 64, 300] {
             let codes = RequestOp::ALL

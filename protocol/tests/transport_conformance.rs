@@ -31,9 +31,7 @@ const LIMIT: Duration = Duration::from_secs(2);
 
 /// A frame whose bytes depend on its sequence number and length.
 fn frame(seq: u32, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (seq as usize).wrapping_mul(31).wrapping_add(i * 7) as u8)
-        .collect()
+    (0..len).map(|i| (seq as usize).wrapping_mul(31).wrapping_add(i * 7) as u8).collect()
 }
 
 /// Batches of frames both ways from one thread (each batch fits in every queue).
@@ -45,26 +43,16 @@ fn ordered_delivery((mut a, mut b): (End, End)) {
             b.send(&frame(i + 1000, (i % 13) as usize)).unwrap();
         }
         for i in seqs {
-            assert_eq!(
-                b.recv(Some(LIMIT)).unwrap(),
-                frame(i, (i % 97) as usize),
-                "frame {i} a->b"
-            );
-            assert_eq!(
-                a.recv(Some(LIMIT)).unwrap(),
-                frame(i + 1000, (i % 13) as usize),
-                "frame {i} b->a"
-            );
+            assert_eq!(b.recv(Some(LIMIT)).unwrap(), frame(i, (i % 97) as usize), "frame {i} a->b");
+            assert_eq!(a.recv(Some(LIMIT)).unwrap(), frame(i + 1000, (i % 13) as usize), "frame {i} b->a");
         }
     }
 }
 
 fn frame_sizes((mut a, mut b): (End, End)) {
     let max = a.max_frame_len();
-    let sizes: Vec<usize> = [0, 1, 2, 3, 5, 7, 13, 63, 64, 65, 255, 1001, max - 1, max]
-        .into_iter()
-        .filter(|&s| s <= max)
-        .collect();
+    let sizes: Vec<usize> =
+        [0, 1, 2, 3, 5, 7, 13, 63, 64, 65, 255, 1001, max - 1, max].into_iter().filter(|&s| s <= max).collect();
     let expect = sizes.clone();
     let sender = thread::spawn(move || {
         for (i, &s) in sizes.iter().enumerate() {
@@ -134,20 +122,11 @@ fn ping_pong((mut a, mut b): (End, End)) {
 }
 
 fn recv_timeout((mut a, mut b): (End, End)) {
-    assert!(matches!(
-        b.recv(Some(Duration::ZERO)),
-        Err(TransportError::Timeout)
-    ));
+    assert!(matches!(b.recv(Some(Duration::ZERO)), Err(TransportError::Timeout)));
     let t = Instant::now();
-    assert!(matches!(
-        b.recv(Some(Duration::from_millis(30))),
-        Err(TransportError::Timeout)
-    ));
+    assert!(matches!(b.recv(Some(Duration::from_millis(30))), Err(TransportError::Timeout)));
     let took = t.elapsed();
-    assert!(
-        took >= Duration::from_millis(30) && took < Duration::from_millis(300),
-        "{took:?}"
-    );
+    assert!(took >= Duration::from_millis(30) && took < Duration::from_millis(300), "{took:?}");
     // A timeout leaves the transport usable.
     a.send(b"after").unwrap();
     assert_eq!(b.recv(Some(LIMIT)).unwrap(), b"after");
@@ -164,10 +143,7 @@ fn drop_wakes_blocked_receiver((mut a, b): (End, End)) {
     let dropped_at = dropper.join().unwrap();
     assert!(matches!(r, Err(TransportError::PeerGone)), "{r:?}");
     let lag = gone_at.saturating_duration_since(dropped_at);
-    assert!(
-        lag < Duration::from_millis(100),
-        "PeerGone {lag:?} after the drop"
-    );
+    assert!(lag < Duration::from_millis(100), "PeerGone {lag:?} after the drop");
 }
 
 fn frames_before_close_are_delivered((mut a, mut b): (End, End)) {
@@ -186,10 +162,7 @@ fn local_close((mut a, mut b): (End, End)) {
     a.close();
     a.close();
     assert!(matches!(a.send(b"x"), Err(TransportError::Closed)));
-    assert!(matches!(
-        a.recv(Some(Duration::ZERO)),
-        Err(TransportError::Closed)
-    ));
+    assert!(matches!(a.recv(Some(Duration::ZERO)), Err(TransportError::Closed)));
     assert!(matches!(b.recv(Some(LIMIT)), Err(TransportError::PeerGone)));
     assert!(matches!(b.send(b"x"), Err(TransportError::PeerGone)));
 }
@@ -251,24 +224,13 @@ macro_rules! conformance {
 }
 
 fn shm(wait: WaitPolicy) -> (End, End) {
-    let config = ShmConfig {
-        ring_capacity: 4096,
-        staging_size: 1 << 20,
-        wait,
-    };
+    let config = ShmConfig { ring_capacity: 4096, staging_size: 1 << 20, wait };
     let (c, s) = ShmTransport::pair(&config).unwrap();
     (Box::new(c), Box::new(s))
 }
 
 conformance!(shm_spinning, shm(WaitPolicy::default()));
-conformance!(
-    shm_futex_only,
-    shm(WaitPolicy {
-        spin: 0,
-        spin_max: 0,
-        ..WaitPolicy::default()
-    })
-);
+conformance!(shm_futex_only, shm(WaitPolicy { spin: 0, spin_max: 0, ..WaitPolicy::default() }));
 conformance!(unix_socket, {
     let (a, b) = UnixTransport::pair(1 << 20).unwrap();
     (Box::new(a), Box::new(b))

@@ -16,9 +16,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gpupool_protocol::transport::shm::layout::{
-    REQUEST, RESPONSE, RingControl, RingLayout, SegmentLayout,
-};
+use gpupool_protocol::transport::shm::layout::{REQUEST, RESPONSE, RingControl, RingLayout, SegmentLayout};
 use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport, WaitPolicy, create_segment};
 use gpupool_protocol::transport::{Transport, TransportError};
 
@@ -32,8 +30,7 @@ fn child_peer() {
         return;
     };
     let (mode, path) = spec.split_once(':').expect("mode:path");
-    let mut t =
-        ShmTransport::connect(UnixStream::connect(path).unwrap(), WaitPolicy::default()).unwrap();
+    let mut t = ShmTransport::connect(UnixStream::connect(path).unwrap(), WaitPolicy::default()).unwrap();
     t.send(b"ready").unwrap();
     match mode {
         // Send numbered frames until the parent goes away (or kills us).
@@ -81,10 +78,7 @@ fn spawn_child(mode: &str) -> (Child, ShmTransport) {
     };
     let _ = std::fs::remove_file(&path);
     sock.set_nonblocking(false).unwrap();
-    let config = ShmConfig {
-        ring_capacity: 64 << 10,
-        ..ShmConfig::default()
-    };
+    let config = ShmConfig { ring_capacity: 64 << 10, ..ShmConfig::default() };
     let mut server = ShmTransport::serve(sock, &config).unwrap();
     assert_eq!(server.recv(Some(Duration::from_secs(5))).unwrap(), b"ready");
     (child, server)
@@ -121,17 +115,11 @@ fn sigkilled_peer_mid_stream() {
     let mut next = 0u32;
     let mut check = |buf: &[u8]| {
         assert_eq!(buf.len(), 100);
-        assert_eq!(
-            u32::from_le_bytes(buf[..4].try_into().unwrap()),
-            next,
-            "frames in order, none torn"
-        );
+        assert_eq!(u32::from_le_bytes(buf[..4].try_into().unwrap()), next, "frames in order, none torn");
         next += 1;
     };
     for _ in 0..2000 {
-        server
-            .recv_into(&mut buf, Some(Duration::from_secs(2)))
-            .unwrap();
+        server.recv_into(&mut buf, Some(Duration::from_secs(2))).unwrap();
         check(&buf);
     }
     let killer = kill_later(child, Duration::ZERO);
@@ -188,58 +176,23 @@ fn ring_field(ring: usize, field: usize) -> usize {
 fn corrupted_header_is_refused_on_attach() {
     let good = SegmentLayout::new(1 << 20, 8 << 20);
     let cases: Vec<(usize, Vec<u8>, &str)> = vec![
-        (
-            offset_of!(SegmentLayout, magic),
-            b"NOTGPUPL".to_vec(),
-            "magic",
-        ),
-        (
-            offset_of!(SegmentLayout, version),
-            2u32.to_le_bytes().to_vec(),
-            "version",
-        ),
-        (
-            offset_of!(SegmentLayout, header_size),
-            64u32.to_le_bytes().to_vec(),
-            "header size",
-        ),
-        (
-            offset_of!(SegmentLayout, segment_size),
-            (1u64 << 40).to_le_bytes().to_vec(),
-            "segment has",
-        ),
-        (
-            ring_field(REQUEST, offset_of!(RingLayout, capacity)),
-            1000u64.to_le_bytes().to_vec(),
-            "power of two",
-        ),
-        (
-            ring_field(RESPONSE, offset_of!(RingLayout, control_offset)),
-            100u64.to_le_bytes().to_vec(),
-            "misaligned",
-        ),
+        (offset_of!(SegmentLayout, magic), b"NOTGPUPL".to_vec(), "magic"),
+        (offset_of!(SegmentLayout, version), 2u32.to_le_bytes().to_vec(), "version"),
+        (offset_of!(SegmentLayout, header_size), 64u32.to_le_bytes().to_vec(), "header size"),
+        (offset_of!(SegmentLayout, segment_size), (1u64 << 40).to_le_bytes().to_vec(), "segment has"),
+        (ring_field(REQUEST, offset_of!(RingLayout, capacity)), 1000u64.to_le_bytes().to_vec(), "power of two"),
+        (ring_field(RESPONSE, offset_of!(RingLayout, control_offset)), 100u64.to_le_bytes().to_vec(), "misaligned"),
         (
             ring_field(RESPONSE, offset_of!(RingLayout, data_offset)),
             good.rings[REQUEST].data_offset.to_le_bytes().to_vec(),
             "overlap",
         ),
-        (
-            offset_of!(SegmentLayout, staging_offset),
-            (u64::MAX - 4095).to_le_bytes().to_vec(),
-            "outside",
-        ),
-        (
-            offset_of!(SegmentLayout, staging_size),
-            (1u64 << 62).to_le_bytes().to_vec(),
-            "outside",
-        ),
+        (offset_of!(SegmentLayout, staging_offset), (u64::MAX - 4095).to_le_bytes().to_vec(), "outside"),
+        (offset_of!(SegmentLayout, staging_size), (1u64 << 62).to_le_bytes().to_vec(), "outside"),
     ];
     for (offset, bytes, want) in cases {
         let why = attach_corrupted(offset, &bytes);
-        assert!(
-            why.contains(want),
-            "corrupting offset {offset}: {why:?} should mention {want:?}"
-        );
+        assert!(why.contains(want), "corrupting offset {offset}: {why:?} should mention {want:?}");
     }
 }
 
@@ -271,39 +224,25 @@ fn handshake_without_fd_is_refused() {
 fn scribbled_ring_indices_are_corrupt_not_ub() {
     let layout = SegmentLayout::new(4096, 4096);
     let scribble = |ring: usize, field: usize, value: u64, extra: Option<(u64, u32)>| {
-        let fd = create_segment(&ShmConfig {
-            ring_capacity: 4096,
-            staging_size: 4096,
-            ..Default::default()
-        })
-        .unwrap();
+        let fd = create_segment(&ShmConfig { ring_capacity: 4096, staging_size: 4096, ..Default::default() }).unwrap();
         let file = File::from(fd);
         let ctl = layout.rings[ring].control_offset;
-        file.write_all_at(&value.to_le_bytes(), ctl + field as u64)
-            .unwrap();
+        file.write_all_at(&value.to_le_bytes(), ctl + field as u64).unwrap();
         if let Some((at, len)) = extra {
-            file.write_all_at(&len.to_le_bytes(), layout.rings[ring].data_offset + at)
-                .unwrap();
+            file.write_all_at(&len.to_le_bytes(), layout.rings[ring].data_offset + at).unwrap();
         }
         let (sock, peer) = UnixStream::pair().unwrap();
-        let t =
-            ShmTransport::attach_client(OwnedFd::from(file), sock, WaitPolicy::default()).unwrap();
+        let t = ShmTransport::attach_client(OwnedFd::from(file), sock, WaitPolicy::default()).unwrap();
         (t, peer)
     };
     let tail = offset_of!(RingControl, tail);
     let head = offset_of!(RingControl, head);
     // The response ring (the client consumes it) claims more bytes than it holds.
     let (mut t, _p) = scribble(RESPONSE, tail, 1 << 40, None);
-    assert!(matches!(
-        t.recv(Some(Duration::ZERO)),
-        Err(TransportError::Corrupt(_))
-    ));
+    assert!(matches!(t.recv(Some(Duration::ZERO)), Err(TransportError::Corrupt(_))));
     // It holds 8 bytes but the frame says 1000.
     let (mut t, _p) = scribble(RESPONSE, tail, 8, Some((0, 1000)));
-    assert!(matches!(
-        t.recv(Some(Duration::ZERO)),
-        Err(TransportError::Corrupt(_))
-    ));
+    assert!(matches!(t.recv(Some(Duration::ZERO)), Err(TransportError::Corrupt(_))));
     // The request ring's consumer (the daemon) claims to have consumed what was never sent.
     let (mut t, _p) = scribble(REQUEST, head, 12345, None);
     assert!(matches!(t.send(b"x"), Err(TransportError::Corrupt(_))));
@@ -311,11 +250,7 @@ fn scribbled_ring_indices_are_corrupt_not_ub() {
 
 #[test]
 fn frame_larger_than_free_space_waits_for_room() {
-    let config = ShmConfig {
-        ring_capacity: 4096,
-        staging_size: 4096,
-        ..Default::default()
-    };
+    let config = ShmConfig { ring_capacity: 4096, staging_size: 4096, ..Default::default() };
     let (mut c, mut s) = ShmTransport::pair(&config).unwrap();
     c.send(&[1u8; 3000]).unwrap();
     let (tx, rx) = mpsc::channel();
@@ -324,20 +259,10 @@ fn frame_larger_than_free_space_waits_for_room() {
         tx.send(()).unwrap();
         c
     });
-    assert!(
-        rx.recv_timeout(Duration::from_millis(50)).is_err(),
-        "2000 bytes do not fit yet"
-    );
-    assert_eq!(
-        s.recv(Some(Duration::from_secs(1))).unwrap(),
-        vec![1u8; 3000]
-    );
-    rx.recv_timeout(Duration::from_secs(1))
-        .expect("room made, the send completes");
-    assert_eq!(
-        s.recv(Some(Duration::from_secs(1))).unwrap(),
-        vec![2u8; 2000]
-    );
+    assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "2000 bytes do not fit yet");
+    assert_eq!(s.recv(Some(Duration::from_secs(1))).unwrap(), vec![1u8; 3000]);
+    rx.recv_timeout(Duration::from_secs(1)).expect("room made, the send completes");
+    assert_eq!(s.recv(Some(Duration::from_secs(1))).unwrap(), vec![2u8; 2000]);
     drop(sender.join().unwrap());
 }
 
@@ -352,8 +277,5 @@ fn largest_frame_of_a_default_segment() {
     let big: Vec<u8> = (0..max).map(|i| (i % 251) as u8).collect();
     c.send(&big).unwrap();
     assert!(s.recv(Some(Duration::from_secs(1))).unwrap() == big);
-    assert!(matches!(
-        c.send(&vec![0; max + 1]),
-        Err(TransportError::FrameTooLarge { .. })
-    ));
+    assert!(matches!(c.send(&vec![0; max + 1]), Err(TransportError::FrameTooLarge { .. })));
 }

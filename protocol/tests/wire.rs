@@ -14,71 +14,33 @@ use gpupool_protocol::*;
 fn examples_cover_every_opcode_exactly() {
     let reqs: BTreeSet<RequestOp> = all_request_examples().iter().map(|r| r.op()).collect();
     let all: BTreeSet<RequestOp> = RequestOp::ALL.iter().copied().collect();
-    assert_eq!(
-        reqs, all,
-        "every request in the table needs one example in tests/common/mod.rs"
-    );
-    assert_eq!(
-        all_request_examples().len(),
-        RequestOp::ALL.len(),
-        "one example per request"
-    );
+    assert_eq!(reqs, all, "every request in the table needs one example in tests/common/mod.rs");
+    assert_eq!(all_request_examples().len(), RequestOp::ALL.len(), "one example per request");
     let reps: BTreeSet<ReplyOp> = all_reply_examples().iter().map(|r| r.op()).collect();
     let all: BTreeSet<ReplyOp> = ReplyOp::ALL.iter().copied().collect();
-    assert_eq!(
-        reps, all,
-        "every reply in the table needs one example in tests/common/mod.rs"
-    );
-    assert_eq!(
-        all_reply_examples().len(),
-        ReplyOp::ALL.len(),
-        "one example per reply"
-    );
+    assert_eq!(reps, all, "every reply in the table needs one example in tests/common/mod.rs");
+    assert_eq!(all_reply_examples().len(), ReplyOp::ALL.len(), "one example per reply");
 }
 
 #[test]
 fn every_example_round_trips() {
     for (i, op) in all_request_examples().into_iter().enumerate() {
         let no_reply = op.is_async();
-        let msg = Message::Request {
-            id: i as u64 + 1,
-            no_reply,
-            op,
-        };
+        let msg = Message::Request { id: i as u64 + 1, no_reply, op };
         let bytes = msg.encode().unwrap();
-        assert_eq!(
-            Message::decode(&bytes),
-            Ok((msg.clone(), bytes.len())),
-            "{msg:?}"
-        );
-        let Message::Request { op, .. } = msg else {
-            unreachable!()
-        };
+        assert_eq!(Message::decode(&bytes), Ok((msg.clone(), bytes.len())), "{msg:?}");
+        let Message::Request { op, .. } = msg else { unreachable!() };
         let mut payload = Vec::new();
         op.encode_payload(&mut payload).unwrap();
         assert_eq!(&payload[..2], &op.opcode().to_le_bytes());
         assert_eq!(Request::decode_payload(&payload), Ok(op));
     }
     for (i, op) in all_reply_examples().into_iter().enumerate() {
-        let msg = Message::Reply {
-            id: i as u64 + 1,
-            op,
-        };
+        let msg = Message::Reply { id: i as u64 + 1, op };
         let bytes = msg.encode().unwrap();
-        assert_eq!(
-            Message::decode(&bytes),
-            Ok((msg.clone(), bytes.len())),
-            "{msg:?}"
-        );
+        assert_eq!(Message::decode(&bytes), Ok((msg.clone(), bytes.len())), "{msg:?}");
     }
-    for msg in [
-        Message::Bye,
-        Message::AsyncError {
-            id: 9,
-            code: 700,
-            message: "illegal address".into(),
-        },
-    ] {
+    for msg in [Message::Bye, Message::AsyncError { id: 9, code: 700, message: "illegal address".into() }] {
         let bytes = msg.encode().unwrap();
         assert_eq!(Message::decode(&bytes), Ok((msg, bytes.len())));
     }
@@ -117,11 +79,7 @@ fn async_operations_are_exactly_these() {
         EventRecord,
     ]
     .into();
-    let actual: BTreeSet<RequestOp> = RequestOp::ALL
-        .iter()
-        .copied()
-        .filter(|o| o.is_async())
-        .collect();
+    let actual: BTreeSet<RequestOp> = RequestOp::ALL.iter().copied().filter(|o| o.is_async()).collect();
     assert_eq!(actual, expected);
     for op in all_request_examples() {
         assert_eq!(op.is_async(), expected.contains(&op.op()));
@@ -130,17 +88,9 @@ fn async_operations_are_exactly_these() {
 
 #[test]
 fn requests_accept_their_reply_or_an_error() {
-    let alloc = Request::MemAlloc {
-        ctx: CtxId(1),
-        bytes: 8,
-    };
-    assert!(alloc.accepts(&Reply::MemPtr {
-        ptr: DevicePtr(0x1000)
-    }));
-    assert!(alloc.accepts(&Reply::Error {
-        code: 2,
-        message: String::new()
-    }));
+    let alloc = Request::MemAlloc { ctx: CtxId(1), bytes: 8 };
+    assert!(alloc.accepts(&Reply::MemPtr { ptr: DevicePtr(0x1000) }));
+    assert!(alloc.accepts(&Reply::Error { code: 2, message: String::new() }));
     assert!(!alloc.accepts(&Reply::Ok {}));
 }
 
@@ -151,10 +101,7 @@ fn golden_bytes() {
     let msg = Message::Request {
         id: 0x0102_0304_0506_0708,
         no_reply: false,
-        op: Request::MemAlloc {
-            ctx: CtxId(0x11),
-            bytes: 0x2233,
-        },
+        op: Request::MemAlloc { ctx: CtxId(0x11), bytes: 0x2233 },
     };
     let expected: Vec<u8> = [
         &b"GPPL"[..],
@@ -174,18 +121,11 @@ fn golden_bytes() {
     let launch = Message::Request {
         id: 1,
         no_reply: true,
-        op: Request::EventRecord {
-            event: EventId(2),
-            stream: StreamId::NULL,
-        },
+        op: Request::EventRecord { event: EventId(2), stream: StreamId::NULL },
     };
     let bytes = launch.encode().unwrap();
     assert_eq!(&bytes[8..12], &[1, 0, 1, 0], "request kind with NO_REPLY");
-    let hello = Message::Request {
-        id: 1,
-        no_reply: false,
-        op: all_request_examples().remove(0),
-    };
+    let hello = Message::Request { id: 1, no_reply: false, op: all_request_examples().remove(0) };
     assert_eq!(hello.kind(), FrameKind::Hello);
     assert_eq!(&hello.encode().unwrap()[8..10], &[4, 0]);
 }
@@ -196,11 +136,7 @@ fn frames_split_from_a_stream() {
     let msgs: Vec<Message> = all_request_examples()
         .into_iter()
         .enumerate()
-        .map(|(i, op)| Message::Request {
-            id: i as u64,
-            no_reply: false,
-            op,
-        })
+        .map(|(i, op)| Message::Request { id: i as u64, no_reply: false, op })
         .collect();
     for m in &msgs {
         m.encode_into(&mut stream).unwrap();

@@ -85,10 +85,7 @@ impl MemoryQuota {
 
     /// The same quota on every device.
     pub fn all(bytes: u64) -> Self {
-        MemoryQuota {
-            default: Some(bytes),
-            devices: BTreeMap::new(),
-        }
+        MemoryQuota { default: Some(bytes), devices: BTreeMap::new() }
     }
 
     /// Nothing on any device (a tenant removed from the config by a reload).
@@ -154,10 +151,7 @@ pub enum ConfigError {
 
 /// The SHA-256 of a token, as the lowercase hex that `token_sha256` expects.
 pub fn hash_token(token: &str) -> String {
-    token_digest(token)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    token_digest(token).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub(crate) fn token_digest(token: &str) -> [u8; 32] {
@@ -194,12 +188,7 @@ struct RawTenant {
 
 impl RawTenant {
     fn limits(&self) -> RawLimits {
-        RawLimits {
-            memory: self.memory.clone(),
-            compute: self.compute,
-            mode: self.mode,
-            priority: self.priority,
-        }
+        RawLimits { memory: self.memory.clone(), compute: self.compute, mode: self.mode, priority: self.priority }
     }
 }
 
@@ -238,18 +227,12 @@ enum RawMemory {
 // ---- validation ----
 
 fn field_err(tenant: &str, field: &str, message: impl fmt::Display) -> ConfigError {
-    ConfigError::Field {
-        tenant: tenant.to_string(),
-        field: field.to_string(),
-        message: message.to_string(),
-    }
+    ConfigError::Field { tenant: tenant.to_string(), field: field.to_string(), message: message.to_string() }
 }
 
 fn quota_size(tenant: &str, field: &str, raw: &RawSize) -> Result<u64, ConfigError> {
     let bytes = match raw {
-        RawSize::Int(n) => {
-            u64::try_from(*n).map_err(|_| field_err(tenant, field, "a size cannot be negative"))?
-        }
+        RawSize::Int(n) => u64::try_from(*n).map_err(|_| field_err(tenant, field, "a size cannot be negative"))?,
         RawSize::Text(s) => parse_size(s).map_err(|e| field_err(tenant, field, e))?,
     };
     require_whole_mib(bytes).map_err(|e: SizeError| field_err(tenant, field, e))
@@ -261,10 +244,7 @@ fn memory_quota(tenant: &str, raw: &Option<RawMemory>) -> Result<MemoryQuota, Co
         Some(RawMemory::All(s)) => Ok(MemoryQuota::all(quota_size(tenant, "memory", s)?)),
         Some(RawMemory::PerDevice(map)) => {
             // Devices not listed get nothing, unless a "*" entry says otherwise.
-            let mut q = MemoryQuota {
-                default: Some(0),
-                devices: BTreeMap::new(),
-            };
+            let mut q = MemoryQuota { default: Some(0), devices: BTreeMap::new() };
             for (key, size) in map {
                 let field = format!("memory.{key}");
                 let bytes = quota_size(tenant, &field, size)?;
@@ -273,11 +253,7 @@ fn memory_quota(tenant: &str, raw: &Option<RawMemory>) -> Result<MemoryQuota, Co
                     continue;
                 }
                 let dev: u32 = key.parse().map_err(|_| {
-                    field_err(
-                        tenant,
-                        &field,
-                        format!("`{key}` is not a device index (0, 1, ...) or `*`"),
-                    )
+                    field_err(tenant, &field, format!("`{key}` is not a device index (0, 1, ...) or `*`"))
                 })?;
                 q.devices.insert(dev, bytes);
             }
@@ -291,11 +267,7 @@ fn spec(name: &str, limits: &RawLimits) -> Result<TenantSpec, ConfigError> {
         None => 100,
         Some(c @ 1..=100) => c as u8,
         Some(c) => {
-            return Err(field_err(
-                name,
-                "compute",
-                format!("{c} is not a percent in 1..=100"),
-            ));
+            return Err(field_err(name, "compute", format!("{c} is not a percent in 1..=100")));
         }
     };
     Ok(TenantSpec {
@@ -311,13 +283,7 @@ fn spec(name: &str, limits: &RawLimits) -> Result<TenantSpec, ConfigError> {
 }
 
 fn parse_digest(tenant: &str, hex: &str) -> Result<[u8; 32], ConfigError> {
-    let bad = || {
-        field_err(
-            tenant,
-            "token_sha256",
-            format!("`{hex}` is not 64 hex digits (a SHA-256)"),
-        )
-    };
+    let bad = || field_err(tenant, "token_sha256", format!("`{hex}` is not 64 hex digits (a SHA-256)"));
     let h = hex.trim().as_bytes();
     if h.len() != 64 {
         return Err(bad());
@@ -367,11 +333,7 @@ impl Config {
 
     /// A config with no tenants and an unlimited default tenant.
     pub fn unrestricted() -> Config {
-        Self::from_raw(RawConfig {
-            tenant: Vec::new(),
-            default: None,
-        })
-        .expect("empty config is valid")
+        Self::from_raw(RawConfig { tenant: Vec::new(), default: None }).expect("empty config is valid")
     }
 
     fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
@@ -381,25 +343,13 @@ impl Config {
         for (i, t) in raw.tenant.iter().enumerate() {
             let name = t.name.trim();
             if name.is_empty() {
-                return Err(field_err(
-                    &format!("#{}", i + 1),
-                    "name",
-                    "must not be empty",
-                ));
+                return Err(field_err(&format!("#{}", i + 1), "name", "must not be empty"));
             }
             if name == TenantId::DEFAULT_NAME {
-                return Err(field_err(
-                    name,
-                    "name",
-                    "`default` is reserved for the [default] section",
-                ));
+                return Err(field_err(name, "name", "`default` is reserved for the [default] section"));
             }
             if names.insert(name.to_string(), ()).is_some() {
-                return Err(field_err(
-                    name,
-                    "name",
-                    "two [[tenant]] entries have this name",
-                ));
+                return Err(field_err(name, "name", "two [[tenant]] entries have this name"));
             }
             let mut s = spec(name, &t.limits())?;
             s.uids = t.uids.clone();
@@ -414,8 +364,7 @@ impl Config {
             }
             tenants.push(s);
         }
-        let (mut by_token, mut by_uid, mut by_gid) =
-            (HashMap::new(), HashMap::new(), HashMap::new());
+        let (mut by_token, mut by_uid, mut by_gid) = (HashMap::new(), HashMap::new(), HashMap::new());
         for (i, t) in tenants.iter().enumerate() {
             for &d in &t.token_sha256 {
                 insert_unique(&mut by_token, d, i, &tenants, "token_sha256", "this token")?;
@@ -427,13 +376,7 @@ impl Config {
                 insert_unique(&mut by_gid, g, i, &tenants, "gids", format_args!("gid {g}"))?;
             }
         }
-        Ok(Config {
-            tenants,
-            default,
-            by_token,
-            by_uid,
-            by_gid,
-        })
+        Ok(Config { tenants, default, by_token, by_uid, by_gid })
     }
 
     /// The `[[tenant]]` entries, in file order (the default tenant is not among them).

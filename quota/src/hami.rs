@@ -40,9 +40,7 @@ fn hami_size(value: &str) -> Result<u64, SizeError> {
         _ => return parse_size(v),
     };
     match num.parse::<u64>() {
-        Ok(n) => n
-            .checked_mul(mult)
-            .ok_or_else(|| SizeError::Overflow(value.to_string())),
+        Ok(n) => n.checked_mul(mult).ok_or_else(|| SizeError::Overflow(value.to_string())),
         Err(_) => parse_size(v),
     }
 }
@@ -57,16 +55,9 @@ where
     let mut req = ClientRequest::default();
     for (k, v) in vars {
         let (var, value) = (k.as_ref(), v.as_ref());
-        let err = |message: String| HamiError {
-            var: var.into(),
-            value: value.into(),
-            message,
-        };
+        let err = |message: String| HamiError { var: var.into(), value: value.into(), message };
         if var == SM_VAR {
-            let pct: u32 = value
-                .trim()
-                .parse()
-                .map_err(|_| err("not a whole percent".into()))?;
+            let pct: u32 = value.trim().parse().map_err(|_| err("not a whole percent".into()))?;
             req.compute = match pct {
                 0 => None,
                 1..=100 => Some(pct as u8),
@@ -82,15 +73,11 @@ where
             _ => match rest.strip_prefix('_').and_then(|n| n.parse::<u32>().ok()) {
                 Some(d) => Some(d),
                 None => {
-                    return Err(err(format!(
-                        "expected {MEMORY_VAR} or {MEMORY_VAR}_<device index>"
-                    )));
+                    return Err(err(format!("expected {MEMORY_VAR} or {MEMORY_VAR}_<device index>")));
                 }
             },
         };
-        let bytes = hami_size(value)
-            .and_then(require_whole_mib)
-            .map_err(|e| err(e.to_string()))?;
+        let bytes = hami_size(value).and_then(require_whole_mib).map_err(|e| err(e.to_string()))?;
         let bytes = (bytes != 0).then_some(bytes);
         match (device, bytes) {
             (None, b) => req.memory.default = b,
@@ -130,13 +117,9 @@ mod tests {
 
     #[test]
     fn suffixes() {
-        for (v, bytes) in [
-            ("4096m", 4u64 << 30),
-            ("4G", 4 << 30),
-            ("1048576k", 1 << 30),
-            ("2097152", 2 << 20),
-            ("3GiB", 3 << 30),
-        ] {
+        for (v, bytes) in
+            [("4096m", 4u64 << 30), ("4G", 4 << 30), ("1048576k", 1 << 30), ("2097152", 2 << 20), ("3GiB", 3 << 30)]
+        {
             let r = req(&[("CUDA_DEVICE_MEMORY_LIMIT_0", v)]).unwrap();
             assert_eq!(r.memory.for_device(0), Some(bytes), "{v}");
             assert_eq!(r.memory.default, None);
@@ -145,11 +128,7 @@ mod tests {
 
     #[test]
     fn zero_is_no_request() {
-        let r = req(&[
-            ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
-            ("CUDA_DEVICE_SM_LIMIT", "0"),
-        ])
-        .unwrap();
+        let r = req(&[("CUDA_DEVICE_MEMORY_LIMIT", "0"), ("CUDA_DEVICE_SM_LIMIT", "0")]).unwrap();
         assert_eq!(r, ClientRequest::default());
     }
 
@@ -158,10 +137,7 @@ mod tests {
         let e = req(&[("CUDA_DEVICE_MEMORY_LIMIT", "4x")]).unwrap_err();
         assert_eq!(e.var, "CUDA_DEVICE_MEMORY_LIMIT");
         let e = req(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "1000")]).unwrap_err();
-        assert!(
-            e.to_string().contains("CUDA_DEVICE_MEMORY_LIMIT_0=1000"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("CUDA_DEVICE_MEMORY_LIMIT_0=1000"), "{e}");
         assert!(e.message.contains("MiB"), "{e}");
         let e = req(&[("CUDA_DEVICE_MEMORY_LIMIT_X", "1g")]).unwrap_err();
         assert_eq!(e.var, "CUDA_DEVICE_MEMORY_LIMIT_X");

@@ -109,13 +109,7 @@ impl Session {
         let st = self.book.lock();
         st.sessions
             .get(&self.id.0)
-            .map(|s| {
-                s.held
-                    .iter()
-                    .filter(|(_, u)| u.committed > 0)
-                    .map(|(&d, u)| (d, u.committed))
-                    .collect()
-            })
+            .map(|s| s.held.iter().filter(|(_, u)| u.committed > 0).map(|(&d, u)| (d, u.committed)).collect())
             .unwrap_or_default()
     }
 
@@ -236,10 +230,7 @@ impl Reservation<'_> {
             }
         };
         bump(&mut st.used, d, apply);
-        let s = st
-            .sessions
-            .get_mut(&self.session.id.0)
-            .expect("session open while its reservation lives");
+        let s = st.sessions.get_mut(&self.session.id.0).expect("session open while its reservation lives");
         bump(&mut s.held, d, apply);
     }
 }
@@ -304,10 +295,7 @@ impl Ledger {
     /// A ledger with an account for every tenant of `config`.
     pub fn new(config: Config) -> Ledger {
         let ledger = Ledger {
-            inner: RwLock::new(Inner {
-                config: Arc::new(Config::unrestricted()),
-                books: HashMap::new(),
-            }),
+            inner: RwLock::new(Inner { config: Arc::new(Config::unrestricted()), books: HashMap::new() }),
             next_session: AtomicU64::new(1),
         };
         ledger.apply(config);
@@ -362,11 +350,7 @@ impl Ledger {
     /// Open a session for a client of `tenant` (from [`Config::resolve`]). `request.memory` is the
     /// client's own narrower limit (checked besides the tenant's live quota); `request.compute` is not
     /// the ledger's business.
-    pub fn open_session(
-        &self,
-        tenant: &TenantId,
-        request: &ClientRequest,
-    ) -> Result<Session, LimitsError> {
+    pub fn open_session(&self, tenant: &TenantId, request: &ClientRequest) -> Result<Session, LimitsError> {
         let inner = self.read();
         let book = match inner.books.get(tenant) {
             Some(b) if !b.lock().retired => b.clone(),
@@ -375,28 +359,13 @@ impl Ledger {
         // Validate the request the same way effective_limits does.
         inner.config.effective_limits(tenant, request)?;
         let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
-        book.lock().sessions.insert(
-            id.0,
-            SessionBook {
-                cap: request.memory.clone(),
-                held: BTreeMap::new(),
-            },
-        );
-        Ok(Session {
-            id,
-            book,
-            closed: false,
-        })
+        book.lock().sessions.insert(id.0, SessionBook { cap: request.memory.clone(), held: BTreeMap::new() });
+        Ok(Session { id, book, closed: false })
     }
 
     /// Count `bytes` on `device` against the session's tenant (and the session's own request) before the
     /// backend allocates. Fits iff in-use + `bytes` <= limit, for both limits.
-    pub fn reserve<'s>(
-        &self,
-        session: &'s Session,
-        device: u32,
-        bytes: u64,
-    ) -> Result<Reservation<'s>, OverQuota> {
+    pub fn reserve<'s>(&self, session: &'s Session, device: u32, bytes: u64) -> Result<Reservation<'s>, OverQuota> {
         let mut st = session.book.lock();
         let refuse = |(in_use, limit), scope| OverQuota {
             tenant: session.book.tenant.clone(),
@@ -407,39 +376,22 @@ impl Ledger {
             scope,
         };
         let tenant_use = st.used.get(&device).copied().unwrap_or_default().total();
-        check(tenant_use, bytes, st.quota.for_device(device))
-            .map_err(|e| refuse(e, Scope::Tenant))?;
-        let s = st
-            .sessions
-            .get_mut(&session.id.0)
-            .expect("an open session has a book entry");
+        check(tenant_use, bytes, st.quota.for_device(device)).map_err(|e| refuse(e, Scope::Tenant))?;
+        let s = st.sessions.get_mut(&session.id.0).expect("an open session has a book entry");
         let own = s.held.get(&device).copied().unwrap_or_default().total();
         check(own, bytes, s.cap.for_device(device)).map_err(|e| refuse(e, Scope::Session))?;
         bump(&mut s.held, device, |u| u.pending += bytes);
         bump(&mut st.used, device, |u| u.pending += bytes);
-        Ok(Reservation {
-            session,
-            device,
-            bytes,
-            done: false,
-        })
+        Ok(Reservation { session, device, bytes, done: false })
     }
 
     /// The backend freed `bytes` on `device` that the session had committed.
     pub fn release(&self, session: &Session, device: u32, bytes: u64) -> Result<(), NotHeld> {
         let mut st = session.book.lock();
-        let s = st
-            .sessions
-            .get_mut(&session.id.0)
-            .expect("an open session has a book entry");
+        let s = st.sessions.get_mut(&session.id.0).expect("an open session has a book entry");
         let held = s.held.get(&device).map_or(0, |u| u.committed);
         if bytes > held {
-            return Err(NotHeld {
-                session: session.id,
-                device,
-                bytes,
-                held,
-            });
+            return Err(NotHeld { session: session.id, device, bytes, held });
         }
         bump(&mut s.held, device, |u| u.committed -= bytes);
         bump(&mut st.used, device, |u| u.committed -= bytes);
@@ -453,45 +405,28 @@ impl Ledger {
     }
 
     /// What the session should see as its device's memory, given the device's real total and free bytes.
-    pub fn mem_info(
-        &self,
-        session: &Session,
-        device: u32,
-        device_total: u64,
-        device_free: u64,
-    ) -> MemInfo {
+    pub fn mem_info(&self, session: &Session, device: u32, device_total: u64, device_free: u64) -> MemInfo {
         let st = session.book.lock();
         let s = &st.sessions[&session.id.0];
         let (tq, sq) = (st.quota.for_device(device), s.cap.for_device(device));
         let t_use = st.used.get(&device).map_or(0, |u| u.total());
         let s_use = s.held.get(&device).map_or(0, |u| u.total());
-        let total = device_total
-            .min(tq.unwrap_or(u64::MAX))
-            .min(sq.unwrap_or(u64::MAX));
+        let total = device_total.min(tq.unwrap_or(u64::MAX)).min(sq.unwrap_or(u64::MAX));
         let head = |q: Option<u64>, used: u64| q.map_or(u64::MAX, |q| q.saturating_sub(used));
-        let free = device_free
-            .min(head(tq, t_use))
-            .min(head(sq, s_use))
-            .min(total);
+        let free = device_free.min(head(tq, t_use)).min(head(sq, s_use)).min(total);
         MemInfo { total, free }
     }
 
     /// Bytes in use (committed + in flight) by `tenant` on `device`.
     pub fn used(&self, tenant: &TenantId, device: u32) -> u64 {
         let inner = self.read();
-        inner
-            .books
-            .get(tenant)
-            .map_or(0, |b| b.lock().used.get(&device).map_or(0, |u| u.total()))
+        inner.books.get(tenant).map_or(0, |b| b.lock().used.get(&device).map_or(0, |u| u.total()))
     }
 
     /// The tenant's quota on `device` (`None` = unlimited or unknown tenant).
     pub fn quota(&self, tenant: &TenantId, device: u32) -> Option<u64> {
         let inner = self.read();
-        inner
-            .books
-            .get(tenant)
-            .and_then(|b| b.lock().quota.for_device(device))
+        inner.books.get(tenant).and_then(|b| b.lock().quota.for_device(device))
     }
 
     /// Per tenant per device: used and quota. Lists devices `0..device_count`, plus any other device
@@ -513,12 +448,7 @@ impl Ledger {
                     .into_iter()
                     .map(|d| {
                         let u = st.used.get(&d).copied().unwrap_or_default();
-                        DeviceUsage {
-                            device: d,
-                            used: u.total(),
-                            pending: u.pending,
-                            quota: st.quota.for_device(d),
-                        }
+                        DeviceUsage { device: d, used: u.total(), pending: u.pending, quota: st.quota.for_device(d) }
                     })
                     .collect();
                 Some(TenantUsage {

@@ -23,13 +23,11 @@ pub mod ledger;
 pub mod resolve;
 pub mod sizes;
 
-pub use config::{
-    Config, ConfigError, MemoryQuota, Mode, Priority, TenantId, TenantSpec, hash_token,
-};
+pub use config::{Config, ConfigError, MemoryQuota, Mode, Priority, TenantId, TenantSpec, hash_token};
 pub use hami::{HamiError, request_from_hami_env};
 pub use ledger::{
-    DeviceUsage, Ledger, LedgerSnapshot, MemInfo, NotHeld, OverQuota, Reservation, Scope, Session,
-    SessionId, TenantUsage,
+    DeviceUsage, Ledger, LedgerSnapshot, MemInfo, NotHeld, OverQuota, Reservation, Scope, Session, SessionId,
+    TenantUsage,
 };
 pub use resolve::{Clamp, Clamped, ClientRequest, Limits, LimitsError};
 pub use sizes::{Bytes, MIB, SizeError, parse_size};

@@ -63,21 +63,11 @@ impl fmt::Display for Clamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.what {
             Clamped::Compute => {
-                write!(
-                    f,
-                    "compute {}% requested, tenant quota is {}%",
-                    self.requested, self.granted
-                )
+                write!(f, "compute {}% requested, tenant quota is {}%", self.requested, self.granted)
             }
             Clamped::Memory { device } => {
-                let on =
-                    device.map_or_else(|| "all devices".to_string(), |d| format!("device {d}"));
-                write!(
-                    f,
-                    "memory {} requested on {on}, tenant quota is {}",
-                    Bytes(self.requested),
-                    Bytes(self.granted)
-                )
+                let on = device.map_or_else(|| "all devices".to_string(), |d| format!("device {d}"));
+                write!(f, "memory {} requested on {on}, tenant quota is {}", Bytes(self.requested), Bytes(self.granted))
             }
         }
     }
@@ -129,10 +119,7 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 
 /// `quota` narrowed by `request`, and the clamps (request entries above the quota).
 fn narrow_memory(quota: &MemoryQuota, request: &MemoryQuota) -> (MemoryQuota, Vec<Clamp>) {
-    let mut out = MemoryQuota {
-        default: min_opt(quota.default, request.default),
-        devices: Default::default(),
-    };
+    let mut out = MemoryQuota { default: min_opt(quota.default, request.default), devices: Default::default() };
     let mut clamped = Vec::new();
     let keys = quota.devices.keys().chain(request.devices.keys());
     for &d in keys {
@@ -146,21 +133,13 @@ fn narrow_memory(quota: &MemoryQuota, request: &MemoryQuota) -> (MemoryQuota, Ve
         && r > q
         && q > 0
     {
-        clamped.push(Clamp {
-            what: Clamped::Memory { device: None },
-            requested: r,
-            granted: q,
-        });
+        clamped.push(Clamp { what: Clamped::Memory { device: None }, requested: r, granted: q });
     }
     for (&d, &q) in &quota.devices {
         if let Some(r) = request.for_device(d)
             && r > q
         {
-            clamped.push(Clamp {
-                what: Clamped::Memory { device: Some(d) },
-                requested: r,
-                granted: q,
-            });
+            clamped.push(Clamp { what: Clamped::Memory { device: Some(d) }, requested: r, granted: q });
         }
     }
     for (&d, &r) in &request.devices {
@@ -170,11 +149,7 @@ fn narrow_memory(quota: &MemoryQuota, request: &MemoryQuota) -> (MemoryQuota, Ve
         if let Some(q) = quota.for_device(d)
             && r > q
         {
-            clamped.push(Clamp {
-                what: Clamped::Memory { device: Some(d) },
-                requested: r,
-                granted: q,
-            });
+            clamped.push(Clamp { what: Clamped::Memory { device: Some(d) }, requested: r, granted: q });
         }
     }
     (out, clamped)
@@ -198,54 +173,26 @@ impl Config {
 
     /// The limits for a session of `tenant` that asked for `request`. The request only narrows: each value
     /// is the smaller of quota and request; a wider request is clamped and listed in `clamped`.
-    pub fn effective_limits(
-        &self,
-        tenant: &TenantId,
-        request: &ClientRequest,
-    ) -> Result<Limits, LimitsError> {
-        let spec = self
-            .tenant(tenant)
-            .ok_or_else(|| LimitsError::UnknownTenant(tenant.clone()))?;
+    pub fn effective_limits(&self, tenant: &TenantId, request: &ClientRequest) -> Result<Limits, LimitsError> {
+        let spec = self.tenant(tenant).ok_or_else(|| LimitsError::UnknownTenant(tenant.clone()))?;
         if let Some(b) = request.memory.default
             && !b.is_multiple_of(MIB)
         {
-            return Err(LimitsError::Memory {
-                on: "all devices".into(),
-                bytes: b,
-            });
+            return Err(LimitsError::Memory { on: "all devices".into(), bytes: b });
         }
-        if let Some((d, b)) = request
-            .memory
-            .devices
-            .iter()
-            .find(|&(_, b)| !b.is_multiple_of(MIB))
-        {
-            return Err(LimitsError::Memory {
-                on: format!("device {d}"),
-                bytes: *b,
-            });
+        if let Some((d, b)) = request.memory.devices.iter().find(|&(_, b)| !b.is_multiple_of(MIB)) {
+            return Err(LimitsError::Memory { on: format!("device {d}"), bytes: *b });
         }
         let (memory, mut clamped) = narrow_memory(&spec.memory, &request.memory);
         let compute = match request.compute {
             None => spec.compute,
             Some(c) if !(1..=100).contains(&c) => return Err(LimitsError::Compute(c)),
             Some(c) if c > spec.compute => {
-                clamped.push(Clamp {
-                    what: Clamped::Compute,
-                    requested: c.into(),
-                    granted: spec.compute.into(),
-                });
+                clamped.push(Clamp { what: Clamped::Compute, requested: c.into(), granted: spec.compute.into() });
                 spec.compute
             }
             Some(c) => c,
         };
-        Ok(Limits {
-            tenant: spec.id.clone(),
-            memory,
-            compute,
-            mode: spec.mode,
-            priority: spec.priority,
-            clamped,
-        })
+        Ok(Limits { tenant: spec.id.clone(), memory, compute, mode: spec.mode, priority: spec.priority, clamped })
     }
 }

@@ -12,9 +12,7 @@ pub enum SizeError {
     #[error("empty size")]
     Empty,
     /// The number part is missing or not a non-negative decimal.
-    #[error(
-        "`{0}` is not a size: expected a whole number followed by B, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
-    )]
+    #[error("`{0}` is not a size: expected a whole number followed by B, KiB, MiB, GiB, TiB, KB, MB, GB or TB")]
     Syntax(String),
     /// The unit is not one we know.
     #[error("`{text}`: unknown unit `{unit}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")]
@@ -71,26 +69,16 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
         if unit.starts_with('.') || unit.starts_with(',') {
             SizeError::Syntax(text.to_string())
         } else {
-            SizeError::Unit {
-                text: text.to_string(),
-                unit: unit.to_string(),
-            }
+            SizeError::Unit { text: text.to_string(), unit: unit.to_string() }
         }
     })?;
-    let n: u64 = num
-        .parse()
-        .map_err(|_| SizeError::Overflow(text.to_string()))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| SizeError::Overflow(text.to_string()))
+    let n: u64 = num.parse().map_err(|_| SizeError::Overflow(text.to_string()))?;
+    n.checked_mul(mult).ok_or_else(|| SizeError::Overflow(text.to_string()))
 }
 
 /// Check that `bytes` is a whole number of MiB.
 pub fn require_whole_mib(bytes: u64) -> Result<u64, SizeError> {
-    if bytes.is_multiple_of(MIB) {
-        Ok(bytes)
-    } else {
-        Err(SizeError::NotWholeMib { bytes })
-    }
+    if bytes.is_multiple_of(MIB) { Ok(bytes) } else { Err(SizeError::NotWholeMib { bytes }) }
 }
 
 /// Display helper: bytes as the largest exact binary unit (`4GiB`, `1536MiB`, `12345B`).
@@ -133,26 +121,15 @@ mod tests {
         assert!(matches!(parse_size("1.5GiB"), Err(SizeError::Syntax(_))));
         assert!(matches!(parse_size("-1"), Err(SizeError::Syntax(_))));
         assert!(matches!(parse_size("4 gigs"), Err(SizeError::Unit { .. })));
-        assert!(matches!(
-            parse_size("99999999999999999999"),
-            Err(SizeError::Overflow(_))
-        ));
-        assert!(matches!(
-            parse_size("17000000TiB"),
-            Err(SizeError::Overflow(_))
-        ));
+        assert!(matches!(parse_size("99999999999999999999"), Err(SizeError::Overflow(_))));
+        assert!(matches!(parse_size("17000000TiB"), Err(SizeError::Overflow(_))));
     }
 
     #[test]
     fn mib_granularity() {
         assert_eq!(require_whole_mib(1536 << 20), Ok(1536 << 20));
         assert_eq!(require_whole_mib(0), Ok(0));
-        assert_eq!(
-            require_whole_mib(4_000_000_000),
-            Err(SizeError::NotWholeMib {
-                bytes: 4_000_000_000
-            })
-        );
+        assert_eq!(require_whole_mib(4_000_000_000), Err(SizeError::NotWholeMib { bytes: 4_000_000_000 }));
     }
 
     #[test]

@@ -11,11 +11,7 @@ fn err(text: &str) -> String {
 
 fn field_err(text: &str) -> (String, String, String) {
     match Config::from_toml_str(text) {
-        Err(ConfigError::Field {
-            tenant,
-            field,
-            message,
-        }) => (tenant, field, message),
+        Err(ConfigError::Field { tenant, field, message }) => (tenant, field, message),
         other => panic!("expected a field error, got {other:?}"),
     }
 }
@@ -32,26 +28,15 @@ fn readme_example_is_valid() {
     let training = &cfg.tenants()[0];
     assert_eq!(training.memory.for_device(0), Some(40 << 30));
     assert_eq!(training.memory.for_device(5), Some(40 << 30));
-    assert_eq!(
-        (training.compute, training.mode, training.priority),
-        (60, Mode::Share, Priority::Normal)
-    );
+    assert_eq!((training.compute, training.mode, training.priority), (60, Mode::Share, Priority::Normal));
     let inference = &cfg.tenants()[1];
     assert_eq!(inference.memory.for_device(0), Some(4 << 30));
     assert_eq!(inference.memory.for_device(1), Some(1536 * MIB));
-    assert_eq!(
-        inference.memory.for_device(2),
-        Some(0),
-        "unlisted device gets nothing"
-    );
+    assert_eq!(inference.memory.for_device(2), Some(0), "unlisted device gets nothing");
     assert_eq!(inference.priority, Priority::High);
     let ci = &cfg.tenants()[2];
     assert_eq!(ci.memory.for_device(0), Some(2 << 30));
-    assert_eq!(
-        ci.memory.for_device(3),
-        Some(512 * MIB),
-        "`*` covers unlisted devices"
-    );
+    assert_eq!(ci.memory.for_device(3), Some(512 * MIB), "`*` covers unlisted devices");
     assert_eq!(cfg.default_tenant().memory.for_device(0), Some(1 << 30));
     assert_eq!(cfg.default_tenant().compute, 10);
 }
@@ -74,15 +59,8 @@ fn sizes_and_defaults() {
     let t = cfg.tenants();
     assert_eq!(t[0].memory.for_device(0), Some(MIB));
     assert_eq!(t[1].memory.for_device(9), Some(80 << 30));
-    assert_eq!(
-        t[2].memory.for_device(0),
-        None,
-        "no memory field = unlimited"
-    );
-    assert_eq!(
-        (t[2].compute, t[2].mode, t[2].priority),
-        (100, Mode::Limit, Priority::Normal)
-    );
+    assert_eq!(t[2].memory.for_device(0), None, "no memory field = unlimited");
+    assert_eq!((t[2].compute, t[2].mode, t[2].priority), (100, Mode::Limit, Priority::Normal));
     // No [default]: unlimited.
     assert_eq!(cfg.default_tenant().id, TenantId::new("default"));
     assert_eq!(cfg.default_tenant().memory.for_device(0), None);
@@ -100,10 +78,7 @@ fn memory_not_whole_mib_is_refused_naming_the_field() {
     let (t, f, _) = field_err("[default]\nmemory = \"1536KiB\"\n");
     assert_eq!((t.as_str(), f.as_str()), ("default", "memory"));
     let e = err("[[tenant]]\nname = \"a\"\nmemory = \"4GB\"\n");
-    assert!(
-        e.contains("tenant `a`") && e.contains("field `memory`"),
-        "{e}"
-    );
+    assert!(e.contains("tenant `a`") && e.contains("field `memory`"), "{e}");
 }
 
 #[test]
@@ -112,42 +87,21 @@ fn bad_values_name_tenant_and_field() {
         ("[[tenant]]\nname = \"a\"\ncompute = 0\n", "a", "compute"),
         ("[[tenant]]\nname = \"a\"\ncompute = 101\n", "a", "compute"),
         ("[default]\ncompute = -3\n", "default", "compute"),
-        (
-            "[[tenant]]\nname = \"a\"\nmemory = \"lots\"\n",
-            "a",
-            "memory",
-        ),
+        ("[[tenant]]\nname = \"a\"\nmemory = \"lots\"\n", "a", "memory"),
         ("[[tenant]]\nname = \"a\"\nmemory = -1\n", "a", "memory"),
-        (
-            "[[tenant]]\nname = \"a\"\nmemory = { gpu0 = \"1GiB\" }\n",
-            "a",
-            "memory.gpu0",
-        ),
-        (
-            "[[tenant]]\nname = \"a\"\ntoken_sha256 = \"abc\"\n",
-            "a",
-            "token_sha256",
-        ),
+        ("[[tenant]]\nname = \"a\"\nmemory = { gpu0 = \"1GiB\" }\n", "a", "memory.gpu0"),
+        ("[[tenant]]\nname = \"a\"\ntoken_sha256 = \"abc\"\n", "a", "token_sha256"),
         ("[[tenant]]\nname = \"\"\n", "#1", "name"),
         ("[[tenant]]\nname = \"default\"\n", "default", "name"),
-        (
-            "[[tenant]]\nname = \"a\"\n[[tenant]]\nname = \"a\"\n",
-            "a",
-            "name",
-        ),
-        (
-            "[[tenant]]\nname = \"a\"\nuids = [1]\n[[tenant]]\nname = \"b\"\nuids = [1]\n",
-            "b",
-            "uids",
-        ),
+        ("[[tenant]]\nname = \"a\"\n[[tenant]]\nname = \"a\"\n", "a", "name"),
+        ("[[tenant]]\nname = \"a\"\nuids = [1]\n[[tenant]]\nname = \"b\"\nuids = [1]\n", "b", "uids"),
         ("[[tenant]]\nname = \"a\"\ngids = [7, 7]\n", "a", "gids"),
     ];
     for (text, tenant, field) in cases {
         let (t, f, m) = field_err(text);
         assert_eq!((t.as_str(), f.as_str()), (tenant, field), "{text} -> {m}");
     }
-    let (_, _, m) =
-        field_err("[[tenant]]\nname = \"a\"\nuids = [1]\n[[tenant]]\nname = \"b\"\nuids = [1]\n");
+    let (_, _, m) = field_err("[[tenant]]\nname = \"a\"\nuids = [1]\n[[tenant]]\nname = \"b\"\nuids = [1]\n");
     assert!(m.contains("tenant `a`"), "{m}");
     let h = hash_token("t");
     let text = format!(
@@ -168,10 +122,7 @@ fn unknown_fields_and_wrong_types_are_errors() {
         "[[tenant]]\nname = \"a\"\nuids = [-1]\n",
         "[[tenant]]\nuids = [1]\n",
     ] {
-        assert!(
-            matches!(Config::from_toml_str(text), Err(ConfigError::Toml(_))),
-            "{text}"
-        );
+        assert!(matches!(Config::from_toml_str(text), Err(ConfigError::Toml(_))), "{text}");
     }
     let e = err("[[tenant]]\nname = \"a\"\nmemroy = \"1GiB\"\n");
     assert!(e.contains("memroy"), "{e}");
@@ -179,24 +130,16 @@ fn unknown_fields_and_wrong_types_are_errors() {
 
 #[test]
 fn tokens_are_sha256_hex() {
-    assert_eq!(
-        hash_token("abc"),
-        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-    );
+    assert_eq!(hash_token("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     let upper = hash_token("abc").to_uppercase();
-    let cfg = Config::from_toml_str(&format!(
-        "[[tenant]]\nname = \"a\"\ntoken_sha256 = \"{upper}\"\n"
-    ))
-    .unwrap();
+    let cfg = Config::from_toml_str(&format!("[[tenant]]\nname = \"a\"\ntoken_sha256 = \"{upper}\"\n")).unwrap();
     assert_eq!(cfg.resolve(1, 1, Some("abc")), TenantId::new("a"));
 }
 
 #[test]
 fn from_table_for_a_shared_file() {
-    let mut table: toml::Table = toml::from_str(
-        "[daemon]\nlisten = \"unix:///tmp/s\"\n[[tenant]]\nname = \"a\"\nmemory = \"1GiB\"\n",
-    )
-    .unwrap();
+    let mut table: toml::Table =
+        toml::from_str("[daemon]\nlisten = \"unix:///tmp/s\"\n[[tenant]]\nname = \"a\"\nmemory = \"1GiB\"\n").unwrap();
     table.remove("daemon");
     let cfg = Config::from_toml_table(table).unwrap();
     assert_eq!(cfg.tenants()[0].memory.for_device(0), Some(1 << 30));

@@ -2,9 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use gpupool_quota::{
-    ClientRequest, Config, Ledger, LimitsError, MIB, MemInfo, NotHeld, Scope, TenantId,
-};
+use gpupool_quota::{ClientRequest, Config, Ledger, LimitsError, MIB, MemInfo, NotHeld, Scope, TenantId};
 
 const GIB: u64 = 1 << 30;
 
@@ -22,25 +20,16 @@ fn a() -> TenantId {
 #[test]
 fn up_to_exactly_the_quota_then_one_mib_more_fails() {
     let ledger = Ledger::new(cfg("\"1536MiB\""));
-    let s = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
+    let s = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     ledger.reserve(&s, 0, 1024 * MIB).unwrap().commit();
     ledger.reserve(&s, 0, 512 * MIB).unwrap().commit();
     assert_eq!(ledger.used(&a(), 0), 1536 * MIB);
     let e = ledger.reserve(&s, 0, MIB).unwrap_err();
-    assert_eq!(
-        (e.requested, e.in_use, e.limit, e.scope),
-        (MIB, 1536 * MIB, 1536 * MIB, Scope::Tenant)
-    );
+    assert_eq!((e.requested, e.in_use, e.limit, e.scope), (MIB, 1536 * MIB, 1536 * MIB, Scope::Tenant));
     assert!(ledger.reserve(&s, 0, 1).is_err(), "exact to the byte");
     // Another device has its own quota.
     ledger.reserve(&s, 1, 1536 * MIB).unwrap().commit();
-    assert_eq!(
-        ledger.used(&a(), 0),
-        1536 * MIB,
-        "a refusal changes nothing"
-    );
+    assert_eq!(ledger.used(&a(), 0), 1536 * MIB, "a refusal changes nothing");
     ledger.release(&s, 0, 512 * MIB).unwrap();
     ledger.reserve(&s, 0, 512 * MIB).unwrap().commit();
 }
@@ -48,20 +37,12 @@ fn up_to_exactly_the_quota_then_one_mib_more_fails() {
 #[test]
 fn in_flight_reservations_count_and_cancel_gives_back() {
     let ledger = Ledger::new(cfg("\"1GiB\""));
-    let s = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
+    let s = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     let r1 = ledger.reserve(&s, 0, 768 * MIB).unwrap();
-    assert!(
-        ledger.reserve(&s, 0, 512 * MIB).is_err(),
-        "the in-flight 768 MiB counts"
-    );
+    assert!(ledger.reserve(&s, 0, 512 * MIB).is_err(), "the in-flight 768 MiB counts");
     let snap = ledger.snapshot(1);
     let t = snap.tenants.iter().find(|t| t.tenant == a()).unwrap();
-    assert_eq!(
-        (t.devices[0].used, t.devices[0].pending),
-        (768 * MIB, 768 * MIB)
-    );
+    assert_eq!((t.devices[0].used, t.devices[0].pending), (768 * MIB, 768 * MIB));
     r1.cancel();
     assert_eq!(ledger.used(&a(), 0), 0);
     {
@@ -77,12 +58,8 @@ fn in_flight_reservations_count_and_cancel_gives_back() {
 #[test]
 fn sessions_share_the_tenant_quota_and_release_exactly_their_own() {
     let ledger = Ledger::new(cfg("\"1GiB\""));
-    let s1 = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
-    let s2 = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
+    let s1 = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
+    let s2 = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     assert_ne!(s1.id(), s2.id());
     ledger.reserve(&s1, 0, 300 * MIB).unwrap().commit();
     ledger.reserve(&s1, 1, 5 * MIB).unwrap().commit();
@@ -91,48 +68,27 @@ fn sessions_share_the_tenant_quota_and_release_exactly_their_own() {
     assert_eq!(e.in_use, GIB - 24 * MIB);
     ledger.reserve(&s2, 0, 24 * MIB).unwrap().commit();
     ledger.release(&s1, 0, 100 * MIB).unwrap();
-    assert_eq!(
-        ledger.release_session(s1),
-        BTreeMap::from([(0, 200 * MIB), (1, 5 * MIB)])
-    );
-    assert_eq!(
-        ledger.used(&a(), 0),
-        724 * MIB,
-        "what the other session holds"
-    );
+    assert_eq!(ledger.release_session(s1), BTreeMap::from([(0, 200 * MIB), (1, 5 * MIB)]));
+    assert_eq!(ledger.used(&a(), 0), 724 * MIB, "what the other session holds");
     assert_eq!(ledger.used(&a(), 1), 0);
     drop(s2); // dropping releases too
     assert_eq!(ledger.used(&a(), 0), 0);
     // Other tenants are unaffected by all of that.
-    let b = ledger
-        .open_session(&TenantId::new("b"), &ClientRequest::default())
-        .unwrap();
+    let b = ledger.open_session(&TenantId::new("b"), &ClientRequest::default()).unwrap();
     ledger.reserve(&b, 0, GIB).unwrap().commit();
 }
 
 #[test]
 fn release_of_more_than_held_changes_nothing() {
     let ledger = Ledger::new(cfg("\"1GiB\""));
-    let s = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
+    let s = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     ledger.reserve(&s, 0, 10 * MIB).unwrap().commit();
     let e = ledger.release(&s, 0, 11 * MIB).unwrap_err();
-    assert_eq!(
-        e,
-        NotHeld {
-            session: s.id(),
-            device: 0,
-            bytes: 11 * MIB,
-            held: 10 * MIB
-        }
-    );
+    assert_eq!(e, NotHeld { session: s.id(), device: 0, bytes: 11 * MIB, held: 10 * MIB });
     assert!(ledger.release(&s, 3, 1).is_err());
     assert_eq!(ledger.used(&a(), 0), 10 * MIB);
     // Another session cannot release this session's bytes.
-    let other = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
+    let other = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     assert!(ledger.release(&other, 0, MIB).is_err());
 }
 
@@ -145,41 +101,17 @@ fn session_request_narrows_on_top_of_the_tenant_quota() {
     let e = ledger.reserve(&s, 0, MIB).unwrap_err();
     assert_eq!((e.scope, e.limit), (Scope::Session, 1536 * MIB));
     // The tenant still has room for its other sessions.
-    let s2 = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
+    let s2 = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     ledger.reserve(&s2, 0, 2560 * MIB).unwrap().commit();
-    assert_eq!(
-        ledger.reserve(&s2, 0, MIB).unwrap_err().scope,
-        Scope::Tenant
-    );
+    assert_eq!(ledger.reserve(&s2, 0, MIB).unwrap_err().scope, Scope::Tenant);
     // What the narrowed session sees as its device.
     ledger.release(&s, 0, 536 * MIB).unwrap();
     let info = ledger.mem_info(&s, 0, 80 * GIB, 70 * GIB);
-    assert_eq!(
-        info,
-        MemInfo {
-            total: 1536 * MIB,
-            free: 536 * MIB
-        },
-        "own request is the tighter bound"
-    );
+    assert_eq!(info, MemInfo { total: 1536 * MIB, free: 536 * MIB }, "own request is the tighter bound");
     ledger.release(&s2, 0, 2560 * MIB).unwrap();
     assert_eq!(ledger.mem_info(&s, 0, 80 * GIB, 70 * GIB).free, 536 * MIB);
-    assert_eq!(
-        ledger.mem_info(&s2, 0, 80 * GIB, 70 * GIB),
-        MemInfo {
-            total: 4 * GIB,
-            free: 3096 * MIB
-        }
-    );
-    assert_eq!(
-        ledger.mem_info(&s2, 0, 2 * GIB, 100 * MIB),
-        MemInfo {
-            total: 2 * GIB,
-            free: 100 * MIB
-        }
-    );
+    assert_eq!(ledger.mem_info(&s2, 0, 80 * GIB, 70 * GIB), MemInfo { total: 4 * GIB, free: 3096 * MIB });
+    assert_eq!(ledger.mem_info(&s2, 0, 2 * GIB, 100 * MIB), MemInfo { total: 2 * GIB, free: 100 * MIB });
 }
 
 #[test]
@@ -189,14 +121,9 @@ fn sessions_need_a_live_tenant_and_a_valid_request() {
         ledger.open_session(&TenantId::new("zz"), &ClientRequest::default()),
         Err(LimitsError::UnknownTenant(_))
     ));
-    let bad = ClientRequest {
-        compute: Some(0),
-        ..Default::default()
-    };
+    let bad = ClientRequest { compute: Some(0), ..Default::default() };
     assert!(ledger.open_session(&a(), &bad).is_err());
-    let d = ledger
-        .open_session(&TenantId::new("default"), &ClientRequest::default())
-        .unwrap();
+    let d = ledger.open_session(&TenantId::new("default"), &ClientRequest::default()).unwrap();
     ledger.reserve(&d, 0, 64 * MIB).unwrap().commit();
     assert!(ledger.reserve(&d, 0, MIB).is_err());
 }
@@ -204,9 +131,7 @@ fn sessions_need_a_live_tenant_and_a_valid_request() {
 #[test]
 fn hot_reload_changes_quotas_at_once_and_frees_nothing() {
     let ledger = Ledger::new(cfg("\"2GiB\""));
-    let s = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
+    let s = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     ledger.reserve(&s, 0, 1536 * MIB).unwrap().commit();
     // Lowered below use.
     ledger.apply(cfg("\"1GiB\""));
@@ -215,10 +140,7 @@ fn hot_reload_changes_quotas_at_once_and_frees_nothing() {
     assert_eq!(s.held(), BTreeMap::from([(0, 1536 * MIB)]));
     assert!(ledger.reserve(&s, 0, MIB).is_err());
     ledger.release(&s, 0, 512 * MIB).unwrap();
-    assert!(
-        ledger.reserve(&s, 0, MIB).is_err(),
-        "exactly at the new quota"
-    );
+    assert!(ledger.reserve(&s, 0, MIB).is_err(), "exactly at the new quota");
     ledger.release(&s, 0, MIB).unwrap();
     ledger.reserve(&s, 0, MIB).unwrap().commit();
     // Raised: the live session gets the room at once.
@@ -226,10 +148,7 @@ fn hot_reload_changes_quotas_at_once_and_frees_nothing() {
     ledger.reserve(&s, 0, 7 * GIB).unwrap().commit();
     // Per-device form.
     ledger.apply(cfg("{ 1 = \"1MiB\" }"));
-    assert_eq!(
-        (ledger.quota(&a(), 0), ledger.quota(&a(), 1)),
-        (Some(0), Some(MIB))
-    );
+    assert_eq!((ledger.quota(&a(), 0), ledger.quota(&a(), 1)), (Some(0), Some(MIB)));
     assert!(ledger.reserve(&s, 0, 1).is_err());
     ledger.reserve(&s, 1, MIB).unwrap().commit();
     assert_eq!(ledger.used(&a(), 0), 8 * GIB);
@@ -238,40 +157,27 @@ fn hot_reload_changes_quotas_at_once_and_frees_nothing() {
 #[test]
 fn removed_tenant_keeps_its_memory_gets_nothing_more_then_disappears() {
     let ledger = Ledger::new(cfg("\"1GiB\""));
-    let s = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
+    let s = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     ledger.reserve(&s, 0, 100 * MIB).unwrap().commit();
     ledger.apply(Config::from_toml_str("[[tenant]]\nname = \"b\"\n").unwrap());
     assert!(ledger.reserve(&s, 0, MIB).is_err());
-    assert!(
-        ledger
-            .open_session(&a(), &ClientRequest::default())
-            .is_err()
-    );
+    assert!(ledger.open_session(&a(), &ClientRequest::default()).is_err());
     let snap = ledger.snapshot(1);
     let t = snap.tenants.iter().find(|t| t.tenant == a()).unwrap();
     assert!(t.retired);
-    assert_eq!(
-        (t.devices[0].used, t.devices[0].quota),
-        (100 * MIB, Some(0))
-    );
+    assert_eq!((t.devices[0].used, t.devices[0].quota), (100 * MIB, Some(0)));
     assert_eq!(ledger.release_session(s), BTreeMap::from([(0, 100 * MIB)]));
     assert!(ledger.snapshot(1).tenants.iter().all(|t| t.tenant != a()));
     // It comes back with its new quota.
     ledger.apply(cfg("\"3MiB\""));
-    let s = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
+    let s = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     ledger.reserve(&s, 0, 3 * MIB).unwrap().commit();
 }
 
 #[test]
 fn snapshot_serializes_for_status_json() {
     let ledger = Ledger::new(cfg("{ 0 = \"4GiB\", 3 = \"1536MiB\" }"));
-    let s = ledger
-        .open_session(&a(), &ClientRequest::default())
-        .unwrap();
+    let s = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     ledger.reserve(&s, 0, 5 * MIB).unwrap().commit();
     let _inflight = ledger.reserve(&s, 3, MIB).unwrap();
     let json = serde_json::to_value(ledger.snapshot(2)).unwrap();
@@ -293,8 +199,5 @@ fn snapshot_serializes_for_status_json() {
     assert_eq!(json, expected);
     let unlimited = Ledger::new(Config::unrestricted());
     let json = serde_json::to_value(unlimited.snapshot(1)).unwrap();
-    assert_eq!(
-        json["tenants"][0]["devices"][0]["quota"],
-        serde_json::Value::Null
-    );
+    assert_eq!(json["tenants"][0]["devices"][0]["quota"], serde_json::Value::Null);
 }

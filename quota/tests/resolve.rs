@@ -1,8 +1,7 @@
 //! Tenant resolution and request narrowing.
 
 use gpupool_quota::{
-    Clamp, Clamped, ClientRequest, Config, LimitsError, MIB, TenantId, hash_token,
-    request_from_hami_env,
+    Clamp, Clamped, ClientRequest, Config, LimitsError, MIB, TenantId, hash_token, request_from_hami_env,
 };
 
 fn config() -> Config {
@@ -35,11 +34,7 @@ fn precedence_token_uid_gid_default() {
     let c = config();
     let id = TenantId::new;
     assert_eq!(c.resolve(1000, 100, Some("secret-2")), id("by-token"));
-    assert_eq!(
-        c.resolve(1000, 100, Some("wrong")),
-        id("by-uid"),
-        "unknown token falls through"
-    );
+    assert_eq!(c.resolve(1000, 100, Some("wrong")), id("by-uid"), "unknown token falls through");
     assert_eq!(c.resolve(1000, 100, None), id("by-uid"));
     assert_eq!(c.resolve(5, 100, None), id("by-gid"));
     assert_eq!(c.resolve(5, 5, None), id("default"));
@@ -49,9 +44,7 @@ fn precedence_token_uid_gid_default() {
 #[test]
 fn no_request_gets_the_quota() {
     let c = config();
-    let l = c
-        .effective_limits(&TenantId::new("by-uid"), &ClientRequest::default())
-        .unwrap();
+    let l = c.effective_limits(&TenantId::new("by-uid"), &ClientRequest::default()).unwrap();
     assert_eq!(l.memory.for_device(0), Some(4 << 30));
     assert_eq!(l.memory.for_device(1), Some(1536 * MIB));
     assert_eq!(l.memory.for_device(2), Some(0));
@@ -62,14 +55,8 @@ fn no_request_gets_the_quota() {
 #[test]
 fn narrower_request_narrows() {
     let c = config();
-    let req = ClientRequest::default()
-        .with_memory("1536MiB")
-        .unwrap()
-        .with_compute(20)
-        .unwrap();
-    let l = c
-        .effective_limits(&TenantId::new("by-token"), &req)
-        .unwrap();
+    let req = ClientRequest::default().with_memory("1536MiB").unwrap().with_compute(20).unwrap();
+    let l = c.effective_limits(&TenantId::new("by-token"), &req).unwrap();
     assert_eq!(l.memory.for_device(0), Some(1536 * MIB));
     assert_eq!(l.memory.for_device(7), Some(1536 * MIB));
     assert_eq!(l.compute, 20);
@@ -82,54 +69,24 @@ fn narrower_request_narrows() {
 #[test]
 fn wider_request_is_clamped_and_reported() {
     let c = config();
-    let req = ClientRequest::default()
-        .with_memory("2GiB")
-        .unwrap()
-        .with_compute(80)
-        .unwrap();
+    let req = ClientRequest::default().with_memory("2GiB").unwrap().with_compute(80).unwrap();
     let l = c.effective_limits(&TenantId::new("by-uid"), &req).unwrap();
-    assert_eq!(
-        l.memory.for_device(0),
-        Some(2 << 30),
-        "narrower than 4GiB: granted"
-    );
-    assert_eq!(
-        l.memory.for_device(1),
-        Some(1536 * MIB),
-        "wider than 1536MiB: clamped"
-    );
+    assert_eq!(l.memory.for_device(0), Some(2 << 30), "narrower than 4GiB: granted");
+    assert_eq!(l.memory.for_device(1), Some(1536 * MIB), "wider than 1536MiB: clamped");
     assert_eq!(l.memory.for_device(2), Some(0));
     assert_eq!(l.compute, 50);
     assert_eq!(
         l.clamped,
         vec![
-            Clamp {
-                what: Clamped::Memory { device: Some(1) },
-                requested: 2 << 30,
-                granted: 1536 * MIB
-            },
-            Clamp {
-                what: Clamped::Compute,
-                requested: 80,
-                granted: 50
-            },
+            Clamp { what: Clamped::Memory { device: Some(1) }, requested: 2 << 30, granted: 1536 * MIB },
+            Clamp { what: Clamped::Compute, requested: 80, granted: 50 },
         ]
     );
-    assert_eq!(
-        l.clamped[0].to_string(),
-        "memory 2GiB requested on device 1, tenant quota is 1536MiB"
-    );
+    assert_eq!(l.clamped[0].to_string(), "memory 2GiB requested on device 1, tenant quota is 1536MiB");
     // All-devices request above an all-devices quota.
     let l = c.effective_limits(&TenantId::new("default"), &req).unwrap();
     assert_eq!(l.memory.for_device(0), Some(1 << 30));
-    assert_eq!(
-        l.clamped[0],
-        Clamp {
-            what: Clamped::Memory { device: None },
-            requested: 2 << 30,
-            granted: 1 << 30
-        }
-    );
+    assert_eq!(l.clamped[0], Clamp { what: Clamped::Memory { device: None }, requested: 2 << 30, granted: 1 << 30 });
 }
 
 #[test]
@@ -147,11 +104,7 @@ fn hami_request_narrows_per_device() {
     assert_eq!(l.compute, 40);
     assert_eq!(
         l.clamped,
-        vec![Clamp {
-            what: Clamped::Memory { device: Some(1) },
-            requested: 2 << 30,
-            granted: 1536 * MIB
-        }]
+        vec![Clamp { what: Clamped::Memory { device: Some(1) }, requested: 2 << 30, granted: 1536 * MIB }]
     );
 }
 
@@ -160,18 +113,9 @@ fn bad_requests() {
     let c = config();
     let mut req = ClientRequest::default();
     req.memory.devices.insert(0, MIB + 1);
-    assert!(matches!(
-        c.effective_limits(&TenantId::new("by-uid"), &req),
-        Err(LimitsError::Memory { .. })
-    ));
-    let req = ClientRequest {
-        compute: Some(0),
-        ..Default::default()
-    };
-    assert_eq!(
-        c.effective_limits(&TenantId::new("by-uid"), &req),
-        Err(LimitsError::Compute(0))
-    );
+    assert!(matches!(c.effective_limits(&TenantId::new("by-uid"), &req), Err(LimitsError::Memory { .. })));
+    let req = ClientRequest { compute: Some(0), ..Default::default() };
+    assert_eq!(c.effective_limits(&TenantId::new("by-uid"), &req), Err(LimitsError::Compute(0)));
     assert!(ClientRequest::default().with_compute(101).is_err());
     assert!(ClientRequest::default().with_memory("4GB").is_err());
     assert_eq!(

@@ -24,10 +24,7 @@ const QUOTA: u64 = 256 * MIB;
 const DEVICES: u32 = 2;
 
 fn config(quota_mib: u64) -> Config {
-    Config::from_toml_str(&format!(
-        "[[tenant]]\nname = \"a\"\nuids = [1]\nmemory = \"{quota_mib}MiB\"\n"
-    ))
-    .unwrap()
+    Config::from_toml_str(&format!("[[tenant]]\nname = \"a\"\nuids = [1]\nmemory = \"{quota_mib}MiB\"\n")).unwrap()
 }
 
 struct Counters {
@@ -39,14 +36,7 @@ struct Counters {
 }
 
 /// One worker: random sizes (byte-granular), random devices, commit / cancel / release at random.
-fn worker(
-    ledger: &Ledger,
-    session: &Session,
-    c: &Counters,
-    seed: u64,
-    until: Instant,
-    max_quota: u64,
-) {
+fn worker(ledger: &Ledger, session: &Session, c: &Counters, seed: u64, until: Instant, max_quota: u64) {
     let mut rng = Rng(seed | 1);
     let mut held: Vec<(u32, u64)> = Vec::new();
     while Instant::now() < until {
@@ -55,10 +45,7 @@ fn worker(
         match ledger.reserve(session, device, bytes) {
             Ok(r) => {
                 let now = c.outstanding[device as usize].fetch_add(bytes, SeqCst) + bytes;
-                assert!(
-                    now <= max_quota,
-                    "overshoot: {now} > {max_quota} on device {device}"
-                );
+                assert!(now <= max_quota, "overshoot: {now} > {max_quota} on device {device}");
                 c.granted.fetch_add(1, SeqCst);
                 std::thread::yield_now(); // the backend allocating
                 if rng.below(10) == 0 {
@@ -89,11 +76,7 @@ fn worker(
 }
 
 fn counters() -> Counters {
-    Counters {
-        outstanding: Default::default(),
-        granted: AtomicU64::new(0),
-        refused: AtomicU64::new(0),
-    }
+    Counters { outstanding: Default::default(), granted: AtomicU64::new(0), refused: AtomicU64::new(0) }
 }
 
 /// 16 threads: 8 with a session each, 8 sharing 4 sessions; a monitor checks the ledger's own sum.
@@ -101,13 +84,8 @@ fn counters() -> Counters {
 fn sixteen_threads_never_overshoot() {
     let ledger = Ledger::new(config(QUOTA / MIB));
     let tenant = TenantId::new("a");
-    let sessions: Vec<Session> = (0..12)
-        .map(|_| {
-            ledger
-                .open_session(&tenant, &ClientRequest::default())
-                .unwrap()
-        })
-        .collect();
+    let sessions: Vec<Session> =
+        (0..12).map(|_| ledger.open_session(&tenant, &ClientRequest::default()).unwrap()).collect();
     let c = counters();
     let stop = AtomicBool::new(false);
     let until = Instant::now() + Duration::from_millis(700);
@@ -125,23 +103,10 @@ fn sixteen_threads_never_overshoot() {
         });
         let workers: Vec<_> = (0..16)
             .map(|t| {
-                let session = if t < 8 {
-                    &sessions[t]
-                } else {
-                    &sessions[8 + (t - 8) / 2]
-                };
+                let session = if t < 8 { &sessions[t] } else { &sessions[8 + (t - 8) / 2] };
                 let c = &c;
                 let ledger = &ledger;
-                s.spawn(move || {
-                    worker(
-                        ledger,
-                        session,
-                        c,
-                        0x9e37_79b9_7f4a_7c15 ^ (t as u64 * 7919),
-                        until,
-                        QUOTA,
-                    )
-                })
+                s.spawn(move || worker(ledger, session, c, 0x9e37_79b9_7f4a_7c15 ^ (t as u64 * 7919), until, QUOTA))
             })
             .collect();
         for w in workers {
@@ -151,25 +116,16 @@ fn sixteen_threads_never_overshoot() {
         assert!(monitor.join().unwrap() > 0);
     });
     let (granted, refused) = (c.granted.load(SeqCst), c.refused.load(SeqCst));
-    assert!(
-        granted > 1000 && refused > 100,
-        "contention not exercised: {granted} granted, {refused} refused"
-    );
+    assert!(granted > 1000 && refused > 100, "contention not exercised: {granted} granted, {refused} refused");
     for d in 0..DEVICES {
-        assert_eq!(
-            ledger.used(&tenant, d),
-            0,
-            "everything released on device {d}"
-        );
+        assert_eq!(ledger.used(&tenant, d), 0, "everything released on device {d}");
         assert_eq!(c.outstanding[d as usize].load(SeqCst), 0);
     }
     for s in sessions {
         assert!(ledger.release_session(s).is_empty());
     }
     // With nothing in flight, a request of exactly the quota fits.
-    let s = ledger
-        .open_session(&tenant, &ClientRequest::default())
-        .unwrap();
+    let s = ledger.open_session(&tenant, &ClientRequest::default()).unwrap();
     for d in 0..DEVICES {
         ledger.reserve(&s, d, QUOTA).unwrap().commit();
     }
@@ -182,15 +138,8 @@ fn sixteen_threads_never_overshoot() {
 fn refusal_iff_over_quota_model() {
     let ledger = Ledger::new(config(64));
     let tenant = TenantId::new("a");
-    let capped = ledger
-        .open_session(
-            &tenant,
-            &ClientRequest::default().with_memory("16MiB").unwrap(),
-        )
-        .unwrap();
-    let free = ledger
-        .open_session(&tenant, &ClientRequest::default())
-        .unwrap();
+    let capped = ledger.open_session(&tenant, &ClientRequest::default().with_memory("16MiB").unwrap()).unwrap();
+    let free = ledger.open_session(&tenant, &ClientRequest::default()).unwrap();
     let sessions = [(&capped, Some(16 * MIB)), (&free, None)];
     let mut rng = Rng(42);
     let mut tenant_use = [0u64; DEVICES as usize];
@@ -201,8 +150,7 @@ fn refusal_iff_over_quota_model() {
         let (session, cap) = sessions[i];
         let d = rng.below(DEVICES as u64) as u32;
         let b = rng.below(20 * MIB);
-        let fits = tenant_use[d as usize] + b <= 64 * MIB
-            && cap.is_none_or(|c| own[i][d as usize] + b <= c);
+        let fits = tenant_use[d as usize] + b <= 64 * MIB && cap.is_none_or(|c| own[i][d as usize] + b <= c);
         match ledger.reserve(session, d, b) {
             Ok(r) => {
                 assert!(fits, "granted over quota");
@@ -211,10 +159,7 @@ fn refusal_iff_over_quota_model() {
                 own[i][d as usize] += b;
                 held.push((i, d, b));
             }
-            Err(_) => assert!(
-                !fits,
-                "a request that fits was refused (nothing else in flight)"
-            ),
+            Err(_) => assert!(!fits, "a request that fits was refused (nothing else in flight)"),
         }
         if !held.is_empty() && rng.below(2) == 0 {
             let (i, d, b) = held.swap_remove(rng.below(held.len() as u64) as usize);
@@ -232,13 +177,8 @@ fn refusal_iff_over_quota_model() {
 fn reservations_racing_reloads() {
     let ledger = Ledger::new(config(256));
     let tenant = TenantId::new("a");
-    let sessions: Vec<Session> = (0..8)
-        .map(|_| {
-            ledger
-                .open_session(&tenant, &ClientRequest::default())
-                .unwrap()
-        })
-        .collect();
+    let sessions: Vec<Session> =
+        (0..8).map(|_| ledger.open_session(&tenant, &ClientRequest::default()).unwrap()).collect();
     let c = counters();
     let until = Instant::now() + Duration::from_millis(400);
     std::thread::scope(|s| {
@@ -259,9 +199,6 @@ fn reservations_racing_reloads() {
     let s = &sessions[0];
     ledger.reserve(s, 0, 128 * MIB).unwrap().commit();
     assert!(ledger.reserve(s, 0, 1).is_err());
-    assert_eq!(
-        ledger.release_session(sessions.into_iter().next().unwrap()),
-        [(0, 128 * MIB)].into()
-    );
+    assert_eq!(ledger.release_session(sessions.into_iter().next().unwrap()), [(0, 128 * MIB)].into());
     assert_eq!(ledger.used(&tenant, 0), 0);
 }

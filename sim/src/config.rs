@@ -111,7 +111,10 @@ pub fn parse_driver_version(text: &str) -> Result<i32, String> {
 
 fn parse_cc(text: &str) -> Result<(u32, u32), String> {
     let (a, b) = text.trim().split_once('.').ok_or_else(|| format!("bad compute capability {text:?}"))?;
-    Ok((a.parse().map_err(|_| format!("bad compute capability {text:?}"))?, b.parse().map_err(|_| format!("bad compute capability {text:?}"))?))
+    Ok((
+        a.parse().map_err(|_| format!("bad compute capability {text:?}"))?,
+        b.parse().map_err(|_| format!("bad compute capability {text:?}"))?,
+    ))
 }
 
 impl SimConfig {
@@ -199,7 +202,8 @@ mod tests {
 
     #[test]
     fn toml_then_environment() {
-        let text = "driver_version = \"12.9\"\n[[device]]\nmemory = \"1536MiB\"\nsms = 8\ncompute_capability = \"8.6\"\n";
+        let text =
+            "driver_version = \"12.9\"\n[[device]]\nmemory = \"1536MiB\"\nsms = 8\ncompute_capability = \"8.6\"\n";
         let c = SimConfig::from_sources(Some(text), |_| None).unwrap();
         assert_eq!(c.driver_version, 12090);
         assert_eq!(c.devices.len(), 1);

@@ -117,9 +117,10 @@ impl Context {
         let mut first = Ok(());
         for s in self.live_streams() {
             if let Err(e) = s.synchronize()
-                && first.is_ok() {
-                    first = Err(e);
-                }
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
         }
         self.check_sticky()?;
         first

@@ -65,7 +65,9 @@ impl Driver {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("cuInit flags must be 0, got {flags}"));
         }
         if self.forked() {
-            return fail(CUresult::CUDA_ERROR_NOT_INITIALIZED, || "the driver was initialised by the parent process before fork".into());
+            return fail(CUresult::CUDA_ERROR_NOT_INITIALIZED, || {
+                "the driver was initialised by the parent process before fork".into()
+            });
         }
         if let Some(e) = &self.config_error {
             eprintln!("gpupool-sim: configuration rejected: {e}");

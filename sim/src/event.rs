@@ -87,7 +87,9 @@ impl Event {
 
     fn stamp(&self) -> CuResult<Instant> {
         if self.timing_disabled() {
-            return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || "event was created with CU_EVENT_DISABLE_TIMING".into());
+            return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || {
+                "event was created with CU_EVENT_DISABLE_TIMING".into()
+            });
         }
         let st = self.lock();
         let Some((stream, seq, generation)) = st.record.as_ref() else {

@@ -65,9 +65,10 @@ impl<T> Registry<T> {
     /// under a handle that had to exist before it was complete).
     pub fn replace(&self, handle: u64, value: Arc<T>) {
         if let Some(id) = self.decode(handle)
-            && let Some(slot) = self.live.write().unwrap_or_else(|e| e.into_inner()).get_mut(&id) {
-                *slot = value;
-            }
+            && let Some(slot) = self.live.write().unwrap_or_else(|e| e.into_inner()).get_mut(&id)
+        {
+            *slot = value;
+        }
     }
 
     pub fn remove(&self, handle: u64) -> Option<Arc<T>> {

@@ -7,10 +7,10 @@
 
 use crate::context::Context;
 use crate::device::{MAX_BLOCKS_PER_SM, MAX_OPTIN_SHARED, MAX_STATIC_SHARED};
-use crate::error::{CuResult, fail};
-use crate::module::Function;
 use crate::driver::Driver;
+use crate::error::{CuResult, fail};
 use crate::exec::{Launch, MemoryMap, Program};
+use crate::module::Function;
 use crate::stream::{Stream, Work};
 use gpupool_shim::cuda::CUresult;
 use std::sync::Arc;
@@ -48,9 +48,12 @@ pub fn validate(ctx: &Context, f: &Function, cfg: &LaunchConfig) -> CuResult<()>
         });
     }
     if let Some(req) = f.entry.reqntid
-        && req != cfg.block {
-            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("block {:?} differs from .reqntid {req:?}", cfg.block));
-        }
+        && req != cfg.block
+    {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            format!("block {:?} differs from .reqntid {req:?}", cfg.block)
+        });
+    }
     let settings = *f.settings.lock().unwrap_or_else(|e| e.into_inner());
     let dyn_limit = MAX_STATIC_SHARED.max(settings.max_dynamic_shared) as u64;
     let total_shared = f.static_shared + cfg.dynamic_shared as u64;
@@ -102,7 +105,12 @@ pub fn launch(
     let prog = program(driver, &f)?;
     if params.len() as u64 != f.entry.param_bytes {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-            format!("parameter buffer is {} bytes; {} takes {}", params.len(), f.name.to_string_lossy(), f.entry.param_bytes)
+            format!(
+                "parameter buffer is {} bytes; {} takes {}",
+                params.len(),
+                f.name.to_string_lossy(),
+                f.entry.param_bytes
+            )
         });
     }
     let ctx2 = ctx.clone();

@@ -201,16 +201,18 @@ impl AddressSpace {
         let span = a.size.next_multiple_of(ALLOC_ALIGN) + GUARD;
         let (mut start, mut len) = (a.base, span);
         if let Some((&next, &nlen)) = st.free.range(start + len..).next()
-            && next == start + len {
-                st.free.remove(&next);
-                len += nlen;
-            }
+            && next == start + len
+        {
+            st.free.remove(&next);
+            len += nlen;
+        }
         if let Some((&prev, &plen)) = st.free.range(..start).next_back()
-            && prev + plen == start {
-                st.free.remove(&prev);
-                start = prev;
-                len += plen;
-            }
+            && prev + plen == start
+        {
+            st.free.remove(&prev);
+            start = prev;
+            len += plen;
+        }
         st.free.insert(start, len);
         drop(st);
         self.device.release(a.charged);
@@ -232,7 +234,11 @@ impl AddressSpace {
                 Ok((a, off))
             }
             Some(a) => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-                format!("{what}: {len} bytes at {ptr:#x} run past the end of the allocation [{:#x}, {:#x})", a.base, a.end())
+                format!(
+                    "{what}: {len} bytes at {ptr:#x} run past the end of the allocation [{:#x}, {:#x})",
+                    a.base,
+                    a.end()
+                )
             }),
             None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || describe_bad_pointer(ptr, self.ctx_id(), what)),
         }

@@ -131,8 +131,7 @@ pub fn load_ptx(driver: &Driver, ctx: &Arc<Context>, text: &str) -> CuResult<u64
         allocated.push(alloc.base);
         globals.insert(v.name.clone(), (alloc.base, size));
     }
-    let mut module =
-        Module { ctx_handle: ctx.handle(), functions: HashMap::new(), globals, ptx: parsed.clone() };
+    let mut module = Module { ctx_handle: ctx.handle(), functions: HashMap::new(), globals, ptx: parsed.clone() };
     let module_handle = driver.modules.insert(Arc::new(Module {
         ctx_handle: ctx.handle(),
         functions: HashMap::new(),

@@ -319,10 +319,11 @@ fn parse_decl(c: &mut Cursor, space: &str, external: bool) -> PResult<Decl> {
     }
     let mut d = Decl { space: space.to_string(), name, ty, align, count, vector, reg_range, init, external };
     if d.count.is_none()
-        && let Some(init) = &d.init {
-            let values = init.iter().filter(|t| matches!(t, Tok::Num(_) | Tok::Word(_))).count() as u64;
-            d.count = Some(values.div_ceil(d.vector.max(1)));
-        }
+        && let Some(init) = &d.init
+    {
+        let values = init.iter().filter(|t| matches!(t, Tok::Num(_) | Tok::Word(_))).count() as u64;
+        d.count = Some(values.div_ceil(d.vector.max(1)));
+    }
     Ok(d)
 }
 
@@ -503,8 +504,15 @@ pub fn parse(src: &str) -> PResult<Module> {
             ".entry" => {
                 let name = c.word()?.to_string();
                 let (params, param_bytes) = if c.is_punct('(') { parse_params(&mut c)? } else { (Vec::new(), 0) };
-                let mut e =
-                    Entry { name, returns: Vec::new(), params, param_bytes, maxntid: None, reqntid: None, body: Body::default() };
+                let mut e = Entry {
+                    name,
+                    returns: Vec::new(),
+                    params,
+                    param_bytes,
+                    maxntid: None,
+                    reqntid: None,
+                    body: Body::default(),
+                };
                 loop {
                     match c.peek() {
                         Some(Tok::Word(d)) if d == ".maxntid" => {

@@ -235,13 +235,15 @@ impl Stream {
         }
         let mut q = self.lock();
         if let Err(code) = result
-            && sticky.is_none() {
-                if is_sticky(code)
-                    && let Some(c) = self.ctx.upgrade() {
-                        c.set_sticky(code);
-                    }
-                q.error.get_or_insert(code);
+            && sticky.is_none()
+        {
+            if is_sticky(code)
+                && let Some(c) = self.ctx.upgrade()
+            {
+                c.set_sticky(code);
             }
+            q.error.get_or_insert(code);
+        }
         q.completed = p.seq;
         drop(q);
         self.progress.notify_all();

@@ -43,18 +43,19 @@ impl Utilization {
         let s = &mut c[ch as usize];
         s.active = s.active.saturating_sub(1);
         if s.active == 0
-            && let Some(start) = s.since.take() {
-                let now = Instant::now();
-                match s.intervals.back_mut() {
-                    Some(last) if last.1 >= start => last.1 = now,
-                    _ => s.intervals.push_back((start, now)),
-                }
-                while s.intervals.len() > MAX_INTERVALS
-                    || s.intervals.front().is_some_and(|i| now.duration_since(i.1) > WINDOW)
-                {
-                    s.intervals.pop_front();
-                }
+            && let Some(start) = s.since.take()
+        {
+            let now = Instant::now();
+            match s.intervals.back_mut() {
+                Some(last) if last.1 >= start => last.1 = now,
+                _ => s.intervals.push_back((start, now)),
             }
+            while s.intervals.len() > MAX_INTERVALS
+                || s.intervals.front().is_some_and(|i| now.duration_since(i.1) > WINDOW)
+            {
+                s.intervals.pop_front();
+            }
+        }
     }
 
     /// Percent (0..=100) of the last [`WINDOW`] during which the channel was busy.

@@ -21,8 +21,8 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cu::{
-    CUcontext, CUdevice, CUdeviceptr, CUdriverProcAddressQueryResult, CUevent, CUfunction,
-    CUhostFn, CUmodule, CUresult, CUstream, cuuint64_t,
+    CUcontext, CUdevice, CUdeviceptr, CUdriverProcAddressQueryResult, CUevent, CUfunction, CUhostFn, CUmodule,
+    CUresult, CUstream, cuuint64_t,
 };
 pub use gpupool_shim::cuda as cu;
 
@@ -31,12 +31,8 @@ pub const LIBDIR_ENV: &str = "GPUPOOL_SIM_LIBDIR";
 /// Set in a child started by [`isolated_test!`]: the full name of the test it must run.
 pub const CHILD_ENV: &str = "GPUPOOL_E2E_CHILD";
 /// The simulator's configuration variables; children start with none of them but their own.
-pub const SIM_ENV: &[&str] = &[
-    "GPUPOOL_SIM_DEVICES",
-    "GPUPOOL_SIM_MEMORY",
-    "GPUPOOL_SIM_DRIVER_VERSION",
-    "GPUPOOL_SIM_CONFIG",
-];
+pub const SIM_ENV: &[&str] =
+    &["GPUPOOL_SIM_DEVICES", "GPUPOOL_SIM_MEMORY", "GPUPOOL_SIM_DRIVER_VERSION", "GPUPOOL_SIM_CONFIG"];
 
 /// Result codes, short names for the ones tests compare against.
 pub mod status {
@@ -223,9 +219,7 @@ impl Driver {
     ) -> (CUresult, *mut c_void, CUdriverProcAddressQueryResult) {
         let mut pfn: *mut c_void = std::ptr::dangling_mut(); // must be overwritten
         let mut st = cu::CUdriverProcAddressQueryResult(0xdead);
-        let r = self
-            .cuGetProcAddress_v2
-            .call((symbol.as_ptr(), &mut pfn, version, flags, &mut st));
+        let r = self.cuGetProcAddress_v2.call((symbol.as_ptr(), &mut pfn, version, flags, &mut st));
         (r, pfn, st)
     }
 }
@@ -252,10 +246,7 @@ pub fn build_sim_libdir(release: bool) -> Result<PathBuf, String> {
     if release {
         cmd.arg("--release");
     }
-    let out = cmd
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("running scripts/sim-libdir: {e}"))?;
+    let out = cmd.stderr(Stdio::inherit()).output().map_err(|e| format!("running scripts/sim-libdir: {e}"))?;
     if !out.status.success() {
         return Err(format!("scripts/sim-libdir failed: {}", out.status));
     }
@@ -265,9 +256,7 @@ pub fn build_sim_libdir(release: bool) -> Result<PathBuf, String> {
 
 /// The simulator's driver table, loaded once per process. Does not call `cuInit`.
 pub fn driver() -> &'static Driver {
-    DRIVER.get_or_init(|| {
-        Driver::load(&sim_libdir().join("libcuda.so.1")).unwrap_or_else(|e| panic!("{e}"))
-    })
+    DRIVER.get_or_init(|| Driver::load(&sim_libdir().join("libcuda.so.1")).unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// The driver after a successful `cuInit(0)` (done once per process).
@@ -281,10 +270,8 @@ pub fn cuda() -> &'static Driver {
 /// The driver's name for a result code, e.g. `CUDA_ERROR_INVALID_VALUE (1)`.
 pub fn name(res: CUresult) -> String {
     let mut p: *const c_char = std::ptr::null();
-    let known = DRIVER
-        .get()
-        .map(|d| call!(d.cuGetErrorName(res, &mut p)) == status::SUCCESS && !p.is_null())
-        .unwrap_or(false);
+    let known =
+        DRIVER.get().map(|d| call!(d.cuGetErrorName(res, &mut p)) == status::SUCCESS && !p.is_null()).unwrap_or(false);
     if known {
         // SAFETY: on success `cuGetErrorName` points `p` (checked non-null) at a static
         // NUL-terminated string of the driver's.
@@ -400,21 +387,13 @@ impl DeviceBuffer {
     /// Copies the whole buffer to the host (synchronous).
     pub fn read(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.len];
-        check(call!(cuda().cuMemcpyDtoH_v2(
-            v.as_mut_ptr().cast(),
-            self.ptr,
-            self.len
-        )));
+        check(call!(cuda().cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), self.ptr, self.len)));
         v
     }
     /// Copies `data` to the start of the buffer (synchronous).
     pub fn write(&self, data: &[u8]) {
         assert!(data.len() <= self.len);
-        check(call!(cuda().cuMemcpyHtoD_v2(
-            self.ptr,
-            data.as_ptr().cast(),
-            data.len()
-        )));
+        check(call!(cuda().cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len())));
     }
 }
 impl Drop for DeviceBuffer {
@@ -503,10 +482,7 @@ impl Drop for Gate {
 
 /// Runs `f` on a new thread and returns its result, or `None` if it did not finish within
 /// `timeout` (the thread is left behind). Turns "the driver deadlocked" into a failure.
-pub fn within<T: Send + 'static>(
-    timeout: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
+pub fn within<T: Send + 'static>(timeout: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(f());
@@ -584,11 +560,7 @@ pub fn child_done(test: &str) {
 /// Runs `cmd` with its output captured and the simulator configured by `env` alone (every
 /// other `GPUPOOL_SIM_*` removed). Returns its output, or `None` if it did not finish within
 /// `timeout`, in which case it was killed (SIGKILL).
-pub fn output_with_sim_env(
-    mut cmd: Command,
-    env: &[(&str, &str)],
-    timeout: Duration,
-) -> Option<std::process::Output> {
+pub fn output_with_sim_env(mut cmd: Command, env: &[(&str, &str)], timeout: Duration) -> Option<std::process::Output> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     for k in SIM_ENV {
         cmd.env_remove(k);
@@ -597,9 +569,7 @@ pub fn output_with_sim_env(
         cmd.env(k, v);
     }
     let program = cmd.get_program().to_string_lossy().into_owned();
-    let child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {program}: {e}"));
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("starting {program}: {e}"));
     let pid = child.id();
     match within(timeout, move || child.wait_with_output()) {
         Some(out) => Some(out.unwrap_or_else(|e| panic!("waiting for {program}: {e}"))),
@@ -616,9 +586,7 @@ pub fn output_with_sim_env(
 pub fn run_in_child(test: &str, env: &[(&str, &str)], timeout: Duration) {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, test)
-        .env(LIBDIR_ENV, sim_libdir());
+    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"]).env(CHILD_ENV, test).env(LIBDIR_ENV, sim_libdir());
     let Some(out) = output_with_sim_env(cmd, env, timeout) else {
         panic!("isolated test {test} did not finish within {timeout:?} (killed)");
     };

@@ -29,10 +29,7 @@ fn driver_api_exe() -> &'static Path {
         let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client");
         std::fs::create_dir_all(&out_dir).expect("creating the output directory");
         let exe = out_dir.join("driver_api");
-        let cc = std::env::var("CC")
-            .ok()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "cc".into());
+        let cc = std::env::var("CC").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "cc".into());
         let out = Command::new(&cc)
             .args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra"])
             .args([
@@ -94,11 +91,7 @@ fn run_driver_api(env: &[(&str, &str)]) -> Run {
 
 /// Fails with every FAIL line (and the full output) unless the run passed cleanly.
 fn assert_clean(run: &Run, env: &[(&str, &str)]) {
-    let fails: Vec<&str> = run
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("FAIL"))
-        .collect();
+    let fails: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("FAIL")).collect();
     let passes = run.stdout.lines().filter(|l| l.starts_with("PASS")).count();
     let summary = run.stdout.lines().any(|l| l.starts_with("SUMMARY"));
     if !run.success || !fails.is_empty() || !summary || passes == 0 {
@@ -147,20 +140,12 @@ fn c_driver_api_default_sim() {
 /// a CUDA 12.8 driver, to see that the configuration is honoured.
 #[test]
 fn c_driver_api_small_memory_oom() {
-    let env = [
-        ("GPUPOOL_SIM_MEMORY", "256MiB"),
-        ("GPUPOOL_SIM_DEVICES", "3"),
-        ("GPUPOOL_SIM_DRIVER_VERSION", "12.8"),
-    ];
+    let env = [("GPUPOOL_SIM_MEMORY", "256MiB"), ("GPUPOOL_SIM_DEVICES", "3"), ("GPUPOOL_SIM_DRIVER_VERSION", "12.8")];
     let run = run_driver_api(&env);
     assert_clean(&run, &env);
-    for check in [
-        "oom.fill",
-        "oom.fill.boundary",
-        "oom.fill.error_code",
-        "device2.total_mem.value",
-        "device.count.value",
-    ] {
+    for check in
+        ["oom.fill", "oom.fill.boundary", "oom.fill.error_code", "device2.total_mem.value", "device.count.value"]
+    {
         assert_ran(&run, check);
     }
 }
@@ -168,17 +153,10 @@ fn c_driver_api_small_memory_oom() {
 /// One device, driver version given in its integer form.
 #[test]
 fn c_driver_api_single_device() {
-    let env = [
-        ("GPUPOOL_SIM_DEVICES", "1"),
-        ("GPUPOOL_SIM_DRIVER_VERSION", "13000"),
-        ("GPUPOOL_SIM_MEMORY", "1GiB"),
-    ];
+    let env = [("GPUPOOL_SIM_DEVICES", "1"), ("GPUPOOL_SIM_DRIVER_VERSION", "13000"), ("GPUPOOL_SIM_MEMORY", "1GiB")];
     let run = run_driver_api(&env);
     assert_clean(&run, &env);
     assert_ran(&run, "device.count.value");
     assert_ran(&run, "oom.fill");
-    assert!(
-        !run.stdout.contains("device1."),
-        "checks ran against a second device that should not exist"
-    );
+    assert!(!run.stdout.contains("device1."), "checks ran against a second device that should not exist");
 }

@@ -22,23 +22,11 @@ fn create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> R<()> {
     }
     let h = client::call(|c| {
         c.device(dev)?;
-        let Reply::Context { ctx } = c.live()?.call(Request::CtxCreate {
-            device: dev as u32,
-            flags,
-        })?
-        else {
+        let Reply::Context { ctx } = c.live()?.call(Request::CtxCreate { device: dev as u32, flags })? else {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
         let h = make(Kind::Ctx, ctx.0)?;
-        c.reg.ctxs.insert(
-            h,
-            CtxInfo {
-                id: ctx,
-                device: dev as u32,
-                flags,
-                primary: false,
-            },
-        );
+        c.reg.ctxs.insert(h, CtxInfo { id: ctx, device: dev as u32, flags, primary: false });
         Ok(h)
     })?;
     out(pctx, h as CUcontext)?;
@@ -47,11 +35,7 @@ fn create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> R<()> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v2(
-    pctx: *mut CUcontext,
-    flags: c_uint,
-    dev: CUdevice,
-) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
     entry(|| create(pctx, flags, dev))
 }
 
@@ -135,13 +119,7 @@ pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
     entry(|| {
-        client::with(|c| {
-            if c.initialized {
-                Ok(())
-            } else {
-                Err(CUresult::CUDA_ERROR_NOT_INITIALIZED)
-            }
-        })?;
+        client::with(|c| if c.initialized { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_INITIALIZED) })?;
         let h = stack_pop().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         if !pctx.is_null() {
             out(pctx, h as CUcontext)?;
@@ -156,13 +134,7 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
         if !ctx.is_null() {
             check_ctx(ctx as u64)?;
         } else {
-            client::with(|c| {
-                if c.initialized {
-                    Ok(())
-                } else {
-                    Err(CUresult::CUDA_ERROR_NOT_INITIALIZED)
-                }
-            })?;
+            client::with(|c| if c.initialized { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_INITIALIZED) })?;
         }
         stack_set(ctx as u64);
         Ok(())
@@ -175,13 +147,7 @@ pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
         if pctx.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        client::with(|c| {
-            if c.initialized {
-                Ok(())
-            } else {
-                Err(CUresult::CUDA_ERROR_NOT_INITIALIZED)
-            }
-        })?;
+        client::with(|c| if c.initialized { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_INITIALIZED) })?;
         out(pctx, stack_top().unwrap_or(0) as CUcontext)
     })
 }
@@ -254,10 +220,7 @@ pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: CUlimit) -> CUr
         let (h, ..) = client::with(|c| c.current())?;
         let dflt = default_limit(limit).ok_or(CUresult::CUDA_ERROR_UNSUPPORTED_LIMIT)?;
         let map = LIMITS.lock().unwrap_or_else(|e| e.into_inner());
-        let v = map
-            .as_ref()
-            .and_then(|m| m.get(&(h, limit.0)).copied())
-            .unwrap_or(dflt);
+        let v = map.as_ref().and_then(|m| m.get(&(h, limit.0)).copied()).unwrap_or(dflt);
         out(value, v)
     })
 }
@@ -267,11 +230,7 @@ pub unsafe extern "C" fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult
     entry(|| {
         let (h, ..) = client::with(|c| c.current())?;
         default_limit(limit).ok_or(CUresult::CUDA_ERROR_UNSUPPORTED_LIMIT)?;
-        LIMITS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .insert((h, limit.0), value);
+        LIMITS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert((h, limit.0), value);
         Ok(())
     })
 }
@@ -296,10 +255,7 @@ pub unsafe extern "C" fn cuCtxSetCacheConfig(config: CUfunc_cache) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
-    least: *mut c_int,
-    greatest: *mut c_int,
-) -> CUresult {
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CUresult {
     entry(|| {
         client::with(|c| c.current())?;
         if !least.is_null() {
@@ -323,8 +279,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
         let h = client::call(|c| {
             c.device(dev)?;
             let d = dev as u32;
-            let Reply::Context { ctx } = c.live()?.call(Request::PrimaryCtxRetain { device: d })?
-            else {
+            let Reply::Context { ctx } = c.live()?.call(Request::PrimaryCtxRetain { device: d })? else {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
             let h = make(Kind::Ctx, ctx.0)?;
@@ -332,15 +287,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
             let entry = c.reg.primary.entry(d).or_insert((h, 0, flags));
             entry.0 = h;
             entry.1 += 1;
-            c.reg.ctxs.insert(
-                h,
-                CtxInfo {
-                    id: ctx,
-                    device: d,
-                    flags,
-                    primary: true,
-                },
-            );
+            c.reg.ctxs.insert(h, CtxInfo { id: ctx, device: d, flags, primary: true });
             Ok(h)
         })?;
         out(pctx, h as CUcontext)
@@ -357,8 +304,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
                 Some(&(_, n, _)) if n > 0 => {}
                 _ => return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT),
             }
-            c.live()?
-                .call_ok(Request::PrimaryCtxRelease { device: d })?;
+            c.live()?.call_ok(Request::PrimaryCtxRelease { device: d })?;
             let p = c.reg.primary.get_mut(&d).expect("checked above");
             p.1 -= 1;
             if p.1 == 0 {
@@ -388,22 +334,14 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
-    dev: CUdevice,
-    flags: *mut c_uint,
-    active: *mut c_int,
-) -> CUresult {
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) -> CUresult {
     entry(|| {
         if flags.is_null() || active.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let (f, a) = client::call(|c| {
             c.device(dev)?;
-            Ok(c.reg
-                .primary
-                .get(&(dev as u32))
-                .map(|p| (p.2, p.1 > 0))
-                .unwrap_or((0, false)))
+            Ok(c.reg.primary.get(&(dev as u32)).map(|p| (p.2, p.1 > 0)).unwrap_or((0, false)))
         })?;
         out(flags, f)?;
         out(active, a as c_int)

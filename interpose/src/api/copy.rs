@@ -12,13 +12,9 @@ use super::DefaultStream;
 use super::stream::resolve;
 use crate::client::{self, Client};
 use crate::util::{R, host_bytes, host_bytes_mut};
-use gpupool_protocol::ops::{
-    Copy2D, Copy2DEnd, HostSrc, MemSpace, RegionSlice, Reply, StagingRegion,
-};
+use gpupool_protocol::ops::{Copy2D, Copy2DEnd, HostSrc, MemSpace, RegionSlice, Reply, StagingRegion};
 use gpupool_protocol::{DevicePtr, Request, StreamId};
-use gpupool_shim::cuda::{
-    CUDA_MEMCPY2D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream,
-};
+use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream};
 use std::os::raw::c_void;
 
 /// The device range `[p, p + n)` lies in one allocation of this client, made in the
@@ -26,11 +22,7 @@ use std::os::raw::c_void;
 /// driver answers, without a round trip).
 pub(super) fn check_dev(c: &Client, p: u64, n: usize) -> R<()> {
     match c.reg.alloc_of(p) {
-        Some((base, size, ctx))
-            if p + n as u64 <= base + size && Some(ctx) == client::stack_top() =>
-        {
-            Ok(())
-        }
+        Some((base, size, ctx)) if p + n as u64 <= base + size && Some(ctx) == client::stack_top() => Ok(()),
         _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
     }
 }
@@ -45,9 +37,7 @@ pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R
         let (dst, src) = (DevicePtr(dst), HostSrc::Region(r));
         let conn = c.live()?;
         return match stream {
-            None => conn
-                .call_ok(Request::MemcpyHtoD { dst, src })
-                .and_then(|()| conn.take_pending()),
+            None => conn.call_ok(Request::MemcpyHtoD { dst, src }).and_then(|()| conn.take_pending()),
             // The region outlives the call: nothing to wait for.
             Some(stream) => conn.post(Request::MemcpyHtoDAsync { dst, src, stream }),
         };
@@ -61,11 +51,7 @@ pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R
         match stream {
             None => conn.call_ok(Request::MemcpyHtoD { dst: d, src: hs })?,
             Some(stream) => {
-                conn.post(Request::MemcpyHtoDAsync {
-                    dst: d,
-                    src: hs,
-                    stream,
-                })?;
+                conn.post(Request::MemcpyHtoDAsync { dst: d, src: hs, stream })?;
                 if staged {
                     // The daemon is done with staging once it handles the next frame.
                     conn.call(Request::DeviceGetCount {})?;
@@ -82,11 +68,7 @@ pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R
 /// The page-locked region holding all of `[p, p + n)`, as a slice the daemon can name.
 fn region(c: &Client, p: usize, n: usize) -> Option<RegionSlice> {
     let (id, offset) = c.reg.region_of(p, n)?;
-    Some(RegionSlice {
-        id,
-        offset,
-        len: n as u64,
-    })
+    Some(RegionSlice { id, offset, len: n as u64 })
 }
 
 /// Device to host on `stream`: into page-locked memory it is queued on the stream and
@@ -95,11 +77,7 @@ fn region(c: &Client, p: usize, n: usize) -> Option<RegionSlice> {
 fn dtoh_async(c: &mut Client, dst: &mut [u8], src: u64, stream: StreamId) -> R<()> {
     check_dev(c, src, dst.len())?;
     if let Some(r) = region(c, dst.as_ptr() as usize, dst.len()) {
-        return c.live()?.post(Request::MemcpyDtoHRegionAsync {
-            src: DevicePtr(src),
-            dst: r,
-            stream,
-        });
+        return c.live()?.post(Request::MemcpyDtoHRegionAsync { src: DevicePtr(src), dst: r, stream });
     }
     sync_stream(c, stream)?;
     dtoh(c, dst, src)
@@ -109,10 +87,7 @@ pub fn dtoh(c: &mut Client, dst: &mut [u8], src: u64) -> R<()> {
     check_dev(c, src, dst.len())?;
     if let Some(r) = region(c, dst.as_ptr() as usize, dst.len()) {
         let conn = c.live()?;
-        conn.call_ok(Request::MemcpyDtoHRegion {
-            src: DevicePtr(src),
-            dst: r,
-        })?;
+        conn.call_ok(Request::MemcpyDtoHRegion { src: DevicePtr(src), dst: r })?;
         return conn.take_pending();
     }
     let conn = c.live()?;
@@ -120,26 +95,13 @@ pub fn dtoh(c: &mut Client, dst: &mut [u8], src: u64) -> R<()> {
     for (i, part) in dst.chunks_mut(chunk).enumerate() {
         let s = DevicePtr(src + (i * chunk) as u64);
         if part.len() <= client::conn::INLINE_MAX {
-            match conn.call(Request::MemcpyDtoHInline {
-                src: s,
-                len: part.len() as u32,
-            })? {
-                Reply::Bytes { data } if data.0.len() == part.len() => {
-                    part.copy_from_slice(&data.0)
-                }
+            match conn.call(Request::MemcpyDtoHInline { src: s, len: part.len() as u32 })? {
+                Reply::Bytes { data } if data.0.len() == part.len() => part.copy_from_slice(&data.0),
                 _ => return Err(CUresult::CUDA_ERROR_UNKNOWN),
             }
         } else {
-            conn.call_ok(Request::MemcpyDtoH {
-                src: s,
-                dst: StagingRegion {
-                    offset: 0,
-                    len: part.len() as u64,
-                },
-            })?;
-            conn.staging()
-                .read(0, part)
-                .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+            conn.call_ok(Request::MemcpyDtoH { src: s, dst: StagingRegion { offset: 0, len: part.len() as u64 } })?;
+            conn.staging().read(0, part).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
         }
     }
     conn.take_pending()
@@ -152,12 +114,7 @@ fn dtod(c: &mut Client, dst: u64, src: u64, n: usize, stream: Option<StreamId>) 
     let conn = c.live()?;
     match stream {
         None => conn.call_ok(Request::MemcpyDtoD { dst, src, len }),
-        Some(stream) => conn.post(Request::MemcpyDtoDAsync {
-            dst,
-            src,
-            len,
-            stream,
-        }),
+        Some(stream) => conn.post(Request::MemcpyDtoDAsync { dst, src, len, stream }),
     }
 }
 
@@ -173,13 +130,7 @@ fn memcpy_htod(dst: CUdeviceptr, src: *const c_void, n: usize, _ds: DefaultStrea
     })
 }
 
-fn memcpy_htod_async(
-    dst: CUdeviceptr,
-    src: *const c_void,
-    n: usize,
-    s: CUstream,
-    ds: DefaultStream,
-) -> R<()> {
+fn memcpy_htod_async(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     let bytes = host_bytes(src, n)?;
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
@@ -195,13 +146,7 @@ fn memcpy_dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, _ds: DefaultStream)
     })
 }
 
-fn memcpy_dtoh_async(
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    n: usize,
-    s: CUstream,
-    ds: DefaultStream,
-) -> R<()> {
+fn memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     let bytes = host_bytes_mut(dst, n)?;
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
@@ -216,13 +161,7 @@ fn memcpy_dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize, _ds: DefaultStream)
     })
 }
 
-fn memcpy_dtod_async(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    n: usize,
-    s: CUstream,
-    ds: DefaultStream,
-) -> R<()> {
+fn memcpy_dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         dtod(c, dst, src, n, Some(stream))
@@ -264,13 +203,7 @@ fn memcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R
     })
 }
 
-fn memcpy_async(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    n: usize,
-    s: CUstream,
-    ds: DefaultStream,
-) -> R<()> {
+fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         memcpy_any(c, dst, src, n, Some(stream))
@@ -342,12 +275,7 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
         y: 0,
         pitch: pitch as u64,
     };
-    let staged = Copy2DEnd {
-        space: MemSpace::Staging(0),
-        x_bytes: 0,
-        y: 0,
-        pitch: w as u64,
-    };
+    let staged = Copy2DEnd { space: MemSpace::Staging(0), x_bytes: 0, y: 0, pitch: w as u64 };
     match (s_dev, d_dev) {
         (true, true) => {
             let copy = Copy2D {
@@ -360,10 +288,7 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
         }
         (false, false) => {
             for row in 0..h {
-                let (s, d) = (
-                    s_org as usize + row * p.srcPitch,
-                    d_org as usize + row * p.dstPitch,
-                );
+                let (s, d) = (s_org as usize + row * p.srcPitch, d_org as usize + row * p.dstPitch);
                 // SAFETY: both ends are host buffers covering these rows per the CUDA contract.
                 unsafe { std::ptr::copy(s as *const u8, d as *mut u8, w) };
             }
@@ -380,41 +305,21 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
                 let n = rows.min(h - row);
                 if d_dev {
                     for r in 0..n {
-                        let s = host_bytes(
-                            (s_org as usize + (row + r) * p.srcPitch) as *const c_void,
-                            w,
-                        )?;
-                        conn.staging()
-                            .write(r * w, s)
-                            .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                        let s = host_bytes((s_org as usize + (row + r) * p.srcPitch) as *const c_void, w)?;
+                        conn.staging().write(r * w, s).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
                     }
                     let dst = dev_end(d_org + (row * p.dstPitch) as u64, p.dstPitch);
                     conn.call_ok(Request::Memcpy2D {
-                        copy: Copy2D {
-                            src: staged,
-                            dst,
-                            width_bytes: w as u64,
-                            height: n as u64,
-                        },
+                        copy: Copy2D { src: staged, dst, width_bytes: w as u64, height: n as u64 },
                     })?;
                 } else {
                     let src = dev_end(s_org + (row * p.srcPitch) as u64, p.srcPitch);
                     conn.call_ok(Request::Memcpy2D {
-                        copy: Copy2D {
-                            src,
-                            dst: staged,
-                            width_bytes: w as u64,
-                            height: n as u64,
-                        },
+                        copy: Copy2D { src, dst: staged, width_bytes: w as u64, height: n as u64 },
                     })?;
                     for r in 0..n {
-                        let d = host_bytes_mut(
-                            (d_org as usize + (row + r) * p.dstPitch) as *mut c_void,
-                            w,
-                        )?;
-                        conn.staging()
-                            .read(r * w, d)
-                            .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                        let d = host_bytes_mut((d_org as usize + (row + r) * p.dstPitch) as *mut c_void, w)?;
+                        conn.staging().read(r * w, d).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
                     }
                 }
                 row += n;

@@ -87,17 +87,9 @@ fn end(
         .and_then(|v| v.checked_add(x))
         .and_then(|v| v.checked_add(base))
         .ok_or(INVALID)?;
-    let e = End {
-        dev,
-        org,
-        pitch,
-        rows,
-    };
+    let e = End { dev, org, pitch, rows };
     if dev && s.w > 0 && s.h > 0 && s.d > 0 {
-        let span = ((s.d - 1) * rows + s.h - 1)
-            .checked_mul(pitch)
-            .and_then(|v| v.checked_add(s.w))
-            .ok_or(INVALID)?;
+        let span = ((s.d - 1) * rows + s.h - 1).checked_mul(pitch).and_then(|v| v.checked_add(s.w)).ok_or(INVALID)?;
         check_dev(c, org, usize::try_from(span).map_err(|_| INVALID)?)?;
     }
     Ok(e)
@@ -107,11 +99,7 @@ fn ends(c: &Client, p: &CUDA_MEMCPY3D) -> R<(Shape, End, End)> {
     if p.srcLOD != 0 || p.dstLOD != 0 || !p.reserved0.is_null() || !p.reserved1.is_null() {
         return Err(INVALID);
     }
-    let s = Shape {
-        w: p.WidthInBytes as u64,
-        h: p.Height as u64,
-        d: p.Depth as u64,
-    };
+    let s = Shape { w: p.WidthInBytes as u64, h: p.Height as u64, d: p.Depth as u64 };
     let rows = |r: usize| if r == 0 { s.h } else { r as u64 };
     if s.d > 1 && (rows(p.srcHeight) < s.h || rows(p.dstHeight) < s.h) {
         return Err(INVALID);
@@ -164,13 +152,7 @@ fn copy3d(c: &mut Client, p: &CUDA_MEMCPY3D, stream: Option<StreamId>) -> R<()> 
                 for y in 0..s.h {
                     // SAFETY: both ends are host buffers covering these rows per the
                     // CUDA contract; `copy` tolerates overlap.
-                    unsafe {
-                        std::ptr::copy(
-                            src.at(z, y) as *const u8,
-                            dst.at(z, y) as *mut u8,
-                            s.w as usize,
-                        )
-                    };
+                    unsafe { std::ptr::copy(src.at(z, y) as *const u8, dst.at(z, y) as *mut u8, s.w as usize) };
                 }
             }
             Ok(())
@@ -187,14 +169,7 @@ fn copy3d(c: &mut Client, p: &CUDA_MEMCPY3D, stream: Option<StreamId>) -> R<()> 
 
 /// A copy with one host end, packed through staging: chunks of whole slices, or of rows
 /// of one slice when a slice does not fit.
-fn staged(
-    c: &mut Client,
-    s: Shape,
-    src: End,
-    dst: End,
-    stream: Option<StreamId>,
-    to_dev: bool,
-) -> R<()> {
+fn staged(c: &mut Client, s: Shape, src: End, dst: End, stream: Option<StreamId>, to_dev: bool) -> R<()> {
     let conn = c.live()?;
     let room = conn.staging_len() as u64;
     if s.w > room {
@@ -225,36 +200,17 @@ fn staged(
     }
     for (z0, nz, y0, ny) in chunks {
         let slot = |zi: u64, yi: u64| ((zi * ny + yi) * s.w) as usize;
-        let staging = Copy3DEnd {
-            space: MemSpace::Staging(0),
-            x_bytes: 0,
-            y: 0,
-            z: 0,
-            pitch: s.w,
-            height: ny,
-        };
+        let staging = Copy3DEnd { space: MemSpace::Staging(0), x_bytes: 0, y: 0, z: 0, pitch: s.w, height: ny };
         let copy = |dev_is_dst: bool| {
             let d = dev.wire(z0, y0, ny);
-            let (a, b) = if dev_is_dst {
-                (staging, d)
-            } else {
-                (d, staging)
-            };
-            Copy3D {
-                src: a,
-                dst: b,
-                width_bytes: s.w,
-                height: ny,
-                depth: nz,
-            }
+            let (a, b) = if dev_is_dst { (staging, d) } else { (d, staging) };
+            Copy3D { src: a, dst: b, width_bytes: s.w, height: ny, depth: nz }
         };
         if to_dev {
             for zi in 0..nz {
                 for yi in 0..ny {
                     let row = host_bytes(host.at(z0 + zi, y0 + yi) as *const c_void, w)?;
-                    conn.staging()
-                        .write(slot(zi, yi), row)
-                        .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                    conn.staging().write(slot(zi, yi), row).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
                 }
             }
             let copy = copy(true);
@@ -271,9 +227,7 @@ fn staged(
             for zi in 0..nz {
                 for yi in 0..ny {
                     let row = host_bytes_mut(host.at(z0 + zi, y0 + yi) as *mut c_void, w)?;
-                    conn.staging()
-                        .read(slot(zi, yi), row)
-                        .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                    conn.staging().read(slot(zi, yi), row).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
                 }
             }
         }

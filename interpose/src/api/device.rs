@@ -13,10 +13,7 @@ fn with_device<T>(dev: CUdevice, f: impl FnOnce(&DeviceInfo) -> R<T>) -> R<T> {
 }
 
 pub fn attribute(d: &DeviceInfo, attr: u32) -> Option<i32> {
-    d.attributes
-        .iter()
-        .find(|a| a.attribute == attr)
-        .map(|a| a.value as i32)
+    d.attributes.iter().find(|a| a.attribute == attr).map(|a| a.value as i32)
 }
 
 pub fn pci_bus_id(d: &DeviceInfo) -> String {
@@ -52,25 +49,14 @@ pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
-    entry(|| {
-        with_device(dev, |d| {
-            write_c_string(name, usize::try_from(len).unwrap_or(0), &d.name)
-        })
-    })
+    entry(|| with_device(dev, |d| write_c_string(name, usize::try_from(len).unwrap_or(0), &d.name)))
 }
 
 fn uuid(p: *mut CUuuid, dev: CUdevice) -> R<()> {
     if p.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    with_device(dev, |d| {
-        out(
-            p,
-            CUuuid {
-                bytes: d.uuid.map(|b| b as c_char),
-            },
-        )
-    })
+    with_device(dev, |d| out(p, CUuuid { bytes: d.uuid.map(|b| b as c_char) }))
 }
 
 #[unsafe(no_mangle)]
@@ -95,21 +81,12 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetAttribute(
-    value: *mut c_int,
-    attrib: A,
-    dev: CUdevice,
-) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: A, dev: CUdevice) -> CUresult {
     entry(|| {
         if value.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        with_device(dev, |d| {
-            out(
-                value,
-                attribute(d, attrib.0).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?,
-            )
-        })
+        with_device(dev, |d| out(value, attribute(d, attrib.0).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?))
     })
 }
 
@@ -149,11 +126,7 @@ pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: CUdevi
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceComputeCapability(
-    major: *mut c_int,
-    minor: *mut c_int,
-    dev: CUdevice,
-) -> CUresult {
+pub unsafe extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int, dev: CUdevice) -> CUresult {
     entry(|| {
         if major.is_null() || minor.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -166,23 +139,12 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetPCIBusId(
-    bus_id: *mut c_char,
-    len: c_int,
-    dev: CUdevice,
-) -> CUresult {
-    entry(|| {
-        with_device(dev, |d| {
-            write_c_string(bus_id, usize::try_from(len).unwrap_or(0), &pci_bus_id(d))
-        })
-    })
+pub unsafe extern "C" fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+    entry(|| with_device(dev, |d| write_c_string(bus_id, usize::try_from(len).unwrap_or(0), &pci_bus_id(d))))
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetByPCIBusId(
-    dev: *mut CUdevice,
-    bus_id: *const c_char,
-) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetByPCIBusId(dev: *mut CUdevice, bus_id: *const c_char) -> CUresult {
     entry(|| {
         if dev.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -194,19 +156,12 @@ pub unsafe extern "C" fn cuDeviceGetByPCIBusId(
                 full == want || full.get(5..) == Some(want.as_str())
             }))
         })?;
-        out(
-            dev,
-            found.ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)? as CUdevice,
-        )
+        out(dev, found.ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)? as CUdevice)
     })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceCanAccessPeer(
-    can: *mut c_int,
-    dev: CUdevice,
-    peer: CUdevice,
-) -> CUresult {
+pub unsafe extern "C" fn cuDeviceCanAccessPeer(can: *mut c_int, dev: CUdevice, peer: CUdevice) -> CUresult {
     entry(|| {
         if can.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);

@@ -16,11 +16,7 @@ fn event_id(c: &mut client::Client, h: CUevent) -> R<EventId> {
     if !c.initialized {
         return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
     }
-    c.reg
-        .events
-        .get(&(h as u64))
-        .map(|e| e.id)
-        .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    c.reg.events.get(&(h as u64)).map(|e| e.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
 #[unsafe(no_mangle)]
@@ -31,8 +27,7 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUres
         }
         let h = client::call(|c| {
             let (_, ctx, _) = c.current()?;
-            let Reply::Event { event } = c.live()?.call(Request::EventCreate { ctx, flags })?
-            else {
+            let Reply::Event { event } = c.live()?.call(Request::EventCreate { ctx, flags })? else {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
             let h = make(Kind::Event, event.0)?;
@@ -73,11 +68,7 @@ pub unsafe extern "C" fn cuEventQuery(h: CUevent) -> CUresult {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
             conn.take_pending()?;
-            if ready {
-                Ok(())
-            } else {
-                Err(CUresult::CUDA_ERROR_NOT_READY)
-            }
+            if ready { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_READY) }
         })
     })
 }
@@ -109,20 +100,12 @@ fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> R<()> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuEventElapsedTime(
-    ms: *mut f32,
-    start: CUevent,
-    end: CUevent,
-) -> CUresult {
+pub unsafe extern "C" fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
     entry(|| elapsed(ms, start, end))
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuEventElapsedTime_v2(
-    ms: *mut f32,
-    start: CUevent,
-    end: CUevent,
-) -> CUresult {
+pub unsafe extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
     entry(|| elapsed(ms, start, end))
 }
 

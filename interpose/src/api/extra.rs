@@ -6,9 +6,7 @@ use super::DefaultStream;
 use super::stream::{resolve, synchronize};
 use crate::client;
 use crate::util::{R, entry};
-use gpupool_shim::cuda::{
-    CUdeviceptr, CUgraph, CUgraphExec, CUresult, CUstream, CUstreamCaptureMode,
-};
+use gpupool_shim::cuda::{CUdeviceptr, CUgraph, CUgraphExec, CUresult, CUstream, CUstreamCaptureMode};
 use std::os::raw::{c_uint, c_void};
 
 fn alloc_async(dptr: *mut CUdeviceptr, bytesize: usize, h: CUstream, d: DefaultStream) -> R<()> {
@@ -36,11 +34,7 @@ super::stream_variants! {
 
 /// Registered host memory is tracked like page-locked memory (copies use it in place).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostRegister_v2(
-    p: *mut c_void,
-    bytesize: usize,
-    flags: c_uint,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
     entry(|| {
         if p.is_null() || bytesize == 0 || flags & !0xf != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -61,11 +55,7 @@ pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
     entry(|| {
         client::with(|c| {
             c.current()?;
-            c.reg
-                .registered
-                .remove(&(p as usize))
-                .map(|_| ())
-                .ok_or(CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
+            c.reg.registered.remove(&(p as usize)).map(|_| ()).ok_or(CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
         })
     })
 }

@@ -1,8 +1,8 @@
 //! Initialisation, versions and error strings.
 
 use crate::client;
-use gpupool_abi::errors;
 use crate::util::{entry, out};
+use gpupool_abi::errors;
 use gpupool_shim::cuda::{CUresult, CUuuid};
 use std::os::raw::{c_char, c_int, c_uint, c_void};
 
@@ -67,10 +67,7 @@ pub unsafe extern "C" fn cuGetErrorName(error: CUresult, text: *mut *const c_cha
 
 /// NVIDIA's private tables: not provided (the table pointer is NULL, the call fails).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetExportTable(
-    table: *mut *const c_void,
-    id: *const CUuuid,
-) -> CUresult {
+pub unsafe extern "C" fn cuGetExportTable(table: *mut *const c_void, id: *const CUuuid) -> CUresult {
     entry(|| {
         if !table.is_null() {
             out(table, std::ptr::null())?;

@@ -8,20 +8,15 @@ use crate::util::{R, read};
 use gpupool_protocol::Request;
 use gpupool_protocol::ops::{KernelParams, MAX_KERNEL_PARAM_BYTES, ParamInfo};
 use gpupool_shim::cuda::{
-    CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT, CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT,
-    CU_LAUNCH_PARAM_END_AS_INT, CUfunction, CUlaunchAttributeID, CUlaunchConfig, CUresult,
-    CUstream,
+    CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT, CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT, CU_LAUNCH_PARAM_END_AS_INT, CUfunction,
+    CUlaunchAttributeID, CUlaunchConfig, CUresult, CUstream,
 };
 use std::os::raw::{c_uint, c_void};
 
 /// Packs `kernelParams` (one pointer per parameter) or an `extra` buffer.
 fn pack(layout: &[ParamInfo], params: *mut *mut c_void, extra: *mut *mut c_void) -> R<Vec<u8>> {
     if !params.is_null() {
-        let len = layout
-            .iter()
-            .map(|p| (p.offset + p.size) as usize)
-            .max()
-            .unwrap_or(0);
+        let len = layout.iter().map(|p| (p.offset + p.size) as usize).max().unwrap_or(0);
         let mut buf = vec![0u8; len];
         for (i, p) in layout.iter().enumerate() {
             // SAFETY: CUDA's contract: `kernelParams` has one entry per parameter.
@@ -32,11 +27,7 @@ fn pack(layout: &[ParamInfo], params: *mut *mut c_void, extra: *mut *mut c_void)
         return Ok(buf);
     }
     if extra.is_null() {
-        return if layout.is_empty() {
-            Ok(Vec::new())
-        } else {
-            Err(CUresult::CUDA_ERROR_INVALID_VALUE)
-        };
+        return if layout.is_empty() { Ok(Vec::new()) } else { Err(CUresult::CUDA_ERROR_INVALID_VALUE) };
     }
     let (mut ptr, mut size) = (std::ptr::null_mut::<c_void>(), None::<usize>);
     let mut i = 0;
@@ -113,17 +104,7 @@ fn launch_kernel(
     extra: *mut *mut c_void,
     d: DefaultStream,
 ) -> R<()> {
-    launch(
-        f,
-        [gx, gy, gz],
-        [bx, by, bz],
-        shared,
-        stream,
-        params,
-        extra,
-        false,
-        d,
-    )
+    launch(f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra, false, d)
 }
 
 fn launch_cooperative(
@@ -139,17 +120,7 @@ fn launch_cooperative(
     params: *mut *mut c_void,
     d: DefaultStream,
 ) -> R<()> {
-    launch(
-        f,
-        [gx, gy, gz],
-        [bx, by, bz],
-        shared,
-        stream,
-        params,
-        std::ptr::null_mut(),
-        true,
-        d,
-    )
+    launch(f, [gx, gy, gz], [bx, by, bz], shared, stream, params, std::ptr::null_mut(), true, d)
 }
 
 fn launch_ex(
@@ -176,17 +147,7 @@ fn launch_ex(
     }
     let grid = [cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ];
     let block = [cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ];
-    launch(
-        f,
-        grid,
-        block,
-        cfg.sharedMemBytes,
-        cfg.hStream,
-        params,
-        extra,
-        cooperative,
-        d,
-    )
+    launch(f, grid, block, cfg.sharedMemBytes, cfg.hStream, params, extra, cooperative, d)
 }
 
 super::stream_variants! {

@@ -8,8 +8,8 @@ use gpupool_protocol::ops::Reply;
 use gpupool_protocol::transport::shm::create_host_region;
 use gpupool_protocol::{DevicePtr, Request};
 use gpupool_shim::cuda::{
-    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CUcontext,
-    CUdeviceptr, CUmemorytype, CUpointer_attribute as P, CUresult,
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CUcontext, CUdeviceptr,
+    CUmemorytype, CUpointer_attribute as P, CUresult,
 };
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -43,10 +43,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
         }
         let p = client::call(|c| {
             let (h, ctx, _) = c.current()?;
-            match c.live()?.call(Request::MemAlloc {
-                ctx,
-                bytes: bytesize as u64,
-            })? {
+            match c.live()?.call(Request::MemAlloc { ctx, bytes: bytesize as u64 })? {
                 Reply::MemPtr { ptr } => {
                     record(c, h, ptr, bytesize as u64);
                     Ok(ptr.0)
@@ -67,22 +64,13 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     element_size: c_uint,
 ) -> CUresult {
     entry(|| {
-        if dptr.is_null()
-            || pitch.is_null()
-            || width_bytes == 0
-            || height == 0
-            || !matches!(element_size, 4 | 8 | 16)
-        {
+        if dptr.is_null() || pitch.is_null() || width_bytes == 0 || height == 0 || !matches!(element_size, 4 | 8 | 16) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let (p, pt) = client::call(|c| {
             let (h, ctx, _) = c.current()?;
-            let req = Request::MemAllocPitch {
-                ctx,
-                width_bytes: width_bytes as u64,
-                height: height as u64,
-                element_size,
-            };
+            let req =
+                Request::MemAllocPitch { ctx, width_bytes: width_bytes as u64, height: height as u64, element_size };
             match c.live()?.call(req)? {
                 Reply::MemPitch { ptr, pitch } => {
                     record(c, h, ptr, pitch * height as u64);
@@ -105,9 +93,7 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
             if c.reg.allocs.get(&dptr).is_none_or(|&(_, ctx)| ctx != cur) {
                 return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
             }
-            c.live()?.call_ok(Request::MemFree {
-                ptr: DevicePtr(dptr),
-            })?;
+            c.live()?.call_ok(Request::MemFree { ptr: DevicePtr(dptr) })?;
             c.reg.allocs.remove(&dptr);
             Ok(())
         })
@@ -137,8 +123,7 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
 
 // ---- page-locked host memory: shared-memory regions the daemon maps ----
 
-const HOST_ALLOC_FLAGS: u32 =
-    CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+const HOST_ALLOC_FLAGS: u32 = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
 
 fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
     if pp.is_null() || flags & !HOST_ALLOC_FLAGS != 0 {
@@ -146,8 +131,7 @@ fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
     }
     client::call(|c| {
         c.current()?;
-        let (fd, map) =
-            create_host_region(bytesize).map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        let (fd, map) = create_host_region(bytesize).map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
         let id = c.live()?.map_region(&fd, map.len() as u64)?;
         let p = map.as_ptr();
         c.reg.host.insert(p as usize, (bytesize.max(1), flags));
@@ -158,21 +142,11 @@ fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
-    entry(|| {
-        host_alloc(
-            pp,
-            bytesize,
-            CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
-        )
-    })
+    entry(|| host_alloc(pp, bytesize, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP))
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostAlloc(
-    pp: *mut *mut c_void,
-    bytesize: usize,
-    flags: c_uint,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
     entry(|| host_alloc(pp, bytesize, flags))
 }
 
@@ -180,16 +154,10 @@ pub unsafe extern "C" fn cuMemHostAlloc(
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     entry(|| {
         client::call(|c| {
-            let (id, map) = c
-                .reg
-                .regions
-                .remove(&(p as usize))
-                .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            let (id, map) = c.reg.regions.remove(&(p as usize)).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
             c.reg.host.remove(&(p as usize));
             // The daemon waits for queued copies that use it, then lets go of it.
-            let r = c
-                .live()
-                .and_then(|conn| conn.call_ok(Request::HostRegionUnmap { id }));
+            let r = c.live().and_then(|conn| conn.call_ok(Request::HostRegionUnmap { id }));
             drop(map);
             r
         })
@@ -210,9 +178,7 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
         }
         client::with(|c| {
             c.current()?;
-            c.reg
-                .host_of(p as usize)
-                .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            c.reg.host_of(p as usize).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
             out(pdptr, p as CUdeviceptr)
         })
     })
@@ -223,10 +189,7 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
     entry(|| {
         client::with(|c| {
             c.current()?;
-            let (_, _, f) = c
-                .reg
-                .host_of(p as usize)
-                .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            let (_, _, f) = c.reg.host_of(p as usize).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
             out(flags, f)
         })
     })
@@ -251,11 +214,7 @@ fn write_attribute(data: *mut c_void, attr: P, p: Pointee, ptr: u64) -> R<()> {
     match attr {
         P::CU_POINTER_ATTRIBUTE_CONTEXT => out(data.cast::<CUcontext>(), ctx as CUcontext),
         P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => {
-            let t = if is_device {
-                CUmemorytype::CU_MEMORYTYPE_DEVICE
-            } else {
-                CUmemorytype::CU_MEMORYTYPE_HOST
-            };
+            let t = if is_device { CUmemorytype::CU_MEMORYTYPE_DEVICE } else { CUmemorytype::CU_MEMORYTYPE_HOST };
             out(data.cast::<c_uint>(), t.0)
         }
         P::CU_POINTER_ATTRIBUTE_DEVICE_POINTER => out(data.cast::<CUdeviceptr>(), ptr),
@@ -269,9 +228,7 @@ fn write_attribute(data: *mut c_void, attr: P, p: Pointee, ptr: u64) -> R<()> {
         | P::CU_POINTER_ATTRIBUTE_IS_MANAGED
         | P::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE => out(data.cast::<c_uint>(), 0),
         P::CU_POINTER_ATTRIBUTE_MAPPED => out(data.cast::<c_uint>(), 1),
-        P::CU_POINTER_ATTRIBUTE_BUFFER_ID | P::CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID => {
-            out(data.cast::<u64>(), base)
-        }
+        P::CU_POINTER_ATTRIBUTE_BUFFER_ID | P::CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID => out(data.cast::<u64>(), base),
         P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => out(data.cast::<c_int>(), device),
         P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR | P::CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => {
             out(data.cast::<u64>(), base)
@@ -285,11 +242,7 @@ fn write_attribute(data: *mut c_void, attr: P, p: Pointee, ptr: u64) -> R<()> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(
-    data: *mut c_void,
-    attribute: P,
-    ptr: CUdeviceptr,
-) -> CUresult {
+pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: P, ptr: CUdeviceptr) -> CUresult {
     entry(|| {
         if data.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -329,13 +282,9 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
             }
             let unknown: Pointee = (0, 0, 0, -2, false);
             match p {
-                Some(p) => write_attribute(slot, attr, p, ptr)
-                    .or_else(|_| write_attribute(slot, attr, unknown, 0))?,
-                None if attr == P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => {
-                    out(slot.cast::<c_uint>(), 0)?
-                }
-                None => write_attribute(slot, attr, unknown, 0)
-                    .or_else(|_| out(slot.cast::<u64>(), 0))?,
+                Some(p) => write_attribute(slot, attr, p, ptr).or_else(|_| write_attribute(slot, attr, unknown, 0))?,
+                None if attr == P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => out(slot.cast::<c_uint>(), 0)?,
+                None => write_attribute(slot, attr, unknown, 0).or_else(|_| out(slot.cast::<u64>(), 0))?,
             }
         }
         Ok(())

@@ -34,15 +34,7 @@ fn memset(
         if !p.is_multiple_of(es as u64) || (h > 1 && pitch < w * es) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        check_dev(
-            c,
-            p,
-            if h > 1 {
-                (h - 1) * pitch + w * es
-            } else {
-                w * es
-            },
-        )?;
+        check_dev(c, p, if h > 1 { (h - 1) * pitch + w * es } else { w * es })?;
         let set = Memset {
             dst: DevicePtr(p),
             value,
@@ -85,37 +77,13 @@ fn d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream, ds: DefaultStream) -
 fn d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U32(v), 0, n, 1, Some((s, ds)))
 }
-fn d2d8a(
-    p: CUdeviceptr,
-    pitch: usize,
-    v: c_uchar,
-    w: usize,
-    h: usize,
-    s: CUstream,
-    ds: DefaultStream,
-) -> R<()> {
+fn d2d8a(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U8(v), pitch, w, h, Some((s, ds)))
 }
-fn d2d16a(
-    p: CUdeviceptr,
-    pitch: usize,
-    v: c_ushort,
-    w: usize,
-    h: usize,
-    s: CUstream,
-    ds: DefaultStream,
-) -> R<()> {
+fn d2d16a(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U16(v), pitch, w, h, Some((s, ds)))
 }
-fn d2d32a(
-    p: CUdeviceptr,
-    pitch: usize,
-    v: c_uint,
-    w: usize,
-    h: usize,
-    s: CUstream,
-    ds: DefaultStream,
-) -> R<()> {
+fn d2d32a(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U32(v), pitch, w, h, Some((s, ds)))
 }
 

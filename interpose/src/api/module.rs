@@ -8,8 +8,7 @@ use crate::util::{R, c_str, entry, out};
 use gpupool_protocol::ops::{FunctionInfo, Reply};
 use gpupool_protocol::{FuncId, Request};
 use gpupool_shim::cuda::{
-    CUdeviceptr, CUfunc_cache, CUfunction, CUfunction_attribute as F, CUjit_option, CUmodule,
-    CUresult,
+    CUdeviceptr, CUfunc_cache, CUfunction, CUfunction_attribute as F, CUjit_option, CUmodule, CUresult,
 };
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
@@ -63,9 +62,7 @@ fn image_bytes<'a>(image: *const c_void) -> R<&'a [u8]> {
     } else {
         // PTX text, NUL-terminated: send it with its NUL.
         // SAFETY: a text image is NUL-terminated per the CUDA contract.
-        unsafe { std::ffi::CStr::from_ptr(p.cast()) }
-            .to_bytes_with_nul()
-            .len()
+        unsafe { std::ffi::CStr::from_ptr(p.cast()) }.to_bytes_with_nul().len()
     };
     if len > MAX_IMAGE {
         return Err(CUresult::CUDA_ERROR_INVALID_IMAGE);
@@ -77,15 +74,7 @@ fn image_bytes<'a>(image: *const c_void) -> R<&'a [u8]> {
 fn add_function(c: &mut Client, module: u64, f: FunctionInfo) -> R<u64> {
     let h = make(Kind::Func, f.func.0)?;
     let name = CString::new(f.name).unwrap_or_default();
-    c.reg.funcs.insert(
-        h,
-        FuncInfo {
-            id: f.func,
-            module,
-            name,
-            params: f.params,
-        },
-    );
+    c.reg.funcs.insert(h, FuncInfo { id: f.func, module, name, params: f.params });
     Ok(h)
 }
 
@@ -101,19 +90,11 @@ fn load(pmod: *mut CUmodule, image: *const c_void) -> R<()> {
             return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
         }
         let src = conn.host_src(bytes)?;
-        let Reply::Module { module, functions } =
-            conn.call(Request::ModuleLoad { ctx, image: src })?
-        else {
+        let Reply::Module { module, functions } = conn.call(Request::ModuleLoad { ctx, image: src })? else {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
         let h = make(Kind::Module, module.0)?;
-        c.reg.modules.insert(
-            h,
-            ModuleInfo {
-                id: module,
-                ctx: ctx_h,
-            },
-        );
+        c.reg.modules.insert(h, ModuleInfo { id: module, ctx: ctx_h });
         for f in functions {
             add_function(c, h, f)?;
         }
@@ -145,20 +126,13 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleLoadFatBinary(
-    pmod: *mut CUmodule,
-    fat: *const c_void,
-) -> CUresult {
+pub unsafe extern "C" fn cuModuleLoadFatBinary(pmod: *mut CUmodule, fat: *const c_void) -> CUresult {
     entry(|| load(pmod, fat))
 }
 
 fn module_id(c: &mut Client, h: CUmodule) -> R<gpupool_protocol::ModuleId> {
     c.current()?;
-    c.reg
-        .modules
-        .get(&(h as u64))
-        .map(|m| m.id)
-        .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    c.reg.modules.get(&(h as u64)).map(|m| m.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
 #[unsafe(no_mangle)]
@@ -176,11 +150,7 @@ pub unsafe extern "C" fn cuModuleUnload(hmod: CUmodule) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleGetFunction(
-    hfunc: *mut CUfunction,
-    hmod: CUmodule,
-    name: *const c_char,
-) -> CUresult {
+pub unsafe extern "C" fn cuModuleGetFunction(hfunc: *mut CUfunction, hmod: CUmodule, name: *const c_char) -> CUresult {
     entry(|| {
         let name = c_str(name)?;
         if hfunc.is_null() {
@@ -189,30 +159,16 @@ pub unsafe extern "C" fn cuModuleGetFunction(
         let h = client::call(|c| {
             let module = module_id(c, hmod)?;
             let m = hmod as u64;
-            if let Some((&h, _)) = c
-                .reg
-                .funcs
-                .iter()
-                .find(|(_, f)| f.module == m && f.name.to_bytes() == name.as_bytes())
+            if let Some((&h, _)) =
+                c.reg.funcs.iter().find(|(_, f)| f.module == m && f.name.to_bytes() == name.as_bytes())
             {
                 return Ok(h);
             }
-            let req = Request::ModuleGetFunction {
-                module,
-                name: name.to_string(),
-            };
+            let req = Request::ModuleGetFunction { module, name: name.to_string() };
             let Reply::Function { func, params } = c.live()?.call(req)? else {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
-            add_function(
-                c,
-                m,
-                FunctionInfo {
-                    func,
-                    name: name.to_string(),
-                    params,
-                },
-            )
+            add_function(c, m, FunctionInfo { func, name: name.to_string(), params })
         })?;
         out(hfunc, h as CUfunction)
     })
@@ -230,10 +186,8 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
         let (p, size) = client::call(|c| {
             let module = module_id(c, hmod)?;
             let ctx = c.reg.modules[&(hmod as u64)].ctx;
-            let Reply::Global { ptr, size } = c.live()?.call(Request::ModuleGetGlobal {
-                module,
-                name: name.to_string(),
-            })?
+            let Reply::Global { ptr, size } =
+                c.live()?.call(Request::ModuleGetGlobal { module, name: name.to_string() })?
             else {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
@@ -255,29 +209,18 @@ pub fn func_id(c: &mut Client, h: CUfunction) -> R<FuncId> {
     if !c.initialized {
         return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
     }
-    c.reg
-        .funcs
-        .get(&(h as u64))
-        .map(|f| f.id)
-        .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    c.reg.funcs.get(&(h as u64)).map(|f| f.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncGetAttribute(
-    value: *mut c_int,
-    attrib: F,
-    hfunc: CUfunction,
-) -> CUresult {
+pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attrib: F, hfunc: CUfunction) -> CUresult {
     entry(|| {
         if value.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let v = client::call(|c| {
             let func = func_id(c, hfunc)?;
-            match c.live()?.call(Request::FuncGetAttribute {
-                func,
-                attribute: attrib.0,
-            })? {
+            match c.live()?.call(Request::FuncGetAttribute { func, attribute: attrib.0 })? {
                 Reply::Attribute { value } => Ok(value),
                 _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
             }
@@ -287,19 +230,11 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncSetAttribute(
-    hfunc: CUfunction,
-    attrib: F,
-    value: c_int,
-) -> CUresult {
+pub unsafe extern "C" fn cuFuncSetAttribute(hfunc: CUfunction, attrib: F, value: c_int) -> CUresult {
     entry(|| {
         client::call(|c| {
             let func = func_id(c, hfunc)?;
-            c.live()?.call_ok(Request::FuncSetAttribute {
-                func,
-                attribute: attrib.0,
-                value,
-            })
+            c.live()?.call_ok(Request::FuncSetAttribute { func, attribute: attrib.0, value })
         })
     })
 }
@@ -329,11 +264,7 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
         }
         let p = client::with(|c| {
             func_id(c, func)?;
-            c.reg.funcs[&(func as u64)]
-                .params
-                .get(index)
-                .copied()
-                .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+            c.reg.funcs[&(func as u64)].params.get(index).copied().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
         })?;
         out(offset, p.offset as usize)?;
         out(size, p.size as usize)

@@ -7,9 +7,7 @@ use crate::client::{self, Client};
 use gpupool_protocol::Request;
 use gpupool_protocol::ops::{DeviceInfo, Reply};
 use gpupool_shim::cuda::CUresult;
-use gpupool_shim::nvml::{
-    nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t as R, nvmlUtilization_t,
-};
+use gpupool_shim::nvml::{nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t as R, nvmlUtilization_t};
 use std::os::raw::{c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
@@ -30,20 +28,14 @@ fn map(e: CUresult) -> R {
     match e {
         CUresult::CUDA_ERROR_NOT_INITIALIZED => R::NVML_ERROR_DRIVER_NOT_LOADED,
         CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE => R::NVML_ERROR_GPU_IS_LOST,
-        CUresult::CUDA_ERROR_INVALID_VALUE | CUresult::CUDA_ERROR_INVALID_DEVICE => {
-            R::NVML_ERROR_INVALID_ARGUMENT
-        }
+        CUresult::CUDA_ERROR_INVALID_VALUE | CUresult::CUDA_ERROR_INVALID_DEVICE => R::NVML_ERROR_INVALID_ARGUMENT,
         CUresult::CUDA_ERROR_NOT_SUPPORTED => R::NVML_ERROR_NOT_SUPPORTED,
         _ => R::NVML_ERROR_UNKNOWN,
     }
 }
 
 fn require_init() -> NResult<()> {
-    if *INIT_COUNT.lock().unwrap_or_else(|e| e.into_inner()) == 0 {
-        Err(R::NVML_ERROR_UNINITIALIZED)
-    } else {
-        Ok(())
-    }
+    if *INIT_COUNT.lock().unwrap_or_else(|e| e.into_inner()) == 0 { Err(R::NVML_ERROR_UNINITIALIZED) } else { Ok(()) }
 }
 
 /// Runs `f` with the client and its connection (after nvmlInit).
@@ -88,16 +80,11 @@ fn handle_of(ordinal: usize) -> nvmlDevice_t {
 }
 
 fn device(h: nvmlDevice_t) -> NResult<DeviceInfo> {
-    let off = (h as u64)
-        .checked_sub(NVML_HANDLE_BASE)
-        .ok_or(R::NVML_ERROR_INVALID_ARGUMENT)?;
+    let off = (h as u64).checked_sub(NVML_HANDLE_BASE).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)?;
     if off % 16 != 0 {
         return Err(R::NVML_ERROR_INVALID_ARGUMENT);
     }
-    devices()?
-        .into_iter()
-        .nth((off / 16) as usize)
-        .ok_or(R::NVML_ERROR_INVALID_ARGUMENT)
+    devices()?.into_iter().nth((off / 16) as usize).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)
 }
 
 fn uuid_string(d: &DeviceInfo) -> String {
@@ -172,11 +159,7 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length
 pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> R {
     nvml_entry(|| {
         let v = cuda_version()?;
-        write_str(
-            version,
-            length,
-            &format!("{}.{}", v / 1000, driver_branch(v)),
-        )
+        write_str(version, length, &format!("{}.{}", v / 1000, driver_branch(v)))
     })
 }
 
@@ -206,18 +189,13 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, dev: *mut 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
-    uuid: *const c_char,
-    dev: *mut nvmlDevice_t,
-) -> R {
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut nvmlDevice_t) -> R {
     nvml_entry(|| {
         if uuid.is_null() {
             return Err(R::NVML_ERROR_INVALID_ARGUMENT);
         }
         // SAFETY: non-null, NUL-terminated per NVML's contract.
-        let want = unsafe { std::ffi::CStr::from_ptr(uuid) }
-            .to_string_lossy()
-            .to_ascii_lowercase();
+        let want = unsafe { std::ffi::CStr::from_ptr(uuid) }.to_string_lossy().to_ascii_lowercase();
         let i = devices()?
             .iter()
             .position(|d| uuid_string(d).to_ascii_lowercase() == want)
@@ -237,63 +215,37 @@ pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(dev: nvmlDevice_t, minor: *mut
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetName(
-    dev: nvmlDevice_t,
-    name: *mut c_char,
-    length: c_uint,
-) -> R {
+pub unsafe extern "C" fn nvmlDeviceGetName(dev: nvmlDevice_t, name: *mut c_char, length: c_uint) -> R {
     nvml_entry(|| write_str(name, length, &device(dev)?.name))
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetUUID(
-    dev: nvmlDevice_t,
-    uuid: *mut c_char,
-    length: c_uint,
-) -> R {
+pub unsafe extern "C" fn nvmlDeviceGetUUID(dev: nvmlDevice_t, uuid: *mut c_char, length: c_uint) -> R {
     nvml_entry(|| write_str(uuid, length, &uuid_string(&device(dev)?)))
 }
 
 /// (total, free) as the tenant sees them.
 fn mem_info(dev: nvmlDevice_t) -> NResult<(u64, u64)> {
     let d = device(dev)?;
-    with(|c| {
-        match c
-            .conn()?
-            .call(Request::MgmtMemoryInfo { device: d.ordinal })?
-        {
-            Reply::MemInfo { free, total } => Ok((total, free.min(total))),
-            _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
-        }
+    with(|c| match c.conn()?.call(Request::MgmtMemoryInfo { device: d.ordinal })? {
+        Reply::MemInfo { free, total } => Ok((total, free.min(total))),
+        _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
     })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
-    dev: nvmlDevice_t,
-    memory: *mut nvmlMemory_t,
-) -> R {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, memory: *mut nvmlMemory_t) -> R {
     nvml_entry(|| {
         if memory.is_null() {
             return Err(R::NVML_ERROR_INVALID_ARGUMENT);
         }
         let (total, free) = mem_info(dev)?;
-        nout(
-            memory,
-            nvmlMemory_t {
-                total,
-                free,
-                used: total - free,
-            },
-        )
+        nout(memory, nvmlMemory_t { total, free, used: total - free })
     })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
-    dev: nvmlDevice_t,
-    memory: *mut nvmlMemory_v2_t,
-) -> R {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(dev: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> R {
     nvml_entry(|| {
         if memory.is_null() {
             return Err(R::NVML_ERROR_INVALID_ARGUMENT);
@@ -305,40 +257,20 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             return Err(R::NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
         }
         let (total, free) = mem_info(dev)?;
-        nout(
-            memory,
-            nvmlMemory_v2_t {
-                version,
-                total,
-                reserved: 0,
-                free,
-                used: total - free,
-            },
-        )
+        nout(memory, nvmlMemory_v2_t { version, total, reserved: 0, free, used: total - free })
     })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
-    dev: nvmlDevice_t,
-    util: *mut nvmlUtilization_t,
-) -> R {
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(dev: nvmlDevice_t, util: *mut nvmlUtilization_t) -> R {
     nvml_entry(|| {
         if util.is_null() {
             return Err(R::NVML_ERROR_INVALID_ARGUMENT);
         }
         let d = device(dev)?;
-        let (gpu, memory) = with(|c| {
-            match c
-                .conn()?
-                .call(Request::MgmtUtilization { device: d.ordinal })?
-            {
-                Reply::Utilization {
-                    gpu_percent,
-                    memory_percent,
-                } => Ok((gpu_percent, memory_percent)),
-                _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
-            }
+        let (gpu, memory) = with(|c| match c.conn()?.call(Request::MgmtUtilization { device: d.ordinal })? {
+            Reply::Utilization { gpu_percent, memory_percent } => Ok((gpu_percent, memory_percent)),
+            _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
         })?;
         nout(util, nvmlUtilization_t { gpu, memory })
     })

@@ -34,12 +34,9 @@ fn get_proc_address(
     if symbol.is_null() || pfn.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    let per_thread =
-        validate(version, flags, super::init::driver_version()).map_err(|why| why.code())?;
+    let per_thread = validate(version, flags, super::init::driver_version()).map_err(|why| why.code())?;
     // SAFETY: non-null and NUL-terminated per the CUDA contract.
-    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }
-        .to_str()
-        .unwrap_or("");
+    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_str().unwrap_or("");
     let (f, q) = table().lookup(name, version, per_thread);
     out(pfn, f.unwrap_or(std::ptr::null()) as *mut c_void)?;
     if !status.is_null() {

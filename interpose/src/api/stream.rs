@@ -31,14 +31,8 @@ pub fn resolve(c: &mut Client, h: CUstream, d: DefaultStream) -> R<StreamId> {
             if !c.initialized {
                 return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
             }
-            let s = c
-                .reg
-                .streams
-                .get(&h)
-                .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-            c.reg
-                .ctx(s.ctx)
-                .map_err(|_| CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
+            let s = c.reg.streams.get(&h).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            c.reg.ctx(s.ctx).map_err(|_| CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
             Ok(s.id)
         }
     }
@@ -50,11 +44,7 @@ fn per_thread(c: &mut Client) -> R<StreamId> {
     if let Some(&s) = c.reg.per_thread.get(&key) {
         return Ok(s);
     }
-    let req = Request::StreamCreate {
-        ctx,
-        flags: 0,
-        priority: 0,
-    };
+    let req = Request::StreamCreate { ctx, flags: 0, priority: 0 };
     let Reply::Stream { stream } = c.live()?.call(req)? else {
         return Err(CUresult::CUDA_ERROR_UNKNOWN);
     };
@@ -84,24 +74,11 @@ fn create(ph: *mut CUstream, flags: u32, priority: c_int) -> R<()> {
     let priority = priority.clamp(-5, 0);
     let h = client::call(|c| {
         let (ctx_h, ctx, _) = c.current()?;
-        let Reply::Stream { stream } = c.live()?.call(Request::StreamCreate {
-            ctx,
-            flags,
-            priority,
-        })?
-        else {
+        let Reply::Stream { stream } = c.live()?.call(Request::StreamCreate { ctx, flags, priority })? else {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
         let h = make(Kind::Stream, stream.0)?;
-        c.reg.streams.insert(
-            h,
-            StreamInfo {
-                id: stream,
-                ctx: ctx_h,
-                flags,
-                priority,
-            },
-        );
+        c.reg.streams.insert(h, StreamInfo { id: stream, ctx: ctx_h, flags, priority });
         Ok(h)
     })?;
     out(ph, h as CUstream)
@@ -113,11 +90,7 @@ pub unsafe extern "C" fn cuStreamCreate(ph: *mut CUstream, flags: c_uint) -> CUr
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(
-    ph: *mut CUstream,
-    flags: c_uint,
-    priority: c_int,
-) -> CUresult {
+pub unsafe extern "C" fn cuStreamCreateWithPriority(ph: *mut CUstream, flags: c_uint, priority: c_int) -> CUresult {
     crate::util::entry(|| create(ph, flags, priority))
 }
 
@@ -151,12 +124,7 @@ fn get_ctx(h: CUstream, pctx: *mut CUcontext, _d: DefaultStream) -> R<()> {
     out(pctx, ctx as CUcontext)
 }
 
-fn get_ctx_v2(
-    h: CUstream,
-    pctx: *mut CUcontext,
-    green: *mut CUgreenCtx,
-    d: DefaultStream,
-) -> R<()> {
+fn get_ctx_v2(h: CUstream, pctx: *mut CUcontext, green: *mut CUgreenCtx, d: DefaultStream) -> R<()> {
     if !green.is_null() {
         out(green, std::ptr::null_mut())?;
     }
@@ -171,11 +139,7 @@ fn query(h: CUstream, d: DefaultStream) -> R<()> {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
         conn.take_pending()?;
-        if ready {
-            Ok(())
-        } else {
-            Err(CUresult::CUDA_ERROR_NOT_READY)
-        }
+        if ready { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_READY) }
     })
 }
 
@@ -191,17 +155,8 @@ pub fn synchronize(h: CUstream, d: DefaultStream) -> R<()> {
 fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, h, d)?;
-        let ev = c
-            .reg
-            .events
-            .get(&(event as u64))
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?
-            .id;
-        c.live()?.post(Request::StreamWaitEvent {
-            stream,
-            event: ev,
-            flags,
-        })
+        let ev = c.reg.events.get(&(event as u64)).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?.id;
+        c.live()?.post(Request::StreamWaitEvent { stream, event: ev, flags })
     })
 }
 
@@ -214,13 +169,7 @@ fn launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void, d: DefaultStrea
     Ok(())
 }
 
-fn add_callback(
-    h: CUstream,
-    cb: CUstreamCallback,
-    user: *mut c_void,
-    flags: c_uint,
-    d: DefaultStream,
-) -> R<()> {
+fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_uint, d: DefaultStream) -> R<()> {
     let cb = cb.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     if flags != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);

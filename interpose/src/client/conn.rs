@@ -57,9 +57,7 @@ fn endpoint() -> Result<String, String> {
     match std::env::var("XDG_RUNTIME_DIR") {
         Ok(d) if !d.is_empty() => Ok(format!("{d}/gpupool.sock")),
         // SAFETY: as above.
-        _ => Ok(format!("/run/user/{}/gpupool.sock", unsafe {
-            libc::geteuid()
-        })),
+        _ => Ok(format!("/run/user/{}/gpupool.sock", unsafe { libc::geteuid() })),
     }
 }
 
@@ -89,11 +87,9 @@ impl Conn {
     pub fn open() -> Result<Conn, String> {
         let path = endpoint()?;
         let sock = UnixStream::connect(&path).map_err(|e| format!("connecting to {path}: {e}"))?;
-        let t = ShmTransport::connect(sock, WaitPolicy::default())
-            .map_err(|e| format!("attaching to {path}: {e}"))?;
+        let t = ShmTransport::connect(sock, WaitPolicy::default()).map_err(|e| format!("attaching to {path}: {e}"))?;
         let pid = std::process::id();
-        let memory_limit =
-            env_size("GPUPOOL_MEMORY").or_else(|| env_size("CUDA_DEVICE_MEMORY_LIMIT"));
+        let memory_limit = env_size("GPUPOOL_MEMORY").or_else(|| env_size("CUDA_DEVICE_MEMORY_LIMIT"));
         let compute_percent = std::env::var("GPUPOOL_COMPUTE")
             .or_else(|_| std::env::var("CUDA_DEVICE_SM_LIMIT"))
             .ok()
@@ -120,23 +116,15 @@ impl Conn {
             memory_limit,
             compute_percent,
             client_name,
-            token: std::env::var("GPUPOOL_TOKEN")
-                .ok()
-                .filter(|t| !t.is_empty()),
+            token: std::env::var("GPUPOOL_TOKEN").ok().filter(|t| !t.is_empty()),
         };
         match c.call_raw(hello) {
-            Ok(Reply::HelloReply {
-                driver_version,
-                devices,
-                ..
-            }) => {
+            Ok(Reply::HelloReply { driver_version, devices, .. }) => {
                 c.driver_version = driver_version;
                 c.devices = devices;
                 Ok(c)
             }
-            Ok(Reply::Error { code, message }) => {
-                Err(format!("daemon refused the session ({code}): {message}"))
-            }
+            Ok(Reply::Error { code, message }) => Err(format!("daemon refused the session ({code}): {message}")),
             Ok(other) => Err(format!("unexpected hello reply {:?}", other.op())),
             Err(code) => Err(format!("hello failed ({})", code.0)),
         }
@@ -229,11 +217,7 @@ impl Conn {
             self.posted = 0;
             // No sync request is in flight (we hold the client lock), so whatever is
             // queued for us is an asynchronous failure.
-            while self
-                .t
-                .recv_into(&mut self.buf, Some(std::time::Duration::ZERO))
-                .is_ok()
-            {
+            while self.t.recv_into(&mut self.buf, Some(std::time::Duration::ZERO)).is_ok() {
                 self.handle_frame(None)?;
             }
         }
@@ -249,9 +233,7 @@ impl Conn {
     }
 
     pub fn staging(&self) -> &Staging {
-        self.t
-            .staging()
-            .expect("the shared-memory transport always has staging")
+        self.t.staging().expect("the shared-memory transport always has staging")
     }
 
     /// Host bytes for the daemon: inline when short, else written to staging at `offset`.
@@ -259,13 +241,8 @@ impl Conn {
         if bytes.len() <= INLINE_MAX {
             return Ok(HostSrc::Inline(InlineBytes(bytes.to_vec())));
         }
-        self.staging()
-            .write(0, bytes)
-            .map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        Ok(HostSrc::Staging(StagingRegion {
-            offset: 0,
-            len: bytes.len() as u64,
-        }))
+        self.staging().write(0, bytes).map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        Ok(HostSrc::Staging(StagingRegion { offset: 0, len: bytes.len() as u64 }))
     }
 
     /// Shares a page-locked region with the daemon: its fd goes on the socket just before

@@ -80,9 +80,7 @@ impl Registry {
         self.per_thread.retain(|(_, ctx), _| *ctx != h);
     }
     pub fn ctx(&self, h: u64) -> R<&CtxInfo> {
-        self.ctxs
-            .get(&h)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+        self.ctxs.get(&h).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
     }
 }
 
@@ -117,9 +115,7 @@ fn register_atfork() {
     ONCE.call_once(|| {
         // SAFETY: the handlers are plain functions that live as long as the library (never
         // unloaded: it is preloaded); they only take and release our own lock.
-        let rc = unsafe {
-            libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork_child))
-        };
+        let rc = unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork_child)) };
         if rc != 0 {
             log("pthread_atfork failed; a forked child must not use CUDA");
         }
@@ -130,10 +126,7 @@ fn register_atfork() {
 pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
     let mut g = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
     let generation = FORK_GEN.load(Ordering::Relaxed);
-    let c = g.get_or_insert_with(|| Client {
-        generation,
-        ..Default::default()
-    });
+    let c = g.get_or_insert_with(|| Client { generation, ..Default::default() });
     if c.generation != generation {
         // A forked child: the parent's connection and handles are not ours.
         if let Some(conn) = c.conn.take() {
@@ -143,11 +136,7 @@ pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
         // The child keeps its copies of the parent's page-locked mappings (its pointers
         // stay readable); they are no longer regions of any session.
         std::mem::forget(std::mem::take(&mut c.reg.regions));
-        *c = Client {
-            generation,
-            initialized,
-            ..Default::default()
-        };
+        *c = Client { generation, initialized, ..Default::default() };
         STACK.with(|s| s.borrow_mut().clear());
     }
     f(c)
@@ -199,10 +188,7 @@ impl Client {
 
     pub fn device(&mut self, ordinal: i32) -> R<&gpupool_protocol::ops::DeviceInfo> {
         let devs = self.devices()?;
-        usize::try_from(ordinal)
-            .ok()
-            .and_then(|i| devs.get(i))
-            .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
+        usize::try_from(ordinal).ok().and_then(|i| devs.get(i)).ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
     }
 
     /// The calling thread's current context: (handle, daemon id, device).

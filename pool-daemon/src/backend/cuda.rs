@@ -2,9 +2,7 @@
 //! its exported (versioned) name, typed with the signatures bindgen generated from
 //! our checked headers.
 
-use gpupool_shim::cuda::{
-    self as cu, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUresult,
-};
+use gpupool_shim::cuda::{self as cu, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUresult};
 use libloading::Library;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
@@ -13,16 +11,9 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
     #[error("cannot load {path}: {source}")]
-    Load {
-        path: String,
-        source: libloading::Error,
-    },
+    Load { path: String, source: libloading::Error },
     #[error("{call} failed: {name} ({code})")]
-    Call {
-        call: &'static str,
-        name: String,
-        code: u32,
-    },
+    Call { call: &'static str, name: String, code: u32 },
 }
 
 macro_rules! driver_table {
@@ -135,15 +126,9 @@ impl Cuda {
             format!("CUresult {}", res.0)
         } else {
             // SAFETY: non-null static NUL-terminated string owned by the driver.
-            unsafe { CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned()
+            unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
         };
-        Err(CudaError::Call {
-            call,
-            name,
-            code: res.0,
-        })
+        Err(CudaError::Call { call, name, code: res.0 })
     }
 }
 

@@ -32,10 +32,5 @@ impl DriverSource {
 /// which answers to both vendor sonames.
 pub fn simulator_next_to(exe: &Path) -> Option<PathBuf> {
     let dir = exe.parent()?;
-    [
-        dir.join("libgpupool_sim.so"),
-        dir.parent()?.join("libgpupool_sim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
+    [dir.join("libgpupool_sim.so"), dir.parent()?.join("libgpupool_sim.so")].into_iter().find(|p| p.exists())
 }

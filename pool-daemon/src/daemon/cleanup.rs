@@ -45,12 +45,7 @@ impl Session {
                 tracing::debug!(session = id, "freeing: {e}");
             }
         };
-        let streams: Vec<_> = self
-            .streams
-            .keys()
-            .copied()
-            .filter(|&k| mine(Handle::Stream(k)))
-            .collect();
+        let streams: Vec<_> = self.streams.keys().copied().filter(|&k| mine(Handle::Stream(k))).collect();
         for k in streams {
             let (st, d) = self.streams.remove(&k).expect("listed");
             f.streams += 1;
@@ -59,12 +54,7 @@ impl Session {
                 note(call!(cuda, cuStreamDestroy_v2(st.0)), &mut f.errors);
             }
         }
-        let events: Vec<_> = self
-            .events
-            .keys()
-            .copied()
-            .filter(|&k| mine(Handle::Event(k)))
-            .collect();
+        let events: Vec<_> = self.events.keys().copied().filter(|&k| mine(Handle::Event(k))).collect();
         for k in events {
             let (e, d) = self.events.remove(&k).expect("listed");
             f.events += 1;
@@ -72,12 +62,7 @@ impl Session {
                 note(call!(cuda, cuEventDestroy_v2(e.0)), &mut f.errors);
             }
         }
-        let allocs: Vec<_> = self
-            .allocs
-            .keys()
-            .copied()
-            .filter(|&k| mine(Handle::Alloc(k)))
-            .collect();
+        let allocs: Vec<_> = self.allocs.keys().copied().filter(|&k| mine(Handle::Alloc(k))).collect();
         let mut synced = std::collections::BTreeSet::new();
         for ptr in allocs {
             let a = self.allocs.remove(&ptr).expect("listed");
@@ -94,12 +79,7 @@ impl Session {
                 tracing::error!(session = self.id, "ledger out of step: {e}");
             }
         }
-        let modules: Vec<_> = self
-            .modules
-            .keys()
-            .copied()
-            .filter(|&k| mine(Handle::Module(k)))
-            .collect();
+        let modules: Vec<_> = self.modules.keys().copied().filter(|&k| mine(Handle::Module(k))).collect();
         for k in modules {
             let (m, d) = self.modules.remove(&k).expect("listed");
             f.modules += 1;
@@ -132,16 +112,9 @@ pub fn end(mut s: Session, reason: &str) {
     }
     let left = shared.ledger.release_session(s.quota);
     if !left.is_empty() {
-        tracing::error!(
-            session = s.id,
-            "ledger held more than the session's allocations: {left:?}"
-        );
+        tracing::error!(session = s.id, "ledger held more than the session's allocations: {left:?}");
     }
-    shared
-        .sessions
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&s.id);
+    shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&s.id);
     let took = t0.elapsed();
     tracing::info!(
         session = s.id, pid = s.cred.pid, uid = s.cred.uid, tenant = %s.tenant_name, reason,

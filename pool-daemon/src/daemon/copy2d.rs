@@ -24,13 +24,7 @@ fn over() -> Fail {
 
 impl Session {
     /// `skip`: bytes from the origin to the first byte; `span`: bytes from there to the end.
-    fn copy_end(
-        &self,
-        space: MemSpace,
-        skip: u64,
-        span: u64,
-        staging: Option<&Staging>,
-    ) -> Result<End> {
+    fn copy_end(&self, space: MemSpace, skip: u64, span: u64, staging: Option<&Staging>) -> Result<End> {
         match space {
             MemSpace::Device(p) => {
                 let first = p.0.checked_add(skip).ok_or_else(over)?;
@@ -45,40 +39,23 @@ impl Session {
             MemSpace::Staging(o) => {
                 let first = o.checked_add(skip).ok_or_else(over)?;
                 let host = Self::staging_ptr(staging, first, span)?;
-                Ok(End {
-                    kind: CUmemorytype::CU_MEMORYTYPE_HOST,
-                    host,
-                    device: 0,
-                    device_ordinal: None,
-                })
+                Ok(End { kind: CUmemorytype::CU_MEMORYTYPE_HOST, host, device: 0, device_ordinal: None })
             }
         }
     }
 
     fn device_of(&self, a: &End, b: &End) -> Result<u32> {
-        a.device_ordinal
-            .or(b.device_ordinal)
-            .ok_or_else(|| Fail::invalid_value("a copy between two staging regions"))
+        a.device_ordinal.or(b.device_ordinal).ok_or_else(|| Fail::invalid_value("a copy between two staging regions"))
     }
 
-    pub(super) fn memcpy_2d(
-        &mut self,
-        c: Copy2D,
-        stream: Option<StreamId>,
-        staging: Option<&Staging>,
-    ) -> Result<()> {
+    pub(super) fn memcpy_2d(&mut self, c: Copy2D, stream: Option<StreamId>, staging: Option<&Staging>) -> Result<()> {
         let end = |x: u64, y: u64, pitch: u64| -> Result<(u64, u64)> {
             if c.height > 1 && pitch < c.width_bytes {
                 return Err(Fail::invalid_value("pitch smaller than the width"));
             }
-            let skip = y
-                .checked_mul(pitch)
-                .and_then(|v| v.checked_add(x))
-                .ok_or_else(over)?;
-            let span = (c.height.max(1) - 1)
-                .checked_mul(pitch)
-                .and_then(|v| v.checked_add(c.width_bytes))
-                .ok_or_else(over)?;
+            let skip = y.checked_mul(pitch).and_then(|v| v.checked_add(x)).ok_or_else(over)?;
+            let span =
+                (c.height.max(1) - 1).checked_mul(pitch).and_then(|v| v.checked_add(c.width_bytes)).ok_or_else(over)?;
             Ok((skip, span))
         };
         if c.width_bytes == 0 || c.height == 0 {
@@ -111,22 +88,13 @@ impl Session {
         Ok(())
     }
 
-    pub(super) fn memcpy_3d(
-        &mut self,
-        c: Copy3D,
-        stream: Option<StreamId>,
-        staging: Option<&Staging>,
-    ) -> Result<()> {
+    pub(super) fn memcpy_3d(&mut self, c: Copy3D, stream: Option<StreamId>, staging: Option<&Staging>) -> Result<()> {
         if c.width_bytes == 0 || c.height == 0 || c.depth == 0 {
             return Ok(());
         }
         let end = |x: u64, y: u64, z: u64, pitch: u64, rows: u64| -> Result<(u64, u64)> {
-            if (c.height > 1 || c.depth > 1) && pitch < c.width_bytes
-                || c.depth > 1 && rows < c.height
-            {
-                return Err(Fail::invalid_value(
-                    "pitch or slice height smaller than the copy",
-                ));
+            if (c.height > 1 || c.depth > 1) && pitch < c.width_bytes || c.depth > 1 && rows < c.height {
+                return Err(Fail::invalid_value("pitch or slice height smaller than the copy"));
             }
             let row = |r: u64| r.checked_mul(pitch);
             let skip = z
@@ -135,13 +103,9 @@ impl Session {
                 .and_then(row)
                 .and_then(|v| v.checked_add(x))
                 .ok_or_else(over)?;
-            let last_row = (c.depth - 1)
-                .checked_mul(rows)
-                .and_then(|v| v.checked_add(c.height - 1))
-                .ok_or_else(over)?;
-            let span = row(last_row)
-                .and_then(|v| v.checked_add(c.width_bytes))
-                .ok_or_else(over)?;
+            let last_row =
+                (c.depth - 1).checked_mul(rows).and_then(|v| v.checked_add(c.height - 1)).ok_or_else(over)?;
+            let span = row(last_row).and_then(|v| v.checked_add(c.width_bytes)).ok_or_else(over)?;
             Ok((skip, span))
         };
         let (ss, sn) = end(c.src.x_bytes, c.src.y, c.src.z, c.src.pitch, c.src.height)?;

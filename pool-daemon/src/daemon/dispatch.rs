@@ -32,19 +32,13 @@ pub struct Fail {
 
 impl Fail {
     pub fn new(code: u32, message: impl Into<String>) -> Fail {
-        Fail {
-            code,
-            message: message.into(),
-        }
+        Fail { code, message: message.into() }
     }
     pub fn invalid_value(message: impl Into<String>) -> Fail {
         Fail::new(INVALID_VALUE, message)
     }
     pub fn invalid_handle(what: &str, id: u64) -> Fail {
-        Fail::new(
-            INVALID_HANDLE,
-            format!("{what} {id} is not one this session holds"),
-        )
+        Fail::new(INVALID_HANDLE, format!("{what} {id} is not one this session holds"))
     }
     pub fn invalid_device(d: u32) -> Fail {
         Fail::new(INVALID_DEVICE, format!("no device {d}"))
@@ -54,10 +48,7 @@ impl Fail {
 impl From<CudaError> for Fail {
     fn from(e: CudaError) -> Fail {
         match e {
-            CudaError::Call { code, .. } => Fail {
-                code,
-                message: e.to_string(),
-            },
+            CudaError::Call { code, .. } => Fail { code, message: e.to_string() },
             CudaError::Load { .. } => Fail::new(NOT_SUPPORTED, e.to_string()),
         }
     }
@@ -85,10 +76,7 @@ impl Session {
     }
 
     pub fn ctx_device(&self, ctx: CtxId) -> Result<u32> {
-        self.ctxs
-            .get(&ctx)
-            .copied()
-            .ok_or_else(|| Fail::invalid_handle("context", ctx.0))
+        self.ctxs.get(&ctx).copied().ok_or_else(|| Fail::invalid_handle("context", ctx.0))
     }
 
     /// The device of the memory `[ptr, ptr+len)`, which must lie inside one allocation or
@@ -96,9 +84,7 @@ impl Session {
     pub fn owned(&self, ptr: DevicePtr, len: u64) -> Result<u32> {
         let p = ptr.0;
         let inside = |base: u64, size: u64| {
-            p >= base
-                && p.checked_add(len).is_some_and(|end| end <= base + size)
-                && (len > 0 || p < base + size)
+            p >= base && p.checked_add(len).is_some_and(|end| end <= base + size) && (len > 0 || p < base + size)
         };
         if let Some((&base, a)) = self.allocs.range(..=p).next_back()
             && inside(base, a.size)
@@ -110,25 +96,19 @@ impl Session {
         {
             return Ok(device);
         }
-        Err(Fail::invalid_value(format!(
-            "device memory {p:#x}+{len} is not owned by this session"
-        )))
+        Err(Fail::invalid_value(format!("device memory {p:#x}+{len} is not owned by this session")))
     }
 
     /// A staging region, bounds-checked: its first byte.
     pub fn staging_ptr(staging: Option<&Staging>, offset: u64, len: u64) -> Result<*mut u8> {
-        let st =
-            staging.ok_or_else(|| Fail::invalid_value("this transport has no staging area"))?;
+        let st = staging.ok_or_else(|| Fail::invalid_value("this transport has no staging area"))?;
         match offset.checked_add(len) {
             Some(end) if end <= st.len() as u64 => {
                 // SAFETY: offset is within the staging area just checked, which lies inside
                 // the live mapping `st` keeps.
                 Ok(unsafe { st.as_ptr().add(offset as usize) })
             }
-            _ => Err(Fail::invalid_value(format!(
-                "staging range {offset}+{len} outside {} bytes",
-                st.len()
-            ))),
+            _ => Err(Fail::invalid_value(format!("staging range {offset}+{len} outside {} bytes", st.len()))),
         }
     }
 
@@ -136,28 +116,18 @@ impl Session {
         use Request as R;
         Ok(match op {
             R::Hello { .. } => return Err(Fail::invalid_value("a second hello")),
-            R::DeviceGetCount {} => Reply::DeviceCount {
-                count: self.shared.devices.len() as u32,
-            },
+            R::DeviceGetCount {} => Reply::DeviceCount { count: self.shared.devices.len() as u32 },
             R::DeviceGetInfo { device } => {
                 self.check_device(device)?;
-                Reply::DeviceInfo {
-                    info: self.device_info(device),
-                }
+                Reply::DeviceInfo { info: self.device_info(device) }
             }
             R::MemGetInfo { ctx } => {
                 let d = self.ctx_device(ctx)?;
                 self.enter(d)?;
                 let (mut free, mut total) = (0usize, 0usize);
                 call!(self.shared.cuda, cuMemGetInfo_v2(&mut free, &mut total))?;
-                let m = self
-                    .shared
-                    .ledger
-                    .mem_info(&self.quota, d, total as u64, free as u64);
-                Reply::MemInfo {
-                    free: m.free,
-                    total: m.total,
-                }
+                let m = self.shared.ledger.mem_info(&self.quota, d, total as u64, free as u64);
+                Reply::MemInfo { free: m.free, total: m.total }
             }
             R::PrimaryCtxRetain { device } => {
                 self.check_device(device)?;
@@ -214,12 +184,7 @@ impl Session {
                 self.owner.insert(Handle::Alloc(ptr.0), ctx);
                 Reply::MemPtr { ptr }
             }
-            R::MemAllocPitch {
-                ctx,
-                width_bytes,
-                height,
-                element_size,
-            } => {
+            R::MemAllocPitch { ctx, width_bytes, height, element_size } => {
                 let d = self.ctx_device(ctx)?;
                 let (ptr, pitch) = self.alloc_pitch(d, width_bytes, height, element_size)?;
                 self.owner.insert(Handle::Alloc(ptr.0), ctx);
@@ -245,28 +210,16 @@ impl Session {
                     .range(..=p)
                     .next_back()
                     .and_then(|(&b, a)| hit(b, a.size))
-                    .or_else(|| {
-                        self.globals
-                            .range(..=p)
-                            .next_back()
-                            .and_then(|(&b, g)| hit(b, g.0))
-                    })
+                    .or_else(|| self.globals.range(..=p).next_back().and_then(|(&b, g)| hit(b, g.0)))
                     .ok_or_else(|| Fail::invalid_value("not owned"))?;
-                Reply::AddressRange {
-                    base: DevicePtr(base),
-                    size,
-                }
+                Reply::AddressRange { base: DevicePtr(base), size }
             }
             op => return self.exec(op, staging),
         })
     }
 
     pub fn check_device(&self, device: u32) -> Result<()> {
-        if (device as usize) < self.shared.devices.len() {
-            Ok(())
-        } else {
-            Err(Fail::invalid_device(device))
-        }
+        if (device as usize) < self.shared.devices.len() { Ok(()) } else { Err(Fail::invalid_device(device)) }
     }
 
     /// Reserve in the ledger, then allocate; over quota: OUT_OF_MEMORY and nothing changes.
@@ -276,9 +229,7 @@ impl Session {
         }
         self.enter(d)?;
         let ledger = &self.shared.ledger;
-        let r = ledger
-            .reserve(&self.quota, d, bytes)
-            .map_err(|e| Fail::new(OUT_OF_MEMORY, e.to_string()))?;
+        let r = ledger.reserve(&self.quota, d, bytes).map_err(|e| Fail::new(OUT_OF_MEMORY, e.to_string()))?;
         let mut ptr: CUdeviceptr = 0;
         match call!(self.shared.cuda, cuMemAlloc_v2(&mut ptr, bytes as usize)) {
             Ok(()) => r.commit(),
@@ -287,29 +238,15 @@ impl Session {
                 return Err(e.into());
             }
         }
-        self.allocs.insert(
-            ptr,
-            Alloc {
-                size: bytes,
-                device: d,
-            },
-        );
+        self.allocs.insert(ptr, Alloc { size: bytes, device: d });
         Ok(DevicePtr(ptr))
     }
 
     /// As [`Self::alloc`]; the pitch is the driver's, so the reservation is an upper bound
     /// (pitch rounded to 512 bytes) corrected once the real size is known.
-    fn alloc_pitch(
-        &mut self,
-        d: u32,
-        width: u64,
-        height: u64,
-        elem: u32,
-    ) -> Result<(DevicePtr, u64)> {
+    fn alloc_pitch(&mut self, d: u32, width: u64, height: u64, elem: u32) -> Result<(DevicePtr, u64)> {
         if width == 0 || height == 0 || ![4, 8, 16].contains(&elem) {
-            return Err(Fail::invalid_value(
-                "cuMemAllocPitch: zero size or element size not 4, 8 or 16",
-            ));
+            return Err(Fail::invalid_value("cuMemAllocPitch: zero size or element size not 4, 8 or 16"));
         }
         self.enter(d)?;
         let est = width
@@ -318,24 +255,18 @@ impl Session {
             .and_then(|p| p.checked_mul(height))
             .ok_or_else(|| Fail::invalid_value("size overflows"))?;
         let ledger = &self.shared.ledger;
-        let r = ledger
-            .reserve(&self.quota, d, est)
-            .map_err(|e| Fail::new(OUT_OF_MEMORY, e.to_string()))?;
+        let r = ledger.reserve(&self.quota, d, est).map_err(|e| Fail::new(OUT_OF_MEMORY, e.to_string()))?;
         let (mut ptr, mut pitch): (CUdeviceptr, usize) = (0, 0);
-        if let Err(e) = call!(
-            self.shared.cuda,
-            cuMemAllocPitch_v2(&mut ptr, &mut pitch, width as usize, height as usize, elem)
-        ) {
+        if let Err(e) =
+            call!(self.shared.cuda, cuMemAllocPitch_v2(&mut ptr, &mut pitch, width as usize, height as usize, elem))
+        {
             r.cancel();
             return Err(e.into());
         }
         let real = pitch as u64 * height;
         r.commit();
         if real > est {
-            if let Err(e) = ledger
-                .reserve(&self.quota, d, real - est)
-                .map(|r| r.commit())
-            {
+            if let Err(e) = ledger.reserve(&self.quota, d, real - est).map(|r| r.commit()) {
                 let _ = call!(self.shared.cuda, cuMemFree_v2(ptr));
                 let _ = ledger.release(&self.quota, d, est);
                 return Err(Fail::new(OUT_OF_MEMORY, e.to_string()));
@@ -343,22 +274,13 @@ impl Session {
         } else if real < est {
             let _ = ledger.release(&self.quota, d, est - real);
         }
-        self.allocs.insert(
-            ptr,
-            Alloc {
-                size: real,
-                device: d,
-            },
-        );
+        self.allocs.insert(ptr, Alloc { size: real, device: d });
         Ok((DevicePtr(ptr), pitch as u64))
     }
 
     fn free(&mut self, ptr: DevicePtr) -> Result<()> {
         let Some(a) = self.allocs.get(&ptr.0) else {
-            return Err(Fail::invalid_value(format!(
-                "{:#x} is not the start of an allocation of this session",
-                ptr.0
-            )));
+            return Err(Fail::invalid_value(format!("{:#x} is not the start of an allocation of this session", ptr.0)));
         };
         let (d, size) = (a.device, a.size);
         self.enter(d)?;
@@ -378,20 +300,12 @@ impl Session {
         device: Option<u32>,
     ) -> Result<(Raw<gpupool_shim::cuda::CUstream>, u32)> {
         if id == gpupool_protocol::StreamId::NULL {
-            let d = device
-                .or_else(|| self.tenant_ctxs.keys().next().copied())
-                .unwrap_or(0);
+            let d = device.or_else(|| self.tenant_ctxs.keys().next().copied()).unwrap_or(0);
             return Ok((Raw(std::ptr::null_mut()), d));
         }
-        let &(s, d) = self
-            .streams
-            .get(&id)
-            .ok_or_else(|| Fail::invalid_handle("stream", id.0))?;
+        let &(s, d) = self.streams.get(&id).ok_or_else(|| Fail::invalid_handle("stream", id.0))?;
         if device.is_some_and(|want| want != d) {
-            return Err(Fail::invalid_value(format!(
-                "stream {} belongs to device {d}",
-                id.0
-            )));
+            return Err(Fail::invalid_value(format!("stream {} belongs to device {d}", id.0)));
         }
         Ok((s, d))
     }

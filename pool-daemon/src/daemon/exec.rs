@@ -12,9 +12,7 @@ use super::cleanup::Handle;
 use super::dispatch::{Fail, Result};
 use super::session::{Func, Session};
 use crate::call;
-use gpupool_protocol::ops::{
-    HostSrc, InlineBytes, MAX_INLINE_BYTES, Memset, MemsetValue, ParamInfo,
-};
+use gpupool_protocol::ops::{HostSrc, InlineBytes, MAX_INLINE_BYTES, Memset, MemsetValue, ParamInfo};
 use gpupool_protocol::transport::Staging;
 use gpupool_protocol::{FuncId, ModuleId, Reply, Request, StreamId};
 use gpupool_shim::cuda::{CUfunction, CUfunction_attribute, CUmodule};
@@ -47,10 +45,7 @@ impl Session {
                 let d = self.owned(src, dst.len)?;
                 let p = Self::staging_ptr(staging, dst.offset, dst.len)?;
                 self.enter(d)?;
-                call!(
-                    self.shared.cuda,
-                    cuMemcpyDtoH_v2(p.cast(), src.0, dst.len as usize)
-                )?;
+                call!(self.shared.cuda, cuMemcpyDtoH_v2(p.cast(), src.0, dst.len as usize))?;
                 Reply::Ok {}
             }
             R::MemcpyDtoHAsync { src, dst, stream } => {
@@ -58,20 +53,14 @@ impl Session {
                 let (s, _) = self.stream(stream, Some(d))?;
                 let p = Self::staging_ptr(staging, dst.offset, dst.len)?;
                 self.enter(d)?;
-                call!(
-                    self.shared.cuda,
-                    cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0)
-                )?;
+                call!(self.shared.cuda, cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0))?;
                 Reply::Ok {}
             }
             R::MemcpyDtoHRegion { src, dst } => {
                 let d = self.owned(src, dst.len)?;
                 self.enter(d)?;
                 let p = self.region_ptr(&dst, d)?;
-                call!(
-                    self.shared.cuda,
-                    cuMemcpyDtoH_v2(p.cast(), src.0, dst.len as usize)
-                )?;
+                call!(self.shared.cuda, cuMemcpyDtoH_v2(p.cast(), src.0, dst.len as usize))?;
                 Reply::Ok {}
             }
             R::MemcpyDtoHRegionAsync { src, dst, stream } => {
@@ -79,53 +68,32 @@ impl Session {
                 let (s, _) = self.stream(stream, Some(d))?;
                 self.enter(d)?;
                 let p = self.region_ptr(&dst, d)?;
-                call!(
-                    self.shared.cuda,
-                    cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0)
-                )?;
+                call!(self.shared.cuda, cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0))?;
                 Reply::Ok {}
             }
             R::MemcpyDtoHInline { src, len } => {
                 if len as usize > MAX_INLINE_BYTES {
-                    return Err(Fail::invalid_value(
-                        "inline copy larger than the inline cap",
-                    ));
+                    return Err(Fail::invalid_value("inline copy larger than the inline cap"));
                 }
                 let d = self.owned(src, len.into())?;
                 self.enter(d)?;
                 let mut out = vec![0u8; len as usize];
-                call!(
-                    self.shared.cuda,
-                    cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src.0, out.len())
-                )?;
-                Reply::Bytes {
-                    data: InlineBytes(out),
-                }
+                call!(self.shared.cuda, cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src.0, out.len()))?;
+                Reply::Bytes { data: InlineBytes(out) }
             }
             R::MemcpyDtoD { dst, src, len } => {
                 let d = self.owned(dst, len)?;
                 self.owned(src, len)?;
                 self.enter(d)?;
-                call!(
-                    self.shared.cuda,
-                    cuMemcpyDtoD_v2(dst.0, src.0, len as usize)
-                )?;
+                call!(self.shared.cuda, cuMemcpyDtoD_v2(dst.0, src.0, len as usize))?;
                 Reply::Ok {}
             }
-            R::MemcpyDtoDAsync {
-                dst,
-                src,
-                len,
-                stream,
-            } => {
+            R::MemcpyDtoDAsync { dst, src, len, stream } => {
                 let d = self.owned(dst, len)?;
                 self.owned(src, len)?;
                 let (s, _) = self.stream(stream, Some(d))?;
                 self.enter(d)?;
-                call!(
-                    self.shared.cuda,
-                    cuMemcpyDtoDAsync_v2(dst.0, src.0, len as usize, s.0)
-                )?;
+                call!(self.shared.cuda, cuMemcpyDtoDAsync_v2(dst.0, src.0, len as usize, s.0))?;
                 Reply::Ok {}
             }
             R::Memcpy2D { copy } => {
@@ -160,29 +128,18 @@ impl Session {
                 // area is the client's again once we answer.
                 let mut bytes = Vec::with_capacity(len + 1);
                 // SAFETY: `ptr..ptr+len` was bounds-checked by host_src (frame bytes or staging).
-                bytes.extend_from_slice(unsafe {
-                    std::slice::from_raw_parts(ptr.cast::<u8>(), len)
-                });
+                bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) });
                 bytes.push(0);
                 self.enter(d)?;
                 let mut m: CUmodule = std::ptr::null_mut();
-                call!(
-                    self.shared.cuda,
-                    cuModuleLoadData(&mut m, bytes.as_ptr().cast())
-                )?;
+                call!(self.shared.cuda, cuModuleLoadData(&mut m, bytes.as_ptr().cast()))?;
                 let id = ModuleId(self.next_handle());
                 self.modules.insert(id, (Raw(m), d));
                 self.owner.insert(Handle::Module(id), ctx);
-                Reply::Module {
-                    module: id,
-                    functions: Vec::new(),
-                }
+                Reply::Module { module: id, functions: Vec::new() }
             }
             R::ModuleUnload { module } => {
-                let &(m, d) = self
-                    .modules
-                    .get(&module)
-                    .ok_or_else(|| Fail::invalid_handle("module", module.0))?;
+                let &(m, d) = self.modules.get(&module).ok_or_else(|| Fail::invalid_handle("module", module.0))?;
                 self.enter(d)?;
                 call!(self.shared.cuda, cuModuleUnload(m.0))?;
                 self.modules.remove(&module);
@@ -192,82 +149,39 @@ impl Session {
                 Reply::Ok {}
             }
             R::ModuleGetFunction { module, name } => {
-                let &(m, d) = self
-                    .modules
-                    .get(&module)
-                    .ok_or_else(|| Fail::invalid_handle("module", module.0))?;
-                let cname = std::ffi::CString::new(name)
-                    .map_err(|_| Fail::invalid_value("NUL in a function name"))?;
+                let &(m, d) = self.modules.get(&module).ok_or_else(|| Fail::invalid_handle("module", module.0))?;
+                let cname = std::ffi::CString::new(name).map_err(|_| Fail::invalid_value("NUL in a function name"))?;
                 self.enter(d)?;
                 let mut f: CUfunction = std::ptr::null_mut();
-                call!(
-                    self.shared.cuda,
-                    cuModuleGetFunction(&mut f, m.0, cname.as_ptr())
-                )?;
+                call!(self.shared.cuda, cuModuleGetFunction(&mut f, m.0, cname.as_ptr()))?;
                 let params = self.param_layout(f);
                 let id = FuncId(self.next_handle());
-                self.funcs.insert(
-                    id,
-                    Func {
-                        f: Raw(f),
-                        module,
-                        device: d,
-                        params: params.clone(),
-                    },
-                );
+                self.funcs.insert(id, Func { f: Raw(f), module, device: d, params: params.clone() });
                 Reply::Function { func: id, params }
             }
             R::ModuleGetGlobal { module, name } => {
-                let &(m, d) = self
-                    .modules
-                    .get(&module)
-                    .ok_or_else(|| Fail::invalid_handle("module", module.0))?;
-                let cname = std::ffi::CString::new(name)
-                    .map_err(|_| Fail::invalid_value("NUL in a global name"))?;
+                let &(m, d) = self.modules.get(&module).ok_or_else(|| Fail::invalid_handle("module", module.0))?;
+                let cname = std::ffi::CString::new(name).map_err(|_| Fail::invalid_value("NUL in a global name"))?;
                 self.enter(d)?;
                 let (mut p, mut size) = (0u64, 0usize);
-                call!(
-                    self.shared.cuda,
-                    cuModuleGetGlobal_v2(&mut p, &mut size, m.0, cname.as_ptr())
-                )?;
+                call!(self.shared.cuda, cuModuleGetGlobal_v2(&mut p, &mut size, m.0, cname.as_ptr()))?;
                 self.globals.insert(p, (size as u64, module, d));
-                Reply::Global {
-                    ptr: gpupool_protocol::DevicePtr(p),
-                    size: size as u64,
-                }
+                Reply::Global { ptr: gpupool_protocol::DevicePtr(p), size: size as u64 }
             }
             R::FuncGetAttribute { func, attribute } => {
                 let (f, d) = self.func(func)?;
                 self.enter(d)?;
                 let mut v: c_int = 0;
-                call!(
-                    self.shared.cuda,
-                    cuFuncGetAttribute(&mut v, CUfunction_attribute(attribute), f.0)
-                )?;
+                call!(self.shared.cuda, cuFuncGetAttribute(&mut v, CUfunction_attribute(attribute), f.0))?;
                 Reply::Attribute { value: v.into() }
             }
-            R::FuncSetAttribute {
-                func,
-                attribute,
-                value,
-            } => {
+            R::FuncSetAttribute { func, attribute, value } => {
                 let (f, d) = self.func(func)?;
                 self.enter(d)?;
-                call!(
-                    self.shared.cuda,
-                    cuFuncSetAttribute(f.0, CUfunction_attribute(attribute), value)
-                )?;
+                call!(self.shared.cuda, cuFuncSetAttribute(f.0, CUfunction_attribute(attribute), value))?;
                 Reply::Ok {}
             }
-            R::LaunchKernel {
-                func,
-                grid,
-                block,
-                shared_mem_bytes,
-                stream,
-                params,
-                cooperative,
-            } => {
+            R::LaunchKernel { func, grid, block, shared_mem_bytes, stream, params, cooperative } => {
                 let (f, d) = self.func(func)?;
                 let (s, _) = self.stream(stream, Some(d))?;
                 self.enter(d)?;
@@ -280,14 +194,10 @@ impl Session {
                     let mut ptrs = Vec::with_capacity(layout.len());
                     for p in layout {
                         if (p.offset as usize + p.size as usize) > buf.len() {
-                            return Err(Fail::invalid_value(
-                                "kernel parameters shorter than the kernel's layout",
-                            ));
+                            return Err(Fail::invalid_value("kernel parameters shorter than the kernel's layout"));
                         }
                         // SAFETY: offset is inside `buf` (checked just above).
-                        ptrs.push(
-                            unsafe { buf.as_mut_ptr().add(p.offset as usize) }.cast::<c_void>(),
-                        );
+                        ptrs.push(unsafe { buf.as_mut_ptr().add(p.offset as usize) }.cast::<c_void>());
                     }
                     call!(
                         self.shared.cuda,
@@ -338,21 +248,13 @@ impl Session {
 
     /// Host bytes of a copy: a pointer into the frame's inline bytes or the staging area.
     /// A region is page-locked through device `d`'s context (entered) on first use.
-    fn host_src(
-        &mut self,
-        src: &HostSrc,
-        staging: Option<&Staging>,
-        d: u32,
-    ) -> Result<(*const c_void, usize)> {
+    fn host_src(&mut self, src: &HostSrc, staging: Option<&Staging>, d: u32) -> Result<(*const c_void, usize)> {
         match src {
             HostSrc::Region(r) => Ok((self.region_ptr(r, d)?.cast_const().cast(), r.len as usize)),
             HostSrc::Inline(b) => Ok((b.0.as_ptr().cast(), b.0.len())),
-            HostSrc::Staging(r) => Ok((
-                Self::staging_ptr(staging, r.offset, r.len)?
-                    .cast_const()
-                    .cast(),
-                r.len as usize,
-            )),
+            HostSrc::Staging(r) => {
+                Ok((Self::staging_ptr(staging, r.offset, r.len)?.cast_const().cast(), r.len as usize))
+            }
         }
     }
 
@@ -397,26 +299,15 @@ impl Session {
         let mut out = Vec::new();
         for i in 0.. {
             let (mut off, mut size) = (0usize, 0usize);
-            if call!(
-                self.shared.cuda,
-                cuFuncGetParamInfo(f, i, &mut off, &mut size)
-            )
-            .is_err()
-            {
+            if call!(self.shared.cuda, cuFuncGetParamInfo(f, i, &mut off, &mut size)).is_err() {
                 break;
             }
-            out.push(ParamInfo {
-                offset: off as u32,
-                size: size as u32,
-            });
+            out.push(ParamInfo { offset: off as u32, size: size as u32 });
         }
         out
     }
 
     fn func(&self, id: FuncId) -> Result<(Raw<CUfunction>, u32)> {
-        self.funcs
-            .get(&id)
-            .map(|f| (f.f, f.device))
-            .ok_or_else(|| Fail::invalid_handle("function", id.0))
+        self.funcs.get(&id).map(|f| (f.f, f.device)).ok_or_else(|| Fail::invalid_handle("function", id.0))
     }
 }

@@ -21,11 +21,7 @@ pub struct PeerCred {
 
 pub fn peer_cred(stream: &UnixStream) -> std::io::Result<PeerCred> {
     let c = rustix::net::sockopt::socket_peercred(stream)?;
-    Ok(PeerCred {
-        pid: c.pid.as_raw_nonzero().get() as u32,
-        uid: c.uid.as_raw(),
-        gid: c.gid.as_raw(),
-    })
+    Ok(PeerCred { pid: c.pid.as_raw_nonzero().get() as u32, uid: c.uid.as_raw(), gid: c.gid.as_raw() })
 }
 
 /// `/run/gpupool/gpupool.sock` as root, else `$XDG_RUNTIME_DIR/gpupool.sock` (or
@@ -36,10 +32,7 @@ pub fn default_socket_path() -> Result<PathBuf> {
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if !d.is_empty() => Ok(PathBuf::from(d).join("gpupool.sock")),
-        _ => Ok(PathBuf::from(format!(
-            "/tmp/gpupool-{}/gpupool.sock",
-            rustix::process::geteuid().as_raw()
-        ))),
+        _ => Ok(PathBuf::from(format!("/tmp/gpupool-{}/gpupool.sock", rustix::process::geteuid().as_raw()))),
     }
 }
 
@@ -73,8 +66,7 @@ fn bind_one(path: &Path) -> Result<UnixListener> {
         if UnixStream::connect(path).is_ok() {
             bail!("{} is in use by a running daemon", path.display());
         }
-        std::fs::remove_file(path)
-            .with_context(|| format!("removing the stale socket {}", path.display()))?;
+        std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
         tracing::info!(path = %path.display(), "removed a stale socket");
     }
     let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
@@ -89,11 +81,7 @@ pub struct Bound {
 }
 
 pub fn bind(path: &Path) -> Result<Bound> {
-    Ok(Bound {
-        path: path.to_path_buf(),
-        clients: bind_one(path)?,
-        control: bind_one(&control_path(path))?,
-    })
+    Ok(Bound { path: path.to_path_buf(), clients: bind_one(path)?, control: bind_one(&control_path(path))? })
 }
 
 /// Accepts until SIGTERM/SIGINT, then closes every session and removes the sockets.
@@ -104,28 +92,15 @@ pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>) -> Result<()> {
     for b in bound {
         let s = shared.clone();
         let c = b.control;
-        loops.push(
-            std::thread::Builder::new()
-                .name("gpupool-ctl".into())
-                .spawn(move || control_loop(s, c))?,
-        );
+        loops.push(std::thread::Builder::new().name("gpupool-ctl".into()).spawn(move || control_loop(s, c))?);
         let s = shared.clone();
         let l = b.clients;
-        loops.push(
-            std::thread::Builder::new()
-                .name("gpupool-accept".into())
-                .spawn(move || accept_loop(s, l))?,
-        );
+        loops.push(std::thread::Builder::new().name("gpupool-accept".into()).spawn(move || accept_loop(s, l))?);
     }
     for l in loops {
         let _ = l.join();
     }
-    let threads = std::mem::take(
-        &mut *shared
-            .session_threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()),
-    );
+    let threads = std::mem::take(&mut *shared.session_threads.lock().unwrap_or_else(|e| e.into_inner()));
     let n = threads.len();
     for t in threads {
         let _ = t.join();
@@ -134,10 +109,7 @@ pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>) -> Result<()> {
         let _ = std::fs::remove_file(p);
         let _ = std::fs::remove_file(control_path(p));
     }
-    tracing::info!(
-        sessions_closed = n,
-        "gpupool daemon stopped; sockets removed"
-    );
+    tracing::info!(sessions_closed = n, "gpupool daemon stopped; sockets removed");
     Ok(())
 }
 
@@ -166,10 +138,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
             .spawn(move || session::run(s, stream, cred));
         match spawned {
             Ok(h) => {
-                let mut threads = shared
-                    .session_threads
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
+                let mut threads = shared.session_threads.lock().unwrap_or_else(|e| e.into_inner());
                 threads.retain(|t| !t.is_finished());
                 threads.push(h);
             }
@@ -193,26 +162,21 @@ fn control_loop(shared: Arc<Shared>, listener: UnixListener) {
 fn signals(shared: Arc<Shared>, paths: Vec<PathBuf>) -> Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
-    std::thread::Builder::new()
-        .name("gpupool-signals".into())
-        .spawn(move || {
-            for sig in signals.forever() {
-                if sig == SIGHUP {
-                    reload(&shared);
-                    continue;
-                }
-                tracing::info!(
-                    signal = sig,
-                    "shutting down: no new clients, closing sessions"
-                );
-                shared.shutdown.store(true, Ordering::Release);
-                for p in &paths {
-                    let _ = UnixStream::connect(p);
-                    let _ = UnixStream::connect(control_path(p));
-                }
-                break;
+    std::thread::Builder::new().name("gpupool-signals".into()).spawn(move || {
+        for sig in signals.forever() {
+            if sig == SIGHUP {
+                reload(&shared);
+                continue;
             }
-        })?;
+            tracing::info!(signal = sig, "shutting down: no new clients, closing sessions");
+            shared.shutdown.store(true, Ordering::Release);
+            for p in &paths {
+                let _ = UnixStream::connect(p);
+                let _ = UnixStream::connect(control_path(p));
+            }
+            break;
+        }
+    })?;
     Ok(())
 }
 

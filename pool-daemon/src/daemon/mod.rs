@@ -108,15 +108,8 @@ impl Shared {
 
     /// The tenant's context on `device`, created (cuCtxCreate_v2) on first use. Tenants
     /// never share a context; sessions of one tenant do.
-    pub fn tenant_ctx(
-        &self,
-        tenant: &TenantId,
-        device: u32,
-    ) -> Result<Arc<TenantCtx>, dispatch::Fail> {
-        let dev = self
-            .devices
-            .get(device as usize)
-            .ok_or_else(|| dispatch::Fail::invalid_device(device))?;
+    pub fn tenant_ctx(&self, tenant: &TenantId, device: u32) -> Result<Arc<TenantCtx>, dispatch::Fail> {
+        let dev = self.devices.get(device as usize).ok_or_else(|| dispatch::Fail::invalid_device(device))?;
         let mut map = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
         let key = (tenant.clone(), device);
         if let Some(tc) = map.get(&key).and_then(Weak::upgrade) {
@@ -125,11 +118,7 @@ impl Shared {
         let mut ctx: CUcontext = std::ptr::null_mut();
         call!(self.cuda, cuCtxCreate_v2(&mut ctx, 0, dev.cu))?;
         tracing::debug!(tenant = %tenant.as_str(), device, "created the tenant's context");
-        let tc = Arc::new(TenantCtx {
-            ctx: Raw(ctx),
-            device,
-            tenant: tenant.clone(),
-        });
+        let tc = Arc::new(TenantCtx { ctx: Raw(ctx), device, tenant: tenant.clone() });
         map.insert(key, Arc::downgrade(&tc));
         Ok(tc)
     }
@@ -152,8 +141,7 @@ pub fn load_config(path: Option<&PathBuf>) -> Result<Config> {
     match path {
         None => Ok(Config::unrestricted()),
         Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             Config::from_toml_str(&text).with_context(|| format!("quota config {}", p.display()))
         }
     }
@@ -183,14 +171,9 @@ fn discover(cuda: &Cuda) -> Result<(u32, Vec<Device>)> {
         let mut dev: CUdevice = 0;
         call!(cuda, cuDeviceGet(&mut dev, i))?;
         let mut name = [0 as c_char; 256];
-        call!(
-            cuda,
-            cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, dev)
-        )?;
+        call!(cuda, cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, dev))?;
         // SAFETY: the driver NUL-terminates the name within the buffer.
-        let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
+        let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
         let mut uuid = CUuuid::default();
         call!(cuda, cuDeviceGetUuid_v2(&mut uuid, dev))?;
         let mut total = 0usize;
@@ -198,24 +181,11 @@ fn discover(cuda: &Cuda) -> Result<(u32, Vec<Device>)> {
         let mut attributes = Vec::new();
         for a in 1..200u32 {
             let mut v: c_int = 0;
-            if call!(
-                cuda,
-                cuDeviceGetAttribute(&mut v, CUdevice_attribute(a), dev)
-            )
-            .is_ok()
-            {
-                attributes.push(DeviceAttribute {
-                    attribute: a,
-                    value: v.into(),
-                });
+            if call!(cuda, cuDeviceGetAttribute(&mut v, CUdevice_attribute(a), dev)).is_ok() {
+                attributes.push(DeviceAttribute { attribute: a, value: v.into() });
             }
         }
-        let get = |a: u32| {
-            attributes
-                .iter()
-                .find(|x| x.attribute == a)
-                .map_or(0, |x| x.value as u32)
-        };
+        let get = |a: u32| attributes.iter().find(|x| x.attribute == a).map_or(0, |x| x.value as u32);
         // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76.
         let compute_capability = [get(75), get(76)];
         devices.push(Device {
@@ -252,11 +222,7 @@ pub fn run(opts: Options) -> Result<()> {
     };
     let (driver_version, devices) = discover(&cuda)?;
     let config = load_config(opts.config.as_ref())?;
-    let endpoints = if opts.listen.is_empty() {
-        vec![listener::default_socket_path()?]
-    } else {
-        opts.listen.clone()
-    };
+    let endpoints = if opts.listen.is_empty() { vec![listener::default_socket_path()?] } else { opts.listen.clone() };
     let shared = Arc::new(Shared {
         cuda,
         nvml,
@@ -271,10 +237,7 @@ pub fn run(opts: Options) -> Result<()> {
         session_threads: Mutex::new(Vec::new()),
         next_session: AtomicU64::new(1),
     });
-    let listeners = endpoints
-        .iter()
-        .map(|p| listener::bind(p))
-        .collect::<Result<Vec<_>>>()?;
+    let listeners = endpoints.iter().map(|p| listener::bind(p)).collect::<Result<Vec<_>>>()?;
     tracing::info!(
         devices = shared.devices.len(),
         driver = format!("{}.{}", driver_version / 1000, driver_version % 1000 / 10),

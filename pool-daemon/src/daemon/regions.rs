@@ -39,22 +39,13 @@ impl Session {
         }
         let map = map_host_region(&fd, bytes).map_err(|e| Fail::new(1, e))?;
         let id = self.next_handle();
-        self.regions.insert(
-            id,
-            Region {
-                map,
-                registered: None,
-            },
-        );
+        self.regions.insert(id, Region { map, registered: None });
         Ok(Reply::HostRegion { id })
     }
 
     /// `HostRegionUnmap`: waits for work that may use it, unregisters and unmaps it.
     pub fn region_unmap(&mut self, id: u64) -> Result<()> {
-        let r = self
-            .regions
-            .remove(&id)
-            .ok_or_else(|| Fail::new(1, format!("no host region {id}")))?;
+        let r = self.regions.remove(&id).ok_or_else(|| Fail::new(1, format!("no host region {id}")))?;
         self.release_region(r);
         Ok(())
     }
@@ -86,21 +77,12 @@ impl Session {
     /// The first byte of `s`, checked to lie inside its region, which is page-locked with
     /// the backend through device `d`'s context (entered by the caller) on first use.
     pub fn region_ptr(&mut self, s: &RegionSlice, d: u32) -> Result<*mut u8> {
-        let r = self
-            .regions
-            .get_mut(&s.id)
-            .ok_or_else(|| Fail::new(1, format!("no host region {}", s.id)))?;
+        let r = self.regions.get_mut(&s.id).ok_or_else(|| Fail::new(1, format!("no host region {}", s.id)))?;
         let len = r.map.len() as u64;
         match s.offset.checked_add(s.len) {
             Some(end) if end <= len => {}
             _ => {
-                return Err(Fail::new(
-                    1,
-                    format!(
-                        "host region range {}+{} outside {len} bytes",
-                        s.offset, s.len
-                    ),
-                ));
+                return Err(Fail::new(1, format!("host region range {}+{} outside {len} bytes", s.offset, s.len)));
             }
         }
         if r.registered.is_none() {

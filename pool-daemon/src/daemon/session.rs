@@ -8,9 +8,7 @@ use super::{Raw, SessionInfo, Shared, TenantCtx};
 use gpupool_protocol::ops::{DeviceInfo, ParamInfo};
 use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport};
 use gpupool_protocol::transport::{Transport, TransportError};
-use gpupool_protocol::{
-    CtxId, EventId, FuncId, Message, ModuleId, PROTOCOL_VERSION, Reply, Request, StreamId,
-};
+use gpupool_protocol::{CtxId, EventId, FuncId, Message, ModuleId, PROTOCOL_VERSION, Reply, Request, StreamId};
 use gpupool_quota::{ClientRequest, MemoryQuota};
 use gpupool_shim::cuda::{CUcontext, CUevent, CUfunction, CUmodule, CUstream};
 use std::collections::{BTreeMap, HashMap};
@@ -72,9 +70,7 @@ impl Session {
 }
 
 fn reply(t: &mut ShmTransport, id: u64, op: Reply) -> Result<(), TransportError> {
-    let frame = Message::Reply { id, op }
-        .encode()
-        .map_err(|e| TransportError::Corrupt(e.to_string()))?;
+    let frame = Message::Reply { id, op }.encode().map_err(|e| TransportError::Corrupt(e.to_string()))?;
     t.send(&frame)
 }
 
@@ -84,11 +80,7 @@ pub fn run(shared: Arc<Shared>, stream: UnixStream, cred: PeerCred) {
     let mut transport = match ShmTransport::serve(stream, &ShmConfig::default()) {
         Ok(t) => t,
         Err(e) => {
-            tracing::warn!(
-                pid = cred.pid,
-                uid = cred.uid,
-                "transport set-up failed: {e}"
-            );
+            tracing::warn!(pid = cred.pid, uid = cred.uid, "transport set-up failed: {e}");
             return;
         }
     };
@@ -105,59 +97,31 @@ pub fn run(shared: Arc<Shared>, stream: UnixStream, cred: PeerCred) {
     super::cleanup::end(session, &reason);
 }
 
-fn hello(
-    shared: &Arc<Shared>,
-    t: &mut ShmTransport,
-    cred: PeerCred,
-    t0: Instant,
-) -> Result<Session, String> {
+fn hello(shared: &Arc<Shared>, t: &mut ShmTransport, cred: PeerCred, t0: Instant) -> Result<Session, String> {
     // The hello must come within 5 s (checking for shutdown meanwhile).
     let mut frame = Vec::new();
     loop {
         match t.recv_into(&mut frame, Some(IDLE_POLL)) {
             Ok(()) => break,
-            Err(TransportError::Timeout)
-                if t0.elapsed() < Duration::from_secs(5) && !shared.stopping() => {}
+            Err(TransportError::Timeout) if t0.elapsed() < Duration::from_secs(5) && !shared.stopping() => {}
             Err(e) => return Err(format!("no hello: {e}")),
         }
     }
     let (msg, _) = Message::decode(&frame).map_err(|e| format!("malformed hello frame: {e}"))?;
     let Message::Request {
         id,
-        op:
-            Request::Hello {
-                protocol_version,
-                memory_limit,
-                compute_percent,
-                client_name,
-                token,
-                ..
-            },
+        op: Request::Hello { protocol_version, memory_limit, compute_percent, client_name, token, .. },
         ..
     } = msg
     else {
-        return Err(format!("first frame is not a hello: {msg:?}")
-            .chars()
-            .take(200)
-            .collect());
+        return Err(format!("first frame is not a hello: {msg:?}").chars().take(200).collect());
     };
     let refuse = |t: &mut ShmTransport, code: u32, message: String| {
-        let _ = reply(
-            t,
-            id,
-            Reply::Error {
-                code,
-                message: message.clone(),
-            },
-        );
+        let _ = reply(t, id, Reply::Error { code, message: message.clone() });
         message
     };
     if protocol_version != PROTOCOL_VERSION {
-        return Err(refuse(
-            t,
-            1,
-            format!("protocol version {protocol_version}, the daemon speaks {PROTOCOL_VERSION}"),
-        ));
+        return Err(refuse(t, 1, format!("protocol version {protocol_version}, the daemon speaks {PROTOCOL_VERSION}")));
     }
     let config = shared.ledger.config();
     let tenant = config.resolve(cred.uid, cred.gid, token.as_deref());
@@ -165,13 +129,8 @@ fn hello(
         memory: memory_limit.map_or_else(MemoryQuota::default, MemoryQuota::all),
         compute: compute_percent,
     };
-    let limits = config
-        .effective_limits(&tenant, &request)
-        .map_err(|e| refuse(t, 1, e.to_string()))?;
-    let quota = shared
-        .ledger
-        .open_session(&tenant, &request)
-        .map_err(|e| refuse(t, 1, e.to_string()))?;
+    let limits = config.effective_limits(&tenant, &request).map_err(|e| refuse(t, 1, e.to_string()))?;
+    let quota = shared.ledger.open_session(&tenant, &request).map_err(|e| refuse(t, 1, e.to_string()))?;
     let id_s = shared.next_session_id();
     let session = Session {
         shared: shared.clone(),
@@ -193,9 +152,7 @@ fn hello(
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };
-    let devices = (0..shared.devices.len() as u32)
-        .map(|d| session.device_info(d))
-        .collect();
+    let devices = (0..shared.devices.len() as u32).map(|d| session.device_info(d)).collect();
     let hr = Reply::HelloReply {
         session_id: id_s,
         tenant: tenant.as_str().to_string(),
@@ -203,24 +160,20 @@ fn hello(
         devices,
     };
     reply(t, id, hr).map_err(|e| format!("sending the hello reply: {e}"))?;
-    shared
-        .sessions
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(
-            id_s,
-            SessionInfo {
-                id: id_s,
-                pid: cred.pid,
-                uid: cred.uid,
-                gid: cred.gid,
-                tenant: tenant.as_str().to_string(),
-                client: client_name.clone(),
-                started_unix_ms: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis()),
-            },
-        );
+    shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        id_s,
+        SessionInfo {
+            id: id_s,
+            pid: cred.pid,
+            uid: cred.uid,
+            gid: cred.gid,
+            tenant: tenant.as_str().to_string(),
+            client: client_name.clone(),
+            started_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis()),
+        },
+    );
     tracing::info!(
         session = id_s, pid = cred.pid, uid = cred.uid, gid = cred.gid, tenant = %tenant.as_str(),
         client = %client_name, memory = ?limits.memory, compute = limits.compute,
@@ -234,10 +187,7 @@ impl Session {
     /// A device as this tenant sees it: its quota as the total memory.
     pub fn device_info(&self, d: u32) -> DeviceInfo {
         let dev = &self.shared.devices[d as usize];
-        let seen = self
-            .shared
-            .ledger
-            .mem_info(&self.quota, d, dev.total_memory, dev.total_memory);
+        let seen = self.shared.ledger.mem_info(&self.quota, d, dev.total_memory, dev.total_memory);
         DeviceInfo {
             ordinal: d,
             name: dev.name.clone(),
@@ -269,10 +219,7 @@ fn serve(s: &mut Session, t: &mut ShmTransport) -> String {
             Ok((Message::Request { id, no_reply, op }, _)) => (id, no_reply, op),
             Ok((Message::Bye, _)) => return "bye".into(),
             Ok((other, _)) => {
-                return format!(
-                    "malformed: unexpected {:?} frame from a client",
-                    other.kind()
-                );
+                return format!("malformed: unexpected {:?} frame from a client", other.kind());
             }
             Err(e) => return format!("malformed frame: {e}"),
         };
@@ -293,10 +240,7 @@ fn serve(s: &mut Session, t: &mut ShmTransport) -> String {
                 if no_reply {
                     Message::AsyncError { id, code, message }
                 } else {
-                    Message::Reply {
-                        id,
-                        op: Reply::Error { code, message },
-                    }
+                    Message::Reply { id, op: Reply::Error { code, message } }
                 }
             }
         };

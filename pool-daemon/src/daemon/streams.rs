@@ -12,28 +12,18 @@ impl Session {
     pub(super) fn exec_streams(&mut self, op: Request) -> Result<Reply> {
         use Request as R;
         Ok(match op {
-            R::StreamCreate {
-                ctx,
-                flags,
-                priority,
-            } => {
+            R::StreamCreate { ctx, flags, priority } => {
                 let d = self.ctx_device(ctx)?;
                 self.enter(d)?;
                 let mut s: CUstream = std::ptr::null_mut();
-                call!(
-                    self.shared.cuda,
-                    cuStreamCreateWithPriority(&mut s, flags, priority)
-                )?;
+                call!(self.shared.cuda, cuStreamCreateWithPriority(&mut s, flags, priority))?;
                 let id = StreamId(self.next_handle());
                 self.streams.insert(id, (Raw(s), d));
                 self.owner.insert(Handle::Stream(id), ctx);
                 Reply::Stream { stream: id }
             }
             R::StreamDestroy { stream } => {
-                let &(s, d) = self
-                    .streams
-                    .get(&stream)
-                    .ok_or_else(|| Fail::invalid_handle("stream", stream.0))?;
+                let &(s, d) = self.streams.get(&stream).ok_or_else(|| Fail::invalid_handle("stream", stream.0))?;
                 self.enter(d)?;
                 call!(self.shared.cuda, cuStreamDestroy_v2(s.0))?;
                 self.streams.remove(&stream);
@@ -56,15 +46,9 @@ impl Session {
             R::StreamQuery { stream } => {
                 let (s, d) = self.stream(stream, None)?;
                 self.enter(d)?;
-                Reply::Ready {
-                    ready: ready(call!(self.shared.cuda, cuStreamQuery(s.0)))?,
-                }
+                Reply::Ready { ready: ready(call!(self.shared.cuda, cuStreamQuery(s.0)))? }
             }
-            R::StreamWaitEvent {
-                stream,
-                event,
-                flags,
-            } => {
+            R::StreamWaitEvent { stream, event, flags } => {
                 let (e, d) = self.event(event)?;
                 let (s, _) = self.stream(stream, Some(d))?;
                 self.enter(d)?;
@@ -97,9 +81,7 @@ impl Session {
             R::EventQuery { event } => {
                 let (e, d) = self.event(event)?;
                 self.enter(d)?;
-                Reply::Ready {
-                    ready: ready(call!(self.shared.cuda, cuEventQuery(e.0)))?,
-                }
+                Reply::Ready { ready: ready(call!(self.shared.cuda, cuEventQuery(e.0)))? }
             }
             R::EventElapsedTime { start, end } => {
                 let (a, d) = self.event(start)?;
@@ -107,9 +89,7 @@ impl Session {
                 self.enter(d)?;
                 let mut ms = 0f32;
                 call!(self.shared.cuda, cuEventElapsedTime(&mut ms, a.0, b.0))?;
-                Reply::Elapsed {
-                    nanos: (ms as f64 * 1e6).round() as i64,
-                }
+                Reply::Elapsed { nanos: (ms as f64 * 1e6).round() as i64 }
             }
             R::EventDestroy { event } => {
                 let (e, d) = self.event(event)?;
@@ -130,45 +110,26 @@ impl Session {
                         .map_err(|e| Fail::new(NOT_SUPPORTED, format!("{e:#}")))?,
                     None => (dev.total_memory, dev.total_memory),
                 };
-                let m = self
-                    .shared
-                    .ledger
-                    .mem_info(&self.quota, device, total, free);
-                Reply::MemInfo {
-                    free: m.free,
-                    total: m.total,
-                }
+                let m = self.shared.ledger.mem_info(&self.quota, device, total, free);
+                Reply::MemInfo { free: m.free, total: m.total }
             }
             R::MgmtUtilization { device } => {
                 self.check_device(device)?;
-                let n = self
-                    .shared
-                    .nvml
-                    .as_ref()
-                    .ok_or_else(|| Fail::new(NOT_SUPPORTED, "no NVML"))?;
+                let n = self.shared.nvml.as_ref().ok_or_else(|| Fail::new(NOT_SUPPORTED, "no NVML"))?;
                 let u = n
                     .device(device)
                     .and_then(|h| n.utilization(h))
                     .map_err(|e| Fail::new(NOT_SUPPORTED, format!("{e:#}")))?;
-                Reply::Utilization {
-                    gpu_percent: u.gpu,
-                    memory_percent: u.memory,
-                }
+                Reply::Utilization { gpu_percent: u.gpu, memory_percent: u.memory }
             }
             other => {
-                return Err(Fail::new(
-                    NOT_SUPPORTED,
-                    format!("{} is not served", other.name()),
-                ));
+                return Err(Fail::new(NOT_SUPPORTED, format!("{} is not served", other.name())));
             }
         })
     }
 
     pub(super) fn event(&self, id: EventId) -> Result<(Raw<CUevent>, u32)> {
-        self.events
-            .get(&id)
-            .copied()
-            .ok_or_else(|| Fail::invalid_handle("event", id.0))
+        self.events.get(&id).copied().ok_or_else(|| Fail::invalid_handle("event", id.0))
     }
 }
 
@@ -178,11 +139,7 @@ fn ready(r: std::result::Result<(), crate::backend::CudaError>) -> Result<bool> 
         Ok(()) => Ok(true),
         Err(e) => {
             let f = Fail::from(e);
-            if f.code == NOT_READY {
-                Ok(false)
-            } else {
-                Err(f)
-            }
+            if f.code == NOT_READY { Ok(false) } else { Err(f) }
         }
     }
 }

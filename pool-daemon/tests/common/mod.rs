@@ -36,9 +36,7 @@ impl Daemon {
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("gpupool.sock");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
-        cmd.arg("daemon")
-            .arg("--listen")
-            .arg(format!("unix://{}", socket.display()));
+        cmd.arg("daemon").arg("--listen").arg(format!("unix://{}", socket.display()));
         cmd.arg("--driver-dir").arg(gpupool_e2e::sim_libdir());
         if let Some(text) = config {
             let p = dir.join("quota.toml");
@@ -46,11 +44,8 @@ impl Daemon {
             cmd.arg("--config").arg(p);
         }
         cmd.args(extra);
-        cmd.env("GPUPOOL_SIM_DEVICES", "2")
-            .env("GPUPOOL_SIM_MEMORY", "1GiB")
-            .env("GPUPOOL_LOG", "info");
-        cmd.stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap());
+        cmd.env("GPUPOOL_SIM_DEVICES", "2").env("GPUPOOL_SIM_MEMORY", "1GiB").env("GPUPOOL_LOG", "info");
+        cmd.stdout(Stdio::null()).stderr(std::fs::File::create(dir.join("daemon.log")).unwrap());
         let child = cmd.spawn().expect("starting gpupool daemon");
         let mut d = Daemon { child, dir, socket };
         let t0 = Instant::now();
@@ -59,11 +54,7 @@ impl Daemon {
             if let Ok(Some(st)) = d.child.try_wait() {
                 panic!("daemon exited {st}: {}", d.log());
             }
-            assert!(
-                t0.elapsed() < Duration::from_secs(5),
-                "daemon did not come up: {}",
-                d.log()
-            );
+            assert!(t0.elapsed() < Duration::from_secs(5), "daemon did not come up: {}", d.log());
             std::thread::sleep(Duration::from_millis(10));
         }
         d
@@ -134,19 +125,10 @@ impl Client {
         Self::connect_as(socket, memory_limit, None)
     }
 
-    pub fn connect_as(
-        socket: &Path,
-        memory_limit: Option<u64>,
-        token: Option<&str>,
-    ) -> Result<Client, Reply> {
+    pub fn connect_as(socket: &Path, memory_limit: Option<u64>, token: Option<&str>) -> Result<Client, Reply> {
         let s = UnixStream::connect(socket).expect("connect");
         let t = ShmTransport::connect(s, WaitPolicy::default()).expect("shm connect");
-        let mut c = Client {
-            t,
-            next: 1,
-            hello: Reply::Ok {},
-            async_errors: Vec::new(),
-        };
+        let mut c = Client { t, next: 1, hello: Reply::Ok {}, async_errors: Vec::new() };
         let r = c.call(hello_token("test", memory_limit, token));
         match r {
             Reply::HelloReply { .. } => {
@@ -160,24 +142,12 @@ impl Client {
     pub fn call(&mut self, op: Request) -> Reply {
         let id = self.next;
         self.next += 1;
-        self.t
-            .send(
-                &Message::Request {
-                    id,
-                    no_reply: false,
-                    op,
-                }
-                .encode()
-                .unwrap(),
-            )
-            .expect("send");
+        self.t.send(&Message::Request { id, no_reply: false, op }.encode().unwrap()).expect("send");
         loop {
             let f = self.t.recv(Some(Duration::from_secs(5))).expect("reply");
             match Message::decode(&f).unwrap().0 {
                 Message::Reply { id: rid, op } if rid == id => return op,
-                Message::AsyncError { id, code, message } => {
-                    self.async_errors.push((id, code, message))
-                }
+                Message::AsyncError { id, code, message } => self.async_errors.push((id, code, message)),
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -186,17 +156,7 @@ impl Client {
     pub fn send_async(&mut self, op: Request) {
         let id = self.next;
         self.next += 1;
-        self.t
-            .send(
-                &Message::Request {
-                    id,
-                    no_reply: true,
-                    op,
-                }
-                .encode()
-                .unwrap(),
-            )
-            .expect("send");
+        self.t.send(&Message::Request { id, no_reply: true, op }.encode().unwrap()).expect("send");
     }
 
     pub fn ctx(&mut self, device: u32) -> CtxId {
@@ -224,10 +184,7 @@ pub fn code(r: &Reply) -> u32 {
 }
 
 pub fn tenant_config(memory: &str) -> String {
-    format!(
-        "[[tenant]]\nname = \"team\"\nuids = [{}]\nmemory = \"{memory}\"\n",
-        uid()
-    )
+    format!("[[tenant]]\nname = \"team\"\nuids = [{}]\nmemory = \"{memory}\"\n", uid())
 }
 
 /// The status document of the daemon on `socket`.
@@ -247,12 +204,6 @@ pub fn used_at(socket: &Path, tenant: &str, device: u64) -> u64 {
         .unwrap()
         .iter()
         .find(|t| t["tenant"] == tenant)
-        .and_then(|t| {
-            t["devices"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|d| d["device"] == device)
-        })
+        .and_then(|t| t["devices"].as_array().unwrap().iter().find(|d| d["device"] == device))
         .map_or(0, |d| d["used"].as_u64().unwrap())
 }

@@ -110,10 +110,7 @@ impl Decode for HostSrc {
             0 => Ok(HostSrc::Staging(Decode::decode(r)?)),
             1 => Ok(HostSrc::Inline(Decode::decode(r)?)),
             2 => Ok(HostSrc::Region(Decode::decode(r)?)),
-            tag => Err(DecodeError::InvalidTag {
-                what: "host source",
-                tag: tag.into(),
-            }),
+            tag => Err(DecodeError::InvalidTag { what: "host source", tag: tag.into() }),
         }
     }
 }
@@ -146,10 +143,7 @@ impl Decode for MemSpace {
         match u8::decode(r)? {
             0 => Ok(MemSpace::Device(Decode::decode(r)?)),
             1 => Ok(MemSpace::Staging(Decode::decode(r)?)),
-            tag => Err(DecodeError::InvalidTag {
-                what: "memory space",
-                tag: tag.into(),
-            }),
+            tag => Err(DecodeError::InvalidTag { what: "memory space", tag: tag.into() }),
         }
     }
 }
@@ -219,10 +213,7 @@ impl Decode for MemsetValue {
             1 => Ok(MemsetValue::U8(Decode::decode(r)?)),
             2 => Ok(MemsetValue::U16(Decode::decode(r)?)),
             4 => Ok(MemsetValue::U32(Decode::decode(r)?)),
-            tag => Err(DecodeError::InvalidTag {
-                what: "memset element size",
-                tag: tag.into(),
-            }),
+            tag => Err(DecodeError::InvalidTag { what: "memset element size", tag: tag.into() }),
         }
     }
 }

@@ -21,10 +21,7 @@ pub struct LoopbackTransport {
 
 /// A connected pair. `max_frame` bounds what `send` accepts (as the real transports do);
 /// `staging_size` bytes of staging are shared by both ends.
-pub fn pair(
-    max_frame: usize,
-    staging_size: usize,
-) -> std::io::Result<(LoopbackTransport, LoopbackTransport)> {
+pub fn pair(max_frame: usize, staging_size: usize) -> std::io::Result<(LoopbackTransport, LoopbackTransport)> {
     let map = Arc::new(Mapping::anonymous(staging_size)?);
     let (atx, brx) = sync_channel(DEFAULT_DEPTH);
     let (btx, arx) = sync_channel(DEFAULT_DEPTH);
@@ -41,20 +38,12 @@ impl Transport for LoopbackTransport {
     fn send(&mut self, frame: &[u8]) -> Result<(), TransportError> {
         let tx = self.tx.as_ref().ok_or(TransportError::Closed)?;
         if frame.len() > self.max_frame {
-            return Err(TransportError::FrameTooLarge {
-                len: frame.len(),
-                max: self.max_frame,
-            });
+            return Err(TransportError::FrameTooLarge { len: frame.len(), max: self.max_frame });
         }
-        tx.send(frame.to_vec())
-            .map_err(|_| TransportError::PeerGone)
+        tx.send(frame.to_vec()).map_err(|_| TransportError::PeerGone)
     }
 
-    fn recv_into(
-        &mut self,
-        buf: &mut Vec<u8>,
-        timeout: Option<Duration>,
-    ) -> Result<(), TransportError> {
+    fn recv_into(&mut self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<(), TransportError> {
         let rx = self.rx.as_ref().ok_or(TransportError::Closed)?;
         let frame = match timeout {
             None => rx.recv().map_err(|_| TransportError::PeerGone)?,

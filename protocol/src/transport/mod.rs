@@ -58,10 +58,7 @@ impl fmt::Display for TransportError {
             Self::PeerGone => write!(f, "peer gone (closed or died)"),
             Self::Timeout => write!(f, "timed out waiting for a frame"),
             Self::FrameTooLarge { len, max } => {
-                write!(
-                    f,
-                    "frame of {len} bytes exceeds the transport maximum of {max}"
-                )
+                write!(f, "frame of {len} bytes exceeds the transport maximum of {max}")
             }
             Self::Closed => write!(f, "transport closed locally"),
             Self::BadSegment(why) => write!(f, "bad shared-memory segment: {why}"),
@@ -109,11 +106,7 @@ pub trait Transport: Send {
 
     /// Receives the next frame into `buf` (cleared first). `timeout`: `None` waits until a
     /// frame arrives or the peer is gone; `Some(Duration::ZERO)` only polls.
-    fn recv_into(
-        &mut self,
-        buf: &mut Vec<u8>,
-        timeout: Option<Duration>,
-    ) -> Result<(), TransportError>;
+    fn recv_into(&mut self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<(), TransportError>;
 
     /// [`Self::recv_into`] into a new vector.
     fn recv(&mut self, timeout: Option<Duration>) -> Result<Vec<u8>, TransportError> {

@@ -13,8 +13,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
 };
 use rustix::thread::futex;
 
@@ -41,19 +40,9 @@ impl Mapping {
         // SAFETY: a fresh mapping at an address the kernel picks (null hint, no FIXED),
         // so it cannot alias any existing Rust object.
         let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )?
+            rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)?
         };
-        Ok(Self {
-            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
-            len,
-        })
+        Ok(Self { ptr: NonNull::new(p.cast()).expect("mmap returned null"), len })
     }
 
     /// Anonymous private read-write memory (zeroed), e.g. the loopback's staging area.
@@ -68,10 +57,7 @@ impl Mapping {
                 MapFlags::PRIVATE,
             )?
         };
-        Ok(Self {
-            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
-            len,
-        })
+        Ok(Self { ptr: NonNull::new(p.cast()).expect("mmap returned null"), len })
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -118,17 +104,9 @@ pub(crate) fn send_fd(sock: &UnixStream, fd: impl AsFd, tag: u8) -> io::Result<(
     let mut control = SendAncillaryBuffer::new(&mut space);
     assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
     let byte = [tag];
-    let n = rustix::net::sendmsg(
-        sock,
-        &[IoSlice::new(&byte)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )?;
+    let n = rustix::net::sendmsg(sock, &[IoSlice::new(&byte)], &mut control, SendFlags::NOSIGNAL)?;
     if n != 1 {
-        return Err(io::Error::new(
-            io::ErrorKind::WriteZero,
-            "fd message not sent",
-        ));
+        return Err(io::Error::new(io::ErrorKind::WriteZero, "fd message not sent"));
     }
     Ok(())
 }
@@ -139,12 +117,7 @@ pub(crate) fn recv_fd(sock: &UnixStream) -> io::Result<(u8, Option<OwnedFd>)> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8];
-    let msg = rustix::net::recvmsg(
-        sock,
-        &mut [IoSliceMut::new(&mut byte)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )?;
+    let msg = rustix::net::recvmsg(sock, &mut [IoSliceMut::new(&mut byte)], &mut control, RecvFlags::CMSG_CLOEXEC)?;
     if msg.bytes == 0 {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
@@ -161,10 +134,7 @@ pub(crate) fn recv_fd(sock: &UnixStream) -> io::Result<(u8, Option<OwnedFd>)> {
 }
 
 fn timespec(d: Duration) -> Timespec {
-    Timespec {
-        tv_sec: d.as_secs() as _,
-        tv_nsec: d.subsec_nanos() as _,
-    }
+    Timespec { tv_sec: d.as_secs() as _, tv_nsec: d.subsec_nanos() as _ }
 }
 
 /// FUTEX_WAIT (shared, not private: the word may live in memory another process maps)
@@ -184,17 +154,9 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
 /// Never blocks. Data still queued on the socket does not count as a hang-up.
 pub(crate) fn hung_up(sock: &UnixStream) -> bool {
     let mut fds = [PollFd::new(sock, PollFlags::RDHUP)];
-    match rustix::event::poll(
-        &mut fds,
-        Some(&Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        }),
-    ) {
+    match rustix::event::poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) {
         Ok(0) => false,
-        Ok(_) => fds[0]
-            .revents()
-            .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL),
+        Ok(_) => fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL),
         Err(_) => false,
     }
 }

@@ -72,10 +72,7 @@ impl UnixTransport {
         }
         let len = u32::from_le_bytes(have[..4].try_into().expect("4 bytes")) as usize;
         if len > self.max_frame {
-            return Err(TransportError::Corrupt(format!(
-                "peer sent a {len}-byte frame (max {})",
-                self.max_frame
-            )));
+            return Err(TransportError::Corrupt(format!("peer sent a {len}-byte frame (max {})", self.max_frame)));
         }
         Ok((have.len() >= 4 + len).then_some((self.start + 4, len)))
     }
@@ -98,9 +95,7 @@ impl UnixTransport {
         match (&self.socket).read(&mut self.rbuf[self.end..]) {
             Ok(0) => self.eof = true,
             Ok(n) => self.end += n,
-            Err(e)
-                if e.kind() == io::ErrorKind::Interrupted
-                    || e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e.into()),
         }
         Ok(true)
@@ -113,10 +108,7 @@ impl Transport for UnixTransport {
             return Err(TransportError::Closed);
         }
         if frame.len() > self.max_frame {
-            return Err(TransportError::FrameTooLarge {
-                len: frame.len(),
-                max: self.max_frame,
-            });
+            return Err(TransportError::FrameTooLarge { len: frame.len(), max: self.max_frame });
         }
         let len = (frame.len() as u32).to_le_bytes();
         if frame.len() <= 4096 {
@@ -134,11 +126,7 @@ impl Transport for UnixTransport {
         }
     }
 
-    fn recv_into(
-        &mut self,
-        buf: &mut Vec<u8>,
-        timeout: Option<Duration>,
-    ) -> Result<(), TransportError> {
+    fn recv_into(&mut self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<(), TransportError> {
         if self.closed {
             return Err(TransportError::Closed);
         }

@@ -13,30 +13,13 @@ const MODULE: ModuleId = ModuleId(0x300);
 const FUNC: FuncId = FuncId(0x400);
 
 fn end2(space: MemSpace) -> Copy2DEnd {
-    Copy2DEnd {
-        space,
-        x_bytes: 16,
-        y: 2,
-        pitch: 512,
-    }
+    Copy2DEnd { space, x_bytes: 16, y: 2, pitch: 512 }
 }
 fn copy2d() -> Copy2D {
-    Copy2D {
-        src: end2(MemSpace::Staging(4096)),
-        dst: end2(MemSpace::Device(PTR)),
-        width_bytes: 256,
-        height: 8,
-    }
+    Copy2D { src: end2(MemSpace::Staging(4096)), dst: end2(MemSpace::Device(PTR)), width_bytes: 256, height: 8 }
 }
 fn end3(space: MemSpace) -> Copy3DEnd {
-    Copy3DEnd {
-        space,
-        x_bytes: 0,
-        y: 1,
-        z: 2,
-        pitch: 1024,
-        height: 16,
-    }
+    Copy3DEnd { space, x_bytes: 0, y: 1, z: 2, pitch: 1024, height: 16 }
 }
 fn copy3d() -> Copy3D {
     Copy3D {
@@ -48,27 +31,14 @@ fn copy3d() -> Copy3D {
     }
 }
 fn memset(value: MemsetValue) -> Memset {
-    Memset {
-        dst: PTR,
-        value,
-        width: 1024,
-        height: 1,
-        pitch: 0,
-    }
+    Memset { dst: PTR, value, width: 1024, height: 1, pitch: 0 }
 }
 fn region() -> RegionSlice {
-    RegionSlice {
-        id: 7,
-        offset: 4096,
-        len: 1 << 16,
-    }
+    RegionSlice { id: 7, offset: 4096, len: 1 << 16 }
 }
 
 fn staging() -> StagingRegion {
-    StagingRegion {
-        offset: 8192,
-        len: 1 << 20,
-    }
+    StagingRegion { offset: 8192, len: 1 << 20 }
 }
 pub fn device_info() -> DeviceInfo {
     DeviceInfo {
@@ -77,16 +47,7 @@ pub fn device_info() -> DeviceInfo {
         uuid: *b"GPU-0123456789ab",
         total_memory: 4 << 30,
         compute_capability: [9, 0],
-        attributes: vec![
-            DeviceAttribute {
-                attribute: 16,
-                value: 132,
-            },
-            DeviceAttribute {
-                attribute: 1,
-                value: 1024,
-            },
-        ],
+        attributes: vec![DeviceAttribute { attribute: 16, value: 132 }, DeviceAttribute { attribute: 1, value: 1024 }],
     }
 }
 
@@ -109,106 +70,36 @@ pub fn all_request_examples() -> Vec<Request> {
         PrimaryCtxRetain { device: 0 },
         PrimaryCtxRelease { device: 0 },
         PrimaryCtxReset { device: 0 },
-        CtxCreate {
-            device: 1,
-            flags: 0,
-        },
+        CtxCreate { device: 1, flags: 0 },
         CtxDestroy { ctx: CTX },
         CtxSynchronize { ctx: CTX },
-        MemAlloc {
-            ctx: CTX,
-            bytes: 1 << 20,
-        },
-        MemAllocPitch {
-            ctx: CTX,
-            width_bytes: 1000,
-            height: 10,
-            element_size: 4,
-        },
+        MemAlloc { ctx: CTX, bytes: 1 << 20 },
+        MemAllocPitch { ctx: CTX, width_bytes: 1000, height: 10, element_size: 4 },
         MemFree { ptr: PTR },
-        MemGetAddressRange {
-            ptr: DevicePtr(PTR.0 + 8),
-        },
+        MemGetAddressRange { ptr: DevicePtr(PTR.0 + 8) },
         HostRegionMap { bytes: 1 << 20 },
         HostRegionUnmap { id: 7 },
-        MemcpyHtoD {
-            dst: PTR,
-            src: HostSrc::Inline(vec![1, 2, 3, 4].into()),
-        },
-        MemcpyDtoHRegion {
-            src: PTR,
-            dst: region(),
-        },
-        MemcpyDtoHRegionAsync {
-            src: PTR,
-            dst: region(),
-            stream: STREAM,
-        },
-        MemcpyHtoDAsync {
-            dst: PTR,
-            src: HostSrc::Staging(staging()),
-            stream: STREAM,
-        },
-        MemcpyDtoH {
-            src: PTR,
-            dst: staging(),
-        },
+        MemcpyHtoD { dst: PTR, src: HostSrc::Inline(vec![1, 2, 3, 4].into()) },
+        MemcpyDtoHRegion { src: PTR, dst: region() },
+        MemcpyDtoHRegionAsync { src: PTR, dst: region(), stream: STREAM },
+        MemcpyHtoDAsync { dst: PTR, src: HostSrc::Staging(staging()), stream: STREAM },
+        MemcpyDtoH { src: PTR, dst: staging() },
         MemcpyDtoHInline { src: PTR, len: 64 },
-        MemcpyDtoHAsync {
-            src: PTR,
-            dst: staging(),
-            stream: StreamId::NULL,
-        },
-        MemcpyDtoD {
-            dst: DevicePtr(PTR.0 + 4096),
-            src: PTR,
-            len: 4096,
-        },
-        MemcpyDtoDAsync {
-            dst: DevicePtr(PTR.0 + 4096),
-            src: PTR,
-            len: 4096,
-            stream: STREAM,
-        },
+        MemcpyDtoHAsync { src: PTR, dst: staging(), stream: StreamId::NULL },
+        MemcpyDtoD { dst: DevicePtr(PTR.0 + 4096), src: PTR, len: 4096 },
+        MemcpyDtoDAsync { dst: DevicePtr(PTR.0 + 4096), src: PTR, len: 4096, stream: STREAM },
         Memcpy2D { copy: copy2d() },
-        Memcpy2DAsync {
-            copy: copy2d(),
-            stream: STREAM,
-        },
+        Memcpy2DAsync { copy: copy2d(), stream: STREAM },
         Memcpy3D { copy: copy3d() },
-        Memcpy3DAsync {
-            copy: copy3d(),
-            stream: STREAM,
-        },
-        Memset {
-            set: memset(MemsetValue::U8(0xab)),
-        },
-        MemsetAsync {
-            set: memset(MemsetValue::U32(0xdead_beef)),
-            stream: STREAM,
-        },
-        ModuleLoad {
-            ctx: CTX,
-            image: HostSrc::Inline(b".version 8.0\n.target sm_90\n".to_vec().into()),
-        },
+        Memcpy3DAsync { copy: copy3d(), stream: STREAM },
+        Memset { set: memset(MemsetValue::U8(0xab)) },
+        MemsetAsync { set: memset(MemsetValue::U32(0xdead_beef)), stream: STREAM },
+        ModuleLoad { ctx: CTX, image: HostSrc::Inline(b".version 8.0\n.target sm_90\n".to_vec().into()) },
         ModuleUnload { module: MODULE },
-        ModuleGetFunction {
-            module: MODULE,
-            name: "_Z6vecAddPKfS0_Pfi".into(),
-        },
-        ModuleGetGlobal {
-            module: MODULE,
-            name: "counter".into(),
-        },
-        FuncGetAttribute {
-            func: FUNC,
-            attribute: 0,
-        },
-        FuncSetAttribute {
-            func: FUNC,
-            attribute: 8,
-            value: 65536,
-        },
+        ModuleGetFunction { module: MODULE, name: "_Z6vecAddPKfS0_Pfi".into() },
+        ModuleGetGlobal { module: MODULE, name: "counter".into() },
+        FuncGetAttribute { func: FUNC, attribute: 0 },
+        FuncSetAttribute { func: FUNC, attribute: 8, value: 65536 },
         LaunchKernel {
             func: FUNC,
             grid: [1024, 1, 1],
@@ -218,30 +109,16 @@ pub fn all_request_examples() -> Vec<Request> {
             params: KernelParams(vec![0; 28]),
             cooperative: false,
         },
-        StreamCreate {
-            ctx: CTX,
-            flags: 1,
-            priority: -1,
-        },
+        StreamCreate { ctx: CTX, flags: 1, priority: -1 },
         StreamDestroy { stream: STREAM },
         StreamSynchronize { stream: STREAM },
         StreamQuery { stream: STREAM },
-        StreamWaitEvent {
-            stream: STREAM,
-            event: EVENT,
-            flags: 0,
-        },
+        StreamWaitEvent { stream: STREAM, event: EVENT, flags: 0 },
         EventCreate { ctx: CTX, flags: 2 },
-        EventRecord {
-            event: EVENT,
-            stream: STREAM,
-        },
+        EventRecord { event: EVENT, stream: STREAM },
         EventSynchronize { event: EVENT },
         EventQuery { event: EVENT },
-        EventElapsedTime {
-            start: EVENT,
-            end: EventId(EVENT.0 + 1),
-        },
+        EventElapsedTime { start: EVENT, end: EventId(EVENT.0 + 1) },
         EventDestroy { event: EVENT },
         MgmtMemoryInfo { device: 0 },
         MgmtUtilization { device: 0 },
@@ -252,38 +129,17 @@ pub fn all_reply_examples() -> Vec<Reply> {
     use Reply::*;
     vec![
         Ok {},
-        Error {
-            code: 2,
-            message: "tenant 'alice' is over its 4 GiB quota on device 0".into(),
-        },
-        HelloReply {
-            session_id: 77,
-            tenant: "alice".into(),
-            driver_version: 13000,
-            devices: vec![device_info()],
-        },
+        Error { code: 2, message: "tenant 'alice' is over its 4 GiB quota on device 0".into() },
+        HelloReply { session_id: 77, tenant: "alice".into(), driver_version: 13000, devices: vec![device_info()] },
         DeviceCount { count: 2 },
-        DeviceInfo {
-            info: device_info(),
-        },
-        MemInfo {
-            free: 3 << 30,
-            total: 4 << 30,
-        },
+        DeviceInfo { info: device_info() },
+        MemInfo { free: 3 << 30, total: 4 << 30 },
         Context { ctx: CTX },
         MemPtr { ptr: PTR },
         HostRegion { id: 7 },
-        MemPitch {
-            ptr: PTR,
-            pitch: 1024,
-        },
-        AddressRange {
-            base: PTR,
-            size: 1 << 20,
-        },
-        Bytes {
-            data: vec![9; 64].into(),
-        },
+        MemPitch { ptr: PTR, pitch: 1024 },
+        AddressRange { base: PTR, size: 1 << 20 },
+        Bytes { data: vec![9; 64].into() },
         Module {
             module: MODULE,
             functions: vec![FunctionInfo {
@@ -292,30 +148,18 @@ pub fn all_reply_examples() -> Vec<Reply> {
                 params: vec![
                     ParamInfo { offset: 0, size: 8 },
                     ParamInfo { offset: 8, size: 8 },
-                    ParamInfo {
-                        offset: 16,
-                        size: 8,
-                    },
-                    ParamInfo {
-                        offset: 24,
-                        size: 4,
-                    },
+                    ParamInfo { offset: 16, size: 8 },
+                    ParamInfo { offset: 24, size: 4 },
                 ],
             }],
         },
-        Function {
-            func: FUNC,
-            params: vec![ParamInfo { offset: 0, size: 8 }],
-        },
+        Function { func: FUNC, params: vec![ParamInfo { offset: 0, size: 8 }] },
         Global { ptr: PTR, size: 4 },
         Attribute { value: 1024 },
         Stream { stream: STREAM },
         Ready { ready: false },
         Event { event: EVENT },
         Elapsed { nanos: 1_500_000 },
-        Utilization {
-            gpu_percent: 25,
-            memory_percent: 3,
-        },
+        Utilization { gpu_percent: 25, memory_percent: 3 },
     ]
 }

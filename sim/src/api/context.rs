@@ -163,7 +163,11 @@ pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
 pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) -> CUresult {
     cuda_entry(|| {
         let driver = initialized()?;
-        if ctx.is_null() { current()? } else { lookup(driver, ctx as u64)? };
+        if ctx.is_null() {
+            current()?
+        } else {
+            lookup(driver, ctx as u64)?
+        };
         out(version, CTX_API_VERSION)
     })
 }
@@ -267,14 +271,17 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
         let device = driver.device(dev)?;
         let mut p = device.primary.lock().unwrap_or_else(|e| e.into_inner());
         if p.refcount == 0 {
-            return fail(CUresult::CUDA_ERROR_INVALID_CONTEXT, || format!("device {dev}: primary context not retained"));
+            return fail(CUresult::CUDA_ERROR_INVALID_CONTEXT, || {
+                format!("device {dev}: primary context not retained")
+            });
         }
         p.refcount -= 1;
         if p.refcount == 0
-            && let Some(c) = p.ctx.take() {
-                drop(p);
-                drop_primary(driver, c);
-            }
+            && let Some(c) = p.ctx.take()
+        {
+            drop(p);
+            drop_primary(driver, c);
+        }
         Ok(())
     })
 }

@@ -46,7 +46,9 @@ fn locate(driver: &Driver, ctx: &Context, ptr: u64, footprint: u64, expect: Expe
     }
     if let Some(owner) = window_owner(ptr) {
         if expect == Expect::Host {
-            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} {ptr:#x} is device memory, not host memory"));
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("{role} {ptr:#x} is device memory, not host memory")
+            });
         }
         if owner != ctx.handle() {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} {ptr:#x} belongs to another context"));
@@ -57,7 +59,9 @@ fn locate(driver: &Driver, ctx: &Context, ptr: u64, footprint: u64, expect: Expe
     }
     if let Some(b) = driver.pinned.find(ptr) {
         if ptr + footprint > b.addr() + b.len {
-            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role}: {footprint} bytes at {ptr:#x} overrun a page-locked block"));
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("{role}: {footprint} bytes at {ptr:#x} overrun a page-locked block")
+            });
         }
         return Ok(Region { addr: ptr, keep: Keep::Pinned(b) });
     }
@@ -121,7 +125,14 @@ enum Mode {
     Async,
 }
 
-fn submit_copy(ctx: &Arc<Context>, stream: &Arc<Stream>, dst: Region, src: Region, shape: Shape, mode: Mode) -> CuResult<()> {
+fn submit_copy(
+    ctx: &Arc<Context>,
+    stream: &Arc<Stream>,
+    dst: Region,
+    src: Region,
+    shape: Shape,
+    mode: Mode,
+) -> CuResult<()> {
     ctx.check_sticky()?;
     if shape.is_empty() {
         return Ok(());
@@ -159,7 +170,16 @@ fn submit_copy(ctx: &Arc<Context>, stream: &Arc<Stream>, dst: Region, src: Regio
     Ok(())
 }
 
-fn linear(dst: u64, dst_kind: Expect, src: u64, src_kind: Expect, n: usize, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
+fn linear(
+    dst: u64,
+    dst_kind: Expect,
+    src: u64,
+    src_kind: Expect,
+    n: usize,
+    stream: CUstream,
+    d: DefaultStream,
+    mode: Mode,
+) -> CuResult<()> {
     let driver = initialized()?;
     let (ctx, s) = resolve_stream(driver, stream, d)?;
     if n == 0 {
@@ -195,7 +215,16 @@ fn dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, d: Defa
     linear(dst, Expect::Device, src, Expect::Device, n, s, d, Mode::Async)
 }
 
-fn peer_impl(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
+fn peer_impl(
+    dst: CUdeviceptr,
+    dctx: CUcontext,
+    src: CUdeviceptr,
+    sctx: CUcontext,
+    n: usize,
+    stream: CUstream,
+    d: DefaultStream,
+    mode: Mode,
+) -> CuResult<()> {
     let driver = initialized()?;
     let dctx = crate::context::lookup(driver, dctx as u64)?;
     let sctx = crate::context::lookup(driver, sctx as u64)?;
@@ -207,10 +236,25 @@ fn peer_impl(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontex
     let src = locate(driver, &sctx, src, n as u64, Expect::Device, "source")?;
     submit_copy(&ctx, &s, dst, src, Shape::linear(n as u64), mode)
 }
-fn peer(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, d: DefaultStream) -> CuResult<()> {
+fn peer(
+    dst: CUdeviceptr,
+    dctx: CUcontext,
+    src: CUdeviceptr,
+    sctx: CUcontext,
+    n: usize,
+    d: DefaultStream,
+) -> CuResult<()> {
     peer_impl(dst, dctx, src, sctx, n, std::ptr::null_mut(), d, Mode::Sync)
 }
-fn peer_async(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+fn peer_async(
+    dst: CUdeviceptr,
+    dctx: CUcontext,
+    src: CUdeviceptr,
+    sctx: CUcontext,
+    n: usize,
+    s: CUstream,
+    d: DefaultStream,
+) -> CuResult<()> {
     peer_impl(dst, dctx, src, sctx, n, s, d, Mode::Async)
 }
 
@@ -235,7 +279,17 @@ struct Side {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn side(t: CUmemorytype, host: u64, device: u64, x: u64, y: u64, z: u64, pitch: u64, height: u64, width: u64) -> CuResult<Side> {
+fn side(
+    t: CUmemorytype,
+    host: u64,
+    device: u64,
+    x: u64,
+    y: u64,
+    z: u64,
+    pitch: u64,
+    height: u64,
+    width: u64,
+) -> CuResult<Side> {
     let expect = expect_of(t)?;
     let pitch = if pitch == 0 { width } else { pitch };
     let base = if expect == Expect::Host { host } else { device };
@@ -246,13 +300,30 @@ fn side(t: CUmemorytype, host: u64, device: u64, x: u64, y: u64, z: u64, pitch: 
     Ok(Side { addr: base + z * slice + y * pitch + x, expect, pitch, slice })
 }
 
-fn strided(dst: Side, src: Side, width: u64, height: u64, depth: u64, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
+fn strided(
+    dst: Side,
+    src: Side,
+    width: u64,
+    height: u64,
+    depth: u64,
+    stream: CUstream,
+    d: DefaultStream,
+    mode: Mode,
+) -> CuResult<()> {
     let driver = initialized()?;
     let (ctx, s) = resolve_stream(driver, stream, d)?;
     if (height > 1 || depth > 1) && (dst.pitch < width || src.pitch < width) {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("pitch smaller than the width {width}"));
     }
-    let shape = Shape { width, height, depth, dst_pitch: dst.pitch, dst_slice: dst.slice, src_pitch: src.pitch, src_slice: src.slice };
+    let shape = Shape {
+        width,
+        height,
+        depth,
+        dst_pitch: dst.pitch,
+        dst_slice: dst.slice,
+        src_pitch: src.pitch,
+        src_slice: src.slice,
+    };
     if shape.is_empty() {
         return ctx.check_sticky();
     }
@@ -264,8 +335,28 @@ fn strided(dst: Side, src: Side, width: u64, height: u64, depth: u64, stream: CU
 fn copy2d_impl(p: *const CUDA_MEMCPY2D, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
     let c = read(p, "CUDA_MEMCPY2D")?;
     let (w, h) = (c.WidthInBytes as u64, c.Height as u64);
-    let src = side(c.srcMemoryType, c.srcHost as u64, c.srcDevice, c.srcXInBytes as u64, c.srcY as u64, 0, c.srcPitch as u64, h, w)?;
-    let dst = side(c.dstMemoryType, c.dstHost as u64, c.dstDevice, c.dstXInBytes as u64, c.dstY as u64, 0, c.dstPitch as u64, h, w)?;
+    let src = side(
+        c.srcMemoryType,
+        c.srcHost as u64,
+        c.srcDevice,
+        c.srcXInBytes as u64,
+        c.srcY as u64,
+        0,
+        c.srcPitch as u64,
+        h,
+        w,
+    )?;
+    let dst = side(
+        c.dstMemoryType,
+        c.dstHost as u64,
+        c.dstDevice,
+        c.dstXInBytes as u64,
+        c.dstY as u64,
+        0,
+        c.dstPitch as u64,
+        h,
+        w,
+    )?;
     strided(dst, src, w, h, 1, stream, d, mode)
 }
 fn copy2d(p: *const CUDA_MEMCPY2D, d: DefaultStream) -> CuResult<()> {
@@ -286,8 +377,28 @@ fn copy3d_impl(p: *const CUDA_MEMCPY3D, stream: CUstream, d: DefaultStream, mode
     if depth > 1 && (sh < h || dh < h) {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "srcHeight/dstHeight smaller than Height".into());
     }
-    let src = side(c.srcMemoryType, c.srcHost as u64, c.srcDevice, c.srcXInBytes as u64, c.srcY as u64, c.srcZ as u64, c.srcPitch as u64, sh, w)?;
-    let dst = side(c.dstMemoryType, c.dstHost as u64, c.dstDevice, c.dstXInBytes as u64, c.dstY as u64, c.dstZ as u64, c.dstPitch as u64, dh, w)?;
+    let src = side(
+        c.srcMemoryType,
+        c.srcHost as u64,
+        c.srcDevice,
+        c.srcXInBytes as u64,
+        c.srcY as u64,
+        c.srcZ as u64,
+        c.srcPitch as u64,
+        sh,
+        w,
+    )?;
+    let dst = side(
+        c.dstMemoryType,
+        c.dstHost as u64,
+        c.dstDevice,
+        c.dstXInBytes as u64,
+        c.dstY as u64,
+        c.dstZ as u64,
+        c.dstPitch as u64,
+        dh,
+        w,
+    )?;
     strided(dst, src, w, h, depth, stream, d, mode)
 }
 fn copy3d(p: *const CUDA_MEMCPY3D, d: DefaultStream) -> CuResult<()> {
@@ -298,7 +409,17 @@ fn copy3d_async(p: *const CUDA_MEMCPY3D, s: CUstream, d: DefaultStream) -> CuRes
 }
 
 /// Fills `width` elements of `elem` bytes in each of `height` rows `pitch` apart.
-fn memset_impl(dst: CUdeviceptr, pitch: usize, value: u32, elem: u64, width: usize, height: usize, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
+fn memset_impl(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u32,
+    elem: u64,
+    width: usize,
+    height: usize,
+    stream: CUstream,
+    d: DefaultStream,
+    mode: Mode,
+) -> CuResult<()> {
     let driver = initialized()?;
     let (ctx, s) = resolve_stream(driver, stream, d)?;
     ctx.check_sticky()?;
@@ -306,10 +427,14 @@ fn memset_impl(dst: CUdeviceptr, pitch: usize, value: u32, elem: u64, width: usi
     let row = width * elem;
     let pitch = if height <= 1 { row } else { pitch as u64 };
     if height > 1 && pitch < row {
-        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("pitch {pitch} smaller than the row of {row} bytes"));
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            format!("pitch {pitch} smaller than the row of {row} bytes")
+        });
     }
     if !dst.is_multiple_of(elem) || (height > 1 && pitch % elem != 0) {
-        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{dst:#x} is not aligned to the {elem}-byte element"));
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            format!("{dst:#x} is not aligned to the {elem}-byte element")
+        });
     }
     if row == 0 || height == 0 {
         return Ok(());
@@ -370,13 +495,37 @@ fn d16_async(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream, d: DefaultStrea
 fn d32_async(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
     memset_impl(p, 0, v, 4, n, 1, s, d, Mode::Async)
 }
-fn d2d8_async(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+fn d2d8_async(
+    p: CUdeviceptr,
+    pitch: usize,
+    v: c_uchar,
+    w: usize,
+    h: usize,
+    s: CUstream,
+    d: DefaultStream,
+) -> CuResult<()> {
     memset_impl(p, pitch, v as u32, 1, w, h, s, d, Mode::Async)
 }
-fn d2d16_async(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+fn d2d16_async(
+    p: CUdeviceptr,
+    pitch: usize,
+    v: c_ushort,
+    w: usize,
+    h: usize,
+    s: CUstream,
+    d: DefaultStream,
+) -> CuResult<()> {
     memset_impl(p, pitch, v as u32, 2, w, h, s, d, Mode::Async)
 }
-fn d2d32_async(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+fn d2d32_async(
+    p: CUdeviceptr,
+    pitch: usize,
+    v: c_uint,
+    w: usize,
+    h: usize,
+    s: CUstream,
+    d: DefaultStream,
+) -> CuResult<()> {
     memset_impl(p, pitch, v, 4, w, h, s, d, Mode::Async)
 }
 

@@ -50,7 +50,11 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: CUdevice_attribute, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    value: *mut c_int,
+    attrib: CUdevice_attribute,
+    dev: CUdevice,
+) -> CUresult {
     cuda_entry(|| {
         let d = initialized()?.device(dev)?;
         match d.attribute(attrib) {

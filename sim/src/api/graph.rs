@@ -17,7 +17,9 @@ fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream) -> Cu
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown capture mode {}", mode.0));
     }
     if s.kind == StreamKind::Legacy {
-        return fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, || "the legacy default stream cannot be captured".into());
+        return fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, || {
+            "the legacy default stream cannot be captured".into()
+        });
     }
     let mut cap = s.capture.lock().unwrap_or_else(|e| e.into_inner());
     if !matches!(*cap, Capture::None) {

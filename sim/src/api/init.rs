@@ -1,9 +1,9 @@
 //! Initialisation, versions and error strings.
 
 use super::out;
-use gpupool_abi::errors;
 use crate::driver::state;
 use crate::error::{cuda_entry, fail};
+use gpupool_abi::errors;
 use gpupool_shim::cuda::CUresult;
 use std::os::raw::{c_char, c_int, c_uint};
 

@@ -9,8 +9,8 @@ use crate::error::{CuResult, fail};
 use crate::launch::{LaunchConfig, launch};
 use crate::module::Function;
 use gpupool_shim::cuda::{
-    CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT, CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT, CU_LAUNCH_PARAM_END_AS_INT,
-    CUfunction, CUlaunchAttributeID as L, CUlaunchConfig, CUresult, CUstream,
+    CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT, CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT, CU_LAUNCH_PARAM_END_AS_INT, CUfunction,
+    CUlaunchAttributeID as L, CUlaunchConfig, CUresult, CUstream,
 };
 use std::os::raw::{c_uint, c_void};
 
@@ -54,7 +54,9 @@ fn pack_params(f: &Function, params: *mut *mut c_void, extra: *mut *mut c_void) 
                 let value = unsafe { *extra.add(i + 1) };
                 match key as u32 {
                     CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT => buffer = value.cast(),
-                    CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT => size = Some(read(value.cast::<usize>(), "extra buffer size")?),
+                    CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT => {
+                        size = Some(read(value.cast::<usize>(), "extra buffer size")?)
+                    }
                     other => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown extra key {other}")),
                 }
             }
@@ -131,7 +133,13 @@ fn launch_cooperative(
     launch_impl(f, [gx, gy, gz], [bx, by, bz], shared, stream, params, std::ptr::null_mut(), true, d)
 }
 
-fn launch_ex(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void, d: DefaultStream) -> CuResult<()> {
+fn launch_ex(
+    config: *const CUlaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    d: DefaultStream,
+) -> CuResult<()> {
     let c = read(config, "CUlaunchConfig")?;
     if c.numAttrs > 0 && c.attrs.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "numAttrs > 0 with NULL attrs".into());
@@ -153,7 +161,9 @@ fn launch_ex(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_v
             | L::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN
             | L::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP => {}
             other => {
-                return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || format!("launch attribute {} is not simulated", other.0));
+                return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || {
+                    format!("launch attribute {} is not simulated", other.0)
+                });
             }
         }
     }

@@ -7,8 +7,8 @@ use crate::error::{CuResult, cuda_entry, fail};
 use crate::memory::{PITCH_ALIGN, window_owner};
 use gpupool_shim::cuda::{
     CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CU_MEMHOSTREGISTER_DEVICEMAP,
-    CU_MEMHOSTREGISTER_IOMEMORY, CU_MEMHOSTREGISTER_PORTABLE, CU_MEMHOSTREGISTER_READ_ONLY, CUcontext, CUdeviceptr, CUstream,
-    CUmemorytype, CUpointer_attribute as P, CUresult,
+    CU_MEMHOSTREGISTER_IOMEMORY, CU_MEMHOSTREGISTER_PORTABLE, CU_MEMHOSTREGISTER_READ_ONLY, CUcontext, CUdeviceptr,
+    CUmemorytype, CUpointer_attribute as P, CUresult, CUstream,
 };
 use std::os::raw::{c_int, c_uint, c_void};
 use std::sync::Arc;
@@ -52,7 +52,9 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null output pointer".into());
         }
         if !matches!(element_size, 4 | 8 | 16) {
-            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("ElementSizeBytes {element_size} is not 4, 8 or 16"));
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("ElementSizeBytes {element_size} is not 4, 8 or 16")
+            });
         }
         if width_bytes == 0 || height == 0 {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "zero width or height".into());
@@ -73,7 +75,11 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usize, dptr: CUdeviceptr) -> CUresult {
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    base: *mut CUdeviceptr,
+    size: *mut usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
     cuda_entry(|| {
         let ctx = current()?;
         let Some(a) = ctx.memory.find(dptr) else {
@@ -122,7 +128,11 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    pdptr: *mut CUdeviceptr,
+    p: *mut c_void,
+    flags: c_uint,
+) -> CUresult {
     cuda_entry(|| {
         current()?;
         if flags != 0 {
@@ -147,8 +157,10 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
     })
 }
 
-const HOST_REGISTER_FLAGS: u32 =
-    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+const HOST_REGISTER_FLAGS: u32 = CU_MEMHOSTREGISTER_PORTABLE
+    | CU_MEMHOSTREGISTER_DEVICEMAP
+    | CU_MEMHOSTREGISTER_IOMEMORY
+    | CU_MEMHOSTREGISTER_READ_ONLY;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
@@ -192,7 +204,11 @@ fn free_async(ptr: CUdeviceptr, h: CUstream, d: DefaultStream) -> CuResult<()> {
     s.refuse_if_capturing("cuMemFreeAsync (free nodes)")?;
     match ctx.memory.find(ptr) {
         Some(a) if a.base == ptr => {}
-        _ => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("cuMemFreeAsync: {ptr:#x} is not an allocation of this context")),
+        _ => {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("cuMemFreeAsync: {ptr:#x} is not an allocation of this context")
+            });
+        }
     }
     let owner = Arc::clone(&ctx);
     s.enqueue(&ctx, crate::stream::Work::Control, Vec::new(), Arc::new(move || owner.memory.free(ptr)));
@@ -257,7 +273,9 @@ fn write_attribute(driver: &Driver, data: *mut c_void, attr: P, p: &Pointee, ptr
         P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR | P::CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => {
             out(data.cast::<CUdeviceptr>(), base)
         }
-        P::CU_POINTER_ATTRIBUTE_RANGE_SIZE | P::CU_POINTER_ATTRIBUTE_MAPPING_SIZE => out(data.cast::<usize>(), size as usize),
+        P::CU_POINTER_ATTRIBUTE_RANGE_SIZE | P::CU_POINTER_ATTRIBUTE_MAPPING_SIZE => {
+            out(data.cast::<usize>(), size as usize)
+        }
         P::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES => out(data.cast::<u64>(), 0),
         // CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE
         P::CU_POINTER_ATTRIBUTE_ACCESS_FLAGS => out(data.cast::<c_uint>(), 3),
@@ -269,9 +287,9 @@ fn write_attribute(driver: &Driver, data: *mut c_void, attr: P, p: &Pointee, ptr
 /// The "not a CUDA pointer" value `cuPointerGetAttributes` reports per attribute.
 fn write_default(data: *mut c_void, attr: P) -> CuResult<()> {
     match attr {
-        P::CU_POINTER_ATTRIBUTE_CONTEXT | P::CU_POINTER_ATTRIBUTE_HOST_POINTER | P::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE => {
-            out(data.cast::<*mut c_void>(), std::ptr::null_mut())
-        }
+        P::CU_POINTER_ATTRIBUTE_CONTEXT
+        | P::CU_POINTER_ATTRIBUTE_HOST_POINTER
+        | P::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE => out(data.cast::<*mut c_void>(), std::ptr::null_mut()),
         P::CU_POINTER_ATTRIBUTE_DEVICE_POINTER
         | P::CU_POINTER_ATTRIBUTE_BUFFER_ID
         | P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR

@@ -6,7 +6,9 @@ use crate::driver::initialized;
 use crate::error::{CuResult, cuda_entry, fail};
 use crate::fatbin;
 use crate::module::{self, Function, Image};
-use gpupool_shim::cuda::{CUdeviceptr, CUfunc_cache, CUfunction, CUfunction_attribute as F, CUjit_option, CUmodule, CUresult};
+use gpupool_shim::cuda::{
+    CUdeviceptr, CUfunc_cache, CUfunction, CUfunction_attribute as F, CUjit_option, CUmodule, CUresult,
+};
 use std::os::raw::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 
@@ -159,7 +161,8 @@ pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attrib: F, hfunc:
             F::CU_FUNC_ATTRIBUTE_BINARY_VERSION => f.target_sm as i64,
             F::CU_FUNC_ATTRIBUTE_CACHE_MODE_CA => 0,
             F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => {
-                (s.max_dynamic_shared.max(crate::device::MAX_STATIC_SHARED) as u64).saturating_sub(f.static_shared) as i64
+                (s.max_dynamic_shared.max(crate::device::MAX_STATIC_SHARED) as u64).saturating_sub(f.static_shared)
+                    as i64
             }
             F::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT => s.preferred_shared_carveout as i64,
             F::CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET
@@ -203,7 +206,9 @@ pub unsafe extern "C" fn cuFuncSetAttribute(hfunc: CUfunction, attrib: F, value:
             | F::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT
             | F::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH => {}
             other => {
-                return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("function attribute {} is read-only", other.0));
+                return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                    format!("function attribute {} is read-only", other.0)
+                });
             }
         }
         Ok(())
@@ -223,7 +228,12 @@ pub unsafe extern "C" fn cuFuncSetCacheConfig(hfunc: CUfunction, config: CUfunc_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncGetParamInfo(func: CUfunction, index: usize, offset: *mut usize, size: *mut usize) -> CUresult {
+pub unsafe extern "C" fn cuFuncGetParamInfo(
+    func: CUfunction,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> CUresult {
     cuda_entry(|| {
         let f = function(func)?;
         let Some(p) = f.entry.params.get(index) else {

@@ -178,7 +178,11 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mu
         }
         // SAFETY: non-null, NUL-terminated per NVML's contract.
         let want = unsafe { std::ffi::CStr::from_ptr(uuid) }.to_string_lossy().to_ascii_lowercase();
-        let d = state().devices.iter().find(|d| d.uuid_string().to_ascii_lowercase() == want).ok_or(R::NVML_ERROR_NOT_FOUND)?;
+        let d = state()
+            .devices
+            .iter()
+            .find(|d| d.uuid_string().to_ascii_lowercase() == want)
+            .ok_or(R::NVML_ERROR_NOT_FOUND)?;
         nout(dev, handle_of(d))
     })
 }

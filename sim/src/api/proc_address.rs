@@ -54,7 +54,12 @@ fn get_proc_address(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: cuuint64_t) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: cuuint64_t,
+) -> CUresult {
     cuda_entry(|| get_proc_address(symbol, pfn, version, flags, std::ptr::null_mut()))
 }
 

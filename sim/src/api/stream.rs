@@ -48,7 +48,9 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(h: CUstream) -> CUresult {
                 s.shut_down();
                 Ok(())
             }
-            None => fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || format!("{h:?} is not a stream that can be destroyed")),
+            None => {
+                fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || format!("{h:?} is not a stream that can be destroyed"))
+            }
         }
     })
 }

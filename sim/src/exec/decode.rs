@@ -260,7 +260,6 @@ impl<'a> Decoder<'a> {
         }
     }
 
-
     fn reg(&self, name: &str) -> DResult<u16> {
         self.regs.get(name).copied().ok_or_else(|| format!("undeclared register {name}"))
     }
@@ -642,7 +641,9 @@ impl<'a> Decoder<'a> {
                     "bfi" => Tern::Bfi,
                     _ => Tern::Prmt,
                 };
-                if kind == Tern::Prmt && mods.iter().any(|m| matches!(*m, "f4e" | "b4e" | "rc8" | "ecl" | "ecr" | "rc16")) {
+                if kind == Tern::Prmt
+                    && mods.iter().any(|m| matches!(*m, "f4e" | "b4e" | "rc8" | "ecl" | "ecr" | "rc16"))
+                {
                     return bad("prmt modes other than the default are not implemented");
                 }
                 if kind == Tern::Bfi {
@@ -705,7 +706,15 @@ impl<'a> Decoder<'a> {
                 };
                 if name == "set" {
                     let dty = types[0];
-                    return Ok(Op::Set { cmp, ty: t, dty, d, a: self.operand(ops[1], t)?, b: self.operand(ops[2], t)?, combine: c });
+                    return Ok(Op::Set {
+                        cmp,
+                        ty: t,
+                        dty,
+                        d,
+                        a: self.operand(ops[1], t)?,
+                        b: self.operand(ops[2], t)?,
+                        combine: c,
+                    });
                 }
                 Op::Setp { cmp, ty: t, d, d2, a: self.operand(ops[1], t)?, b: self.operand(ops[2], t)?, combine: c }
             }
@@ -734,12 +743,24 @@ impl<'a> Decoder<'a> {
             "ld" | "ldu" => {
                 need(2)?;
                 let t = ty_or("ld")?;
-                Op::Ld { space: space(), ty: t, n: vec_width(), d: self.operand(ops[0], t)?, addr: self.address(ops[1])? }
+                Op::Ld {
+                    space: space(),
+                    ty: t,
+                    n: vec_width(),
+                    d: self.operand(ops[0], t)?,
+                    addr: self.address(ops[1])?,
+                }
             }
             "st" => {
                 need(2)?;
                 let t = ty_or("st")?;
-                Op::St { space: space(), ty: t, n: vec_width(), addr: self.address(ops[0])?, a: self.operand(ops[1], t)? }
+                Op::St {
+                    space: space(),
+                    ty: t,
+                    n: vec_width(),
+                    addr: self.address(ops[0])?,
+                    a: self.operand(ops[1], t)?,
+                }
             }
             "atom" | "red" => {
                 let t = ty_or(name)?;
@@ -761,7 +782,8 @@ impl<'a> Decoder<'a> {
                         })
                     })
                     .ok_or("atomic without an operation")?;
-                let (d, rest) = if name == "red" { (Operand::Sink, &ops[..]) } else { (self.operand(ops[0], t)?, &ops[1..]) };
+                let (d, rest) =
+                    if name == "red" { (Operand::Sink, &ops[..]) } else { (self.operand(ops[0], t)?, &ops[1..]) };
                 if rest.len() < 2 || (kind == Atomic::Cas && rest.len() < 3) {
                     return bad("too few atomic operands");
                 }

@@ -21,7 +21,11 @@ use std::sync::Arc;
 /// Decodes a kernel and every device function it calls into one program: the
 /// functions follow the kernel, each with its own registers and region of local
 /// memory, and every call is linked to its callee.
-pub fn compile(f: &Function, globals: &HashMap<String, (u64, u64)>, module: &crate::ptx::Module) -> Result<Arc<Program>, String> {
+pub fn compile(
+    f: &Function,
+    globals: &HashMap<String, (u64, u64)>,
+    module: &crate::ptx::Module,
+) -> Result<Arc<Program>, String> {
     let syms = || decode::Symbols { globals, module };
     let kd = decode::Decoder::new(&f.entry, syms(), true, 0, 0);
     let shared_static = kd.shared_static;
@@ -34,7 +38,8 @@ pub fn compile(f: &Function, globals: &HashMap<String, (u64, u64)>, module: &cra
         if funcs.iter().any(|(n, _)| *n == name) {
             continue;
         }
-        let entry = module.functions.iter().find(|e| e.name == name).ok_or_else(|| format!("no device function {name}"))?;
+        let entry =
+            module.functions.iter().find(|e| e.name == name).ok_or_else(|| format!("no device function {name}"))?;
         let base = u16::try_from(nregs).map_err(|_| "too many registers".to_string())?;
         let mut dd = decode::Decoder::new(entry, syms(), false, base, local.next_multiple_of(16));
         dd.inherit_shared(&shared);
@@ -62,20 +67,25 @@ pub fn compile(f: &Function, globals: &HashMap<String, (u64, u64)>, module: &cra
     }
     for ins in &mut instrs {
         if let ir::Op::Call(call) = &mut ins.op
-            && let ir::Callee::Function(name) = &call.callee {
-                let idx = funcs.iter().position(|(n, _)| n == name).ok_or_else(|| format!("unlinked call to {name}"))?;
-                let callee = &funcs[idx].1;
-                if call.args.len() != callee.param_slots.len() {
-                    return Err(format!("{name} takes {} arguments, called with {}", callee.param_slots.len(), call.args.len()));
-                }
-                call.target_pc = starts[idx];
-                call.copies_in =
-                    call.args.iter().zip(&callee.param_slots).map(|(&(src, a), &(dst, b))| (src, dst, a.min(b))).collect();
-                call.copy_out = match (call.ret, callee.return_slots.first()) {
-                    (Some((dst, a)), Some(&(src, b))) => Some((src, dst, a.min(b))),
-                    _ => None,
-                };
+            && let ir::Callee::Function(name) = &call.callee
+        {
+            let idx = funcs.iter().position(|(n, _)| n == name).ok_or_else(|| format!("unlinked call to {name}"))?;
+            let callee = &funcs[idx].1;
+            if call.args.len() != callee.param_slots.len() {
+                return Err(format!(
+                    "{name} takes {} arguments, called with {}",
+                    callee.param_slots.len(),
+                    call.args.len()
+                ));
             }
+            call.target_pc = starts[idx];
+            call.copies_in =
+                call.args.iter().zip(&callee.param_slots).map(|(&(src, a), &(dst, b))| (src, dst, a.min(b))).collect();
+            call.copy_out = match (call.ret, callee.return_slots.first()) {
+                (Some((dst, a)), Some(&(src, b))) => Some((src, dst, a.min(b))),
+                _ => None,
+            };
+        }
     }
     Ok(Arc::new(Program { instrs, nregs, shared_static, local_bytes: local }))
 }
@@ -339,7 +349,9 @@ $L_done:
 
     #[test]
     fn unsupported_instructions_are_named_when_decoding() {
-        let src = format!("{HEAD}.visible .entry k(.param .u64 p)\n{{\n .reg .b32 %r<2>;\n tex.1d.v4.f32.s32 {{%r1, %r1, %r1, %r1}}, [t, {{%r1}}];\n ret;\n}}");
+        let src = format!(
+            "{HEAD}.visible .entry k(.param .u64 p)\n{{\n .reg .b32 %r<2>;\n tex.1d.v4.f32.s32 {{%r1, %r1, %r1, %r1}}, [t, {{%r1}}];\n ret;\n}}"
+        );
         let module = crate::ptx::parse(&src).unwrap();
         let entry = module.entries[0].clone();
         let f = Function {

@@ -405,7 +405,8 @@ pub fn tern(kind: Tern, ty: Ty, rnd: Round, sat: bool, a: u64, b: u64, c: u64) -
             let pos = (b & 0xff).min(bits);
             let len = (c & 0xff).min(bits);
             let v = a & ty.mask();
-            let field = if len == 0 { 0 } else { (v >> pos.min(63)) & (if len >= 64 { u64::MAX } else { (1 << len) - 1 }) };
+            let field =
+                if len == 0 { 0 } else { (v >> pos.min(63)) & (if len >= 64 { u64::MAX } else { (1 << len) - 1 }) };
             let field = if pos >= bits { 0 } else { field };
             if ty.is_signed() && len > 0 {
                 // Sign bit: the field's top bit, or the value's when the field runs off the end.
@@ -569,11 +570,7 @@ fn int_to_float(v: i128, ty: Ty, rnd: Round) -> u64 {
 
 fn int_range(ty: Ty) -> (i128, i128) {
     let bits = ty.bits();
-    if ty.is_signed() {
-        (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
-    } else {
-        (0, (1i128 << bits) - 1)
-    }
+    if ty.is_signed() { (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1) } else { (0, (1i128 << bits) - 1) }
 }
 
 #[cfg(test)]

@@ -25,15 +25,9 @@ fn worker(t: usize, ctx: Shared<CUcontext>, iters: usize) {
     let mut stream = null_mut();
     check(call!(d.cuStreamCreate(&mut stream, 1)));
     let mut module = null_mut();
-    check(call!(
-        d.cuModuleLoadData(&mut module, EMPTY_PTX.as_ptr().cast())
-    ));
+    check(call!(d.cuModuleLoadData(&mut module, EMPTY_PTX.as_ptr().cast())));
     let mut f = null_mut();
-    check(call!(d.cuModuleGetFunction(
-        &mut f,
-        module,
-        c"empty".as_ptr()
-    )));
+    check(call!(d.cuModuleGetFunction(&mut f, module, c"empty".as_ptr())));
     for i in 0..iters {
         let len = 4096 * (1 + (t * 31 + i * 17) % 64);
         let (mut a, mut b) = (0, 0);
@@ -45,35 +39,15 @@ fn worker(t: usize, ctx: Shared<CUcontext>, iters: usize) {
         let mut p0 = b;
         let mut p1 = len as u32;
         let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
-        check(call!(d.cuLaunchKernel(
-            f,
-            2,
-            1,
-            1,
-            64,
-            1,
-            1,
-            0,
-            stream,
-            params.as_mut_ptr(),
-            null_mut(),
-        )));
+        check(call!(d.cuLaunchKernel(f, 2, 1, 1, 64, 1, 1, 0, stream, params.as_mut_ptr(), null_mut(),)));
         let mut back = vec![0u8; len];
-        check(call!(d.cuMemcpyDtoHAsync_v2(
-            back.as_mut_ptr().cast(),
-            b,
-            len,
-            stream,
-        )));
+        check(call!(d.cuMemcpyDtoHAsync_v2(back.as_mut_ptr().cast(), b, len, stream,)));
         check(call!(d.cuStreamSynchronize(stream)));
         assert!(back == data, "thread {t} iteration {i}: data corrupted");
         check(call!(d.cuMemsetD8Async(a, t as u8, len, stream)));
         check(call!(d.cuStreamSynchronize(stream)));
         check(call!(d.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), a, len)));
-        assert!(
-            back.iter().all(|&x| x == t as u8),
-            "thread {t} iteration {i}: memset lost"
-        );
+        assert!(back.iter().all(|&x| x == t as u8), "thread {t} iteration {i}: memset lost");
         check(call!(d.cuMemFree_v2(a)));
         check(call!(d.cuMemFree_v2(b)));
     }

@@ -42,18 +42,13 @@ fn context_stack_is_per_thread() {
         .map(|i| {
             let barrier = barrier.clone();
             std::thread::spawn(move || {
-                let (first, second, second_dev) =
-                    if i % 2 == 0 { (a, b, dev_b) } else { (b, a, 0) };
+                let (first, second, second_dev) = if i % 2 == 0 { (a, b, dev_b) } else { (b, a, 0) };
                 assert!(current().is_null(), "a new thread has no current context");
                 check(call!(d.cuCtxPushCurrent_v2(first.0)));
                 assert_eq!(current(), first.0);
                 check(call!(d.cuCtxPushCurrent_v2(second.0)));
                 assert_eq!(current(), second.0);
-                assert_eq!(
-                    current_device(),
-                    second_dev,
-                    "cuCtxGetDevice follows the current context"
-                );
+                assert_eq!(current_device(), second_dev, "cuCtxGetDevice follows the current context");
                 // Every thread has pushed; none may see another's stack.
                 barrier.wait();
                 let mut popped = null_mut();
@@ -67,11 +62,7 @@ fn context_stack_is_per_thread() {
                 check(call!(d.cuCtxPopCurrent_v2(&mut popped)));
                 assert_eq!(popped, second.0);
                 assert!(current().is_null(), "set replaced, not pushed");
-                expect(
-                    call!(d.cuCtxPopCurrent_v2(&mut popped)),
-                    status::INVALID_CONTEXT,
-                    "pop of an empty stack",
-                );
+                expect(call!(d.cuCtxPopCurrent_v2(&mut popped)), status::INVALID_CONTEXT, "pop of an empty stack");
                 // Set on an empty stack pushes; set NULL pops.
                 check(call!(d.cuCtxSetCurrent(first.0)));
                 assert_eq!(current(), first.0);
@@ -79,11 +70,7 @@ fn context_stack_is_per_thread() {
                 assert!(current().is_null());
                 check(call!(d.cuCtxSetCurrent(null_mut())));
                 let mut dev = -1;
-                expect(
-                    call!(d.cuCtxGetDevice(&mut dev)),
-                    status::INVALID_CONTEXT,
-                    "cuCtxGetDevice with no context",
-                );
+                expect(call!(d.cuCtxGetDevice(&mut dev)), status::INVALID_CONTEXT, "cuCtxGetDevice with no context");
             })
         })
         .collect();
@@ -106,21 +93,9 @@ fn destroying_the_current_context_pops_it() {
         check(call!(d.cuCtxDestroy_v2(top)));
         assert_eq!(current(), under, "the destroyed context left the stack");
         // The destroyed handle is no longer a context.
-        expect(
-            call!(d.cuCtxPushCurrent_v2(top)),
-            status::INVALID_CONTEXT,
-            "push of a destroyed context",
-        );
-        expect(
-            call!(d.cuCtxSetCurrent(top)),
-            status::INVALID_CONTEXT,
-            "set of a destroyed context",
-        );
-        expect(
-            call!(d.cuCtxDestroy_v2(top)),
-            status::INVALID_CONTEXT,
-            "destroying a context twice",
-        );
+        expect(call!(d.cuCtxPushCurrent_v2(top)), status::INVALID_CONTEXT, "push of a destroyed context");
+        expect(call!(d.cuCtxSetCurrent(top)), status::INVALID_CONTEXT, "set of a destroyed context");
+        expect(call!(d.cuCtxDestroy_v2(top)), status::INVALID_CONTEXT, "destroying a context twice");
         assert_eq!(current(), under, "failed calls leave the stack alone");
         check(call!(d.cuCtxDestroy_v2(under)));
         assert!(current().is_null());
@@ -134,37 +109,14 @@ fn bogus_context_handles_are_invalid_context() {
     let d = cuda();
     std::thread::spawn(move || {
         let mut local = [0u64; 8];
-        for bogus in [
-            0xdead_0000usize as CUcontext,
-            local.as_mut_ptr() as CUcontext,
-        ] {
-            expect(
-                call!(d.cuCtxPushCurrent_v2(bogus)),
-                status::INVALID_CONTEXT,
-                "push of a bogus context",
-            );
-            expect(
-                call!(d.cuCtxSetCurrent(bogus)),
-                status::INVALID_CONTEXT,
-                "set of a bogus context",
-            );
-            expect(
-                call!(d.cuCtxDestroy_v2(bogus)),
-                status::INVALID_CONTEXT,
-                "destroy of a bogus context",
-            );
+        for bogus in [0xdead_0000usize as CUcontext, local.as_mut_ptr() as CUcontext] {
+            expect(call!(d.cuCtxPushCurrent_v2(bogus)), status::INVALID_CONTEXT, "push of a bogus context");
+            expect(call!(d.cuCtxSetCurrent(bogus)), status::INVALID_CONTEXT, "set of a bogus context");
+            expect(call!(d.cuCtxDestroy_v2(bogus)), status::INVALID_CONTEXT, "destroy of a bogus context");
             assert!(current().is_null());
         }
-        expect(
-            call!(d.cuCtxGetCurrent(null_mut())),
-            status::INVALID_VALUE,
-            "cuCtxGetCurrent(NULL)",
-        );
-        expect(
-            call!(d.cuCtxCreate_v2(null_mut(), 0, 0)),
-            status::INVALID_VALUE,
-            "cuCtxCreate_v2(NULL, 0, 0)",
-        );
+        expect(call!(d.cuCtxGetCurrent(null_mut())), status::INVALID_VALUE, "cuCtxGetCurrent(NULL)");
+        expect(call!(d.cuCtxCreate_v2(null_mut(), 0, 0)), status::INVALID_VALUE, "cuCtxCreate_v2(NULL, 0, 0)");
     })
     .join()
     .expect("thread failed");

@@ -3,9 +3,7 @@
 
 use std::ptr::{null, null_mut};
 
-use gpupool_e2e::{
-    Context, DeviceBuffer, call, check, cuda, expect, isolated_test, status, within,
-};
+use gpupool_e2e::{Context, DeviceBuffer, call, check, cuda, expect, isolated_test, status, within};
 use std::time::Duration;
 
 const MIB: usize = 1 << 20;
@@ -26,48 +24,21 @@ fn copies_and_memsets_round_trip() {
     assert!(a.read().iter().all(|&x| x == 0x5a), "cuMemsetD8_v2");
     check(call!(d.cuMemsetD32_v2(b.ptr + 4, 0xdeadbeef, 2)));
     let got = b.read();
-    assert_eq!(
-        &got[..4],
-        &data[..4],
-        "memset before the range must not change"
-    );
-    assert_eq!(
-        &got[4..12],
-        &[0xef, 0xbe, 0xad, 0xde, 0xef, 0xbe, 0xad, 0xde]
-    );
-    assert_eq!(
-        &got[12..],
-        &data[12..],
-        "memset after the range must not change"
-    );
+    assert_eq!(&got[..4], &data[..4], "memset before the range must not change");
+    assert_eq!(&got[4..12], &[0xef, 0xbe, 0xad, 0xde, 0xef, 0xbe, 0xad, 0xde]);
+    assert_eq!(&got[12..], &data[12..], "memset after the range must not change");
 
     // An interior pointer names the allocation it lies in.
     let (mut base, mut size) = (0, 0);
-    check(call!(d.cuMemGetAddressRange_v2(
-        &mut base,
-        &mut size,
-        a.ptr + 100,
-    )));
+    check(call!(d.cuMemGetAddressRange_v2(&mut base, &mut size, a.ptr + 100,)));
     assert_eq!((base, size), (a.ptr, n));
     // "Both parameters pbase and psize are optional. If one of them is NULL, it is ignored."
     let (mut base, mut size) = (0, 0);
-    check(call!(d.cuMemGetAddressRange_v2(
-        null_mut(),
-        &mut size,
-        a.ptr + 1,
-    )));
-    check(call!(d.cuMemGetAddressRange_v2(
-        &mut base,
-        null_mut(),
-        a.ptr + 1,
-    )));
+    check(call!(d.cuMemGetAddressRange_v2(null_mut(), &mut size, a.ptr + 1,)));
+    check(call!(d.cuMemGetAddressRange_v2(&mut base, null_mut(), a.ptr + 1,)));
     assert_eq!((base, size), (a.ptr, n));
     let mut out = [0u8; 16];
-    check(call!(d.cuMemcpyDtoH_v2(
-        out.as_mut_ptr().cast(),
-        b.ptr + 100,
-        16,
-    )));
+    check(call!(d.cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), b.ptr + 100, 16,)));
     assert_eq!(&out[..], &data[100..116]);
 }
 
@@ -77,29 +48,13 @@ fn null_pointers_and_zero_sizes_are_invalid_value() {
     let _ctx = Context::new(0);
     let buf = DeviceBuffer::new(4096);
     let mut host = vec![0u8; 4096];
-    expect(
-        call!(d.cuMemAlloc_v2(null_mut(), 16)),
-        status::INVALID_VALUE,
-        "cuMemAlloc_v2(NULL, 16)",
-    );
+    expect(call!(d.cuMemAlloc_v2(null_mut(), 16)), status::INVALID_VALUE, "cuMemAlloc_v2(NULL, 16)");
     let mut p = 0;
-    expect(
-        call!(d.cuMemAlloc_v2(&mut p, 0)),
-        status::INVALID_VALUE,
-        "cuMemAlloc_v2(&p, 0)",
-    );
+    expect(call!(d.cuMemAlloc_v2(&mut p, 0)), status::INVALID_VALUE, "cuMemAlloc_v2(&p, 0)");
     let mut total = 0;
-    expect(
-        call!(d.cuMemGetInfo_v2(null_mut(), &mut total)),
-        status::INVALID_VALUE,
-        "cuMemGetInfo_v2(NULL, &total)",
-    );
+    expect(call!(d.cuMemGetInfo_v2(null_mut(), &mut total)), status::INVALID_VALUE, "cuMemGetInfo_v2(NULL, &total)");
     let mut free = 0;
-    expect(
-        call!(d.cuMemGetInfo_v2(&mut free, null_mut())),
-        status::INVALID_VALUE,
-        "cuMemGetInfo_v2(&free, NULL)",
-    );
+    expect(call!(d.cuMemGetInfo_v2(&mut free, null_mut())), status::INVALID_VALUE, "cuMemGetInfo_v2(&free, NULL)");
     expect(
         call!(d.cuMemcpyHtoD_v2(buf.ptr, null(), 16)),
         status::INVALID_VALUE,
@@ -120,18 +75,10 @@ fn null_pointers_and_zero_sizes_are_invalid_value() {
         status::INVALID_VALUE,
         "cuMemcpyDtoH_v2 from device address 0",
     );
-    expect(
-        call!(d.cuMemsetD8_v2(0, 1, 16)),
-        status::INVALID_VALUE,
-        "cuMemsetD8_v2 on device address 0",
-    );
+    expect(call!(d.cuMemsetD8_v2(0, 1, 16)), status::INVALID_VALUE, "cuMemsetD8_v2 on device address 0");
     let mut base = 0;
     let mut size = 0;
-    expect(
-        call!(d.cuMemGetAddressRange_v2(&mut base, &mut size, 0)),
-        status::NOT_FOUND,
-        "cuMemGetAddressRange_v2(0)",
-    );
+    expect(call!(d.cuMemGetAddressRange_v2(&mut base, &mut size, 0)), status::NOT_FOUND, "cuMemGetAddressRange_v2(0)");
 }
 
 #[test]
@@ -150,11 +97,7 @@ fn out_of_bounds_and_unallocated_addresses_are_invalid_value() {
         status::INVALID_VALUE,
         "HtoD straddling the end",
     );
-    expect(
-        call!(d.cuMemsetD32_v2(buf.ptr, 0, 1025)),
-        status::INVALID_VALUE,
-        "cuMemsetD32_v2 past the end",
-    );
+    expect(call!(d.cuMemsetD32_v2(buf.ptr, 0, 1025)), status::INVALID_VALUE, "cuMemsetD32_v2 past the end");
     // An address far from anything allocated in this context.
     let wild = buf.ptr.wrapping_add(1 << 40);
     expect(
@@ -162,23 +105,11 @@ fn out_of_bounds_and_unallocated_addresses_are_invalid_value() {
         status::INVALID_VALUE,
         "HtoD to an unallocated address",
     );
-    expect(
-        call!(d.cuMemFree_v2(wild)),
-        status::INVALID_VALUE,
-        "cuMemFree_v2 of an unallocated address",
-    );
+    expect(call!(d.cuMemFree_v2(wild)), status::INVALID_VALUE, "cuMemFree_v2 of an unallocated address");
     // Freeing an interior pointer is not freeing the allocation.
-    expect(
-        call!(d.cuMemFree_v2(buf.ptr + 16)),
-        status::INVALID_VALUE,
-        "cuMemFree_v2 of an interior pointer",
-    );
+    expect(call!(d.cuMemFree_v2(buf.ptr + 16)), status::INVALID_VALUE, "cuMemFree_v2 of an interior pointer");
     buf.write(&[1, 2, 3]);
-    assert_eq!(
-        &buf.read()[..3],
-        &[1, 2, 3],
-        "the allocation survives the failed calls"
-    );
+    assert_eq!(&buf.read()[..3], &[1, 2, 3], "the allocation survives the failed calls");
 }
 
 #[test]
@@ -189,26 +120,14 @@ fn freed_pointers_and_double_free_are_invalid_value() {
     let mut host = vec![0u8; 256];
     check(call!(d.cuMemAlloc_v2(&mut p, 256)));
     check(call!(d.cuMemFree_v2(p)));
-    expect(
-        call!(d.cuMemFree_v2(p)),
-        status::INVALID_VALUE,
-        "double cuMemFree_v2",
-    );
-    expect(
-        call!(d.cuMemcpyHtoD_v2(p, host.as_ptr().cast(), 256)),
-        status::INVALID_VALUE,
-        "HtoD to a freed pointer",
-    );
+    expect(call!(d.cuMemFree_v2(p)), status::INVALID_VALUE, "double cuMemFree_v2");
+    expect(call!(d.cuMemcpyHtoD_v2(p, host.as_ptr().cast(), 256)), status::INVALID_VALUE, "HtoD to a freed pointer");
     expect(
         call!(d.cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), p, 256)),
         status::INVALID_VALUE,
         "DtoH from a freed pointer",
     );
-    expect(
-        call!(d.cuMemsetD8_v2(p, 0, 256)),
-        status::INVALID_VALUE,
-        "memset of a freed pointer",
-    );
+    expect(call!(d.cuMemsetD8_v2(p, 0, 256)), status::INVALID_VALUE, "memset of a freed pointer");
     let (mut base, mut size) = (0, 0);
     expect(
         call!(d.cuMemGetAddressRange_v2(&mut base, &mut size, p)),
@@ -227,11 +146,7 @@ fn pointer_of_another_context_is_invalid_value() {
     {
         let b = Context::new(0); // current now: b, on the same device
         let buf_b = DeviceBuffer::new(4096);
-        expect(
-            call!(d.cuMemFree_v2(buf_a.ptr)),
-            status::INVALID_VALUE,
-            "cuMemFree_v2 of a pointer of another context",
-        );
+        expect(call!(d.cuMemFree_v2(buf_a.ptr)), status::INVALID_VALUE, "cuMemFree_v2 of a pointer of another context");
         expect(
             call!(d.cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), buf_a.ptr, 4096)),
             status::INVALID_VALUE,
@@ -256,10 +171,7 @@ fn pointer_of_another_context_is_invalid_value() {
         drop(b);
     }
     a.make_current();
-    assert!(
-        buf_a.read().iter().all(|&x| x == 9),
-        "the other context's failed calls changed nothing"
-    );
+    assert!(buf_a.read().iter().all(|&x| x == 9), "the other context's failed calls changed nothing");
 }
 
 #[test]
@@ -279,11 +191,7 @@ fn memory_calls_without_a_current_context_are_invalid_context() {
     })
     .expect("driver calls hung");
     for (i, res) in r.into_iter().enumerate() {
-        expect(
-            res,
-            status::INVALID_CONTEXT,
-            &format!("call {i} with no current context"),
-        );
+        expect(res, status::INVALID_CONTEXT, &format!("call {i} with no current context"));
     }
 }
 

@@ -11,19 +11,13 @@ struct Module(CUmodule);
 impl Module {
     fn load(image: &str) -> Module {
         let mut m = null_mut();
-        check(call!(
-            cuda().cuModuleLoadData(&mut m, image.as_ptr().cast())
-        ));
+        check(call!(cuda().cuModuleLoadData(&mut m, image.as_ptr().cast())));
         assert!(!m.is_null());
         Module(m)
     }
     fn function(&self, name: &std::ffi::CStr) -> CUfunction {
         let mut f = null_mut();
-        check(call!(cuda().cuModuleGetFunction(
-            &mut f,
-            self.0,
-            name.as_ptr()
-        )));
+        check(call!(cuda().cuModuleGetFunction(&mut f, self.0, name.as_ptr())));
         assert!(!f.is_null());
         f
     }
@@ -35,13 +29,7 @@ impl Drop for Module {
 }
 
 /// Launches `f` with the `(u64, u32)` parameters of the empty kernel.
-fn launch(
-    f: CUfunction,
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared: u32,
-    stream: CUstream,
-) -> CUresult {
+fn launch(f: CUfunction, grid: [u32; 3], block: [u32; 3], shared: u32, stream: CUstream) -> CUresult {
     let mut p0: u64 = 0x1234;
     let mut p1: u32 = 7;
     let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
@@ -102,38 +90,14 @@ fn load_ptx_get_function_param_info_launch() {
         (&raw mut len).cast(),
         null_mut(), // CU_LAUNCH_PARAM_END
     ];
-    check(call!(d.cuLaunchKernel(
-        f,
-        1,
-        1,
-        1,
-        32,
-        1,
-        1,
-        0,
-        s.raw,
-        null_mut(),
-        extra.as_mut_ptr(),
-    )));
+    check(call!(d.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s.raw, null_mut(), extra.as_mut_ptr(),)));
     check(call!(d.cuStreamSynchronize(s.raw)));
     // kernelParams and extra together are invalid.
     let mut p0: u64 = 0;
     let mut p1: u32 = 0;
     let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
     expect(
-        call!(d.cuLaunchKernel(
-            f,
-            1,
-            1,
-            1,
-            32,
-            1,
-            1,
-            0,
-            s.raw,
-            params.as_mut_ptr(),
-            extra.as_mut_ptr(),
-        )),
+        call!(d.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s.raw, params.as_mut_ptr(), extra.as_mut_ptr(),)),
         status::INVALID_VALUE,
         "cuLaunchKernel with both kernelParams and extra",
     );
@@ -154,19 +118,10 @@ fn launch_arguments_are_validated() {
         ("grid y of 0", [1, 0, 1], [32, 1, 1], 0),
         ("grid z of 0", [1, 1, 0], [32, 1, 1], 0),
         ("grid y of 65536", [1, 65536, 1], [32, 1, 1], 0),
-        (
-            "1 MiB of dynamic shared memory",
-            [1, 1, 1],
-            [32, 1, 1],
-            1 << 20,
-        ),
+        ("1 MiB of dynamic shared memory", [1, 1, 1], [32, 1, 1], 1 << 20),
     ];
     for (what, grid, block, shared) in cases {
-        expect(
-            launch(f, *grid, *block, *shared, null_mut()),
-            status::INVALID_VALUE,
-            &format!("launch with {what}"),
-        );
+        expect(launch(f, *grid, *block, *shared, null_mut()), status::INVALID_VALUE, &format!("launch with {what}"));
     }
     let mut local = [0u64; 8];
     expect(
@@ -175,13 +130,7 @@ fn launch_arguments_are_validated() {
         "launch of a NULL function",
     );
     expect(
-        launch(
-            local.as_mut_ptr().cast(),
-            [1, 1, 1],
-            [32, 1, 1],
-            0,
-            null_mut(),
-        ),
+        launch(local.as_mut_ptr().cast(), [1, 1, 1], [32, 1, 1], 0, null_mut()),
         status::INVALID_HANDLE,
         "launch of a bogus function",
     );
@@ -217,11 +166,7 @@ fn module_and_function_lookups_fail_cleanly() {
         "cuModuleGetFunction(.., NULL name)",
     );
     let mut m2 = null_mut();
-    expect(
-        call!(d.cuModuleLoadData(&mut m2, null())),
-        status::INVALID_VALUE,
-        "cuModuleLoadData(NULL image)",
-    );
+    expect(call!(d.cuModuleLoadData(&mut m2, null())), status::INVALID_VALUE, "cuModuleLoadData(NULL image)");
     let garbage = b"this is neither PTX nor a cubin\0";
     let r = call!(d.cuModuleLoadData(&mut m2, garbage.as_ptr().cast()));
     assert!(
@@ -245,17 +190,9 @@ fn module_and_function_lookups_fail_cleanly() {
             status::INVALID_HANDLE,
             &format!("cuModuleGetFunction on a {what} module"),
         );
-        expect(
-            call!(d.cuModuleUnload(bad)),
-            status::INVALID_HANDLE,
-            &format!("cuModuleUnload of a {what} module"),
-        );
+        expect(call!(d.cuModuleUnload(bad)), status::INVALID_HANDLE, &format!("cuModuleUnload of a {what} module"));
     }
-    for (what, bad) in [
-        ("unloaded module's", f),
-        ("bogus", local.as_mut_ptr().cast()),
-        ("NULL", null_mut()),
-    ] {
+    for (what, bad) in [("unloaded module's", f), ("bogus", local.as_mut_ptr().cast()), ("NULL", null_mut())] {
         expect(
             call!(d.cuFuncGetParamInfo(bad, 0, &mut off, null_mut())),
             status::INVALID_HANDLE,

@@ -21,19 +21,10 @@ fn driver_version(d: &Driver) -> c_int {
 #[track_caller]
 fn resolves_to(d: &Driver, symbol: &CStr, version: c_int, flags: u64, want: &str) {
     let (r, pfn, st) = d.proc_address(symbol, version, flags);
-    expect(
-        r,
-        status::SUCCESS,
-        &format!("cuGetProcAddress_v2({symbol:?}, {version}, {flags})"),
-    );
+    expect(r, status::SUCCESS, &format!("cuGetProcAddress_v2({symbol:?}, {version}, {flags})"));
     assert_eq!(st, Q::CU_GET_PROC_ADDRESS_SUCCESS, "{symbol:?} status");
-    let export = d
-        .export(want)
-        .unwrap_or_else(|| panic!("the library does not export {want}"));
-    assert_eq!(
-        pfn, export,
-        "{symbol:?} at {version} flags {flags} should be {want}"
-    );
+    let export = d.export(want).unwrap_or_else(|| panic!("the library does not export {want}"));
+    assert_eq!(pfn, export, "{symbol:?} at {version} flags {flags} should be {want}");
 }
 
 #[test]
@@ -51,13 +42,7 @@ fn base_names_resolve_to_versioned_exports() {
     resolves_to(d, c"cuEventDestroy", v, DEFAULT, "cuEventDestroy_v2");
     resolves_to(d, c"cuMemcpyHtoD", v, DEFAULT, "cuMemcpyHtoD_v2");
     resolves_to(d, c"cuGetProcAddress", v, DEFAULT, "cuGetProcAddress_v2");
-    resolves_to(
-        d,
-        c"cuFuncGetParamInfo",
-        12040,
-        DEFAULT,
-        "cuFuncGetParamInfo",
-    );
+    resolves_to(d, c"cuFuncGetParamInfo", 12040, DEFAULT, "cuFuncGetParamInfo");
 }
 
 #[test]
@@ -68,29 +53,11 @@ fn per_thread_default_stream_flag_selects_ptds_and_ptsz() {
     resolves_to(d, c"cuMemcpyDtoD", v, PER_THREAD, "cuMemcpyDtoD_v2_ptds");
     resolves_to(d, c"cuMemsetD8", v, PER_THREAD, "cuMemsetD8_v2_ptds");
     resolves_to(d, c"cuMemcpyAsync", v, PER_THREAD, "cuMemcpyAsync_ptsz");
-    resolves_to(
-        d,
-        c"cuMemcpyDtoDAsync",
-        v,
-        PER_THREAD,
-        "cuMemcpyDtoDAsync_v2_ptsz",
-    );
-    resolves_to(
-        d,
-        c"cuStreamSynchronize",
-        v,
-        PER_THREAD,
-        "cuStreamSynchronize_ptsz",
-    );
+    resolves_to(d, c"cuMemcpyDtoDAsync", v, PER_THREAD, "cuMemcpyDtoDAsync_v2_ptsz");
+    resolves_to(d, c"cuStreamSynchronize", v, PER_THREAD, "cuStreamSynchronize_ptsz");
     resolves_to(d, c"cuStreamQuery", v, PER_THREAD, "cuStreamQuery_ptsz");
     resolves_to(d, c"cuLaunchKernel", v, PER_THREAD, "cuLaunchKernel_ptsz");
-    resolves_to(
-        d,
-        c"cuLaunchHostFunc",
-        v,
-        PER_THREAD,
-        "cuLaunchHostFunc_ptsz",
-    );
+    resolves_to(d, c"cuLaunchHostFunc", v, PER_THREAD, "cuLaunchHostFunc_ptsz");
     // Legacy-stream and default flags give the plain entry points.
     for flags in [DEFAULT, LEGACY_STREAM] {
         resolves_to(d, c"cuMemcpyHtoD", v, flags, "cuMemcpyHtoD_v2");
@@ -124,43 +91,25 @@ fn unknown_symbols_and_versions() {
     let d = cuda();
     // Unknown symbol: success, NULL, "not found".
     let (r, pfn, st) = d.proc_address(c"cuDoesNotExist", 12000, DEFAULT);
-    expect(
-        r,
-        status::SUCCESS,
-        "cuGetProcAddress_v2 of an unknown symbol",
-    );
+    expect(r, status::SUCCESS, "cuGetProcAddress_v2 of an unknown symbol");
     assert!(pfn.is_null(), "unknown symbol must give NULL");
     assert_eq!(st, Q::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
 
     // Known symbol, but no ABI-compatible variant at that version: success, NULL,
     // "version not sufficient" (cuFuncGetParamInfo appeared in 12.4).
     let (r, pfn, st) = d.proc_address(c"cuFuncGetParamInfo", 12000, DEFAULT);
-    expect(
-        r,
-        status::SUCCESS,
-        "cuGetProcAddress_v2 of a symbol newer than the requested version",
-    );
+    expect(r, status::SUCCESS, "cuGetProcAddress_v2 of a symbol newer than the requested version");
     assert!(pfn.is_null());
     assert_eq!(st, Q::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
 
     // A version newer than the driver: invalid value.
     let newer = driver_version(d) + 10;
     let (r, _, _) = d.proc_address(c"cuMemAlloc", newer, DEFAULT);
-    expect(
-        r,
-        status::INVALID_VALUE,
-        "cuGetProcAddress_v2 with a version newer than the driver",
-    );
+    expect(r, status::INVALID_VALUE, "cuGetProcAddress_v2 with a version newer than the driver");
 
     // symbolStatus is optional; symbol and pfn are not.
     let mut pfn: *mut c_void = null_mut();
-    check(call!(d.cuGetProcAddress_v2(
-        c"cuMemAlloc".as_ptr(),
-        &mut pfn,
-        12000,
-        DEFAULT,
-        null_mut(),
-    )));
+    check(call!(d.cuGetProcAddress_v2(c"cuMemAlloc".as_ptr(), &mut pfn, 12000, DEFAULT, null_mut(),)));
     assert_eq!(Some(pfn), d.export("cuMemAlloc_v2"));
     let mut st = Q(0);
     expect(
@@ -180,11 +129,7 @@ isolated_test!(
         // cudart and cuda-python fetch every entry point, cuInit included, before calling cuInit.
         let d = driver();
         let (r, pfn, st) = d.proc_address(c"cuInit", 12000, DEFAULT);
-        expect(
-            r,
-            status::SUCCESS,
-            "cuGetProcAddress_v2(cuInit) before cuInit",
-        );
+        expect(r, status::SUCCESS, "cuGetProcAddress_v2(cuInit) before cuInit");
         assert_eq!(st, Q::CU_GET_PROC_ADDRESS_SUCCESS);
         assert_eq!(Some(pfn), d.export("cuInit"));
         type Init = unsafe extern "C" fn(u32) -> CUresult;

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use gpupool_e2e::cu::CUstream;
 use gpupool_e2e::{
-    Context, DeviceBuffer, Gate, Shared, Stream, call, check, cuda, expect, host_fn, spawn_in,
-    status, sync_stream_in,
+    Context, DeviceBuffer, Gate, Shared, Stream, call, check, cuda, expect, host_fn, spawn_in, status, sync_stream_in,
 };
 
 const BLOCKING: u32 = 0;
@@ -46,9 +45,7 @@ impl Pinned {
         // SAFETY: `ptr` points to `len` initialised bytes (zeroed in `new`) that live until
         // `drop`; every caller reads while no asynchronous copy is writing them.
         let s = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
-        s.chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
+        s.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
     }
 }
 impl Drop for Pinned {
@@ -72,34 +69,14 @@ fn one_stream_runs_in_fifo_order() {
         check(call!(d.cuMemsetD32Async(a.ptr, i, n / 4, s.raw)));
         check(call!(d.cuMemcpyDtoDAsync_v2(b.ptr, a.ptr, n, s.raw)));
     }
-    check(call!(d.cuMemcpyDtoHAsync_v2(
-        host.ptr.cast(),
-        b.ptr,
-        n,
-        s.raw
-    )));
-    expect(
-        call!(d.cuStreamQuery(s.raw)),
-        status::NOT_READY,
-        "cuStreamQuery with work held at a gate",
-    );
-    assert!(
-        host.words().iter().all(|&w| w == 0),
-        "async work ran before the stream reached it"
-    );
+    check(call!(d.cuMemcpyDtoHAsync_v2(host.ptr.cast(), b.ptr, n, s.raw)));
+    expect(call!(d.cuStreamQuery(s.raw)), status::NOT_READY, "cuStreamQuery with work held at a gate");
+    assert!(host.words().iter().all(|&w| w == 0), "async work ran before the stream reached it");
     gate.open();
     check(call!(d.cuStreamSynchronize(s.raw)));
-    expect(
-        call!(d.cuStreamQuery(s.raw)),
-        status::SUCCESS,
-        "cuStreamQuery after synchronize",
-    );
+    expect(call!(d.cuStreamQuery(s.raw)), status::SUCCESS, "cuStreamQuery after synchronize");
     let words = host.words();
-    assert!(
-        words.iter().all(|&w| w == 20),
-        "the copy saw the last memset (first word {})",
-        words[0]
-    );
+    assert!(words.iter().all(|&w| w == 20), "the copy saw the last memset (first word {})", words[0]);
 }
 
 #[test]
@@ -112,33 +89,17 @@ fn two_streams_run_concurrently() {
     let host = Pinned::new(4096);
     let gate = Gate::new();
     gate.enqueue(a.raw);
-    assert!(
-        gate.wait_entered(LONG),
-        "stream A never reached its host function"
-    );
+    assert!(gate.wait_entered(LONG), "stream A never reached its host function");
     let ran_b = Arc::new(AtomicBool::new(false));
     check(call!(d.cuMemsetD32Async(buf.ptr, 0x0b0b0b0b, 1024, b.raw)));
-    check(call!(d.cuMemcpyDtoHAsync_v2(
-        host.ptr.cast(),
-        buf.ptr,
-        4096,
-        b.raw,
-    )));
+    check(call!(d.cuMemcpyDtoHAsync_v2(host.ptr.cast(), buf.ptr, 4096, b.raw,)));
     let flag = ran_b.clone();
     check(host_fn(b.raw, move || flag.store(true, Ordering::SeqCst)));
     let r = sync_stream_in(ctx.raw, b.raw).recv_timeout(LONG);
-    assert_eq!(
-        r,
-        Ok(status::SUCCESS),
-        "stream B must complete while stream A is blocked"
-    );
+    assert_eq!(r, Ok(status::SUCCESS), "stream B must complete while stream A is blocked");
     assert!(ran_b.load(Ordering::SeqCst));
     assert!(host.words().iter().all(|&w| w == 0x0b0b0b0b));
-    expect(
-        call!(d.cuStreamQuery(a.raw)),
-        status::NOT_READY,
-        "stream A still held",
-    );
+    expect(call!(d.cuStreamQuery(a.raw)), status::NOT_READY, "stream A still held");
     gate.open();
     check(call!(d.cuStreamSynchronize(a.raw)));
 }
@@ -154,15 +115,8 @@ fn legacy_default_stream_waits_for_blocking_streams() {
     log_on(s.raw, &log, "blocking stream");
     log_on(LEGACY, &log, "legacy stream");
     std::thread::sleep(SHORT);
-    assert!(
-        log.lock().unwrap().is_empty(),
-        "legacy-stream work ran before earlier work on a blocking stream"
-    );
-    expect(
-        call!(d.cuStreamQuery(LEGACY)),
-        status::NOT_READY,
-        "legacy stream waits on the blocking stream",
-    );
+    assert!(log.lock().unwrap().is_empty(), "legacy-stream work ran before earlier work on a blocking stream");
+    expect(call!(d.cuStreamQuery(LEGACY)), status::NOT_READY, "legacy stream waits on the blocking stream");
     gate.open();
     check(call!(d.cuStreamSynchronize(LEGACY)));
     assert_eq!(*log.lock().unwrap(), ["blocking stream", "legacy stream"]);
@@ -179,15 +133,8 @@ fn blocking_streams_wait_for_the_legacy_default_stream() {
     log_on(LEGACY, &log, "legacy stream");
     log_on(s.raw, &log, "blocking stream");
     std::thread::sleep(SHORT);
-    assert!(
-        log.lock().unwrap().is_empty(),
-        "blocking-stream work ran before earlier legacy-stream work"
-    );
-    expect(
-        call!(d.cuStreamQuery(s.raw)),
-        status::NOT_READY,
-        "blocking stream waits on the legacy stream",
-    );
+    assert!(log.lock().unwrap().is_empty(), "blocking-stream work ran before earlier legacy-stream work");
+    expect(call!(d.cuStreamQuery(s.raw)), status::NOT_READY, "blocking stream waits on the legacy stream");
     gate.open();
     check(call!(d.cuStreamSynchronize(s.raw)));
     assert_eq!(*log.lock().unwrap(), ["legacy stream", "blocking stream"]);
@@ -259,21 +206,14 @@ fn destroying_a_busy_stream_returns_at_once_and_finishes_its_work() {
         call!(cuda().cuStreamDestroy_v2(raw.0))
     })
     .recv_timeout(LONG);
-    assert_eq!(
-        r,
-        Ok(status::SUCCESS),
-        "cuStreamDestroy_v2 of a busy stream must return at once"
-    );
+    assert_eq!(r, Ok(status::SUCCESS), "cuStreamDestroy_v2 of a busy stream must return at once");
     assert!(!ran.load(Ordering::SeqCst));
     gate.open();
     let deadline = std::time::Instant::now() + LONG;
     while !ran.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(
-        ran.load(Ordering::SeqCst),
-        "work queued before cuStreamDestroy_v2 must still run"
-    );
+    assert!(ran.load(Ordering::SeqCst), "work queued before cuStreamDestroy_v2 must still run");
 }
 
 #[test]
@@ -286,21 +226,11 @@ fn bad_stream_handles_are_invalid_handle() {
         s.raw
     };
     let mut local = [0u64; 8];
-    for (what, bogus) in [
-        ("destroyed", destroyed),
-        ("bogus", local.as_mut_ptr() as CUstream),
-        ("wild", 0xdead_beef_usize as CUstream),
-    ] {
-        expect(
-            call!(d.cuStreamQuery(bogus)),
-            status::INVALID_HANDLE,
-            &format!("cuStreamQuery({what})"),
-        );
-        expect(
-            call!(d.cuStreamSynchronize(bogus)),
-            status::INVALID_HANDLE,
-            &format!("cuStreamSynchronize({what})"),
-        );
+    for (what, bogus) in
+        [("destroyed", destroyed), ("bogus", local.as_mut_ptr() as CUstream), ("wild", 0xdead_beef_usize as CUstream)]
+    {
+        expect(call!(d.cuStreamQuery(bogus)), status::INVALID_HANDLE, &format!("cuStreamQuery({what})"));
+        expect(call!(d.cuStreamSynchronize(bogus)), status::INVALID_HANDLE, &format!("cuStreamSynchronize({what})"));
         expect(
             call!(d.cuMemsetD8Async(buf.ptr, 0, 64, bogus)),
             status::INVALID_HANDLE,
@@ -312,31 +242,11 @@ fn bad_stream_handles_are_invalid_handle() {
             status::INVALID_HANDLE,
             &format!("cuStreamGetFlags({what})"),
         );
-        expect(
-            call!(d.cuStreamDestroy_v2(bogus)),
-            status::INVALID_HANDLE,
-            &format!("cuStreamDestroy_v2({what})"),
-        );
-        expect(
-            host_fn(bogus, || ()),
-            status::INVALID_HANDLE,
-            &format!("cuLaunchHostFunc on {what}"),
-        );
+        expect(call!(d.cuStreamDestroy_v2(bogus)), status::INVALID_HANDLE, &format!("cuStreamDestroy_v2({what})"));
+        expect(host_fn(bogus, || ()), status::INVALID_HANDLE, &format!("cuLaunchHostFunc on {what}"));
     }
-    expect(
-        call!(d.cuStreamCreate(null_mut(), 0)),
-        status::INVALID_VALUE,
-        "cuStreamCreate(NULL)",
-    );
+    expect(call!(d.cuStreamCreate(null_mut(), 0)), status::INVALID_VALUE, "cuStreamCreate(NULL)");
     let mut s = null_mut();
-    expect(
-        call!(d.cuStreamCreate(&mut s, 0x10)),
-        status::INVALID_VALUE,
-        "cuStreamCreate with unknown flags",
-    );
-    expect(
-        call!(d.cuLaunchHostFunc(LEGACY, None, null_mut())),
-        status::INVALID_VALUE,
-        "cuLaunchHostFunc(NULL fn)",
-    );
+    expect(call!(d.cuStreamCreate(&mut s, 0x10)), status::INVALID_VALUE, "cuStreamCreate with unknown flags");
+    expect(call!(d.cuLaunchHostFunc(LEGACY, None, null_mut())), status::INVALID_VALUE, "cuLaunchHostFunc(NULL fn)");
 }

@@ -147,16 +147,8 @@ impl SegmentLayout {
             header_size: hdr as u32,
             segment_size: align_up(staging + staging_size, PAGE),
             rings: [
-                RingLayout {
-                    control_offset: hdr,
-                    data_offset: req_data,
-                    capacity: ring_capacity,
-                },
-                RingLayout {
-                    control_offset: hdr + ctl,
-                    data_offset: resp_data,
-                    capacity: ring_capacity,
-                },
+                RingLayout { control_offset: hdr, data_offset: req_data, capacity: ring_capacity },
+                RingLayout { control_offset: hdr + ctl, data_offset: resp_data, capacity: ring_capacity },
             ],
             staging_offset: staging,
             staging_size,
@@ -170,38 +162,22 @@ impl SegmentLayout {
     /// overlaps no other region.
     pub fn validate(&self, file_size: u64) -> Result<(), String> {
         if self.magic != MAGIC {
-            return Err(format!(
-                "bad magic {:02x?} (want {:02x?})",
-                self.magic, MAGIC
-            ));
+            return Err(format!("bad magic {:02x?} (want {:02x?})", self.magic, MAGIC));
         }
         if self.version != LAYOUT_VERSION {
-            return Err(format!(
-                "layout version {} (this build speaks {LAYOUT_VERSION})",
-                self.version
-            ));
+            return Err(format!("layout version {} (this build speaks {LAYOUT_VERSION})", self.version));
         }
         if self.header_size as usize != size_of::<SegmentHeader>() {
-            return Err(format!(
-                "header size {} (want {})",
-                self.header_size,
-                size_of::<SegmentHeader>()
-            ));
+            return Err(format!("header size {} (want {})", self.header_size, size_of::<SegmentHeader>()));
         }
         if self.segment_size != file_size {
-            return Err(format!(
-                "header says {} bytes, the segment has {file_size}",
-                self.segment_size
-            ));
+            return Err(format!("header says {} bytes, the segment has {file_size}", self.segment_size));
         }
         let mut regions = vec![(0u64, size_of::<SegmentHeader>() as u64, "header")];
         for (i, r) in self.rings.iter().enumerate() {
             let name = ["request ring", "response ring"][i];
             if !r.capacity.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&r.capacity) {
-                return Err(format!(
-                    "{name}: capacity {} not a power of two in {MIN_RING}..={MAX_RING}",
-                    r.capacity
-                ));
+                return Err(format!("{name}: capacity {} not a power of two in {MIN_RING}..={MAX_RING}", r.capacity));
             }
             if r.control_offset % align_of::<RingControl>() as u64 != 0 || r.data_offset % 8 != 0 {
                 return Err(format!("{name}: misaligned offsets"));
@@ -214,10 +190,7 @@ impl SegmentLayout {
             match off.checked_add(len) {
                 Some(end) if end <= self.segment_size => {}
                 _ => {
-                    return Err(format!(
-                        "{name} ({off}+{len}) outside the segment ({})",
-                        self.segment_size
-                    ));
+                    return Err(format!("{name} ({off}+{len}) outside the segment ({})", self.segment_size));
                 }
             }
         }

@@ -16,11 +16,9 @@
 //! `closed` flag and wakes us at once.
 
 pub mod layout;
-mod ring;
 mod region;
-pub use region::{
-    HOST_REGION_FD_TAG, create_host_region, map_host_region, recv_host_region, send_host_region,
-};
+mod ring;
+pub use region::{HOST_REGION_FD_TAG, create_host_region, map_host_region, recv_host_region, send_host_region};
 
 use std::mem::{offset_of, size_of};
 use std::os::fd::OwnedFd;
@@ -53,11 +51,7 @@ pub struct ShmConfig {
 
 impl Default for ShmConfig {
     fn default() -> Self {
-        Self {
-            ring_capacity: 1 << 20,
-            staging_size: 8 << 20,
-            wait: WaitPolicy::default(),
-        }
+        Self { ring_capacity: 1 << 20, staging_size: 8 << 20, wait: WaitPolicy::default() }
     }
 }
 
@@ -67,12 +61,7 @@ impl Default for WaitPolicy {
     /// us, more than a futex wake-up takes) when the peer answers within 100 us of our
     /// falling asleep; then 20 ms futex slices.
     fn default() -> Self {
-        Self {
-            spin: 100,
-            spin_max: 2000,
-            adapt_window: Duration::from_micros(100),
-            slice: Duration::from_millis(20),
-        }
+        Self { spin: 100, spin_max: 2000, adapt_window: Duration::from_micros(100), slice: Duration::from_millis(20) }
     }
 }
 
@@ -80,9 +69,7 @@ impl Default for WaitPolicy {
 /// daemons that hand segments out themselves; [`ShmTransport::serve`] is the usual way.
 pub fn create_segment(config: &ShmConfig) -> Result<OwnedFd, TransportError> {
     let layout = SegmentLayout::new(config.ring_capacity as u64, config.staging_size as u64);
-    layout
-        .validate(layout.segment_size)
-        .map_err(TransportError::BadSegment)?;
+    layout.validate(layout.segment_size).map_err(TransportError::BadSegment)?;
     let fd = sys::sealed_memfd("gpupool-shm", layout.segment_size)?;
     let map = Mapping::shared(&fd, layout.segment_size as usize)?;
     // SAFETY: the mapping is at least segment_size >= 128 bytes and page aligned, so
@@ -125,19 +112,13 @@ impl ShmTransport {
         socket.set_read_timeout(None)?;
         let fd = fd.ok_or_else(|| TransportError::BadSegment("handshake carried no fd".into()))?;
         if tag != HANDSHAKE_TAG {
-            return Err(TransportError::BadSegment(format!(
-                "handshake tag {tag:#04x}"
-            )));
+            return Err(TransportError::BadSegment(format!("handshake tag {tag:#04x}")));
         }
         Self::attach_client(fd, socket, wait)
     }
 
     /// Client side, when the segment fd arrived some other way.
-    pub fn attach_client(
-        fd: OwnedFd,
-        socket: UnixStream,
-        wait: WaitPolicy,
-    ) -> Result<Self, TransportError> {
+    pub fn attach_client(fd: OwnedFd, socket: UnixStream, wait: WaitPolicy) -> Result<Self, TransportError> {
         Self::attach(fd, socket, CLIENT, wait)
     }
 
@@ -149,15 +130,9 @@ impl ShmTransport {
         Ok((client, server))
     }
 
-    fn attach(
-        fd: OwnedFd,
-        socket: UnixStream,
-        me: usize,
-        policy: WaitPolicy,
-    ) -> Result<Self, TransportError> {
+    fn attach(fd: OwnedFd, socket: UnixStream, me: usize, policy: WaitPolicy) -> Result<Self, TransportError> {
         let bad = |s: String| TransportError::BadSegment(s);
-        let (size, sealed) =
-            sys::segment_facts(&fd).map_err(|e| bad(format!("not a sealable memfd: {e}")))?;
+        let (size, sealed) = sys::segment_facts(&fd).map_err(|e| bad(format!("not a sealable memfd: {e}")))?;
         if !sealed {
             return Err(bad("segment is not sealed against shrinking".into()));
         }
@@ -170,19 +145,11 @@ impl ShmTransport {
         // we validate the copy and never re-read the shared one.
         let layout = unsafe { std::ptr::read_volatile(map.as_ptr().cast::<SegmentLayout>()) };
         layout.validate(size).map_err(bad)?;
-        let (tx, rx) = if me == CLIENT {
-            (REQUEST, RESPONSE)
-        } else {
-            (RESPONSE, REQUEST)
-        };
+        let (tx, rx) = if me == CLIENT { (REQUEST, RESPONSE) } else { (RESPONSE, REQUEST) };
         Ok(Self {
             tx: RingEnd::new(Arc::clone(&map), &layout.rings[tx], true),
             rx: RingEnd::new(Arc::clone(&map), &layout.rings[rx], false),
-            staging: Staging::new(
-                Arc::clone(&map),
-                layout.staging_offset as usize,
-                layout.staging_size as usize,
-            ),
+            staging: Staging::new(Arc::clone(&map), layout.staging_offset as usize, layout.staging_size as usize),
             map,
             socket,
             layout,
@@ -218,12 +185,7 @@ fn closed_flags(map: &Mapping) -> &[AtomicU32; 2] {
     // SAFETY: the header (checked at attach to fit in the mapping) holds the flags at a
     // 4-byte aligned offset; they are atomics, valid for any bits; we never form a
     // reference to the header's non-atomic fields, which the peer might write.
-    unsafe {
-        &*map
-            .as_ptr()
-            .add(offset_of!(SegmentHeader, closed))
-            .cast::<[AtomicU32; 2]>()
-    }
+    unsafe { &*map.as_ptr().add(offset_of!(SegmentHeader, closed)).cast::<[AtomicU32; 2]>() }
 }
 
 /// Whether the peer closed (flag) or, when `deep`, hung up its socket (died).
@@ -238,10 +200,7 @@ impl Transport for ShmTransport {
         }
         let max = self.tx.max_frame();
         if frame.len() > max {
-            return Err(TransportError::FrameTooLarge {
-                len: frame.len(),
-                max,
-            });
+            return Err(TransportError::FrameTooLarge { len: frame.len(), max });
         }
         if peer_gone(&self.map, &self.socket, self.me, false) {
             return Err(TransportError::PeerGone);
@@ -258,11 +217,7 @@ impl Transport for ShmTransport {
         )
     }
 
-    fn recv_into(
-        &mut self,
-        buf: &mut Vec<u8>,
-        timeout: Option<Duration>,
-    ) -> Result<(), TransportError> {
+    fn recv_into(&mut self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<(), TransportError> {
         if self.closed {
             return Err(TransportError::Closed);
         }
@@ -308,14 +263,7 @@ impl Drop for ShmTransport {
 impl std::fmt::Debug for ShmTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShmTransport")
-            .field(
-                "role",
-                &if self.me == CLIENT {
-                    "client"
-                } else {
-                    "server"
-                },
-            )
+            .field("role", &if self.me == CLIENT { "client" } else { "server" })
             .field("layout", &self.layout)
             .field("policy", &self.policy)
             .finish()

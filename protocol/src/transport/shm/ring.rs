@@ -49,11 +49,7 @@ impl RingEnd {
             pos: 0,
         };
         let c = end.ctrl();
-        end.pos = if producer {
-            c.tail.0.load(Ordering::Acquire)
-        } else {
-            c.head.0.load(Ordering::Acquire)
-        };
+        end.pos = if producer { c.tail.0.load(Ordering::Acquire) } else { c.head.0.load(Ordering::Acquire) };
         end
     }
 
@@ -100,10 +96,7 @@ impl RingEnd {
         let head = c.head.0.load(Ordering::Acquire);
         let used = self.pos.wrapping_sub(head);
         if used > self.cap {
-            return Err(TransportError::Corrupt(format!(
-                "ring head {head} is ahead of tail {}",
-                self.pos
-            )));
+            return Err(TransportError::Corrupt(format!("ring head {head} is ahead of tail {}", self.pos)));
         }
         let need = LEN + frame.len() as u64;
         if self.cap - used < need {
@@ -127,19 +120,13 @@ impl RingEnd {
             return Ok(false);
         }
         if avail > self.cap || avail < LEN {
-            return Err(TransportError::Corrupt(format!(
-                "ring tail {tail} vs head {}",
-                self.pos
-            )));
+            return Err(TransportError::Corrupt(format!("ring tail {tail} vs head {}", self.pos)));
         }
         let mut len = [0u8; 4];
         self.copy_out(self.pos, &mut len);
         let len = u32::from_le_bytes(len) as u64;
         if len > avail - LEN {
-            return Err(TransportError::Corrupt(format!(
-                "frame length {len} > {} published bytes",
-                avail - LEN
-            )));
+            return Err(TransportError::Corrupt(format!("frame length {len} > {} published bytes", avail - LEN)));
         }
         buf.clear();
         buf.resize(len as usize, 0);
@@ -215,11 +202,8 @@ pub(crate) fn wait<T>(
     let mut slept = false;
     let got = |budget: &mut u32| {
         let (lo, hi) = (policy.spin, policy.spin_max.max(policy.spin));
-        let next = if slept_at.elapsed() <= policy.adapt_window {
-            budget.saturating_mul(2).max(1)
-        } else {
-            *budget / 2
-        };
+        let next =
+            if slept_at.elapsed() <= policy.adapt_window { budget.saturating_mul(2).max(1) } else { *budget / 2 };
         *budget = next.min(hi).max(lo); // lo <= hi: never panics, unlike clamp
     };
     loop {

@@ -12,7 +12,14 @@ impl Block<'_> {
     }
 
     /// Host pointer for `len` bytes at `addr` in `space`, as thread `t` sees it.
-    pub(super) fn access(&mut self, space: Space, addr: u64, len: u64, write: bool, t: usize) -> Result<*mut u8, Fault> {
+    pub(super) fn access(
+        &mut self,
+        space: Space,
+        addr: u64,
+        len: u64,
+        write: bool,
+        t: usize,
+    ) -> Result<*mut u8, Fault> {
         let (space, addr) = match space {
             Space::Generic => match addr {
                 a if (SHARED_BASE..SHARED_BASE + WINDOW).contains(&a) => (Space::Shared, a - SHARED_BASE),
@@ -75,7 +82,15 @@ impl Block<'_> {
     }
 
     /// `operands` are the atomic's value and, for `cas`, the swap value.
-    pub(super) fn atomic(&mut self, space: Space, kind: Atomic, ty: Ty, addr: u64, operands: (u64, u64), t: usize) -> Result<u64, Fault> {
+    pub(super) fn atomic(
+        &mut self,
+        space: Space,
+        kind: Atomic,
+        ty: Ty,
+        addr: u64,
+        operands: (u64, u64),
+        t: usize,
+    ) -> Result<u64, Fault> {
         let (a, b) = operands;
         let len = ty.bytes() as u64;
         let p = self.access(space, addr, len, true, t)?;

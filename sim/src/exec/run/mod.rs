@@ -190,12 +190,6 @@ impl<'a> Block<'a> {
         }
     }
 
-
-
-
-
-
-
     /// Runs the block to completion.
     fn run(&mut self) -> Result<(), Fault> {
         let instrs = &self.l.program.instrs;
@@ -454,7 +448,12 @@ impl<'a> Block<'a> {
                         let total = step * *n as u64;
                         // The whole vector must be aligned to its size.
                         if matches!(sp, Space::Global | Space::Generic) && a % total != 0 {
-                            return Err(Fault::Misaligned { addr: a, len: total, thread: self.tid(t), block: self.ctaid });
+                            return Err(Fault::Misaligned {
+                                addr: a,
+                                len: total,
+                                thread: self.tid(t),
+                                block: self.ctaid,
+                            });
                         }
                     }
                     match d {
@@ -563,8 +562,12 @@ impl<'a> Block<'a> {
                         }
                         Callee::AssertFail => {
                             let word = |i: usize| call.args.get(i).map(|a| a.0);
-                            let (m, f, l, func) =
-                                (self.local_word(t, word(0)), self.local_word(t, word(1)), self.local_word(t, word(2)), self.local_word(t, word(3)));
+                            let (m, f, l, func) = (
+                                self.local_word(t, word(0)),
+                                self.local_word(t, word(1)),
+                                self.local_word(t, word(2)),
+                                self.local_word(t, word(3)),
+                            );
                             let (message, file, line, function) =
                                 (self.c_string(t, m), self.c_string(t, f), l as u32, self.c_string(t, func));
                             return Err(Fault::Assert {
@@ -618,16 +621,7 @@ impl<'a> Block<'a> {
         }
         Ok(Flow::Next)
     }
-
-
-
-
-
-
-
 }
-
-
 
 enum Flow {
     Next,
