@@ -55,6 +55,39 @@ impl Table {
     }
 }
 
+impl Table {
+    /// Answers a `cuGetProcAddress(_v2)` call: writes the function (or NULL) to `pfn`
+    /// and, when given, the query result to `status`.
+    ///
+    /// # Safety
+    /// `symbol` is NULL or NUL-terminated; `pfn` and `status` are NULL or writable.
+    pub unsafe fn answer(
+        &self,
+        symbol: *const std::os::raw::c_char,
+        pfn: *mut *mut c_void,
+        version: i32,
+        flags: cuuint64_t,
+        status: *mut Q,
+        driver_version: i32,
+    ) -> Result<(), (CUresult, String)> {
+        if symbol.is_null() || pfn.is_null() {
+            return Err((CUresult::CUDA_ERROR_INVALID_VALUE, "null symbol or pfn".into()));
+        }
+        let per_thread = validate(version, flags, driver_version).map_err(|why| (why.code(), why.to_string()))?;
+        // SAFETY: non-null and NUL-terminated per the CUDA contract.
+        let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_str().unwrap_or("");
+        let (f, q) = self.lookup(name, version, per_thread);
+        // SAFETY: `pfn` is non-null and writable per the contract; `status` likewise when non-null.
+        unsafe {
+            pfn.write(f.unwrap_or(std::ptr::null()) as *mut c_void);
+            if !status.is_null() {
+                status.write(q);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Why a `cuGetProcAddress` request is refused outright (`CUDA_ERROR_INVALID_VALUE`).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {

@@ -7,49 +7,17 @@ use crate::client;
 use crate::util::{R, read};
 use gpupool_protocol::Request;
 use gpupool_protocol::ops::{KernelParams, MAX_KERNEL_PARAM_BYTES, ParamInfo};
-use gpupool_shim::cuda::{
-    CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT, CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT, CU_LAUNCH_PARAM_END_AS_INT, CUfunction,
-    CUlaunchAttributeID, CUlaunchConfig, CUresult, CUstream,
-};
+use gpupool_shim::cuda::{CUfunction, CUlaunchAttributeID, CUlaunchConfig, CUresult, CUstream};
 use std::os::raw::{c_uint, c_void};
 
 /// Packs `kernelParams` (one pointer per parameter) or an `extra` buffer.
 fn pack(layout: &[ParamInfo], params: *mut *mut c_void, extra: *mut *mut c_void) -> R<Vec<u8>> {
-    if !params.is_null() {
-        let len = layout.iter().map(|p| (p.offset + p.size) as usize).max().unwrap_or(0);
-        let mut buf = vec![0u8; len];
-        for (i, p) in layout.iter().enumerate() {
-            // SAFETY: CUDA's contract: `kernelParams` has one entry per parameter.
-            let src = unsafe { *params.add(i) };
-            let bytes = crate::util::host_bytes(src, p.size as usize)?;
-            buf[p.offset as usize..(p.offset + p.size) as usize].copy_from_slice(bytes);
-        }
-        return Ok(buf);
-    }
-    if extra.is_null() {
-        return if layout.is_empty() { Ok(Vec::new()) } else { Err(CUresult::CUDA_ERROR_INVALID_VALUE) };
-    }
-    let (mut ptr, mut size) = (std::ptr::null_mut::<c_void>(), None::<usize>);
-    let mut i = 0;
-    loop {
-        // SAFETY: `extra` is an END-terminated list of (key, value) pointers.
-        let key = unsafe { *extra.add(i) } as usize as u32;
-        match key {
-            CU_LAUNCH_PARAM_END_AS_INT => break,
-            CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT => {
-                // SAFETY: as above; the value follows its key.
-                ptr = unsafe { *extra.add(i + 1) };
-            }
-            CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT => {
-                // SAFETY: as above; the value points to a size_t.
-                size = Some(read(unsafe { *extra.add(i + 1) }.cast::<usize>())?);
-            }
-            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-        }
-        i += 2;
-    }
-    let size = size.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-    Ok(crate::util::host_bytes(ptr, size)?.to_vec())
+    let layout = layout.iter().map(|p| (p.offset as u64, p.size as u64));
+    // SAFETY: the CUDA contract for `kernelParams` / `extra`, which the caller passed on.
+    unsafe { gpupool_abi::launch::pack_kernel_params(layout, params, extra) }.map_err(|why| {
+        crate::util::log(&why);
+        CUresult::CUDA_ERROR_INVALID_VALUE
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,8 +1,8 @@
 //! `cuGetProcAddress`, answered from the entry-point table shared with the simulator
 //! (`gpupool_abi::driver_entry_points!`), built from this library's own exports.
 
-use crate::util::{R as CuResult, entry as cuda_entry, out};
-use gpupool_abi::proc::{Table, validate};
+use crate::util::{R as CuResult, entry as cuda_entry};
+use gpupool_abi::proc::Table;
 use gpupool_shim::cuda::{CUdriverProcAddressQueryResult as Q, CUresult, cuuint64_t};
 use std::os::raw::{c_char, c_int, c_void};
 
@@ -31,18 +31,9 @@ fn get_proc_address(
     flags: cuuint64_t,
     status: *mut Q,
 ) -> CuResult<()> {
-    if symbol.is_null() || pfn.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    let per_thread = validate(version, flags, super::init::driver_version()).map_err(|why| why.code())?;
-    // SAFETY: non-null and NUL-terminated per the CUDA contract.
-    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_str().unwrap_or("");
-    let (f, q) = table().lookup(name, version, per_thread);
-    out(pfn, f.unwrap_or(std::ptr::null()) as *mut c_void)?;
-    if !status.is_null() {
-        out(status, q)?;
-    }
-    Ok(())
+    // SAFETY: the CUDA contract for cuGetProcAddress's pointers, passed on unchanged.
+    unsafe { table().answer(symbol, pfn, version, flags, status, super::init::driver_version()) }
+        .map_err(|(code, _)| code)
 }
 
 #[unsafe(no_mangle)]

@@ -8,69 +8,16 @@ use crate::driver::initialized;
 use crate::error::{CuResult, fail};
 use crate::launch::{LaunchConfig, launch};
 use crate::module::Function;
-use gpupool_shim::cuda::{
-    CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT, CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT, CU_LAUNCH_PARAM_END_AS_INT, CUfunction,
-    CUlaunchAttributeID as L, CUlaunchConfig, CUresult, CUstream,
-};
+use gpupool_shim::cuda::{CUfunction, CUlaunchAttributeID as L, CUlaunchConfig, CUresult, CUstream};
 use std::os::raw::{c_uint, c_void};
 
 /// Builds the packed parameter buffer from `kernelParams` or `extra`.
 fn pack_params(f: &Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult<Vec<u8>> {
-    let total = f.entry.param_bytes as usize;
-    match (params.is_null(), extra.is_null()) {
-        (false, false) => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "both kernelParams and extra were given".into()),
-        (true, true) if total > 0 => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-            format!("{} takes {} parameters but none were given", f.name.to_string_lossy(), f.entry.params.len())
-        }),
-        (true, true) => Ok(Vec::new()),
-        (false, true) => {
-            let mut buf = vec![0u8; total];
-            for (i, p) in f.entry.params.iter().enumerate() {
-                // SAFETY: the caller provides one pointer per kernel parameter.
-                let src = unsafe { *params.add(i) };
-                if src.is_null() {
-                    return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("kernelParams[{i}] is NULL"));
-                }
-                // SAFETY: kernelParams[i] points to a value of the parameter's size.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        src.cast::<u8>(),
-                        buf.as_mut_ptr().add(p.offset as usize),
-                        p.size as usize,
-                    )
-                };
-            }
-            Ok(buf)
-        }
-        (true, false) => {
-            let (mut buffer, mut size): (*const u8, Option<usize>) = (std::ptr::null(), None);
-            for i in (0..64).step_by(2) {
-                // SAFETY: `extra` is a CU_LAUNCH_PARAM_END-terminated list of pairs.
-                let key = unsafe { *extra.add(i) } as usize;
-                if key == CU_LAUNCH_PARAM_END_AS_INT as usize {
-                    break;
-                }
-                // SAFETY: every key but END is followed by its value.
-                let value = unsafe { *extra.add(i + 1) };
-                match key as u32 {
-                    CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT => buffer = value.cast(),
-                    CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT => {
-                        size = Some(read(value.cast::<usize>(), "extra buffer size")?)
-                    }
-                    other => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown extra key {other}")),
-                }
-            }
-            match (buffer.is_null(), size) {
-                (false, Some(n)) if n == total => {
-                    // SAFETY: the caller's buffer holds `n` bytes, as it declared.
-                    Ok(unsafe { std::slice::from_raw_parts(buffer, n) }.to_vec())
-                }
-                (false, Some(n)) => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-                    format!("extra buffer is {n} bytes; {} takes {total}", f.name.to_string_lossy())
-                }),
-                _ => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "extra needs BUFFER_POINTER and BUFFER_SIZE".into()),
-            }
-        }
+    let layout = f.entry.params.iter().map(|p| (p.offset, p.size));
+    // SAFETY: the CUDA contract for `kernelParams` / `extra`, which the caller passed on.
+    match unsafe { gpupool_abi::launch::pack_kernel_params(layout, params, extra) } {
+        Ok(buf) => Ok(buf),
+        Err(why) => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{}: {why}", f.name.to_string_lossy())),
     }
 }
 

@@ -1,10 +1,9 @@
 //! `cuGetProcAddress`, answered from the entry-point table shared with the interposer
 //! (`gpupool_abi::driver_entry_points!`), built from this library's own exports.
 
-use super::out;
 use crate::driver::state;
 use crate::error::{CuResult, cuda_entry, fail};
-use gpupool_abi::proc::{Table, validate};
+use gpupool_abi::proc::Table;
 use gpupool_shim::cuda::{CUdriverProcAddressQueryResult as Q, CUresult, cuuint64_t};
 use std::os::raw::{c_char, c_int, c_void};
 
@@ -36,21 +35,11 @@ fn get_proc_address(
     flags: cuuint64_t,
     status: *mut Q,
 ) -> CuResult<()> {
-    if symbol.is_null() || pfn.is_null() {
-        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null symbol or pfn".into());
+    // SAFETY: the CUDA contract for cuGetProcAddress's pointers, passed on unchanged.
+    match unsafe { table().answer(symbol, pfn, version, flags, status, state().config.driver_version) } {
+        Ok(()) => Ok(()),
+        Err((code, why)) => fail(code, || why),
     }
-    let per_thread = match validate(version, flags, state().config.driver_version) {
-        Ok(p) => p,
-        Err(why) => return fail(why.code(), || why.to_string()),
-    };
-    // SAFETY: non-null and NUL-terminated per the CUDA contract.
-    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_str().unwrap_or("");
-    let (f, q) = table().lookup(name, version, per_thread);
-    out(pfn, f.unwrap_or(std::ptr::null()) as *mut c_void)?;
-    if !status.is_null() {
-        out(status, q)?;
-    }
-    Ok(())
 }
 
 #[unsafe(no_mangle)]
