@@ -8,6 +8,7 @@
 //! functions in (the table names them, and they resolve where the macro is invoked).
 
 pub mod errors;
+pub mod identity;
 pub mod launch;
 pub mod proc;
 

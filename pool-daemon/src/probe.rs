@@ -53,9 +53,7 @@ impl WithSim for DriverSource {
 }
 
 fn uuid_string(u: &CUuuid) -> String {
-    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
-    let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!("GPU-{}-{}-{}-{}-{}", h(0..4), h(4..6), h(6..8), h(8..10), h(10..16))
+    gpupool_abi::identity::uuid_string(&u.bytes.map(|c| c as u8))
 }
 
 pub fn run(sim: bool, driver_dir: Option<PathBuf>, bytes: usize) -> Result<()> {

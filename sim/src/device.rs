@@ -68,15 +68,7 @@ impl Device {
 
     /// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as NVML and nvidia-smi print it.
     pub fn uuid_string(&self) -> String {
-        let h: Vec<String> = self.uuid.iter().map(|b| format!("{b:02x}")).collect();
-        format!(
-            "GPU-{}-{}-{}-{}-{}",
-            h[0..4].concat(),
-            h[4..6].concat(),
-            h[6..8].concat(),
-            h[8..10].concat(),
-            h[10..16].concat()
-        )
+        gpupool_abi::identity::uuid_string(&self.uuid)
     }
 
     /// The value of a device attribute, as an H100-class part of this configuration

@@ -98,29 +98,7 @@ pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: CUdevi
         }
         with_device(dev, |d| {
             let a = |x: A| attribute(d, x.0).unwrap_or(0);
-            out(
-                prop,
-                CUdevprop {
-                    maxThreadsPerBlock: a(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
-                    maxThreadsDim: [
-                        a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
-                        a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
-                        a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z),
-                    ],
-                    maxGridSize: [
-                        a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X),
-                        a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
-                        a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z),
-                    ],
-                    sharedMemPerBlock: a(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
-                    totalConstantMemory: a(A::CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY),
-                    SIMDWidth: a(A::CU_DEVICE_ATTRIBUTE_WARP_SIZE),
-                    memPitch: a(A::CU_DEVICE_ATTRIBUTE_MAX_PITCH),
-                    regsPerBlock: a(A::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK),
-                    clockRate: a(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE),
-                    textureAlign: a(A::CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT),
-                },
-            )
+            out(prop, gpupool_abi::identity::devprop(a))
         })
     })
 }

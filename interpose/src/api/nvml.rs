@@ -87,29 +87,6 @@ fn device(h: nvmlDevice_t) -> NResult<DeviceInfo> {
     devices()?.into_iter().nth((off / 16) as usize).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)
 }
 
-fn uuid_string(d: &DeviceInfo) -> String {
-    let h: Vec<String> = d.uuid.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        h[0..4].concat(),
-        h[4..6].concat(),
-        h[6..8].concat(),
-        h[8..10].concat(),
-        h[10..16].concat()
-    )
-}
-
-fn driver_branch(cuda: i32) -> &'static str {
-    match cuda {
-        v if v >= 13000 => "580.95.05",
-        v if v >= 12090 => "575.57.08",
-        v if v >= 12080 => "570.133.20",
-        v if v >= 12060 => "560.35.03",
-        v if v >= 12040 => "550.54.15",
-        _ => "535.183.01",
-    }
-}
-
 fn init(flags: c_uint) -> NResult<()> {
     let n = client::call(|c| Ok(c.conn()?.devices.len())).map_err(map)?;
     if n == 0 && flags & gpupool_shim::nvml::NVML_INIT_FLAG_NO_GPUS == 0 {
@@ -152,14 +129,14 @@ fn cuda_version() -> NResult<i32> {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> R {
-    nvml_entry(|| write_str(version, length, driver_branch(cuda_version()?)))
+    nvml_entry(|| write_str(version, length, gpupool_abi::identity::driver_branch(cuda_version()?)))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> R {
     nvml_entry(|| {
         let v = cuda_version()?;
-        write_str(version, length, &format!("{}.{}", v / 1000, driver_branch(v)))
+        write_str(version, length, &format!("{}.{}", v / 1000, gpupool_abi::identity::driver_branch(v)))
     })
 }
 
@@ -198,7 +175,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mu
         let want = unsafe { std::ffi::CStr::from_ptr(uuid) }.to_string_lossy().to_ascii_lowercase();
         let i = devices()?
             .iter()
-            .position(|d| uuid_string(d).to_ascii_lowercase() == want)
+            .position(|d| gpupool_abi::identity::uuid_string(&d.uuid).to_ascii_lowercase() == want)
             .ok_or(R::NVML_ERROR_NOT_FOUND)?;
         nout(dev, handle_of(i))
     })
@@ -221,7 +198,7 @@ pub unsafe extern "C" fn nvmlDeviceGetName(dev: nvmlDevice_t, name: *mut c_char,
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(dev: nvmlDevice_t, uuid: *mut c_char, length: c_uint) -> R {
-    nvml_entry(|| write_str(uuid, length, &uuid_string(&device(dev)?)))
+    nvml_entry(|| write_str(uuid, length, &gpupool_abi::identity::uuid_string(&device(dev)?.uuid)))
 }
 
 /// (total, free) as the tenant sees them.

@@ -69,30 +69,7 @@ pub unsafe extern "C" fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: CUdevi
     cuda_entry(|| {
         let d = initialized()?.device(dev)?;
         let a = |x| d.attribute(x).unwrap_or(0);
-        use CUdevice_attribute as A;
-        out(
-            prop,
-            CUdevprop {
-                maxThreadsPerBlock: a(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
-                maxThreadsDim: [
-                    a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
-                    a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
-                    a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z),
-                ],
-                maxGridSize: [
-                    a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X),
-                    a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
-                    a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z),
-                ],
-                sharedMemPerBlock: a(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
-                totalConstantMemory: a(A::CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY),
-                SIMDWidth: a(A::CU_DEVICE_ATTRIBUTE_WARP_SIZE),
-                memPitch: a(A::CU_DEVICE_ATTRIBUTE_MAX_PITCH),
-                regsPerBlock: a(A::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK),
-                clockRate: a(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE),
-                textureAlign: a(A::CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT),
-            },
-        )
+        out(prop, gpupool_abi::identity::devprop(a))
     })
 }
 

@@ -68,18 +68,6 @@ fn device(h: nvmlDevice_t) -> NResult<&'static Arc<Device>> {
     state().devices.get((off / 16) as usize).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)
 }
 
-/// The kernel-driver branch that ships a given CUDA driver API version.
-fn driver_branch(cuda: i32) -> &'static str {
-    match cuda {
-        v if v >= 13000 => "580.95.05",
-        v if v >= 12090 => "575.57.08",
-        v if v >= 12080 => "570.133.20",
-        v if v >= 12060 => "560.35.03",
-        v if v >= 12040 => "550.54.15",
-        _ => "535.183.01",
-    }
-}
-
 fn init(flags: c_uint) -> NResult<()> {
     let d = state();
     if let Some(e) = &d.config_error {
@@ -125,7 +113,7 @@ pub unsafe extern "C" fn nvmlErrorString(result: R) -> *const c_char {
 pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> R {
     nvml_entry(|| {
         require_init()?;
-        write_str(version, length, driver_branch(state().config.driver_version))
+        write_str(version, length, gpupool_abi::identity::driver_branch(state().config.driver_version))
     })
 }
 
@@ -134,7 +122,7 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: 
     nvml_entry(|| {
         require_init()?;
         let v = state().config.driver_version;
-        write_str(version, length, &format!("{}.{}", v / 1000, driver_branch(v)))
+        write_str(version, length, &format!("{}.{}", v / 1000, gpupool_abi::identity::driver_branch(v)))
     })
 }
 
