@@ -123,24 +123,9 @@ fn ctypes_script() -> PathBuf {
     root().join("interpose/tests/py/ctypes_cuda.py")
 }
 
-/// Compiles tests/c/driver_api.c (as tests/tests/c_client.rs does).
+/// Compiles tests/c/driver_api.c.
 fn driver_api_exe() -> PathBuf {
-    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("interpose_c_client");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let exe = out_dir.join("driver_api");
-    let cc = std::env::var("CC").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "cc".into());
-    let out = Command::new(&cc)
-        .args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra"])
-        .arg("-I")
-        .arg(root().join("shim-headers/include"))
-        .arg(root().join("tests/c/driver_api.c"))
-        .arg("-o")
-        .arg(&exe)
-        .args(["-ldl", "-lpthread"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "compiling driver_api.c: {}", text(&out));
-    exe
+    gpupool_e2e::compile_c("driver_api", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("interpose_c_client"))
 }
 
 #[test]

@@ -54,6 +54,10 @@ enum Command {
         /// Directory holding libcuda.so.1 and libnvidia-ml.so.1.
         #[arg(long)]
         driver_dir: Option<PathBuf>,
+        /// Do not enforce compute quotas: kernels go straight to the device, uncharged. Only for
+        /// measuring what the scheduler costs (gpupool-bench compute).
+        #[arg(long)]
+        no_compute_scheduler: bool,
     },
     /// Show the running daemon's devices, tenants, sessions and memory use.
     Status {
@@ -85,11 +89,19 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Probe { sim, driver_dir, bytes } => probe::run(sim, driver_dir, bytes),
-        Command::Daemon { config, listen, sim, driver_dir } => listen
-            .iter()
-            .map(|l| daemon::listener::parse_endpoint(l))
-            .collect::<anyhow::Result<Vec<_>>>()
-            .and_then(|listen| daemon::run(daemon::Options { config, listen, sim, driver_dir })),
+        Command::Daemon { config, listen, sim, driver_dir, no_compute_scheduler } => {
+            listen.iter().map(|l| daemon::listener::parse_endpoint(l)).collect::<anyhow::Result<Vec<_>>>().and_then(
+                |listen| {
+                    daemon::run(daemon::Options {
+                        config,
+                        listen,
+                        sim,
+                        driver_dir,
+                        compute_scheduler: !no_compute_scheduler,
+                    })
+                },
+            )
+        }
         Command::Status { json, endpoint } => status::run(json, endpoint),
         Command::Run { endpoint, memory, compute, command } => {
             match run::run(run::Options { endpoint, memory, compute, command }) {

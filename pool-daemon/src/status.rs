@@ -59,16 +59,30 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
             mib(&dev["total_memory"])
         );
     }
-    println!("\nTENANT               SESSIONS  DEVICE  USED           QUOTA");
+    println!("\nTENANT               SESSIONS  DEVICE  USED           QUOTA          COMPUTE          SHARE 1s/10s");
     for t in doc["tenants"].as_array().into_iter().flatten() {
         for dev in t["devices"].as_array().into_iter().flatten() {
             println!(
-                "{:<20} {:<9} {:<7} {:<14} {}",
+                "{:<20} {:<9} {:<7} {:<14} {:<14} {:<16} {}",
                 t["tenant"].as_str().unwrap_or("?"),
                 txt(&t["sessions"]),
                 txt(&dev["device"]),
                 format!("{} MiB", dev["used"].as_u64().unwrap_or(0) as f64 / 1048576.0),
-                mib(&dev["quota"])
+                mib(&dev["quota"]),
+                format!(
+                    "{}% {} {}",
+                    txt(&t["compute"]),
+                    t["mode"].as_str().unwrap_or("?"),
+                    t["priority"].as_str().unwrap_or("?")
+                ),
+                match &dev["compute"] {
+                    Value::Null => "-".to_string(),
+                    c => format!(
+                        "{:.1}% / {:.1}%",
+                        c["share_1s"].as_f64().unwrap_or(0.0) * 100.0,
+                        c["share_10s"].as_f64().unwrap_or(0.0) * 100.0
+                    ),
+                }
             );
         }
     }

@@ -10,12 +10,14 @@
 //!   ([`DeviceScheduler::complete`]). A long kernel is charged when it ends; the tenant then waits off the
 //!   debt, so a 100 ms kernel at 10% still averages 10%.
 //! - **`limit`**: credit accrues at `compute`% of wall time, up to [`Tuning::burst_ns`]; a kernel may be
-//!   dispatched while credit minus the estimated time of the tenant's in-flight kernels is >= 0.
+//!   dispatched while the credit is >= 0 (kernels in flight are charged when they end, so credit can go
+//!   into debt by at most the in-flight bound; the tenant then waits it off).
 //! - **`share`**: no credit; contending tenants are ordered by virtual time (charged time / weight), and a
 //!   holder keeps the device until it leads the others by [`Tuning::slice_ns`] of virtual time. A tenant
 //!   that comes back from idle starts at the others' virtual time, so idling banks nothing.
 //! - **Priority**: a ready tenant of higher priority takes the device at the next kernel boundary. The
-//!   work it waits for is what others already dispatched, which [`Tuning::inflight_ns`] bounds.
+//!   work it waits for is what others already dispatched: while it is about, each client of lower
+//!   priority keeps at most one kernel in flight (otherwise [`Tuning::inflight_ns`] bounds it).
 //! - Clients that narrowed their own compute (`gpupool run --compute`) get a `limit` bucket of their own,
 //!   checked on top of their tenant's.
 
@@ -28,16 +30,18 @@ pub type Nanos = u64;
 /// The knobs of the scheduler. The defaults are what the daemon uses; `quota/README.md` explains them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tuning {
-    /// Credit a `limit` tenant may bank while idle or waiting (its largest burst).
+    /// A `limit` tenant banks at most this much wall time's worth of its credit while idle or waiting
+    /// (100 ms at 10% = 10 ms of device time): its largest burst.
     pub burst_ns: u64,
-    /// Credit a `limit` tenant needs before it takes the device from a busy tenant of equal priority:
-    /// fewer, longer turns waste less device time on switches.
+    /// Credit a `limit` tenant needs before it takes the device from a busy tenant of equal priority
+    /// (at most half of what it may bank): fewer, longer turns waste less device time on switches.
     pub turn_ns: u64,
     /// How long a holder keeps the device while others of its priority wait: wall time when either side
     /// is `limit`, virtual time between `share` tenants.
     pub slice_ns: u64,
-    /// At most this much estimated work dispatched and unfinished per client (at least one kernel): what
-    /// a tenant of higher priority may have to wait for, per client of the holder.
+    /// A client may dispatch while less than this much estimated work of its own is unfinished (so it
+    /// has at most this plus one kernel in flight): what a tenant of higher priority may have to wait
+    /// for, per client of the holder.
     pub inflight_ns: u64,
     /// At most this many kernels dispatched and unfinished per device.
     pub max_inflight: u32,
@@ -46,9 +50,9 @@ pub struct Tuning {
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
-            burst_ns: 50_000_000,
-            turn_ns: 5_000_000,
-            slice_ns: 10_000_000,
+            burst_ns: 100_000_000,
+            turn_ns: 10_000_000,
+            slice_ns: 20_000_000,
             inflight_ns: 2_000_000,
             max_inflight: 4096,
         }
@@ -80,10 +84,20 @@ pub enum Decision {
     /// Dispatch now. `est` is the estimate charged against in-flight credit; pass it back to
     /// [`DeviceScheduler::complete`] or [`DeviceScheduler::abandon`]. `epoch` changes whenever the holder
     /// changes: a dispatch under a new epoch must first wait for the previous holder's kernels.
-    Grant { est: u64, epoch: u64 },
+    Grant {
+        /// The in-flight estimate (ns).
+        est: u64,
+        /// The holder's epoch.
+        epoch: u64,
+    },
     /// Not now. `until`: when the tenant's own credit allows it (nothing else to wait for); `None`: wait
     /// for a completion or another tenant's change.
-    Wait { until: Option<Nanos>, for_credit: bool },
+    Wait {
+        /// When to ask again at the latest (`None`: at the next change).
+        until: Option<Nanos>,
+        /// Whether the tenant's (or client's) own credit is what it waits for.
+        for_credit: bool,
+    },
 }
 
 /// Bucket width and count of the achieved-share history (10 s).
@@ -97,25 +111,37 @@ struct Credit {
     balance: i64,
     at: Nanos,
     inflight_est: u64,
+    /// Credit cut off by the cap (for tests).
+    lost: u64,
 }
 
 impl Credit {
     fn new(percent: u8, now: Nanos) -> Credit {
-        Credit { percent: percent.clamp(1, 100).into(), balance: 0, at: now, inflight_est: 0 }
+        Credit { percent: percent.clamp(1, 100).into(), balance: 0, at: now, inflight_est: 0, lost: 0 }
     }
     fn unlimited(&self) -> bool {
         self.percent >= 100
     }
-    fn accrue(&mut self, now: Nanos, cap: u64) {
+    /// The most credit this policy may bank: `burst_ns` of wall time at its rate, so that when a device
+    /// is oversubscribed every tenant loses credit in proportion to its quota, not the largest first.
+    fn cap(&self, burst_ns: u64) -> u64 {
+        burst_ns * self.percent / 100
+    }
+    fn accrue(&mut self, now: Nanos, burst_ns: u64) {
+        let cap = self.cap(burst_ns);
         if now > self.at {
             let gain = ((now - self.at) as u128 * self.percent as u128 / 100) as i64;
-            self.balance = self.balance.saturating_add(gain).min(cap as i64);
+            let full = self.balance.saturating_add(gain);
+            self.lost += (full - full.min(cap as i64)).max(0) as u64;
+            self.balance = full.min(cap as i64);
             self.at = now;
         }
     }
-    /// Credit left after what is in flight.
+    /// Credit now. What is in flight is not subtracted: a tenant at the margin of its credit must still
+    /// keep its next kernel queued behind the running one, or the device idles between them. The
+    /// overdraft is bounded by the in-flight bound and repaid as debt, so the average is exact.
     fn available(&self) -> i64 {
-        self.balance - self.inflight_est as i64
+        self.balance
     }
     /// When `available()` reaches `need`.
     fn ready_at(&self, now: Nanos, need: i64) -> Nanos {
@@ -133,6 +159,8 @@ struct Account {
     inflight: u32,
     inflight_est: u64,
     last_grant: Nanos,
+    /// When it last had nothing waiting and nothing in flight.
+    idle_since: Nanos,
     /// Measured time per kernel kind (the caller's key), smoothed.
     estimates: HashMap<u64, u64>,
     /// Smoothed over all of the tenant's kernels: the estimate for a kind not seen yet.
@@ -152,6 +180,7 @@ impl Account {
             inflight: 0,
             inflight_est: 0,
             last_grant: 0,
+            idle_since: 0,
             estimates: HashMap::new(),
             typical: 0,
             charged_total: 0,
@@ -237,6 +266,8 @@ pub struct DeviceScheduler {
     client_inflight: HashMap<u64, (u32, u64)>,
     holder: Option<String>,
     holder_since: Nanos,
+    /// When a tenant of each priority (low, normal, high) last asked to dispatch.
+    active_at: [Nanos; 3],
     epoch: u64,
     inflight: u32,
     inflight_est: u64,
@@ -252,6 +283,7 @@ impl DeviceScheduler {
             client_inflight: HashMap::new(),
             holder: None,
             holder_since: 0,
+            active_at: [0; 3],
             epoch: 0,
             inflight: 0,
             inflight_est: 0,
@@ -296,15 +328,20 @@ impl DeviceScheduler {
 
     /// A session of `tenant` has a kernel to dispatch: call before the first [`Self::try_grant`] for it,
     /// and [`Self::stop_waiting`] if it gives up.
-    pub fn want(&mut self, tenant: &str) {
+    pub fn want(&mut self, tenant: &str, now: Nanos) {
+        let slice = self.tuning.slice_ns;
         let others_min = self
             .accounts
             .iter()
-            .filter(|(n, a)| n.as_str() != tenant && a.active() && a.policy.mode == Mode::Share)
+            .filter(|(n, a)| n.as_str() != tenant && a.active())
             .map(|(_, a)| a.vtime)
             .fold(f64::INFINITY, f64::min);
         if let Some(a) = self.accounts.get_mut(tenant) {
-            if !a.active() && others_min.is_finite() && a.vtime < others_min {
+            self.active_at[rank(a.policy.priority) as usize] = now.max(1);
+            // Idle for more than a slice: start level with the others (idling banks nothing). A shorter
+            // pause (a client between two batches) keeps its place.
+            let long_idle = !a.active() && now.saturating_sub(a.idle_since) > slice;
+            if long_idle && others_min.is_finite() && a.vtime < others_min {
                 a.vtime = others_min;
             }
             a.waiting += 1;
@@ -312,9 +349,12 @@ impl DeviceScheduler {
     }
 
     /// A waiting session gave up without dispatching.
-    pub fn stop_waiting(&mut self, tenant: &str) {
+    pub fn stop_waiting(&mut self, tenant: &str, now: Nanos) {
         if let Some(a) = self.accounts.get_mut(tenant) {
             a.waiting = a.waiting.saturating_sub(1);
+            if !a.active() {
+                a.idle_since = now;
+            }
         }
     }
 
@@ -351,14 +391,22 @@ impl DeviceScheduler {
         if pc < ph {
             return false;
         }
-        if c.limited() && !Self::has_credit(c, self.tuning.turn_ns as i64) {
+        if c.limited() && !Self::has_credit(c, self.turn(c)) {
             return false;
         }
         if c.policy.mode == Mode::Share && h.policy.mode == Mode::Share {
             h.vtime_ahead() - c.vtime_ahead() >= self.tuning.slice_ns as f64 * 100.0 / h.weight().max(c.weight())
         } else {
-            now.saturating_sub(self.holder_since) >= self.tuning.slice_ns
+            // A `limit` holder with credit left keeps the device for a slice, then yields to whoever has
+            // had less of the device for its quota: on an oversubscribed device the shortfall is spread
+            // in proportion to the quotas, instead of landing on the largest.
+            now.saturating_sub(self.holder_since) >= self.tuning.slice_ns && c.vtime_ahead() < h.vtime_ahead()
         }
+    }
+
+    /// The credit `a` needs to take a busy device from its equal.
+    fn turn(&self, a: &Account) -> i64 {
+        self.tuning.turn_ns.min(a.credit.cap(self.tuning.burst_ns) / 2) as i64
     }
 
     /// Ordering among tenants that may take over: priority, then the least virtual time (share), then the
@@ -413,9 +461,13 @@ impl DeviceScheduler {
             return Decision::Wait { until: Some(c.ready_at(now, 0)), for_credit: true };
         }
         // The client's in-flight bound (one kernel always fits), and the device's count.
+        // While a tenant of higher priority is about (active within a slice), a client keeps one kernel in
+        // flight, so that tenant waits for at most one kernel per client of lower priority.
+        let r = rank(a.policy.priority) as usize;
+        let outranked = self.active_at[r + 1..].iter().any(|&t| t > 0 && now.saturating_sub(t) < self.tuning.slice_ns);
         let mine_inflight = self.client_inflight.get(&client).copied().unwrap_or_default();
         if self.inflight >= self.tuning.max_inflight
-            || (mine_inflight.0 > 0 && mine_inflight.1 + est > self.tuning.inflight_ns)
+            || (mine_inflight.0 > 0 && (outranked || mine_inflight.1 >= self.tuning.inflight_ns))
         {
             return Decision::Wait { until: None, for_credit: false };
         }
@@ -431,8 +483,8 @@ impl DeviceScheduler {
             // Re-check when the holder's grace runs out or a turn's worth of credit has accrued.
             let a = &self.accounts[tenant];
             let mut until = now + self.tuning.slice_ns;
-            if a.limited() && a.credit.available() < self.tuning.turn_ns as i64 {
-                until = until.min(a.credit.ready_at(now, self.tuning.turn_ns as i64));
+            if a.limited() && a.credit.available() < self.turn(a) {
+                until = until.min(a.credit.ready_at(now, self.turn(a)));
             }
             return Decision::Wait { until: Some(until), for_credit: false };
         }
@@ -458,7 +510,7 @@ impl DeviceScheduler {
         Decision::Grant { est, epoch: self.epoch }
     }
 
-    fn settle(&mut self, tenant: &str, client: u64, est: u64) -> Option<&mut Account> {
+    fn settle(&mut self, tenant: &str, client: u64, est: u64, now: Nanos) -> Option<&mut Account> {
         self.inflight = self.inflight.saturating_sub(1);
         self.inflight_est = self.inflight_est.saturating_sub(est);
         if let Some(c) = self.clients.get_mut(&client) {
@@ -475,6 +527,9 @@ impl DeviceScheduler {
         a.inflight = a.inflight.saturating_sub(1);
         a.inflight_est = a.inflight_est.saturating_sub(est);
         a.credit.inflight_est = a.credit.inflight_est.saturating_sub(est);
+        if !a.active() {
+            a.idle_since = now;
+        }
         Some(a)
     }
 
@@ -485,7 +540,7 @@ impl DeviceScheduler {
             c.accrue(now, cap);
             c.balance -= charged as i64;
         }
-        if let Some(a) = self.settle(tenant, client, est) {
+        if let Some(a) = self.settle(tenant, client, est, now) {
             a.credit.accrue(now, cap);
             a.credit.balance -= charged as i64;
             a.vtime += charged as f64 * 100.0 / a.weight();
@@ -494,8 +549,13 @@ impl DeviceScheduler {
     }
 
     /// A granted kernel was never dispatched (the launch failed): nothing is charged.
-    pub fn abandon(&mut self, tenant: &str, client: u64, est: u64) {
-        self.settle(tenant, client, est);
+    pub fn abandon(&mut self, tenant: &str, client: u64, est: u64, now: Nanos) {
+        self.settle(tenant, client, est, now);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn lost(&self, tenant: &str) -> u64 {
+        self.accounts[tenant].credit.lost
     }
 
     /// The epoch now (see [`Decision::Grant`]).

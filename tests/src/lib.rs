@@ -628,3 +628,33 @@ macro_rules! isolated_test {
         $crate::isolated_test!($(#[$m])* fn $name() env() $body);
     };
 }
+
+/// Compiles `tests/c/<name>.c` (C11, warnings on, `-ldl -lpthread`, our headers on the include
+/// path) into `out_dir/<name>` and returns the executable. Compiler: `$CC`, else `cc`.
+pub fn compile_c(name: &str, out_dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::fs::create_dir_all(out_dir).expect("creating the output directory");
+    let exe = out_dir.join(name);
+    let cc = std::env::var("CC").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "cc".into());
+    let source = root.join("tests/c").join(format!("{name}.c"));
+    let out = Command::new(&cc)
+        .args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra"])
+        .args(["-Werror=implicit-function-declaration", "-Werror=incompatible-pointer-types", "-Werror=int-conversion"])
+        .arg("-I")
+        .arg(root.join("shim-headers/include"))
+        .arg(&source)
+        .arg("-o")
+        .arg(&exe)
+        .args(["-ldl", "-lpthread"])
+        .output()
+        .unwrap_or_else(|e| panic!("running the C compiler `{cc}`: {e}"));
+    assert!(
+        out.status.success(),
+        "compiling {} failed ({}):\n{}{}",
+        source.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}

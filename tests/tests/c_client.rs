@@ -25,34 +25,7 @@ fn workspace_root() -> PathBuf {
 fn driver_api_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
-        let root = workspace_root();
-        let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client");
-        std::fs::create_dir_all(&out_dir).expect("creating the output directory");
-        let exe = out_dir.join("driver_api");
-        let cc = std::env::var("CC").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "cc".into());
-        let out = Command::new(&cc)
-            .args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra"])
-            .args([
-                "-Werror=implicit-function-declaration",
-                "-Werror=incompatible-pointer-types",
-                "-Werror=int-conversion",
-            ])
-            .arg("-I")
-            .arg(root.join("shim-headers/include"))
-            .arg(root.join("tests/c/driver_api.c"))
-            .arg("-o")
-            .arg(&exe)
-            .args(["-ldl", "-lpthread"])
-            .output()
-            .unwrap_or_else(|e| panic!("running the C compiler `{cc}`: {e}"));
-        assert!(
-            out.status.success(),
-            "compiling tests/c/driver_api.c failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        exe
+        gpupool_e2e::compile_c("driver_api", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client"))
     })
 }
 

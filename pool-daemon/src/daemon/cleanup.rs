@@ -107,7 +107,8 @@ pub fn end(mut s: Session, reason: &str) {
     let regions = s.free_regions();
     // Leave no context of ours current on this (ending) thread, then let go of them.
     let _ = call!(shared.cuda, cuCtxSetCurrent(std::ptr::null_mut()));
-    for (_, tc) in std::mem::take(&mut s.tenant_ctxs) {
+    for (d, tc) in std::mem::take(&mut s.tenant_ctxs) {
+        shared.compute.leave(d, s.id);
         shared.release_ctx(tc);
     }
     let left = shared.ledger.release_session(s.quota);

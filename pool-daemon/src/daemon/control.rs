@@ -6,6 +6,7 @@ use super::Shared;
 use serde_json::{Value, json};
 
 pub fn status_document(shared: &Shared) -> Value {
+    let switches = shared.compute.switches();
     let devices: Vec<Value> = shared
         .devices
         .iter()
@@ -16,11 +17,22 @@ pub fn status_document(shared: &Shared) -> Value {
                 "name": d.name,
                 "total_memory": d.total_memory,
                 "compute_capability": format!("{}.{}", d.compute_capability[0], d.compute_capability[1]),
+                "tenant_switches": switches.get(i).copied().unwrap_or(0),
             })
         })
         .collect();
     let snapshot = shared.ledger.snapshot(shared.devices.len() as u32);
     let config = shared.ledger.config();
+    let compute = shared.compute.usage();
+    let compute_of = |tenant: &str, device: u32| {
+        compute.get(device as usize).and_then(|d| d.iter().find(|u| u.tenant == tenant)).map(|u| {
+            json!({
+                "quota_percent": u.quota_percent, "mode": u.mode, "priority": u.priority,
+                "share_1s": u.share_1s, "share_10s": u.share_10s,
+                "kernels": u.kernels, "charged_ns": u.charged_ns, "inflight": u.inflight,
+            })
+        })
+    };
     let tenants: Vec<Value> = snapshot
         .tenants
         .iter()
@@ -31,8 +43,11 @@ pub fn status_document(shared: &Shared) -> Value {
                 "retired": t.retired,
                 "sessions": t.sessions,
                 "compute": spec.map(|s| s.compute),
+                "mode": spec.map(|s| s.mode),
+                "priority": spec.map(|s| s.priority),
                 "devices": t.devices.iter().map(|d| json!({
                     "device": d.device, "used": d.used, "pending": d.pending, "quota": d.quota,
+                    "compute": compute_of(t.tenant.as_str(), d.device),
                 })).collect::<Vec<_>>(),
             })
         })
@@ -45,6 +60,7 @@ pub fn status_document(shared: &Shared) -> Value {
         .map(|s| serde_json::to_value(s).unwrap_or(Value::Null))
         .collect();
     json!({
+        "compute_scheduler": shared.compute.enabled,
         "daemon": {
             "pid": std::process::id(),
             "endpoints": shared.endpoints.iter().map(|p| format!("unix://{}", p.display())).collect::<Vec<_>>(),

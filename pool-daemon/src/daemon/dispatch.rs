@@ -21,6 +21,7 @@ pub const OUT_OF_MEMORY: u32 = 2;
 pub const INVALID_DEVICE: u32 = 101;
 pub const INVALID_HANDLE: u32 = 400;
 pub const NOT_READY: u32 = 600;
+pub const DEVICE_UNAVAILABLE: u32 = 46;
 pub const NOT_SUPPORTED: u32 = 801;
 
 /// A refused or failed request: the CUresult and why.
@@ -63,6 +64,9 @@ impl Session {
             Some(tc) => tc.ctx,
             None => {
                 let tc = self.shared.tenant_ctx(self.quota.tenant(), device)?;
+                let config = self.shared.ledger.config();
+                let spec = config.tenant(self.quota.tenant()).unwrap_or_else(|| config.default_tenant());
+                self.shared.compute.join(device, self.quota.tenant(), spec, self.id, self.compute_limit);
                 let ctx = tc.ctx;
                 self.tenant_ctxs.insert(device, tc);
                 ctx

@@ -182,68 +182,84 @@ impl Session {
                 Reply::Ok {}
             }
             R::LaunchKernel { func, grid, block, shared_mem_bytes, stream, params, cooperative } => {
-                let (f, d) = self.func(func)?;
+                let (_, d) = self.func(func)?;
                 let (s, _) = self.stream(stream, Some(d))?;
                 self.enter(d)?;
-                let mut buf = params.0;
-                let mut size = buf.len();
-                let [gx, gy, gz] = grid;
-                let [bx, by, bz] = block;
-                if cooperative {
-                    let layout = &self.funcs[&func].params;
-                    let mut ptrs = Vec::with_capacity(layout.len());
-                    for p in layout {
-                        if (p.offset as usize + p.size as usize) > buf.len() {
-                            return Err(Fail::invalid_value("kernel parameters shorter than the kernel's layout"));
-                        }
-                        // SAFETY: offset is inside `buf` (checked just above).
-                        ptrs.push(unsafe { buf.as_mut_ptr().add(p.offset as usize) }.cast::<c_void>());
-                    }
-                    call!(
-                        self.shared.cuda,
-                        cuLaunchCooperativeKernel(
-                            f.0,
-                            gx,
-                            gy,
-                            gz,
-                            bx,
-                            by,
-                            bz,
-                            shared_mem_bytes,
-                            s.0,
-                            ptrs.as_mut_ptr()
-                        )
-                    )?;
-                } else {
-                    // CU_LAUNCH_PARAM_BUFFER_POINTER (1), CU_LAUNCH_PARAM_BUFFER_SIZE (2), CU_LAUNCH_PARAM_END (0).
-                    let mut extra: [*mut c_void; 5] = [
-                        std::ptr::without_provenance_mut(1),
-                        buf.as_mut_ptr().cast(),
-                        std::ptr::without_provenance_mut(2),
-                        (&mut size as *mut usize).cast(),
-                        std::ptr::null_mut(),
-                    ];
-                    call!(
-                        self.shared.cuda,
-                        cuLaunchKernel(
-                            f.0,
-                            gx,
-                            gy,
-                            gz,
-                            bx,
-                            by,
-                            bz,
-                            shared_mem_bytes,
-                            s.0,
-                            std::ptr::null_mut(),
-                            extra.as_mut_ptr()
-                        )
-                    )?;
+                let shared = self.shared.clone();
+                let go = || self.launch_now(func, grid, block, shared_mem_bytes, s, params.0, cooperative);
+                if !shared.compute.enabled {
+                    go()?;
+                    return Ok(Reply::Ok {});
                 }
+                let tc = self.tenant_ctxs[&d].clone();
+                let key = super::compute::Compute::stream_key(&tc, s);
+                let grant =
+                    shared.compute.admit(&shared, d, tc.tenant.as_str(), self.id, func.0, key, self.peer.as_ref())?;
+                shared.compute.dispatch(&shared, d, &tc, self.id, func.0, s, grant, go)?;
                 Reply::Ok {}
             }
             other => return self.exec_streams(other),
         })
+    }
+
+    /// Hands a kernel to the backend (after the compute scheduler's grant).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_now(
+        &self,
+        func: FuncId,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem_bytes: u32,
+        s: Raw<gpupool_shim::cuda::CUstream>,
+        params: Vec<u8>,
+        cooperative: bool,
+    ) -> Result<()> {
+        let f = self.funcs.get(&func).ok_or_else(|| Fail::invalid_handle("function", func.0))?.f;
+        let mut buf = params;
+        let mut size = buf.len();
+        let [gx, gy, gz] = grid;
+        let [bx, by, bz] = block;
+        if cooperative {
+            let layout = &self.funcs[&func].params;
+            let mut ptrs = Vec::with_capacity(layout.len());
+            for p in layout {
+                if (p.offset as usize + p.size as usize) > buf.len() {
+                    return Err(Fail::invalid_value("kernel parameters shorter than the kernel's layout"));
+                }
+                // SAFETY: offset is inside `buf` (checked just above).
+                ptrs.push(unsafe { buf.as_mut_ptr().add(p.offset as usize) }.cast::<c_void>());
+            }
+            call!(
+                self.shared.cuda,
+                cuLaunchCooperativeKernel(f.0, gx, gy, gz, bx, by, bz, shared_mem_bytes, s.0, ptrs.as_mut_ptr())
+            )?;
+        } else {
+            // CU_LAUNCH_PARAM_BUFFER_POINTER (1), CU_LAUNCH_PARAM_BUFFER_SIZE (2), CU_LAUNCH_PARAM_END (0).
+            let mut extra: [*mut c_void; 5] = [
+                std::ptr::without_provenance_mut(1),
+                buf.as_mut_ptr().cast(),
+                std::ptr::without_provenance_mut(2),
+                (&mut size as *mut usize).cast(),
+                std::ptr::null_mut(),
+            ];
+            call!(
+                self.shared.cuda,
+                cuLaunchKernel(
+                    f.0,
+                    gx,
+                    gy,
+                    gz,
+                    bx,
+                    by,
+                    bz,
+                    shared_mem_bytes,
+                    s.0,
+                    std::ptr::null_mut(),
+                    extra.as_mut_ptr()
+                )
+            )?;
+        }
+        Ok(())
     }
 
     /// Host bytes of a copy: a pointer into the frame's inline bytes or the staging area.

@@ -187,6 +187,7 @@ fn reload(shared: &Shared) {
     };
     match super::load_config(Some(path)) {
         Ok(cfg) => {
+            shared.compute.apply_config(&cfg);
             shared.ledger.apply(cfg);
             tracing::info!(path = %path.display(), "SIGHUP: quota config reloaded; live sessions kept");
         }

@@ -13,6 +13,7 @@
 //! and remove the sockets; SIGHUP reloads the quota config into the ledger.
 
 pub mod cleanup;
+pub mod compute;
 pub mod control;
 pub mod copy2d;
 pub mod dispatch;
@@ -27,7 +28,7 @@ use crate::call;
 use anyhow::{Context as _, Result};
 use gpupool_protocol::ops::DeviceAttribute;
 use gpupool_quota::{Config, Ledger, TenantId};
-use gpupool_shim::cuda::{CUcontext, CUdevice, CUdevice_attribute, CUuuid};
+use gpupool_shim::cuda::{CUcontext, CUdevice, CUdevice_attribute, CUevent, CUuuid};
 use std::collections::{BTreeMap, HashMap};
 use std::os::raw::{c_char, c_int};
 use std::path::PathBuf;
@@ -41,6 +42,8 @@ pub struct Options {
     pub listen: Vec<PathBuf>,
     pub sim: bool,
     pub driver_dir: Option<PathBuf>,
+    /// Enforce compute quotas (off only to measure what the scheduler costs).
+    pub compute_scheduler: bool,
 }
 
 /// A vendor handle (context, stream, event, module, function) moved between threads.
@@ -67,6 +70,24 @@ pub struct TenantCtx {
     pub ctx: Raw<CUcontext>,
     pub device: u32,
     pub tenant: TenantId,
+    /// Events the compute scheduler brackets kernels with, reused.
+    events: Mutex<Vec<Raw<CUevent>>>,
+}
+
+impl TenantCtx {
+    /// An event of this context (created with the context current on the calling thread).
+    pub fn take_event(&self, shared: &Shared) -> Result<Raw<CUevent>, dispatch::Fail> {
+        if let Some(e) = self.events.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(e);
+        }
+        let mut e: CUevent = std::ptr::null_mut();
+        call!(shared.cuda, cuEventCreate(&mut e, 0))?;
+        Ok(Raw(e))
+    }
+
+    pub fn give_events(&self, events: &[Raw<CUevent>]) {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(events);
+    }
 }
 
 /// What `gpupool status` lists per session.
@@ -94,6 +115,7 @@ pub struct Shared {
     contexts: Mutex<HashMap<(TenantId, u32), Weak<TenantCtx>>>,
     pub sessions: Mutex<BTreeMap<u64, SessionInfo>>,
     pub session_threads: Mutex<Vec<JoinHandle<()>>>,
+    pub compute: compute::Compute,
     next_session: AtomicU64,
 }
 
@@ -118,19 +140,27 @@ impl Shared {
         let mut ctx: CUcontext = std::ptr::null_mut();
         call!(self.cuda, cuCtxCreate_v2(&mut ctx, 0, dev.cu))?;
         tracing::debug!(tenant = %tenant.as_str(), device, "created the tenant's context");
-        let tc = Arc::new(TenantCtx { ctx: Raw(ctx), device, tenant: tenant.clone() });
+        let tc = Arc::new(TenantCtx { ctx: Raw(ctx), device, tenant: tenant.clone(), events: Mutex::new(Vec::new()) });
         map.insert(key, Arc::downgrade(&tc));
         Ok(tc)
     }
 
-    /// Drops a session's hold on a tenant context; the last holder destroys it.
+    /// Drops a hold on a tenant context (a session's, or the compute monitor's for a kernel in
+    /// flight); the last holder destroys it. Every holder lets go through here, under the lock, so
+    /// exactly one sees itself last.
     pub fn release_ctx(&self, tc: Arc<TenantCtx>) {
         let mut map = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
-        if Arc::strong_count(&tc) == 1 {
-            map.remove(&(tc.tenant.clone(), tc.device));
-            if let Err(e) = call!(self.cuda, cuCtxDestroy_v2(tc.ctx.0)) {
-                tracing::warn!(tenant = %tc.tenant.as_str(), device = tc.device, "destroying the tenant's context: {e}");
-            }
+        if Arc::strong_count(&tc) > 1 {
+            drop(tc);
+            return;
+        }
+        map.remove(&(tc.tenant.clone(), tc.device));
+        drop(map);
+        for e in tc.events.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            let _ = call!(self.cuda, cuEventDestroy_v2(e.0));
+        }
+        if let Err(e) = call!(self.cuda, cuCtxDestroy_v2(tc.ctx.0)) {
+            tracing::warn!(tenant = %tc.tenant.as_str(), device = tc.device, "destroying the tenant's context: {e}");
         }
     }
 }
@@ -223,6 +253,7 @@ pub fn run(opts: Options) -> Result<()> {
     let (driver_version, devices) = discover(&cuda)?;
     let config = load_config(opts.config.as_ref())?;
     let endpoints = if opts.listen.is_empty() { vec![listener::default_socket_path()?] } else { opts.listen.clone() };
+    let devices_len = devices.len();
     let shared = Arc::new(Shared {
         cuda,
         nvml,
@@ -235,8 +266,10 @@ pub fn run(opts: Options) -> Result<()> {
         contexts: Mutex::new(HashMap::new()),
         sessions: Mutex::new(BTreeMap::new()),
         session_threads: Mutex::new(Vec::new()),
+        compute: compute::Compute::new(devices_len, opts.compute_scheduler),
         next_session: AtomicU64::new(1),
     });
+    compute::Compute::start_monitors(&shared)?;
     let listeners = endpoints.iter().map(|p| listener::bind(p)).collect::<Result<Vec<_>>>()?;
     tracing::info!(
         devices = shared.devices.len(),

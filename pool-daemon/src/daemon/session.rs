@@ -54,6 +54,11 @@ pub struct Session {
     /// The client context each allocation, stream, event and module was created through.
     pub owner: HashMap<super::cleanup::Handle, CtxId>,
     pub tenant_name: String,
+    /// The client's end of the session socket, to notice its death while the session waits for
+    /// compute credit (the request loop notices it through the transport).
+    pub peer: Option<UnixStream>,
+    /// The compute percent this client may use (its tenant's, or less if it narrowed it).
+    pub compute_limit: u8,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -149,6 +154,8 @@ fn hello(shared: &Arc<Shared>, t: &mut ShmTransport, cred: PeerCred, t0: Instant
         regions: HashMap::new(),
         owner: HashMap::new(),
         tenant_name: tenant.as_str().to_string(),
+        compute_limit: limits.compute,
+        peer: t.socket().try_clone().ok(),
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };

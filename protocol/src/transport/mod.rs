@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use sys::Mapping;
+pub use sys::hung_up;
 
 /// Why a transport operation failed.
 #[derive(Debug)]

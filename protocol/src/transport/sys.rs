@@ -152,7 +152,7 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
 
 /// Whether the peer of a connected unix socket hung up (closed its end or died).
 /// Never blocks. Data still queued on the socket does not count as a hang-up.
-pub(crate) fn hung_up(sock: &UnixStream) -> bool {
+pub fn hung_up(sock: &UnixStream) -> bool {
     let mut fds = [PollFd::new(sock, PollFlags::RDHUP)];
     match rustix::event::poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) {
         Ok(0) => false,

@@ -96,7 +96,7 @@ impl Model {
                     continue;
                 }
                 if !cl.wanting {
-                    self.s.want(cl.tenant);
+                    self.s.want(cl.tenant, now);
                     cl.wanting = true;
                 }
                 if let Decision::Grant { est, .. } = self.s.try_grant(cl.tenant, cl.id, 0, now) {
@@ -120,7 +120,7 @@ impl Model {
         let cl = &mut self.clients[c];
         cl.active = false;
         if cl.wanting {
-            self.s.stop_waiting(cl.tenant);
+            self.s.stop_waiting(cl.tenant, self.now);
             cl.wanting = false;
         }
     }
@@ -147,14 +147,19 @@ fn limit_alone_holds_each_quota() {
 
 #[test]
 fn limit_three_tenants_each_hold_their_cap() {
-    let mut m = Model::new(50_000);
+    let mut m = Model::new(150_000);
     let mut cs = Vec::new();
     for (t, q) in [("a", 10u8), ("b", 30), ("c", 60)] {
         m.tenant(t, policy(q, Mode::Limit, Priority::Normal));
         cs.push((m.client(t, MS, 2), q));
     }
+    let cs2 = cs.clone();
     m.run(6000 * MS, 1000 * MS);
-    for (c, q) in cs {
+    for &(c, q) in &cs {
+        let t = m.clients[c].tenant;
+        eprintln!("{q}: {:.3} switches {} lost {}", m.share(c, 5000 * MS), m.s.epoch(), m.s.lost(t));
+    }
+    for (c, q) in cs2 {
         assert_near(&format!("limit {q}% of three"), m.share(c, 5000 * MS), q.into(), 1.0);
     }
 }
@@ -287,16 +292,16 @@ fn unknown_tenant_waits_and_in_flight_is_bounded() {
     assert!(matches!(s.try_grant("nobody", 1, 0, 0), Decision::Wait { .. }));
     s.set_policy("a", policy(100, Mode::Limit, Priority::Normal), 0);
     // Teach it that kind 7 takes 1 ms: then no more than 2 ms may be in flight.
-    s.want("a");
+    s.want("a", 0);
     let Decision::Grant { est, .. } = s.try_grant("a", 1, 7, 0) else { panic!() };
     s.complete("a", 1, 7, est, MS, 10);
     let mut granted = 0;
     for _ in 0..10 {
-        s.want("a");
+        s.want("a", 0);
         match s.try_grant("a", 1, 7, 20) {
             Decision::Grant { .. } => granted += 1,
             Decision::Wait { .. } => {
-                s.stop_waiting("a");
+                s.stop_waiting("a", 20);
                 break;
             }
         }

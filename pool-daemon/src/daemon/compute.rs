@@ -1,0 +1,314 @@
+//! The compute scheduler's machinery around [`gpupool_quota::DeviceScheduler`] (the policy): session
+//! threads wait here before a kernel reaches the device, every dispatched kernel is bracketed by two
+//! events of its tenant's context, and one monitor thread per device waits for them, charges the
+//! measured time and wakes the waiters.
+//!
+//! Tenants never overlap on a device: when the holder changes, the new holder's stream first waits
+//! (`cuStreamWaitEvent`, across contexts) for the end events of the other tenants' kernels still in
+//! flight, so each kernel's start event is stamped after the device is really its own. Copies are not
+//! scheduled (quota/README.md, "Compute").
+
+use super::dispatch::{Fail, Result};
+use super::{Raw, Shared, TenantCtx};
+use crate::call;
+use gpupool_quota::{Decision, DeviceScheduler, Policy, TenantId, Tuning};
+use gpupool_shim::cuda::{CUevent, CUstream};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The longest a waiting session sleeps before it looks again (for shutdown, or its client's death).
+const MAX_NAP: Duration = Duration::from_millis(20);
+
+/// A granted, dispatched kernel, until the monitor has charged it.
+struct InFlight {
+    tenant: String,
+    client: u64,
+    kind: u64,
+    est: u64,
+    start: Raw<CUevent>,
+    end: Raw<CUevent>,
+    stream: usize,
+    seq: u64,
+    tc: Arc<TenantCtx>,
+}
+
+struct State {
+    policy: DeviceScheduler,
+    queue: VecDeque<InFlight>,
+    /// The end event of the last kernel dispatched on each stream, while it is in flight: (tenant,
+    /// event, sequence number).
+    tails: HashMap<usize, (String, Raw<CUevent>, u64)>,
+    /// The epoch up to which each stream has waited for other tenants' work.
+    synced: HashMap<usize, u64>,
+    seq: u64,
+}
+
+/// One device's scheduler.
+pub struct Device {
+    state: Mutex<State>,
+    /// Wakes sessions waiting to dispatch.
+    changed: Condvar,
+    /// Wakes the monitor.
+    dispatched: Condvar,
+}
+
+/// What a session must do before dispatching its kernel.
+pub struct Grant {
+    est: u64,
+    /// End events of other tenants' in-flight kernels the stream must wait for.
+    fences: Vec<Raw<CUevent>>,
+}
+
+/// The compute scheduler of every device, or none (`--no-compute-scheduler`).
+pub struct Compute {
+    devices: Vec<Device>,
+    epoch: Instant,
+    pub enabled: bool,
+}
+
+impl Compute {
+    pub fn new(devices: usize, enabled: bool) -> Compute {
+        Compute {
+            devices: (0..devices)
+                .map(|_| Device {
+                    state: Mutex::new(State {
+                        policy: DeviceScheduler::new(Tuning::default()),
+                        queue: VecDeque::new(),
+                        tails: HashMap::new(),
+                        synced: HashMap::new(),
+                        seq: 0,
+                    }),
+                    changed: Condvar::new(),
+                    dispatched: Condvar::new(),
+                })
+                .collect(),
+            epoch: Instant::now(),
+            enabled,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn lock(&self, device: u32) -> MutexGuard<'_, State> {
+        self.devices[device as usize].state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts one monitor thread per device.
+    pub fn start_monitors(shared: &Arc<Shared>) -> anyhow::Result<()> {
+        if !shared.compute.enabled {
+            return Ok(());
+        }
+        for d in 0..shared.compute.devices.len() {
+            let s = shared.clone();
+            std::thread::Builder::new().name(format!("gpupool-compute-{d}")).spawn(move || monitor(&s, d as u32))?;
+        }
+        Ok(())
+    }
+
+    /// Sets (or, after a reload, updates) every known tenant's policy from the config.
+    pub fn apply_config(&self, config: &gpupool_quota::Config) {
+        let now = self.now();
+        for dev in &self.devices {
+            let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
+            let names: Vec<String> = st.policy.usage(now).into_iter().map(|u| u.tenant).collect();
+            for name in names {
+                let spec = config.tenant(&TenantId::new(&name)).unwrap_or_else(|| config.default_tenant());
+                st.policy.set_policy(&name, policy_of(spec), now);
+            }
+            drop(st);
+            dev.changed.notify_all();
+        }
+    }
+
+    /// Registers a session on `device`: its tenant's policy, and its own bucket if it narrowed compute.
+    pub fn join(&self, device: u32, tenant: &TenantId, spec: &gpupool_quota::TenantSpec, session: u64, narrowed: u8) {
+        let now = self.now();
+        let mut st = self.lock(device);
+        if st.policy.policy(tenant.as_str()).is_none() {
+            st.policy.set_policy(tenant.as_str(), policy_of(spec), now);
+        }
+        if narrowed < spec.compute {
+            st.policy.set_client_limit(session, narrowed, now);
+        }
+    }
+
+    /// Forgets a session's own bucket.
+    pub fn leave(&self, device: u32, session: u64) {
+        self.lock(device).policy.forget_client(session);
+    }
+
+    /// Blocks until `tenant` may dispatch a kernel of kind `kind` on `device` through `stream`.
+    pub fn admit(
+        &self,
+        shared: &Shared,
+        device: u32,
+        tenant: &str,
+        session: u64,
+        kind: u64,
+        stream: usize,
+    ) -> Result<Grant> {
+        let dev = &self.devices[device as usize];
+        let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.policy.want(tenant, self.now());
+        loop {
+            match st.policy.try_grant(tenant, session, kind, self.now()) {
+                Decision::Grant { est, epoch } => {
+                    let mut fences = Vec::new();
+                    if st.synced.get(&stream) != Some(&epoch) {
+                        fences = st.tails.values().filter(|t| t.0 != tenant).map(|t| t.1).collect();
+                        if st.synced.len() >= 4096 {
+                            // Streams come and go; forgetting them only costs redundant waits.
+                            st.synced.clear();
+                        }
+                        st.synced.insert(stream, epoch);
+                    }
+                    return Ok(Grant { est, fences });
+                }
+                Decision::Wait { until, .. } => {
+                    let gone = || peer.is_some_and(gpupool_protocol::transport::hung_up);
+                    if shared.stopping() || gone() {
+                        st.policy.stop_waiting(tenant, self.now());
+                        drop(st);
+                        dev.changed.notify_all();
+                        return Err(Fail::new(
+                            super::dispatch::DEVICE_UNAVAILABLE,
+                            "the kernel was not dispatched: the daemon is stopping or the client is gone",
+                        ));
+                    }
+                    let nap =
+                        until.map_or(MAX_NAP, |u| Duration::from_nanos(u.saturating_sub(self.now())).min(MAX_NAP));
+                    st = dev.changed.wait_timeout(st, nap).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
+        }
+    }
+
+    /// Runs `launch` under a grant: waits for the fences, brackets the launch with events of `tc`, and
+    /// hands the kernel to the monitor. A failed launch is charged nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dispatch(
+        &self,
+        shared: &Shared,
+        device: u32,
+        tc: &Arc<TenantCtx>,
+        session: u64,
+        kind: u64,
+        stream: Raw<CUstream>,
+        grant: Grant,
+        launch: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let cuda = &shared.cuda;
+        let tenant = tc.tenant.as_str();
+        let skey = Self::stream_key(tc, stream);
+        for f in &grant.fences {
+            // A fence whose kernel has finished, or whose context is gone, imposes no wait.
+            if let Err(e) = call!(cuda, cuStreamWaitEvent(stream.0, f.0, 0)) {
+                tracing::debug!(tenant, "fence skipped: {e}");
+            }
+        }
+        let abandon = |events: &[Raw<CUevent>]| {
+            tc.give_events(events);
+            let mut st = self.lock(device);
+            st.policy.abandon(tenant, session, grant.est, self.now());
+            drop(st);
+            self.devices[device as usize].changed.notify_all();
+        };
+        let (start, end) = match (tc.take_event(shared), tc.take_event(shared)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (a, b) => {
+                let got: Vec<_> = [a.as_ref().ok(), b.as_ref().ok()].into_iter().flatten().copied().collect();
+                abandon(&got);
+                return Err(a.and(b).err().unwrap_or_else(|| Fail::invalid_value("no event")));
+            }
+        };
+        let recorded = call!(cuda, cuEventRecord(start.0, stream.0)).map_err(Fail::from);
+        let launched = recorded.and_then(|()| launch());
+        let closed = launched.and_then(|()| call!(cuda, cuEventRecord(end.0, stream.0)).map_err(Fail::from));
+        if let Err(e) = closed {
+            abandon(&[start, end]);
+            return Err(e);
+        }
+        let dev = &self.devices[device as usize];
+        let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.seq += 1;
+        let seq = st.seq;
+        st.tails.insert(skey, (tenant.to_string(), end, seq));
+        st.queue.push_back(InFlight {
+            tenant: tenant.to_string(),
+            client: session,
+            kind,
+            est: grant.est,
+            start,
+            end,
+            stream: skey,
+            seq,
+            tc: tc.clone(),
+        });
+        drop(st);
+        dev.dispatched.notify_one();
+        Ok(())
+    }
+
+    /// The key of a stream for fences (stream handles of different contexts may be equal: NULL).
+    pub fn stream_key(tc: &TenantCtx, stream: Raw<CUstream>) -> usize {
+        stream.0 as usize ^ (tc.ctx.0 as usize).rotate_left(32)
+    }
+
+    /// How often each device changed hands.
+    pub fn switches(&self) -> Vec<u64> {
+        self.devices.iter().map(|d| d.state.lock().unwrap_or_else(|e| e.into_inner()).policy.epoch()).collect()
+    }
+
+    /// Every tenant's figures on every device.
+    pub fn usage(&self) -> Vec<Vec<gpupool_quota::ComputeUsage>> {
+        let now = self.now();
+        self.devices.iter().map(|d| d.state.lock().unwrap_or_else(|e| e.into_inner()).policy.usage(now)).collect()
+    }
+}
+
+pub fn policy_of(spec: &gpupool_quota::TenantSpec) -> Policy {
+    Policy { compute: spec.compute, mode: spec.mode, priority: spec.priority }
+}
+
+/// Waits for each dispatched kernel in order, charges its measured time and wakes the waiters.
+fn monitor(shared: &Arc<Shared>, device: u32) {
+    let compute = &shared.compute;
+    let dev = &compute.devices[device as usize];
+    loop {
+        let k = {
+            let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                if let Some(k) = st.queue.pop_front() {
+                    break k;
+                }
+                if shared.stopping() {
+                    return;
+                }
+                st = dev.dispatched.wait_timeout(st, MAX_NAP).unwrap_or_else(|e| e.into_inner()).0;
+            }
+        };
+        let cuda = &shared.cuda;
+        // A failed kernel (a sticky fault) still completes its events; anything else is charged 0.
+        let _ = call!(cuda, cuEventSynchronize(k.end.0));
+        let mut ms = 0f32;
+        let charged = match call!(cuda, cuEventElapsedTime(&mut ms, k.start.0, k.end.0)) {
+            Ok(()) => (f64::from(ms) * 1e6).max(0.0) as u64,
+            Err(e) => {
+                tracing::debug!(tenant = k.tenant, "kernel time unknown, charged 0: {e}");
+                0
+            }
+        };
+        let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.policy.complete(&k.tenant, k.client, k.kind, k.est, charged, compute.now());
+        if st.tails.get(&k.stream).is_some_and(|t| t.2 == k.seq) {
+            st.tails.remove(&k.stream);
+        }
+        drop(st);
+        dev.changed.notify_all();
+        k.tc.give_events(&[k.start, k.end]);
+        shared.release_ctx(k.tc);
+    }
+}
