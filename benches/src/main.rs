@@ -14,6 +14,7 @@
 //! directly, plain memcpy and a unix-socket ping-pong. See benches/README.md for what each
 //! baseline means.
 
+mod compute;
 mod pool;
 mod ptx;
 mod report;
@@ -24,7 +25,7 @@ mod transport;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool [--json PATH]";
+const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute [--json PATH]";
 
 fn main() -> ExitCode {
     let all: Vec<String> = std::env::args().skip(1).collect();
@@ -47,7 +48,7 @@ fn main() -> ExitCode {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
-            "sim" | "ptx" | "transport" | "pool" if command.is_none() => command = Some(a),
+            "sim" | "ptx" | "transport" | "pool" | "compute" if command.is_none() => command = Some(a),
             other => {
                 eprintln!("unexpected argument {other:?}\n{USAGE}");
                 return ExitCode::from(2);
@@ -62,6 +63,7 @@ fn main() -> ExitCode {
         "sim" => sim::run().map(|run| (report::table(&run), report::json(&run))),
         "transport" => transport::run().map(|run| (transport::table(&run), transport::json(&run))),
         "pool" => pool::run().map(|run| (pool::table(&run), pool::json(&run))),
+        "compute" => compute::run().map(|run| (compute::table(&run), compute::json(&run))),
         _ => ptx::run().map(|run| (ptx::table(&run), ptx::json(&run))),
     };
     match result {

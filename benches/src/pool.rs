@@ -97,7 +97,7 @@ pub struct PoolRun {
 }
 
 /// The 1-minute load average (first field of /proc/loadavg), "?" if unreadable.
-fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_string))
@@ -390,7 +390,7 @@ fn root() -> PathBuf {
     r.canonicalize().unwrap_or(r)
 }
 
-fn release_dir() -> PathBuf {
+pub(crate) fn release_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(d) if !d.is_empty() => PathBuf::from(d).join("release"),
         _ => root().join("target/release"),
@@ -398,7 +398,7 @@ fn release_dir() -> PathBuf {
 }
 
 /// `cargo build --release -p gpupool-daemon -p gpupool-interpose` (a no-op when fresh).
-fn build_pool() -> Result<(), String> {
+pub(crate) fn build_pool() -> Result<(), String> {
     let st = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .args(["build", "--quiet", "--release", "-p", "gpupool-daemon", "-p", "gpupool-interpose"])
         .current_dir(root())
@@ -414,7 +414,7 @@ fn build_pool() -> Result<(), String> {
 
 /// The release daemon on the release simulator, on a socket in its own temp dir; stopped
 /// (SIGTERM, then SIGKILL after 5 s) and the dir removed on drop.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     dir: PathBuf,
     socket: PathBuf,
@@ -422,6 +422,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(exe: &Path, dir: PathBuf) -> Result<Daemon, String> {
+        Self::start_with(exe, dir, &[])
+    }
+
+    /// As [`Daemon::start`], with more `gpupool daemon` arguments.
+    pub(crate) fn start_with(exe: &Path, dir: PathBuf, extra: &[String]) -> Result<Daemon, String> {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let socket = dir.join("s.sock");
@@ -431,6 +436,7 @@ impl Daemon {
             .arg("--sim")
             .arg("--listen")
             .arg(format!("unix://{}", socket.display()))
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -450,7 +456,7 @@ impl Daemon {
         Ok(d)
     }
 
-    fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("unix://{}", self.socket.display())
     }
 
@@ -494,7 +500,7 @@ impl Drop for Daemon {
 
 /// Child processes killed (if still running) and reaped on drop, so an error path never
 /// leaves clients behind.
-struct Kids(Vec<Child>);
+pub(crate) struct Kids(pub(crate) Vec<Child>);
 impl Drop for Kids {
     fn drop(&mut self) {
         for c in &mut self.0 {

@@ -9,7 +9,7 @@
 mod common;
 
 use common::Daemon;
-use std::io::{BufRead, BufReader};
+use gpupool_e2e::compute_load::{LoadReport, SEC, monotonic_ns};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -73,32 +73,7 @@ fn client(d: &Daemon, tenant: &str, args: &[&str]) -> Child {
         .expect("starting compute_load under gpupool run")
 }
 
-/// What one client reported.
-#[derive(Debug, Default)]
-struct Report {
-    /// CLOCK_MONOTONIC ns of the client's t = 0.
-    start: u64,
-    /// (absolute monotonic ns, kernels completed, busy ns).
-    samples: Vec<(u64, u64, u64)>,
-    latency_p99_us: Option<f64>,
-    latency_p50_us: Option<f64>,
-}
-
-impl Report {
-    /// Busy share in percent over [from, to] (absolute ns), from the samples nearest inside it.
-    fn share(&self, from: u64, to: u64) -> f64 {
-        let inside: Vec<_> = self.samples.iter().filter(|s| s.0 >= from && s.0 <= to).collect();
-        assert!(inside.len() >= 2, "no samples in the window: {self:?}");
-        let (a, b) = (inside[0], inside[inside.len() - 1]);
-        assert!(b.0 - a.0 >= (to - from) * 3 / 4, "samples cover {} of {} ns", b.0 - a.0, to - from);
-        (b.2 - a.2) as f64 * 100.0 / (b.0 - a.0) as f64
-    }
-    fn end(&self) -> u64 {
-        self.samples.last().map_or(self.start, |s| s.0)
-    }
-}
-
-fn finish(c: Child) -> Report {
+fn finish(c: Child) -> LoadReport {
     let out = c.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
@@ -107,24 +82,12 @@ fn finish(c: Child) -> Report {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut r = Report::default();
-    for line in BufReader::new(text.as_bytes()).lines().map_while(Result::ok) {
-        let w: Vec<&str> = line.split_whitespace().collect();
-        match w.first().copied() {
-            Some("start") => r.start = w[1].parse().unwrap(),
-            Some("sample") => {
-                let n = |i: usize| w[i].parse::<u64>().unwrap();
-                r.samples.push((r.start + n(1), n(2), n(3)));
-            }
-            Some("latency_us") => {
-                r.latency_p50_us = Some(w[2].parse().unwrap());
-                r.latency_p99_us = Some(w[4].parse().unwrap());
-            }
-            _ => {}
-        }
-    }
-    assert!(r.start > 0 && !r.samples.is_empty(), "no report: {text}");
-    r
+    LoadReport::parse(&text).unwrap()
+}
+
+/// The share over `[from, to]`, which must be covered by samples.
+fn share(r: &LoadReport, from: u64, to: u64) -> f64 {
+    r.share(from, to).unwrap()
 }
 
 fn assert_near(what: &str, got: f64, want: f64, tol: f64) {
@@ -132,11 +95,9 @@ fn assert_near(what: &str, got: f64, want: f64, tol: f64) {
     assert!((got - want).abs() <= tol, "{what}: achieved {got:.2}%, quota {want}% (tolerance ±{tol})");
 }
 
-const SEC: u64 = 1_000_000_000;
-
 /// The client's share over 5 s after its first half second.
-fn steady_share(r: &Report) -> f64 {
-    r.share(r.start + SEC / 2, r.start + SEC / 2 + 5 * SEC)
+fn steady_share(r: &LoadReport) -> f64 {
+    share(r, r.start + SEC / 2, r.start + SEC / 2 + 5 * SEC)
 }
 
 #[test]
@@ -168,9 +129,9 @@ fn limit_three_tenants_each_hold_their_cap() {
         ("c", 60, "limit", "normal"),
     ])));
     let cs: Vec<_> = ["a", "b", "c"].iter().map(|t| client(&d, t, &["--duration", "6.5", "--batch", "4"])).collect();
-    let rs: Vec<Report> = cs.into_iter().map(finish).collect();
+    let rs: Vec<LoadReport> = cs.into_iter().map(finish).collect();
     let from = rs.iter().map(|r| r.start).max().unwrap() + SEC / 2;
-    let got: Vec<f64> = rs.iter().map(|r| r.share(from, from + 5 * SEC)).collect();
+    let got: Vec<f64> = rs.iter().map(|r| share(r, from, from + 5 * SEC)).collect();
     let total: f64 = got.iter().sum();
     // 10 + 30 + 60 is the whole device, which cannot deliver 100% of kernel-body time: its own work
     // per launch (about 1% in the simulator) lies outside the bodies, and each hand-off between
@@ -192,13 +153,13 @@ fn share_splits_by_weight_and_gives_the_device_away_when_one_stops() {
     let (ra, rb) = (finish(a), finish(b));
     let from = ra.start.max(rb.start) + SEC / 2;
     let to = from + 5 * SEC;
-    let (sa, sb) = (ra.share(from, to), rb.share(from, to));
+    let (sa, sb) = (share(&ra, from, to), share(&rb, from, to));
     assert_near("share 25 of the busy device", sa * 100.0 / (sa + sb), 25.0, 1.0);
     assert_near("share 75 of the busy device", sb * 100.0 / (sa + sb), 75.0, 1.0);
     assert!(sa + sb >= 97.0, "the device idled under contention: {:.2}%", sa + sb);
     // `a` is gone: within a second `b` has at least 95% of the device.
     let stop = ra.end();
-    let alone = rb.share(stop + SEC / 10, stop + SEC);
+    let alone = share(&rb, stop + SEC / 10, stop + SEC);
     assert!(alone >= 95.0, "b in the second after a stopped: {alone:.2}%");
 }
 
@@ -208,10 +169,8 @@ fn hundred_millisecond_kernels_average_to_ten_percent() {
     let d = Daemon::start(Some(&config(&[("a", 10, "limit", "normal")])));
     let r = finish(client(&d, "a", &["--duration", "11.5", "--kernel-us", "100000", "--batch", "1"]));
     // Samples come as kernels complete: measure from one completion to another, 10 s apart or more.
-    let first = r.samples.iter().find(|s| s.0 >= r.start + SEC / 2 && s.1 > 0).unwrap();
-    let last = r.samples.last().unwrap();
-    assert!(last.0 - first.0 >= 10 * SEC, "window {} ms", (last.0 - first.0) / 1_000_000);
-    let share = (last.2 - first.2) as f64 * 100.0 / (last.0 - first.0) as f64;
+    let (share, window) = r.share_between_completions(r.start + SEC / 2).unwrap();
+    assert!(window >= 10 * SEC, "window {} ms", window / 1_000_000);
     assert_near("100 ms kernels at 10%", share, 10.0, 1.0);
 }
 
@@ -241,7 +200,7 @@ fn high_priority_latency_stays_within_the_documented_bound() {
     // client of theirs, here one), the kernel itself (1 ms), and 1 ms for two hand-offs and the round trip.
     let p99 = rhi.latency_p99_us.unwrap();
     assert!(p99 <= 4000.0, "high-priority p99 {p99} us (p50 {:?})", rhi.latency_p50_us);
-    let lo_share = rlo.share(rhi.start + SEC / 2, rhi.end());
+    let lo_share = share(&rlo, rhi.start + SEC / 2, rhi.end());
     assert!(lo_share > 5.0, "the low-priority tenant still gets the idle time: {lo_share:.2}%");
 }
 
@@ -252,12 +211,11 @@ fn sighup_changes_a_live_tenants_quota_within_a_second() {
     let c = client(&d, "a", &["--duration", "6", "--batch", "4"]);
     std::thread::sleep(Duration::from_millis(2500));
     std::fs::write(d.dir.join("quota.toml"), config(&[("a", 20, "limit", "normal")])).unwrap();
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    let reload = t.tv_sec as u64 * SEC + t.tv_nsec as u64;
+    let reload = monotonic_ns();
     d.signal(rustix::process::Signal::HUP);
     let r = finish(c);
-    assert_near("before the reload", r.share(r.start + SEC / 2, reload - SEC / 10), 50.0, 1.5);
-    assert_near("from a second after the reload", r.share(reload + SEC, r.end()), 20.0, 1.5);
+    assert_near("before the reload", share(&r, r.start + SEC / 2, reload - SEC / 10), 50.0, 1.5);
+    assert_near("from a second after the reload", share(&r, reload + SEC, r.end()), 20.0, 1.5);
     assert!(d.log().contains("SIGHUP: quota config reloaded"), "{}", d.log());
 }
 

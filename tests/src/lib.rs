@@ -14,6 +14,8 @@
 // validates); functions here pass them on and never dereference them.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod compute_load;
+
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

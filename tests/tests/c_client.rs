@@ -17,10 +17,6 @@ use std::time::Duration;
 
 use gpupool_e2e::{output_with_sim_env, sim_libdir};
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// Compiles tests/c/driver_api.c once per test binary and returns the executable.
 fn driver_api_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

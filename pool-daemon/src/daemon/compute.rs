@@ -141,6 +141,8 @@ impl Compute {
     }
 
     /// Blocks until `tenant` may dispatch a kernel of kind `kind` on `device` through `stream`.
+    /// Gives up when the daemon stops or `peer` (the client's socket) hangs up.
+    #[allow(clippy::too_many_arguments)]
     pub fn admit(
         &self,
         shared: &Shared,
@@ -149,6 +151,7 @@ impl Compute {
         session: u64,
         kind: u64,
         stream: usize,
+        peer: Option<&std::os::unix::net::UnixStream>,
     ) -> Result<Grant> {
         let dev = &self.devices[device as usize];
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
