@@ -65,6 +65,11 @@ struct Queue {
     /// First asynchronous error, reported (and cleared) by the next synchronisation.
     error: Option<CUresult>,
     worker_running: bool,
+    /// The worker sleeps on `work_ready` (an enqueue then wakes it; otherwise it will find the work
+    /// itself, and the enqueue spares a futex call).
+    worker_idle: bool,
+    /// Threads sleeping on `progress` (completion notifies only when some are).
+    progress_waiters: u32,
     shutdown: bool,
 }
 
@@ -178,8 +183,11 @@ impl Stream {
                 return seq;
             }
         }
+        let wake = q.worker_idle;
         drop(q);
-        self.work_ready.notify_one();
+        if wake {
+            self.work_ready.notify_one();
+        }
         seq
     }
 
@@ -201,7 +209,9 @@ impl Stream {
                         q.worker_running = false;
                         break None;
                     }
+                    q.worker_idle = true;
                     q = self.work_ready.wait(q).unwrap_or_else(|e| e.into_inner());
+                    q.worker_idle = false;
                 }
             };
             match next {
@@ -245,8 +255,11 @@ impl Stream {
             q.error.get_or_insert(code);
         }
         q.completed = p.seq;
+        let waiters = q.progress_waiters;
         drop(q);
-        self.progress.notify_all();
+        if waiters > 0 {
+            self.progress.notify_all();
+        }
     }
 
     pub fn is_capturing(&self) -> bool {
@@ -274,7 +287,9 @@ impl Stream {
     pub fn wait_for(&self, seq: u64) {
         let mut q = self.lock();
         while q.completed < seq {
+            q.progress_waiters += 1;
             q = self.progress.wait(q).unwrap_or_else(|e| e.into_inner());
+            q.progress_waiters -= 1;
         }
     }
 

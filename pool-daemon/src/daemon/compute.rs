@@ -42,6 +42,10 @@ struct State {
     /// The epoch up to which each stream has waited for other tenants' work.
     synced: HashMap<usize, u64>,
     seq: u64,
+    /// Sessions sleeping in [`Compute::admit`] (notifications are skipped when none is).
+    waiters: u32,
+    /// Whether the monitor sleeps on `dispatched`.
+    monitor_asleep: bool,
 }
 
 /// One device's scheduler.
@@ -78,6 +82,8 @@ impl Compute {
                         tails: HashMap::new(),
                         synced: HashMap::new(),
                         seq: 0,
+                        waiters: 0,
+                        monitor_asleep: false,
                     }),
                     changed: Condvar::new(),
                     dispatched: Condvar::new(),
@@ -183,7 +189,9 @@ impl Compute {
                     }
                     let nap =
                         until.map_or(MAX_NAP, |u| Duration::from_nanos(u.saturating_sub(self.now())).min(MAX_NAP));
+                    st.waiters += 1;
                     st = dev.changed.wait_timeout(st, nap).unwrap_or_else(|e| e.into_inner()).0;
+                    st.waiters -= 1;
                 }
             }
         }
@@ -204,8 +212,8 @@ impl Compute {
         launch: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let cuda = &shared.cuda;
+        let dev = &self.devices[device as usize];
         let tenant = tc.tenant.as_str();
-        let skey = Self::stream_key(tc, stream);
         for f in &grant.fences {
             // A fence whose kernel has finished, or whose context is gone, imposes no wait.
             if let Err(e) = call!(cuda, cuStreamWaitEvent(stream.0, f.0, 0)) {
@@ -216,8 +224,11 @@ impl Compute {
             tc.give_events(events);
             let mut st = self.lock(device);
             st.policy.abandon(tenant, session, grant.est, self.now());
+            let waiters = st.waiters;
             drop(st);
-            self.devices[device as usize].changed.notify_all();
+            if waiters > 0 {
+                dev.changed.notify_all();
+            }
         };
         let (start, end) = match (tc.take_event(shared), tc.take_event(shared)) {
             (Ok(a), Ok(b)) => (a, b),
@@ -234,7 +245,7 @@ impl Compute {
             abandon(&[start, end]);
             return Err(e);
         }
-        let dev = &self.devices[device as usize];
+        let skey = Self::stream_key(tc, stream);
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         st.seq += 1;
         let seq = st.seq;
@@ -250,8 +261,11 @@ impl Compute {
             seq,
             tc: tc.clone(),
         });
+        let asleep = st.monitor_asleep;
         drop(st);
-        dev.dispatched.notify_one();
+        if asleep {
+            dev.dispatched.notify_one();
+        }
         Ok(())
     }
 
@@ -276,42 +290,77 @@ pub fn policy_of(spec: &gpupool_quota::TenantSpec) -> Policy {
     Policy { compute: spec.compute, mode: spec.mode, priority: spec.priority }
 }
 
-/// Waits for each dispatched kernel in order, charges its measured time and wakes the waiters.
+/// Waits for the dispatched kernels in order, charges their measured time and wakes the waiters.
+///
+/// Short kernels are charged in batches: the monitor takes whatever is queued, and after a batch of
+/// kernels shorter than [`COALESCE`] it pauses that long before looking again, so a client launching
+/// hundreds of thousands of tiny kernels a second costs thousands of wake-ups, not one per kernel (the
+/// charge is that much later; the in-flight bound is in time, so tiny kernels still fit in it).
+/// A long kernel's charge is applied as soon as it ends, so the waiters it frees go at once.
 fn monitor(shared: &Arc<Shared>, device: u32) {
     let compute = &shared.compute;
     let dev = &compute.devices[device as usize];
-    loop {
-        let k = {
+    let cuda = &shared.cuda;
+    let mut batch: Vec<InFlight> = Vec::new();
+    let mut done: Vec<(InFlight, u64)> = Vec::new();
+    let flush = |done: &mut Vec<(InFlight, u64)>| {
+        let waiters = {
             let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
-            loop {
-                if let Some(k) = st.queue.pop_front() {
-                    break k;
+            let now = compute.now();
+            for (k, charged) in done.iter() {
+                st.policy.complete(&k.tenant, k.client, k.kind, k.est, *charged, now);
+                if st.tails.get(&k.stream).is_some_and(|t| t.2 == k.seq) {
+                    st.tails.remove(&k.stream);
                 }
+            }
+            st.waiters
+        };
+        if waiters > 0 {
+            dev.changed.notify_all();
+        }
+        for (k, _) in done.drain(..) {
+            k.tc.give_events(&[k.start, k.end]);
+            shared.release_ctx(k.tc);
+        }
+    };
+    loop {
+        {
+            let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
+            while st.queue.is_empty() {
                 if shared.stopping() {
                     return;
                 }
+                st.monitor_asleep = true;
                 st = dev.dispatched.wait_timeout(st, MAX_NAP).unwrap_or_else(|e| e.into_inner()).0;
+                st.monitor_asleep = false;
             }
-        };
-        let cuda = &shared.cuda;
-        // A failed kernel (a sticky fault) still completes its events; anything else is charged 0.
-        let _ = call!(cuda, cuEventSynchronize(k.end.0));
-        let mut ms = 0f32;
-        let charged = match call!(cuda, cuEventElapsedTime(&mut ms, k.start.0, k.end.0)) {
-            Ok(()) => (f64::from(ms) * 1e6).max(0.0) as u64,
-            Err(e) => {
-                tracing::debug!(tenant = k.tenant, "kernel time unknown, charged 0: {e}");
-                0
-            }
-        };
-        let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.policy.complete(&k.tenant, k.client, k.kind, k.est, charged, compute.now());
-        if st.tails.get(&k.stream).is_some_and(|t| t.2 == k.seq) {
-            st.tails.remove(&k.stream);
+            batch.extend(st.queue.drain(..));
         }
-        drop(st);
-        dev.changed.notify_all();
-        k.tc.give_events(&[k.start, k.end]);
-        shared.release_ctx(k.tc);
+        let mut all_short = true;
+        for k in batch.drain(..) {
+            // A failed kernel (a sticky fault) still completes its events; anything else is charged 0.
+            let _ = call!(cuda, cuEventSynchronize(k.end.0));
+            let mut ms = 0f32;
+            let charged = match call!(cuda, cuEventElapsedTime(&mut ms, k.start.0, k.end.0)) {
+                Ok(()) => (f64::from(ms) * 1e6).max(0.0) as u64,
+                Err(e) => {
+                    tracing::debug!(tenant = k.tenant, "kernel time unknown, charged 0: {e}");
+                    0
+                }
+            };
+            let long = charged >= COALESCE.as_nanos() as u64;
+            all_short &= !long;
+            done.push((k, charged));
+            if long {
+                flush(&mut done);
+            }
+        }
+        flush(&mut done);
+        if all_short {
+            std::thread::sleep(COALESCE);
+        }
     }
 }
+
+/// Kernels shorter than this are charged in batches at most this often.
+const COALESCE: Duration = Duration::from_micros(100);
