@@ -59,9 +59,16 @@ fn config(tenants: &[(&str, u8, &str, &str)]) -> String {
 
 /// One client process of `tenant` running compute_load with `args`.
 fn client(d: &Daemon, tenant: &str, args: &[&str]) -> Child {
+    client_with(d, tenant, &[], args)
+}
+
+/// As [`client`], with `gpupool run` options (`--compute PCT`).
+fn client_with(d: &Daemon, tenant: &str, run_opts: &[&str], args: &[&str]) -> Child {
     ensure_interposer();
     Command::new(gpupool())
-        .args(["run", "--endpoint", &d.endpoint(), "--"])
+        .args(["run", "--endpoint", &d.endpoint()])
+        .args(run_opts)
+        .arg("--")
         .arg(load_exe())
         .args(args)
         .env("GPUPOOL_TOKEN", format!("token-{tenant}"))
@@ -161,6 +168,17 @@ fn share_splits_by_weight_and_gives_the_device_away_when_one_stops() {
     let stop = ra.end();
     let alone = share(&rb, stop + SEC / 10, stop + SEC);
     assert!(alone >= 95.0, "b in the second after a stopped: {alone:.2}%");
+}
+
+#[test]
+fn gpupool_run_compute_narrows_the_tenants_quota() {
+    let _s = serial();
+    let d = Daemon::start(Some(&config(&[("a", 60, "limit", "normal")])));
+    let r = finish(client_with(&d, "a", &["--compute", "20"], &["--duration", "5.7", "--batch", "4"]));
+    assert_near("gpupool run --compute 20 in a 60% tenant", steady_share(&r), 20.0, 1.0);
+    // A request wider than the quota is clamped to it.
+    let r = finish(client_with(&d, "a", &["--compute", "90"], &["--duration", "5.7", "--batch", "4"]));
+    assert_near("gpupool run --compute 90 in a 60% tenant", steady_share(&r), 60.0, 1.0);
 }
 
 #[test]
