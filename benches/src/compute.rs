@@ -133,18 +133,21 @@ fn cell(s: &Setup, mode: &'static str, kernel_us: u64, quotas: &[u8]) -> Result<
         quotas.iter().enumerate().map(|(i, &q)| (format!("t{i}"), q, mode)).collect();
     let d = daemon(s, &format!("{mode}-{kernel_us}-{}", quotas.len()), &config(&tenants), true)?;
     let duration = format!("{:.1}", (window + SEC) as f64 / 1e9 + 0.2);
-    let batch = if long {
-        "1"
+    // Long kernels one at a time (--sync), so that each sample is taken right at a completion.
+    let pace: &[&str] = if long {
+        &["--sync"]
     } else if kernel_us < 200 {
-        "32"
+        &["--batch", "32"]
     } else {
-        "4"
+        &["--batch", "4"]
     };
     let runs: Vec<_> = tenants
         .iter()
         .map(|t| {
-            let args = ["--duration", &duration, "--kernel-us", &kernel_us.to_string(), "--batch", batch];
-            (t.0.clone(), args.iter().map(|a| a.to_string()).collect())
+            let k = kernel_us.to_string();
+            let args =
+                ["--duration", duration.as_str(), "--kernel-us", k.as_str()].into_iter().chain(pace.iter().copied());
+            (t.0.clone(), args.map(str::to_string).collect())
         })
         .collect();
     let reports = clients(s, &d, &runs)?;

@@ -185,8 +185,9 @@ fn gpupool_run_compute_narrows_the_tenants_quota() {
 fn hundred_millisecond_kernels_average_to_ten_percent() {
     let _s = serial();
     let d = Daemon::start(Some(&config(&[("a", 10, "limit", "normal")])));
-    let r = finish(client(&d, "a", &["--duration", "11.5", "--kernel-us", "100000", "--batch", "1"]));
-    // Samples come as kernels complete: measure from one completion to another, 10 s apart or more.
+    let r = finish(client(&d, "a", &["--duration", "11.5", "--kernel-us", "100000", "--sync"]));
+    // In --sync mode samples come as kernels complete: measure from one completion to another, 10 s
+    // apart or more.
     let (share, window) = r.share_between_completions(r.start + SEC / 2).unwrap();
     assert!(window >= 10 * SEC, "window {} ms", window / 1_000_000);
     assert_near("100 ms kernels at 10%", share, 10.0, 1.0);
