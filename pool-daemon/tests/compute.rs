@@ -124,6 +124,9 @@ fn limit_alone_holds_each_quota_to_a_point() {
         assert_eq!(c["quota_percent"], q, "{st}");
         assert_eq!(c["mode"], "limit");
         assert!(c["kernels"].as_u64().unwrap() > 0, "{st}");
+        // A tenant below 100% spends time waiting for credit; at 100% it never does.
+        let throttled = c["throttled_ns"].as_u64().unwrap();
+        assert_eq!(throttled > 0, q < 100, "throttled_ns {throttled} at {q}%: {st}");
     }
 }
 

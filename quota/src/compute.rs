@@ -110,14 +110,11 @@ struct Credit {
     percent: u64,
     balance: i64,
     at: Nanos,
-    inflight_est: u64,
-    /// Credit cut off by the cap (for tests).
-    lost: u64,
 }
 
 impl Credit {
     fn new(percent: u8, now: Nanos) -> Credit {
-        Credit { percent: percent.clamp(1, 100).into(), balance: 0, at: now, inflight_est: 0, lost: 0 }
+        Credit { percent: percent.clamp(1, 100).into(), balance: 0, at: now }
     }
     fn unlimited(&self) -> bool {
         self.percent >= 100
@@ -131,9 +128,7 @@ impl Credit {
         let cap = self.cap(burst_ns);
         if now > self.at {
             let gain = ((now - self.at) as u128 * self.percent as u128 / 100) as i64;
-            let full = self.balance.saturating_add(gain);
-            self.lost += (full - full.min(cap as i64)).max(0) as u64;
-            self.balance = full.min(cap as i64);
+            self.balance = self.balance.saturating_add(gain).min(cap as i64);
             self.at = now;
         }
     }
@@ -167,6 +162,7 @@ struct Account {
     typical: u64,
     charged_total: u64,
     kernels: u64,
+    throttled_ns: u64,
     history: [(u64, u64); BUCKETS],
 }
 
@@ -185,6 +181,7 @@ impl Account {
             typical: 0,
             charged_total: 0,
             kernels: 0,
+            throttled_ns: 0,
             history: [(u64::MAX, 0); BUCKETS],
         }
     }
@@ -253,6 +250,8 @@ pub struct ComputeUsage {
     pub charged_ns: u64,
     /// Kernels dispatched and not yet complete.
     pub inflight: u32,
+    /// Time its clients spent waiting for credit (limit mode), summed over clients, in nanoseconds.
+    pub throttled_ns: u64,
 }
 
 /// The compute scheduler of one device.
@@ -270,7 +269,6 @@ pub struct DeviceScheduler {
     active_at: [Nanos; 3],
     epoch: u64,
     inflight: u32,
-    inflight_est: u64,
 }
 
 impl DeviceScheduler {
@@ -286,7 +284,6 @@ impl DeviceScheduler {
             active_at: [0; 3],
             epoch: 0,
             inflight: 0,
-            inflight_est: 0,
         }
     }
 
@@ -497,25 +494,16 @@ impl DeviceScheduler {
         a.waiting = a.waiting.saturating_sub(1);
         a.inflight += 1;
         a.inflight_est += est;
-        a.credit.inflight_est += est;
         a.last_grant = now;
-        if let Some(c) = self.clients.get_mut(&client) {
-            c.inflight_est += est;
-        }
         let ci = self.client_inflight.entry(client).or_default();
         ci.0 += 1;
         ci.1 += est;
         self.inflight += 1;
-        self.inflight_est += est;
         Decision::Grant { est, epoch: self.epoch }
     }
 
     fn settle(&mut self, tenant: &str, client: u64, est: u64, now: Nanos) -> Option<&mut Account> {
         self.inflight = self.inflight.saturating_sub(1);
-        self.inflight_est = self.inflight_est.saturating_sub(est);
-        if let Some(c) = self.clients.get_mut(&client) {
-            c.inflight_est = c.inflight_est.saturating_sub(est);
-        }
         if let Some(ci) = self.client_inflight.get_mut(&client) {
             ci.0 = ci.0.saturating_sub(1);
             ci.1 = ci.1.saturating_sub(est);
@@ -526,7 +514,6 @@ impl DeviceScheduler {
         let a = self.accounts.get_mut(tenant)?;
         a.inflight = a.inflight.saturating_sub(1);
         a.inflight_est = a.inflight_est.saturating_sub(est);
-        a.credit.inflight_est = a.credit.inflight_est.saturating_sub(est);
         if !a.active() {
             a.idle_since = now;
         }
@@ -553,9 +540,11 @@ impl DeviceScheduler {
         self.settle(tenant, client, est, now);
     }
 
-    #[cfg(test)]
-    pub(crate) fn lost(&self, tenant: &str) -> u64 {
-        self.accounts[tenant].credit.lost
+    /// A client of `tenant` waited `ns` for credit ([`Decision::Wait`] with `for_credit`).
+    pub fn note_throttled(&mut self, tenant: &str, ns: u64) {
+        if let Some(a) = self.accounts.get_mut(tenant) {
+            a.throttled_ns += ns;
+        }
     }
 
     /// The epoch now (see [`Decision::Grant`]).
@@ -582,6 +571,7 @@ impl DeviceScheduler {
                 kernels: a.kernels,
                 charged_ns: a.charged_total,
                 inflight: a.inflight,
+                throttled_ns: a.throttled_ns,
             })
             .collect()
     }

@@ -162,8 +162,18 @@ impl Compute {
         let dev = &self.devices[device as usize];
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         st.policy.want(tenant, self.now());
+        // Since when this client has been waiting for its own credit (for the throttled figure).
+        let mut throttled_since: Option<u64> = None;
         loop {
-            match st.policy.try_grant(tenant, session, kind, self.now()) {
+            let now = self.now();
+            let decision = st.policy.try_grant(tenant, session, kind, now);
+            let for_credit = matches!(decision, Decision::Wait { for_credit: true, .. });
+            if !for_credit && let Some(t) = throttled_since.take() {
+                st.policy.note_throttled(tenant, now.saturating_sub(t));
+            } else if for_credit && throttled_since.is_none() {
+                throttled_since = Some(now);
+            }
+            match decision {
                 Decision::Grant { est, epoch } => {
                     let mut fences = Vec::new();
                     if st.synced.get(&stream) != Some(&epoch) {
@@ -179,7 +189,10 @@ impl Compute {
                 Decision::Wait { until, .. } => {
                     let gone = || peer.is_some_and(gpupool_protocol::transport::hung_up);
                     if shared.stopping() || gone() {
-                        st.policy.stop_waiting(tenant, self.now());
+                        if let Some(t) = throttled_since {
+                            st.policy.note_throttled(tenant, now.saturating_sub(t));
+                        }
+                        st.policy.stop_waiting(tenant, now);
                         drop(st);
                         dev.changed.notify_all();
                         return Err(Fail::new(

@@ -30,6 +30,7 @@ pub fn status_document(shared: &Shared) -> Value {
                 "quota_percent": u.quota_percent, "mode": u.mode, "priority": u.priority,
                 "share_1s": u.share_1s, "share_10s": u.share_10s,
                 "kernels": u.kernels, "charged_ns": u.charged_ns, "inflight": u.inflight,
+                "throttled_ns": u.throttled_ns,
             })
         })
     };
