@@ -9,6 +9,7 @@
 
 mod backend;
 mod daemon;
+mod demo;
 mod probe;
 mod run;
 mod status;
@@ -25,6 +26,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The pool on simulated GPUs with four tenants at different quotas, as real processes: a live
+    /// view, then a summary; exits 1 if a quota was not held.
+    Demo {
+        /// How long the tenants run, in seconds.
+        #[arg(long, default_value_t = 30.0)]
+        duration: f64,
+        /// Run the "training" tenant at 90% while judging it against 60% (the checks must then fail).
+        #[arg(long, hide = true)]
+        inject_violation: bool,
+    },
+    /// One demo tenant's program (run by `gpupool demo` under the interposer).
+    #[command(name = "__demo-tenant", hide = true)]
+    DemoTenant(demo::workload::Workload),
     /// Load the CUDA driver and NVML as the daemon does, list the devices and
     /// exercise each one (allocate, copy, verify, launch, free).
     Probe {
@@ -89,6 +103,11 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Probe { sim, driver_dir, bytes } => probe::run(sim, driver_dir, bytes),
+        Command::Demo { duration, inject_violation } => match demo::run(demo::Options { duration, inject_violation }) {
+            Ok(code) => return std::process::ExitCode::from(code as u8),
+            Err(e) => Err(e),
+        },
+        Command::DemoTenant(w) => demo::workload::run(&w),
         Command::Daemon { config, listen, sim, driver_dir, no_compute_scheduler } => {
             listen.iter().map(|l| daemon::listener::parse_endpoint(l)).collect::<anyhow::Result<Vec<_>>>().and_then(
                 |listen| {

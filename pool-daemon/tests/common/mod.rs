@@ -207,3 +207,16 @@ pub fn used_at(socket: &Path, tenant: &str, device: u64) -> u64 {
         .and_then(|t| t["devices"].as_array().unwrap().iter().find(|d| d["device"] == device))
         .map_or(0, |d| d["used"].as_u64().unwrap())
 }
+
+/// libgpupool.so next to the gpupool binary (where `gpupool run` looks), built if missing.
+pub fn ensure_interposer() {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        if !std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpupool")).with_file_name("libgpupool.so").exists() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let st = Command::new(cargo).current_dir(root).args(["build", "-p", "gpupool-interpose"]).status().unwrap();
+            assert!(st.success(), "building libgpupool.so");
+        }
+    });
+}

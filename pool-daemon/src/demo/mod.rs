@@ -1,0 +1,312 @@
+//! `gpupool demo`: the pool on simulated devices with four tenants, as real processes under the
+//! interposer, showing the quotas being held. It starts `gpupool daemon --sim` with a quota config of
+//! its own, runs the tenants (this binary as `gpupool __demo-tenant`, an ordinary driver-API client),
+//! prints a live view from the daemon's status, then a summary, and fails (exit 1) if a quota was not
+//! held. What it must not do: reach into the daemon other than through its sockets.
+
+pub mod workload;
+
+use anyhow::{Context as _, Result, bail};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `gpupool demo` options.
+pub struct Options {
+    pub duration: f64,
+    /// Run "training" at 90% while still judging it against 60%, to show that the demo's own checks
+    /// fail (the test suite uses it).
+    pub inject_violation: bool,
+}
+
+struct Tenant {
+    name: &'static str,
+    /// The compute quota the summary judges against (percent), if any.
+    compute: Option<u8>,
+    /// How far below its quota it may end: a low-priority tenant keeps one kernel in flight while the
+    /// high-priority one is about, so it loses some device time to the hand-offs.
+    below: f64,
+    args: Vec<String>,
+}
+
+const SEC: u64 = 1_000_000_000;
+/// The inference tenant's kernel, period, and the bound on its latency that the demo checks:
+/// its own kernel, one kernel of each lower-priority tenant (1 ms), and hand-offs (quota/README.md).
+const INFERENCE_KERNEL_US: u64 = 500;
+const INFERENCE_PERIOD_MS: u64 = 10;
+const LATENCY_BOUND_US: f64 = 500.0 + 3.0 * 1000.0 + 1500.0;
+const OOM_QUOTA_MIB: u64 = 512;
+
+fn config(training_compute: u8) -> String {
+    let tenant = |name: &str, body: &str| {
+        format!(
+            "[[tenant]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\n{body}\n",
+            gpupool_quota::hash_token(&format!("demo-{name}"))
+        )
+    };
+    [
+        tenant("training", &format!("compute = {training_compute}\nmode = \"limit\"\nmemory = \"8GiB\"\n")),
+        tenant("batch", "compute = 30\nmode = \"limit\"\nmemory = \"4GiB\"\npriority = \"low\"\n"),
+        tenant("inference", "compute = 100\npriority = \"high\"\nmemory = \"2GiB\"\n"),
+        tenant("etl", &format!("compute = 2\nmemory = \"{OOM_QUOTA_MIB}MiB\"\n")),
+    ]
+    .concat()
+}
+
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.child.id() as i32).expect("a child's pid"),
+            rustix::process::Signal::TERM,
+        );
+        let t0 = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Child processes killed on drop, so no error path leaves tenants behind.
+struct Kids(Vec<(&'static str, Child)>);
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One tenant's report.
+#[derive(Default, Debug)]
+struct Report {
+    start: u64,
+    busy: Vec<(u64, u64, u64)>,
+    latency: Option<(f64, f64, u64)>,
+    oom: Option<(u64, String)>,
+}
+
+impl Report {
+    fn parse(text: &str) -> Report {
+        let mut r = Report::default();
+        for line in text.lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let n = |i: usize| w.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+            let f = |i: usize| w.get(i).and_then(|s| s.parse::<f64>().ok()).unwrap_or(f64::NAN);
+            match w.first().copied() {
+                Some("start") => r.start = n(1),
+                Some("busy") => r.busy.push((n(1), n(2), n(3))),
+                Some("latency") => r.latency = Some((f(1), f(2), n(3))),
+                Some("oom") => r.oom = Some((n(1), w.get(2).unwrap_or(&"?").to_string())),
+                _ => {}
+            }
+        }
+        r
+    }
+
+    /// Kernel-body time over wall time, in percent, from `from` (absolute ns) to the last sample.
+    fn share_from(&self, from: u64) -> Option<f64> {
+        let a = self.busy.iter().find(|s| s.0 >= from)?;
+        let b = self.busy.last()?;
+        (b.0 > a.0 + SEC).then(|| (b.2 - a.2) as f64 * 100.0 / (b.0 - a.0) as f64)
+    }
+}
+
+pub fn run(opts: Options) -> Result<i32> {
+    let exe = std::env::current_exe().context("finding the gpupool executable")?;
+    let lib = exe.with_file_name("libgpupool.so");
+    if !lib.exists() {
+        bail!("{} not found: build the workspace first (cargo build --release)", lib.display());
+    }
+    let dir = std::env::temp_dir().join(format!("gpupool-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let socket = dir.join("gpupool.sock");
+    let cfg = dir.join("quota.toml");
+    std::fs::write(&cfg, config(if opts.inject_violation { 90 } else { 60 }))?;
+    println!("gpupool demo: a daemon on simulated GPUs, four tenants as separate processes ({} s)", opts.duration);
+    println!("  training   limit 60%, memory 8 GiB        1 ms kernels, saturating");
+    println!("  batch      limit 30%, low priority        1 ms kernels, saturating (yields to inference)");
+    println!(
+        "  inference  high priority                  {INFERENCE_KERNEL_US} us kernel every {INFERENCE_PERIOD_MS} ms, latency measured"
+    );
+    println!("  etl        limit 2%, memory {OOM_QUOTA_MIB} MiB         allocates until out of memory, then computes");
+    if opts.inject_violation {
+        println!("  (--inject-violation: training really runs at 90%; the checks below must fail)");
+    }
+    let log = std::fs::File::create(dir.join("daemon.log"))?;
+    let child = Command::new(&exe)
+        .args(["daemon", "--sim", "--listen"])
+        .arg(format!("unix://{}", socket.display()))
+        .arg("--config")
+        .arg(&cfg)
+        .env("GPUPOOL_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .context("starting gpupool daemon")?;
+    let mut daemon = Daemon { child, dir: dir.clone() };
+    let t0 = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if let Ok(Some(st)) = daemon.child.try_wait() {
+            bail!("the daemon exited ({st}): {}", std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default());
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            bail!("the daemon did not come up within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let d = format!("{}", opts.duration);
+    let tenants = [
+        Tenant { name: "training", compute: Some(60), below: 2.0, args: vec!["--duration".into(), d.clone()] },
+        Tenant { name: "batch", compute: Some(30), below: 6.0, args: vec!["--duration".into(), d.clone()] },
+        Tenant {
+            name: "inference",
+            compute: None,
+            below: 0.0,
+            args: vec![
+                "--duration".into(),
+                d.clone(),
+                "--kernel-us".into(),
+                INFERENCE_KERNEL_US.to_string(),
+                "--period-ms".into(),
+                INFERENCE_PERIOD_MS.to_string(),
+            ],
+        },
+        Tenant { name: "etl", compute: Some(2), below: 1.0, args: vec!["--duration".into(), d, "--oom".into()] },
+    ];
+    let mut kids = Kids(Vec::new());
+    for t in &tenants {
+        let c = Command::new(&exe)
+            .arg("__demo-tenant")
+            .args(&t.args)
+            .env("LD_PRELOAD", &lib)
+            .env("GPUPOOL_ENDPOINT", format!("unix://{}", socket.display()))
+            .env("GPUPOOL_TOKEN", format!("demo-{}", t.name))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting tenant {}", t.name))?;
+        kids.0.push((t.name, c));
+    }
+    live_view(&socket, &mut kids, opts.duration)?;
+    let mut reports = Vec::new();
+    for (name, c) in std::mem::take(&mut kids.0) {
+        let out = c.wait_with_output()?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if !out.status.success() {
+            bail!("tenant {name} failed ({}): {}{}", out.status, text, String::from_utf8_lossy(&out.stderr));
+        }
+        reports.push((name, Report::parse(&text)));
+    }
+    let status = crate::status::fetch(&socket).ok();
+    drop(daemon);
+    Ok(summary(&tenants, &reports, status.as_ref()))
+}
+
+fn live_view(socket: &Path, kids: &mut Kids, duration: f64) -> Result<()> {
+    let end = Instant::now() + Duration::from_secs_f64(duration + 0.5);
+    let mut next = Instant::now() + Duration::from_secs(1);
+    println!("\n  time   tenant      compute quota   share (1 s)   memory used / quota");
+    while Instant::now() < end {
+        if kids.0.iter_mut().all(|(_, c)| matches!(c.try_wait(), Ok(Some(_)))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if Instant::now() < next {
+            continue;
+        }
+        next += Duration::from_secs(2);
+        let Ok(doc) = crate::status::fetch(socket) else { continue };
+        let elapsed = duration + 0.5 - end.saturating_duration_since(Instant::now()).as_secs_f64();
+        for t in doc["tenants"].as_array().into_iter().flatten() {
+            if t["tenant"] == "default" {
+                continue;
+            }
+            let dev = &t["devices"][0];
+            let share = dev["compute"]["share_1s"].as_f64().unwrap_or(0.0) * 100.0;
+            let mib = |v: &serde_json::Value| v.as_u64().map_or("-".into(), |b| format!("{} MiB", b >> 20));
+            let quota = format!("{}% {}", t["compute"], t["priority"].as_str().unwrap_or(""));
+            println!(
+                "  {:>4.0}s  {:<11} {:<15} {:>6.1}%       {} / {}",
+                elapsed,
+                t["tenant"].as_str().unwrap_or("?"),
+                quota,
+                share,
+                mib(&dev["used"]),
+                mib(&dev["quota"]),
+            );
+        }
+        let _ = std::io::stdout().flush();
+    }
+    Ok(())
+}
+
+/// Prints the summary; returns the exit code (1 if a quota was not held).
+fn summary(tenants: &[Tenant], reports: &[(&str, Report)], status: Option<&serde_json::Value>) -> i32 {
+    let mut failures = Vec::new();
+    println!("\nSummary (shares are kernel-body time over wall time, measured by the tenants themselves)");
+    println!("  tenant      quota    achieved   memory peak / quota        notes");
+    let from = reports.iter().map(|(_, r)| r.start).max().unwrap_or(0) + SEC;
+    for (t, (_, r)) in tenants.iter().zip(reports) {
+        let share = r.share_from(from);
+        let quota_mib = status.and_then(|s| {
+            s["tenants"].as_array()?.iter().find(|x| x["tenant"] == t.name)?["devices"][0]["quota"].as_u64()
+        });
+        let mut notes = String::new();
+        if let Some((p50, p99, n)) = r.latency {
+            notes =
+                format!("latency p50 {p50:.0} us, p99 {p99:.0} us over {n} requests (bound {LATENCY_BOUND_US:.0} us)");
+            if p99 > LATENCY_BOUND_US {
+                failures.push(format!("inference p99 {p99:.0} us above the bound {LATENCY_BOUND_US:.0} us"));
+            }
+        }
+        let mut memory = "-".to_string();
+        if let Some((bytes, code)) = &r.oom {
+            notes = format!("out of memory after {} MiB: {code}, handled", bytes >> 20);
+            memory = format!("{} MiB / {} MiB", bytes >> 20, quota_mib.map_or(0, |q| q >> 20));
+            if !code.contains("CUDA_ERROR_OUT_OF_MEMORY") || *bytes > OOM_QUOTA_MIB << 20 {
+                failures.push(format!(
+                    "etl: expected CUDA_ERROR_OUT_OF_MEMORY within {OOM_QUOTA_MIB} MiB, got {code} after {bytes} bytes"
+                ));
+            }
+        }
+        match (t.compute, share) {
+            (Some(q), Some(s)) => {
+                // Held: never above the quota (one point of slack), and not starved.
+                if s > f64::from(q) + 1.0 || s < f64::from(q) - t.below {
+                    failures.push(format!("{}: achieved {s:.2}% against a {q}% quota", t.name));
+                }
+            }
+            (_, None) => failures.push(format!("{}: no measurement", t.name)),
+            _ => {}
+        }
+        println!(
+            "  {:<11} {:<8} {:<10} {:<26} {}",
+            t.name,
+            t.compute.map_or("high".into(), |q| format!("{q}%")),
+            share.map_or("-".into(), |s| format!("{s:.2}%")),
+            memory,
+            notes
+        );
+    }
+    if failures.is_empty() {
+        println!("\nAll quotas held.");
+        0
+    } else {
+        println!("\nQUOTA VIOLATED:");
+        for f in &failures {
+            println!("  {f}");
+        }
+        1
+    }
+}
