@@ -281,11 +281,9 @@ fn summary(tenants: &[Tenant], reports: &[(&str, Report)], status: Option<&serde
             }
         }
         match (t.compute, share) {
-            (Some(q), Some(s)) => {
-                // Held: never above the quota (one point of slack), and not starved.
-                if s > f64::from(q) + 1.0 || s < f64::from(q) - t.below {
-                    failures.push(format!("{}: achieved {s:.2}% against a {q}% quota", t.name));
-                }
+            // Held: never above the quota (one point of slack), and not starved.
+            (Some(q), Some(s)) if s > f64::from(q) + 1.0 || s < f64::from(q) - t.below => {
+                failures.push(format!("{}: achieved {s:.2}% against a {q}% quota", t.name));
             }
             (_, None) => failures.push(format!("{}: no measurement", t.name)),
             _ => {}
