@@ -13,6 +13,7 @@ mod demo;
 mod probe;
 mod run;
 mod status;
+mod top;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -35,6 +36,15 @@ enum Command {
         /// Run the "training" tenant at 90% while judging it against 60% (the checks must then fail).
         #[arg(long, hide = true)]
         inject_violation: bool,
+    },
+    /// A live view of a running daemon: devices, sessions, memory and compute against quota.
+    Top {
+        /// The daemon's endpoint (default: $GPUPOOL_ENDPOINT, else the default socket).
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// Refresh interval in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
     },
     /// One demo tenant's program (run by `gpupool demo` under the interposer).
     #[command(name = "__demo-tenant", hide = true)]
@@ -108,6 +118,9 @@ fn main() -> std::process::ExitCode {
             Err(e) => Err(e),
         },
         Command::DemoTenant(w) => demo::workload::run(&w),
+        Command::Top { endpoint, interval_ms } => {
+            top::run(endpoint, std::time::Duration::from_millis(interval_ms.max(50)))
+        }
         Command::Daemon { config, listen, sim, driver_dir, no_compute_scheduler } => {
             listen.iter().map(|l| daemon::listener::parse_endpoint(l)).collect::<anyhow::Result<Vec<_>>>().and_then(
                 |listen| {

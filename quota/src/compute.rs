@@ -382,23 +382,34 @@ impl DeviceScheduler {
         if !Self::has_credit(c, 0) {
             return false;
         }
-        if pc > ph || Self::idle(h) || !Self::has_credit(h, 0) {
+        if Self::idle(h) || !Self::has_credit(h, 0) {
             return true;
         }
+        // Priority orders dispatch; it does not let a `share` tenant take more than its weight under
+        // contention: one that has had a slice more than its share neither preempts nor keeps the
+        // device from a tenant of lower priority.
+        if pc > ph {
+            return !(c.policy.mode == Mode::Share && self.leads(c, h));
+        }
         if pc < ph {
-            return false;
+            return h.policy.mode == Mode::Share && self.leads(h, c);
         }
         if c.limited() && !Self::has_credit(c, self.turn(c)) {
             return false;
         }
         if c.policy.mode == Mode::Share && h.policy.mode == Mode::Share {
-            h.vtime_ahead() - c.vtime_ahead() >= self.tuning.slice_ns as f64 * 100.0 / h.weight().max(c.weight())
+            self.leads(h, c)
         } else {
             // A `limit` holder with credit left keeps the device for a slice, then yields to whoever has
             // had less of the device for its quota: on an oversubscribed device the shortfall is spread
             // in proportion to the quotas, instead of landing on the largest.
             now.saturating_sub(self.holder_since) >= self.tuning.slice_ns && c.vtime_ahead() < h.vtime_ahead()
         }
+    }
+
+    /// Whether `a` has had a slice's worth of virtual time more than `b`.
+    fn leads(&self, a: &Account, b: &Account) -> bool {
+        a.vtime_ahead() - b.vtime_ahead() >= self.tuning.slice_ns as f64 * 100.0 / a.weight().max(b.weight())
     }
 
     /// The credit `a` needs to take a busy device from its equal.

@@ -235,6 +235,21 @@ fn high_priority_waits_at_most_for_dispatched_work() {
 }
 
 #[test]
+fn a_high_priority_share_tenant_does_not_starve_a_lower_one() {
+    let mut m = Model::new(50_000);
+    m.tenant("serve", policy(30, Mode::Share, Priority::High));
+    m.tenant("train", policy(40, Mode::Limit, Priority::Normal));
+    let serve = m.client("serve", MS, 2);
+    let train = m.client("train", MS, 2);
+    m.run(6000 * MS, 1000 * MS);
+    let (s, t) = (m.share(serve, 5000 * MS), m.share(train, 5000 * MS));
+    // Contending, each gets at least its weight's part (30:40); the limit tenant stops at its cap and
+    // the work-conserving one takes the rest.
+    assert_near("limit 40 beside a high-priority share tenant", t, 40.0, 1.0);
+    assert!(s >= 55.0, "the share tenant takes what is left: {s:.2}%");
+}
+
+#[test]
 fn reload_changes_the_share_within_a_second() {
     let mut m = Model::new(50_000);
     m.tenant("a", policy(50, Mode::Limit, Priority::Normal));

@@ -1,0 +1,269 @@
+//! `gpupool top`: a live terminal view of a running daemon (ratatui), from the same control socket as
+//! `gpupool status`. Per device: a utilization bar (the compute share charged to all tenants over the
+//! last second), memory in use against the device, and a short history. Per session: pid, tenant,
+//! device, memory used against quota, compute achieved against quota, kernels per second, mode and
+//! priority, endpoint. Keys: `q`/Esc quits, `s` changes the sort column. A lost daemon is shown, and
+//! retried, instead of ending the view.
+
+use anyhow::Result;
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Gauge, Paragraph, Row, Sparkline, Table};
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const SORTS: [&str; 4] = ["tenant", "memory", "compute", "pid"];
+
+/// One session's row.
+struct SessionRow {
+    pid: u64,
+    tenant: String,
+    device: u64,
+    used: u64,
+    quota: Option<u64>,
+    share: f64,
+    compute_quota: u64,
+    kernels_per_s: f64,
+    mode: String,
+    priority: String,
+}
+
+#[derive(Default)]
+struct State {
+    doc: Option<Value>,
+    error: Option<String>,
+    /// Device utilization history (percent), newest last.
+    history: HashMap<u64, VecDeque<u64>>,
+    /// Kernels per tenant and device at the previous poll, for the rate.
+    kernels: HashMap<(String, u64), (u64, Instant)>,
+    rates: HashMap<(String, u64), f64>,
+    sort: usize,
+}
+
+impl State {
+    fn poll(&mut self, socket: &std::path::Path) {
+        match crate::status::fetch(socket) {
+            Ok(doc) => {
+                let now = Instant::now();
+                for t in doc["tenants"].as_array().into_iter().flatten() {
+                    let name = t["tenant"].as_str().unwrap_or("?").to_string();
+                    for d in t["devices"].as_array().into_iter().flatten() {
+                        let dev = d["device"].as_u64().unwrap_or(0);
+                        let k = d["compute"]["kernels"].as_u64().unwrap_or(0);
+                        let key = (name.clone(), dev);
+                        if let Some((k0, t0)) = self.kernels.insert(key.clone(), (k, now)) {
+                            let dt = now.duration_since(t0).as_secs_f64();
+                            if dt > 0.0 {
+                                self.rates.insert(key, k.saturating_sub(k0) as f64 / dt);
+                            }
+                        }
+                    }
+                }
+                for (i, util) in utilization(&doc).into_iter().enumerate() {
+                    let h = self.history.entry(i as u64).or_default();
+                    h.push_back(util.round() as u64);
+                    while h.len() > 120 {
+                        h.pop_front();
+                    }
+                }
+                self.doc = Some(doc);
+                self.error = None;
+            }
+            Err(e) => self.error = Some(format!("{e:#}")),
+        }
+    }
+
+    fn rows(&self) -> Vec<SessionRow> {
+        let Some(doc) = &self.doc else { return Vec::new() };
+        let tenants: HashMap<&str, &Value> =
+            doc["tenants"].as_array().into_iter().flatten().map(|t| (t["tenant"].as_str().unwrap_or("?"), t)).collect();
+        let mut rows = Vec::new();
+        for s in doc["sessions"].as_array().into_iter().flatten() {
+            let name = s["tenant"].as_str().unwrap_or("?");
+            let Some(t) = tenants.get(name) else { continue };
+            // A session is shown on each device its tenant uses (the daemon accounts per tenant).
+            for d in t["devices"].as_array().into_iter().flatten() {
+                let dev = d["device"].as_u64().unwrap_or(0);
+                if d["compute"].is_null() && d["used"].as_u64().unwrap_or(0) == 0 {
+                    continue;
+                }
+                rows.push(SessionRow {
+                    pid: s["pid"].as_u64().unwrap_or(0),
+                    tenant: name.to_string(),
+                    device: dev,
+                    used: d["used"].as_u64().unwrap_or(0),
+                    quota: d["quota"].as_u64(),
+                    share: d["compute"]["share_1s"].as_f64().unwrap_or(0.0) * 100.0,
+                    compute_quota: t["compute"].as_u64().unwrap_or(100),
+                    kernels_per_s: self.rates.get(&(name.to_string(), dev)).copied().unwrap_or(0.0),
+                    mode: t["mode"].as_str().unwrap_or("").to_string(),
+                    priority: t["priority"].as_str().unwrap_or("").to_string(),
+                });
+            }
+        }
+        match SORTS[self.sort] {
+            "memory" => rows.sort_by_key(|r| std::cmp::Reverse(r.used)),
+            "compute" => rows.sort_by(|a, b| b.share.total_cmp(&a.share)),
+            "pid" => rows.sort_by_key(|r| r.pid),
+            _ => rows.sort_by(|a, b| (&a.tenant, a.pid, a.device).cmp(&(&b.tenant, b.pid, b.device))),
+        }
+        rows
+    }
+}
+
+/// Per device: the compute share charged to all tenants over the last second, in percent.
+fn utilization(doc: &Value) -> Vec<f64> {
+    let n = doc["devices"].as_array().map_or(0, Vec::len);
+    let mut util = vec![0.0; n];
+    for t in doc["tenants"].as_array().into_iter().flatten() {
+        for d in t["devices"].as_array().into_iter().flatten() {
+            let i = d["device"].as_u64().unwrap_or(0) as usize;
+            if i < n {
+                util[i] += d["compute"]["share_1s"].as_f64().unwrap_or(0.0) * 100.0;
+            }
+        }
+    }
+    util.into_iter().map(|u| u.min(100.0)).collect()
+}
+
+fn memory_used(doc: &Value, device: u64) -> u64 {
+    doc["tenants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["devices"].as_array()?.iter().find(|d| d["device"] == device)?["used"].as_u64())
+        .sum()
+}
+
+fn mib(b: u64) -> String {
+    format!("{} MiB", b >> 20)
+}
+
+fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
+    let area = f.area();
+    let devices: Vec<Value> = st.doc.as_ref().and_then(|d| d["devices"].as_array().cloned()).unwrap_or_default();
+    let mut constraints = vec![Constraint::Length(1)];
+    constraints.extend(devices.iter().map(|_| Constraint::Length(4)));
+    constraints.push(Constraint::Min(3));
+    let chunks = Layout::vertical(constraints).split(area);
+    let header = match (&st.error, &st.doc) {
+        (Some(e), _) => {
+            Line::styled(format!("daemon unreachable, retrying — {endpoint}: {e}"), Style::new().fg(Color::Red))
+        }
+        (None, Some(doc)) => Line::from(format!(
+            "gpupool top — {endpoint} — daemon pid {} — {} sessions — sort: {} (s) — quit: q",
+            doc["daemon"]["pid"],
+            doc["sessions"].as_array().map_or(0, Vec::len),
+            SORTS[st.sort]
+        )),
+        (None, None) => Line::from(format!("gpupool top — {endpoint} — connecting")),
+    };
+    f.render_widget(Paragraph::new(header), chunks[0]);
+    let util = st.doc.as_ref().map(utilization).unwrap_or_default();
+    for (i, d) in devices.iter().enumerate() {
+        let area = chunks[1 + i];
+        let total = d["total_memory"].as_u64().unwrap_or(0);
+        let used = st.doc.as_ref().map_or(0, |doc| memory_used(doc, i as u64));
+        let title = format!(" GPU {i} {} — memory {} / {} ", d["name"].as_str().unwrap_or("?"), mib(used), mib(total));
+        let block = Block::bordered().title(title);
+        let inner = block.inner(area);
+        f.render_widget(block, area);
+        let halves = Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)]).split(inner);
+        let u = util.get(i).copied().unwrap_or(0.0);
+        let rows = Layout::vertical([Constraint::Length(1), Constraint::Length(1)]).split(halves[0]);
+        f.render_widget(
+            Gauge::default()
+                .gauge_style(Style::new().fg(Color::Green))
+                .ratio((u / 100.0).clamp(0.0, 1.0))
+                .label(format!("compute {u:.1}%")),
+            rows[0],
+        );
+        let mem = if total > 0 { used as f64 / total as f64 } else { 0.0 };
+        f.render_widget(
+            Gauge::default()
+                .gauge_style(Style::new().fg(Color::Blue))
+                .ratio(mem.clamp(0.0, 1.0))
+                .label(format!("memory {:.1}%", mem * 100.0)),
+            rows[1],
+        );
+        let hist: Vec<u64> = st.history.get(&(i as u64)).map(|h| h.iter().copied().collect()).unwrap_or_default();
+        f.render_widget(Sparkline::default().data(&hist).max(100), halves[1]);
+    }
+    let header = Row::new([
+        "PID",
+        "TENANT",
+        "DEV",
+        "MEMORY / QUOTA",
+        "COMPUTE / QUOTA",
+        "KERNELS/S",
+        "MODE",
+        "PRIO",
+        "ENDPOINT",
+    ])
+    .style(Style::new().add_modifier(Modifier::BOLD));
+    let rows: Vec<Row> = st
+        .rows()
+        .into_iter()
+        .map(|r| {
+            Row::new([
+                r.pid.to_string(),
+                r.tenant,
+                r.device.to_string(),
+                format!("{} / {}", mib(r.used), r.quota.map_or("unlimited".into(), mib)),
+                format!("{:.1}% / {}%", r.share, r.compute_quota),
+                format!("{:.0}", r.kernels_per_s),
+                r.mode,
+                r.priority,
+                "shm".into(),
+            ])
+        })
+        .collect();
+    let widths = [
+        Constraint::Length(8),
+        Constraint::Min(10),
+        Constraint::Length(4),
+        Constraint::Length(22),
+        Constraint::Length(16),
+        Constraint::Length(10),
+        Constraint::Length(6),
+        Constraint::Length(7),
+        Constraint::Length(8),
+    ];
+    f.render_widget(
+        Table::new(rows, widths).header(header).block(Block::bordered().title(" sessions ")),
+        *chunks.last().expect("one chunk at least"),
+    );
+}
+
+pub fn run(endpoint: Option<String>, interval: Duration) -> Result<()> {
+    let socket: PathBuf = crate::status::endpoint(endpoint)?;
+    let shown = format!("unix://{}", socket.display());
+    let mut st = State::default();
+    let mut terminal = ratatui::init();
+    let result = (|| -> Result<()> {
+        let mut next = Instant::now();
+        loop {
+            if Instant::now() >= next {
+                st.poll(&socket);
+                next = Instant::now() + interval;
+            }
+            terminal.draw(|f| draw(f, &st, &shown))?;
+            if event::poll(next.saturating_duration_since(Instant::now()).min(Duration::from_millis(200)))?
+                && let Event::Key(k) = event::read()?
+                && k.kind == KeyEventKind::Press
+            {
+                match k.code {
+                    KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
+                    KeyCode::Char('s') => st.sort = (st.sort + 1) % SORTS.len(),
+                    _ => {}
+                }
+            }
+        }
+    })();
+    ratatui::restore();
+    result
+}
