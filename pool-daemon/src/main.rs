@@ -82,6 +82,9 @@ enum Command {
         /// measuring what the scheduler costs (gpupool-bench compute).
         #[arg(long)]
         no_compute_scheduler: bool,
+        /// Serve Prometheus metrics (OpenMetrics text) at http://ADDR/metrics, e.g. 127.0.0.1:9400.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
     },
     /// Show the running daemon's devices, tenants, sessions and memory use.
     Status {
@@ -121,7 +124,7 @@ fn main() -> std::process::ExitCode {
         Command::Top { endpoint, interval_ms } => {
             top::run(endpoint, std::time::Duration::from_millis(interval_ms.max(50)))
         }
-        Command::Daemon { config, listen, sim, driver_dir, no_compute_scheduler } => {
+        Command::Daemon { config, listen, sim, driver_dir, no_compute_scheduler, metrics } => {
             listen.iter().map(|l| daemon::listener::parse_endpoint(l)).collect::<anyhow::Result<Vec<_>>>().and_then(
                 |listen| {
                     daemon::run(daemon::Options {
@@ -130,6 +133,7 @@ fn main() -> std::process::ExitCode {
                         sim,
                         driver_dir,
                         compute_scheduler: !no_compute_scheduler,
+                        metrics,
                     })
                 },
             )

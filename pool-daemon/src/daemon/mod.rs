@@ -19,6 +19,7 @@ pub mod copy2d;
 pub mod dispatch;
 pub mod exec;
 pub mod listener;
+pub mod metrics;
 pub mod regions;
 pub mod session;
 pub mod streams;
@@ -44,6 +45,8 @@ pub struct Options {
     pub driver_dir: Option<PathBuf>,
     /// Enforce compute quotas (off only to measure what the scheduler costs).
     pub compute_scheduler: bool,
+    /// Serve Prometheus metrics over HTTP here.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// A vendor handle (context, stream, event, module, function) moved between threads.
@@ -116,6 +119,8 @@ pub struct Shared {
     pub sessions: Mutex<BTreeMap<u64, SessionInfo>>,
     pub session_threads: Mutex<Vec<JoinHandle<()>>>,
     pub compute: compute::Compute,
+    /// Requests served, by operation (for `--metrics`).
+    pub calls: metrics::Calls,
     next_session: AtomicU64,
 }
 
@@ -267,9 +272,15 @@ pub fn run(opts: Options) -> Result<()> {
         sessions: Mutex::new(BTreeMap::new()),
         session_threads: Mutex::new(Vec::new()),
         compute: compute::Compute::new(devices_len, opts.compute_scheduler),
+        calls: metrics::Calls::default(),
         next_session: AtomicU64::new(1),
     });
     compute::Compute::start_monitors(&shared)?;
+    if let Some(addr) = opts.metrics {
+        let l = std::net::TcpListener::bind(addr).with_context(|| format!("binding the metrics address {addr}"))?;
+        tracing::info!(addr = %l.local_addr()?, "serving Prometheus metrics at /metrics");
+        metrics::serve(shared.clone(), l)?;
+    }
     let listeners = endpoints.iter().map(|p| listener::bind(p)).collect::<Result<Vec<_>>>()?;
     tracing::info!(
         devices = shared.devices.len(),

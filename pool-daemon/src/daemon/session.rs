@@ -234,11 +234,14 @@ fn serve(s: &mut Session, t: &mut ShmTransport) -> String {
             return "malformed: a second hello".into();
         }
         let name = op.name();
+        let kind = op.op();
+        let started = Instant::now();
         let result = match op {
             // The region's fd waits on the socket, which only the session loop holds.
             Request::HostRegionMap { bytes } => s.region_map(t.socket(), bytes),
             op => s.handle(op, t.staging()),
         };
+        s.shared.calls.record(kind, started.elapsed(), result.as_ref().err().map(|f| f.code));
         let msg = match result {
             Ok(_) if no_reply => continue,
             Ok(r) => Message::Reply { id, op: r },

@@ -1,0 +1,247 @@
+//! `gpupool daemon --metrics ADDR`: Prometheus (OpenMetrics text) over plain HTTP, `GET /metrics`.
+//!
+//! Calls per operation and their latency are counted as requests are served (one pre-made counter and
+//! histogram per operation, so serving a request costs two atomic updates, no lookup or allocation);
+//! everything else is read at scrape time from the same snapshot `gpupool status` shows. Labels are the
+//! tenant, the device index and its UUID, the operation and the error code: all bounded (tenants come from
+//! the config, not from clients), so thousands of short-lived clients add no series.
+
+use super::Shared;
+use gpupool_protocol::ops::RequestOp;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use std::io::{BufRead, BufReader, Read as _, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
+    device: String,
+    uuid: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WindowLabels {
+    tenant: String,
+    device: String,
+    uuid: String,
+    window: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    device: String,
+    uuid: String,
+}
+
+type F64Gauge = Gauge<f64, AtomicU64>;
+
+/// The counters the session threads update.
+pub struct Calls {
+    calls: Family<OpLabels, Counter>,
+    latency: Family<OpLabels, Histogram>,
+    errors: Family<CodeLabels, Counter>,
+    /// Per opcode: the operation's counter and histogram, made once.
+    by_code: Vec<Option<(Counter, Histogram)>>,
+}
+
+impl Default for Calls {
+    fn default() -> Self {
+        let calls = Family::<OpLabels, Counter>::default();
+        let latency = Family::<OpLabels, Histogram>::new_with_constructor(|| {
+            // 1 us .. ~4 s.
+            Histogram::new(exponential_buckets(1e-6, 4.0, 12))
+        });
+        let max = RequestOp::ALL.iter().map(|o| o.code()).max().unwrap_or(0) as usize;
+        let mut by_code = vec![None; max + 1];
+        for op in RequestOp::ALL {
+            let l = OpLabels { operation: op.name().to_string() };
+            by_code[op.code() as usize] = Some((calls.get_or_create(&l).clone(), latency.get_or_create(&l).clone()));
+        }
+        Calls { calls, latency, errors: Family::default(), by_code }
+    }
+}
+
+impl Calls {
+    /// One request served in `took`; `error`: the code it was refused with.
+    pub fn record(&self, op: RequestOp, took: Duration, error: Option<u32>) {
+        if let Some(Some((c, h))) = self.by_code.get(op.code() as usize) {
+            c.inc();
+            h.observe(took.as_secs_f64());
+        }
+        if let Some(code) = error {
+            self.errors.get_or_create(&CodeLabels { code: code.to_string() }).inc();
+        }
+    }
+}
+
+/// The exposition: the call counters, and gauges from the status snapshot.
+pub fn render(shared: &Shared) -> String {
+    let mut reg = Registry::with_prefix("gpupool");
+    let m = &shared.calls;
+    reg.register("calls", "Requests served, by operation", m.calls.clone());
+    reg.register_with_unit("call_duration", "Time to serve a request, by operation", Unit::Seconds, m.latency.clone());
+    reg.register("errors", "Requests refused or failed, by CUDA error code", m.errors.clone());
+
+    let doc = super::control::status_document(shared);
+    let uuid =
+        |d: u64| shared.devices.get(d as usize).map_or(String::new(), |x| gpupool_abi::identity::uuid_string(&x.uuid));
+    let sessions = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
+    sessions.set(doc["sessions"].as_array().map_or(0, |s| s.len() as i64));
+    reg.register("sessions", "Client sessions connected now", sessions);
+
+    let used = Family::<TenantLabels, Gauge>::default();
+    let quota = Family::<TenantLabels, Gauge>::default();
+    let compute_quota = Family::<TenantLabels, F64Gauge>::default();
+    let share = Family::<WindowLabels, F64Gauge>::default();
+    let throttled = Family::<TenantLabels, Counter<f64, AtomicU64>>::default();
+    let dev_used = vec![0i64; shared.devices.len()];
+    let mut dev_used = dev_used;
+    for t in doc["tenants"].as_array().into_iter().flatten() {
+        let tenant = t["tenant"].as_str().unwrap_or("?").to_string();
+        for d in t["devices"].as_array().into_iter().flatten() {
+            let dev = d["device"].as_u64().unwrap_or(0);
+            let l = TenantLabels { tenant: tenant.clone(), device: dev.to_string(), uuid: uuid(dev) };
+            let u = d["used"].as_i64().unwrap_or(0);
+            used.get_or_create(&l).set(u);
+            if let Some(slot) = dev_used.get_mut(dev as usize) {
+                *slot += u;
+            }
+            if let Some(q) = d["quota"].as_i64() {
+                quota.get_or_create(&l).set(q);
+            }
+            let c = &d["compute"];
+            if c.is_null() {
+                continue;
+            }
+            compute_quota.get_or_create(&l).set(c["quota_percent"].as_f64().unwrap_or(0.0) / 100.0);
+            for (w, key) in [("1s", "share_1s"), ("10s", "share_10s")] {
+                let wl = WindowLabels {
+                    tenant: l.tenant.clone(),
+                    device: l.device.clone(),
+                    uuid: l.uuid.clone(),
+                    window: w.into(),
+                };
+                share.get_or_create(&wl).set(c[key].as_f64().unwrap_or(0.0));
+            }
+            throttled.get_or_create(&l).inc_by(c["throttled_ns"].as_f64().unwrap_or(0.0) / 1e9);
+        }
+    }
+    reg.register_with_unit("tenant_memory_used", "Device memory a tenant holds", Unit::Bytes, used);
+    reg.register_with_unit(
+        "tenant_memory_quota",
+        "A tenant's device-memory quota (absent: unlimited)",
+        Unit::Bytes,
+        quota,
+    );
+    reg.register_with_unit(
+        "tenant_compute_quota",
+        "A tenant's compute quota, as a fraction of the device",
+        Unit::Other("ratio".into()),
+        compute_quota,
+    );
+    reg.register_with_unit(
+        "tenant_compute_share",
+        "Device time charged to a tenant over the window, as a fraction of the window",
+        Unit::Other("ratio".into()),
+        share,
+    );
+    reg.register_with_unit(
+        "tenant_throttled",
+        "Time a tenant's clients waited for compute credit",
+        Unit::Seconds,
+        throttled,
+    );
+
+    let util = Family::<DeviceLabels, F64Gauge>::default();
+    let mem_used = Family::<DeviceLabels, Gauge>::default();
+    let mem_total = Family::<DeviceLabels, Gauge>::default();
+    let usage = shared.compute.usage();
+    for (i, d) in shared.devices.iter().enumerate() {
+        let l = DeviceLabels { device: i.to_string(), uuid: uuid(i as u64) };
+        let busy = usage.get(i).map_or(0.0, |u| u.iter().fold(0.0, |a, t| a + t.share_1s));
+        util.get_or_create(&l).set(busy.min(1.0));
+        mem_used.get_or_create(&l).set(dev_used[i]);
+        mem_total.get_or_create(&l).set(d.total_memory as i64);
+    }
+    reg.register_with_unit(
+        "device_utilization",
+        "Device time charged to all tenants over the last second",
+        Unit::Other("ratio".into()),
+        util,
+    );
+    reg.register_with_unit("device_memory_used", "Device memory held by all tenants", Unit::Bytes, mem_used);
+    reg.register_with_unit("device_memory_total", "Device memory", Unit::Bytes, mem_total);
+
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &reg) {
+        tracing::warn!("encoding metrics: {e}");
+    }
+    out
+}
+
+/// Serves `GET /metrics` on `listener` until shutdown; anything else gets 404.
+pub fn serve(shared: Arc<Shared>, listener: TcpListener) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new().name("gpupool-metrics".into()).spawn(move || {
+        while !shared.stopping() {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if let Err(e) = answer(&shared, stream) {
+                        tracing::debug!("metrics request: {e}");
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => {
+                    tracing::warn!("metrics listener: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    })?;
+    Ok(())
+}
+
+fn answer(shared: &Shared, stream: TcpStream) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    // A request line longer than this is not one of ours.
+    reader.by_ref().take(8192).read_line(&mut line)?;
+    let mut header = String::new();
+    while reader.by_ref().take(8192).read_line(&mut header)? > 2 {
+        header.clear();
+    }
+    let mut out = stream;
+    let path = line.split_whitespace().nth(1).unwrap_or("");
+    if line.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
+        let body = render(shared);
+        write!(
+            out,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    } else {
+        let body = "not found: GET /metrics\n";
+        write!(out, "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+    }
+}

@@ -1,0 +1,105 @@
+//! `gpupool daemon --metrics ADDR`: the endpoint is scraped over HTTP and parsed with the reference
+//! Python parser (prometheus_client's OpenMetrics parser, from target/venv, which scripts/test makes);
+//! the values agree with `gpupool status --json`, and a burst of short-lived clients adds no series.
+
+mod common;
+
+use common::{Daemon, ensure_interposer};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn venv_python() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
+    assert!(p.exists(), "{} is missing: run scripts/test (or scripts/setup-venv) first", p.display());
+    p
+}
+
+fn scrape(addr: &str, path: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.to_string(), body.to_string())
+}
+
+/// (name, sorted labels) -> value, as the reference parser reads the exposition.
+fn parse(body: &str) -> BTreeMap<(String, String), f64> {
+    let script = "import sys, json\n\
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\n\
+        print(json.dumps([[s.name, sorted(s.labels.items()), s.value] for f in parse(sys.stdin.read()) for s in f.samples]))";
+    let mut c =
+        Command::new(venv_python()).args(["-c", script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    c.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success(), "the reference parser refused the exposition:\n{body}");
+    let rows: Vec<(String, serde_json::Value, f64)> = serde_json::from_slice(&out.stdout).unwrap();
+    rows.into_iter().map(|(n, l, v)| ((n, l.to_string()), v)).collect()
+}
+
+fn get<'a>(m: &'a BTreeMap<(String, String), f64>, name: &str, labels: &[(&str, &str)]) -> Option<&'a f64> {
+    m.iter()
+        .find(|((n, l), _)| n == name && labels.iter().all(|(k, v)| l.contains(&format!("[\"{k}\",\"{v}\"]"))))
+        .map(|(_, v)| v)
+}
+
+#[test]
+fn metrics_parse_agree_with_status_and_stay_bounded() {
+    ensure_interposer();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let token = |n: &str| gpupool_quota::hash_token(&format!("token-{n}"));
+    let cfg =
+        format!("[[tenant]]\nname = \"etl\"\ntoken_sha256 = \"{}\"\nmemory = \"256MiB\"\ncompute = 20\n", token("etl"));
+    let d = Daemon::start_with(Some(&cfg), &["--metrics", &addr]);
+    // One client runs into its memory quota (a refusal with code 2) and keeps running kernels.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["__demo-tenant", "--duration", "3", "--oom"])
+        .env("LD_PRELOAD", PathBuf::from(env!("CARGO_BIN_EXE_gpupool")).with_file_name("libgpupool.so"))
+        .env("GPUPOOL_ENDPOINT", d.endpoint())
+        .env("GPUPOOL_TOKEN", "token-etl")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (head, body) = scrape(&addr, "/metrics");
+    assert!(head.starts_with("HTTP/1.1 200") && head.contains("application/openmetrics-text"), "{head}");
+    let m = parse(&body);
+    let st = d.status();
+    let etl = st["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "etl").unwrap();
+    let dev0 = &etl["devices"][0];
+    let used = *get(&m, "gpupool_tenant_memory_used_bytes", &[("tenant", "etl"), ("device", "0")]).unwrap();
+    assert_eq!(used as u64, dev0["used"].as_u64().unwrap(), "{body}");
+    assert!(used >= 192.0 * 1048576.0, "the client holds most of its 256 MiB: {used}");
+    assert_eq!(
+        *get(&m, "gpupool_tenant_memory_quota_bytes", &[("tenant", "etl"), ("device", "0")]).unwrap(),
+        268435456.0
+    );
+    assert_eq!(*get(&m, "gpupool_tenant_compute_quota_ratio", &[("tenant", "etl"), ("device", "0")]).unwrap(), 0.2);
+    let share = *get(&m, "gpupool_tenant_compute_share_ratio", &[("tenant", "etl"), ("window", "1s")]).unwrap();
+    assert!(share > 0.05 && share <= 0.25, "1 s share {share}");
+    assert_eq!(*get(&m, "gpupool_sessions", &[]).unwrap() as usize, st["sessions"].as_array().unwrap().len());
+    assert!(*get(&m, "gpupool_calls_total", &[("operation", "LaunchKernel")]).unwrap() > 0.0);
+    assert!(get(&m, "gpupool_call_duration_seconds_count", &[("operation", "MemAlloc")]).is_some_and(|v| *v >= 4.0));
+    assert!(*get(&m, "gpupool_errors_total", &[("code", "2")]).unwrap() >= 1.0, "the out-of-memory refusal is counted");
+    assert!(get(&m, "gpupool_device_memory_total_bytes", &[("device", "0")]).is_some());
+    c.wait().unwrap();
+
+    // Fifty short-lived clients of the default tenant: no new series beyond that tenant's own.
+    let before: Vec<String> = parse(&scrape(&addr, "/metrics").1).keys().map(|k| k.0.clone() + &k.1).collect();
+    for _ in 0..50 {
+        let st = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+            .args(["__demo-tenant", "--duration", "0"])
+            .env("LD_PRELOAD", PathBuf::from(env!("CARGO_BIN_EXE_gpupool")).with_file_name("libgpupool.so"))
+            .env("GPUPOOL_ENDPOINT", d.endpoint())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let after: Vec<String> = parse(&scrape(&addr, "/metrics").1).keys().map(|k| k.0.clone() + &k.1).collect();
+    assert!(after.len() <= before.len() + 16, "series grew from {} to {} with 50 clients", before.len(), after.len());
+    assert!(scrape(&addr, "/other").0.starts_with("HTTP/1.1 404"));
+}
