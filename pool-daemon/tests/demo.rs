@@ -5,10 +5,10 @@ mod common;
 
 use std::process::Command;
 
-fn demo(extra: &[&str]) -> (Option<i32>, String) {
+fn demo(duration: &str, extra: &[&str]) -> (Option<i32>, String) {
     common::ensure_interposer();
     let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
-        .args(["demo", "--duration", "8"])
+        .args(["demo", "--duration", duration])
         .args(extra)
         .env("GPUPOOL_SIM_DEVICES", "1")
         .env("GPUPOOL_SIM_MEMORY", "16GiB")
@@ -20,16 +20,17 @@ fn demo(extra: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn the_demo_holds_every_quota_and_fails_when_one_is_not_held() {
-    let (code, text) = demo(&[]);
+    let (code, text) = demo("20", &[]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("All quotas held."), "{text}");
     for tenant in ["training", "batch", "inference", "etl"] {
         assert!(text.lines().any(|l| l.trim_start().starts_with(tenant) && l.contains('%')), "{tenant}: {text}");
     }
     assert!(text.contains("CUDA_ERROR_OUT_OF_MEMORY(2), handled"), "{text}");
+    assert!(text.contains("448 MiB / 512 MiB"), "etl's memory against its quota: {text}");
     assert!(text.contains("latency p50"), "{text}");
 
-    let (code, text) = demo(&["--inject-violation"]);
+    let (code, text) = demo("8", &["--inject-violation"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("QUOTA VIOLATED") && text.contains("training: achieved"), "{text}");
 }

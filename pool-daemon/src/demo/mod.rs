@@ -7,6 +7,7 @@
 pub mod workload;
 
 use anyhow::{Context as _, Result, bail};
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -167,8 +168,18 @@ pub fn run(opts: Options) -> Result<i32> {
     }
     let d = format!("{}", opts.duration);
     let tenants = [
-        Tenant { name: "training", compute: Some(60), below: 2.0, args: vec!["--duration".into(), d.clone()] },
-        Tenant { name: "batch", compute: Some(30), below: 6.0, args: vec!["--duration".into(), d.clone()] },
+        Tenant {
+            name: "training",
+            compute: Some(60),
+            below: 2.0,
+            args: vec!["--duration".into(), d.clone(), "--hold-mib".into(), "3072".into()],
+        },
+        Tenant {
+            name: "batch",
+            compute: Some(30),
+            below: 6.0,
+            args: vec!["--duration".into(), d.clone(), "--hold-mib".into(), "1024".into()],
+        },
         Tenant {
             name: "inference",
             compute: None,
@@ -180,6 +191,8 @@ pub fn run(opts: Options) -> Result<i32> {
                 INFERENCE_KERNEL_US.to_string(),
                 "--period-ms".into(),
                 INFERENCE_PERIOD_MS.to_string(),
+                "--hold-mib".into(),
+                "512".into(),
             ],
         },
         Tenant { name: "etl", compute: Some(2), below: 1.0, args: vec!["--duration".into(), d, "--oom".into()] },
@@ -198,7 +211,7 @@ pub fn run(opts: Options) -> Result<i32> {
             .with_context(|| format!("starting tenant {}", t.name))?;
         kids.0.push((t.name, c));
     }
-    live_view(&socket, &mut kids, opts.duration)?;
+    let peaks = live_view(&socket, &mut kids, opts.duration)?;
     let mut reports = Vec::new();
     for (name, c) in std::mem::take(&mut kids.0) {
         let out = c.wait_with_output()?;
@@ -210,10 +223,12 @@ pub fn run(opts: Options) -> Result<i32> {
     }
     let status = crate::status::fetch(&socket).ok();
     drop(daemon);
-    Ok(summary(&tenants, &reports, status.as_ref()))
+    Ok(summary(&tenants, &reports, status.as_ref(), &peaks))
 }
 
-fn live_view(socket: &Path, kids: &mut Kids, duration: f64) -> Result<()> {
+/// Shows the daemon's view every 2 s; returns each tenant's peak memory on device 0 seen meanwhile.
+fn live_view(socket: &Path, kids: &mut Kids, duration: f64) -> Result<HashMap<String, u64>> {
+    let mut peaks = HashMap::new();
     let end = Instant::now() + Duration::from_secs_f64(duration + 0.5);
     let mut next = Instant::now() + Duration::from_secs(1);
     println!("\n  time   tenant      compute quota   share (1 s)   memory used / quota");
@@ -233,6 +248,8 @@ fn live_view(socket: &Path, kids: &mut Kids, duration: f64) -> Result<()> {
                 continue;
             }
             let dev = &t["devices"][0];
+            let peak = peaks.entry(t["tenant"].as_str().unwrap_or("?").to_string()).or_insert(0u64);
+            *peak = (*peak).max(dev["used"].as_u64().unwrap_or(0));
             let share = dev["compute"]["share_1s"].as_f64().unwrap_or(0.0) * 100.0;
             let mib = |v: &serde_json::Value| v.as_u64().map_or("-".into(), |b| format!("{} MiB", b >> 20));
             let quota = format!("{}% {}", t["compute"], t["priority"].as_str().unwrap_or(""));
@@ -248,11 +265,16 @@ fn live_view(socket: &Path, kids: &mut Kids, duration: f64) -> Result<()> {
         }
         let _ = std::io::stdout().flush();
     }
-    Ok(())
+    Ok(peaks)
 }
 
 /// Prints the summary; returns the exit code (1 if a quota was not held).
-fn summary(tenants: &[Tenant], reports: &[(&str, Report)], status: Option<&serde_json::Value>) -> i32 {
+fn summary(
+    tenants: &[Tenant],
+    reports: &[(&str, Report)],
+    status: Option<&serde_json::Value>,
+    peaks: &HashMap<String, u64>,
+) -> i32 {
     let mut failures = Vec::new();
     println!("\nSummary (shares are kernel-body time over wall time, measured by the tenants themselves)");
     println!("  tenant      quota    achieved   memory peak / quota        notes");
@@ -270,10 +292,12 @@ fn summary(tenants: &[Tenant], reports: &[(&str, Report)], status: Option<&serde
                 failures.push(format!("inference p99 {p99:.0} us above the bound {LATENCY_BOUND_US:.0} us"));
             }
         }
-        let mut memory = "-".to_string();
+        let peak = peaks.get(t.name).copied().unwrap_or(0);
+        let mut memory =
+            format!("{} MiB / {}", peak >> 20, quota_mib.map_or("unlimited".into(), |q| format!("{} MiB", q >> 20)));
         if let Some((bytes, code)) = &r.oom {
             notes = format!("out of memory after {} MiB: {code}, handled", bytes >> 20);
-            memory = format!("{} MiB / {} MiB", bytes >> 20, quota_mib.map_or(0, |q| q >> 20));
+            memory = format!("{} MiB / {} MiB", (*bytes).max(peak) >> 20, quota_mib.map_or(0, |q| q >> 20));
             if !code.contains("CUDA_ERROR_OUT_OF_MEMORY") || *bytes > OOM_QUOTA_MIB << 20 {
                 failures.push(format!(
                     "etl: expected CUDA_ERROR_OUT_OF_MEMORY within {OOM_QUOTA_MIB} MiB, got {code} after {bytes} bytes"

@@ -50,9 +50,12 @@ pub struct Workload {
     /// Latency-sensitive: one kernel, wait for it, then idle until the next period (milliseconds).
     #[arg(long)]
     pub period_ms: Option<u64>,
-    /// First allocate 64 MiB blocks until the pool says CUDA_ERROR_OUT_OF_MEMORY, then free them.
+    /// First allocate 64 MiB blocks until the pool says CUDA_ERROR_OUT_OF_MEMORY (and keep them).
     #[arg(long)]
     pub oom: bool,
+    /// A working set of this many MiB, allocated at the start and kept.
+    #[arg(long, default_value_t = 0)]
+    pub hold_mib: u64,
 }
 
 pub fn monotonic_ns() -> u64 {
@@ -76,7 +79,12 @@ pub fn run(w: &Workload) -> Result<()> {
     call!(cuda, cuMemAlloc_v2(&mut counter, 8))?;
     call!(cuda, cuMemsetD8_v2(counter, 0, 8))?;
     // Held until the end, so the memory shows against the quota while the demo runs.
-    let held = if w.oom { oom(&cuda)? } else { Vec::new() };
+    let mut held = if w.oom { oom(&cuda)? } else { Vec::new() };
+    if w.hold_mib > 0 {
+        let mut p: CUdeviceptr = 0;
+        call!(cuda, cuMemAlloc_v2(&mut p, (w.hold_mib << 20) as usize))?;
+        held.push(p);
+    }
     let mut stream: CUstream = std::ptr::null_mut();
     // CU_STREAM_NON_BLOCKING: the counter reads (legacy stream) do not wait for the kernels.
     call!(cuda, cuStreamCreateWithPriority(&mut stream, 1, 0))?;
