@@ -117,26 +117,7 @@ impl State {
 
 /// Per device: the compute share charged to all tenants over the last second, in percent.
 fn utilization(doc: &Value) -> Vec<f64> {
-    let n = doc["devices"].as_array().map_or(0, Vec::len);
-    let mut util = vec![0.0; n];
-    for t in doc["tenants"].as_array().into_iter().flatten() {
-        for d in t["devices"].as_array().into_iter().flatten() {
-            let i = d["device"].as_u64().unwrap_or(0) as usize;
-            if i < n {
-                util[i] += d["compute"]["share_1s"].as_f64().unwrap_or(0.0) * 100.0;
-            }
-        }
-    }
-    util.into_iter().map(|u| u.min(100.0)).collect()
-}
-
-fn memory_used(doc: &Value, device: u64) -> u64 {
-    doc["tenants"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["devices"].as_array()?.iter().find(|d| d["device"] == device)?["used"].as_u64())
-        .sum()
+    doc["devices"].as_array().into_iter().flatten().map(|d| d["utilization"].as_f64().unwrap_or(0.0) * 100.0).collect()
 }
 
 fn mib(b: u64) -> String {
@@ -167,7 +148,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
     for (i, d) in devices.iter().enumerate() {
         let area = chunks[1 + i];
         let total = d["total_memory"].as_u64().unwrap_or(0);
-        let used = st.doc.as_ref().map_or(0, |doc| memory_used(doc, i as u64));
+        let used = d["memory_used"].as_u64().unwrap_or(0);
         let title = format!(" GPU {i} {} — memory {} / {} ", d["name"].as_str().unwrap_or("?"), mib(used), mib(total));
         let block = Block::bordered().title(title);
         let inner = block.inner(area);

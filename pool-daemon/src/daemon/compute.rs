@@ -22,7 +22,6 @@ const MAX_NAP: Duration = Duration::from_millis(20);
 
 /// A granted, dispatched kernel, until the monitor has charged it.
 struct InFlight {
-    tenant: String,
     client: u64,
     kind: u64,
     est: u64,
@@ -36,9 +35,9 @@ struct InFlight {
 struct State {
     policy: DeviceScheduler,
     queue: VecDeque<InFlight>,
-    /// The end event of the last kernel dispatched on each stream, while it is in flight: (tenant,
-    /// event, sequence number).
-    tails: HashMap<usize, (String, Raw<CUevent>, u64)>,
+    /// The end event of the last kernel dispatched on each stream, while it is in flight: (the
+    /// tenant's context, event, sequence number).
+    tails: HashMap<usize, (usize, Raw<CUevent>, u64)>,
     /// The epoch up to which each stream has waited for other tenants' work.
     synced: HashMap<usize, u64>,
     seq: u64,
@@ -153,13 +152,14 @@ impl Compute {
         &self,
         shared: &Shared,
         device: u32,
-        tenant: &str,
+        tc: &TenantCtx,
         session: u64,
         kind: u64,
         stream: usize,
         peer: Option<&std::os::unix::net::UnixStream>,
     ) -> Result<Grant> {
         let dev = &self.devices[device as usize];
+        let tenant = tc.tenant.as_str();
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         st.policy.want(tenant, self.now());
         // Since when this client has been waiting for its own credit (for the throttled figure).
@@ -177,7 +177,7 @@ impl Compute {
                 Decision::Grant { est, epoch } => {
                     let mut fences = Vec::new();
                     if st.synced.get(&stream) != Some(&epoch) {
-                        fences = st.tails.values().filter(|t| t.0 != tenant).map(|t| t.1).collect();
+                        fences = st.tails.values().filter(|t| t.0 != tc.ctx.0 as usize).map(|t| t.1).collect();
                         if st.synced.len() >= 4096 {
                             // Streams come and go; forgetting them only costs redundant waits.
                             st.synced.clear();
@@ -262,9 +262,8 @@ impl Compute {
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         st.seq += 1;
         let seq = st.seq;
-        st.tails.insert(skey, (tenant.to_string(), end, seq));
+        st.tails.insert(skey, (tc.ctx.0 as usize, end, seq));
         st.queue.push_back(InFlight {
-            tenant: tenant.to_string(),
             client: session,
             kind,
             est: grant.est,
@@ -321,7 +320,7 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
             let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
             let now = compute.now();
             for (k, charged) in done.iter() {
-                st.policy.complete(&k.tenant, k.client, k.kind, k.est, *charged, now);
+                st.policy.complete(k.tc.tenant.as_str(), k.client, k.kind, k.est, *charged, now);
                 if st.tails.get(&k.stream).is_some_and(|t| t.2 == k.seq) {
                     st.tails.remove(&k.stream);
                 }
@@ -357,7 +356,7 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
             let charged = match call!(cuda, cuEventElapsedTime(&mut ms, k.start.0, k.end.0)) {
                 Ok(()) => (f64::from(ms) * 1e6).max(0.0) as u64,
                 Err(e) => {
-                    tracing::debug!(tenant = k.tenant, "kernel time unknown, charged 0: {e}");
+                    tracing::debug!(tenant = k.tc.tenant.as_str(), "kernel time unknown, charged 0: {e}");
                     0
                 }
             };

@@ -7,23 +7,34 @@ use serde_json::{Value, json};
 
 pub fn status_document(shared: &Shared) -> Value {
     let switches = shared.compute.switches();
+    let snapshot = shared.ledger.snapshot(shared.devices.len() as u32);
+    let config = shared.ledger.config();
+    let compute = shared.compute.usage();
     let devices: Vec<Value> = shared
         .devices
         .iter()
         .enumerate()
         .map(|(i, d)| {
+            let memory_used: u64 = snapshot
+                .tenants
+                .iter()
+                .filter_map(|t| t.devices.iter().find(|x| x.device == i as u32))
+                .map(|x| x.used)
+                .sum();
+            // Device time charged to all tenants over the last second.
+            let utilization = compute.get(i).map_or(0.0, |u| u.iter().fold(0.0, |a, t| a + t.share_1s)).min(1.0);
             json!({
                 "ordinal": i,
                 "name": d.name,
+                "uuid": gpupool_abi::identity::uuid_string(&d.uuid),
                 "total_memory": d.total_memory,
+                "memory_used": memory_used,
+                "utilization": utilization,
                 "compute_capability": format!("{}.{}", d.compute_capability[0], d.compute_capability[1]),
                 "tenant_switches": switches.get(i).copied().unwrap_or(0),
             })
         })
         .collect();
-    let snapshot = shared.ledger.snapshot(shared.devices.len() as u32);
-    let config = shared.ledger.config();
-    let compute = shared.compute.usage();
     let compute_of = |tenant: &str, device: u32| {
         compute.get(device as usize).and_then(|d| d.iter().find(|u| u.tenant == tenant)).map(|u| {
             json!({

@@ -193,8 +193,7 @@ impl Session {
                 }
                 let tc = self.tenant_ctxs[&d].clone();
                 let key = super::compute::Compute::stream_key(&tc, s);
-                let grant =
-                    shared.compute.admit(&shared, d, tc.tenant.as_str(), self.id, func.0, key, self.peer.as_ref())?;
+                let grant = shared.compute.admit(&shared, d, &tc, self.id, func.0, key, self.peer.as_ref())?;
                 shared.compute.dispatch(&shared, d, &tc, self.id, func.0, s, grant, go)?;
                 Reply::Ok {}
             }

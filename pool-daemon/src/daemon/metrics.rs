@@ -101,8 +101,7 @@ pub fn render(shared: &Shared) -> String {
     reg.register("errors", "Requests refused or failed, by CUDA error code", m.errors.clone());
 
     let doc = super::control::status_document(shared);
-    let uuid =
-        |d: u64| shared.devices.get(d as usize).map_or(String::new(), |x| gpupool_abi::identity::uuid_string(&x.uuid));
+    let uuid = |d: u64| doc["devices"][d as usize]["uuid"].as_str().unwrap_or("").to_string();
     let sessions = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
     sessions.set(doc["sessions"].as_array().map_or(0, |s| s.len() as i64));
     reg.register("sessions", "Client sessions connected now", sessions);
@@ -112,18 +111,12 @@ pub fn render(shared: &Shared) -> String {
     let compute_quota = Family::<TenantLabels, F64Gauge>::default();
     let share = Family::<WindowLabels, F64Gauge>::default();
     let throttled = Family::<TenantLabels, Counter<f64, AtomicU64>>::default();
-    let dev_used = vec![0i64; shared.devices.len()];
-    let mut dev_used = dev_used;
     for t in doc["tenants"].as_array().into_iter().flatten() {
         let tenant = t["tenant"].as_str().unwrap_or("?").to_string();
         for d in t["devices"].as_array().into_iter().flatten() {
             let dev = d["device"].as_u64().unwrap_or(0);
             let l = TenantLabels { tenant: tenant.clone(), device: dev.to_string(), uuid: uuid(dev) };
-            let u = d["used"].as_i64().unwrap_or(0);
-            used.get_or_create(&l).set(u);
-            if let Some(slot) = dev_used.get_mut(dev as usize) {
-                *slot += u;
-            }
+            used.get_or_create(&l).set(d["used"].as_i64().unwrap_or(0));
             if let Some(q) = d["quota"].as_i64() {
                 quota.get_or_create(&l).set(q);
             }
@@ -173,13 +166,11 @@ pub fn render(shared: &Shared) -> String {
     let util = Family::<DeviceLabels, F64Gauge>::default();
     let mem_used = Family::<DeviceLabels, Gauge>::default();
     let mem_total = Family::<DeviceLabels, Gauge>::default();
-    let usage = shared.compute.usage();
-    for (i, d) in shared.devices.iter().enumerate() {
+    for (i, d) in doc["devices"].as_array().into_iter().flatten().enumerate() {
         let l = DeviceLabels { device: i.to_string(), uuid: uuid(i as u64) };
-        let busy = usage.get(i).map_or(0.0, |u| u.iter().fold(0.0, |a, t| a + t.share_1s));
-        util.get_or_create(&l).set(busy.min(1.0));
-        mem_used.get_or_create(&l).set(dev_used[i]);
-        mem_total.get_or_create(&l).set(d.total_memory as i64);
+        util.get_or_create(&l).set(d["utilization"].as_f64().unwrap_or(0.0));
+        mem_used.get_or_create(&l).set(d["memory_used"].as_i64().unwrap_or(0));
+        mem_total.get_or_create(&l).set(d["total_memory"].as_i64().unwrap_or(0));
     }
     reg.register_with_unit(
         "device_utilization",
