@@ -12,6 +12,8 @@ struct Target {
 const TARGETS: &[Target] = &[
     Target { header: "gpupool_cuda.h", output: "cuda_bindings.rs" },
     Target { header: "gpupool_nvml.h", output: "nvml_bindings.rs" },
+    Target { header: "gpupool_cudart.h", output: "cudart_bindings.rs" },
+    Target { header: "gpupool_cudart12.h", output: "cudart12_bindings.rs" },
 ];
 
 fn generate(include_dir: &Path, target: &Target) -> Result<String> {
