@@ -9,29 +9,48 @@
 //! repeats the check with a few deliberately wrong items and fails unless exactly those are
 //! reported, so the check cannot pass vacuously.
 //!
+//! The pairs: `gpupool_cuda.h` against CUDA 12's `cuda.h` and `cudaTypedefs.h`
+//! (`--cuda-include`), `gpupool_nvml.h` against `nvml.h` (`--nvml-include`), `gpupool_cudart.h`
+//! against CUDA 13's `cuda_runtime_api.h` (`--cudart13-include`), and `gpupool_cudart12.h`
+//! against CUDA 12's `cuda_runtime_api.h` (`--cuda-include`, which must then also reach the
+//! `crt/host_defines.h` it includes: PyPI ships that with nvcc, not the runtime, hence a search
+//! path of several dirs). Each of our headers is checked with everything it includes from
+//! `shim-headers/include`, so the two runtime headers stand alone.
+//!
+//! A function is checked against NVIDIA's declaration of the same name only: NVIDIA's headers
+//! rename API names with macros (`cuMemAlloc` to `cuMemAlloc_v2`, `cudaMemcpy` to
+//! `cudaMemcpy_ptds` under per-thread default streams), so each function name must also reach
+//! the compiler unexpanded, or the check fails naming it. Which renaming applies is chosen per
+//! pair by the macros defined before NVIDIA's headers.
+//!
 //! Known blind spot: C treats an enum as compatible with its underlying integer type, so a
 //! function taking `unsigned int` where NVIDIA takes `CUresult` passes (the ABI is identical).
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// One of our headers and the NVIDIA headers it must agree with.
 struct Pair<'a> {
     ours: &'static str,
-    nvidia_dir: &'a Path,
+    /// Whose headers, for the messages: `CUDA 13`.
+    release: &'static str,
+    /// Where NVIDIA's headers are found, searched in order.
+    nvidia_dirs: &'a [PathBuf],
     nvidia_headers: &'static [&'static str],
     /// Macros defined before NVIDIA's headers are included.
     defines: &'static [&'static str],
 }
 
-pub fn run(cuda: &Path, nvml: &Path) -> Result<()> {
+/// Each argument is a search path of include dirs.
+pub fn run(cuda: &[PathBuf], nvml: &[PathBuf], cudart13: &[PathBuf]) -> Result<()> {
     let pairs = [
         Pair {
             ours: "gpupool_cuda.h",
-            nvidia_dir: cuda,
+            release: "CUDA 12",
+            nvidia_dirs: cuda,
             nvidia_headers: &["cuda.h", "cudaTypedefs.h"],
             // Makes cuda.h declare the exported names (cuMemAlloc_v2, cuLaunchKernel_ptsz) as our
             // header does, instead of #defining the API names to them.
@@ -39,11 +58,33 @@ pub fn run(cuda: &Path, nvml: &Path) -> Result<()> {
         },
         Pair {
             ours: "gpupool_nvml.h",
-            nvidia_dir: nvml,
+            release: "CUDA 12",
+            nvidia_dirs: nvml,
             nvidia_headers: &["nvml.h"],
             // Without it nvml.h #defines e.g. nvmlInit to nvmlInit_v2, and an unversioned name in
             // our header would be checked against the wrong function.
             defines: &["NVML_NO_UNVERSIONED_FUNC_DEFS"],
+        },
+        Pair {
+            ours: "gpupool_cudart.h",
+            release: "CUDA 13",
+            nvidia_dirs: cudart13,
+            nvidia_headers: &["cuda_runtime_api.h"],
+            // None: with neither CUDA_API_PER_THREAD_DEFAULT_STREAM nor __CUDA_API_VERSION_INTERNAL
+            // defined, CUDA 13's header declares the plain names (cudaMemcpy, the legacy default
+            // stream), as our header does, not the _ptds/_ptsz exports.
+            defines: &[],
+        },
+        Pair {
+            ours: "gpupool_cudart12.h",
+            release: "CUDA 12",
+            nvidia_dirs: cuda,
+            nvidia_headers: &["cuda_runtime_api.h"],
+            // None: CUDA 12's header always #defines cudaGetDeviceProperties to
+            // cudaGetDeviceProperties_v2, so its declaration is of the _v2 name our header has;
+            // no per-thread default stream renaming (CUDA_API_PER_THREAD_DEFAULT_STREAM,
+            // __CUDA_API_VERSION_INTERNAL) is active.
+            defines: &[],
         },
     ];
     let root = crate::workspace_root();
@@ -99,7 +140,7 @@ struct Measure {
 
 fn check_pair(include_dir: &Path, pair: &Pair, work: &Path) -> Result<()> {
     let include_dir = include_dir.canonicalize().with_context(|| format!("{}", include_dir.display()))?;
-    let against = pair.nvidia_headers.join(", ");
+    let against = format!("{}'s {}", pair.release, pair.nvidia_headers.join(", "));
     let work = work.join(pair.ours.trim_end_matches(".h"));
     std::fs::create_dir_all(&work)?;
     let items = collect(&include_dir, pair.ours, &work)?;
@@ -179,7 +220,19 @@ fn type_asserts(items: &Items) -> Vec<Assert> {
     for (name, ty) in &items.functions {
         out.push(compat(format!("function {name}: ours {ty}"), format!("__typeof__({name})"), ty));
     }
+    // After NVIDIA's headers the name must still be itself: a macro renaming it (`cudaMemcpy` to
+    // `cudaMemcpy_ptds`) would have the check above compare the renamed function instead. These
+    // come after every type assertion (the self-test perturbs the first `function ` one).
+    for (name, _) in &items.functions {
+        out.push(Assert { what: format!("function {name}: name not a macro"), cond: name_unexpanded(name) });
+    }
     out
+}
+
+/// True (in a `_Static_assert`) when `name` reaches the compiler unexpanded. gcc and clang both
+/// fold `__builtin_strcmp` of two literals to a constant.
+fn name_unexpanded(name: &str) -> String {
+    format!("__builtin_strcmp(GPUPOOL_NAME({name}), \"{name}\") == 0")
 }
 
 fn clang() -> String {
@@ -378,6 +431,8 @@ fn compile_asserts(pair: &Pair, asserts: &[Assert], file: &Path) -> Result<Vec<S
     for h in pair.nvidia_headers {
         src += &format!("#include <{h}>\n");
     }
+    // GPUPOOL_NAME(x): x after macro expansion, as a string literal.
+    src += "#define GPUPOOL_STR(x) #x\n#define GPUPOOL_NAME(x) GPUPOOL_STR(x)\n";
     let first_line = src.lines().count() + 1;
     for a in asserts {
         let msg = a.what.replace('\\', "\\\\").replace('"', "\\\"");
@@ -385,8 +440,8 @@ fn compile_asserts(pair: &Pair, asserts: &[Assert], file: &Path) -> Result<Vec<S
     }
     std::fs::write(file, &src)?;
     let out = Command::new(cc())
-        .args(["-std=gnu11", "-fsyntax-only", "-fdiagnostics-plain-output", "-I"])
-        .arg(pair.nvidia_dir)
+        .args(["-std=gnu11", "-fsyntax-only", "-fdiagnostics-plain-output"])
+        .args(pair.nvidia_dirs.iter().flat_map(|d| [Path::new("-I"), d]))
         .arg(file)
         .env("LC_ALL", "C") // plain quotes in the messages
         .output()
@@ -437,8 +492,9 @@ fn attribute_errors<'a>(stderr: &str, file: &str, item_at: impl Fn(usize) -> Opt
     out
 }
 
-/// Proves the check can fail: one wrong value of each kind, one wrong type of each kind and
-/// one name NVIDIA lacks must each be reported, naming that item, and nothing else.
+/// Proves the check can fail: one wrong value of each kind, one wrong type of each kind, one
+/// name NVIDIA lacks and one name a header #defines to another must each be reported, naming
+/// that item, and nothing else.
 fn self_test(pair: &Pair, asserts: &[Assert], values: &[u64], work: &Path) -> Result<usize> {
     let mut wrong = asserts.to_vec();
     let mut expected = Vec::new();
@@ -471,10 +527,14 @@ fn self_test(pair: &Pair, asserts: &[Assert], values: &[u64], work: &Path) -> Re
         what: "self-test missing".into(),
         cond: "(unsigned long long)(GPUPOOL_NO_SUCH_ITEM) == 0ULL".into(),
     });
+    // <stddef.h>, included before NVIDIA's headers, #defines NULL: as a function's name it would
+    // be a renamed one.
+    wrong.push(Assert { what: "self-test renamed".into(), cond: name_unexpanded("NULL") });
     let failures = compile_asserts(pair, &wrong, &work.join("self-test.c"))?;
     let reported: BTreeSet<&str> = failures.iter().filter_map(|f| f.split_once(": ").map(|(w, _)| w)).collect();
     let mut want: BTreeSet<String> = expected.iter().map(|i| format!("self-test #{i}")).collect();
     want.insert("self-test missing".into());
+    want.insert("self-test renamed".into());
     let want: BTreeSet<&str> = want.iter().map(String::as_str).collect();
     ensure!(
         expected.len() == 6 && reported == want,
@@ -495,8 +555,14 @@ mod tests {
     fn headers_agree_with_themselves_and_wrong_items_are_reported() {
         let include = crate::workspace_root().join("shim-headers/include");
         let work = crate::workspace_root().join("target/abi-check-test");
-        for (ours, nvidia) in [("gpupool_cuda.h", &["gpupool_cuda.h"]), ("gpupool_nvml.h", &["gpupool_nvml.h"])] {
-            let pair = Pair { ours, nvidia_dir: &include, nvidia_headers: nvidia, defines: &[] };
+        let dirs = [include.clone()];
+        for (ours, nvidia) in [
+            ("gpupool_cuda.h", &["gpupool_cuda.h"]),
+            ("gpupool_nvml.h", &["gpupool_nvml.h"]),
+            ("gpupool_cudart.h", &["gpupool_cudart.h"]),
+            ("gpupool_cudart12.h", &["gpupool_cudart12.h"]),
+        ] {
+            let pair = Pair { ours, release: "the test", nvidia_dirs: &dirs, nvidia_headers: nvidia, defines: &[] };
             check_pair(&include, &pair, &work).unwrap();
         }
     }

@@ -18,8 +18,13 @@ fn usage() -> &'static str {
     "usage: cargo xtask <task>\n\
      tasks:\n  \
        bindgen [--check]        regenerate shim-headers/src/*_bindings.rs (--check: fail if they differ)\n  \
-       abi-check --cuda-include DIR --nvml-include DIR\n                           \
-       compile every item of our headers against NVIDIA's and fail on any mismatch"
+       abi-check --cuda-include DIRS --nvml-include DIRS --cudart13-include DIRS\n                           \
+       compile every item of our headers against NVIDIA's and fail on any mismatch;\n                           \
+       each DIRS is an include dir or several joined by ':'\n                           \
+       --cuda-include: CUDA 12 (cuda.h, cudaTypedefs.h, cuda_runtime_api.h and the\n                           \
+       crt/host_defines.h it includes)\n                           \
+       --nvml-include: nvml.h\n                           \
+       --cudart13-include: CUDA 13 (cuda_runtime_api.h and what it includes)"
 }
 
 fn main() -> Result<()> {
@@ -27,14 +32,15 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("bindgen") => bindings::run(args.iter().any(|a| a == "--check")),
         Some("abi-check") => {
-            let flag = |name: &str| -> Result<PathBuf> {
+            // A search path: one include dir, or several joined by ':'.
+            let flag = |name: &str| -> Result<Vec<PathBuf>> {
                 let pos = args.iter().position(|a| a == name);
                 match pos.and_then(|p| args.get(p + 1)) {
-                    Some(v) => Ok(PathBuf::from(v)),
-                    None => bail!("abi-check needs {name} DIR\n{}", usage()),
+                    Some(v) => Ok(std::env::split_paths(v).collect()),
+                    None => bail!("abi-check needs {name} DIRS\n{}", usage()),
                 }
             };
-            abi_check::run(&flag("--cuda-include")?, &flag("--nvml-include")?)
+            abi_check::run(&flag("--cuda-include")?, &flag("--nvml-include")?, &flag("--cudart13-include")?)
         }
         _ => bail!("{}", usage()),
     }
