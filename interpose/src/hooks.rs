@@ -1,6 +1,7 @@
 //! `dlopen` / `dlsym` hooks. Programs find the driver with `dlopen("libcuda.so.1")` and
 //! `dlsym(handle, "cuGetProcAddress_v2")`; a lookup on a library handle does not see
-//! LD_PRELOAD symbols, so `dlopen` of `libcuda.so*` / `libnvidia-ml.so*` returns a handle
+//! LD_PRELOAD symbols, so `dlopen` of `libcuda.so*` / `libnvidia-ml.so*` /
+//! `libcudart.so*` (frameworks that load the runtime lazily) returns a handle
 //! to this library itself (no driver needs to exist on the client machine), and `dlsym`
 //! answers lookups on that handle from our exports. Everything else goes to the real
 //! functions: `dlopen` from `dlsym(RTLD_NEXT, "dlopen")`, `dlsym` from
@@ -90,6 +91,18 @@ fn is_vendor(name: &CStr) -> bool {
         Some(i) => &b[i + 1..],
         None => b,
     };
+    if let Some(version) = base.strip_prefix(b"libcudart.so") {
+        // Which runtime the program asked for decides what cudaRuntimeGetVersion says.
+        let major = match version {
+            [b'.', b'1', b'2', ..] => 12,
+            [b'.', b'1', b'3', ..] => 13,
+            _ => 0,
+        };
+        if major != 0 {
+            crate::runtime::DLOPENED_MAJOR.store(major, std::sync::atomic::Ordering::Relaxed);
+        }
+        return true;
+    }
     base.starts_with(b"libcuda.so") || base.starts_with(b"libnvidia-ml.so")
 }
 

@@ -46,4 +46,5 @@
 mod api;
 mod client;
 mod hooks;
+mod runtime;
 mod util;

@@ -3,6 +3,11 @@
 //! endpoint and its requests in the environment (`GPUPOOL_ENDPOINT`, `GPUPOOL_MEMORY`,
 //! `GPUPOOL_COMPUTE`; the client sends them in its hello, where they can only narrow the
 //! tenant's quota). Exits with CMD's exit code (128+N when a signal N killed it).
+//!
+//! Programs linked against `libcudart.so.12` / `.13` (nvcc `-cudart shared`) get
+//! stand-ins of those sonames on `LD_LIBRARY_PATH` (built by build.rs, written once per
+//! user to a private directory): the loader needs the file and its symbol version, and
+//! every runtime function then resolves to the preloaded interposer.
 
 use anyhow::{Context as _, Result, bail};
 use std::os::unix::process::ExitStatusExt as _;
@@ -27,6 +32,57 @@ pub fn interposer() -> Result<PathBuf> {
     Ok(lib)
 }
 
+const STAND_INS: [(&str, &[u8]); 2] = [
+    ("libcudart.so.12", include_bytes!(concat!(env!("OUT_DIR"), "/libcudart.so.12"))),
+    ("libcudart.so.13", include_bytes!(concat!(env!("OUT_DIR"), "/libcudart.so.13"))),
+];
+
+/// A directory holding the runtime stand-ins, private to this user: under
+/// `$XDG_RUNTIME_DIR` (else the temp dir), named by their content so a newer build
+/// never reuses an older one, written atomically so concurrent runs agree.
+pub fn cudart_stand_ins() -> Result<PathBuf> {
+    use std::hash::{Hash as _, Hasher as _};
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    STAND_INS.hash(&mut h);
+    let uid = rustix::process::getuid().as_raw();
+    let base = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d).join("gpupool"),
+        None => std::env::temp_dir().join(format!("gpupool-{uid}")),
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("creating {}", base.display())),
+    }
+    // Someone else's directory (or a link planted in a shared temp dir) is refused.
+    let meta = std::fs::symlink_metadata(&base).with_context(|| format!("{}", base.display()))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o022 != 0 {
+        bail!("{} is not a private directory of this user; remove it", base.display());
+    }
+    let dir = base.join(format!("cudart-{:016x}", h.finish()));
+    if STAND_INS.iter().all(|(name, _)| dir.join(name).exists()) {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, bytes) in STAND_INS {
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("installing {name} in {}", dir.display()))?;
+    }
+    Ok(dir)
+}
+
+/// `dir` in front of the current LD_LIBRARY_PATH.
+pub fn library_path_with(dir: &std::path::Path) -> std::ffi::OsString {
+    let mut v = dir.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+        v.push(":");
+        v.push(old);
+    }
+    v
+}
+
 pub fn run(o: Options) -> Result<i32> {
     let Some((prog, args)) = o.command.split_first() else {
         bail!("gpupool run: no command given (gpupool run -- CMD ARGS...)")
@@ -49,6 +105,7 @@ pub fn run(o: Options) -> Result<i32> {
     }
     let mut cmd = Command::new(prog);
     cmd.args(args).env("LD_PRELOAD", preload).env("GPUPOOL_ENDPOINT", format!("unix://{}", endpoint.display()));
+    cmd.env("LD_LIBRARY_PATH", library_path_with(&cudart_stand_ins()?));
     if let Some(m) = &o.memory {
         cmd.env("GPUPOOL_MEMORY", m);
     }

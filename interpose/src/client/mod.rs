@@ -208,8 +208,14 @@ pub fn call<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
     with(|c| f(c).map_err(|e| c.note(e)))
 }
 
+/// The fork generation of this process (bumped in every forked child).
+pub fn generation() -> u32 {
+    FORK_GEN.load(Ordering::Relaxed)
+}
+
+/// None also once the thread's locals are gone (calls from exit handlers).
 pub fn stack_top() -> Option<u64> {
-    STACK.with(|s| s.borrow().last().copied())
+    STACK.try_with(|s| s.borrow().last().copied()).ok().flatten()
 }
 pub fn stack_push(h: u64) {
     STACK.with(|s| s.borrow_mut().push(h));

@@ -1,0 +1,141 @@
+//! Every other function `libcudart.so.12` or `libcudart.so.13` exports. Each fails with
+//! `cudaErrorNotSupported` (recorded as the thread's last error) and says so on stderr,
+//! once per function and process, naming it: a program never crashes on a missing
+//! symbol and never has a call silently skipped. The list is the set difference between
+//! NVIDIA's two export tables and what [`super`] implements; the
+//! `every_cudart_export_is_provided` test checks it against the real libraries.
+//!
+//! Families left out on purpose (see README "Runtime API"): graphs and stream capture
+//! (the pool refuses them on the driver side too), CUDA arrays, textures and surfaces,
+//! managed memory, IPC handles, memory pools beyond the default one, external memory
+//! and semaphores, graphics interop (GL, EGL, VDPAU), peer access control, and the
+//! runtime's own export table.
+
+use gpupool_shim::cudart::cudaError;
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// One stderr line per unsupported function per process (always on: a program that hits
+/// one needs to know which).
+pub fn report(what: &str) {
+    static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let mut g = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if g.get_or_insert_with(HashSet::new).insert(what.to_string()) {
+        eprintln!("libgpupool: {what} is not supported through the pool; returning cudaErrorNotSupported");
+    }
+}
+
+fn not_supported(name: &str) -> cudaError {
+    report(name);
+    super::set_last_error(cudaError::cudaErrorNotSupported);
+    cudaError::cudaErrorNotSupported
+}
+
+/// Arguments are ignored (the C calling convention lets a callee take fewer than it is
+/// passed), and nothing is written through the caller's pointers.
+macro_rules! unsupported {
+    ($($name:ident),* $(,)?) => {$(
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name() -> cudaError {
+            std::panic::catch_unwind(|| not_supported(stringify!($name))).unwrap_or(cudaError::cudaErrorNotSupported)
+        }
+    )*};
+}
+
+unsupported! {
+    __cudaGetProcAddress, __cudaRegisterHostVar, __cudaRegisterUnifiedTable, cudaArrayGetInfo,
+    cudaArrayGetMemoryRequirements, cudaArrayGetPlane, cudaArrayGetSparseProperties, cudaCreateSurfaceObject,
+    cudaCreateTextureObject, cudaCtxResetPersistingL2Cache, cudaDestroyExternalMemory,
+    cudaDestroyExternalSemaphore, cudaDestroySurfaceObject, cudaDestroyTextureObject,
+    cudaDeviceDisablePeerAccess, cudaDeviceEnablePeerAccess, cudaDeviceFlushGPUDirectRDMAWrites,
+    cudaDeviceGetDefaultMemPool, cudaDeviceGetGraphMemAttribute, cudaDeviceGetHostAtomicCapabilities,
+    cudaDeviceGetMemPool, cudaDeviceGetNvSciSyncAttributes, cudaDeviceGetP2PAtomicCapabilities,
+    cudaDeviceGetP2PAttribute, cudaDeviceGetSharedMemConfig, cudaDeviceGetTexture1DLinearMaxWidth,
+    cudaDeviceGraphMemTrim, cudaDeviceRegisterAsyncNotification, cudaDeviceSetGraphMemAttribute,
+    cudaDeviceSetMemPool, cudaDeviceSetSharedMemConfig, cudaDeviceUnregisterAsyncNotification,
+    cudaEGLStreamConsumerAcquireFrame, cudaEGLStreamConsumerConnect, cudaEGLStreamConsumerConnectWithFlags,
+    cudaEGLStreamConsumerDisconnect, cudaEGLStreamConsumerReleaseFrame, cudaEGLStreamProducerConnect,
+    cudaEGLStreamProducerDisconnect, cudaEGLStreamProducerPresentFrame, cudaEGLStreamProducerReturnFrame,
+    cudaEventCreateFromEGLSync, cudaExternalMemoryGetMappedBuffer, cudaExternalMemoryGetMappedMipmappedArray,
+    cudaFreeArray, cudaFreeMipmappedArray, cudaFuncGetName, cudaFuncGetParamInfo, cudaFuncSetSharedMemConfig,
+    cudaGLGetDevices, cudaGLMapBufferObject, cudaGLMapBufferObjectAsync, cudaGLRegisterBufferObject,
+    cudaGLSetBufferObjectMapFlags, cudaGLSetGLDevice, cudaGLUnmapBufferObject, cudaGLUnmapBufferObjectAsync,
+    cudaGLUnregisterBufferObject, cudaGetChannelDesc, cudaGetExportTable, cudaGetMipmappedArrayLevel,
+    cudaGetSurfaceObjectResourceDesc, cudaGetTextureObjectResourceDesc, cudaGetTextureObjectResourceViewDesc,
+    cudaGetTextureObjectTextureDesc, cudaGraphAddChildGraphNode, cudaGraphAddDependencies,
+    cudaGraphAddDependencies_v2, cudaGraphAddEmptyNode, cudaGraphAddEventRecordNode,
+    cudaGraphAddEventWaitNode, cudaGraphAddExternalSemaphoresSignalNode,
+    cudaGraphAddExternalSemaphoresWaitNode, cudaGraphAddHostNode, cudaGraphAddKernelNode,
+    cudaGraphAddMemAllocNode, cudaGraphAddMemFreeNode, cudaGraphAddMemcpyNode, cudaGraphAddMemcpyNode1D,
+    cudaGraphAddMemcpyNodeFromSymbol, cudaGraphAddMemcpyNodeToSymbol, cudaGraphAddMemsetNode,
+    cudaGraphAddNode, cudaGraphAddNode_v2, cudaGraphChildGraphNodeGetGraph, cudaGraphClone,
+    cudaGraphConditionalHandleCreate, cudaGraphCreate, cudaGraphDebugDotPrint, cudaGraphDestroy,
+    cudaGraphDestroyNode, cudaGraphEventRecordNodeGetEvent, cudaGraphEventRecordNodeSetEvent,
+    cudaGraphEventWaitNodeGetEvent, cudaGraphEventWaitNodeSetEvent, cudaGraphExecChildGraphNodeSetParams,
+    cudaGraphExecDestroy, cudaGraphExecEventRecordNodeSetEvent, cudaGraphExecEventWaitNodeSetEvent,
+    cudaGraphExecExternalSemaphoresSignalNodeSetParams, cudaGraphExecExternalSemaphoresWaitNodeSetParams,
+    cudaGraphExecGetFlags, cudaGraphExecHostNodeSetParams, cudaGraphExecKernelNodeSetParams,
+    cudaGraphExecMemcpyNodeSetParams, cudaGraphExecMemcpyNodeSetParams1D,
+    cudaGraphExecMemcpyNodeSetParamsFromSymbol, cudaGraphExecMemcpyNodeSetParamsToSymbol,
+    cudaGraphExecMemsetNodeSetParams, cudaGraphExecNodeSetParams, cudaGraphExecUpdate,
+    cudaGraphExternalSemaphoresSignalNodeGetParams, cudaGraphExternalSemaphoresSignalNodeSetParams,
+    cudaGraphExternalSemaphoresWaitNodeGetParams, cudaGraphExternalSemaphoresWaitNodeSetParams,
+    cudaGraphGetEdges, cudaGraphGetEdges_v2, cudaGraphGetNodes, cudaGraphGetRootNodes,
+    cudaGraphHostNodeGetParams, cudaGraphHostNodeSetParams, cudaGraphInstantiate,
+    cudaGraphInstantiateWithFlags, cudaGraphInstantiateWithParams, cudaGraphInstantiateWithParams_ptsz,
+    cudaGraphKernelNodeCopyAttributes, cudaGraphKernelNodeGetAttribute, cudaGraphKernelNodeGetParams,
+    cudaGraphKernelNodeSetAttribute, cudaGraphKernelNodeSetParams, cudaGraphLaunch, cudaGraphLaunch_ptsz,
+    cudaGraphMemAllocNodeGetParams, cudaGraphMemFreeNodeGetParams, cudaGraphMemcpyNodeGetParams,
+    cudaGraphMemcpyNodeSetParams, cudaGraphMemcpyNodeSetParams1D, cudaGraphMemcpyNodeSetParamsFromSymbol,
+    cudaGraphMemcpyNodeSetParamsToSymbol, cudaGraphMemsetNodeGetParams, cudaGraphMemsetNodeSetParams,
+    cudaGraphNodeFindInClone, cudaGraphNodeGetDependencies, cudaGraphNodeGetDependencies_v2,
+    cudaGraphNodeGetDependentNodes, cudaGraphNodeGetDependentNodes_v2, cudaGraphNodeGetEnabled,
+    cudaGraphNodeGetType, cudaGraphNodeSetEnabled, cudaGraphNodeSetParams, cudaGraphReleaseUserObject,
+    cudaGraphRemoveDependencies, cudaGraphRemoveDependencies_v2, cudaGraphRetainUserObject, cudaGraphUpload,
+    cudaGraphUpload_ptsz, cudaGraphicsEGLRegisterImage, cudaGraphicsGLRegisterBuffer,
+    cudaGraphicsGLRegisterImage, cudaGraphicsMapResources, cudaGraphicsResourceGetMappedEglFrame,
+    cudaGraphicsResourceGetMappedMipmappedArray, cudaGraphicsResourceGetMappedPointer,
+    cudaGraphicsResourceSetMapFlags, cudaGraphicsSubResourceGetMappedArray, cudaGraphicsUnmapResources,
+    cudaGraphicsUnregisterResource, cudaGraphicsVDPAURegisterOutputSurface,
+    cudaGraphicsVDPAURegisterVideoSurface, cudaImportExternalMemory, cudaImportExternalSemaphore,
+    cudaIpcCloseMemHandle, cudaIpcGetEventHandle, cudaIpcGetMemHandle, cudaIpcOpenEventHandle,
+    cudaIpcOpenMemHandle, cudaKernelSetAttributeForDevice, cudaLaunchCooperativeKernelMultiDevice,
+    cudaLaunchKernelExC, cudaLaunchKernelExC_ptsz, cudaLibraryEnumerateKernels, cudaLibraryGetGlobal,
+    cudaLibraryGetKernel, cudaLibraryGetKernelCount, cudaLibraryGetManaged, cudaLibraryGetUnifiedFunction,
+    cudaLibraryLoadData, cudaLibraryLoadFromFile, cudaLibraryUnload, cudaLogsCurrent, cudaLogsDumpToFile,
+    cudaLogsDumpToMemory, cudaLogsRegisterCallback, cudaLogsUnregisterCallback, cudaMalloc3D,
+    cudaMalloc3DArray, cudaMallocArray, cudaMallocFromPoolAsync, cudaMallocFromPoolAsync_ptsz,
+    cudaMallocManaged, cudaMallocMipmappedArray, cudaMemAdvise, cudaMemAdvise_v2,
+    cudaMemDiscardAndPrefetchBatchAsync, cudaMemDiscardAndPrefetchBatchAsync_ptsz, cudaMemDiscardBatchAsync,
+    cudaMemDiscardBatchAsync_ptsz, cudaMemGetDefaultMemPool, cudaMemGetMemPool, cudaMemPoolCreate,
+    cudaMemPoolDestroy, cudaMemPoolExportPointer, cudaMemPoolExportToShareableHandle, cudaMemPoolGetAccess,
+    cudaMemPoolGetAttribute, cudaMemPoolImportFromShareableHandle, cudaMemPoolImportPointer,
+    cudaMemPoolSetAccess, cudaMemPoolSetAttribute, cudaMemPoolTrimTo, cudaMemPrefetchAsync,
+    cudaMemPrefetchAsync_ptsz, cudaMemPrefetchAsync_v2, cudaMemPrefetchAsync_v2_ptsz,
+    cudaMemPrefetchBatchAsync, cudaMemPrefetchBatchAsync_ptsz, cudaMemRangeGetAttribute,
+    cudaMemRangeGetAttributes, cudaMemSetMemPool, cudaMemcpy2DArrayToArray, cudaMemcpy2DArrayToArray_ptds,
+    cudaMemcpy2DFromArray, cudaMemcpy2DFromArrayAsync, cudaMemcpy2DFromArrayAsync_ptsz,
+    cudaMemcpy2DFromArray_ptds, cudaMemcpy2DToArray, cudaMemcpy2DToArrayAsync, cudaMemcpy2DToArrayAsync_ptsz,
+    cudaMemcpy2DToArray_ptds, cudaMemcpy3DBatchAsync, cudaMemcpy3DBatchAsync_ptsz, cudaMemcpy3DPeer,
+    cudaMemcpy3DPeerAsync, cudaMemcpy3DPeerAsync_ptsz, cudaMemcpy3DPeer_ptds, cudaMemcpyArrayToArray,
+    cudaMemcpyArrayToArray_ptds, cudaMemcpyBatchAsync, cudaMemcpyBatchAsync_ptsz, cudaMemcpyFromArray,
+    cudaMemcpyFromArrayAsync, cudaMemcpyFromArrayAsync_ptsz, cudaMemcpyFromArray_ptds, cudaMemcpyToArray,
+    cudaMemcpyToArrayAsync, cudaMemcpyToArrayAsync_ptsz, cudaMemcpyToArray_ptds,
+    cudaMipmappedArrayGetMemoryRequirements, cudaMipmappedArrayGetSparseProperties,
+    cudaOccupancyMaxActiveClusters, cudaOccupancyMaxPotentialClusterSize, cudaSetDoubleForDevice,
+    cudaSetDoubleForHost, cudaSetValidDevices, cudaSignalExternalSemaphoresAsync,
+    cudaSignalExternalSemaphoresAsync_ptsz, cudaSignalExternalSemaphoresAsync_v2,
+    cudaSignalExternalSemaphoresAsync_v2_ptsz, cudaStreamAttachMemAsync, cudaStreamAttachMemAsync_ptsz,
+    cudaStreamBeginCapture, cudaStreamBeginCaptureToGraph, cudaStreamBeginCaptureToGraph_ptsz,
+    cudaStreamBeginCapture_ptsz, cudaStreamCopyAttributes, cudaStreamCopyAttributes_ptsz,
+    cudaStreamEndCapture, cudaStreamEndCapture_ptsz, cudaStreamGetAttribute, cudaStreamGetAttribute_ptsz,
+    cudaStreamGetCaptureInfo, cudaStreamGetCaptureInfo_ptsz, cudaStreamGetCaptureInfo_v2,
+    cudaStreamGetCaptureInfo_v2_ptsz, cudaStreamGetCaptureInfo_v3, cudaStreamGetCaptureInfo_v3_ptsz,
+    cudaStreamGetDevice, cudaStreamGetDevice_ptsz, cudaStreamGetId, cudaStreamGetId_ptsz,
+    cudaStreamSetAttribute, cudaStreamSetAttribute_ptsz, cudaStreamUpdateCaptureDependencies,
+    cudaStreamUpdateCaptureDependencies_ptsz, cudaStreamUpdateCaptureDependencies_v2,
+    cudaStreamUpdateCaptureDependencies_v2_ptsz, cudaThreadExchangeStreamCaptureMode, cudaUserObjectCreate,
+    cudaUserObjectRelease, cudaUserObjectRetain, cudaVDPAUGetDevice, cudaVDPAUSetVDPAUDevice,
+    cudaWaitExternalSemaphoresAsync, cudaWaitExternalSemaphoresAsync_ptsz,
+    cudaWaitExternalSemaphoresAsync_v2, cudaWaitExternalSemaphoresAsync_v2_ptsz
+}
