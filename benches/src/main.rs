@@ -4,6 +4,8 @@
 //!   cargo run --release -p gpupool-benches -- ptx [--json PATH]
 //!   cargo run --release -p gpupool-benches -- transport [--json PATH]
 //!   cargo run --release -p gpupool-benches -- pool [--json PATH]
+//!   cargo run --release -p gpupool-benches -- compute [--json PATH]
+//!   cargo run --release -p gpupool-benches -- runtime [--json PATH]
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
@@ -18,6 +20,7 @@ mod compute;
 mod pool;
 mod ptx;
 mod report;
+mod runtime;
 mod sim;
 mod stats;
 mod transport;
@@ -25,7 +28,7 @@ mod transport;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute [--json PATH]";
+const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime [--json PATH]";
 
 fn main() -> ExitCode {
     let all: Vec<String> = std::env::args().skip(1).collect();
@@ -48,7 +51,7 @@ fn main() -> ExitCode {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
-            "sim" | "ptx" | "transport" | "pool" | "compute" if command.is_none() => command = Some(a),
+            "sim" | "ptx" | "transport" | "pool" | "compute" | "runtime" if command.is_none() => command = Some(a),
             other => {
                 eprintln!("unexpected argument {other:?}\n{USAGE}");
                 return ExitCode::from(2);
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         "transport" => transport::run().map(|run| (transport::table(&run), transport::json(&run))),
         "pool" => pool::run().map(|run| (pool::table(&run), pool::json(&run))),
         "compute" => compute::run().map(|run| (compute::table(&run), compute::json(&run))),
+        "runtime" => runtime::run().map(|run| (runtime::table(&run), runtime::json(&run))),
         _ => ptx::run().map(|run| (ptx::table(&run), ptx::json(&run))),
     };
     match result {

@@ -4,7 +4,9 @@
 //! `libcuda.so.1` from there with libloading, a typed table of the driver entry points the
 //! tests use ([`Driver`], called through [`call!`]), small RAII and stream helpers, and [`isolated_test!`], which runs a
 //! test body in a fresh copy of the test binary (the simulator is process-global state:
-//! `cuInit` happens once and `GPUPOOL_SIM_*` is read when the library loads).
+//! `cuInit` happens once and `GPUPOOL_SIM_*` is read when the library loads), and building the
+//! client programs: `tests/c` with the system C compiler ([`compile_c`]), `tests/cuda` with
+//! NVIDIA's nvcc from the venv ([`compile_cu`]).
 //!
 //! Must not: link against the simulator, or reimplement driver semantics. Every signature
 //! in the table is checked at compile time against `gpupool_shim::cuda`.
@@ -658,5 +660,139 @@ pub fn compile_c(name: &str, out_dir: &Path) -> PathBuf {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    exe
+}
+
+/// Environment variable naming the `nvcc` [`compile_cu`] uses. Unset: NVIDIA's nvcc 13 from the
+/// PyPI wheels in `target/venv` (`nvidia-cuda-nvcc` and friends, pinned in
+/// `tests/python/requirements.txt`; `scripts/setup-venv` installs them).
+pub const NVCC_ENV: &str = "GPUPOOL_NVCC";
+
+/// The `nvcc` to build `tests/cuda` with: `$GPUPOOL_NVCC`, else
+/// `target/venv/lib/python3.*/site-packages/nvidia/cu13/bin/nvcc`. A missing nvcc is a failure
+/// (with how to get one), never a skip.
+pub fn nvcc() -> PathBuf {
+    if let Some(p) = std::env::var_os(NVCC_ENV).filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        assert!(p.exists(), "{NVCC_ENV}={} does not exist", p.display());
+        return p;
+    }
+    let venv_lib = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").join("target/venv/lib");
+    let found = std::fs::read_dir(&venv_lib).ok().and_then(|dir| {
+        let mut pythons: Vec<PathBuf> = dir
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python3")))
+            .collect();
+        pythons.sort();
+        pythons.into_iter().rev().map(|p| p.join("site-packages/nvidia/cu13/bin/nvcc")).find(|p| p.exists())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "nvcc not found under {}/python3.*/site-packages/nvidia/cu13/bin: run scripts/setup-venv (it installs \
+             nvidia-cuda-nvcc, -crt, -runtime and nvidia-nvvm 13.0 from tests/python/requirements.txt), or set \
+             {NVCC_ENV}",
+            venv_lib.display()
+        )
+    })
+}
+
+/// The `// nvcc-flags: ...` lines of a CUDA source (whitespace-separated flags, all lines joined).
+pub fn nvcc_flags_of(source: &str) -> Vec<String> {
+    source
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("// nvcc-flags:"))
+        .flat_map(|rest| rest.split_whitespace().map(str::to_string))
+        .collect()
+}
+
+/// The directory of the toolkit's libraries next to `nvcc` (`../lib`, or `../lib64` in a
+/// classic toolkit layout): where `libcudart.so.*` and `libcudadevrt.a` are.
+fn cuda_libdir(nvcc: &Path) -> PathBuf {
+    let top = nvcc.parent().and_then(Path::parent).unwrap_or(Path::new("/"));
+    let dirs = [top.join("lib"), top.join("lib64")];
+    dirs.iter().find(|d| d.join("libcudadevrt.a").exists()).cloned().unwrap_or_else(|| {
+        panic!("no libcudadevrt.a in {} or {} (next to {})", dirs[0].display(), dirs[1].display(), nvcc.display())
+    })
+}
+
+/// A directory holding only `libcudart.so`, a link to the toolkit's `libcudart.so.N` (the wheels
+/// ship no unversioned name, which `-cudart shared` links against). Programs built here record
+/// `libcudart.so.N` as NEEDED and no run path: at run time the runtime is whoever provides that
+/// soname (under `gpupool run`, libgpupool.so), never the wheel's.
+fn cudart_link_dir(libdir: &Path, out_dir: &Path) -> PathBuf {
+    let mut real: Vec<PathBuf> = std::fs::read_dir(libdir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", libdir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.strip_prefix("libcudart.so.").is_some_and(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()))
+            })
+        })
+        .collect();
+    real.sort();
+    let Some(target) = real.pop() else { panic!("no libcudart.so.N in {}", libdir.display()) };
+    let dir = out_dir.join("cudart-link");
+    std::fs::create_dir_all(&dir).expect("creating the libcudart link directory");
+    let link = dir.join("libcudart.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&target, &link)
+        .unwrap_or_else(|e| panic!("linking {} -> {}: {e}", link.display(), target.display()));
+    dir
+}
+
+/// Compiles `tests/cuda/<name>.cu` with NVIDIA's nvcc ([`nvcc`]) into `out_dir/<name>` and
+/// returns the executable: `-cudart shared` (the runtime is a shared library the pool can
+/// stand in for), PTX only for compute_90 embedded (the simulator JITs PTX), host code with
+/// `-O2 -Xcompiler -Wall`, then the file's `// nvcc-flags:` line(s), then `extra_flags`.
+/// Built once per (name, out_dir, flags) in a process; a failed build panics with nvcc's output.
+pub fn compile_cu(name: &str, out_dir: &Path, extra_flags: &[&str]) -> PathBuf {
+    type Key = (String, PathBuf, Vec<String>);
+    static BUILT: Mutex<Vec<(Key, PathBuf)>> = Mutex::new(Vec::new());
+    let key: Key =
+        (name.to_string(), out_dir.to_path_buf(), extra_flags.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    // Held while compiling: one nvcc at a time, and never the same program twice.
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, exe)) = built.iter().find(|(k, _)| *k == key) {
+        return exe.clone();
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root");
+    let source = root.join("tests/cuda").join(format!("{name}.cu"));
+    let text = std::fs::read_to_string(&source).unwrap_or_else(|e| panic!("reading {}: {e}", source.display()));
+    std::fs::create_dir_all(out_dir).expect("creating the output directory");
+    let nvcc = nvcc();
+    let libdir = cuda_libdir(&nvcc);
+    let link_dir = cudart_link_dir(&libdir, out_dir);
+    let exe = out_dir.join(name);
+    // nvcc runs its own tools (cicc, ptxas, fatbinary, the host compiler) by PATH too.
+    let bin = nvcc.parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(
+        std::iter::once(bin)
+            .chain(std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default()),
+    )
+    .unwrap();
+    let file_flags = nvcc_flags_of(&text);
+    let mut cmd = Command::new(&nvcc);
+    cmd.env("PATH", path)
+        .args(["-cudart", "shared", "-gencode", "arch=compute_90,code=compute_90", "-O2", "-Xcompiler", "-Wall"])
+        .arg("-L")
+        .arg(&link_dir)
+        .arg("-L")
+        .arg(&libdir)
+        .args(&file_flags)
+        .args(extra_flags)
+        .arg(&source)
+        .arg("-o")
+        .arg(&exe);
+    let out = cmd.output().unwrap_or_else(|e| panic!("running {}: {e}", nvcc.display()));
+    assert!(
+        out.status.success(),
+        "nvcc failed on {} ({}):\n{cmd:?}\n{}{}",
+        source.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    built.push((key, exe.clone()));
     exe
 }

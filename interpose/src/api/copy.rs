@@ -210,27 +210,63 @@ fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: D
     })
 }
 
+/// The device range lies in one allocation of this client made in context `ctx`.
+fn check_dev_in(c: &Client, p: u64, n: usize, ctx: CUcontext) -> R<()> {
+    c.reg.ctx(ctx as u64)?;
+    match c.reg.alloc_of(p) {
+        Some((base, size, owner)) if p + n as u64 <= base + size && owner == ctx as u64 => Ok(()),
+        _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// A copy between two contexts (devices): each pointer is checked against the context
+/// named for it rather than the current one; the daemon checks both are this client's.
+fn peer(
+    c: &mut Client,
+    dst: CUdeviceptr,
+    dc: CUcontext,
+    src: CUdeviceptr,
+    sc: CUcontext,
+    n: usize,
+    stream: Option<StreamId>,
+) -> R<()> {
+    check_dev_in(c, dst, n, dc)?;
+    check_dev_in(c, src, n, sc)?;
+    let (dst, src, len) = (DevicePtr(dst), DevicePtr(src), n as u64);
+    let conn = c.live()?;
+    match stream {
+        None => conn.call_ok(Request::MemcpyDtoD { dst, src, len }),
+        Some(stream) => conn.post(Request::MemcpyDtoDAsync { dst, src, len, stream }),
+    }
+}
+
 fn memcpy_peer(
     dst: CUdeviceptr,
-    _dc: CUcontext,
+    dc: CUcontext,
     src: CUdeviceptr,
-    _sc: CUcontext,
+    sc: CUcontext,
     n: usize,
-    ds: DefaultStream,
+    _ds: DefaultStream,
 ) -> R<()> {
-    memcpy_dtod(dst, src, n, ds)
+    client::call(|c| {
+        require_ctx(c)?;
+        peer(c, dst, dc, src, sc, n, None)
+    })
 }
 
 fn memcpy_peer_async(
     dst: CUdeviceptr,
-    _dc: CUcontext,
+    dc: CUcontext,
     src: CUdeviceptr,
-    _sc: CUcontext,
+    sc: CUcontext,
     n: usize,
     s: CUstream,
     ds: DefaultStream,
 ) -> R<()> {
-    memcpy_dtod_async(dst, src, n, s, ds)
+    client::call(|c| {
+        let stream = resolve(c, s, ds)?;
+        peer(c, dst, dc, src, sc, n, Some(stream))
+    })
 }
 
 // ---- 2D copies (3D ones are in [`super::copy3d`]) ----

@@ -9,9 +9,10 @@
 //! the async form.
 
 use super::{NullStream, Rt, cu, out, registry, rt_exports, rt_variants, state};
+use crate::api::context::{cuCtxPopCurrent_v2, cuCtxPushCurrent_v2};
 use crate::api::copy::{
     cuMemcpy2D_v2, cuMemcpy2DAsync_v2, cuMemcpyDtoD_v2, cuMemcpyDtoDAsync_v2, cuMemcpyDtoH_v2, cuMemcpyDtoHAsync_v2,
-    cuMemcpyHtoD_v2, cuMemcpyHtoDAsync_v2,
+    cuMemcpyHtoD_v2, cuMemcpyHtoDAsync_v2, cuMemcpyPeer, cuMemcpyPeerAsync,
 };
 use crate::api::copy3d::{cuMemcpy3D_v2, cuMemcpy3DAsync_v2};
 use crate::api::extra::{cuMemAllocAsync, cuMemFreeAsync, cuMemHostRegister_v2, cuMemHostUnregister};
@@ -22,7 +23,8 @@ use crate::api::memory::{
 use crate::api::memset::{cuMemsetD2D8_v2, cuMemsetD2D8Async, cuMemsetD8_v2, cuMemsetD8Async};
 use crate::api::stream::cuStreamSynchronize;
 use gpupool_shim::cuda::{
-    CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUdeviceptr, CUmemorytype as MT, CUpointer_attribute as P, CUresult, CUstream,
+    CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUpointer_attribute as P, CUresult,
+    CUstream,
 };
 use gpupool_shim::cudart::{
     cudaError, cudaExtent, cudaMemcpy3DParms, cudaMemcpyKind as K, cudaMemoryType, cudaPitchedPtr,
@@ -231,13 +233,58 @@ fn direction(dst: *const c_void, src: *const c_void, kind: K) -> Rt<(bool, bool)
     })
 }
 
-/// Every 1D copy: `stream` None is the synchronous form.
+/// The context a device pointer of this process was allocated in.
+fn owner(p: *const c_void) -> Option<CUcontext> {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: our own export with a valid out-pointer of the attribute's type.
+    let r = unsafe {
+        cuPointerGetAttribute((&mut ctx as *mut CUcontext).cast(), P::CU_POINTER_ATTRIBUTE_CONTEXT, p as u64)
+    };
+    (r == CUresult::CUDA_SUCCESS && !ctx.is_null()).then_some(ctx)
+}
+
+/// Every 1D copy: `stream` None is the synchronous form. With unified addressing a
+/// device pointer may belong to another device than the current one: the driver path
+/// checks pointers against the current context, so such a copy is retried as a peer
+/// copy (both ends on devices) or with the pointer's context current for the call.
 fn copy(dst: *mut c_void, src: *const c_void, n: usize, kind: K, stream: Option<CUstream>) -> Rt<()> {
     let (d_dev, s_dev) = direction(dst, src, kind)?;
-    state::context()?;
+    let current = state::context()?;
     if n == 0 {
         return Ok(());
     }
+    match copy_here(dst, src, n, d_dev, s_dev, stream) {
+        Err(cudaError::cudaErrorInvalidValue) if d_dev || s_dev => {}
+        other => return other,
+    }
+    let (d_ctx, s_ctx) = (d_dev.then(|| owner(dst)).flatten(), s_dev.then(|| owner(src)).flatten());
+    // SAFETY (all): our own exports; pointers as in copy_here.
+    match (d_ctx, s_ctx) {
+        (Some(dc), Some(sc)) => cu(unsafe {
+            match stream {
+                None => cuMemcpyPeer(dst as CUdeviceptr, dc, src as CUdeviceptr, sc, n),
+                Some(st) => cuMemcpyPeerAsync(dst as CUdeviceptr, dc, src as CUdeviceptr, sc, n, st),
+            }
+        }),
+        (Some(ctx), None) | (None, Some(ctx)) if ctx != current && (d_dev != s_dev) => {
+            cu(unsafe { cuCtxPushCurrent_v2(ctx) })?;
+            let r = copy_here(dst, src, n, d_dev, s_dev, stream);
+            let mut popped: CUcontext = std::ptr::null_mut();
+            let _ = unsafe { cuCtxPopCurrent_v2(&mut popped) };
+            r
+        }
+        _ => Err(cudaError::cudaErrorInvalidValue),
+    }
+}
+
+fn copy_here(
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    d_dev: bool,
+    s_dev: bool,
+    stream: Option<CUstream>,
+) -> Rt<()> {
     let (d, s) = (dst as CUdeviceptr, src as CUdeviceptr);
     // SAFETY (all arms): our own exports; host pointers are the caller's buffers of `n`
     // bytes per the CUDA contract, device pointers are checked there.
@@ -271,10 +318,25 @@ fn memcpy_async(dst: *mut c_void, src: *const c_void, n: usize, kind: K, s: CUst
     copy(dst, src, n, kind, Some(ns.resolve(s)))
 }
 
-/// Peer copies between devices of one process go device to device (the daemon holds
-/// every device of the pool).
-fn memcpy_peer(dst: *mut c_void, _dd: c_int, src: *const c_void, _sd: c_int, n: usize) -> Rt<()> {
-    copy(dst, src, n, K::cudaMemcpyDeviceToDevice, None)
+/// Between the primary contexts of the two devices (the daemon holds every device of
+/// the pool, so a peer copy is one device-to-device copy there).
+fn peer(dst: *mut c_void, dd: c_int, src: *const c_void, sd: c_int, n: usize, stream: Option<CUstream>) -> Rt<()> {
+    let (dc, sc) = (state::primary(dd)?, state::primary(sd)?);
+    state::context()?;
+    if n == 0 {
+        return Ok(());
+    }
+    // SAFETY: our own exports; they check each pointer against its context.
+    cu(unsafe {
+        match stream {
+            None => cuMemcpyPeer(dst as CUdeviceptr, dc, src as CUdeviceptr, sc, n),
+            Some(st) => cuMemcpyPeerAsync(dst as CUdeviceptr, dc, src as CUdeviceptr, sc, n, st),
+        }
+    })
+}
+
+fn memcpy_peer(dst: *mut c_void, dd: c_int, src: *const c_void, sd: c_int, n: usize) -> Rt<()> {
+    peer(dst, dd, src, sd, n, None)
 }
 
 fn memcpy_peer_async(dst: *mut c_void, _dd: c_int, src: *const c_void, _sd: c_int, n: usize, s: CUstream) -> Rt<()> {

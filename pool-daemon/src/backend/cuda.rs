@@ -77,6 +77,8 @@ driver_table! {
     cuMemcpyHtoDAsync_v2: fn(CUdeviceptr, *const c_void, usize, cu::CUstream);
     cuMemcpyDtoHAsync_v2: fn(*mut c_void, CUdeviceptr, usize, cu::CUstream);
     cuMemcpyDtoDAsync_v2: fn(CUdeviceptr, CUdeviceptr, usize, cu::CUstream);
+    cuMemcpyPeer: fn(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, usize);
+    cuMemcpyPeerAsync: fn(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, usize, cu::CUstream);
     cuMemsetD8_v2: fn(CUdeviceptr, u8, usize);
     cuMemsetD16_v2: fn(CUdeviceptr, u16, usize);
     cuMemsetD2D8_v2: fn(CUdeviceptr, usize, u8, usize, usize);

@@ -14,7 +14,7 @@ use crate::backend::CudaError;
 use crate::call;
 use gpupool_protocol::transport::Staging;
 use gpupool_protocol::{CtxId, DevicePtr, Reply, Request};
-use gpupool_shim::cuda::CUdeviceptr;
+use gpupool_shim::cuda::{CUcontext, CUdeviceptr};
 
 pub const INVALID_VALUE: u32 = 1;
 pub const OUT_OF_MEMORY: u32 = 2;
@@ -85,6 +85,16 @@ impl Session {
 
     /// The device of the memory `[ptr, ptr+len)`, which must lie inside one allocation or
     /// module global this session owns.
+    /// The tenant's contexts on two devices, for a copy between them (cuMemcpyPeer); the
+    /// destination's ends up current.
+    pub fn peer_contexts(&mut self, dst_dev: u32, src_dev: u32) -> Result<(CUcontext, CUcontext)> {
+        self.enter(src_dev)?;
+        let sc = self.tenant_ctxs[&src_dev].ctx.0;
+        self.enter(dst_dev)?;
+        let dc = self.tenant_ctxs[&dst_dev].ctx.0;
+        Ok((dc, sc))
+    }
+
     pub fn owned(&self, ptr: DevicePtr, len: u64) -> Result<u32> {
         let p = ptr.0;
         let inside = |base: u64, size: u64| {

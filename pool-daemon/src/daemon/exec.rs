@@ -83,15 +83,25 @@ impl Session {
             }
             R::MemcpyDtoD { dst, src, len } => {
                 let d = self.owned(dst, len)?;
-                self.owned(src, len)?;
+                let sd = self.owned(src, len)?;
+                if d != sd {
+                    let (dc, sc) = self.peer_contexts(d, sd)?;
+                    call!(self.shared.cuda, cuMemcpyPeer(dst.0, dc, src.0, sc, len as usize))?;
+                    return Ok(Reply::Ok {});
+                }
                 self.enter(d)?;
                 call!(self.shared.cuda, cuMemcpyDtoD_v2(dst.0, src.0, len as usize))?;
                 Reply::Ok {}
             }
             R::MemcpyDtoDAsync { dst, src, len, stream } => {
                 let d = self.owned(dst, len)?;
-                self.owned(src, len)?;
+                let sd = self.owned(src, len)?;
                 let (s, _) = self.stream(stream, Some(d))?;
+                if d != sd {
+                    let (dc, sc) = self.peer_contexts(d, sd)?;
+                    call!(self.shared.cuda, cuMemcpyPeerAsync(dst.0, dc, src.0, sc, len as usize, s.0))?;
+                    return Ok(Reply::Ok {});
+                }
                 self.enter(d)?;
                 call!(self.shared.cuda, cuMemcpyDtoDAsync_v2(dst.0, src.0, len as usize, s.0))?;
                 Reply::Ok {}
