@@ -7,7 +7,9 @@
 //! Programs linked against `libcudart.so.12` / `.13` (nvcc `-cudart shared`) get
 //! stand-ins of those sonames on `LD_LIBRARY_PATH` (built by build.rs, written once per
 //! user to a private directory): the loader needs the file and its symbol version, and
-//! every runtime function then resolves to the preloaded interposer.
+//! every runtime function then resolves to the preloaded interposer. The same directory
+//! links `libcuda.so.1` and `libnvidia-ml.so.1` to the interposer, for programs that
+//! name the driver in DT_NEEDED on a machine without one.
 
 use anyhow::{Context as _, Result, bail};
 use std::os::unix::process::ExitStatusExt as _;
@@ -37,14 +39,20 @@ const STAND_INS: [(&str, &[u8]); 2] = [
     ("libcudart.so.13", include_bytes!(concat!(env!("OUT_DIR"), "/libcudart.so.13"))),
 ];
 
-/// A directory holding the runtime stand-ins, private to this user: under
-/// `$XDG_RUNTIME_DIR` (else the temp dir), named by their content so a newer build
-/// never reuses an older one, written atomically so concurrent runs agree.
-pub fn cudart_stand_ins() -> Result<PathBuf> {
+/// Driver sonames a program may name in DT_NEEDED (linked with `-lcuda`, as CuPy 12's
+/// modules are): links to the interposer itself, so a client machine needs no driver.
+const DRIVER_SONAMES: [&str; 3] = ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1"];
+
+/// A directory holding the runtime stand-ins and the driver links, private to this
+/// user: under `$XDG_RUNTIME_DIR` (else the temp dir), named by their content and the
+/// interposer's path so a newer build never reuses an older one, written atomically so
+/// concurrent runs agree.
+pub fn cudart_stand_ins(interposer: &std::path::Path) -> Result<PathBuf> {
     use std::hash::{Hash as _, Hasher as _};
     use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     STAND_INS.hash(&mut h);
+    interposer.hash(&mut h);
     let uid = rustix::process::getuid().as_raw();
     let base = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         Some(d) => PathBuf::from(d).join("gpupool"),
@@ -61,14 +69,23 @@ pub fn cudart_stand_ins() -> Result<PathBuf> {
         bail!("{} is not a private directory of this user; remove it", base.display());
     }
     let dir = base.join(format!("cudart-{:016x}", h.finish()));
-    if STAND_INS.iter().all(|(name, _)| dir.join(name).exists()) {
+    let names = STAND_INS.iter().map(|(n, _)| *n).chain(DRIVER_SONAMES);
+    if names.into_iter().all(|name| dir.join(name).exists()) {
         return Ok(dir);
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = |name: &str| dir.join(format!(".{name}.{}", std::process::id()));
     for (name, bytes) in STAND_INS {
-        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
-        std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("installing {name} in {}", dir.display()))?;
+        std::fs::write(tmp(name), bytes).with_context(|| format!("writing {}", tmp(name).display()))?;
+        std::fs::rename(tmp(name), dir.join(name))
+            .with_context(|| format!("installing {name} in {}", dir.display()))?;
+    }
+    for name in DRIVER_SONAMES {
+        let _ = std::fs::remove_file(tmp(name));
+        std::os::unix::fs::symlink(interposer, tmp(name))
+            .with_context(|| format!("linking {}", tmp(name).display()))?;
+        std::fs::rename(tmp(name), dir.join(name))
+            .with_context(|| format!("installing {name} in {}", dir.display()))?;
     }
     Ok(dir)
 }
@@ -105,7 +122,7 @@ pub fn run(o: Options) -> Result<i32> {
     }
     let mut cmd = Command::new(prog);
     cmd.args(args).env("LD_PRELOAD", preload).env("GPUPOOL_ENDPOINT", format!("unix://{}", endpoint.display()));
-    cmd.env("LD_LIBRARY_PATH", library_path_with(&cudart_stand_ins()?));
+    cmd.env("LD_LIBRARY_PATH", library_path_with(&cudart_stand_ins(&lib)?));
     if let Some(m) = &o.memory {
         cmd.env("GPUPOOL_MEMORY", m);
     }

@@ -458,6 +458,20 @@ typedef enum CUjit_option_enum {
     CU_JIT_NUM_OPTIONS = 34,
 } CUjit_option;
 
+typedef struct CUlinkState_st *CUlinkState;
+
+typedef enum CUjitInputType_enum {
+    CU_JIT_INPUT_CUBIN = 0,
+    CU_JIT_INPUT_PTX = 1,
+    CU_JIT_INPUT_FATBINARY = 2,
+    CU_JIT_INPUT_OBJECT = 3,
+    CU_JIT_INPUT_LIBRARY = 4,
+    CU_JIT_INPUT_NVVM = 5,
+    CU_JIT_NUM_INPUT_TYPES = 6
+} CUjitInputType;
+
+typedef size_t (*CUoccupancyB2DSize)(int blockSize);
+
 typedef enum CUlimit_enum {
     CU_LIMIT_STACK_SIZE = 0,
     CU_LIMIT_PRINTF_FIFO_SIZE = 1,

@@ -1616,6 +1616,40 @@ impl CUjit_option_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUjit_option_enum(pub ::std::os::raw::c_uint);
 pub use self::CUjit_option_enum as CUjit_option;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUlinkState_st {
+    _unused: [u8; 0],
+}
+pub type CUlinkState = *mut CUlinkState_st;
+impl CUjitInputType_enum {
+    pub const CU_JIT_INPUT_CUBIN: CUjitInputType_enum = CUjitInputType_enum(0);
+}
+impl CUjitInputType_enum {
+    pub const CU_JIT_INPUT_PTX: CUjitInputType_enum = CUjitInputType_enum(1);
+}
+impl CUjitInputType_enum {
+    pub const CU_JIT_INPUT_FATBINARY: CUjitInputType_enum = CUjitInputType_enum(2);
+}
+impl CUjitInputType_enum {
+    pub const CU_JIT_INPUT_OBJECT: CUjitInputType_enum = CUjitInputType_enum(3);
+}
+impl CUjitInputType_enum {
+    pub const CU_JIT_INPUT_LIBRARY: CUjitInputType_enum = CUjitInputType_enum(4);
+}
+impl CUjitInputType_enum {
+    pub const CU_JIT_INPUT_NVVM: CUjitInputType_enum = CUjitInputType_enum(5);
+}
+impl CUjitInputType_enum {
+    pub const CU_JIT_NUM_INPUT_TYPES: CUjitInputType_enum = CUjitInputType_enum(6);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUjitInputType_enum(pub ::std::os::raw::c_uint);
+pub use self::CUjitInputType_enum as CUjitInputType;
+pub type CUoccupancyB2DSize = ::std::option::Option<
+    unsafe extern "C" fn(blockSize: ::std::os::raw::c_int) -> usize,
+>;
 impl CUlimit_enum {
     pub const CU_LIMIT_STACK_SIZE: CUlimit_enum = CUlimit_enum(0);
 }
@@ -3418,5 +3452,89 @@ unsafe extern "C" {
         sharedMemBytes: ::std::os::raw::c_uint,
         hStream: CUstream,
         kernelParams: *mut *mut ::std::os::raw::c_void,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuModuleLoad(
+        module: *mut CUmodule,
+        fname: *const ::std::os::raw::c_char,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLinkCreate_v2(
+        numOptions: ::std::os::raw::c_uint,
+        options: *mut CUjit_option,
+        optionValues: *mut *mut ::std::os::raw::c_void,
+        stateOut: *mut CUlinkState,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLinkAddData_v2(
+        state: CUlinkState,
+        type_: CUjitInputType,
+        data: *mut ::std::os::raw::c_void,
+        size: usize,
+        name: *const ::std::os::raw::c_char,
+        numOptions: ::std::os::raw::c_uint,
+        options: *mut CUjit_option,
+        optionValues: *mut *mut ::std::os::raw::c_void,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLinkAddFile_v2(
+        state: CUlinkState,
+        type_: CUjitInputType,
+        path: *const ::std::os::raw::c_char,
+        numOptions: ::std::os::raw::c_uint,
+        options: *mut CUjit_option,
+        optionValues: *mut *mut ::std::os::raw::c_void,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLinkComplete(
+        state: CUlinkState,
+        cubinOut: *mut *mut ::std::os::raw::c_void,
+        sizeOut: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLinkDestroy(state: CUlinkState) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        numBlocks: *mut ::std::os::raw::c_int,
+        func: CUfunction,
+        blockSize: ::std::os::raw::c_int,
+        dynamicSMemSize: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+        numBlocks: *mut ::std::os::raw::c_int,
+        func: CUfunction,
+        blockSize: ::std::os::raw::c_int,
+        dynamicSMemSize: usize,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuOccupancyMaxPotentialBlockSize(
+        minGridSize: *mut ::std::os::raw::c_int,
+        blockSize: *mut ::std::os::raw::c_int,
+        func: CUfunction,
+        blockSizeToDynamicSMemSize: CUoccupancyB2DSize,
+        dynamicSMemSize: usize,
+        blockSizeLimit: ::std::os::raw::c_int,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuOccupancyMaxPotentialBlockSizeWithFlags(
+        minGridSize: *mut ::std::os::raw::c_int,
+        blockSize: *mut ::std::os::raw::c_int,
+        func: CUfunction,
+        blockSizeToDynamicSMemSize: CUoccupancyB2DSize,
+        dynamicSMemSize: usize,
+        blockSizeLimit: ::std::os::raw::c_int,
+        flags: ::std::os::raw::c_uint,
     ) -> CUresult;
 }

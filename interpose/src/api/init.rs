@@ -66,15 +66,20 @@ pub unsafe extern "C" fn cuGetErrorName(error: CUresult, text: *mut *const c_cha
 }
 
 /// NVIDIA's private tables: not provided (the table pointer is NULL, the call fails).
+/// Their callers are NVIDIA's own runtime libraries (a statically linked cudart, as
+/// in CuPy's wheels); the log line names the table asked for.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetExportTable(table: *mut *const c_void, id: *const CUuuid) -> CUresult {
     entry(|| {
         if !table.is_null() {
             out(table, std::ptr::null())?;
         }
-        if id.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
+        let uuid = crate::util::read(id)?;
+        let hex: String = uuid.bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+        crate::util::log(&format!(
+            "cuGetExportTable({hex}): NVIDIA-private driver table, not provided (a statically linked \
+             CUDA runtime needs NVIDIA's driver); CUDA_ERROR_NOT_SUPPORTED"
+        ));
         Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
     })
 }

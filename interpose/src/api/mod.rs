@@ -14,10 +14,12 @@ pub mod event;
 pub mod extra;
 pub mod init;
 pub mod launch;
+pub mod link;
 pub mod memory;
 pub mod memset;
 pub mod module;
 pub mod nvml;
+pub mod occupancy;
 pub mod proc_address;
 pub mod stream;
 

@@ -71,6 +71,45 @@ fn image_bytes<'a>(image: *const c_void) -> R<&'a [u8]> {
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
+/// A fatbin container cut down to what a device of compute capability `sm` (90 for 9.0)
+/// runs: its cubins for exactly that architecture and the newest PTX not newer than it
+/// (which the driver can JIT). None if the image is not a container or nothing fits.
+/// Entry layout: u16 kind (1 PTX, 2 ELF), u16 version, u32 header size, u64 payload
+/// size, ..., u32 sm at byte 28 (see sim/src/fatbin.rs for the whole header).
+fn fit_to_device(image: &[u8], sm: u32) -> Option<Vec<u8>> {
+    let u32_at = |b: &[u8], at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
+    let u64_at = |b: &[u8], at: usize| Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?));
+    if u32_at(image, 0)? != FATBIN_MAGIC {
+        return None;
+    }
+    let header = usize::from(u16::from_le_bytes([*image.get(6)?, *image.get(7)?])).max(16);
+    let end = header.checked_add(usize::try_from(u64_at(image, 8)?).ok()?)?.min(image.len());
+    let mut entries = Vec::new();
+    let mut at = header;
+    while at + 32 <= end {
+        let kind = u16::from_le_bytes([image[at], image[at + 1]]);
+        let len = (u32_at(image, at + 4)? as usize).checked_add(usize::try_from(u64_at(image, at + 8)?).ok()?)?;
+        let entry = image.get(at..at.checked_add(len)?)?;
+        entries.push((kind, u32_at(image, at + 28)?, entry));
+        at += len;
+    }
+    let ptx = entries.iter().filter(|e| e.0 == 1 && e.1 <= sm).map(|e| e.1).max();
+    let kept: Vec<&[u8]> =
+        entries.iter().filter(|e| (e.0 == 2 && e.1 == sm) || (e.0 == 1 && Some(e.1) == ptx)).map(|e| e.2).collect();
+    if kept.is_empty() {
+        return None;
+    }
+    let body: usize = kept.iter().map(|e| e.len()).sum();
+    let mut out = Vec::with_capacity(16 + body);
+    out.extend_from_slice(&image[..8]);
+    out[6..8].copy_from_slice(&16u16.to_le_bytes());
+    out.extend_from_slice(&(body as u64).to_le_bytes());
+    for e in kept {
+        out.extend_from_slice(e);
+    }
+    Some(out)
+}
+
 fn add_function(c: &mut Client, module: u64, f: FunctionInfo) -> R<u64> {
     let h = make(Kind::Func, f.func.0)?;
     let name = CString::new(f.name).unwrap_or_default();
@@ -84,9 +123,27 @@ fn load(pmod: *mut CUmodule, image: *const c_void) -> R<()> {
     }
     let bytes = image_bytes(image)?;
     let h = client::call(|c| {
-        let (ctx_h, ctx, _) = c.current()?;
+        let (ctx_h, ctx, dev) = c.current()?;
+        let [major, minor] = c.device(dev as i32)?.compute_capability;
         let conn = c.live()?;
+        // A fat binary for many architectures (CuPy's CUB module is 32 MiB for eleven)
+        // travels as the part this device can use.
+        let fitted;
+        let bytes = if bytes.len() > conn.staging_len() {
+            fitted = fit_to_device(bytes, major * 10 + minor).ok_or_else(|| {
+                crate::util::log(&format!(
+                    "module image of {} bytes exceeds the {}-byte staging area",
+                    bytes.len(),
+                    conn.staging_len()
+                ));
+                CUresult::CUDA_ERROR_NOT_SUPPORTED
+            })?;
+            &fitted[..]
+        } else {
+            bytes
+        };
         if bytes.len() > conn.staging_len() {
+            crate::util::log(&format!("module image of {} bytes exceeds the staging area", bytes.len()));
             return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
         }
         let src = conn.host_src(bytes)?;

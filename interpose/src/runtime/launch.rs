@@ -1,14 +1,13 @@
 //! Launches (`cudaLaunchKernel`, `<<<>>>` through nvcc's stubs, CUDA 13's
 //! `__cudaLaunchKernel`, cooperative launches) onto the driver's `cuLaunchKernel`, so
 //! each one goes through the daemon's compute scheduler like any driver launch; function
-//! attributes; and the occupancy calculator, computed here from the function's and the
-//! device's attributes (the formula of NVIDIA's documented occupancy model).
+//! attributes; and the occupancy calculator (the driver path's, [`crate::api::occupancy`]).
 
 use super::{NullStream, Rt, cu, out, registry, rt_exports, rt_variants};
-use crate::api::device::cuDeviceGetAttribute;
 use crate::api::launch::{cuLaunchCooperativeKernel, cuLaunchKernel};
 use crate::api::module::{cuFuncGetAttribute, cuFuncSetAttribute, cuFuncSetCacheConfig};
-use gpupool_shim::cuda::{CUdevice_attribute as D, CUfunc_cache, CUfunction, CUfunction_attribute as F, CUstream};
+use crate::api::occupancy::Occupancy;
+use gpupool_shim::cuda::{CUfunc_cache, CUfunction, CUfunction_attribute as F, CUstream};
 use gpupool_shim::cudart::{cudaError, cudaFuncAttribute, cudaFuncAttributes, cudaFuncCache, cudaFunction_t, dim3};
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -82,14 +81,6 @@ fn func_attr(f: CUfunction, a: F) -> Rt<c_int> {
     Ok(v)
 }
 
-fn dev_attr(a: D) -> Rt<c_int> {
-    let dev = super::state::current_device()?;
-    let mut v = 0;
-    // SAFETY: our own export with a valid out-pointer.
-    cu(unsafe { cuDeviceGetAttribute(&mut v, a, dev) })?;
-    Ok(v)
-}
-
 fn get_attributes(attr: *mut cudaFuncAttributes, func: *const c_void) -> Rt<()> {
     if attr.is_null() {
         return Err(cudaError::cudaErrorInvalidValue);
@@ -146,63 +137,17 @@ fn get_kernel(pk: *mut *mut c_void, symbol: *const c_void) -> Rt<()> {
     out(pk, symbol.cast_mut())
 }
 
-/// What bounds how many blocks of `func` fit on one multiprocessor.
-struct Occupancy {
-    warp: u64,
-    threads_per_sm: u64,
-    blocks_per_sm: u64,
-    regs_per_sm: u64,
-    smem_per_sm: u64,
-    smem_reserved: u64,
-    func_max_threads: u64,
-    func_regs: u64,
-    func_smem: u64,
-    func_max_dynamic: u64,
-}
-
-impl Occupancy {
-    fn of(func: *const c_void) -> Rt<Occupancy> {
-        let f = registry::function(func)?;
-        let d = |a| dev_attr(a).map(|v| v.max(0) as u64);
-        let fa = |a| func_attr(f, a).map(|v| v.max(0) as u64);
-        Ok(Occupancy {
-            warp: d(D::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?.max(1),
-            threads_per_sm: d(D::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?,
-            blocks_per_sm: d(D::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)?,
-            regs_per_sm: d(D::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR)?,
-            smem_per_sm: d(D::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?,
-            smem_reserved: d(D::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK).unwrap_or(0),
-            func_max_threads: fa(F::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
-            func_regs: fa(F::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
-            func_smem: fa(F::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
-            func_max_dynamic: fa(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
-        })
-    }
-
-    fn blocks(&self, block_size: u64, dynamic_smem: u64) -> u64 {
-        if block_size == 0 || block_size > self.func_max_threads || dynamic_smem > self.func_max_dynamic {
-            return 0;
-        }
-        let warps = block_size.div_ceil(self.warp);
-        let mut n = self.blocks_per_sm.min(self.threads_per_sm / (warps * self.warp));
-        if self.func_regs > 0 {
-            // Registers are allocated per warp in units of 256.
-            let per_warp = (self.func_regs * self.warp).div_ceil(256) * 256;
-            n = n.min(self.regs_per_sm / (per_warp * warps));
-        }
-        let smem = self.func_smem + dynamic_smem + self.smem_reserved;
-        if let Some(fit) = self.smem_per_sm.checked_div(smem) {
-            n = n.min(fit);
-        }
-        n
-    }
+/// The occupancy calculator of the driver path, for a registered kernel.
+fn occupancy(func: *const c_void) -> Rt<Occupancy> {
+    let f = registry::function(func)?;
+    Occupancy::of(f).map_err(super::from_driver)
 }
 
 fn max_active_blocks(n: *mut c_int, func: *const c_void, block_size: c_int, dynamic: usize, flags: c_uint) -> Rt<()> {
     if n.is_null() || block_size <= 0 || flags > 1 {
         return Err(cudaError::cudaErrorInvalidValue);
     }
-    let o = Occupancy::of(func)?;
+    let o = occupancy(func)?;
     out(n, o.blocks(block_size as u64, dynamic as u64).min(c_int::MAX as u64) as c_int)
 }
 
@@ -214,9 +159,8 @@ fn available_dynamic_smem(size: *mut usize, func: *const c_void, blocks: c_int, 
     if size.is_null() || blocks <= 0 || block_size <= 0 {
         return Err(cudaError::cudaErrorInvalidValue);
     }
-    let o = Occupancy::of(func)?;
-    let per_block = o.smem_per_sm / blocks as u64;
-    let avail = per_block.saturating_sub(o.func_smem + o.smem_reserved).min(o.func_max_dynamic);
+    let o = occupancy(func)?;
+    let avail = o.dynamic_smem_for(blocks as u64);
     let fits = o.blocks(block_size as u64, 0) >= blocks as u64;
     out(size, if fits { avail as usize } else { 0 })
 }

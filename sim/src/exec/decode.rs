@@ -203,9 +203,13 @@ impl<'a> Decoder<'a> {
                     Some(n) => {
                         for i in 0..n {
                             let idx = self.reg_base + self.regs.len() as u16;
-                            self.regs.insert(format!("{}{i}", d.name), idx);
+                            self.regs.entry(format!("{}{i}", d.name)).or_insert(idx);
                         }
                     }
+                    // A name declared again (each inline-asm `{ .reg .f32 r0; ... }` block
+                    // of CUB declares its own) keeps its register: the blocks run one
+                    // after another and each writes before it reads.
+                    None if self.regs.contains_key(&d.name) => {}
                     None => {
                         let idx = self.reg_base + self.regs.len() as u16;
                         self.regs.insert(d.name.clone(), idx);
@@ -319,6 +323,8 @@ impl<'a> Decoder<'a> {
                 Ok(Operand::Reg(self.reg(w)?))
             }
             [Tok::Punct('!'), Tok::Word(w)] => Ok(Operand::NotPred(self.reg(w)?)),
+            // PTX register names need no `%` (`.reg .pred p;` in inline assembly).
+            [Tok::Word(w)] if self.regs.contains_key(w.as_str()) => Ok(Operand::Reg(self.reg(w)?)),
             [Tok::Word(w)] => match self.symbol(w) {
                 Some((_, addr)) => Ok(Operand::Imm(addr)),
                 None => bad(format!("unknown symbol {w}")),
@@ -352,7 +358,7 @@ impl<'a> Decoder<'a> {
             None => (inner, 0),
         };
         let base = match base_toks {
-            [Tok::Word(w)] if w.starts_with('%') => AddrBase::Reg(self.reg(w)?),
+            [Tok::Word(w)] if w.starts_with('%') || self.regs.contains_key(w.as_str()) => AddrBase::Reg(self.reg(w)?),
             [Tok::Word(w)] => match self.symbol(w) {
                 Some((space, a)) => AddrBase::Imm(a, Some(space)),
                 None => return bad(format!("unknown symbol {w} in an address")),

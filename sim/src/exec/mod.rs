@@ -251,6 +251,43 @@ $L_done:
     }
 
     #[test]
+    fn inline_asm_blocks_declare_registers_without_percent_and_again() {
+        // CUB's warp reduction, as nvcc emits its inline assembly: each `{ }` block
+        // declares `r0` and `p` (no `%`) anew; the second block must not clobber %r2.
+        let src = format!(
+            "{HEAD}.visible .entry k(.param .u64 p)
+{{
+ .reg .b32 %r<6>; .reg .b64 %rd<4>; .reg .f32 %f<4>;
+ ld.param.u64 %rd1, [p];
+ mov.u32 %r1, %tid.x;
+ mov.u32 %r2, 7;
+ cvt.rn.f32.u32 %f1, %r1;
+ {{ .reg .f32 r0; .reg .pred p;
+   shfl.sync.down.b32 r0|p, %f1, 1, 31, -1;
+   @p add.f32 r0, r0, %f1;
+   mov.f32 %f2, r0; }}
+ {{ .reg .f32 r0; .reg .pred p;
+   shfl.sync.down.b32 r0|p, %f2, 2, 31, -1;
+   @p add.f32 r0, r0, %f2;
+   mov.f32 %f3, r0; }}
+ cvt.rzi.u32.f32 %r3, %f3;
+ mad.lo.s32 %r4, %r2, 1000, %r3;
+ mul.wide.u32 %rd2, %r1, 4;
+ add.s64 %rd3, %rd1, %rd2;
+ st.global.u32 [%rd3], %r4;
+ ret;
+}}"
+        );
+        let out = run_ptx(&src, "k", [1, 1, 1], [32, 1, 1], 32).unwrap();
+        let step1 = |l: u32| if l < 31 { 2 * l + 1 } else { l };
+        for (t, v) in out.iter().enumerate() {
+            let l = t as u32;
+            let want = if l < 30 { step1(l) + step1(l + 2) } else { step1(l) };
+            assert_eq!(*v, 7000 + want, "lane {t}");
+        }
+    }
+
+    #[test]
     fn barriers_order_shared_memory_and_atomics_count_exactly() {
         // Each thread writes its id to shared memory; after the barrier it reads its
         // neighbour's; thread 0 also counts arrivals with a shared atomic.
