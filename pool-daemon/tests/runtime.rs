@@ -5,6 +5,10 @@
 //! lines and `SUMMARY <passed>/<total>`; a test passes when the program exits 0, printed no FAIL,
 //! and its summary counts every check it printed as passed.
 //!
+//! tests/cuda12 holds the CUDA 12 ABI's counterpart: host-only C++ built against CUDA 12's headers
+//! and linked with the wheel's `libcudart.so.12` (`gpupool_e2e::compile_cuda12_host`; there is no
+//! nvcc 12), run the same way, with libgpupool.so standing in for `libcudart.so.12`.
+//!
 //! The cases run one at a time: the simulator interprets kernels on the CPU, and the machine has
 //! two cores.
 
@@ -28,6 +32,25 @@ fn serial() -> MutexGuard<'static, ()> {
 /// tests/cuda/<name>.cu, built once per test binary.
 fn program(name: &str) -> PathBuf {
     gpupool_e2e::compile_cu(name, &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("runtime"), &[])
+}
+
+/// tests/cuda12/<name>.cpp, built once per test binary.
+fn program12(name: &str) -> PathBuf {
+    gpupool_e2e::compile_cuda12_host(name, &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("runtime12"))
+}
+
+/// The dynamic symbols `exe` imports (`nm -D --undefined-only`), as `name@version` or `name`.
+fn imported_symbols(exe: &Path) -> Vec<String> {
+    let out = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(exe)
+        .output()
+        .unwrap_or_else(|e| panic!("running nm on {}: {e}", exe.display()));
+    assert!(out.status.success(), "nm -D {} failed: {}", exe.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect()
 }
 
 struct Finished {
@@ -183,4 +206,33 @@ fn memory_quota_holds_through_the_runtime_and_is_released_at_exit() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A program built against CUDA 12 (headers and `libcudart.so.12`): the runtime version it is
+/// told is 12.x, `cudaGetDeviceProperties_v2` fills CUDA 12's `cudaDeviceProp` (fields after
+/// `clockRate` checked against `cudaDeviceGetAttribute`, nothing written past the struct),
+/// memory and error calls, and a hand-written PTX kernel loaded and launched through driver
+/// entry points from CUDA 12's `cudaGetDriverEntryPoint` on a runtime stream.
+#[test]
+fn cuda12_program_gets_a_12_runtime_its_device_prop_layout_and_driver_entry_points() {
+    let _s = serial();
+    let exe = program12("host_api");
+    // What makes it a CUDA 12 program, as the loader sees it.
+    let imports = imported_symbols(&exe);
+    let cuda: Vec<&String> = imports.iter().filter(|s| s.starts_with("cuda")).collect();
+    assert!(!cuda.is_empty(), "{} imports no cuda* symbol: {imports:?}", exe.display());
+    let unversioned: Vec<&&String> = cuda.iter().filter(|s| !s.ends_with("@libcudart.so.12")).collect();
+    assert!(unversioned.is_empty(), "runtime imports not bound to libcudart.so.12: {unversioned:?}");
+    for want in ["cudaGetDeviceProperties_v2@libcudart.so.12", "cudaGetDriverEntryPoint@libcudart.so.12"] {
+        assert!(cuda.iter().any(|s| *s == want), "{} does not import {want}: {cuda:?}", exe.display());
+    }
+    // CUDA 12's header renames it to the _v2 export; the plain name takes CUDA 13's layout.
+    assert!(
+        !cuda.iter().any(|s| s.starts_with("cudaGetDeviceProperties@")),
+        "{} imports the plain cudaGetDeviceProperties: {cuda:?}",
+        exe.display()
+    );
+    let d = Daemon::start(None);
+    let f = run(&d, &exe, &[]);
+    assert_passed("cuda12/host_api", &f, &d, 133);
 }

@@ -6,7 +6,9 @@
 //! test body in a fresh copy of the test binary (the simulator is process-global state:
 //! `cuInit` happens once and `GPUPOOL_SIM_*` is read when the library loads), and building the
 //! client programs: `tests/c` with the system C compiler ([`compile_c`]), `tests/cuda` with
-//! NVIDIA's nvcc from the venv ([`compile_cu`]).
+//! NVIDIA's nvcc from the venv ([`compile_cu`]), `tests/cuda12` (host-only C++ against CUDA
+//! 12's runtime headers and `libcudart.so.12`) with the system C++ compiler
+//! ([`compile_cuda12_host`]).
 //!
 //! Must not: link against the simulator, or reimplement driver semantics. Every signature
 //! in the table is checked at compile time against `gpupool_shim::cuda`.
@@ -788,6 +790,95 @@ pub fn compile_cu(name: &str, out_dir: &Path, extra_flags: &[&str]) -> PathBuf {
     assert!(
         out.status.success(),
         "nvcc failed on {} ({}):\n{cmd:?}\n{}{}",
+        source.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    built.push((key, exe.clone()));
+    exe
+}
+
+/// `target/venv/lib/python3.*/site-packages/nvidia/<rel>`, the newest Python's that exists.
+fn venv_nvidia(rel: &str) -> Option<PathBuf> {
+    let venv_lib = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.join("target/venv/lib");
+    let mut pythons: Vec<PathBuf> = std::fs::read_dir(&venv_lib)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python3")))
+        .collect();
+    pythons.sort();
+    pythons.into_iter().rev().map(|p| p.join("site-packages/nvidia").join(rel)).find(|p| p.exists())
+}
+
+/// NVIDIA's `libcudart.so.12` from the venv (`nvidia-cuda-runtime-cu12`,
+/// `nvidia/cuda_runtime/lib`). A missing one is a failure (with how to get it), never a skip.
+pub fn cudart12() -> PathBuf {
+    venv_nvidia("cuda_runtime/lib/libcudart.so.12").unwrap_or_else(|| {
+        panic!(
+            "libcudart.so.12 not found under target/venv/lib/python3.*/site-packages/nvidia/cuda_runtime/lib: run \
+             scripts/setup-venv (it installs nvidia-cuda-runtime-cu12 from tests/python/requirements.txt)"
+        )
+    })
+}
+
+/// NVIDIA's `libcudart.so.13` from the venv (`nvidia/cu13/lib`, next to nvcc 13).
+pub fn cudart13() -> PathBuf {
+    venv_nvidia("cu13/lib/libcudart.so.13").unwrap_or_else(|| {
+        panic!(
+            "libcudart.so.13 not found under target/venv/lib/python3.*/site-packages/nvidia/cu13/lib: run \
+             scripts/setup-venv (it installs CUDA 13's runtime and nvcc from tests/python/requirements.txt)"
+        )
+    })
+}
+
+/// Compiles `tests/cuda12/<name>.cpp`, host-only C++ that uses CUDA 12's runtime API, into
+/// `out_dir/<name>` and returns the executable: the system C++ compiler (`$CXX`, else `c++`;
+/// no nvcc 12 is installed, and host code needs none), C++17, `-O2 -Wall -Wextra`, CUDA 12's
+/// headers from the venv (`nvidia/cuda_runtime/include`, plus `nvidia/cuda_nvcc/include` for
+/// `crt/host_defines.h`), `-lcudart` against a directory holding only `libcudart.so` ->
+/// the venv's `libcudart.so.12`. The program records `libcudart.so.12` as NEEDED, binds its
+/// runtime calls to `...@libcudart.so.12` (e.g. `cudaGetDeviceProperties_v2`, which CUDA 12's
+/// header calls `cudaGetDeviceProperties`) and has no run path: under `gpupool run` the
+/// runtime is libgpupool.so. Built once per (name, out_dir) in a process; a failed build
+/// panics with the compiler's output.
+pub fn compile_cuda12_host(name: &str, out_dir: &Path) -> PathBuf {
+    static BUILT: Mutex<Vec<((String, PathBuf), PathBuf)>> = Mutex::new(Vec::new());
+    let key = (name.to_string(), out_dir.to_path_buf());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, exe)) = built.iter().find(|(k, _)| *k == key) {
+        return exe.clone();
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root");
+    let source = root.join("tests/cuda12").join(format!("{name}.cpp"));
+    let cudart = cudart12();
+    let runtime_include = cudart.parent().and_then(Path::parent).unwrap().join("include");
+    let nvcc_include = venv_nvidia("cuda_nvcc/include").unwrap_or_else(|| {
+        panic!(
+            "nvidia/cuda_nvcc/include (crt/host_defines.h) not found in target/venv: run scripts/setup-venv (it \
+             installs nvidia-cuda-nvcc-cu12)"
+        )
+    });
+    std::fs::create_dir_all(out_dir).expect("creating the output directory");
+    let link_dir = cudart_link_dir(cudart.parent().unwrap(), &out_dir.join("cuda12"));
+    let exe = out_dir.join(name);
+    let cxx = std::env::var("CXX").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "c++".into());
+    let mut cmd = Command::new(&cxx);
+    cmd.args(["-std=c++17", "-O2", "-g", "-Wall", "-Wextra"])
+        .arg("-I")
+        .arg(&runtime_include)
+        .arg("-I")
+        .arg(&nvcc_include)
+        .arg(&source)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(&link_dir)
+        .arg("-lcudart");
+    let out = cmd.output().unwrap_or_else(|e| panic!("running the C++ compiler `{cxx}`: {e}"));
+    assert!(
+        out.status.success(),
+        "compiling {} failed ({}):\n{cmd:?}\n{}{}",
         source.display(),
         out.status,
         String::from_utf8_lossy(&out.stdout),

@@ -201,8 +201,8 @@ fn properties_v2(prop: *mut cudaDeviceProp12, dev: c_int) -> Rt<()> {
     p.maxTexture1DLinear = a(A::cudaDevAttrMaxTexture1DLinearWidth);
     p.memoryClockRate = a(A::cudaDevAttrMemoryClockRate);
     p.singleToDoublePrecisionPerfRatio = a(A::cudaDevAttrSingleToDoublePrecisionPerfRatio);
-    // CUDA 12's cudaDevAttrCooperativeMultiDeviceLaunch (95), gone from CUDA 13's enum.
-    p.cooperativeMultiDeviceLaunch = attr(dev, A(95));
+    // CUDA 12's cudaDevAttrCooperativeMultiDeviceLaunch (96), a reserved number in CUDA 13.
+    p.cooperativeMultiDeviceLaunch = attr(dev, A(96));
     out(prop, p)
 }
 
