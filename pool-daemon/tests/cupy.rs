@@ -1,0 +1,87 @@
+//! CuPy through the pool: tests/python/cupy_checks.py (array creation and copies, elementwise
+//! arithmetic, reductions, ElementwiseKernel / ReductionKernel / RawKernel, the memory quota), each
+//! result compared with NumPy, run unmodified under `gpupool run` with CuPy 12 from
+//! target/venv-cupy (`scripts/setup-venv venv-cupy tests/python/requirements-cupy.txt`; see that
+//! file for why CuPy 12). CuPy loads `libcudart.so.12` and `libcuda.so.1`, both served by
+//! libgpupool.so, and compiles its kernels with NVRTC at run time.
+//!
+//! `CUPY_COMPILE_WITH_PTX=1`: CuPy otherwise asks NVRTC for machine code (SASS) for the device's
+//! architecture, and the simulated devices execute PTX. On a real GPU host it is not needed.
+
+mod common;
+
+use common::{Daemon, ensure_interposer, tenant_config};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+fn venv() -> PathBuf {
+    let v = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv-cupy");
+    assert!(
+        v.join("bin/python").exists(),
+        "{} missing: run scripts/setup-venv venv-cupy tests/python/requirements-cupy.txt",
+        v.display()
+    );
+    v
+}
+
+/// The lib directories of the NVIDIA wheels CuPy's modules name in DT_NEEDED.
+fn wheel_libs(venv: &std::path::Path) -> String {
+    let site = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("site-packages/nvidia"))
+        .find(|p| p.exists())
+        .expect("the CuPy venv has NVIDIA wheels");
+    let mut dirs: Vec<String> = std::fs::read_dir(&site)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("lib"))
+        .filter(|p| p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    dirs.sort();
+    dirs.join(":")
+}
+
+#[test]
+fn cupy_arrays_elementwise_reductions_and_kernels_match_numpy() {
+    ensure_interposer();
+    let venv = venv();
+    let quota_mib = 512;
+    let d = Daemon::start(Some(&tenant_config(&format!("{quota_mib}MiB"))));
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cupy-cache");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(["run", "--endpoint", &d.endpoint(), "--"])
+        .arg(venv.join("bin/python"))
+        .arg(root.join("tests/python/cupy_checks.py"))
+        .arg(quota_mib.to_string())
+        .env("LD_LIBRARY_PATH", wheel_libs(&venv))
+        .env("CUPY_COMPILE_WITH_PTX", "1")
+        .env("CUPY_CACHE_DIR", &cache)
+        .env("GPUPOOL_LOG", "1");
+    let out = gpupool_e2e::output_with_sim_env(cmd, &[], Duration::from_secs(300))
+        .expect("cupy_checks did not finish within 300 s");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let passes = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
+    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
+    let summary = stdout.lines().find(|l| l.starts_with("SUMMARY "));
+    assert!(
+        out.status.success()
+            && fails.is_empty()
+            && passes >= 28
+            && summary == Some(&format!("SUMMARY {passes}/{passes}")[..]),
+        "cupy_checks: {} ({passes} passed)\n--- failures ---\n{}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- daemon ---\n{}",
+        out.status,
+        fails.join("\n"),
+        d.log()
+    );
+    // Everything the program held is back when it is gone.
+    let t0 = std::time::Instant::now();
+    while d.used("team", 0) != 0 || d.used("team", 1) != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "memory still held after CuPy exited: {}", d.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
