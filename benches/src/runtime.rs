@@ -4,7 +4,9 @@
 //! round, launches the same empty kernel with `<<<>>>` and with `cuLaunchKernel`, and
 //! makes the same 4-byte host-to-device copy with `cudaMemcpy` and with `cuMemcpyHtoD`
 //! (the driver functions from `cudaGetDriverEntryPointByVersion`, i.e. the interposer's
-//! own driver exports). Rounds alternate which path goes first; figures are medians.
+//! own driver exports). Rounds alternate which path goes first; within a round the copies
+//! alternate in blocks of 250 and each path's figure is the median of its blocks (a sync
+//! round trip's time swings with how each side is woken); figures are medians over rounds.
 //! The target (issue 6): the runtime adds at most 10% to the driver path's cost.
 
 use crate::pool::{Daemon, build_pool, release_dir};
@@ -105,7 +107,7 @@ pub fn table(run: &RuntimeRun) -> String {
          | path | runtime API | driver API | runtime adds (median of per-round ratios) |\n\
          | --- | --- | --- | --- |\n\
          | empty-kernel launches, {} per round, then one sync | {:.0}/s | {:.0}/s | {:+.1}% ({}) |\n\
-         | 4-byte cudaMemcpy H2D vs cuMemcpyHtoD, {} per round | {:.2} us | {:.2} us | {:+.1}% ({}) |\n",
+         | 4-byte cudaMemcpy H2D vs cuMemcpyHtoD, {} per round in alternating blocks | {:.2} us | {:.2} us | {:+.1}% ({}) |\n",
         run.rounds.len(),
         run.loadavg,
         run.launches,

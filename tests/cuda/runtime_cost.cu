@@ -9,7 +9,9 @@
 #include <cuda.h>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 __global__ void empty(int *p) {
     if (p == nullptr) {
@@ -23,6 +25,11 @@ typedef CUresult (*LaunchFn)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void **, void **);
 typedef CUresult (*HtoDFn)(CUdeviceptr, const void *, size_t);
 typedef CUresult (*SyncFn)(void);
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
 
 static double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -73,21 +80,28 @@ int main(int argc, char **argv) {
             double t1 = now_s();
             (runtime ? launch_rt : launch_drv) = launches / (t1 - t0);
         }
-        for (int k = 0; k < 2; k++) {
-            bool runtime = (k == 0) == (r % 2 == 0);
+        // Sync copies are round trips whose time swings with how each side is woken, so
+        // the two paths alternate in short blocks and each path's figure is the median of
+        // its blocks.
+        const int block = 250;
+        int blocks = copies / block;
+        std::vector<double> rt, drv;
+        for (int b = 0; b < 2 * blocks; b++) {
+            bool runtime = (b % 2 == 0) == (r % 2 == 0);
             double t0 = now_s();
             if (runtime) {
-                for (int i = 0; i < copies; i++) {
+                for (int i = 0; i < block; i++) {
                     CHECK(cudaMemcpy(d, &h, 4, cudaMemcpyHostToDevice));
                 }
             } else {
-                for (int i = 0; i < copies; i++) {
+                for (int i = 0; i < block; i++) {
                     CHECK(htod((CUdeviceptr)d, &h, 4));
                 }
             }
-            double t1 = now_s();
-            (runtime ? copy_rt : copy_drv) = (t1 - t0) * 1e9 / copies;
+            (runtime ? rt : drv).push_back((now_s() - t0) * 1e9 / block);
         }
+        copy_rt = median(rt);
+        copy_drv = median(drv);
         CHECK(cudaGetLastError());
         printf("round %d launch_rt %.0f launch_drv %.0f copy_rt_ns %.0f copy_drv_ns %.0f\n", r, launch_rt, launch_drv,
                copy_rt, copy_drv);
