@@ -3,9 +3,10 @@
 //!
 //! Owns: the exported CUDA driver API and NVML symbols ([`api`], the same names and
 //! signatures as the simulator's, checked at compile time against bindgen's declarations
-//! through the `cuGetProcAddress` table), the `dlopen` / `dlsym` hooks that route
-//! vendor-library lookups to itself ([`hooks`]), the client state and the connection to
-//! the daemon ([`client`]), and fork safety.
+//! through the `cuGetProcAddress` table), the CUDA runtime API of `libcudart.so.12` /
+//! `.13` layered on those driver exports ([`runtime`]), the `dlopen` / `dlsym` hooks that
+//! route vendor-library lookups to itself ([`hooks`]), the client state and the
+//! connection to the daemon ([`client`]), and fork safety.
 //!
 //! Must not: execute anything on a device itself, recurse through its own hooks, do
 //! work in library constructors (the connection opens on the first call that needs it),
@@ -36,11 +37,18 @@
 //!   on their stream. Memory registered with `cuMemHostRegister` stays plain client
 //!   memory, copied through staging like pageable memory; kernels cannot dereference
 //!   either;
-//! - module images must fit the staging area (8 MiB by default); device `printf` prints on
+//! - module images must fit the staging area (8 MiB by default; a larger fat binary is cut
+//!   to the device's own cubin and best PTX first); the JIT linker (`cuLink*`) links one
+//!   PTX input; device `printf` prints on
 //!   the daemon's output; graphs, stream capture and copies to or from CUDA arrays are
 //!   refused with `CUDA_ERROR_NOT_SUPPORTED`;
 //! - 2D and 3D copies with a host end go through staging even when that end is
-//!   page-locked (a 3D row wider than the staging area is `CUDA_ERROR_NOT_SUPPORTED`).
+//!   page-locked (a 3D row wider than the staging area is `CUDA_ERROR_NOT_SUPPORTED`);
+//! - `cuModuleLoad`, `cuLink*` and `cuOccupancy*` are answered here and are not in the
+//!   `cuGetProcAddress` table shared with the simulator (which lacks them): found by
+//!   symbol, not by `cuGetProcAddress`;
+//! - the runtime: see [`runtime`] and README "The CUDA runtime API" (a statically linked
+//!   cudart cannot run over the pool; its private `cuGetExportTable` tables are refused).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod api;
