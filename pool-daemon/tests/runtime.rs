@@ -75,10 +75,17 @@ impl Finished {
 /// Runs `exe args` under `gpupool run --endpoint <daemon>` in its own process group, which is
 /// killed as a whole if it outlives [`TIMEOUT`].
 fn run(d: &Daemon, exe: &Path, args: &[&str]) -> Finished {
+    run_opts(d, &[], exe, args)
+}
+
+/// As [`run`], with more `gpupool run` options (`--compute PCT`).
+fn run_opts(d: &Daemon, opts: &[&str], exe: &Path, args: &[&str]) -> Finished {
     use std::os::unix::process::CommandExt as _;
     ensure_interposer();
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpupool"))
-        .args(["run", "--endpoint", &d.endpoint(), "--"])
+        .args(["run", "--endpoint", &d.endpoint()])
+        .args(opts)
+        .arg("--")
         .arg(exe)
         .args(args)
         .env("GPUPOOL_SIM_DEVICES", "2")
@@ -235,4 +242,36 @@ fn cuda12_program_gets_a_12_runtime_its_device_prop_layout_and_driver_entry_poin
     let d = Daemon::start(None);
     let f = run(&d, &exe, &[]);
     assert_passed("cuda12/host_api", &f, &d, 133);
+}
+
+/// The share of wall time a compute_share run's kernels got on the device (its `share` line).
+fn share_of(f: &Finished) -> Option<f64> {
+    f.stdout.lines().find_map(|l| l.strip_prefix("share ")?.split_whitespace().next()?.parse().ok())
+}
+
+/// `<<<>>>` launches are held to the tenant's compute quota like driver launches: a loop of
+/// 1 ms kernels (synchronising every 8) gets 30% of the device under `--compute 30`, and most of
+/// it without a quota, measured on the device by the kernels themselves.
+#[test]
+fn runtime_launches_are_held_to_the_compute_quota() {
+    let _s = serial();
+    let exe = program("compute_share");
+    let d = Daemon::start(None);
+    let free = run(&d, &exe, &["2", "1000"]);
+    assert_passed("compute_share without a quota", &free, &d, 1);
+    let unthrottled = share_of(&free).expect("a share line");
+    assert!(unthrottled >= 70.0, "without a quota the kernels got only {unthrottled:.1}% of the device");
+    // The machine is shared: one more measurement if the first misses, as in tests/compute.rs.
+    let mut misses = Vec::new();
+    for _ in 0..2 {
+        let held = run_opts(&d, &["--compute", "30"], &exe, &["4", "1000"]);
+        assert_passed("compute_share --compute 30", &held, &d, 1);
+        let share = share_of(&held).expect("a share line");
+        if (share - 30.0).abs() <= 1.5 {
+            eprintln!("compute_share: {unthrottled:.1}% unthrottled, {share:.1}% under --compute 30");
+            return;
+        }
+        misses.push(share);
+    }
+    panic!("--compute 30: the runtime's kernels got {misses:?}% of the device (want 30 +- 1.5)");
 }
