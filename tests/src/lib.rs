@@ -637,31 +637,35 @@ macro_rules! isolated_test {
 
 /// Compiles `tests/c/<name>.c` (C11, warnings on, `-ldl -lpthread`, our headers on the include
 /// path) into `out_dir/<name>` and returns the executable. Compiler: `$CC`, else `cc`.
+/// Runs a compiler; panics with its command line and output unless it succeeded.
+fn run_compiler(cmd: &mut Command, what: &str, source: &Path) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("running {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed on {} ({}):\n{cmd:?}\n{}{}",
+        source.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub fn compile_c(name: &str, out_dir: &Path) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     std::fs::create_dir_all(out_dir).expect("creating the output directory");
     let exe = out_dir.join(name);
     let cc = std::env::var("CC").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "cc".into());
     let source = root.join("tests/c").join(format!("{name}.c"));
-    let out = Command::new(&cc)
-        .args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra"])
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra"])
         .args(["-Werror=implicit-function-declaration", "-Werror=incompatible-pointer-types", "-Werror=int-conversion"])
         .arg("-I")
         .arg(root.join("shim-headers/include"))
         .arg(&source)
         .arg("-o")
         .arg(&exe)
-        .args(["-ldl", "-lpthread"])
-        .output()
-        .unwrap_or_else(|e| panic!("running the C compiler `{cc}`: {e}"));
-    assert!(
-        out.status.success(),
-        "compiling {} failed ({}):\n{}{}",
-        source.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .args(["-ldl", "-lpthread"]);
+    run_compiler(&mut cmd, &format!("the C compiler `{cc}`"), &source);
     exe
 }
 
@@ -786,15 +790,7 @@ pub fn compile_cu(name: &str, out_dir: &Path, extra_flags: &[&str]) -> PathBuf {
         .arg(&source)
         .arg("-o")
         .arg(&exe);
-    let out = cmd.output().unwrap_or_else(|e| panic!("running {}: {e}", nvcc.display()));
-    assert!(
-        out.status.success(),
-        "nvcc failed on {} ({}):\n{cmd:?}\n{}{}",
-        source.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_compiler(&mut cmd, &format!("nvcc ({})", nvcc.display()), &source);
     built.push((key, exe.clone()));
     exe
 }
@@ -875,15 +871,7 @@ pub fn compile_cuda12_host(name: &str, out_dir: &Path) -> PathBuf {
         .arg("-L")
         .arg(&link_dir)
         .arg("-lcudart");
-    let out = cmd.output().unwrap_or_else(|e| panic!("running the C++ compiler `{cxx}`: {e}"));
-    assert!(
-        out.status.success(),
-        "compiling {} failed ({}):\n{cmd:?}\n{}{}",
-        source.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_compiler(&mut cmd, &format!("the C++ compiler `{cxx}`"), &source);
     built.push((key, exe.clone()));
     exe
 }
