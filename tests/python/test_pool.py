@@ -10,6 +10,7 @@ simulator on their LD_LIBRARY_PATH: the interposer is their only driver). See po
 - A client SIGKILLed in an async copy loop has its memory back in the tenant's ledger within
   a second (the figure is printed), while another client of the tenant verifies its data.
 - An illegal address in one tenant does not disturb another tenant's client.
+- A dlopen of libcudart.so.12 / .13 is the interposer's runtime, reporting that version.
 
 Each test starts its own daemon and kills it (and every client) at the end.
 """
@@ -583,3 +584,42 @@ memory = "256MiB"
         assert finish(after, "after") == ["ready", "ok"]
         # Every client has gone: nothing of theirs is left in the ledger.
         wait_for(lambda: d.used("a")[0] == 0 and d.used("b")[0] == 0, 5, "both tenants' memory to be released")
+
+
+# ---------------------------------------------------------------------------------------
+# The CUDA runtime by dlopen
+# ---------------------------------------------------------------------------------------
+
+DLOPEN_CUDART = r"""
+import ctypes, sys
+major = int(sys.argv[1])
+rt = ctypes.CDLL(f"libcudart.so.{major}")
+v, n = ctypes.c_int(), ctypes.c_int()
+assert rt.cudaRuntimeGetVersion(ctypes.byref(v)) == 0
+assert rt.cudaGetDeviceCount(ctypes.byref(n)) == 0
+p = ctypes.c_void_p()
+assert rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 20)) == 0
+src = (ctypes.c_ubyte * 4096)(*([7, 1, 2, 3] * 1024))
+dst = (ctypes.c_ubyte * 4096)()
+assert rt.cudaMemcpy(p, src, ctypes.c_size_t(4096), 1) == 0  # host to device
+assert rt.cudaMemcpy(dst, p, ctypes.c_size_t(4096), 2) == 0  # device to host
+assert bytes(dst) == bytes(src)
+assert rt.cudaFree(p) == 0
+rt.cudaGetErrorName.restype = ctypes.c_char_p
+assert rt.cudaSetDevice(99) == 101 and rt.cudaGetErrorName(rt.cudaGetLastError()) == b"cudaErrorInvalidDevice"
+# The handle is the interposer's: it also answers driver symbols, which no libcudart has.
+assert hasattr(rt, "cuMemAlloc_v2")
+print("runtime", v.value, "devices", n.value)
+"""
+
+
+def test_dlopen_of_libcudart_is_the_pool_and_reports_the_version_asked_for():
+    """A framework that dlopens libcudart.so.12 or .13 gets the interposer's runtime (no
+    NVIDIA runtime is on the client's library path), reporting the CUDA version of the
+    soname it asked for."""
+    with Daemon(SIM_LIBDIR, devices=2, memory="1GiB") as d:
+        for major, want in ((12, 12090), (13, 13000)):
+            p = d.python(DLOPEN_CUDART, str(major), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out, err = p.communicate(timeout=60)
+            if p.returncode != 0 or f"runtime {want} devices 2" not in out:
+                fail_with(d, f"libcudart.so.{major}: exit {p.returncode}\n--- stdout ---\n{out}\n--- stderr ---\n{err}")
