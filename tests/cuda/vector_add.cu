@@ -326,6 +326,53 @@ int main() {
     if (block > 0) vadd_case(12345, block, "vadd.occupancy_block");
   }
 
+  // ---- cudaLaunchKernelEx (CUDA 12+'s extensible launch: config plus attributes) and the
+  // capture query allocators make before they allocate
+  {
+    const int n = 4099;
+    std::vector<float> a(n), b(n), c(n, -1.f);
+    for (int i = 0; i < n; i++) {
+      a[i] = 0.5f * i;
+      b[i] = 3.0f - i;
+    }
+    float *da, *db, *dc;
+    CUDA_CHECK(cudaMalloc(&da, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&db, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dc, n * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(da, a.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(db, b.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusActive;
+    unsigned long long id = 0;
+    CUDA_CHECK(cudaStreamGetCaptureInfo(s, &cap, &id));
+    CHECK(cap == cudaStreamCaptureStatusNone, "capture_info.none", "status %d", (int)cap);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributePriority;
+    attr[0].val.priority = 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((n + 127) / 128);
+    cfg.blockDim = dim3(128);
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, vadd, (const float*)da, (const float*)db, dc, n));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaMemcpy(c.data(), dc, n * sizeof(float), cudaMemcpyDeviceToHost));
+    int bad = -1;
+    for (int i = 0; i < n && bad < 0; i++)
+      if (c[i] != a[i] + b[i]) bad = i;
+    CHECK(bad < 0, "launch_kernel_ex", "c[%d] = %f", bad, bad < 0 ? 0.0 : c[bad]);
+    cfg.blockDim = dim3(2048);
+    CUDA_EXPECT(cudaLaunchKernelEx(&cfg, vadd, (const float*)da, (const float*)db, dc, n),
+                cudaErrorInvalidConfiguration, "launch_kernel_ex.too_many_threads");
+    CUDA_EXPECT(cudaGetLastError(), cudaErrorInvalidConfiguration, "launch_kernel_ex.error_recorded");
+    CUDA_CHECK(cudaStreamDestroy(s));
+    CUDA_CHECK(cudaFree(da));
+    CUDA_CHECK(cudaFree(db));
+    CUDA_CHECK(cudaFree(dc));
+  }
+
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_EXPECT(cudaGetLastError(), cudaSuccess, "error.none_at_end");
   return rt::finish();

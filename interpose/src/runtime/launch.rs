@@ -4,11 +4,15 @@
 //! attributes; and the occupancy calculator (the driver path's, [`crate::api::occupancy`]).
 
 use super::{NullStream, Rt, cu, out, registry, rt_exports, rt_variants};
-use crate::api::launch::{cuLaunchCooperativeKernel, cuLaunchKernel};
+use crate::api::launch::{cuLaunchCooperativeKernel, cuLaunchKernel, cuLaunchKernelEx};
 use crate::api::module::{cuFuncGetAttribute, cuFuncSetAttribute, cuFuncSetCacheConfig};
 use crate::api::occupancy::Occupancy;
-use gpupool_shim::cuda::{CUfunc_cache, CUfunction, CUfunction_attribute as F, CUstream};
-use gpupool_shim::cudart::{cudaError, cudaFuncAttribute, cudaFuncAttributes, cudaFuncCache, cudaFunction_t, dim3};
+use gpupool_shim::cuda::{
+    CUfunc_cache, CUfunction, CUfunction_attribute as F, CUlaunchAttribute, CUlaunchConfig, CUstream,
+};
+use gpupool_shim::cudart::{
+    cudaError, cudaFuncAttribute, cudaFuncAttributes, cudaFuncCache, cudaFunction_t, cudaLaunchConfig_t, dim3,
+};
 use std::os::raw::{c_int, c_uint, c_void};
 
 /// Threads per block every device since compute capability 2.0 allows.
@@ -65,7 +69,43 @@ fn launch_cooperative(
     launch(func, grid, block, args, shmem, stream, true, ns)
 }
 
+/// `cudaLaunchKernelEx` (the C++ template in cuda_runtime.h calls this): the runtime's
+/// launch configuration becomes the driver's, and its attributes pass as they are (a
+/// `cudaLaunchAttribute` is laid out as a `CUlaunchAttribute`, with the same ids).
+fn launch_ex(config: *const cudaLaunchConfig_t, func: *const c_void, args: *mut *mut c_void, ns: NullStream) -> Rt<()> {
+    if config.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    // SAFETY: non-null; the caller passes a cudaLaunchConfig_t.
+    let c = unsafe { config.read_unaligned() };
+    let (grid, block) = (c.gridDim, c.blockDim);
+    let threads = block.x as u64 * block.y as u64 * block.z as u64;
+    if [grid.x, grid.y, grid.z, block.x, block.y, block.z].contains(&0) || threads > MAX_BLOCK_THREADS {
+        return Err(cudaError::cudaErrorInvalidConfiguration);
+    }
+    if c.numAttrs > 0 && c.attrs.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    let f = registry::function(func)?;
+    let cfg = CUlaunchConfig {
+        gridDimX: grid.x,
+        gridDimY: grid.y,
+        gridDimZ: grid.z,
+        blockDimX: block.x,
+        blockDimY: block.y,
+        blockDimZ: block.z,
+        sharedMemBytes: c_uint::try_from(c.dynamicSmemBytes).map_err(|_| cudaError::cudaErrorInvalidValue)?,
+        hStream: ns.resolve(c.stream.cast()),
+        attrs: c.attrs.cast::<CUlaunchAttribute>(),
+        numAttrs: c.numAttrs,
+    };
+    // SAFETY: our own export; `args` is the caller's kernelParams array, passed on.
+    cu(unsafe { cuLaunchKernelEx(&cfg, f, args, std::ptr::null_mut()) })
+}
+
 rt_variants! {
+    cudaLaunchKernelExC / cudaLaunchKernelExC_ptsz => launch_ex(
+        config: *const cudaLaunchConfig_t, func: *const c_void, args: *mut *mut c_void);
     cudaLaunchKernel / cudaLaunchKernel_ptsz => launch_kernel(
         func: *const c_void, grid: dim3, block: dim3, args: *mut *mut c_void, shmem: usize, stream: CUstream);
     __cudaLaunchKernel / __cudaLaunchKernel_ptsz => launch_kernel(

@@ -100,7 +100,7 @@ unsupported! {
     cudaGraphicsVDPAURegisterVideoSurface, cudaImportExternalMemory, cudaImportExternalSemaphore,
     cudaIpcCloseMemHandle, cudaIpcGetEventHandle, cudaIpcGetMemHandle, cudaIpcOpenEventHandle,
     cudaIpcOpenMemHandle, cudaKernelSetAttributeForDevice, cudaLaunchCooperativeKernelMultiDevice,
-    cudaLaunchKernelExC, cudaLaunchKernelExC_ptsz, cudaLibraryEnumerateKernels, cudaLibraryGetGlobal,
+    cudaLibraryEnumerateKernels, cudaLibraryGetGlobal,
     cudaLibraryGetKernel, cudaLibraryGetKernelCount, cudaLibraryGetManaged, cudaLibraryGetUnifiedFunction,
     cudaLibraryLoadData, cudaLibraryLoadFromFile, cudaLibraryUnload, cudaLogsCurrent, cudaLogsDumpToFile,
     cudaLogsDumpToMemory, cudaLogsRegisterCallback, cudaLogsUnregisterCallback, cudaMalloc3D,
@@ -129,8 +129,8 @@ unsupported! {
     cudaStreamBeginCapture, cudaStreamBeginCaptureToGraph, cudaStreamBeginCaptureToGraph_ptsz,
     cudaStreamBeginCapture_ptsz, cudaStreamCopyAttributes, cudaStreamCopyAttributes_ptsz,
     cudaStreamEndCapture, cudaStreamEndCapture_ptsz, cudaStreamGetAttribute, cudaStreamGetAttribute_ptsz,
-    cudaStreamGetCaptureInfo, cudaStreamGetCaptureInfo_ptsz, cudaStreamGetCaptureInfo_v2,
-    cudaStreamGetCaptureInfo_v2_ptsz, cudaStreamGetCaptureInfo_v3, cudaStreamGetCaptureInfo_v3_ptsz,
+
+
     cudaStreamGetDevice, cudaStreamGetDevice_ptsz, cudaStreamGetId, cudaStreamGetId_ptsz,
     cudaStreamSetAttribute, cudaStreamSetAttribute_ptsz, cudaStreamUpdateCaptureDependencies,
     cudaStreamUpdateCaptureDependencies_ptsz, cudaStreamUpdateCaptureDependencies_v2,
