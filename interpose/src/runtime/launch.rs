@@ -3,6 +3,7 @@
 //! each one goes through the daemon's compute scheduler like any driver launch; function
 //! attributes; and the occupancy calculator (the driver path's, [`crate::api::occupancy`]).
 
+use super::registry::kernel_handle;
 use super::{NullStream, Rt, cu, out, registry, rt_exports, rt_variants};
 use crate::api::launch::{cuLaunchCooperativeKernel, cuLaunchKernel, cuLaunchKernelEx};
 use crate::api::module::{cuFuncGetAttribute, cuFuncSetAttribute, cuFuncSetCacheConfig};
@@ -18,6 +19,15 @@ use std::os::raw::{c_int, c_uint, c_void};
 /// Threads per block every device since compute capability 2.0 allows.
 const MAX_BLOCK_THREADS: u64 = 1024;
 
+/// No dimension may be 0, and a block holds at most [`MAX_BLOCK_THREADS`] threads.
+fn check_config(grid: dim3, block: dim3) -> Rt<()> {
+    let threads = block.x as u64 * block.y as u64 * block.z as u64;
+    if [grid.x, grid.y, grid.z, block.x, block.y, block.z].contains(&0) || threads > MAX_BLOCK_THREADS {
+        return Err(cudaError::cudaErrorInvalidConfiguration);
+    }
+    Ok(())
+}
+
 fn launch(
     func: *const c_void,
     grid: dim3,
@@ -28,10 +38,7 @@ fn launch(
     cooperative: bool,
     ns: NullStream,
 ) -> Rt<()> {
-    let threads = block.x as u64 * block.y as u64 * block.z as u64;
-    if [grid.x, grid.y, grid.z, block.x, block.y, block.z].contains(&0) || threads > MAX_BLOCK_THREADS {
-        return Err(cudaError::cudaErrorInvalidConfiguration);
-    }
+    check_config(grid, block)?;
     let shared = c_uint::try_from(shmem).map_err(|_| cudaError::cudaErrorInvalidValue)?;
     let f = registry::function(func)?;
     let s = ns.resolve(stream);
@@ -79,10 +86,7 @@ fn launch_ex(config: *const cudaLaunchConfig_t, func: *const c_void, args: *mut 
     // SAFETY: non-null; the caller passes a cudaLaunchConfig_t.
     let c = unsafe { config.read_unaligned() };
     let (grid, block) = (c.gridDim, c.blockDim);
-    let threads = block.x as u64 * block.y as u64 * block.z as u64;
-    if [grid.x, grid.y, grid.z, block.x, block.y, block.z].contains(&0) || threads > MAX_BLOCK_THREADS {
-        return Err(cudaError::cudaErrorInvalidConfiguration);
-    }
+    check_config(grid, block)?;
     if c.numAttrs > 0 && c.attrs.is_null() {
         return Err(cudaError::cudaErrorInvalidValue);
     }
@@ -170,13 +174,6 @@ fn get_func_by_symbol(pf: *mut cudaFunction_t, symbol: *const c_void) -> Rt<()> 
     out(pf, f as cudaFunction_t)
 }
 
-fn get_kernel(pk: *mut *mut c_void, symbol: *const c_void) -> Rt<()> {
-    if !registry::is_kernel(symbol) {
-        return Err(cudaError::cudaErrorInvalidDeviceFunction);
-    }
-    out(pk, symbol.cast_mut())
-}
-
 /// The occupancy calculator of the driver path, for a registered kernel.
 fn occupancy(func: *const c_void) -> Rt<Occupancy> {
     let f = registry::function(func)?;
@@ -210,7 +207,7 @@ rt_exports! {
     cudaFuncSetAttribute => set_attribute(func: *const c_void, attr: cudaFuncAttribute, value: c_int);
     cudaFuncSetCacheConfig => set_cache_config(func: *const c_void, config: cudaFuncCache);
     cudaGetFuncBySymbol => get_func_by_symbol(pf: *mut cudaFunction_t, symbol: *const c_void);
-    cudaGetKernel => get_kernel(pk: *mut *mut c_void, symbol: *const c_void);
+    cudaGetKernel => kernel_handle(pk: *mut *mut c_void, symbol: *const c_void);
     cudaOccupancyMaxActiveBlocksPerMultiprocessor => max_active_blocks_default(
         n: *mut c_int, func: *const c_void, block_size: c_int, dynamic: usize);
     cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags => max_active_blocks(

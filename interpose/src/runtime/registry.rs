@@ -161,9 +161,13 @@ pub fn symbol(symbol: *const c_void) -> Rt<(CUdeviceptr, usize)> {
     })
 }
 
-/// Whether `stub` is a registered kernel (no context needed).
-pub fn is_kernel(stub: *const c_void) -> bool {
-    with(|r| r.kernels.contains_key(&(stub as usize)))
+/// `cudaGetKernel` / `__cudaGetKernel`: the handle of a registered kernel is its stub's
+/// address (no context needed).
+pub fn kernel_handle(kernel: *mut *mut c_void, stub: *const c_void) -> Rt<()> {
+    if !with(|r| r.kernels.contains_key(&(stub as usize))) {
+        return Err(cudaError::cudaErrorInvalidDeviceFunction);
+    }
+    super::out(kernel, stub.cast_mut())
 }
 
 #[unsafe(no_mangle)]
@@ -317,10 +321,5 @@ pub unsafe extern "C" fn __cudaPopCallConfiguration(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __cudaGetKernel(kernel: *mut *mut c_void, stub: *const c_void) -> cudaError {
-    super::rt_entry(|| {
-        if !is_kernel(stub) {
-            return Err(cudaError::cudaErrorInvalidDeviceFunction);
-        }
-        super::out(kernel, stub.cast_mut())
-    })
+    super::rt_entry(|| kernel_handle(kernel, stub))
 }

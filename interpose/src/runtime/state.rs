@@ -15,17 +15,25 @@ use gpupool_shim::cudart::cudaError;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 thread_local! {
     static DEVICE: Cell<i32> = const { Cell::new(0) };
 }
 
-/// Per fork generation: whether `cuInit` succeeded, and the primary context retained per
-/// device ordinal.
+/// Per fork generation: the primary context retained per device ordinal.
 struct Process {
     generation: u32,
-    initialized: bool,
     primary: HashMap<CUdevice, CUcontext>,
+}
+
+/// The fork generation + 1 in which `cuInit` succeeded (0: not yet). An atomic rather
+/// than part of [`Process`]: every runtime call asks, and a lock there would sit on the
+/// launch path.
+static INITIALIZED: AtomicU32 = AtomicU32::new(0);
+
+fn initialized() -> bool {
+    INITIALIZED.load(Ordering::Acquire) == client::generation().wrapping_add(1)
 }
 
 // SAFETY: CUcontext values are handles (numbers this library issued), never dereferenced.
@@ -36,9 +44,9 @@ static PROCESS: Mutex<Option<Process>> = Mutex::new(None);
 fn with_process<T>(f: impl FnOnce(&mut Process) -> T) -> T {
     let mut g = PROCESS.lock().unwrap_or_else(|e| e.into_inner());
     let generation = client::generation();
-    let p = g.get_or_insert_with(|| Process { generation, initialized: false, primary: HashMap::new() });
+    let p = g.get_or_insert_with(|| Process { generation, primary: HashMap::new() });
     if p.generation != generation {
-        *p = Process { generation, initialized: false, primary: HashMap::new() };
+        *p = Process { generation, primary: HashMap::new() };
         super::registry::forget_contexts();
     }
     f(p)
@@ -47,7 +55,7 @@ fn with_process<T>(f: impl FnOnce(&mut Process) -> T) -> T {
 /// `cuInit` once per process. A daemon that cannot be reached is `cudaErrorNoDevice`,
 /// what NVIDIA's runtime reports on a machine without a usable device.
 pub fn init() -> Rt<()> {
-    if with_process(|p| p.initialized) {
+    if initialized() {
         return Ok(());
     }
     // SAFETY: plain call into our own export.
@@ -55,7 +63,10 @@ pub fn init() -> Rt<()> {
         cudaError::cudaErrorInitializationError => cudaError::cudaErrorNoDevice,
         other => other,
     })?;
-    with_process(|p| p.initialized = true);
+    // A forked child starts over: its generation differs, so the parent's state is reset
+    // here before anything of the child's is recorded.
+    let generation = with_process(|p| p.generation);
+    INITIALIZED.store(generation.wrapping_add(1), Ordering::Release);
     Ok(())
 }
 
@@ -97,7 +108,7 @@ pub fn primary(d: CUdevice) -> Rt<CUcontext> {
 /// is one, else the primary context of the thread's device, made current now.
 pub fn context() -> Rt<CUcontext> {
     if let Some(h) = client::stack_top().filter(|&h| h != 0)
-        && with_process(|p| p.initialized)
+        && initialized()
     {
         return Ok(h as CUcontext);
     }
