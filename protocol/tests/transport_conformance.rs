@@ -6,6 +6,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use gpupool_protocol::transport::net::{NetTransport, tls};
 use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport, WaitPolicy};
 use gpupool_protocol::transport::unix::UnixTransport;
 use gpupool_protocol::transport::{Transport, TransportError, loopback};
@@ -239,3 +240,90 @@ conformance!(in_process_loopback, {
     let (a, b) = loopback::pair(1 << 20, 1 << 20).unwrap();
     (Box::new(a), Box::new(b))
 });
+
+fn tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    (c, s)
+}
+
+conformance!(tcp_plain, {
+    let (c, s) = tcp_pair();
+    (Box::new(NetTransport::plain(c, 1 << 20).unwrap()), Box::new(NetTransport::plain(s, 1 << 20).unwrap()))
+});
+conformance!(tcp_tls, {
+    let (a, b) = tls_pair();
+    (Box::new(a), Box::new(b))
+});
+
+/// A TLS pair over loopback TCP with a fresh self-signed certificate for "localhost".
+fn tls_pair() -> (NetTransport, NetTransport) {
+    let dir = std::env::temp_dir().join(format!("gpupool-tls-{}-{:?}", std::process::id(), thread::current().id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let server = tls::server_config(&cert, &key).unwrap();
+    let client = tls::client_config(&cert).unwrap();
+    let (c, s) = tcp_pair();
+    let srv = thread::spawn(move || {
+        NetTransport::tls(s, rustls::ServerConnection::new(server).unwrap(), 1 << 20, LIMIT).unwrap()
+    });
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let cli = NetTransport::tls(c, rustls::ClientConnection::new(client, name).unwrap(), 1 << 20, LIMIT).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (cli, srv.join().unwrap())
+}
+
+/// Deferred frames arrive in order with the frames sent after them, and a flush alone
+/// delivers them.
+#[test]
+fn net_deferred_frames_keep_order() {
+    within(LIMIT, || {
+        let (mut a, mut b) = tls_pair();
+        for i in 0..1000u32 {
+            a.send_deferred(&frame(i, 40)).unwrap();
+        }
+        a.send(&frame(1000, 10)).unwrap();
+        for i in 0..=1000u32 {
+            assert_eq!(b.recv(None).unwrap(), frame(i, if i == 1000 { 10 } else { 40 }));
+        }
+        a.send_deferred(b"tail").unwrap();
+        assert!(a.has_deferred());
+        assert!(matches!(b.recv(Some(Duration::from_millis(50))), Err(TransportError::Timeout)));
+        a.flush().unwrap();
+        assert!(!a.has_deferred());
+        assert_eq!(b.recv(None).unwrap(), b"tail");
+    });
+}
+
+/// A client that trusts another CA refuses the daemon's certificate during the
+/// handshake, with rustls's reason.
+#[test]
+fn net_tls_unknown_ca_is_a_handshake_error() {
+    within(LIMIT, || {
+        let dir = std::env::temp_dir().join(format!("gpupool-tls-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str| {
+            let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+            let (c, k) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+            std::fs::write(&c, ck.cert.pem()).unwrap();
+            std::fs::write(&k, ck.signing_key.serialize_pem()).unwrap();
+            (c, k)
+        };
+        let ((cert, key), (other, _)) = (write("daemon"), write("other"));
+        let server = tls::server_config(&cert, &key).unwrap();
+        let client = tls::client_config(&other).unwrap();
+        let (c, s) = tcp_pair();
+        let srv =
+            thread::spawn(move || NetTransport::tls(s, rustls::ServerConnection::new(server).unwrap(), 1024, LIMIT));
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let err =
+            NetTransport::tls(c, rustls::ClientConnection::new(client, name).unwrap(), 1024, LIMIT).err().unwrap();
+        assert!(matches!(&err, TransportError::Handshake(why) if why.contains("invalid peer certificate")), "{err}");
+        assert!(matches!(srv.join().unwrap(), Err(TransportError::Handshake(_))));
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}

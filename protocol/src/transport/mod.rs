@@ -10,6 +10,8 @@
 //!   ring and a staging area; waits spin, then sleep on a futex (DESIGN.md §5).
 //! - [`unix::UnixTransport`]: length-prefixed frames on a `SOCK_STREAM` unix socket, the
 //!   simple baseline.
+//! - [`net::NetTransport`]: length-prefixed frames on TCP, in TLS unless plain `tcp://`
+//!   was chosen; kernel keepalives bound how long a dead link goes unnoticed.
 //! - [`loopback::LoopbackTransport`]: in-process channels, for tests of higher layers.
 //!
 //! One conformance suite (`protocol/tests/transport_conformance.rs`) runs against all three.
@@ -19,6 +21,7 @@
 #![allow(unsafe_code)]
 
 pub mod loopback;
+pub mod net;
 pub mod shm;
 mod sys;
 pub mod unix;
@@ -49,6 +52,9 @@ pub enum TransportError {
     /// The peer broke the protocol at run time (ring indices or a frame length that
     /// cannot be right). The transport must be dropped.
     Corrupt(String),
+    /// The TLS handshake failed: the peer's certificate is not trusted or not for the
+    /// name dialled, no protocol version in common, or the peer refused ours.
+    Handshake(String),
     /// An operating-system error.
     Io(io::Error),
 }
@@ -64,6 +70,7 @@ impl fmt::Display for TransportError {
             Self::Closed => write!(f, "transport closed locally"),
             Self::BadSegment(why) => write!(f, "bad shared-memory segment: {why}"),
             Self::Corrupt(why) => write!(f, "peer broke the transport protocol: {why}"),
+            Self::Handshake(why) => write!(f, "TLS handshake failed: {why}"),
             Self::Io(e) => write!(f, "transport I/O error: {e}"),
         }
     }
@@ -116,6 +123,23 @@ pub trait Transport: Send {
         Ok(buf)
     }
 
+    /// Queues a frame that needs no prompt delivery (an asynchronous request). It goes
+    /// out, in order, no later than the next `send`, `recv` or `flush`. Transports
+    /// without a write queue send it at once.
+    fn send_deferred(&mut self, frame: &[u8]) -> Result<(), TransportError> {
+        self.send(frame)
+    }
+
+    /// Writes out every queued frame.
+    fn flush(&mut self) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    /// Whether frames are queued and not yet written.
+    fn has_deferred(&self) -> bool {
+        false
+    }
+
     /// The largest frame `send` accepts.
     fn max_frame_len(&self) -> usize;
 
@@ -135,6 +159,15 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn recv_into(&mut self, buf: &mut Vec<u8>, t: Option<Duration>) -> Result<(), TransportError> {
         (**self).recv_into(buf, t)
+    }
+    fn send_deferred(&mut self, frame: &[u8]) -> Result<(), TransportError> {
+        (**self).send_deferred(frame)
+    }
+    fn flush(&mut self) -> Result<(), TransportError> {
+        (**self).flush()
+    }
+    fn has_deferred(&self) -> bool {
+        (**self).has_deferred()
     }
     fn max_frame_len(&self) -> usize {
         (**self).max_frame_len()

@@ -150,10 +150,11 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
     let _ = futex::wake(word, futex::Flags::empty(), 1);
 }
 
-/// Whether the peer of a connected unix socket hung up (closed its end or died).
-/// Never blocks. Data still queued on the socket does not count as a hang-up.
-pub fn hung_up(sock: &UnixStream) -> bool {
-    let mut fds = [PollFd::new(sock, PollFlags::RDHUP)];
+/// Whether the peer of a connected stream socket (unix or TCP) hung up (closed its end,
+/// died, or the link was declared dead). Never blocks. Data still queued on the socket
+/// does not count as a hang-up.
+pub fn hung_up(sock: impl AsFd) -> bool {
+    let mut fds = [PollFd::new(&sock, PollFlags::RDHUP)];
     match rustix::event::poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) {
         Ok(0) => false,
         Ok(_) => fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL),
@@ -163,9 +164,9 @@ pub fn hung_up(sock: &UnixStream) -> bool {
 
 /// Waits until `sock` is readable or hung up, for at most `timeout` (`None`: forever).
 /// Returns whether it became ready.
-pub(crate) fn wait_readable(sock: &UnixStream, timeout: Option<Duration>) -> io::Result<bool> {
+pub(crate) fn wait_readable(sock: impl AsFd, timeout: Option<Duration>) -> io::Result<bool> {
     let ts = timeout.map(timespec);
-    let mut fds = [PollFd::new(sock, PollFlags::IN | PollFlags::RDHUP)];
+    let mut fds = [PollFd::new(&sock, PollFlags::IN | PollFlags::RDHUP)];
     loop {
         match rustix::event::poll(&mut fds, ts.as_ref()) {
             Ok(n) => return Ok(n > 0),
@@ -177,9 +178,9 @@ pub(crate) fn wait_readable(sock: &UnixStream, timeout: Option<Duration>) -> io:
 
 /// `send(2)` with MSG_NOSIGNAL: a dead peer gives EPIPE, never SIGPIPE (the interposer
 /// lives in C programs that do not ignore SIGPIPE).
-pub(crate) fn send_nosignal(sock: &UnixStream, buf: &[u8]) -> io::Result<usize> {
+pub(crate) fn send_nosignal(sock: impl AsFd, buf: &[u8]) -> io::Result<usize> {
     loop {
-        match rustix::net::send(sock, buf, SendFlags::NOSIGNAL) {
+        match rustix::net::send(&sock, buf, SendFlags::NOSIGNAL) {
             Err(rustix::io::Errno::INTR) => continue,
             r => return r.map_err(Into::into),
         }
