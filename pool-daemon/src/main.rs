@@ -3,11 +3,12 @@
 //! Owns: the devices, reached only through the vendor libraries loaded at run time
 //! (`backend`), and the commands operators run: `gpupool probe` (load a driver and
 //! exercise every device), `gpupool daemon` (the pool: sessions, quotas, transport;
-//! `daemon`), `gpupool status` and `gpupool run`.
+//! `daemon`), `gpupool status`, `gpupool run` and `gpupool cert`.
 //!
 //! Must not: link a vendor library at build time, or trust anything a client sends.
 
 mod backend;
+mod cert;
 mod daemon;
 mod demo;
 mod probe;
@@ -68,10 +69,25 @@ enum Command {
         /// Quota config (TOML, see quota/README.md); default: one unrestricted tenant.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Endpoint to listen on, `unix:///PATH` (repeatable). Default:
-        /// /run/gpupool/gpupool.sock as root, else $XDG_RUNTIME_DIR/gpupool.sock.
+        /// Endpoint to listen on (repeatable): `unix:///PATH`, `tls://ADDR:PORT` (needs --tls-cert
+        /// and --tls-key) or `tcp://ADDR:PORT` (loopback only, unless --insecure). The unix socket is
+        /// always served: /run/gpupool/gpupool.sock as root, else $XDG_RUNTIME_DIR/gpupool.sock,
+        /// unless a unix:// endpoint is given.
         #[arg(long)]
         listen: Vec<String>,
+        /// The daemon's TLS certificate chain (PEM), for tls:// endpoints.
+        #[arg(long, value_name = "PEM")]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert (PEM).
+        #[arg(long, value_name = "PEM")]
+        tls_key: Option<PathBuf>,
+        /// Allow plain tcp:// on a non-loopback address (logged as a warning).
+        #[arg(long)]
+        insecure: bool,
+        /// Seconds after which a network client that stopped answering is dropped and everything
+        /// it held is freed.
+        #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+        lease: f64,
         /// Serve the simulated devices built from this workspace.
         #[arg(long)]
         sim: bool,
@@ -85,6 +101,21 @@ enum Command {
         /// Serve Prometheus metrics (OpenMetrics text) at http://ADDR/metrics, e.g. 127.0.0.1:9400.
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
+    },
+    /// Make a CA and a daemon certificate signed by it, for tls:// endpoints: DIR/ca.pem (give it
+    /// to clients as GPUPOOL_CA), DIR/cert.pem and DIR/key.pem (--tls-cert, --tls-key), and
+    /// DIR/ca.key (to sign more; keep it safe).
+    Cert {
+        /// Directory to write to (created; existing files are not overwritten).
+        #[arg(long)]
+        out: PathBuf,
+        /// Host names and IP addresses clients dial the daemon by (repeatable; default: this
+        /// host's name, localhost, 127.0.0.1 and ::1).
+        #[arg(long)]
+        name: Vec<String>,
+        /// Validity in days.
+        #[arg(long, default_value_t = 365)]
+        days: u32,
     },
     /// Show the running daemon's devices, tenants, sessions and memory use.
     Status {
@@ -112,6 +143,18 @@ enum Command {
     },
 }
 
+/// `--listen` values: unix socket paths, and network endpoints.
+fn split_endpoints(listen: &[String]) -> anyhow::Result<(Vec<PathBuf>, Vec<daemon::remote::NetEndpoint>)> {
+    let (mut unix, mut net) = (Vec::new(), Vec::new());
+    for l in listen {
+        match daemon::remote::parse(l)? {
+            Some(ep) => net.push(ep),
+            None => unix.push(daemon::listener::parse_endpoint(l)?),
+        }
+    }
+    Ok((unix, net))
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -124,20 +167,38 @@ fn main() -> std::process::ExitCode {
         Command::Top { endpoint, interval_ms } => {
             top::run(endpoint, std::time::Duration::from_millis(interval_ms.max(50)))
         }
-        Command::Daemon { config, listen, sim, driver_dir, no_compute_scheduler, metrics } => {
-            listen.iter().map(|l| daemon::listener::parse_endpoint(l)).collect::<anyhow::Result<Vec<_>>>().and_then(
-                |listen| {
-                    daemon::run(daemon::Options {
-                        config,
-                        listen,
-                        sim,
-                        driver_dir,
-                        compute_scheduler: !no_compute_scheduler,
-                        metrics,
-                    })
+        Command::Daemon {
+            config,
+            listen,
+            tls_cert,
+            tls_key,
+            insecure,
+            lease,
+            sim,
+            driver_dir,
+            no_compute_scheduler,
+            metrics,
+        } => split_endpoints(&listen).and_then(|(listen, remote)| {
+            if !(lease.is_finite() && lease >= 3.0) {
+                anyhow::bail!("--lease {lease}: at least 3 seconds");
+            }
+            daemon::run(daemon::Options {
+                config,
+                listen,
+                remote,
+                net: daemon::remote::NetOptions {
+                    cert: tls_cert,
+                    key: tls_key,
+                    insecure,
+                    lease: std::time::Duration::from_secs_f64(lease),
                 },
-            )
-        }
+                sim,
+                driver_dir,
+                compute_scheduler: !no_compute_scheduler,
+                metrics,
+            })
+        }),
+        Command::Cert { out, name, days } => cert::run(&out, &name, days),
         Command::Status { json, endpoint } => status::run(json, endpoint),
         Command::Run { endpoint, memory, compute, command } => {
             match run::run(run::Options { endpoint, memory, compute, command }) {

@@ -171,6 +171,11 @@ impl Config {
         }
     }
 
+    /// The tenant a token authenticates, if any (the only way a remote client names one).
+    pub fn resolve_token(&self, token: &str) -> Option<TenantId> {
+        self.by_token.get(&token_digest(token)).map(|&i| self.tenants[i].id.clone())
+    }
+
     /// The limits for a session of `tenant` that asked for `request`. The request only narrows: each value
     /// is the smaller of quota and request; a wider request is clamped and listed in `clamped`.
     pub fn effective_limits(&self, tenant: &TenantId, request: &ClientRequest) -> Result<Limits, LimitsError> {

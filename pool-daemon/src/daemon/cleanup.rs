@@ -118,7 +118,7 @@ pub fn end(mut s: Session, reason: &str) {
     shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&s.id);
     let took = t0.elapsed();
     tracing::info!(
-        session = s.id, pid = s.cred.pid, uid = s.cred.uid, tenant = %s.tenant_name, reason,
+        session = s.id, pid = s.cred.pid, uid = s.cred.uid, remote = ?s.remote, tenant = %s.tenant_name, reason,
         allocations = freed.allocations, bytes = freed.bytes, streams = freed.streams, events = freed.events,
         modules = freed.modules, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
         "session end"

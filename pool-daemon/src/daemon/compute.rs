@@ -156,7 +156,7 @@ impl Compute {
         session: u64,
         kind: u64,
         stream: usize,
-        peer: Option<&std::os::unix::net::UnixStream>,
+        peer: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Grant> {
         let dev = &self.devices[device as usize];
         let tenant = tc.tenant.as_str();

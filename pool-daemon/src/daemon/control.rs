@@ -75,7 +75,8 @@ pub fn status_document(shared: &Shared) -> Value {
         "compute_scheduler": shared.compute.enabled,
         "daemon": {
             "pid": std::process::id(),
-            "endpoints": shared.endpoints.iter().map(|p| format!("unix://{}", p.display())).collect::<Vec<_>>(),
+            "endpoints": shared.endpoints.iter().map(|p| format!("unix://{}", p.display()))
+                .chain(shared.remote_endpoints.iter().cloned()).collect::<Vec<_>>(),
             "driver_version": shared.driver_version,
             "config": shared.config_path.as_ref().map(|p| p.display().to_string()),
         },

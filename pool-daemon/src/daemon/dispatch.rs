@@ -12,6 +12,7 @@ use super::cleanup::Handle;
 use super::session::{Alloc, Session};
 use crate::backend::CudaError;
 use crate::call;
+use gpupool_protocol::ops::InlineBytes;
 use gpupool_protocol::transport::Staging;
 use gpupool_protocol::{CtxId, DevicePtr, Reply, Request};
 use gpupool_shim::cuda::{CUcontext, CUdeviceptr};
@@ -214,6 +215,25 @@ impl Session {
             R::HostRegionUnmap { id } => {
                 self.region_unmap(id)?;
                 Reply::Ok {}
+            }
+            R::StagingWrite { offset, data } => {
+                let st = staging.ok_or_else(|| Fail::invalid_value("this transport has no staging area"))?;
+                let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+                st.write(offset, &data.0).map_err(|e| Fail::invalid_value(e.to_string()))?;
+                Reply::Ok {}
+            }
+            R::StagingRead { offset, len } => {
+                let st = staging.ok_or_else(|| Fail::invalid_value("this transport has no staging area"))?;
+                let mut data = vec![0u8; (len as usize).min(st.len())];
+                if data.len() != len as usize {
+                    return Err(Fail::invalid_value(format!(
+                        "staging read of {len} bytes from a {}-byte area",
+                        st.len()
+                    )));
+                }
+                st.read(usize::try_from(offset).unwrap_or(usize::MAX), &mut data)
+                    .map_err(|e| Fail::invalid_value(e.to_string()))?;
+                Reply::Bytes { data: InlineBytes(data) }
             }
             R::MemGetAddressRange { ptr } => {
                 self.owned(ptr, 0)?;

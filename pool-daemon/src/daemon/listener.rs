@@ -45,7 +45,7 @@ pub fn parse_endpoint(text: &str) -> Result<PathBuf> {
         return Ok(PathBuf::from(p));
     }
     if text.contains("://") {
-        bail!("endpoint {text:?}: only unix:///PATH is supported so far");
+        bail!("endpoint {text:?}: expected unix:///PATH, tls://HOST:PORT or tcp://HOST:PORT");
     }
     Ok(PathBuf::from(text))
 }
@@ -85,10 +85,18 @@ pub fn bind(path: &Path) -> Result<Bound> {
 }
 
 /// Accepts until SIGTERM/SIGINT, then closes every session and removes the sockets.
-pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>) -> Result<()> {
+pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>, remote: Vec<super::remote::Bound>) -> Result<()> {
     let paths: Vec<PathBuf> = bound.iter().map(|b| b.path.clone()).collect();
     signals(shared.clone(), paths.clone())?;
     let mut loops = Vec::new();
+    for r in remote {
+        let s = shared.clone();
+        loops.push(
+            std::thread::Builder::new()
+                .name("gpupool-accept-net".into())
+                .spawn(move || super::remote::accept_loop(s, r))?,
+        );
+    }
     for b in bound {
         let s = shared.clone();
         let c = b.control;

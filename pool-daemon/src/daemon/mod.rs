@@ -21,6 +21,7 @@ pub mod exec;
 pub mod listener;
 pub mod metrics;
 pub mod regions;
+pub mod remote;
 pub mod session;
 pub mod streams;
 
@@ -41,6 +42,9 @@ use std::thread::JoinHandle;
 pub struct Options {
     pub config: Option<PathBuf>,
     pub listen: Vec<PathBuf>,
+    /// Network endpoints (`tls://`, `tcp://`), served beside the unix sockets.
+    pub remote: Vec<remote::NetEndpoint>,
+    pub net: remote::NetOptions,
     pub sim: bool,
     pub driver_dir: Option<PathBuf>,
     /// Enforce compute quotas (off only to measure what the scheduler costs).
@@ -102,6 +106,9 @@ pub struct SessionInfo {
     pub gid: u32,
     pub tenant: String,
     pub client: String,
+    /// The client's address, for a session over the network (its pid, uid and gid are then
+    /// what it said, not what a kernel vouched for).
+    pub remote: Option<std::net::SocketAddr>,
     pub started_unix_ms: u128,
 }
 
@@ -114,6 +121,8 @@ pub struct Shared {
     pub driver_version: u32,
     pub config_path: Option<PathBuf>,
     pub endpoints: Vec<PathBuf>,
+    /// The network endpoints served, as `tls://ADDR:PORT` / `tcp://ADDR:PORT`.
+    pub remote_endpoints: Vec<String>,
     pub shutdown: AtomicBool,
     contexts: Mutex<HashMap<(TenantId, u32), Weak<TenantCtx>>>,
     pub sessions: Mutex<BTreeMap<u64, SessionInfo>>,
@@ -259,6 +268,8 @@ pub fn run(opts: Options) -> Result<()> {
     let config = load_config(opts.config.as_ref())?;
     let endpoints = if opts.listen.is_empty() { vec![listener::default_socket_path()?] } else { opts.listen.clone() };
     let devices_len = devices.len();
+    // Bound early: a bad certificate or an insecure address fails before any device work.
+    let remote_listeners = remote::bind(&opts.remote, &opts.net)?;
     let shared = Arc::new(Shared {
         cuda,
         nvml,
@@ -267,6 +278,7 @@ pub fn run(opts: Options) -> Result<()> {
         driver_version,
         config_path: opts.config.clone(),
         endpoints: endpoints.clone(),
+        remote_endpoints: remote_listeners.iter().map(remote::Bound::url).collect(),
         shutdown: AtomicBool::new(false),
         contexts: Mutex::new(HashMap::new()),
         sessions: Mutex::new(BTreeMap::new()),
@@ -286,8 +298,9 @@ pub fn run(opts: Options) -> Result<()> {
         devices = shared.devices.len(),
         driver = format!("{}.{}", driver_version / 1000, driver_version % 1000 / 10),
         endpoints = ?endpoints,
+        remote = ?shared.remote_endpoints,
         config = ?opts.config,
         "gpupool daemon ready"
     );
-    listener::serve(shared, listeners)
+    listener::serve(shared, listeners, remote_listeners)
 }

@@ -1,20 +1,29 @@
-//! One client session: the shared-memory transport, the hello handshake (tenant from
-//! SO_PEERCRED and the quota config), then requests until Bye, the client's death, a
-//! malformed frame or shutdown; then [`super::cleanup`] frees everything it owned.
+//! One client session: its transport (shared memory for a local client, TCP or TLS for a
+//! remote one), the hello handshake (the tenant from SO_PEERCRED and the quota config
+//! locally; from the token alone over the network), then requests until Bye, the client's
+//! death, a malformed frame or shutdown; then [`super::cleanup`] frees everything it owned.
 
 use super::dispatch::Fail;
 use super::listener::PeerCred;
 use super::{Raw, SessionInfo, Shared, TenantCtx};
 use gpupool_protocol::ops::{DeviceInfo, ParamInfo};
+use gpupool_protocol::transport::net::NetTransport;
 use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport};
 use gpupool_protocol::transport::{Transport, TransportError};
 use gpupool_protocol::{CtxId, EventId, FuncId, Message, ModuleId, PROTOCOL_VERSION, Reply, Request, StreamId};
 use gpupool_quota::{ClientRequest, MemoryQuota};
 use gpupool_shim::cuda::{CUcontext, CUevent, CUfunction, CUmodule, CUstream};
 use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// CUDA_ERROR_NOT_PERMITTED: a hello without a valid token over the network.
+const NOT_PERMITTED: u32 = 800;
+/// CUDA_ERROR_NOT_SUPPORTED.
+const NOT_SUPPORTED: u32 = 801;
 
 /// How often an idle session looks at the shutdown flag.
 const IDLE_POLL: Duration = Duration::from_millis(100);
@@ -54,9 +63,11 @@ pub struct Session {
     /// The client context each allocation, stream, event and module was created through.
     pub owner: HashMap<super::cleanup::Handle, CtxId>,
     pub tenant_name: String,
-    /// The client's end of the session socket, to notice its death while the session waits for
-    /// compute credit (the request loop notices it through the transport).
-    pub peer: Option<UnixStream>,
+    /// The client's address, for a session over the network.
+    pub remote: Option<SocketAddr>,
+    /// The session's socket (a duplicate), to notice the client's death while the session waits
+    /// for compute credit (the request loop notices it through the transport).
+    pub peer: Option<OwnedFd>,
     /// The compute percent this client may use (its tenant's, or less if it narrowed it).
     pub compute_limit: u8,
     next_handle: u64,
@@ -74,35 +85,69 @@ impl Session {
     }
 }
 
-fn reply(t: &mut ShmTransport, id: u64, op: Reply) -> Result<(), TransportError> {
+fn reply(t: &mut dyn Transport, id: u64, op: Reply) -> Result<(), TransportError> {
     let frame = Message::Reply { id, op }.encode().map_err(|e| TransportError::Corrupt(e.to_string()))?;
     t.send(&frame)
 }
 
-/// The session thread's body.
+/// Who is at the other end of a session's transport.
+enum Origin {
+    /// A process on this host, as the kernel reports it.
+    Local(PeerCred),
+    /// A peer on the network: it authenticates with its token.
+    Remote(SocketAddr),
+}
+
+/// A transport and what only its kind of socket can do.
+struct Link {
+    t: Box<dyn Transport>,
+    /// A duplicate of the socket, for hang-up checks while the session waits for the device.
+    peer: Option<OwnedFd>,
+    /// The unix socket that carries host-region fds (local sessions only).
+    fds: Option<UnixStream>,
+}
+
+/// A local client's session thread: shared memory set up over its unix socket.
 pub fn run(shared: Arc<Shared>, stream: UnixStream, cred: PeerCred) {
     let t0 = Instant::now();
-    let mut transport = match ShmTransport::serve(stream, &ShmConfig::default()) {
+    let transport = match ShmTransport::serve(stream, &ShmConfig::default()) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(pid = cred.pid, uid = cred.uid, "transport set-up failed: {e}");
             return;
         }
     };
-    let mut session = match hello(&shared, &mut transport, cred, t0) {
+    let fds = transport.socket().try_clone().ok();
+    let peer = fds.as_ref().and_then(|s| s.try_clone().ok()).map(OwnedFd::from);
+    run_link(shared, Link { t: Box::new(transport), peer, fds }, Origin::Local(cred), t0);
+}
+
+/// A remote client's session thread, after its TLS (or plain TCP) handshake.
+pub fn run_remote(shared: Arc<Shared>, transport: NetTransport, t0: Instant) {
+    let addr = transport.peer();
+    let peer = transport.socket().try_clone().ok().map(OwnedFd::from);
+    run_link(shared, Link { t: Box::new(transport), peer, fds: None }, Origin::Remote(addr), t0);
+}
+
+fn run_link(shared: Arc<Shared>, mut link: Link, origin: Origin, t0: Instant) {
+    let mut session = match hello(&shared, &mut link, &origin, t0) {
         Ok(s) => s,
         Err(why) => {
-            tracing::warn!(pid = cred.pid, uid = cred.uid, "hello refused: {why}");
-            transport.close();
+            match origin {
+                Origin::Local(cred) => tracing::warn!(pid = cred.pid, uid = cred.uid, "hello refused: {why}"),
+                Origin::Remote(addr) => tracing::warn!(remote = %addr, "hello refused: {why}"),
+            }
+            link.t.close();
             return;
         }
     };
-    let reason = serve(&mut session, &mut transport);
-    transport.close();
+    let reason = serve(&mut session, &mut link);
+    link.t.close();
     super::cleanup::end(session, &reason);
 }
 
-fn hello(shared: &Arc<Shared>, t: &mut ShmTransport, cred: PeerCred, t0: Instant) -> Result<Session, String> {
+fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) -> Result<Session, String> {
+    let t = &mut *link.t;
     // The hello must come within 5 s (checking for shutdown meanwhile).
     let mut frame = Vec::new();
     loop {
@@ -115,13 +160,13 @@ fn hello(shared: &Arc<Shared>, t: &mut ShmTransport, cred: PeerCred, t0: Instant
     let (msg, _) = Message::decode(&frame).map_err(|e| format!("malformed hello frame: {e}"))?;
     let Message::Request {
         id,
-        op: Request::Hello { protocol_version, memory_limit, compute_percent, client_name, token, .. },
+        op: Request::Hello { pid, uid, gid, protocol_version, memory_limit, compute_percent, client_name, token },
         ..
     } = msg
     else {
         return Err(format!("first frame is not a hello: {msg:?}").chars().take(200).collect());
     };
-    let refuse = |t: &mut ShmTransport, code: u32, message: String| {
+    let refuse = |t: &mut dyn Transport, code: u32, message: String| {
         let _ = reply(t, id, Reply::Error { code, message: message.clone() });
         message
     };
@@ -129,7 +174,17 @@ fn hello(shared: &Arc<Shared>, t: &mut ShmTransport, cred: PeerCred, t0: Instant
         return Err(refuse(t, 1, format!("protocol version {protocol_version}, the daemon speaks {PROTOCOL_VERSION}")));
     }
     let config = shared.ledger.config();
-    let tenant = config.resolve(cred.uid, cred.gid, token.as_deref());
+    let (cred, remote, tenant) = match origin {
+        Origin::Local(cred) => (*cred, None, config.resolve(cred.uid, cred.gid, token.as_deref())),
+        // Over the network only a token names a tenant: a uid means nothing across hosts.
+        Origin::Remote(addr) => match token.as_deref().and_then(|tk| config.resolve_token(tk)) {
+            Some(tenant) => (PeerCred { pid, uid, gid }, Some(*addr), tenant),
+            None => {
+                let why = if token.is_none() { "no token was presented" } else { "the token matches no tenant" };
+                return Err(refuse(t, NOT_PERMITTED, format!("authentication failed: {why} (set GPUPOOL_TOKEN)")));
+            }
+        },
+    };
     let request = ClientRequest {
         memory: memory_limit.map_or_else(MemoryQuota::default, MemoryQuota::all),
         compute: compute_percent,
@@ -154,8 +209,9 @@ fn hello(shared: &Arc<Shared>, t: &mut ShmTransport, cred: PeerCred, t0: Instant
         regions: HashMap::new(),
         owner: HashMap::new(),
         tenant_name: tenant.as_str().to_string(),
+        remote,
         compute_limit: limits.compute,
-        peer: t.socket().try_clone().ok(),
+        peer: link.peer.as_ref().and_then(|p| p.try_clone().ok()),
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };
@@ -176,13 +232,14 @@ fn hello(shared: &Arc<Shared>, t: &mut ShmTransport, cred: PeerCred, t0: Instant
             gid: cred.gid,
             tenant: tenant.as_str().to_string(),
             client: client_name.clone(),
+            remote,
             started_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis()),
         },
     );
     tracing::info!(
-        session = id_s, pid = cred.pid, uid = cred.uid, gid = cred.gid, tenant = %tenant.as_str(),
+        session = id_s, pid = cred.pid, uid = cred.uid, gid = cred.gid, remote = ?remote, tenant = %tenant.as_str(),
         client = %client_name, memory = ?limits.memory, compute = limits.compute,
         clamped = limits.clamped.len(), hello_us = t0.elapsed().as_micros() as u64,
         "session start"
@@ -207,7 +264,8 @@ impl Session {
 }
 
 /// Serves requests until the session ends; returns why it ended.
-fn serve(s: &mut Session, t: &mut ShmTransport) -> String {
+fn serve(s: &mut Session, link: &mut Link) -> String {
+    let t = &mut *link.t;
     let mut buf = Vec::new();
     let mut out = Vec::new();
     loop {
@@ -238,7 +296,10 @@ fn serve(s: &mut Session, t: &mut ShmTransport) -> String {
         let started = Instant::now();
         let result = match op {
             // The region's fd waits on the socket, which only the session loop holds.
-            Request::HostRegionMap { bytes } => s.region_map(t.socket(), bytes),
+            Request::HostRegionMap { bytes } => match &link.fds {
+                Some(sock) => s.region_map(sock, bytes),
+                None => Err(Fail::new(NOT_SUPPORTED, "host regions need a local (shared-memory) session")),
+            },
             op => s.handle(op, t.staging()),
         };
         s.shared.calls.record(kind, started.elapsed(), result.as_ref().err().map(|f| f.code));

@@ -83,6 +83,11 @@ op_table! {
     0x0305 HostRegionMap { bytes: u64 } => HostRegion;
     /// Forgets a region (after the work that used it is done).
     0x0306 HostRegionUnmap { id: u64 } => Ok;
+    /// Writes the staging area where it is not shared memory (a network session's area
+    /// lives in the daemon alone): ordered before every later request that names it.
+    0x0307 StagingWrite { offset: u64, data: InlineBytes } => Ok, async;
+    /// Reads the staging area where it is not shared memory.
+    0x0308 StagingRead { offset: u64, len: u32 } => Bytes;
 
     // ---- copies and memset ----
     0x0401 MemcpyHtoD { dst: DevicePtr, src: HostSrc } => Ok;

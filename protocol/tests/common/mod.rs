@@ -79,6 +79,8 @@ pub fn all_request_examples() -> Vec<Request> {
         MemGetAddressRange { ptr: DevicePtr(PTR.0 + 8) },
         HostRegionMap { bytes: 1 << 20 },
         HostRegionUnmap { id: 7 },
+        StagingWrite { offset: 4096, data: InlineBytes(vec![1, 2, 3]) },
+        StagingRead { offset: 4096, len: 3 },
         MemcpyHtoD { dst: PTR, src: HostSrc::Inline(vec![1, 2, 3, 4].into()) },
         MemcpyDtoHRegion { src: PTR, dst: region() },
         MemcpyDtoHRegionAsync { src: PTR, dst: region(), stream: STREAM },
