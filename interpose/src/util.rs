@@ -18,6 +18,11 @@ pub fn entry(body: impl FnOnce() -> R<()>) -> CUresult {
     }
 }
 
+/// One line on stderr, always: for what the user must see (a session refused, a link lost).
+pub fn warn(msg: &str) {
+    eprintln!("libgpupool: {msg}");
+}
+
 /// One line on stderr when `GPUPOOL_LOG` is set.
 pub fn log(msg: &str) {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

@@ -21,11 +21,11 @@ fn create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> R<()> {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let h = client::call(|c| {
-        c.device(dev)?;
-        let Reply::Context { ctx } = c.live()?.call(Request::CtxCreate { device: dev as u32, flags })? else {
+        let (ep, local) = c.route(dev)?;
+        let Reply::Context { ctx } = c.conn_at(ep)?.call(Request::CtxCreate { device: local, flags })? else {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
-        let h = make(Kind::Ctx, ctx.0)?;
+        let h = make(Kind::Ctx, ep, ctx.0)?;
         c.reg.ctxs.insert(h, CtxInfo { id: ctx, device: dev as u32, flags, primary: false });
         Ok(h)
     })?;
@@ -87,7 +87,7 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
                 return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
             }
             let id = info.id;
-            c.live()?.call_ok(Request::CtxDestroy { ctx: id })?;
+            c.conn_of(h)?.call_ok(Request::CtxDestroy { ctx: id })?;
             c.reg.forget_ctx(h);
             Ok(())
         })?;
@@ -277,12 +277,12 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let h = client::call(|c| {
-            c.device(dev)?;
+            let (ep, local) = c.route(dev)?;
             let d = dev as u32;
-            let Reply::Context { ctx } = c.live()?.call(Request::PrimaryCtxRetain { device: d })? else {
+            let Reply::Context { ctx } = c.conn_at(ep)?.call(Request::PrimaryCtxRetain { device: local })? else {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
-            let h = make(Kind::Ctx, ctx.0)?;
+            let h = make(Kind::Ctx, ep, ctx.0)?;
             let flags = c.reg.primary.get(&d).map(|p| p.2).unwrap_or(0);
             let entry = c.reg.primary.entry(d).or_insert((h, 0, flags));
             entry.0 = h;
@@ -298,13 +298,13 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
     entry(|| {
         client::call(|c| {
-            c.device(dev)?;
+            let (ep, local) = c.route(dev)?;
             let d = dev as u32;
             match c.reg.primary.get(&d) {
                 Some(&(_, n, _)) if n > 0 => {}
                 _ => return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT),
             }
-            c.live()?.call_ok(Request::PrimaryCtxRelease { device: d })?;
+            c.conn_at(ep)?.call_ok(Request::PrimaryCtxRelease { device: local })?;
             let p = c.reg.primary.get_mut(&d).expect("checked above");
             p.1 -= 1;
             if p.1 == 0 {
@@ -320,9 +320,9 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
     entry(|| {
         client::call(|c| {
-            c.device(dev)?;
+            let (ep, local) = c.route(dev)?;
             let d = dev as u32;
-            c.live()?.call_ok(Request::PrimaryCtxReset { device: d })?;
+            c.conn_at(ep)?.call_ok(Request::PrimaryCtxReset { device: local })?;
             if let Some(p) = c.reg.primary.get_mut(&d) {
                 let h = p.0;
                 p.1 = 0;

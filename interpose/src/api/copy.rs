@@ -10,6 +10,7 @@
 
 use super::DefaultStream;
 use super::stream::resolve;
+use crate::client::conn::Conn;
 use crate::client::{self, Client};
 use crate::util::{R, host_bytes, host_bytes_mut};
 use gpupool_protocol::ops::{Copy2D, Copy2DEnd, HostSrc, MemSpace, RegionSlice, Reply, StagingRegion};
@@ -43,26 +44,57 @@ pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R
         };
     }
     let conn = c.live()?;
+    let Some(stream) = stream else {
+        return write_device(conn, dst, src);
+    };
     let chunk = conn.staging_len();
     for (i, part) in src.chunks(chunk).enumerate() {
         let d = DevicePtr(dst + (i * chunk) as u64);
         let hs = conn.host_src(part)?;
         let staged = matches!(hs, HostSrc::Staging(_));
-        match stream {
-            None => conn.call_ok(Request::MemcpyHtoD { dst: d, src: hs })?,
-            Some(stream) => {
-                conn.post(Request::MemcpyHtoDAsync { dst: d, src: hs, stream })?;
-                if staged {
-                    // The daemon is done with staging once it handles the next frame.
-                    conn.call(Request::DeviceGetCount {})?;
-                }
-            }
+        conn.post(Request::MemcpyHtoDAsync { dst: d, src: hs, stream })?;
+        if staged {
+            // The daemon is done with staging once it handles the next frame.
+            conn.call(Request::DeviceGetCount {})?;
         }
     }
-    if stream.is_none() {
-        conn.take_pending()?;
-    }
     Ok(())
+}
+
+/// Host to device, synchronous, from memory the daemon cannot see: inline or through
+/// staging locally, streamed in chunks over the network.
+fn write_device(conn: &mut Conn, dst: u64, src: &[u8]) -> R<()> {
+    if conn.is_network() {
+        return conn.write_device_streamed(dst, src);
+    }
+    let chunk = conn.staging_len();
+    for (i, part) in src.chunks(chunk).enumerate() {
+        let hs = conn.host_src(part)?;
+        conn.call_ok(Request::MemcpyHtoD { dst: DevicePtr(dst + (i * chunk) as u64), src: hs })?;
+    }
+    conn.take_pending()
+}
+
+/// Device to host, synchronous, into memory the daemon cannot see: inline or through
+/// staging locally, pipelined in chunks over the network.
+fn read_device(conn: &mut Conn, dst: &mut [u8], src: u64) -> R<()> {
+    if conn.is_network() {
+        return conn.read_device_pipelined(dst, src);
+    }
+    let chunk = conn.staging_len();
+    for (i, part) in dst.chunks_mut(chunk).enumerate() {
+        let s = DevicePtr(src + (i * chunk) as u64);
+        if part.len() <= client::conn::INLINE_MAX {
+            match conn.call(Request::MemcpyDtoHInline { src: s, len: part.len() as u32 })? {
+                Reply::Bytes { data } if data.0.len() == part.len() => part.copy_from_slice(&data.0),
+                _ => return Err(CUresult::CUDA_ERROR_UNKNOWN),
+            }
+        } else {
+            conn.call_ok(Request::MemcpyDtoH { src: s, dst: StagingRegion { offset: 0, len: part.len() as u64 } })?;
+            conn.stage_read(0, part)?;
+        }
+    }
+    conn.take_pending()
 }
 
 /// The page-locked region holding all of `[p, p + n)`, as a slice the daemon can name.
@@ -90,21 +122,7 @@ pub fn dtoh(c: &mut Client, dst: &mut [u8], src: u64) -> R<()> {
         conn.call_ok(Request::MemcpyDtoHRegion { src: DevicePtr(src), dst: r })?;
         return conn.take_pending();
     }
-    let conn = c.live()?;
-    let chunk = conn.staging_len();
-    for (i, part) in dst.chunks_mut(chunk).enumerate() {
-        let s = DevicePtr(src + (i * chunk) as u64);
-        if part.len() <= client::conn::INLINE_MAX {
-            match conn.call(Request::MemcpyDtoHInline { src: s, len: part.len() as u32 })? {
-                Reply::Bytes { data } if data.0.len() == part.len() => part.copy_from_slice(&data.0),
-                _ => return Err(CUresult::CUDA_ERROR_UNKNOWN),
-            }
-        } else {
-            conn.call_ok(Request::MemcpyDtoH { src: s, dst: StagingRegion { offset: 0, len: part.len() as u64 } })?;
-            conn.staging().read(0, part).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
-        }
-    }
-    conn.take_pending()
+    read_device(c.live()?, dst, src)
 }
 
 fn dtod(c: &mut Client, dst: u64, src: u64, n: usize, stream: Option<StreamId>) -> R<()> {
@@ -213,7 +231,7 @@ fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: D
 /// The device range lies in one allocation of this client made in context `ctx`.
 fn check_dev_in(c: &Client, p: u64, n: usize, ctx: CUcontext) -> R<()> {
     c.reg.ctx(ctx as u64)?;
-    match c.reg.alloc_of(p) {
+    match c.reg.alloc_in(client::endpoint_of(ctx as u64), p) {
         Some((base, size, owner)) if p + n as u64 <= base + size && owner == ctx as u64 => Ok(()),
         _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
     }
@@ -232,12 +250,44 @@ fn peer(
 ) -> R<()> {
     check_dev_in(c, dst, n, dc)?;
     check_dev_in(c, src, n, sc)?;
+    let (dst_ep, src_ep) = (client::endpoint_of(dc as u64), client::endpoint_of(sc as u64));
+    if dst_ep != src_ep {
+        return staged_peer(c, (dst, dst_ep), (src, src_ep), n, stream);
+    }
     let (dst, src, len) = (DevicePtr(dst), DevicePtr(src), n as u64);
-    let conn = c.live()?;
+    let conn = c.conn_at(dst_ep)?;
     match stream {
         None => conn.call_ok(Request::MemcpyDtoD { dst, src, len }),
         Some(stream) => conn.post(Request::MemcpyDtoDAsync { dst, src, len, stream }),
     }
+}
+
+/// A copy between devices of two daemons: through this process, a staging area's worth at
+/// a time. It completes before returning, also when asked on a stream (the stream's
+/// earlier work is waited for first), as CUDA's copies through pageable memory do.
+fn staged_peer(
+    c: &mut Client,
+    (dst, dst_ep): (u64, usize),
+    (src, src_ep): (u64, usize),
+    n: usize,
+    stream: Option<StreamId>,
+) -> R<()> {
+    if let Some(stream) = stream {
+        // The stream belongs to the current context's daemon.
+        let conn = c.conn()?;
+        conn.call_ok(Request::StreamSynchronize { stream })?;
+        conn.take_pending()?;
+    }
+    let chunk = c.conn_at(src_ep)?.staging_len().min(c.conn_at(dst_ep)?.staging_len()).max(1);
+    let mut buf = vec![0u8; chunk.min(n)];
+    let mut done = 0;
+    while done < n {
+        let part = chunk.min(n - done);
+        read_device(c.conn_at(src_ep)?, &mut buf[..part], src + done as u64)?;
+        write_device(c.conn_at(dst_ep)?, dst + done as u64, &buf[..part])?;
+        done += part;
+    }
+    Ok(())
 }
 
 fn memcpy_peer(
@@ -342,7 +392,7 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
                 if d_dev {
                     for r in 0..n {
                         let s = host_bytes((s_org as usize + (row + r) * p.srcPitch) as *const c_void, w)?;
-                        conn.staging().write(r * w, s).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                        conn.stage_write(r * w, s)?;
                     }
                     let dst = dev_end(d_org + (row * p.dstPitch) as u64, p.dstPitch);
                     conn.call_ok(Request::Memcpy2D {
@@ -355,7 +405,7 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
                     })?;
                     for r in 0..n {
                         let d = host_bytes_mut((d_org as usize + (row + r) * p.dstPitch) as *mut c_void, w)?;
-                        conn.staging().read(r * w, d).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                        conn.stage_read(r * w, d)?;
                     }
                 }
                 row += n;

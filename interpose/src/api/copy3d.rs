@@ -210,7 +210,7 @@ fn staged(c: &mut Client, s: Shape, src: End, dst: End, stream: Option<StreamId>
             for zi in 0..nz {
                 for yi in 0..ny {
                     let row = host_bytes(host.at(z0 + zi, y0 + yi) as *const c_void, w)?;
-                    conn.staging().write(slot(zi, yi), row).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                    conn.stage_write(slot(zi, yi), row)?;
                 }
             }
             let copy = copy(true);
@@ -227,7 +227,7 @@ fn staged(c: &mut Client, s: Shape, src: End, dst: End, stream: Option<StreamId>
             for zi in 0..nz {
                 for yi in 0..ny {
                     let row = host_bytes_mut(host.at(z0 + zi, y0 + yi) as *mut c_void, w)?;
-                    conn.staging().read(slot(zi, yi), row).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+                    conn.stage_read(slot(zi, yi), row)?;
                 }
             }
         }

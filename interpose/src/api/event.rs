@@ -30,7 +30,7 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUres
             let Reply::Event { event } = c.live()?.call(Request::EventCreate { ctx, flags })? else {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
-            let h = make(Kind::Event, event.0)?;
+            let h = make(Kind::Event, client::current_endpoint(), event.0)?;
             c.reg.events.insert(h, EventInfo { id: event });
             Ok(h)
         })?;
@@ -42,6 +42,10 @@ fn record(event: CUevent, stream: CUstream, d: DefaultStream) -> R<()> {
     client::call(|c| {
         let ev = event_id(c, event)?;
         let stream = resolve(c, stream, d)?;
+        if client::endpoint_of(event as u64) != client::current_endpoint() {
+            // An event of another daemon's context cannot be recorded here.
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
         c.live()?.post(Request::EventRecord { event: ev, stream })
     })
 }
@@ -63,7 +67,7 @@ pub unsafe extern "C" fn cuEventQuery(h: CUevent) -> CUresult {
     entry(|| {
         client::call(|c| {
             let event = event_id(c, h)?;
-            let conn = c.live()?;
+            let conn = c.conn_of(h as u64)?;
             let Reply::Ready { ready } = conn.call(Request::EventQuery { event })? else {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
@@ -78,7 +82,7 @@ pub unsafe extern "C" fn cuEventSynchronize(h: CUevent) -> CUresult {
     entry(|| {
         client::call(|c| {
             let event = event_id(c, h)?;
-            let conn = c.live()?;
+            let conn = c.conn_of(h as u64)?;
             conn.call_ok(Request::EventSynchronize { event })?;
             conn.take_pending()
         })
@@ -90,8 +94,12 @@ fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> R<()> {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let nanos = client::call(|c| {
+        let ep = client::endpoint_of(start as u64);
+        if ep != client::endpoint_of(end as u64) {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
         let (start, end) = (event_id(c, start)?, event_id(c, end)?);
-        match c.live()?.call(Request::EventElapsedTime { start, end })? {
+        match c.conn_at(ep)?.call(Request::EventElapsedTime { start, end })? {
             Reply::Elapsed { nanos } => Ok(nanos),
             _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
         }
@@ -114,7 +122,7 @@ pub unsafe extern "C" fn cuEventDestroy_v2(h: CUevent) -> CUresult {
     entry(|| {
         client::call(|c| {
             let event = event_id(c, h)?;
-            c.live()?.call_ok(Request::EventDestroy { event })?;
+            c.conn_of(h as u64)?.call_ok(Request::EventDestroy { event })?;
             c.reg.events.remove(&(h as u64));
             Ok(())
         })

@@ -17,7 +17,7 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         client::with(|c| {
-            let n = c.conn()?.devices.len();
+            let n = c.device_list()?.len();
             if n == 0 {
                 return Err(CUresult::CUDA_ERROR_NO_DEVICE);
             }
@@ -29,7 +29,11 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
 
 /// The daemon's driver version (connecting if needed), else the ABI we implement.
 pub fn driver_version() -> i32 {
-    client::with(|c| Ok(c.conn()?.driver_version as i32)).unwrap_or(DEFAULT_DRIVER_VERSION)
+    client::with(|c| {
+        c.device_list()?;
+        Ok(c.driver_version as i32)
+    })
+    .unwrap_or(DEFAULT_DRIVER_VERSION)
 }
 
 /// Works before `cuInit`, as the real driver's does.

@@ -32,7 +32,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 }
 
 fn record(c: &mut Client, ctx: u64, ptr: DevicePtr, size: u64) {
-    c.reg.allocs.insert(ptr.0, (size, ctx));
+    c.reg.allocs.insert((client::endpoint_of(ctx), ptr.0), (size, ctx));
 }
 
 #[unsafe(no_mangle)]
@@ -90,11 +90,12 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         client::call(|c| {
             let (cur, ..) = c.current()?;
             // Only the base of an allocation this client made in the current context.
-            if c.reg.allocs.get(&dptr).is_none_or(|&(_, ctx)| ctx != cur) {
+            let key = (client::endpoint_of(cur), dptr);
+            if c.reg.allocs.get(&key).is_none_or(|&(_, ctx)| ctx != cur) {
                 return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
             }
             c.live()?.call_ok(Request::MemFree { ptr: DevicePtr(dptr) })?;
-            c.reg.allocs.remove(&dptr);
+            c.reg.allocs.remove(&key);
             Ok(())
         })
     })
@@ -132,7 +133,9 @@ fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
     client::call(|c| {
         c.current()?;
         let (fd, map) = create_host_region(bytesize).map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
-        let id = c.live()?.map_region(&fd, map.len() as u64)?;
+        // Over the network the daemon cannot map it; copies send its bytes instead.
+        let conn = c.live()?;
+        let id = if conn.shares_memory() { Some(conn.map_region(&fd, map.len() as u64)?) } else { None };
         let p = map.as_ptr();
         c.reg.host.insert(p as usize, (bytesize.max(1), flags));
         c.reg.regions.insert(p as usize, (id, map));
@@ -157,7 +160,10 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
             let (id, map) = c.reg.regions.remove(&(p as usize)).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
             c.reg.host.remove(&(p as usize));
             // The daemon waits for queued copies that use it, then lets go of it.
-            let r = c.live().and_then(|conn| conn.call_ok(Request::HostRegionUnmap { id }));
+            let r = match id {
+                Some(id) => c.live().and_then(|conn| conn.call_ok(Request::HostRegionUnmap { id })),
+                None => Ok(()),
+            };
             drop(map);
             r
         })

@@ -111,7 +111,7 @@ fn fit_to_device(image: &[u8], sm: u32) -> Option<Vec<u8>> {
 }
 
 fn add_function(c: &mut Client, module: u64, f: FunctionInfo) -> R<u64> {
-    let h = make(Kind::Func, f.func.0)?;
+    let h = make(Kind::Func, client::endpoint_of(module), f.func.0)?;
     let name = CString::new(f.name).unwrap_or_default();
     c.reg.funcs.insert(h, FuncInfo { id: f.func, module, name, params: f.params });
     Ok(h)
@@ -150,7 +150,7 @@ fn load(pmod: *mut CUmodule, image: *const c_void) -> R<()> {
         let Reply::Module { module, functions } = conn.call(Request::ModuleLoad { ctx, image: src })? else {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
-        let h = make(Kind::Module, module.0)?;
+        let h = make(Kind::Module, client::endpoint_of(ctx_h), module.0)?;
         c.reg.modules.insert(h, ModuleInfo { id: module, ctx: ctx_h });
         for f in functions {
             add_function(c, h, f)?;
@@ -197,7 +197,7 @@ pub unsafe extern "C" fn cuModuleUnload(hmod: CUmodule) -> CUresult {
     entry(|| {
         client::call(|c| {
             let module = module_id(c, hmod)?;
-            c.live()?.call_ok(Request::ModuleUnload { module })?;
+            c.conn_of(hmod as u64)?.call_ok(Request::ModuleUnload { module })?;
             let h = hmod as u64;
             c.reg.modules.remove(&h);
             c.reg.funcs.retain(|_, f| f.module != h);
@@ -222,7 +222,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(hfunc: *mut CUfunction, hmod: CUmod
                 return Ok(h);
             }
             let req = Request::ModuleGetFunction { module, name: name.to_string() };
-            let Reply::Function { func, params } = c.live()?.call(req)? else {
+            let Reply::Function { func, params } = c.conn_of(m)?.call(req)? else {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
             add_function(c, m, FunctionInfo { func, name: name.to_string(), params })
@@ -243,13 +243,14 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
         let (p, size) = client::call(|c| {
             let module = module_id(c, hmod)?;
             let ctx = c.reg.modules[&(hmod as u64)].ctx;
+            let ep = client::endpoint_of(hmod as u64);
             let Reply::Global { ptr, size } =
-                c.live()?.call(Request::ModuleGetGlobal { module, name: name.to_string() })?
+                c.conn_at(ep)?.call(Request::ModuleGetGlobal { module, name: name.to_string() })?
             else {
                 return Err(CUresult::CUDA_ERROR_UNKNOWN);
             };
             // Globals are device memory this client may copy to and from.
-            c.reg.allocs.entry(ptr.0).or_insert((size, ctx));
+            c.reg.allocs.entry((ep, ptr.0)).or_insert((size, ctx));
             Ok((ptr.0, size))
         })?;
         if !dptr.is_null() {

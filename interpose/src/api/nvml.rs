@@ -44,8 +44,15 @@ fn with<T>(f: impl FnOnce(&mut Client) -> Result<T, CUresult>) -> NResult<T> {
     client::call(f).map_err(map)
 }
 
+/// A management request about device `ordinal` (of the one list), to the daemon that
+/// serves it, in that daemon's numbering.
+fn mgmt_call(c: &mut Client, ordinal: u32, op: impl FnOnce(u32) -> Request) -> Result<Reply, CUresult> {
+    let (ep, local) = c.routes.get(ordinal as usize).copied().ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)?;
+    c.conn_at(ep)?.call(op(local))
+}
+
 fn devices() -> NResult<Vec<DeviceInfo>> {
-    with(|c| Ok(c.conn()?.devices.clone()))
+    with(|c| Ok(c.device_list()?.to_vec()))
 }
 
 fn nout<T>(ptr: *mut T, v: T) -> NResult<()> {
@@ -88,7 +95,7 @@ fn device(h: nvmlDevice_t) -> NResult<DeviceInfo> {
 }
 
 fn init(flags: c_uint) -> NResult<()> {
-    let n = client::call(|c| Ok(c.conn()?.devices.len())).map_err(map)?;
+    let n = client::call(|c| Ok(c.device_list()?.len())).map_err(map)?;
     if n == 0 && flags & gpupool_shim::nvml::NVML_INIT_FLAG_NO_GPUS == 0 {
         return Err(R::NVML_ERROR_NOT_FOUND);
     }
@@ -124,7 +131,10 @@ pub unsafe extern "C" fn nvmlErrorString(result: R) -> *const c_char {
 }
 
 fn cuda_version() -> NResult<i32> {
-    with(|c| Ok(c.conn()?.driver_version as i32))
+    with(|c| {
+        c.device_list()?;
+        Ok(c.driver_version as i32)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -204,7 +214,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(dev: nvmlDevice_t, uuid: *mut c_char,
 /// (total, free) as the tenant sees them.
 fn mem_info(dev: nvmlDevice_t) -> NResult<(u64, u64)> {
     let d = device(dev)?;
-    with(|c| match c.conn()?.call(Request::MgmtMemoryInfo { device: d.ordinal })? {
+    with(|c| match mgmt_call(c, d.ordinal, |device| Request::MgmtMemoryInfo { device })? {
         Reply::MemInfo { free, total } => Ok((total, free.min(total))),
         _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
     })
@@ -245,7 +255,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(dev: nvmlDevice_t, util: 
             return Err(R::NVML_ERROR_INVALID_ARGUMENT);
         }
         let d = device(dev)?;
-        let (gpu, memory) = with(|c| match c.conn()?.call(Request::MgmtUtilization { device: d.ordinal })? {
+        let (gpu, memory) = with(|c| match mgmt_call(c, d.ordinal, |device| Request::MgmtUtilization { device })? {
             Reply::Utilization { gpu_percent, memory_percent } => Ok((gpu_percent, memory_percent)),
             _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
         })?;

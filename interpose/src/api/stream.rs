@@ -21,11 +21,23 @@ const STREAM_FLAGS_MASK: u32 = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
 /// stream is a blocking stream created for it (per context) on first use, which orders
 /// against the legacy stream exactly as CUDA's per-thread stream does.
 pub fn resolve(c: &mut Client, h: CUstream, d: DefaultStream) -> R<StreamId> {
+    let (stream, ep) = resolve_any(c, h, d)?;
+    if ep != client::current_endpoint() {
+        // Work goes to the current context's daemon; another daemon's stream is not one
+        // of its streams.
+        return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+    }
+    Ok(stream)
+}
+
+/// A stream handle and the endpoint whose daemon owns it (for calls that name the stream
+/// alone: synchronize, query, destroy).
+pub fn resolve_any(c: &mut Client, h: CUstream, d: DefaultStream) -> R<(StreamId, usize)> {
     match h as u64 {
-        0 | 2 if h as u64 == 2 || d == DefaultStream::PerThread => per_thread(c),
+        0 | 2 if h as u64 == 2 || d == DefaultStream::PerThread => Ok((per_thread(c)?, client::current_endpoint())),
         0..=2 => {
             c.current()?;
-            Ok(StreamId::NULL)
+            Ok((StreamId::NULL, client::current_endpoint()))
         }
         h => {
             if !c.initialized {
@@ -33,7 +45,7 @@ pub fn resolve(c: &mut Client, h: CUstream, d: DefaultStream) -> R<StreamId> {
             }
             let s = c.reg.streams.get(&h).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
             c.reg.ctx(s.ctx).map_err(|_| CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
-            Ok(s.id)
+            Ok((s.id, client::endpoint_of(h)))
         }
     }
 }
@@ -60,7 +72,7 @@ fn info(c: &mut Client, h: CUstream) -> R<(u32, i32, u64)> {
             Ok((0, 0, ctx))
         }
         h => {
-            resolve(c, h as CUstream, DefaultStream::Legacy)?;
+            resolve_any(c, h as CUstream, DefaultStream::Legacy)?;
             let s = &c.reg.streams[&h];
             Ok((s.flags, s.priority, s.ctx))
         }
@@ -77,7 +89,7 @@ fn create(ph: *mut CUstream, flags: u32, priority: c_int) -> R<()> {
         let Reply::Stream { stream } = c.live()?.call(Request::StreamCreate { ctx, flags, priority })? else {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
-        let h = make(Kind::Stream, stream.0)?;
+        let h = make(Kind::Stream, client::current_endpoint(), stream.0)?;
         c.reg.streams.insert(h, StreamInfo { id: stream, ctx: ctx_h, flags, priority });
         Ok(h)
     })?;
@@ -101,8 +113,8 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(h: CUstream) -> CUresult {
             if (h as u64) <= 2 {
                 return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
             }
-            let stream = resolve(c, h, DefaultStream::Legacy)?;
-            c.live()?.call_ok(Request::StreamDestroy { stream })?;
+            let (stream, ep) = resolve_any(c, h, DefaultStream::Legacy)?;
+            c.conn_at(ep)?.call_ok(Request::StreamDestroy { stream })?;
             c.reg.streams.remove(&(h as u64));
             Ok(())
         })
@@ -133,8 +145,8 @@ fn get_ctx_v2(h: CUstream, pctx: *mut CUcontext, green: *mut CUgreenCtx, d: Defa
 
 fn query(h: CUstream, d: DefaultStream) -> R<()> {
     client::call(|c| {
-        let stream = resolve(c, h, d)?;
-        let conn = c.live()?;
+        let (stream, ep) = resolve_any(c, h, d)?;
+        let conn = c.conn_at(ep)?;
         let Reply::Ready { ready } = conn.call(Request::StreamQuery { stream })? else {
             return Err(CUresult::CUDA_ERROR_UNKNOWN);
         };
@@ -145,8 +157,8 @@ fn query(h: CUstream, d: DefaultStream) -> R<()> {
 
 pub fn synchronize(h: CUstream, d: DefaultStream) -> R<()> {
     client::call(|c| {
-        let stream = resolve(c, h, d)?;
-        let conn = c.live()?;
+        let (stream, ep) = resolve_any(c, h, d)?;
+        let conn = c.conn_at(ep)?;
         conn.call_ok(Request::StreamSynchronize { stream })?;
         conn.take_pending()
     })
@@ -154,9 +166,17 @@ pub fn synchronize(h: CUstream, d: DefaultStream) -> R<()> {
 
 fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> R<()> {
     client::call(|c| {
-        let stream = resolve(c, h, d)?;
+        let (stream, ep) = resolve_any(c, h, d)?;
         let ev = c.reg.events.get(&(event as u64)).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?.id;
-        c.live()?.post(Request::StreamWaitEvent { stream, event: ev, flags })
+        let ev_ep = client::endpoint_of(event as u64);
+        if ev_ep != ep {
+            // An event of another daemon: nothing there can wait for it, so the caller
+            // waits for it here; later work on the stream is then ordered after it.
+            let conn = c.conn_at(ev_ep)?;
+            conn.call_ok(Request::EventSynchronize { event: ev })?;
+            return conn.take_pending();
+        }
+        c.conn_at(ep)?.post(Request::StreamWaitEvent { stream, event: ev, flags })
     })
 }
 

@@ -6,22 +6,40 @@
 //! is `CUDA_ERROR_NOT_INITIALIZED` from `cuInit`; a daemon that goes away later is
 //! `CUDA_ERROR_DEVICE_UNAVAILABLE` from every call that needs it (the transport reports a
 //! vanished peer as `PeerGone`, so nothing hangs).
+//!
+//! Two kinds of link: shared memory over a unix socket (a daemon on this host), and TCP
+//! or TLS (`tls://HOST:PORT`, [`super::endpoint`]). Over the network the staging area lives
+//! in the daemon alone: it is written and read with requests, host bytes travel inline,
+//! asynchronous requests are batched into few writes, and device-to-host copies are
+//! pipelined in chunks so a large copy keeps the link busy.
 
 use gpupool_protocol::ops::{DeviceInfo, HostSrc, InlineBytes, StagingRegion};
-use gpupool_protocol::transport::shm::{ShmTransport, WaitPolicy, send_host_region};
-use gpupool_protocol::transport::{Staging, Transport};
-use gpupool_protocol::{Message, PROTOCOL_VERSION, Reply, Request};
+use gpupool_protocol::transport::net::NetTransport;
+use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport, WaitPolicy, send_host_region};
+use gpupool_protocol::transport::{Transport, TransportError};
+use gpupool_protocol::{DevicePtr, Message, PROTOCOL_VERSION, Reply, Request};
 use gpupool_shim::cuda::CUresult;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-use crate::util::{R, log};
+use super::endpoint::{Endpoint, NetSettings};
+use crate::util::{R, log, warn};
 
 /// Copies at most this long travel inside the frame; longer ones go through staging.
 pub const INLINE_MAX: usize = 64 * 1024;
+/// Device-to-host chunk over the network, and how many are in flight at once.
+const NET_CHUNK: usize = 1 << 20;
+const NET_WINDOW: usize = 8;
+
+enum Link {
+    Shm(ShmTransport),
+    Net(NetTransport),
+}
 
 pub struct Conn {
-    t: ShmTransport,
+    t: Link,
+    /// Where this connection goes, for messages.
+    pub endpoint: String,
     next_id: u64,
     buf: Vec<u8>,
     out: Vec<u8>,
@@ -38,28 +56,6 @@ pub struct Conn {
 /// Every this many async posts, failure frames the daemon queued are collected, so a
 /// long run of failing async calls never fills the reply ring while nobody reads it.
 const DRAIN_EVERY: u32 = 64;
-
-/// Where the daemon listens: `GPUPOOL_ENDPOINT` (`unix:///path`), else the default.
-fn endpoint() -> Result<String, String> {
-    if let Ok(e) = std::env::var("GPUPOOL_ENDPOINT")
-        && !e.is_empty()
-    {
-        return match e.strip_prefix("unix://") {
-            Some(path) => Ok(path.to_string()),
-            None if e.starts_with('/') => Ok(e),
-            None => Err(format!("unsupported endpoint {e:?} (only unix:///path)")),
-        };
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return Ok("/run/gpupool/gpupool.sock".into());
-    }
-    match std::env::var("XDG_RUNTIME_DIR") {
-        Ok(d) if !d.is_empty() => Ok(format!("{d}/gpupool.sock")),
-        // SAFETY: as above.
-        _ => Ok(format!("/run/user/{}/gpupool.sock", unsafe { libc::geteuid() })),
-    }
-}
 
 fn env_size(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
@@ -83,11 +79,18 @@ fn env_size(name: &str) -> Option<u64> {
 }
 
 impl Conn {
-    /// Connects and says hello. Errors are for the log; the caller picks the CUresult.
-    pub fn open() -> Result<Conn, String> {
-        let path = endpoint()?;
-        let sock = UnixStream::connect(&path).map_err(|e| format!("connecting to {path}: {e}"))?;
-        let t = ShmTransport::connect(sock, WaitPolicy::default()).map_err(|e| format!("attaching to {path}: {e}"))?;
+    /// Connects and says hello. Errors name the endpoint and the reason; the caller picks
+    /// the CUresult.
+    pub fn open(ep: &Endpoint, settings: &mut NetSettings) -> Result<Conn, String> {
+        let t = match ep {
+            Endpoint::Unix(path) => {
+                let sock = UnixStream::connect(path).map_err(|e| format!("connecting to {}: {e}", path.display()))?;
+                let t = ShmTransport::connect(sock, WaitPolicy::default())
+                    .map_err(|e| format!("attaching to {}: {e}", path.display()))?;
+                Link::Shm(t)
+            }
+            Endpoint::Net { .. } => Link::Net(super::endpoint::dial(ep, settings)?),
+        };
         let pid = std::process::id();
         let memory_limit = env_size("GPUPOOL_MEMORY").or_else(|| env_size("CUDA_DEVICE_MEMORY_LIMIT"));
         let compute_percent = std::env::var("GPUPOOL_COMPUTE")
@@ -99,6 +102,7 @@ impl Conn {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let mut c = Conn {
             t,
+            endpoint: ep.to_string(),
             next_id: 1,
             buf: Vec::new(),
             out: Vec::new(),
@@ -124,13 +128,32 @@ impl Conn {
                 c.devices = devices;
                 Ok(c)
             }
-            Ok(Reply::Error { code, message }) => Err(format!("daemon refused the session ({code}): {message}")),
+            Ok(Reply::Error { code, message }) => Err(format!("{ep} refused the session ({code}): {message}")),
             Ok(other) => Err(format!("unexpected hello reply {:?}", other.op())),
             Err(code) => Err(format!("hello failed ({})", code.0)),
         }
     }
 
+    fn t(&mut self) -> &mut dyn Transport {
+        match &mut self.t {
+            Link::Shm(t) => t,
+            Link::Net(t) => t,
+        }
+    }
+
+    /// Whether page-locked memory can be shared with the daemon (a local session).
+    pub fn shares_memory(&self) -> bool {
+        matches!(self.t, Link::Shm(_))
+    }
+
     fn send(&mut self, op: Request, no_reply: bool) -> R<u64> {
+        // A request that waits for nothing may wait in the write queue.
+        self.send_frame(op, no_reply, no_reply)
+    }
+
+    /// Encodes and sends `op`; `defer` lets it wait in the transport's write queue (it goes
+    /// out with the next write or wait, at the latest).
+    fn send_frame(&mut self, op: Request, no_reply: bool, defer: bool) -> R<u64> {
         let id = self.next_id;
         self.next_id += 1;
         // One frame buffer, reused: no allocation per call once it has grown.
@@ -142,10 +165,13 @@ impl Conn {
                 log(&format!("encoding a request: {e}"));
                 Err(CUresult::CUDA_ERROR_INVALID_VALUE)
             }
-            Ok(_) => match self.t.send(&frame) {
-                Err(e) => Err(self.fail(&format!("sending to the daemon: {e}"))),
-                Ok(()) => Ok(id),
-            },
+            Ok(_) => {
+                let r = if defer { self.t().send_deferred(&frame) } else { self.t().send(&frame) };
+                match r {
+                    Err(e) => Err(self.fail(&format!("sending to {}: {e}", self.endpoint))),
+                    Ok(()) => Ok(id),
+                }
+            }
         };
         if frame.capacity() <= 1 << 20 {
             self.out = frame;
@@ -156,9 +182,16 @@ impl Conn {
     /// Sends `op` and waits for its reply (an `Error` reply is returned as a reply).
     fn call_raw(&mut self, op: Request) -> R<Reply> {
         let id = self.send(op, false)?;
+        self.wait_reply(id)
+    }
+
+    fn wait_reply(&mut self, id: u64) -> R<Reply> {
         loop {
-            if let Err(e) = self.t.recv_into(&mut self.buf, None) {
-                return Err(self.fail(&format!("waiting for the daemon: {e}")));
+            let mut buf = std::mem::take(&mut self.buf);
+            let r = self.t().recv_into(&mut buf, None);
+            self.buf = buf;
+            if let Err(e) = r {
+                return Err(self.fail(&format!("waiting for {}: {e}", self.endpoint)));
             }
             if let Some(reply) = self.handle_frame(Some(id))? {
                 return Ok(reply);
@@ -168,7 +201,9 @@ impl Conn {
 
     /// Marks the connection broken (sticky) and returns the code every call now gets.
     fn fail(&mut self, why: &str) -> CUresult {
-        log(why);
+        if !self.broken {
+            warn(&format!("{why}; every later call fails with CUDA_ERROR_DEVICE_UNAVAILABLE"));
+        }
         self.broken = true;
         CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE
     }
@@ -211,15 +246,48 @@ impl Conn {
     /// An asynchronous request: sent without a reply; failures come back later.
     pub fn post(&mut self, op: Request) -> R<()> {
         debug_assert!(op.is_async());
+        self.post_any(op)
+    }
+
+    /// Any request, sent without waiting for its reply: it runs in order with the others,
+    /// and its failure is reported at the next sync point as an asynchronous one's is.
+    fn post_any(&mut self, op: Request) -> R<()> {
+        let queued_before = self.t().has_deferred();
         self.send(op, true)?;
+        if !queued_before && self.t().has_deferred() {
+            super::flusher::wake();
+        }
         self.posted += 1;
         if self.posted >= DRAIN_EVERY {
             self.posted = 0;
-            // No sync request is in flight (we hold the client lock), so whatever is
-            // queued for us is an asynchronous failure.
-            while self.t.recv_into(&mut self.buf, Some(std::time::Duration::ZERO)).is_ok() {
-                self.handle_frame(None)?;
+            self.drain()?;
+        }
+        Ok(())
+    }
+
+    /// Collects failure frames the daemon queued. No sync request is in flight (we hold the
+    /// client lock), so whatever is queued for us is an asynchronous failure.
+    fn drain(&mut self) -> R<()> {
+        loop {
+            let mut buf = std::mem::take(&mut self.buf);
+            let r = self.t().recv_into(&mut buf, Some(std::time::Duration::ZERO));
+            self.buf = buf;
+            match r {
+                Ok(()) => {
+                    self.handle_frame(None)?;
+                }
+                Err(TransportError::Timeout) => return Ok(()),
+                Err(e) => return Err(self.fail(&format!("reading from {}: {e}", self.endpoint))),
             }
+        }
+    }
+
+    /// Writes out batched asynchronous requests (the flusher calls this shortly after the
+    /// first one was queued, so a program that posts and then computes still gets its work
+    /// started).
+    pub fn flush(&mut self) -> R<()> {
+        if let Err(e) = self.t().flush() {
+            return Err(self.fail(&format!("sending to {}: {e}", self.endpoint)));
         }
         Ok(())
     }
@@ -232,23 +300,111 @@ impl Conn {
         }
     }
 
-    pub fn staging(&self) -> &Staging {
-        self.t.staging().expect("the shared-memory transport always has staging")
+    /// Writes `bytes` into the staging area at `offset`: shared memory locally, a request
+    /// (ordered before the ones that use it) over the network.
+    pub fn stage_write(&mut self, offset: usize, bytes: &[u8]) -> R<()> {
+        match &self.t {
+            Link::Shm(t) => {
+                let st = t.staging().expect("the shared-memory transport always has staging");
+                st.write(offset, bytes).map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)
+            }
+            Link::Net(_) => {
+                self.post_any(Request::StagingWrite { offset: offset as u64, data: InlineBytes(bytes.to_vec()) })
+            }
+        }
     }
 
-    /// Host bytes for the daemon: inline when short, else written to staging at `offset`.
+    /// Reads `dst.len()` bytes of the staging area at `offset`.
+    pub fn stage_read(&mut self, offset: usize, dst: &mut [u8]) -> R<()> {
+        match &self.t {
+            Link::Shm(t) => {
+                let st = t.staging().expect("the shared-memory transport always has staging");
+                st.read(offset, dst).map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)
+            }
+            Link::Net(_) => {
+                let len = u32::try_from(dst.len()).map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
+                match self.call(Request::StagingRead { offset: offset as u64, len })? {
+                    Reply::Bytes { data } if data.0.len() == dst.len() => {
+                        dst.copy_from_slice(&data.0);
+                        Ok(())
+                    }
+                    _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
+                }
+            }
+        }
+    }
+
+    /// Host bytes for the daemon: inline when short or over the network, else written to
+    /// the shared staging area at offset 0.
     pub fn host_src(&mut self, bytes: &[u8]) -> R<HostSrc> {
-        if bytes.len() <= INLINE_MAX {
+        if bytes.len() <= INLINE_MAX || !self.shares_memory() {
             return Ok(HostSrc::Inline(InlineBytes(bytes.to_vec())));
         }
-        self.staging().write(0, bytes).map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        self.stage_write(0, bytes)?;
         Ok(HostSrc::Staging(StagingRegion { offset: 0, len: bytes.len() as u64 }))
+    }
+
+    /// Host-to-device over the network: every chunk but the last goes without waiting for
+    /// a reply, so the copy streams at the link's rate; the last one's reply (and any
+    /// earlier failure) ends it.
+    pub fn write_device_streamed(&mut self, dst: u64, src: &[u8]) -> R<()> {
+        let chunk = self.staging_len();
+        let n = src.len().div_ceil(chunk).max(1);
+        for (i, part) in src.chunks(chunk).enumerate() {
+            let op = Request::MemcpyHtoD {
+                dst: DevicePtr(dst + (i * chunk) as u64),
+                src: HostSrc::Inline(InlineBytes(part.to_vec())),
+            };
+            if i + 1 < n { self.post_any(op)? } else { self.call_ok(op)? }
+        }
+        self.take_pending()
+    }
+
+    /// Device-to-host over the network: chunks requested [`NET_WINDOW`] ahead of the one
+    /// being received, so the daemon always has the next one to send.
+    pub fn read_device_pipelined(&mut self, dst: &mut [u8], src: u64) -> R<()> {
+        let chunks: Vec<(usize, usize)> =
+            (0..dst.len()).step_by(NET_CHUNK).map(|o| (o, NET_CHUNK.min(dst.len() - o))).collect();
+        let mut ids = std::collections::VecDeque::new();
+        let mut next = 0;
+        let mut first_err = None;
+        for k in 0..chunks.len() {
+            while next < chunks.len() && next < k + NET_WINDOW {
+                let (o, n) = chunks[next];
+                let op = Request::MemcpyDtoHInline { src: DevicePtr(src + o as u64), len: n as u32 };
+                // Deferred: the window's requests leave in one write when we wait below.
+                let id = self.send_frame(op, false, true)?;
+                ids.push_back(id);
+                next += 1;
+            }
+            let id = ids.pop_front().expect("a request per chunk");
+            let (o, n) = chunks[k];
+            match self.wait_reply(id)? {
+                Reply::Bytes { data } if data.0.len() == n => dst[o..o + n].copy_from_slice(&data.0),
+                Reply::Error { code, message } => {
+                    if !message.is_empty() {
+                        log(&message);
+                    }
+                    first_err.get_or_insert(CUresult(code));
+                }
+                _ => {
+                    first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => self.take_pending(),
+        }
     }
 
     /// Shares a page-locked region with the daemon: its fd goes on the socket just before
     /// the `HostRegionMap` frame. Returns the region's id.
     pub fn map_region(&mut self, fd: &std::os::fd::OwnedFd, bytes: u64) -> R<u64> {
-        if let Err(e) = send_host_region(self.t.socket(), fd) {
+        let Link::Shm(t) = &self.t else {
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        };
+        if let Err(e) = send_host_region(t.socket(), fd) {
             return Err(self.fail(&format!("sending a host region: {e}")));
         }
         match self.call(Request::HostRegionMap { bytes })? {
@@ -257,15 +413,32 @@ impl Conn {
         }
     }
 
+    /// The staging area's size: the most host bytes one request carries.
     pub fn staging_len(&self) -> usize {
-        self.staging().len()
+        match &self.t {
+            Link::Shm(t) => t.staging().map_or(0, |s| s.len()),
+            // The daemon gives a network session a private area of the default size.
+            Link::Net(_) => ShmConfig::default().staging_size,
+        }
+    }
+
+    pub fn is_network(&self) -> bool {
+        matches!(self.t, Link::Net(_))
+    }
+
+    fn raw_fd(&self) -> RawFd {
+        match &self.t {
+            Link::Shm(t) => t.socket().as_raw_fd(),
+            Link::Net(t) => t.socket().as_raw_fd(),
+        }
     }
 
     /// After `fork`, in the child: give up the parent's connection without closing it in a
-    /// way the parent would see (no close flag in the shared segment, no socket shutdown):
-    /// the child's copies of its descriptors are closed and its mapping is left alone.
+    /// way the parent would see (no close flag in the shared segment, no socket shutdown,
+    /// no TLS close_notify): the child's copies of its descriptors are closed and its
+    /// mapping is left alone.
     pub fn abandon(self) {
-        let fd = self.t.socket().as_raw_fd();
+        let fd = self.raw_fd();
         std::mem::forget(self);
         // SAFETY: `fd` is this process's copy of the inherited socket; the transport that
         // owned it was forgotten above, so nothing else will use or close it.

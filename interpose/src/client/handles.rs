@@ -1,6 +1,8 @@
-//! Handle values the application sees, made from the daemon's ids: `id << 8 | kind`.
-//! The kind byte keeps a stream handle from ever being 0, 1 or 2 (CUDA's NULL, legacy and
-//! per-thread streams) and lets a handle of the wrong kind be refused locally.
+//! Handle values the application sees, made from the daemon's ids:
+//! `endpoint << 56 | id << 8 | kind`. The kind byte keeps a stream handle from ever being
+//! 0, 1 or 2 (CUDA's NULL, legacy and per-thread streams) and lets a handle of the wrong
+//! kind be refused locally; the endpoint byte says which daemon issued it (several daemons
+//! number their objects independently).
 
 use gpupool_protocol::ops::ParamInfo;
 use gpupool_protocol::{CtxId, EventId, FuncId, ModuleId, StreamId};
@@ -19,11 +21,16 @@ pub enum Kind {
     Func = 0xf1,
 }
 
-pub fn make(kind: Kind, id: u64) -> R<u64> {
-    if id >> 56 != 0 {
+pub fn make(kind: Kind, endpoint: usize, id: u64) -> R<u64> {
+    if id >> 48 != 0 || endpoint > 0x7f {
         return Err(CUresult::CUDA_ERROR_UNKNOWN);
     }
-    Ok(id << 8 | kind as u64)
+    Ok((endpoint as u64) << 56 | id << 8 | kind as u64)
+}
+
+/// The endpoint (index into `GPUPOOL_ENDPOINT`'s list) that issued handle `h`.
+pub fn endpoint_of(h: u64) -> usize {
+    (h >> 56) as usize & 0x7f
 }
 
 pub struct CtxInfo {

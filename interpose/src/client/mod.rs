@@ -7,6 +7,8 @@
 //! fork generation differs) and starts over with a fresh connection.
 
 pub mod conn;
+pub mod endpoint;
+mod flusher;
 mod handles;
 
 pub use handles::*;
@@ -23,7 +25,14 @@ use crate::util::{R, log};
 
 #[derive(Default)]
 pub struct Client {
-    pub conn: Option<Conn>,
+    /// One connection per endpoint, in `GPUPOOL_ENDPOINT`'s order (opened together).
+    pub conns: Vec<Conn>,
+    /// Every daemon's devices, one list in endpoint order; `ordinal` is the index here.
+    pub devices: Vec<gpupool_protocol::ops::DeviceInfo>,
+    /// Per device of `devices`: (endpoint, the daemon's own ordinal).
+    pub routes: Vec<(usize, u32)>,
+    /// The oldest driver version among the daemons.
+    pub driver_version: u32,
     /// `cuInit` succeeded in this process.
     pub initialized: bool,
     /// The daemon went away after a successful start.
@@ -43,30 +52,37 @@ pub struct Registry {
     pub events: HashMap<u64, EventInfo>,
     pub modules: HashMap<u64, ModuleInfo>,
     pub funcs: HashMap<u64, FuncInfo>,
-    /// Device allocations: base -> (size, context handle).
-    pub allocs: BTreeMap<u64, (u64, u64)>,
+    /// Device allocations: (endpoint, base) -> (size, context handle). Daemons on
+    /// different hosts may hand out the same addresses; a pointer means the allocation of
+    /// the endpoint whose context it is used in.
+    pub allocs: BTreeMap<(usize, u64), (u64, u64)>,
     /// Page-locked host allocations (local): base -> (size, flags).
     pub host: BTreeMap<usize, (usize, u32)>,
     /// Per-thread default streams, per (thread, context handle).
     pub per_thread: HashMap<(std::thread::ThreadId, u64), gpupool_protocol::StreamId>,
     /// Host ranges registered with cuMemHostRegister: base -> size.
     pub registered: HashMap<usize, usize>,
-    /// Page-locked allocations living in shared memory: base -> (daemon region id,
-    /// this process's mapping).
-    pub regions: BTreeMap<usize, (u64, gpupool_protocol::transport::Mapping)>,
+    /// Page-locked allocations: base -> (the daemon's region id where the memory is
+    /// shared with it (a local session), this process's mapping).
+    pub regions: BTreeMap<usize, (Option<u64>, gpupool_protocol::transport::Mapping)>,
 }
 
 impl Registry {
-    /// The device allocation containing `p`: (base, size, context handle).
+    /// The device allocation containing `p`, among those of the calling thread's current
+    /// context's endpoint: (base, size, context handle).
     pub fn alloc_of(&self, p: u64) -> Option<(u64, u64, u64)> {
-        let (&base, &(size, ctx)) = self.allocs.range(..=p).next_back()?;
-        (p < base + size.max(1)).then_some((base, size, ctx))
+        self.alloc_in(current_endpoint(), p)
+    }
+    /// The allocation of endpoint `ep` containing `p`.
+    pub fn alloc_in(&self, ep: usize, p: u64) -> Option<(u64, u64, u64)> {
+        let (&(e, base), &(size, ctx)) = self.allocs.range((ep, 0)..=(ep, p)).next_back()?;
+        (e == ep && p < base + size.max(1)).then_some((base, size, ctx))
     }
     /// The shared region holding all of `[p, p + n)`: (region id, offset of `p`).
     pub fn region_of(&self, p: usize, n: usize) -> Option<(u64, u64)> {
         let (&base, (id, map)) = self.regions.range(..=p).next_back()?;
         let end = p.checked_add(n)?;
-        (end <= base + map.len()).then_some((*id, (p - base) as u64))
+        (end <= base + map.len()).then_some(((*id)?, (p - base) as u64))
     }
     pub fn host_of(&self, p: usize) -> Option<(usize, usize, u32)> {
         let (&base, &(size, flags)) = self.host.range(..=p).next_back()?;
@@ -129,7 +145,7 @@ pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
     let c = g.get_or_insert_with(|| Client { generation, ..Default::default() });
     if c.generation != generation {
         // A forked child: the parent's connection and handles are not ours.
-        if let Some(conn) = c.conn.take() {
+        for conn in std::mem::take(&mut c.conns) {
             conn.abandon();
         }
         let initialized = c.initialized;
@@ -143,38 +159,83 @@ pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
 }
 
 impl Client {
-    /// The connection, opened on first use. `cuInit` reports a failure to open as
-    /// NOT_INITIALIZED; later calls after the daemon left get DEVICE_UNAVAILABLE.
-    pub fn conn(&mut self) -> R<&mut Conn> {
+    /// Opens a connection to every endpoint (on first use), and builds the one device list.
+    /// `cuInit` reports a failure as NOT_INITIALIZED; later calls after a daemon left get
+    /// DEVICE_UNAVAILABLE.
+    fn connect(&mut self) -> R<()> {
         if self.gone {
             return Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE);
         }
-        if self.conn.is_none() {
-            register_atfork();
-            match Conn::open() {
-                Ok(c) => self.conn = Some(c),
-                Err(why) => {
-                    log(&why);
-                    return Err(if self.initialized {
-                        CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE
-                    } else {
-                        CUresult::CUDA_ERROR_NOT_INITIALIZED
-                    });
-                }
+        if !self.conns.is_empty() {
+            return Ok(());
+        }
+        register_atfork();
+        let fail = |c: &Client, why: String| {
+            crate::util::warn(&why);
+            if c.initialized { CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE } else { CUresult::CUDA_ERROR_NOT_INITIALIZED }
+        };
+        let eps = endpoint::configured().map_err(|why| fail(self, why))?;
+        let mut settings = endpoint::NetSettings::from_env();
+        let mut conns = Vec::with_capacity(eps.len());
+        for ep in &eps {
+            conns.push(Conn::open(ep, &mut settings).map_err(|why| fail(self, why))?);
+        }
+        if conns.iter().any(Conn::is_network) {
+            flusher::ensure_started();
+        }
+        self.devices.clear();
+        self.routes.clear();
+        for (e, conn) in conns.iter().enumerate() {
+            for d in &conn.devices {
+                self.routes.push((e, d.ordinal));
+                let mut d = d.clone();
+                d.ordinal = self.devices.len() as u32;
+                self.devices.push(d);
             }
         }
-        Ok(self.conn.as_mut().expect("just opened"))
+        self.driver_version = conns.iter().map(|c| c.driver_version).min().unwrap_or(0);
+        self.conns = conns;
+        Ok(())
     }
 
-    /// Records that the daemon is gone when the transport failed.
+    /// The connection to the daemon of the calling thread's current context (the first
+    /// endpoint's when there is none).
+    pub fn conn(&mut self) -> R<&mut Conn> {
+        self.conn_at(current_endpoint())
+    }
+
+    /// The connection to endpoint `ep`.
+    pub fn conn_at(&mut self, ep: usize) -> R<&mut Conn> {
+        self.connect()?;
+        self.conns.get_mut(ep).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    /// The connection that issued handle `h`.
+    pub fn conn_of(&mut self, h: u64) -> R<&mut Conn> {
+        if !self.initialized {
+            return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+        }
+        self.conn_at(endpoint_of(h))
+    }
+
+    /// The daemon serving device `ordinal` (of the one list), and its own ordinal for it.
+    pub fn route(&mut self, ordinal: i32) -> R<(usize, u32)> {
+        self.devices()?;
+        usize::try_from(ordinal)
+            .ok()
+            .and_then(|i| self.routes.get(i).copied())
+            .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// Records that a daemon is gone when its transport failed.
     pub fn note(&mut self, r: CUresult) -> CUresult {
-        if self.conn.as_ref().is_some_and(|c| c.broken) {
+        if self.conns.iter().any(|c| c.broken) {
             self.gone = true;
         }
         r
     }
 
-    /// Requires a successful `cuInit` and a live connection.
+    /// Requires a successful `cuInit` and a live connection (the current context's).
     pub fn live(&mut self) -> R<&mut Conn> {
         if !self.initialized {
             return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
@@ -182,8 +243,17 @@ impl Client {
         self.conn()
     }
 
+    /// The device list, after connecting (no `cuInit` needed: NVML uses it too).
+    pub fn device_list(&mut self) -> R<&[gpupool_protocol::ops::DeviceInfo]> {
+        self.connect()?;
+        Ok(&self.devices)
+    }
+
     pub fn devices(&mut self) -> R<&[gpupool_protocol::ops::DeviceInfo]> {
-        Ok(&self.live()?.devices)
+        if !self.initialized {
+            return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+        }
+        self.device_list()
     }
 
     pub fn device(&mut self, ordinal: i32) -> R<&gpupool_protocol::ops::DeviceInfo> {
@@ -200,6 +270,11 @@ impl Client {
         let c = self.reg.ctx(h)?;
         Ok((h, c.id, c.device))
     }
+}
+
+/// The endpoint of the calling thread's current context (0 without one).
+pub fn current_endpoint() -> usize {
+    stack_top().map_or(0, endpoint_of)
 }
 
 /// Runs `f` with the state locked and a live connection, turning a vanished daemon into
