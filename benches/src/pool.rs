@@ -108,7 +108,7 @@ fn row(name: &str, unit: Unit, pool: Summary, base_name: &str, base: Summary) ->
     Row { name: name.into(), unit, pool, base_name: base_name.into(), base, verdict: String::new() }
 }
 
-fn pass(ok: bool) -> &'static str {
+pub(crate) fn pass(ok: bool) -> &'static str {
     if ok { "PASS" } else { "MISS" }
 }
 
@@ -125,7 +125,7 @@ pub fn rate_summary(times_ns: Vec<f64>, work: f64) -> Summary {
     Summary { median: work / t.median * 1e9, p99: work / t.p99 * 1e9, samples: t.samples }
 }
 
-fn fmt_ns(ns: f64) -> String {
+pub(crate) fn fmt_ns(ns: f64) -> String {
     if ns >= 1e6 {
         format!("{:.2} ms", ns / 1e6)
     } else if ns >= 1e4 {
@@ -137,7 +137,7 @@ fn fmt_ns(ns: f64) -> String {
     }
 }
 
-fn fmt_value(unit: Unit, v: f64) -> String {
+pub(crate) fn fmt_value(unit: Unit, v: f64) -> String {
     match unit {
         Unit::Ns => fmt_ns(v),
         Unit::PerSec if v >= 1e6 => format!("{:.2} M/s", v / 1e6),
@@ -146,7 +146,7 @@ fn fmt_value(unit: Unit, v: f64) -> String {
     }
 }
 
-fn fmt_ratio(unit: Unit, r: f64) -> String {
+pub(crate) fn fmt_ratio(unit: Unit, r: f64) -> String {
     match unit {
         Unit::Ns if r >= 100.0 => format!("{r:.0}x"),
         Unit::Ns if r >= 10.0 => format!("{r:.1}x"),
@@ -340,7 +340,7 @@ fn client_start(lib: &Path) -> Result<(), String> {
 }
 
 /// Sets up the primary context of device 0 and makes it current.
-fn primary_context(d: &Driver) -> Result<CUcontext, String> {
+pub(crate) fn primary_context(d: &Driver) -> Result<CUcontext, String> {
     ok(call!(d.cuInit(0)), "cuInit")?;
     let mut dev: CUdevice = 0;
     ok(call!(d.cuDeviceGet(&mut dev, 0)), "cuDeviceGet")?;
@@ -460,7 +460,7 @@ impl Daemon {
         format!("unix://{}", self.socket.display())
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
     }
 
@@ -476,7 +476,7 @@ impl Daemon {
     }
 
     /// Whether the daemon process is still running.
-    fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 }
@@ -572,7 +572,7 @@ impl Drop for Echo {
 }
 
 /// Cost of one `Instant::now()` pair, inside every single-call sample.
-fn clock_ns() -> f64 {
+pub(crate) fn clock_ns() -> f64 {
     let n = 100_000;
     let t = Instant::now();
     for _ in 0..n {
@@ -582,7 +582,7 @@ fn clock_ns() -> f64 {
 }
 
 /// Times `op` once per sample; the first error stops the run.
-fn time_each(n: usize, v: &mut Vec<f64>, mut op: impl FnMut() -> Result<(), String>) -> Result<(), String> {
+pub(crate) fn time_each(n: usize, v: &mut Vec<f64>, mut op: impl FnMut() -> Result<(), String>) -> Result<(), String> {
     for _ in 0..n {
         let t = Instant::now();
         let r = op();

@@ -344,20 +344,48 @@ impl Conn {
         Ok(HostSrc::Staging(StagingRegion { offset: 0, len: bytes.len() as u64 }))
     }
 
-    /// Host-to-device over the network: every chunk but the last goes without waiting for
-    /// a reply, so the copy streams at the link's rate; the last one's reply (and any
-    /// earlier failure) ends it.
+    /// Host-to-device over the network: every chunk is sent before any reply is awaited
+    /// (the daemon answers each in order), so the copy streams at the link's rate.
     pub fn write_device_streamed(&mut self, dst: u64, src: &[u8]) -> R<()> {
         let chunk = self.staging_len();
-        let n = src.len().div_ceil(chunk).max(1);
+        let mut ids = Vec::with_capacity(src.len().div_ceil(chunk));
         for (i, part) in src.chunks(chunk).enumerate() {
             let op = Request::MemcpyHtoD {
                 dst: DevicePtr(dst + (i * chunk) as u64),
                 src: HostSrc::Inline(InlineBytes(part.to_vec())),
             };
-            if i + 1 < n { self.post_any(op)? } else { self.call_ok(op)? }
+            ids.push(self.send_frame(op, false, true)?);
         }
-        self.take_pending()
+        self.replies_in_order(ids, |_, _| true)
+    }
+
+    /// Waits for the replies to `ids`, in order, handing each to `take` with its index
+    /// (false: not the reply expected). The first failure is returned once all are in.
+    fn replies_in_order(
+        &mut self,
+        ids: impl IntoIterator<Item = u64>,
+        mut take: impl FnMut(usize, Reply) -> bool,
+    ) -> R<()> {
+        let mut first_err = None;
+        for (k, id) in ids.into_iter().enumerate() {
+            match self.wait_reply(id)? {
+                Reply::Error { code, message } => {
+                    if !message.is_empty() {
+                        log(&message);
+                    }
+                    first_err.get_or_insert(CUresult(code));
+                }
+                r => {
+                    if !take(k, r) {
+                        first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
+                    }
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => self.take_pending(),
+        }
     }
 
     /// Device-to-host over the network: chunks requested [`NET_WINDOW`] ahead of the one

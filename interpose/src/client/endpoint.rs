@@ -7,6 +7,7 @@
 //! - `GPUPOOL_TIMEOUT`: seconds within which a cut link or a vanished daemon host fails
 //!   the calls waiting on it (default 5; at least 3).
 
+use gpupool_protocol::transport::TransportError;
 use gpupool_protocol::transport::net::{self, NetTransport};
 use std::fmt;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -152,7 +153,13 @@ pub fn dial(ep: &Endpoint, settings: &mut NetSettings) -> Result<NetTransport, S
     let cfg = settings.tls_config()?;
     let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| format!("{ep}: server name: {e}"))?;
     let conn = rustls::ClientConnection::new(cfg, name).map_err(|e| format!("{ep}: {e}"))?;
-    NetTransport::tls(sock, conn, net::DEFAULT_MAX_FRAME, settings.timeout).map_err(|e| format!("{ep}: {e}"))
+    NetTransport::tls(sock, conn, net::DEFAULT_MAX_FRAME, settings.timeout).map_err(|e| match e {
+        TransportError::Handshake(why) if why.contains("certificate") => format!(
+            "{ep}: TLS handshake failed: {why} (GPUPOOL_CA must be the CA that signed the daemon's certificate, \
+             for the name {host})"
+        ),
+        e => format!("{ep}: {e}"),
+    })
 }
 
 #[cfg(test)]

@@ -37,6 +37,9 @@ pub struct Client {
     pub initialized: bool,
     /// The daemon went away after a successful start.
     pub gone: bool,
+    /// Connecting failed (unreachable, refused): every later attempt answers this, as a
+    /// failed `cuInit` stays failed, without asking the daemons again.
+    pub refused: Option<CUresult>,
     /// The fork generation this state belongs to.
     pub generation: u32,
     pub reg: Registry,
@@ -169,10 +172,19 @@ impl Client {
         if !self.conns.is_empty() {
             return Ok(());
         }
+        if let Some(code) = self.refused {
+            return Err(code);
+        }
         register_atfork();
-        let fail = |c: &Client, why: String| {
+        let fail = |c: &mut Client, why: String| {
             crate::util::warn(&why);
-            if c.initialized { CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE } else { CUresult::CUDA_ERROR_NOT_INITIALIZED }
+            let code = if c.initialized {
+                CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE
+            } else {
+                CUresult::CUDA_ERROR_NOT_INITIALIZED
+            };
+            c.refused = Some(code);
+            code
         };
         let eps = endpoint::configured().map_err(|why| fail(self, why))?;
         let mut settings = endpoint::NetSettings::from_env();
