@@ -6,6 +6,7 @@
 //!   cargo run --release -p gpupool-benches -- pool [--json PATH]
 //!   cargo run --release -p gpupool-benches -- compute [--json PATH]
 //!   cargo run --release -p gpupool-benches -- runtime [--json PATH]
+//!   cargo run --release -p gpupool-benches -- remote [--json PATH]
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
@@ -13,12 +14,14 @@
 //! instructions per second on hand-written kernels and a 1M-element vector add end to end,
 //! next to Rust loops doing the same work. `pool` starts the release daemon on the release
 //! simulator and measures calls through `libgpupool.so` against the simulator loaded
-//! directly, plain memcpy and a unix-socket ping-pong. See benches/README.md for what each
+//! directly, plain memcpy and a unix-socket ping-pong. `remote` measures the same client
+//! over `tls://` and `tcp://` on loopback against plain TCP. See benches/README.md for what each
 //! baseline means.
 
 mod compute;
 mod pool;
 mod ptx;
+mod remote;
 mod report;
 mod runtime;
 mod sim;
@@ -28,12 +31,15 @@ mod transport;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime [--json PATH]";
+const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime|remote [--json PATH]";
 
 fn main() -> ExitCode {
     let all: Vec<String> = std::env::args().skip(1).collect();
     if all.first().map(String::as_str) == Some(pool::CLIENT_COMMAND) {
         return pool::client_main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some(remote::CLIENT_COMMAND) {
+        return remote::client_main(&all[1..]);
     }
     let mut args = all.into_iter();
     let mut command = None;
@@ -51,7 +57,9 @@ fn main() -> ExitCode {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
-            "sim" | "ptx" | "transport" | "pool" | "compute" | "runtime" if command.is_none() => command = Some(a),
+            "sim" | "ptx" | "transport" | "pool" | "compute" | "runtime" | "remote" if command.is_none() => {
+                command = Some(a)
+            }
             other => {
                 eprintln!("unexpected argument {other:?}\n{USAGE}");
                 return ExitCode::from(2);
@@ -68,6 +76,7 @@ fn main() -> ExitCode {
         "pool" => pool::run().map(|run| (pool::table(&run), pool::json(&run))),
         "compute" => compute::run().map(|run| (compute::table(&run), compute::json(&run))),
         "runtime" => runtime::run().map(|run| (runtime::table(&run), runtime::json(&run))),
+        "remote" => remote::run().map(|run| (remote::table(&run), remote::json(&run))),
         _ => ptx::run().map(|run| (ptx::table(&run), ptx::json(&run))),
     };
     match result {
