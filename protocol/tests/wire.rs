@@ -77,6 +77,7 @@ fn async_operations_are_exactly_these() {
         LaunchKernel,
         StreamWaitEvent,
         EventRecord,
+        StagingWrite,
     ]
     .into();
     let actual: BTreeSet<RequestOp> = RequestOp::ALL.iter().copied().filter(|o| o.is_async()).collect();
