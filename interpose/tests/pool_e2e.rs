@@ -10,39 +10,18 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// target/<profile>, from this test executable's path (target/<profile>/deps/...).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn built(name: &str, package: &str) -> PathBuf {
-    let path = profile_dir().join(name);
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo).current_dir(root()).args(["build", "-p", package]).status().unwrap();
-        assert!(st.success(), "building {package}");
-    }
-    assert!(path.exists(), "{} missing", path.display());
-    path
-}
-
 fn gpupool_exe() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| built("gpupool", "gpupool-daemon"))
+    P.get_or_init(|| gpupool_e2e::built("gpupool", "gpupool-daemon"))
 }
 
 fn interposer() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| built("libgpupool.so", "gpupool-interpose"))
+    P.get_or_init(|| gpupool_e2e::built("libgpupool.so", "gpupool-interpose"))
 }
 
 struct Daemon {
@@ -107,20 +86,8 @@ impl Drop for Daemon {
     }
 }
 
-fn text(out: &Output) -> String {
-    format!("{}\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
-
-/// The venv with cuda-python and nvidia-ml-py. Missing is a failure, not a skip:
-/// `scripts/test` creates it before the Rust tests run.
-fn venv_python() -> PathBuf {
-    let p = root().join("target/venv/bin/python");
-    assert!(p.exists(), "{} is missing: run scripts/test (or scripts/setup-venv) first", p.display());
-    p
-}
-
 fn ctypes_script() -> PathBuf {
-    root().join("interpose/tests/py/ctypes_cuda.py")
+    gpupool_e2e::workspace_root().join("interpose/tests/py/ctypes_cuda.py")
 }
 
 /// Compiles tests/c/driver_api.c.
@@ -140,14 +107,14 @@ fn c_driver_api_program_runs_unmodified_through_the_pool() {
         unexpected.is_empty() && passed > 300,
         "{passed} passed; failures:\n{}\n{}\ndaemon log:\n{}",
         unexpected.join("\n"),
-        text(&out),
+        gpupool_e2e::output_text(&out),
         d.log()
     );
 }
 
 #[test]
 fn cuda_python_init_alloc_copy_free_and_memory_info() {
-    let py = venv_python();
+    let py = gpupool_e2e::venv_python();
     let script = r#"
 from cuda.bindings import driver as d
 def ok(r):
@@ -182,14 +149,14 @@ print("PASS")
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("PASS"),
         "{}\n{}",
-        text(&out),
+        gpupool_e2e::output_text(&out),
         d.log()
     );
 }
 
 #[test]
 fn nvml_under_a_1536mib_quota_sees_a_1536mib_device() {
-    let py = venv_python();
+    let py = gpupool_e2e::venv_python();
     let script = r#"
 import pynvml as n
 n.nvmlInit()
@@ -210,7 +177,7 @@ print("PASS")
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("PASS"),
         "{}\n{}",
-        text(&out),
+        gpupool_e2e::output_text(&out),
         d.log()
     );
 }
@@ -225,14 +192,14 @@ fn unreachable_daemon_is_not_initialized() {
         .arg("unreachable")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", gpupool_e2e::output_text(&out));
 }
 
 #[test]
 fn forked_child_connects_afresh_and_the_parent_carries_on() {
     let d = Daemon::start("1", "1GiB");
     let out = d.client("python3").arg(ctypes_script()).arg("fork").output().unwrap();
-    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+    assert!(out.status.success(), "{}\n{}", gpupool_e2e::output_text(&out), d.log());
 }
 
 #[test]
@@ -262,7 +229,7 @@ fn daemon_gone_is_device_unavailable_within_a_second() {
 fn ptx_kernels_load_launch_and_report_faults_at_the_next_sync() {
     let d = Daemon::start("1", "1GiB");
     let out = d.client("python3").arg(ctypes_script()).arg("kernel").output().unwrap();
-    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+    assert!(out.status.success(), "{}\n{}", gpupool_e2e::output_text(&out), d.log());
 }
 
 /// Page-locked memory lives in shared memory the daemon maps: copies from and into it
@@ -272,7 +239,7 @@ fn ptx_kernels_load_launch_and_report_faults_at_the_next_sync() {
 fn pinned_memory_is_shared_with_the_daemon() {
     let d = Daemon::start("1", "1GiB");
     let out = d.client("python3").arg(ctypes_script()).arg("pinned").output().unwrap();
-    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+    assert!(out.status.success(), "{}\n{}", gpupool_e2e::output_text(&out), d.log());
     let t0 = Instant::now();
     while !d.log().contains("regions=1") {
         assert!(t0.elapsed() < Duration::from_secs(5), "{}", d.log());
@@ -286,14 +253,14 @@ fn pinned_memory_is_shared_with_the_daemon() {
 fn copies_in_3d_go_through_the_pool() {
     let d = Daemon::start("1", "1GiB");
     let out = d.client("python3").arg(ctypes_script()).arg("copy3d").output().unwrap();
-    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+    assert!(out.status.success(), "{}\n{}", gpupool_e2e::output_text(&out), d.log());
 }
 
 #[test]
 fn threads_share_one_connection_safely() {
     let d = Daemon::start("1", "1GiB");
     let out = d.client("python3").arg(ctypes_script()).arg("threads").output().unwrap();
-    assert!(out.status.success(), "{}\n{}", text(&out), d.log());
+    assert!(out.status.success(), "{}\n{}", gpupool_e2e::output_text(&out), d.log());
 }
 
 /// Prints the forwarded round trip (cuCtxSynchronize) and a locally answered call, both
@@ -302,6 +269,6 @@ fn threads_share_one_connection_safely() {
 fn round_trip_latency_is_reported() {
     let d = Daemon::start("1", "1GiB");
     let out = d.client("python3").arg(ctypes_script()).arg("latency").output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", gpupool_e2e::output_text(&out));
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
 }

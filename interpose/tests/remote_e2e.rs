@@ -7,54 +7,26 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "remote-e2e-token";
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn profile_dir() -> PathBuf {
-    std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn built(name: &str, package: &str) -> PathBuf {
-    let path = profile_dir().join(name);
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo).current_dir(root()).args(["build", "-p", package]).status().unwrap();
-        assert!(st.success(), "building {package}");
-    }
-    path
-}
-
 fn gpupool_exe() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| built("gpupool", "gpupool-daemon"))
+    P.get_or_init(|| gpupool_e2e::built("gpupool", "gpupool-daemon"))
 }
 
 fn interposer() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| built("libgpupool.so", "gpupool-interpose"))
-}
-
-fn venv_python() -> PathBuf {
-    let p = root().join("target/venv/bin/python");
-    assert!(p.exists(), "{} is missing: run scripts/test (or scripts/setup-venv) first", p.display());
-    p
+    P.get_or_init(|| gpupool_e2e::built("libgpupool.so", "gpupool-interpose"))
 }
 
 fn sh(args: &[&str]) {
     let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn text(out: &Output) -> String {
-    format!("{}\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 /// Namespaces for one test: a client namespace, and per daemon a namespace joined to the
@@ -107,7 +79,7 @@ fn pki(dir: &Path) -> PathBuf {
         .args(["--name", "gpupool-test", "--name", "10.99.0.1", "--name", "10.99.1.1", "--name", "127.0.0.1"])
         .output()
         .unwrap();
-    assert!(st.status.success(), "{}", text(&st));
+    assert!(st.status.success(), "{}", gpupool_e2e::output_text(&st));
     pki
 }
 
@@ -296,18 +268,23 @@ fn c_program_and_cuda_python_over_tls_match_shared_memory() {
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         let pass: Vec<String> = stdout.lines().filter(|l| l.starts_with("PASS ")).map(String::from).collect();
         let fail: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
-        assert!(fail.is_empty() && pass.len() > 300, "{endpoint}: {}\n{}", text(&out), d.log());
+        assert!(fail.is_empty() && pass.len() > 300, "{endpoint}: {}\n{}", gpupool_e2e::output_text(&out), d.log());
         pass
     };
     // Over shared memory the tenant is matched by uid: the same quota applies (the token
     // also names it).
     assert_eq!(run_c(&d.tls()), run_c(&d.unix()), "the same checks pass over both");
 
-    let py = venv_python();
+    let py = gpupool_e2e::venv_python();
     let digest = |endpoint: &str| {
         let out = client(&net, endpoint, &pki, &py).args(["-c", CUDA_PYTHON_WORK]).output().unwrap();
         let s = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(out.status.success() && s.contains("DIGEST"), "{endpoint}: {}\n{}", text(&out), d.log());
+        assert!(
+            out.status.success() && s.contains("DIGEST"),
+            "{endpoint}: {}\n{}",
+            gpupool_e2e::output_text(&out),
+            d.log()
+        );
         s
     };
     assert_eq!(digest(&d.tls()), digest(&d.unix()));
@@ -315,11 +292,11 @@ fn c_program_and_cuda_python_over_tls_match_shared_memory() {
     // (pinned memory cannot be shared over the network: its bytes travel instead).
     for mode in ["pinned", "copy3d", "kernel", "threads"] {
         let out = client(&net, &d.tls(), &pki, "python3")
-            .arg(root().join("interpose/tests/py/ctypes_cuda.py"))
+            .arg(gpupool_e2e::workspace_root().join("interpose/tests/py/ctypes_cuda.py"))
             .arg(mode)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{mode}: {}\n{}", text(&out), d.log());
+        assert!(out.status.success(), "{mode}: {}\n{}", gpupool_e2e::output_text(&out), d.log());
     }
 }
 
@@ -408,7 +385,7 @@ back = bytearray(1 << 20); ok(d.cuMemcpyDtoH(back, held[1][1], 1 << 20)); assert
 print("PASS", flush=True)
 import sys; sys.stdin.read()
 "#;
-    let py = venv_python();
+    let py = gpupool_e2e::venv_python();
     let mut child = client(&net, &format!("{},{}", a.tls(), b.tls()), &pki, &py)
         .args(["-c", script])
         .stdin(Stdio::piped())
@@ -420,7 +397,7 @@ import sys; sys.stdin.read()
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     if line.trim() != "PASS" {
         let out = child.wait_with_output().unwrap();
-        panic!("{line}{}\nA: {}\nB: {}", text(&out), a.log(), b.log());
+        panic!("{line}{}\nA: {}\nB: {}", gpupool_e2e::output_text(&out), a.log(), b.log());
     }
     // While the client holds them, each daemon shows its own quota used, not more.
     assert_eq!(a.used("remote", 0), 256 << 20);
@@ -463,12 +440,12 @@ def loop(n):
 loop(100)
 print("RTT", rtt(), "LOOP", loop(10000), flush=True)
 "#;
-    let py = venv_python();
+    let py = gpupool_e2e::venv_python();
     let measure = |endpoint: &str| {
         let out = client(&net, endpoint, &pki, &py).args(["-c", script]).output().unwrap();
         let s = String::from_utf8_lossy(&out.stdout).to_string();
         let f: Vec<f64> = s.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-        assert!(out.status.success() && f.len() == 2, "{}\n{}", text(&out), d.log());
+        assert!(out.status.success() && f.len() == 2, "{}\n{}", gpupool_e2e::output_text(&out), d.log());
         (f[0], f[1])
     };
     let (rtt0, loop0) = measure(&d.tls());
@@ -539,7 +516,7 @@ while True:
         print("AFTER", int(r2[0]), flush=True)
         sys.exit(0)
 "#;
-    let py = venv_python();
+    let py = gpupool_e2e::venv_python();
     let mut child = client(&net, &d.tls(), &pki, &py)
         .args(["-c", script])
         .env("GPUPOOL_TIMEOUT", "3")

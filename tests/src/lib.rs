@@ -875,3 +875,40 @@ pub fn compile_cuda12_host(name: &str, out_dir: &Path) -> PathBuf {
     built.push((key, exe.clone()));
     exe
 }
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
+}
+
+/// target/<profile>, from the running test executable's path (target/<profile>/deps/...).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// `target/<profile>/<name>`, built from `package` first when it is missing (a test run of
+/// one package alone).
+pub fn built(name: &str, package: &str) -> PathBuf {
+    let path = profile_dir().join(name);
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo).current_dir(workspace_root()).args(["build", "-p", package]).status().unwrap();
+        assert!(st.success(), "building {package}");
+    }
+    assert!(path.exists(), "{} missing", path.display());
+    path
+}
+
+/// The venv's Python with cuda-python and nvidia-ml-py. Missing is a failure, not a skip:
+/// `scripts/test` creates it before the Rust tests run.
+pub fn venv_python() -> PathBuf {
+    let p = workspace_root().join("target/venv/bin/python");
+    assert!(p.exists(), "{} is missing: run scripts/test (or scripts/setup-venv) first", p.display());
+    p
+}
+
+/// A finished process's status, stdout and stderr, for assertion messages.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!("{}\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}

@@ -356,36 +356,15 @@ impl Conn {
             };
             ids.push(self.send_frame(op, false, true)?);
         }
-        self.replies_in_order(ids, |_, _| true)
-    }
-
-    /// Waits for the replies to `ids`, in order, handing each to `take` with its index
-    /// (false: not the reply expected). The first failure is returned once all are in.
-    fn replies_in_order(
-        &mut self,
-        ids: impl IntoIterator<Item = u64>,
-        mut take: impl FnMut(usize, Reply) -> bool,
-    ) -> R<()> {
         let mut first_err = None;
-        for (k, id) in ids.into_iter().enumerate() {
-            match self.wait_reply(id)? {
-                Reply::Error { code, message } => {
-                    if !message.is_empty() {
-                        log(&message);
-                    }
-                    first_err.get_or_insert(CUresult(code));
-                }
-                r => {
-                    if !take(k, r) {
-                        first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
-                    }
-                }
+        for id in ids {
+            if let Some(r) = self.reply_or_note(id, &mut first_err)?
+                && !matches!(r, Reply::Ok {})
+            {
+                first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
             }
         }
-        match first_err {
-            Some(e) => Err(e),
-            None => self.take_pending(),
-        }
+        self.first_or_pending(first_err)
     }
 
     /// Device-to-host over the network: chunks requested [`NET_WINDOW`] ahead of the one
@@ -407,19 +386,34 @@ impl Conn {
             }
             let id = ids.pop_front().expect("a request per chunk");
             let (o, n) = chunks[k];
-            match self.wait_reply(id)? {
-                Reply::Bytes { data } if data.0.len() == n => dst[o..o + n].copy_from_slice(&data.0),
-                Reply::Error { code, message } => {
-                    if !message.is_empty() {
-                        log(&message);
-                    }
-                    first_err.get_or_insert(CUresult(code));
-                }
-                _ => {
-                    first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
+            if let Some(Reply::Bytes { data }) = self.reply_or_note(id, &mut first_err)? {
+                if data.0.len() == n {
+                    dst[o..o + n].copy_from_slice(&data.0);
+                    continue;
                 }
             }
+            first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
         }
+        self.first_or_pending(first_err)
+    }
+
+    /// The reply to `id`; an error reply is logged and kept in `first_err` (if it is the
+    /// first), and comes back as `None`.
+    fn reply_or_note(&mut self, id: u64, first_err: &mut Option<CUresult>) -> R<Option<Reply>> {
+        match self.wait_reply(id)? {
+            Reply::Error { code, message } => {
+                if !message.is_empty() {
+                    log(&message);
+                }
+                first_err.get_or_insert(CUresult(code));
+                Ok(None)
+            }
+            r => Ok(Some(r)),
+        }
+    }
+
+    /// The end of a pipelined transfer: its first failure, else any asynchronous one.
+    fn first_or_pending(&mut self, first_err: Option<CUresult>) -> R<()> {
         match first_err {
             Some(e) => Err(e),
             None => self.take_pending(),

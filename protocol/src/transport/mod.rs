@@ -103,6 +103,20 @@ impl From<rustix::io::Errno> for TransportError {
     }
 }
 
+/// The frame at the front of `buf` in the stream transports' framing (a u32 LE length,
+/// then that many bytes): `Ok(Some(len))` when all of it has arrived, `Ok(None)` when more
+/// is needed, `Corrupt` when the announced length exceeds `max`.
+pub(crate) fn stream_frame_len(buf: &[u8], max: usize) -> Result<Option<usize>, TransportError> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
+    if len > max {
+        return Err(TransportError::Corrupt(format!("peer sent a {len}-byte frame (max {max})")));
+    }
+    Ok((buf.len() >= 4 + len).then_some(len))
+}
+
 /// One end of a client<->daemon connection.
 ///
 /// Frames are delivered whole and in order. `send` blocks while the peer's queue is full

@@ -55,7 +55,7 @@ pub fn set_liveness(sock: &TcpStream, bound: Duration, send_timeout: Option<Dura
 fn net_err(e: io::Error) -> TransportError {
     use io::ErrorKind as K;
     match e.kind() {
-        K::TimedOut | K::HostUnreachable | K::NetworkUnreachable | K::NetworkDown | K::NotConnected => {
+        K::TimedOut | K::HostUnreachable | K::NetworkUnreachable | K::NetworkDown | K::NotConnected | K::WriteZero => {
             TransportError::PeerGone
         }
         // A write that made no progress within the socket's send timeout: the peer stopped
@@ -172,17 +172,7 @@ impl NetTransport {
     fn write_out(&mut self, data: &[u8]) -> Result<(), TransportError> {
         let mut io = &self.sock;
         match &mut self.tls {
-            None => {
-                let mut buf = data;
-                while !buf.is_empty() {
-                    match sys::send_nosignal(&self.sock, buf) {
-                        Ok(0) => return Err(TransportError::PeerGone),
-                        Ok(n) => buf = &buf[n..],
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(net_err(e)),
-                    }
-                }
-            }
+            None => sys::send_all(&self.sock, data).map_err(net_err)?,
             Some(tls) => {
                 let mut off = 0;
                 while off < data.len() {
@@ -230,15 +220,7 @@ impl NetTransport {
 
     /// A whole frame at the front of `rbuf`, if one has arrived: (start, len).
     fn buffered_frame(&self) -> Result<Option<(usize, usize)>, TransportError> {
-        let have = &self.rbuf[self.start..self.end];
-        if have.len() < 4 {
-            return Ok(None);
-        }
-        let len = u32::from_le_bytes(have[..4].try_into().expect("4 bytes")) as usize;
-        if len > self.max_frame {
-            return Err(TransportError::Corrupt(format!("peer sent a {len}-byte frame (max {})", self.max_frame)));
-        }
-        Ok((have.len() >= 4 + len).then_some((self.start + 4, len)))
+        Ok(super::stream_frame_len(&self.rbuf[self.start..self.end], self.max_frame)?.map(|len| (self.start + 4, len)))
     }
 
     /// Makes room for at least READ_CHUNK more bytes (or the rest of a large frame).

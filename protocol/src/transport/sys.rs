@@ -176,6 +176,17 @@ pub(crate) fn wait_readable(sock: impl AsFd, timeout: Option<Duration>) -> io::R
     }
 }
 
+/// All of `buf` with [`send_nosignal`]; a peer that accepts nothing more is `WriteZero`.
+pub(crate) fn send_all(sock: impl AsFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match send_nosignal(&sock, buf)? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => buf = &buf[n..],
+        }
+    }
+    Ok(())
+}
+
 /// `send(2)` with MSG_NOSIGNAL: a dead peer gives EPIPE, never SIGPIPE (the interposer
 /// lives in C programs that do not ignore SIGPIPE).
 pub(crate) fn send_nosignal(sock: impl AsFd, buf: &[u8]) -> io::Result<usize> {

@@ -52,29 +52,16 @@ impl UnixTransport {
         &self.socket
     }
 
-    fn write_all(&self, mut buf: &[u8]) -> Result<(), TransportError> {
-        while !buf.is_empty() {
-            match sys::send_nosignal(&self.socket, buf) {
-                Ok(0) => return Err(TransportError::PeerGone),
-                Ok(n) => buf = &buf[n..],
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+    fn write_all(&self, buf: &[u8]) -> Result<(), TransportError> {
+        sys::send_all(&self.socket, buf).map_err(|e| match e.kind() {
+            io::ErrorKind::WriteZero => TransportError::PeerGone,
+            _ => e.into(),
+        })
     }
 
     /// A whole frame at the front of `rbuf`, if one has arrived: (start, len).
     fn buffered_frame(&self) -> Result<Option<(usize, usize)>, TransportError> {
-        let have = &self.rbuf[self.start..self.end];
-        if have.len() < 4 {
-            return Ok(None);
-        }
-        let len = u32::from_le_bytes(have[..4].try_into().expect("4 bytes")) as usize;
-        if len > self.max_frame {
-            return Err(TransportError::Corrupt(format!("peer sent a {len}-byte frame (max {})", self.max_frame)));
-        }
-        Ok((have.len() >= 4 + len).then_some((self.start + 4, len)))
+        Ok(super::stream_frame_len(&self.rbuf[self.start..self.end], self.max_frame)?.map(|len| (self.start + 4, len)))
     }
 
     /// Reads what the socket has (at least one byte, or EOF), blocking at most until
