@@ -17,7 +17,8 @@
 //! buffer and acknowledges, and a 64 MiB source; the bench's main thread is the other end.
 //!
 //! Added delay (part 3) is `tc qdisc add dev lo root netem delay D`, removed by a guard's `Drop`
-//! (also on error and panic); where `tc` or netem is missing the row says so.
+//! (also on error and panic). Where `tc` or netem is missing, delay relays on loopback stand in
+//! (a client of their own through one, the raw ping-pong through another); the notes say which.
 
 use std::ffi::c_void;
 use std::fmt::Write as _;
@@ -32,6 +33,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use gpupool_e2e::cu::{CUdeviceptr, CUfunction, CUstream};
+use gpupool_e2e::delay_relay::DelayRelay;
 use gpupool_e2e::{Driver, EMPTY_PTX, call};
 
 use crate::pool::{
@@ -574,6 +576,7 @@ fn parse_numbers(s: &str) -> Result<Vec<f64>, String> {
 
 /// The raw-TCP baselines: the peer process and one connection per kind.
 struct Raw {
+    port: u16,
     ping: TcpStream,
     sink: TcpStream,
     source: TcpStream,
@@ -602,13 +605,9 @@ impl Raw {
             .strip_prefix("port ")
             .and_then(|p| p.parse().ok())
             .ok_or_else(|| format!("TCP peer said {line:?}"))?;
-        let conn = |mode: u8| -> Result<TcpStream, String> {
-            let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("TCP peer: {e}"))?;
-            s.set_nodelay(true).map_err(|e| e.to_string())?;
-            s.write_all(&[mode]).map_err(|e| e.to_string())?;
-            Ok(s)
-        };
+        let conn = |mode: u8| Raw::connect(port, mode);
         Ok(Raw {
+            port,
             ping: conn(b'p')?,
             sink: conn(b'r')?,
             source: conn(b's')?,
@@ -619,19 +618,18 @@ impl Raw {
         })
     }
 
+    /// A connection to port `port` on loopback (the peer's, or a relay's in front of it)
+    /// in the peer's `mode`.
+    fn connect(port: u16, mode: u8) -> Result<TcpStream, String> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("TCP peer: {e}"))?;
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        s.write_all(&[mode]).map_err(|e| e.to_string())?;
+        Ok(s)
+    }
+
     /// `n` 64-byte ping-pongs, each timed alone.
     fn ping(&mut self, n: usize) -> Result<Vec<f64>, String> {
-        let frame = [0x5au8; FRAME];
-        let mut back = [0u8; FRAME];
-        let mut v = Vec::with_capacity(n);
-        let s = &mut self.ping;
-        time_each(n, &mut v, || {
-            s.write_all(&frame).and_then(|_| s.read_exact(&mut back)).map_err(|e| format!("TCP ping-pong: {e}"))
-        })?;
-        if back != frame {
-            return Err("TCP echo returned other bytes".into());
-        }
-        Ok(v)
+        ping_on(&mut self.ping, n)
     }
 
     /// 64 MiB sent to the peer, which reads it into a buffer and answers a byte; ns.
@@ -658,6 +656,20 @@ impl Raw {
             .map_err(|e| format!("TCP bulk receive: {e}"))?;
         Ok(t.elapsed().as_nanos() as f64)
     }
+}
+
+/// `n` 64-byte ping-pongs with the peer's echo on `s`, each timed alone.
+fn ping_on(s: &mut TcpStream, n: usize) -> Result<Vec<f64>, String> {
+    let frame = [0x5au8; FRAME];
+    let mut back = [0u8; FRAME];
+    let mut v = Vec::with_capacity(n);
+    time_each(n, &mut v, || {
+        s.write_all(&frame).and_then(|_| s.read_exact(&mut back)).map_err(|e| format!("TCP ping-pong: {e}"))
+    })?;
+    if back != frame {
+        return Err("TCP echo returned other bytes".into());
+    }
+    Ok(v)
 }
 
 /// Whether a netem qdisc this process added is on `lo` now. Held across `tc qdisc add`, so the
@@ -801,13 +813,28 @@ pub fn parse_ready(log: &str) -> Option<(String, String)> {
 // The parts.
 // ---------------------------------------------------------------------------------------
 
-struct Clients {
+struct Clients<'a> {
     tls: Client,
     tcp: Client,
     unix: Client,
+    /// The daemon's tls:// listener, `127.0.0.1:PORT`.
+    tls_addr: String,
+    /// Starts another client: (label, endpoint).
+    spawn: &'a dyn Fn(&str, &str) -> Result<Client, String>,
 }
 
-fn part1(c: &mut Clients, raw: &mut Raw) -> Result<Section, String> {
+/// Part 3's path under an added delay when netem is missing: a delay relay in front of the
+/// daemon's tls:// listener with its own client process, and one in front of the raw peer
+/// with its own ping-pong connection.
+fn relayed(c: &Clients, raw: &Raw, delay_us: u32) -> Result<(Client, TcpStream), String> {
+    let delay = Duration::from_micros(delay_us.into());
+    let daemon = DelayRelay::start(None, &c.tls_addr, delay)?;
+    let peer = DelayRelay::start(None, &format!("127.0.0.1:{}", raw.port), delay)?;
+    let client = (c.spawn)("tls:// through the delay relay", &format!("tls://127.0.0.1:{}", daemon.port))?;
+    Ok((client, Raw::connect(peer.port, b'p')?))
+}
+
+fn part1(c: &mut Clients<'_>, raw: &mut Raw) -> Result<Section, String> {
     c.tls.rtt(RTT_WARMUP)?;
     c.tcp.rtt(RTT_WARMUP)?;
     c.unix.rtt(RTT_WARMUP)?;
@@ -845,7 +872,7 @@ fn part1(c: &mut Clients, raw: &mut Raw) -> Result<Section, String> {
     })
 }
 
-fn part2(c: &mut Clients, raw: &mut Raw) -> Result<Section, String> {
+fn part2(c: &mut Clients<'_>, raw: &mut Raw) -> Result<Section, String> {
     let (mut th, mut td, mut ch, mut cd, mut uh, mut ud, mut rs, mut rr) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for i in 0..COPY_WARMUP + COPY_SAMPLES {
@@ -895,47 +922,65 @@ fn part2(c: &mut Clients, raw: &mut Raw) -> Result<Section, String> {
     Ok(Section { title: "2. Copy bandwidth, 64 MiB pageable (GB/s = 10^9 bytes/s)".into(), rows, notes })
 }
 
-fn part3(c: &mut Clients, raw: &mut Raw) -> Result<Section, String> {
+fn part3(c: &mut Clients<'_>, raw: &mut Raw) -> Result<Section, String> {
     let rate = |v: Vec<(f64, f64)>| {
         // Launches per second from per-sample times; samples cut at the deadline are scaled.
         let n = v.iter().map(|x| x.0).fold(0.0, f64::max);
         rate_summary(v.iter().map(|(k, ns)| ns * n / k).collect(), n)
     };
     let mut rows = Vec::new();
-    let (mut notes, mut missing) = (Vec::new(), Vec::new());
+    let (mut notes, mut missing, mut how) = (Vec::new(), Vec::new(), Vec::new());
     let mut zero: Option<Summary> = None;
     let mut cut = 0;
     for delay in DELAYS_US {
+        // The delayed path: netem on lo (the standing clients and connections), else relays
+        // (a client and a ping-pong connection of their own).
+        let mut relay = None;
         let guard = if delay == 0 {
             None
         } else {
             match Netem::add(delay) {
-                Ok(g) => Some(g),
-                Err(why) => {
-                    missing.push(format!("{} ms row unavailable: {why}", f64::from(delay) / 1000.0));
-                    rows.push(Row {
-                        name: "empty launches (async) + 1 sync over tls://".into(),
-                        unit: Unit::PerSec,
-                        value: Err(why),
-                        base_name: "same, no added delay".into(),
-                        base: zero,
-                        verdict: String::new(),
-                        delay_us: Some(delay),
-                        rtt: None,
-                    });
-                    continue;
+                Ok(g) => {
+                    how.push(format!("{} ms: netem on lo", f64::from(delay) / 1000.0));
+                    Some(g)
                 }
+                Err(netem_why) => match relayed(c, raw, delay) {
+                    Ok(r) => {
+                        how.push(format!("{} ms: delay relays (netem: {netem_why})", f64::from(delay) / 1000.0));
+                        relay = Some(r);
+                        None
+                    }
+                    Err(relay_why) => {
+                        let why = format!("netem: {netem_why}; relay: {relay_why}");
+                        missing.push(format!("{} ms row unavailable: {why}", f64::from(delay) / 1000.0));
+                        rows.push(Row {
+                            name: "empty launches (async) + 1 sync over tls://".into(),
+                            unit: Unit::PerSec,
+                            value: Err(why),
+                            base_name: "same, no added delay".into(),
+                            base: zero,
+                            verdict: String::new(),
+                            delay_us: Some(delay),
+                            rtt: None,
+                        });
+                        continue;
+                    }
+                },
             }
         };
+        let (tls, ping) = match &mut relay {
+            Some((client, ping)) => (client, ping),
+            None => (&mut c.tls, &mut raw.ping),
+        };
         // Warm-up first (discarded): the first calls after the copies pay wake-ups.
-        c.tls.rtt(DELAY_RTTS / 4)?;
-        raw.ping(DELAY_RTTS / 4)?;
-        let sync = summarize(c.tls.rtt(DELAY_RTTS)?);
-        let ping = summarize(raw.ping(DELAY_RTTS)?);
-        c.tls.launch()?;
+        tls.rtt(DELAY_RTTS / 4)?;
+        ping_on(ping, DELAY_RTTS / 4)?;
+        let sync = summarize(tls.rtt(DELAY_RTTS)?);
+        let ping = summarize(ping_on(ping, DELAY_RTTS)?);
+        tls.launch()?;
         let (mut vt, mut vu) = (Vec::new(), Vec::new());
         for _ in 0..LAUNCH_SAMPLES {
-            vt.push(c.tls.launch()?);
+            vt.push(tls.launch()?);
             if delay == 0 {
                 vu.push(c.unix.launch()?);
             }
@@ -970,9 +1015,12 @@ fn part3(c: &mut Clients, raw: &mut Raw) -> Result<Section, String> {
     notes.push(
         "added delay: `tc qdisc add dev lo root netem delay D` for the row only (removed after it); netem on lo delays \
          every packet, so both directions: the round trip grows by 2 x D, and all loopback traffic on the machine is \
-         delayed meanwhile"
+         delayed meanwhile. Where the kernel has no netem: relays on loopback (gpupool_e2e::delay_relay) that hold \
+         every byte D in each direction, one before the daemon's tls:// port (a client process of its own) and one \
+         before the raw TCP peer; the relay's own hop is in both RTT columns"
             .into(),
     );
+    notes.push(format!("how the delay was added: {}", how.join("; ")));
     if cut > 0 {
         notes.push(format!(
             "{cut} samples stopped at the deadline before {LAUNCHES} launches; their rate is what they reached"
@@ -1045,10 +1093,13 @@ pub fn run() -> Result<RemoteRun, String> {
         vec![("GPUPOOL_ENDPOINT", ep.to_string()), ("GPUPOOL_TOKEN", token.clone()), ("GPUPOOL_CA", ca.clone())]
     };
     let mut raw = Raw::start(&exe)?;
+    let spawn = |label: &str, ep: &str| Client::start(&exe, &lib, label, &env(ep));
     let mut clients = Clients {
-        tls: Client::start(&exe, &lib, "tls://", &env(&tls_url))?,
-        tcp: Client::start(&exe, &lib, "tcp://", &env(&tcp_url))?,
-        unix: Client::start(&exe, &lib, "unix://", &env(&unix_url))?,
+        tls: spawn("tls://", &tls_url)?,
+        tcp: spawn("tcp://", &tcp_url)?,
+        unix: spawn("unix://", &unix_url)?,
+        tls_addr: tls_url.trim_start_matches("tls://").to_string(),
+        spawn: &spawn,
     };
     let clock = clock_ns();
     let timed = |t: Instant, s: Result<Section, String>| {

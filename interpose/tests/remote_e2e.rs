@@ -477,7 +477,9 @@ print("RTT", rtt(), "LOOP", loop(10000), flush=True)
         (d.tls(), None)
     } else {
         eprintln!("delay: tc netem unavailable ({}); a 1 ms relay", String::from_utf8_lossy(&netem.stderr).trim());
-        let relay = DelayRelay::start(&net.client, "10.99.0.1:7443", Duration::from_millis(1));
+        let relay =
+            gpupool_e2e::delay_relay::DelayRelay::start(Some(&net.client), "10.99.0.1:7443", Duration::from_millis(1))
+                .unwrap();
         (format!("tls://127.0.0.1:{}", relay.port), Some(relay))
     };
     let (rtt1, loop1) = measure(&endpoint);
@@ -555,59 +557,4 @@ while True:
     sh(&["ip", "-n", &net.client, "link", "set", &vc, "up"]);
     let (code, err) = init_result(&net, &d.tls(), &pki, &[], &[]);
     assert_eq!(code, "0", "{err}");
-}
-
-/// A TCP relay in a network namespace that delivers every byte `delay` after it arrived,
-/// in each direction, without limiting throughput: latency as `tc netem delay` adds it,
-/// for kernels built without netem.
-struct DelayRelay {
-    port: u16,
-}
-
-impl DelayRelay {
-    fn start(netns: &str, upstream: &str, delay: Duration) -> DelayRelay {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (netns, upstream) = (netns.to_string(), upstream.to_string());
-        std::thread::spawn(move || {
-            // This thread (and the sockets it makes) live in the client's namespace.
-            let ns = std::fs::File::open(format!("/var/run/netns/{netns}")).unwrap();
-            rustix::thread::move_into_link_name_space(
-                std::os::fd::AsFd::as_fd(&ns),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .unwrap();
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            tx.send(l.local_addr().unwrap().port()).unwrap();
-            for down in l.incoming() {
-                let down = down.unwrap();
-                let up = std::net::TcpStream::connect(&upstream).unwrap();
-                for (from, to) in [(down.try_clone().unwrap(), up.try_clone().unwrap()), (up, down)] {
-                    let (qtx, qrx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
-                    let mut from = from;
-                    std::thread::spawn(move || {
-                        let mut buf = vec![0u8; 256 << 10];
-                        loop {
-                            match std::io::Read::read(&mut from, &mut buf) {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => {
-                                    let _ = qtx.send((Instant::now() + delay, buf[..n].to_vec()));
-                                }
-                            }
-                        }
-                    });
-                    let mut to = to;
-                    std::thread::spawn(move || {
-                        for (due, bytes) in qrx {
-                            std::thread::sleep(due.saturating_duration_since(Instant::now()));
-                            if std::io::Write::write_all(&mut to, &bytes).is_err() {
-                                return;
-                            }
-                        }
-                        let _ = to.shutdown(std::net::Shutdown::Write);
-                    });
-                }
-            }
-        });
-        DelayRelay { port: rx.recv().unwrap() }
-    }
 }

@@ -37,6 +37,7 @@
 //! `cargo check --manifest-path protocol/fuzz/Cargo.toml` checks that the target builds.
 #![deny(unsafe_code)]
 
+pub mod bulk;
 pub mod codec;
 pub mod frame;
 pub mod message;

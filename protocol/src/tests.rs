@@ -6,8 +6,9 @@
 
 use proptest::prelude::*;
 
+use crate::bulk::{self, Bulk};
 use crate::message::Message;
-use crate::ops::{Reply, ReplyOp, Request, RequestOp};
+use crate::ops::{HostSrc, Reply, ReplyOp, Request, RequestOp};
 use crate::sample::Gen;
 
 fn sample_message(seed: u64) -> Message {
@@ -32,8 +33,52 @@ fn sample_message(seed: u64) -> Message {
     }
 }
 
+/// A bulk message's kind and blob (the messages [`crate::bulk`] sends and reads in place).
+fn as_bulk(msg: &Message) -> Option<(Bulk, &[u8])> {
+    match msg {
+        Message::Request { op: Request::MemcpyHtoD { dst, src: HostSrc::Inline(b) }, .. } => {
+            Some((Bulk::HtoD { dst: *dst }, &b.0))
+        }
+        Message::Request { op: Request::StagingWrite { offset, data }, .. } => {
+            Some((Bulk::StagingWrite { offset: *offset }, &data.0))
+        }
+        Message::Reply { op: Reply::Bytes { data }, .. } => Some((Bulk::Bytes, &data.0)),
+        _ => None,
+    }
+}
+
+/// The in-place reader agrees with the decoder on any bytes: the same message (or not a
+/// bulk one), or the same error.
+fn check_bulk_view(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let full = Message::decode(bytes);
+    match bulk::view(bytes) {
+        Ok(Some((v, len))) => prop_assert_eq!(full, Ok((v.to_message(), len))),
+        Err(e) => prop_assert_eq!(full, Err(e)),
+        Ok(None) => {
+            if let Ok((msg, _)) = &full {
+                prop_assert!(as_bulk(msg).is_none(), "bulk message {:?} not seen by view", msg);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A bulk message's head from `bulk::encode_head`, followed by its blob, is its encoding.
+fn check_bulk_head(msg: &Message, bytes: &[u8]) -> Result<(), TestCaseError> {
+    if let Some((bulk, blob)) = as_bulk(msg) {
+        let no_reply = matches!(msg, Message::Request { no_reply: true, .. });
+        let mut head = vec![0xee];
+        let n = bulk::encode_head(msg.request_id(), no_reply, bulk, blob.len(), &mut head).unwrap();
+        prop_assert_eq!(n, head.len() - 1);
+        head.extend_from_slice(blob);
+        prop_assert_eq!(&head[1..], bytes);
+    }
+    Ok(())
+}
+
 /// The decoder's contract on arbitrary bytes: no panic, and `Ok` only for canonical bytes.
 fn check_decode(bytes: &[u8]) -> Result<(), TestCaseError> {
+    check_bulk_view(bytes)?;
     if let Ok((msg, len)) = Message::decode(bytes) {
         let again = msg.encode().map_err(|e| TestCaseError::fail(format!("re-encode {msg:?}: {e}")))?;
         prop_assert_eq!(&again[..], &bytes[..len], "accepted non-canonical bytes as {:?}", msg);
@@ -61,12 +106,16 @@ fn every_operation_round_trips() {
             let no_reply = req.is_async() && seed & 1 == 1;
             let msg = Message::Request { id: seed, no_reply, op: req };
             let bytes = msg.encode().unwrap_or_else(|e| panic!("{msg:?}: {e}"));
+            check_bulk_head(&msg, &bytes).unwrap();
+            check_bulk_view(&bytes).unwrap();
             assert_eq!(Message::decode(&bytes), Ok((msg, bytes.len())));
         }
         for &op in ReplyOp::ALL {
             let mut g = Gen::new(seed.wrapping_mul(0x2000_0003) ^ op.code() as u64);
             let msg = Message::Reply { id: !seed, op: Reply::sample(op, &mut g) };
             let bytes = msg.encode().unwrap();
+            check_bulk_head(&msg, &bytes).unwrap();
+            check_bulk_view(&bytes).unwrap();
             assert_eq!(Message::decode(&bytes), Ok((msg, bytes.len())));
         }
     }
@@ -84,6 +133,8 @@ proptest! {
     fn random_messages_round_trip(seed in any::<u64>()) {
         let msg = sample_message(seed);
         let bytes = msg.encode().unwrap();
+        check_bulk_head(&msg, &bytes)?;
+        check_bulk_view(&bytes)?;
         prop_assert_eq!(Message::decode(&bytes), Ok((msg, bytes.len())));
     }
 
@@ -151,4 +202,39 @@ proptest! {
         check_decode(&bytes)?;
         check_decode(&bytes[crate::HEADER_LEN..])?;
     }
+}
+
+#[test]
+fn bulk_heads_refuse_what_the_encoder_refuses() {
+    use crate::ops::MAX_INLINE_BYTES;
+    use crate::{DevicePtr, EncodeError};
+    let mut out = vec![1, 2, 3];
+    let htod = Bulk::HtoD { dst: DevicePtr(0x1000) };
+    // A host-to-device copy is synchronous: never without a reply.
+    assert_eq!(bulk::encode_head(1, true, htod, 10, &mut out), Err(EncodeError::NoReplyOnSyncRequest("MemcpyHtoD")));
+    assert_eq!(
+        bulk::encode_head(1, false, htod, MAX_INLINE_BYTES + 1, &mut out),
+        Err(EncodeError::TooLong { what: "inline bytes", len: MAX_INLINE_BYTES + 1, max: MAX_INLINE_BYTES })
+    );
+    assert_eq!(out, [1, 2, 3], "a refused head leaves the buffer as it was");
+    // The largest blob: head + 32 MiB is a frame the decoder takes, viewed in place.
+    let blob = vec![0x5a; MAX_INLINE_BYTES];
+    bulk::encode_head(9, true, Bulk::StagingWrite { offset: 64 }, blob.len(), &mut out).unwrap();
+    out.extend_from_slice(&blob);
+    let (v, len) = bulk::view(&out[3..]).unwrap().unwrap();
+    assert_eq!(
+        (v.id, v.no_reply, v.bulk, v.data.len(), len),
+        (9, true, Bulk::StagingWrite { offset: 64 }, blob.len(), out.len() - 3)
+    );
+    assert!(std::ptr::eq(v.data.as_ptr(), out[out.len() - blob.len()..].as_ptr()), "the blob is borrowed, not copied");
+    // Another source of a host-to-device copy is not a bulk message.
+    let staged = Message::Request {
+        id: 2,
+        no_reply: false,
+        op: Request::MemcpyHtoD {
+            dst: DevicePtr(8),
+            src: HostSrc::Staging(crate::ops::StagingRegion { offset: 0, len: 4 }),
+        },
+    };
+    assert_eq!(bulk::view(&staged.encode().unwrap()), Ok(None));
 }

@@ -201,6 +201,31 @@ fn staging_is_shared((a, b): (End, End)) {
     assert!(sb.read(usize::MAX, &mut [0u8; 1]).is_err());
 }
 
+/// A frame sent in parts (a head and a large body, as bulk copies are) arrives as one
+/// frame, in order with whole frames, deferred or not.
+fn parts_are_one_frame((mut a, mut b): (End, End)) {
+    let max = a.max_frame_len();
+    let sizes = [(0, 0), (24, 0), (24, 100), (30, max / 3), (28, max - 28)];
+    let expect = sizes;
+    let sender = thread::spawn(move || {
+        for (i, &(head, body)) in sizes.iter().enumerate() {
+            let whole = frame(i as u32, head + body);
+            a.send_parts(&[&whole[..head], &whole[head..]], i % 2 == 1).unwrap();
+            a.send(&frame(100 + i as u32, 5)).unwrap();
+        }
+        a
+    });
+    let mut buf = Vec::new();
+    for (i, &(head, body)) in expect.iter().enumerate() {
+        b.recv_into(&mut buf, Some(LIMIT)).unwrap();
+        assert!(buf == frame(i as u32, head + body), "frame {i} of {} + {} bytes", head, body);
+        b.recv_into(&mut buf, Some(LIMIT)).unwrap();
+        assert_eq!(buf, frame(100 + i as u32, 5));
+    }
+    assert!(matches!(b.send_parts(&[&[0u8; 8], &vec![0u8; max]], false), Err(TransportError::FrameTooLarge { .. })));
+    drop(sender.join().unwrap());
+}
+
 macro_rules! conformance {
     ($name:ident, $make:expr) => {
         mod $name {
@@ -211,7 +236,7 @@ macro_rules! conformance {
             conformance!(@cases ordered_delivery, frame_sizes, too_large_is_refused,
                 many_in_flight_concurrent, ping_pong, recv_timeout, drop_wakes_blocked_receiver,
                 frames_before_close_are_delivered, local_close, drop_wakes_blocked_sender,
-                staging_is_shared);
+                staging_is_shared, parts_are_one_frame);
         }
     };
     (@cases $($case:ident),*) => {
@@ -325,5 +350,32 @@ fn net_tls_unknown_ca_is_a_handshake_error() {
         assert!(matches!(&err, TransportError::Handshake(why) if why.contains("invalid peer certificate")), "{err}");
         assert!(matches!(srv.join().unwrap(), Err(TransportError::Handshake(_))));
         let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+/// A large frame whose second half is late: the receive times out, the bytes already read
+/// are kept, and the next receive delivers the whole frame, then the one after it. A
+/// reused receive buffer holds exactly each frame.
+#[test]
+fn net_large_frame_survives_a_timeout_midway() {
+    within(LIMIT, || {
+        use std::io::Write;
+        let (mut raw, s) = tcp_pair();
+        let mut t = NetTransport::plain(s, 1 << 20).unwrap();
+        let big = frame(7, 900 << 10);
+        let mut wire = (big.len() as u32).to_le_bytes().to_vec();
+        wire.extend_from_slice(&big);
+        wire.extend_from_slice(&3u32.to_le_bytes());
+        wire.extend_from_slice(b"end");
+        let half = 4 + (400 << 10);
+        raw.write_all(&wire[..half]).unwrap();
+        let mut buf = vec![0xffu8; 2 << 20];
+        thread::sleep(Duration::from_millis(20));
+        assert!(matches!(t.recv_into(&mut buf, Some(Duration::from_millis(50))), Err(TransportError::Timeout)));
+        raw.write_all(&wire[half..]).unwrap();
+        t.recv_into(&mut buf, Some(LIMIT)).unwrap();
+        assert!(buf == big, "the late frame, whole ({} bytes)", buf.len());
+        t.recv_into(&mut buf, Some(LIMIT)).unwrap();
+        assert_eq!(buf, b"end");
     });
 }

@@ -19,6 +19,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod compute_load;
+pub mod delay_relay;
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};

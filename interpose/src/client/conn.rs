@@ -13,6 +13,7 @@
 //! asynchronous requests are batched into few writes, and device-to-host copies are
 //! pipelined in chunks so a large copy keeps the link busy.
 
+use gpupool_protocol::bulk::{self, Bulk};
 use gpupool_protocol::ops::{DeviceInfo, HostSrc, InlineBytes, StagingRegion};
 use gpupool_protocol::transport::net::NetTransport;
 use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport, WaitPolicy, send_host_region};
@@ -31,6 +32,8 @@ pub const INLINE_MAX: usize = 64 * 1024;
 const NET_CHUNK: usize = 1 << 20;
 const NET_WINDOW: usize = 8;
 
+// One per connection, never in bulk: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Link {
     Shm(ShmTransport),
     Net(NetTransport),
@@ -179,6 +182,27 @@ impl Conn {
         sent
     }
 
+    /// Sends a bulk request ([`bulk`]): its head, then `data` straight from the caller's
+    /// memory.
+    fn send_bulk(&mut self, b: Bulk, no_reply: bool, data: &[u8], defer: bool) -> R<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut head = std::mem::take(&mut self.out);
+        head.clear();
+        let sent = match bulk::encode_head(id, no_reply, b, data.len(), &mut head) {
+            Err(e) => {
+                log(&format!("encoding a request: {e}"));
+                Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+            }
+            Ok(_) => match self.t().send_parts(&[&head, data], defer) {
+                Err(e) => Err(self.fail(&format!("sending to {}: {e}", self.endpoint))),
+                Ok(()) => Ok(id),
+            },
+        };
+        self.out = head;
+        sent
+    }
+
     /// Sends `op` and waits for its reply (an `Error` reply is returned as a reply).
     fn call_raw(&mut self, op: Request) -> R<Reply> {
         let id = self.send(op, false)?;
@@ -252,8 +276,14 @@ impl Conn {
     /// Any request, sent without waiting for its reply: it runs in order with the others,
     /// and its failure is reported at the next sync point as an asynchronous one's is.
     fn post_any(&mut self, op: Request) -> R<()> {
+        self.posted_with(|c| c.send(op, true))
+    }
+
+    /// Bookkeeping of a request sent without a reply by `send`: the flusher is woken for a
+    /// newly queued write, and failure frames are collected now and then.
+    fn posted_with(&mut self, send: impl FnOnce(&mut Self) -> R<u64>) -> R<()> {
         let queued_before = self.t().has_deferred();
-        self.send(op, true)?;
+        send(self)?;
         if !queued_before && self.t().has_deferred() {
             super::flusher::wake();
         }
@@ -309,7 +339,7 @@ impl Conn {
                 st.write(offset, bytes).map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)
             }
             Link::Net(_) => {
-                self.post_any(Request::StagingWrite { offset: offset as u64, data: InlineBytes(bytes.to_vec()) })
+                self.posted_with(|c| c.send_bulk(Bulk::StagingWrite { offset: offset as u64 }, true, bytes, true))
             }
         }
     }
@@ -350,11 +380,8 @@ impl Conn {
         let chunk = self.staging_len();
         let mut ids = Vec::with_capacity(src.len().div_ceil(chunk));
         for (i, part) in src.chunks(chunk).enumerate() {
-            let op = Request::MemcpyHtoD {
-                dst: DevicePtr(dst + (i * chunk) as u64),
-                src: HostSrc::Inline(InlineBytes(part.to_vec())),
-            };
-            ids.push(self.send_frame(op, false, true)?);
+            let b = Bulk::HtoD { dst: DevicePtr(dst + (i * chunk) as u64) };
+            ids.push(self.send_bulk(b, false, part, true)?);
         }
         let mut first_err = None;
         for id in ids {
@@ -386,15 +413,46 @@ impl Conn {
             }
             let id = ids.pop_front().expect("a request per chunk");
             let (o, n) = chunks[k];
-            if let Some(Reply::Bytes { data }) = self.reply_or_note(id, &mut first_err)? {
-                if data.0.len() == n {
-                    dst[o..o + n].copy_from_slice(&data.0);
-                    continue;
-                }
+            if !self.bytes_reply_into(id, &mut dst[o..o + n], &mut first_err)? {
+                first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
             }
-            first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
         }
         self.first_or_pending(first_err)
+    }
+
+    /// Waits for the reply to `id`, a `Bytes` reply of exactly `dst.len()` bytes, and copies
+    /// them into `dst` straight from the received frame. False for any other reply (an
+    /// error reply is first noted in `first_err`, as [`Self::reply_or_note`] does).
+    fn bytes_reply_into(&mut self, id: u64, dst: &mut [u8], first_err: &mut Option<CUresult>) -> R<bool> {
+        loop {
+            let mut buf = std::mem::take(&mut self.buf);
+            let r = self.t().recv_into(&mut buf, None);
+            self.buf = buf;
+            if let Err(e) = r {
+                return Err(self.fail(&format!("waiting for {}: {e}", self.endpoint)));
+            }
+            if let Ok(Some((v, _))) = bulk::view(&self.buf)
+                && v.id == id
+                && v.bulk == Bulk::Bytes
+            {
+                if v.data.len() != dst.len() {
+                    return Ok(false);
+                }
+                dst.copy_from_slice(v.data);
+                return Ok(true);
+            }
+            match self.handle_frame(Some(id))? {
+                Some(Reply::Error { code, message }) => {
+                    if !message.is_empty() {
+                        log(&message);
+                    }
+                    first_err.get_or_insert(CUresult(code));
+                    return Ok(false);
+                }
+                Some(_) => return Ok(false),
+                None => {}
+            }
+        }
     }
 
     /// The reply to `id`; an error reply is logged and kept in `first_err` (if it is the

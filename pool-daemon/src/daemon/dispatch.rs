@@ -12,6 +12,7 @@ use super::cleanup::Handle;
 use super::session::{Alloc, Session};
 use crate::backend::CudaError;
 use crate::call;
+use gpupool_protocol::bulk::{Bulk, BulkView};
 use gpupool_protocol::ops::InlineBytes;
 use gpupool_protocol::transport::Staging;
 use gpupool_protocol::{CtxId, DevicePtr, Reply, Request};
@@ -127,6 +128,23 @@ impl Session {
         }
     }
 
+    /// A bulk request read in place ([`gpupool_protocol::bulk`]): the same as [`Self::handle`]
+    /// of the decoded request, without a copy of its bytes.
+    pub fn handle_bulk(&mut self, v: &BulkView<'_>, staging: Option<&Staging>) -> Result<Reply> {
+        match v.bulk {
+            Bulk::HtoD { dst } => self.memcpy_htod(dst, v.data),
+            Bulk::StagingWrite { offset } => Self::staging_write(staging, offset, v.data),
+            Bulk::Bytes => Err(Fail::invalid_value("a client sent a reply")),
+        }
+    }
+
+    fn staging_write(staging: Option<&Staging>, offset: u64, data: &[u8]) -> Result<Reply> {
+        let st = staging.ok_or_else(|| Fail::invalid_value("this transport has no staging area"))?;
+        let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+        st.write(offset, data).map_err(|e| Fail::invalid_value(e.to_string()))?;
+        Ok(Reply::Ok {})
+    }
+
     pub fn handle(&mut self, op: Request, staging: Option<&Staging>) -> Result<Reply> {
         use Request as R;
         Ok(match op {
@@ -216,12 +234,7 @@ impl Session {
                 self.region_unmap(id)?;
                 Reply::Ok {}
             }
-            R::StagingWrite { offset, data } => {
-                let st = staging.ok_or_else(|| Fail::invalid_value("this transport has no staging area"))?;
-                let offset = usize::try_from(offset).unwrap_or(usize::MAX);
-                st.write(offset, &data.0).map_err(|e| Fail::invalid_value(e.to_string()))?;
-                Reply::Ok {}
-            }
+            R::StagingWrite { offset, data } => return Self::staging_write(staging, offset, &data.0),
             R::StagingRead { offset, len } => {
                 let st = staging.ok_or_else(|| Fail::invalid_value("this transport has no staging area"))?;
                 let mut data = vec![0u8; (len as usize).min(st.len())];

@@ -14,14 +14,26 @@ use super::session::{Func, Session};
 use crate::call;
 use gpupool_protocol::ops::{HostSrc, InlineBytes, MAX_INLINE_BYTES, Memset, MemsetValue, ParamInfo};
 use gpupool_protocol::transport::Staging;
-use gpupool_protocol::{FuncId, ModuleId, Reply, Request, StreamId};
+use gpupool_protocol::{DevicePtr, FuncId, ModuleId, Reply, Request, StreamId};
 use gpupool_shim::cuda::{CUfunction, CUfunction_attribute, CUmodule};
 use std::os::raw::{c_int, c_void};
 
 impl Session {
+    /// A synchronous host-to-device copy of bytes the daemon holds (a frame's inline bytes,
+    /// decoded or read in place).
+    pub(super) fn memcpy_htod(&mut self, dst: DevicePtr, bytes: &[u8]) -> Result<Reply> {
+        let d = self.owned(dst, bytes.len() as u64)?;
+        if !bytes.is_empty() {
+            self.enter(d)?;
+            call!(self.shared.cuda, cuMemcpyHtoD_v2(dst.0, bytes.as_ptr().cast(), bytes.len()))?;
+        }
+        Ok(Reply::Ok {})
+    }
+
     pub(super) fn exec(&mut self, op: Request, staging: Option<&Staging>) -> Result<Reply> {
         use Request as R;
         Ok(match op {
+            R::MemcpyHtoD { dst, src: HostSrc::Inline(bytes) } => return self.memcpy_htod(dst, &bytes.0),
             R::MemcpyHtoD { dst, src } | R::MemcpyHtoDAsync { dst, src, .. } if src.is_empty() => {
                 self.owned(dst, 0)?;
                 Reply::Ok {}

@@ -6,11 +6,14 @@
 use super::dispatch::Fail;
 use super::listener::PeerCred;
 use super::{Raw, SessionInfo, Shared, TenantCtx};
+use gpupool_protocol::bulk::{self, Bulk, BulkView};
 use gpupool_protocol::ops::{DeviceInfo, ParamInfo};
 use gpupool_protocol::transport::net::NetTransport;
 use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport};
 use gpupool_protocol::transport::{Transport, TransportError};
-use gpupool_protocol::{CtxId, EventId, FuncId, Message, ModuleId, PROTOCOL_VERSION, Reply, Request, StreamId};
+use gpupool_protocol::{
+    CtxId, EventId, FuncId, Message, ModuleId, PROTOCOL_VERSION, Reply, Request, RequestOp, StreamId,
+};
 use gpupool_quota::{ClientRequest, MemoryQuota};
 use gpupool_shim::cuda::{CUcontext, CUevent, CUfunction, CUmodule, CUstream};
 use std::collections::{BTreeMap, HashMap};
@@ -263,6 +266,10 @@ impl Session {
     }
 }
 
+/// Replies with more bytes than this are sent as a head and the bytes ([`bulk`]); below
+/// it, one copy into the reply buffer costs less than a second write.
+const BULK_REPLY_MIN: usize = 64 << 10;
+
 /// Serves requests until the session ends; returns why it ended.
 fn serve(s: &mut Session, link: &mut Link) -> String {
     let t = &mut *link.t;
@@ -280,31 +287,59 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             Err(TransportError::PeerGone) => return "client gone (closed or died)".into(),
             Err(e) => return format!("transport failed: {e}"),
         }
-        let (id, no_reply, op) = match Message::decode(&buf) {
-            Ok((Message::Request { id, no_reply, op }, _)) => (id, no_reply, op),
-            Ok((Message::Bye, _)) => return "bye".into(),
-            Ok((other, _)) => {
-                return format!("malformed: unexpected {:?} frame from a client", other.kind());
-            }
+        // Bulk requests (copies' bytes) are served from the frame in place.
+        let view = match bulk::view(&buf) {
+            Ok(Some((v, _))) => Some(v),
+            Ok(None) => None,
             Err(e) => return format!("malformed frame: {e}"),
         };
-        if matches!(op, Request::Hello { .. }) {
-            return "malformed: a second hello".into();
-        }
-        let name = op.name();
-        let kind = op.op();
-        let started = Instant::now();
-        let result = match op {
-            // The region's fd waits on the socket, which only the session loop holds.
-            Request::HostRegionMap { bytes } => match &link.fds {
-                Some(sock) => s.region_map(sock, bytes),
-                None => Err(Fail::new(NOT_SUPPORTED, "host regions need a local (shared-memory) session")),
+        let (id, no_reply, op) = match view {
+            Some(v) => (v.id, v.no_reply, None),
+            None => match Message::decode(&buf) {
+                Ok((Message::Request { id, no_reply, op }, _)) => (id, no_reply, Some(op)),
+                Ok((Message::Bye, _)) => return "bye".into(),
+                Ok((other, _)) => {
+                    return format!("malformed: unexpected {:?} frame from a client", other.kind());
+                }
+                Err(e) => return format!("malformed frame: {e}"),
             },
-            op => s.handle(op, t.staging()),
+        };
+        let kind = match (&op, &view) {
+            (Some(Request::Hello { .. }), _) => return "malformed: a second hello".into(),
+            (Some(op), _) => op.op(),
+            (None, Some(BulkView { bulk: Bulk::HtoD { .. }, .. })) => RequestOp::MemcpyHtoD,
+            (None, Some(BulkView { bulk: Bulk::StagingWrite { .. }, .. })) => RequestOp::StagingWrite,
+            (None, _) => return "malformed: unexpected Reply frame from a client".into(),
+        };
+        let name = kind.name();
+        let started = Instant::now();
+        let result = match (op, &view) {
+            (Some(op), _) => match op {
+                // The region's fd waits on the socket, which only the session loop holds.
+                Request::HostRegionMap { bytes } => match &link.fds {
+                    Some(sock) => s.region_map(sock, bytes),
+                    None => Err(Fail::new(NOT_SUPPORTED, "host regions need a local (shared-memory) session")),
+                },
+                op => s.handle(op, t.staging()),
+            },
+            (None, Some(v)) => s.handle_bulk(v, t.staging()),
+            (None, None) => unreachable!("a request or a bulk view"),
         };
         s.shared.calls.record(kind, started.elapsed(), result.as_ref().err().map(|f| f.code));
         let msg = match result {
             Ok(_) if no_reply => continue,
+            // Copied bytes go from the reply's buffer to the transport, not through `out`.
+            Ok(Reply::Bytes { data }) if data.0.len() > BULK_REPLY_MIN => {
+                out.clear();
+                if let Err(e) = bulk::encode_head(id, false, Bulk::Bytes, data.0.len(), &mut out) {
+                    return format!("cannot encode a reply: {e}");
+                }
+                match t.send_parts(&[&out, &data.0], false) {
+                    Ok(()) => continue,
+                    Err(TransportError::PeerGone) => return "client gone (closed or died)".into(),
+                    Err(e) => return format!("transport failed: {e}"),
+                }
+            }
             Ok(r) => Message::Reply { id, op: r },
             Err(Fail { code, message }) => {
                 tracing::info!(session = s.id, pid = s.cred.pid, tenant = %s.tenant(), request = name, code, "refused: {message}");

@@ -144,6 +144,15 @@ pub trait Transport: Send {
         self.send(frame)
     }
 
+    /// Sends one frame made of `parts` in order (typically a small head and a large body
+    /// the caller owns, [`crate::bulk`]): the same bytes as sending their concatenation,
+    /// deferred when `defer` (as [`Self::send_deferred`]). Stream transports write a large
+    /// part straight from the caller's memory; the default joins the parts first.
+    fn send_parts(&mut self, parts: &[&[u8]], defer: bool) -> Result<(), TransportError> {
+        let frame = parts.concat();
+        if defer { self.send_deferred(&frame) } else { self.send(&frame) }
+    }
+
     /// Writes out every queued frame.
     fn flush(&mut self) -> Result<(), TransportError> {
         Ok(())
@@ -176,6 +185,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn send_deferred(&mut self, frame: &[u8]) -> Result<(), TransportError> {
         (**self).send_deferred(frame)
+    }
+    fn send_parts(&mut self, parts: &[&[u8]], defer: bool) -> Result<(), TransportError> {
+        (**self).send_parts(parts, defer)
     }
     fn flush(&mut self) -> Result<(), TransportError> {
         (**self).flush()

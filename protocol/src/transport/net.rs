@@ -239,65 +239,106 @@ impl NetTransport {
     /// `deadline`. Returns false on timeout.
     fn fill(&mut self, deadline: Option<Instant>) -> Result<bool, TransportError> {
         self.make_room();
-        loop {
-            if let Some(tls) = &mut self.tls {
-                match tls.reader().read(&mut self.rbuf[self.end..]) {
-                    Ok(0) => {
-                        self.eof = true;
-                        return Ok(true);
+        match read_some(&self.sock, &mut self.tls, &mut self.rbuf[self.end..], deadline)? {
+            None => Ok(false),
+            Some(0) => {
+                self.eof = true;
+                Ok(true)
+            }
+            Some(n) => {
+                self.end += n;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Receives the rest of a frame of `len` bytes whose length prefix is at the front of
+    /// `rbuf`, straight into `buf` (no pass through `rbuf`: large frames are copies' bytes).
+    /// On timeout the bytes read so far go back into `rbuf`, so the stream stays whole.
+    fn recv_large(&mut self, buf: &mut Vec<u8>, len: usize, deadline: Option<Instant>) -> Result<bool, TransportError> {
+        let body = self.start + 4;
+        let mut got = self.end - body;
+        // Reused buffers keep their (initialised) bytes: only growth is zeroed.
+        if buf.len() < len {
+            buf.resize(len, 0);
+        } else {
+            buf.truncate(len);
+        }
+        buf[..got].copy_from_slice(&self.rbuf[body..self.end]);
+        (self.start, self.end) = (0, 0);
+        while got < len {
+            match read_some(&self.sock, &mut self.tls, &mut buf[got..], deadline) {
+                Ok(Some(0)) => {
+                    self.eof = true;
+                    return Err(TransportError::PeerGone);
+                }
+                Ok(Some(n)) => got += n,
+                Ok(None) => {
+                    // Put the partial frame back, prefix included.
+                    self.rbuf.clear();
+                    self.rbuf.extend_from_slice(&(len as u32).to_le_bytes());
+                    self.rbuf.extend_from_slice(&buf[..got]);
+                    self.end = self.rbuf.len();
+                    self.rbuf.resize(self.end.max(READ_CHUNK), 0);
+                    buf.clear();
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Reads plaintext into `dst` (not empty), waiting at most until `deadline`: `Some(n)` bytes
+/// (0 at the end of the stream), `None` on timeout.
+fn read_some(
+    sock: &TcpStream,
+    tls: &mut Option<rustls::Connection>,
+    dst: &mut [u8],
+    deadline: Option<Instant>,
+) -> Result<Option<usize>, TransportError> {
+    loop {
+        if let Some(tls) = tls.as_mut() {
+            match tls.reader().read(dst) {
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The peer's TCP stream ended without a TLS close_notify: it died or was
+                // cut off. Either way it is gone.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(Some(0)),
+                Err(e) => return Err(net_err(e)),
+            }
+        }
+        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if !sys::wait_readable(sock, timeout)? {
+            return Ok(None);
+        }
+        let mut io = sock;
+        match tls.as_mut() {
+            None => {
+                return match io.read(dst) {
+                    Ok(n) => Ok(Some(n)),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {
+                        continue;
                     }
-                    Ok(n) => {
-                        self.end += n;
-                        return Ok(true);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    // The peer's TCP stream ended without a TLS close_notify: it died or
-                    // was cut off. Either way it is gone.
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                        self.eof = true;
-                        return Ok(true);
-                    }
+                    Err(e) => Err(net_err(e)),
+                };
+            }
+            Some(tls) => {
+                match tls.read_tls(&mut io) {
+                    // At the end of the ciphertext, the reader above hands out what plaintext
+                    // is left, then reports how the stream ended.
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(net_err(e)),
                 }
-            }
-            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if !sys::wait_readable(&self.sock, timeout)? {
-                return Ok(false);
-            }
-            let mut io = &self.sock;
-            match &mut self.tls {
-                None => {
-                    return match io.read(&mut self.rbuf[self.end..]) {
-                        Ok(0) => {
-                            self.eof = true;
-                            Ok(true)
-                        }
-                        Ok(n) => {
-                            self.end += n;
-                            Ok(true)
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {
-                            Ok(true)
-                        }
-                        Err(e) => Err(net_err(e)),
-                    };
+                if let Err(e) = tls.process_new_packets() {
+                    let _ = tls.write_tls(&mut NoSignal(&mut io));
+                    return Err(TransportError::Corrupt(format!("TLS: {e}")));
                 }
-                Some(tls) => {
-                    match tls.read_tls(&mut io) {
-                        // At the end of the ciphertext, the reader above hands out what
-                        // plaintext is left, then reports how the stream ended.
-                        Ok(_) => {}
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(net_err(e)),
-                    }
-                    if let Err(e) = tls.process_new_packets() {
-                        let _ = tls.write_tls(&mut NoSignal(&mut io));
-                        return Err(TransportError::Corrupt(format!("TLS: {e}")));
-                    }
-                    // Key updates and alerts rustls wants to answer.
-                    while tls.wants_write() {
-                        tls.write_tls(&mut NoSignal(&mut io)).map_err(net_err)?;
-                    }
+                // Key updates and alerts rustls wants to answer.
+                while tls.wants_write() {
+                    tls.write_tls(&mut NoSignal(&mut io)).map_err(net_err)?;
                 }
             }
         }
@@ -330,6 +371,27 @@ impl Transport for NetTransport {
         self.wbuf.extend_from_slice(&len);
         self.flush_queue()?;
         self.write_out(frame)
+    }
+
+    fn send_parts(&mut self, parts: &[&[u8]], defer: bool) -> Result<(), TransportError> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if self.closed {
+            return Err(TransportError::Closed);
+        }
+        if total > self.max_frame {
+            return Err(TransportError::FrameTooLarge { len: total, max: self.max_frame });
+        }
+        self.wbuf.extend_from_slice(&(total as u32).to_le_bytes());
+        for part in parts {
+            if part.len() <= FLUSH_AT {
+                self.wbuf.extend_from_slice(part);
+            } else {
+                // A large part goes from the caller's memory to the socket (or TLS).
+                self.flush_queue()?;
+                self.write_out(part)?;
+            }
+        }
+        if !defer || self.wbuf.len() >= FLUSH_AT { self.flush_queue() } else { Ok(()) }
     }
 
     fn send_deferred(&mut self, frame: &[u8]) -> Result<(), TransportError> {
@@ -373,11 +435,10 @@ impl Transport for NetTransport {
             if self.eof {
                 return Err(TransportError::PeerGone);
             }
-            if let Some((_, len)) = self.partial_len() {
-                // A large frame: grow once to hold all of it.
-                if self.rbuf.len() < self.start + 4 + len {
-                    self.rbuf.resize(self.start + 4 + len, 0);
-                }
+            if let Some((_, len)) = self.partial_len()
+                && len > READ_CHUNK
+            {
+                return if self.recv_large(buf, len, deadline)? { Ok(()) } else { Err(TransportError::Timeout) };
             }
             if !self.fill(deadline)? {
                 return Err(TransportError::Timeout);
