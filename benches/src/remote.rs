@@ -14,7 +14,8 @@
 //!
 //! Baselines: a second helper process (`__remote-client peer`) serves plain blocking TCP on
 //! loopback with `TCP_NODELAY`: a 64-byte echo (the ping-pong), a 64 MiB sink that reads into a
-//! buffer and acknowledges, and a 64 MiB source; the bench's main thread is the other end.
+//! buffer and acknowledges, and a 64 MiB source; the bench's main thread is the other end. The
+//! same sink and source in TLS (rustls, the daemon's certificate) show what TLS alone costs.
 //!
 //! Added delay (part 3) is `tc qdisc add dev lo root netem delay D`, removed by a guard's `Drop`
 //! (also on error and panic). Where `tc` or netem is missing, delay relays on loopback stand in
@@ -97,6 +98,8 @@ pub struct RemoteRun {
     client_lib: String,
     endpoints: Vec<String>,
     cpus: usize,
+    /// Which CPUs the server and the client side ran on.
+    placement: String,
     clock_ns: f64,
     wall_s: f64,
     load: (String, String),
@@ -140,6 +143,7 @@ pub fn table(run: &RemoteRun) -> String {
         "{} CPUs; run took {:.1} s; load average (1 min) {} at the start, {} at the end (other work on the machine skews every figure)",
         run.cpus, run.wall_s, run.load.0, run.load.1
     );
+    let _ = writeln!(out, "placement: {}", run.placement);
     let _ = writeln!(
         out,
         "p50 = median, p99 = 99th percentile of per-sample time (for rates: the rate at that slow sample);\n\
@@ -251,11 +255,12 @@ pub fn json(run: &RemoteRun) -> String {
         run.sections.iter().flat_map(|s| s.notes.iter().map(|n| format!("    {}", json_str(n)))).collect();
     let endpoints: Vec<String> = run.endpoints.iter().map(|e| json_str(e)).collect();
     format!(
-        "{{\n  \"bench\": \"remote\",\n  \"daemon\": {},\n  \"client_library\": {},\n  \"endpoints\": [{}],\n  \"cpus\": {},\n  \"wall_s\": {},\n  \"load_average_1min\": [{}, {}],\n  \"clock_ns\": {},\n  \"p99_meaning\": \"99th percentile of per-sample time; for rates the rate at that sample\",\n  \"rows\": [\n{}\n  ],\n  \"notes\": [\n{}\n  ]\n}}\n",
+        "{{\n  \"bench\": \"remote\",\n  \"daemon\": {},\n  \"client_library\": {},\n  \"endpoints\": [{}],\n  \"cpus\": {},\n  \"placement\": {},\n  \"wall_s\": {},\n  \"load_average_1min\": [{}, {}],\n  \"clock_ns\": {},\n  \"p99_meaning\": \"99th percentile of per-sample time; for rates the rate at that sample\",\n  \"rows\": [\n{}\n  ],\n  \"notes\": [\n{}\n  ]\n}}\n",
         json_str(&run.daemon),
         json_str(&run.client_lib),
         endpoints.join(", "),
         run.cpus,
+        json_str(&run.placement),
         run.wall_s,
         json_str(&run.load.0),
         json_str(&run.load.1),
@@ -273,8 +278,8 @@ pub fn json(run: &RemoteRun) -> String {
 pub fn client_main(args: &[String]) -> ExitCode {
     let r = match args {
         [mode, lib] if mode == "client" => client(Path::new(lib)),
-        [mode] if mode == "peer" => peer(),
-        _ => Err(format!("usage: gpupool-bench {CLIENT_COMMAND} client LIB | peer")),
+        [mode, cert, key] if mode == "peer" => peer(Path::new(cert), Path::new(key)),
+        _ => Err(format!("usage: gpupool-bench {CLIENT_COMMAND} client LIB | peer CERT KEY")),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -406,17 +411,34 @@ fn client(lib: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The raw-TCP side of the baselines: prints `port N`, then serves every connection on its own
-/// thread by the connection's first byte: `p` echoes 64-byte frames, `r` reads 64 MiB into a
-/// buffer and answers one byte, `s` sends 64 MiB for every byte it reads. Exits when stdin closes.
-fn peer() -> Result<(), String> {
+/// The raw side of the baselines: prints `port N tls M`, then serves every connection on
+/// its own thread by the connection's first byte: `p` echoes 64-byte frames, `r` reads
+/// 64 MiB into a buffer and answers one byte, `s` sends 64 MiB for every byte it reads. Port
+/// M is the same service in TLS (rustls, the daemon's certificate), for the TLS reference.
+/// Exits when stdin closes.
+fn peer(cert: &Path, key: &Path) -> Result<(), String> {
+    let tls = gpupool_protocol::transport::net::tls::server_config(cert, key)?;
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-    let port = l.local_addr().map_err(|e| e.to_string())?.port();
-    println!("port {port}");
+    let lt = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    let port = |l: &TcpListener| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string());
+    println!("port {} tls {}", port(&l)?, port(&lt)?);
     std::io::stdout().flush().map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
         for s in l.incoming().flatten() {
-            std::thread::spawn(move || serve(s));
+            std::thread::spawn(move || {
+                s.set_nodelay(true)?;
+                serve(s)
+            });
+        }
+    });
+    std::thread::spawn(move || {
+        for s in lt.incoming().flatten() {
+            let tls = tls.clone();
+            std::thread::spawn(move || -> std::io::Result<()> {
+                s.set_nodelay(true)?;
+                let conn = rustls::ServerConnection::new(tls).map_err(std::io::Error::other)?;
+                serve(rustls::StreamOwned::new(conn, s))
+            });
         }
     });
     let mut sink = String::new();
@@ -424,8 +446,7 @@ fn peer() -> Result<(), String> {
     Ok(())
 }
 
-fn serve(mut s: TcpStream) -> std::io::Result<()> {
-    s.set_nodelay(true)?;
+fn serve(mut s: impl Read + Write) -> std::io::Result<()> {
     let mut mode = [0u8; 1];
     s.read_exact(&mut mode)?;
     match mode[0] {
@@ -434,6 +455,7 @@ fn serve(mut s: TcpStream) -> std::io::Result<()> {
             loop {
                 s.read_exact(&mut buf)?;
                 s.write_all(&buf)?;
+                s.flush()?;
             }
         }
         b'r' => {
@@ -441,6 +463,7 @@ fn serve(mut s: TcpStream) -> std::io::Result<()> {
             loop {
                 s.read_exact(&mut buf)?;
                 s.write_all(&[buf[COPY_BYTES - 1]])?;
+                s.flush()?;
             }
         }
         b's' => {
@@ -449,6 +472,7 @@ fn serve(mut s: TcpStream) -> std::io::Result<()> {
             loop {
                 s.read_exact(&mut req)?;
                 s.write_all(&buf)?;
+                s.flush()?;
             }
         }
         _ => Ok(()),
@@ -574,12 +598,17 @@ fn parse_numbers(s: &str) -> Result<Vec<f64>, String> {
         .collect()
 }
 
-/// The raw-TCP baselines: the peer process and one connection per kind.
+type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// The raw baselines: the peer process and one connection per kind.
 struct Raw {
     port: u16,
     ping: TcpStream,
     sink: TcpStream,
     source: TcpStream,
+    /// The same bulk services in TLS: what TLS alone costs on this path.
+    tls_sink: TlsStream,
+    tls_source: TlsStream,
     data: Vec<u8>,
     back: Vec<u8>,
     _peer: Kids,
@@ -587,9 +616,12 @@ struct Raw {
 }
 
 impl Raw {
-    fn start(exe: &Path) -> Result<Raw, String> {
+    /// The peer serves TLS with the daemon's `cert`/`key`; `ca` signed them.
+    fn start(exe: &Path, cert: &Path, key: &Path, ca: &Path) -> Result<Raw, String> {
         let mut child = Command::new(exe)
             .args([CLIENT_COMMAND, "peer"])
+            .arg(cert)
+            .arg(key)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -600,17 +632,28 @@ impl Raw {
         let kids = Kids(vec![child]);
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
-        let port: u16 = line
-            .trim()
-            .strip_prefix("port ")
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| format!("TCP peer said {line:?}"))?;
+        let (port, tls_port): (u16, u16) = match line.split_whitespace().collect::<Vec<_>>()[..] {
+            ["port", p, "tls", t] => (p.parse().map_err(|_| "bad port")?, t.parse().map_err(|_| "bad port")?),
+            _ => return Err(format!("TCP peer said {line:?}")),
+        };
         let conn = |mode: u8| Raw::connect(port, mode);
+        let client = gpupool_protocol::transport::net::tls::client_config(ca)?;
+        let tls = |mode: u8| -> Result<TlsStream, String> {
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+            let conn = rustls::ClientConnection::new(client.clone(), name).map_err(|e| e.to_string())?;
+            let sock = TcpStream::connect(("127.0.0.1", tls_port)).map_err(|e| format!("TLS peer: {e}"))?;
+            sock.set_nodelay(true).map_err(|e| e.to_string())?;
+            let mut s = rustls::StreamOwned::new(conn, sock);
+            s.write_all(&[mode]).and_then(|_| s.flush()).map_err(|e| format!("TLS peer: {e}"))?;
+            Ok(s)
+        };
         Ok(Raw {
             port,
             ping: conn(b'p')?,
             sink: conn(b'r')?,
             source: conn(b's')?,
+            tls_sink: tls(b'r')?,
+            tls_source: tls(b's')?,
             data: (0..COPY_BYTES).map(|i| (i * 13) as u8).collect(),
             back: vec![0x44u8; COPY_BYTES],
             _peer: kids,
@@ -634,28 +677,42 @@ impl Raw {
 
     /// 64 MiB sent to the peer, which reads it into a buffer and answers a byte; ns.
     fn send(&mut self) -> Result<f64, String> {
-        let t = Instant::now();
-        let mut ack = [0u8; 1];
-        self.sink
-            .write_all(&self.data)
-            .and_then(|_| self.sink.read_exact(&mut ack))
-            .map_err(|e| format!("TCP bulk send: {e}"))?;
-        let ns = t.elapsed().as_nanos() as f64;
-        if ack[0] != self.data[COPY_BYTES - 1] {
-            return Err("TCP bulk send: the peer saw other bytes".into());
-        }
-        Ok(ns)
+        bulk_send(&mut self.sink, &self.data).map_err(|e| format!("TCP bulk send: {e}"))
     }
 
     /// One byte asks the peer for 64 MiB, read here into a buffer; ns.
     fn receive(&mut self) -> Result<f64, String> {
-        let t = Instant::now();
-        self.source
-            .write_all(b"s")
-            .and_then(|_| self.source.read_exact(&mut self.back))
-            .map_err(|e| format!("TCP bulk receive: {e}"))?;
-        Ok(t.elapsed().as_nanos() as f64)
+        bulk_receive(&mut self.source, &mut self.back).map_err(|e| format!("TCP bulk receive: {e}"))
     }
+
+    /// [`Self::send`] and [`Self::receive`] in TLS.
+    fn tls_send(&mut self) -> Result<f64, String> {
+        bulk_send(&mut self.tls_sink, &self.data).map_err(|e| format!("TLS bulk send: {e}"))
+    }
+    fn tls_receive(&mut self) -> Result<f64, String> {
+        bulk_receive(&mut self.tls_source, &mut self.back).map_err(|e| format!("TLS bulk receive: {e}"))
+    }
+}
+
+fn bulk_send(s: &mut (impl Read + Write), data: &[u8]) -> Result<f64, String> {
+    let t = Instant::now();
+    let mut ack = [0u8; 1];
+    s.write_all(data).and_then(|_| s.flush()).and_then(|_| s.read_exact(&mut ack)).map_err(|e| e.to_string())?;
+    let ns = t.elapsed().as_nanos() as f64;
+    if ack[0] != data[COPY_BYTES - 1] {
+        return Err("the peer saw other bytes".into());
+    }
+    Ok(ns)
+}
+
+fn bulk_receive(s: &mut (impl Read + Write), back: &mut [u8]) -> Result<f64, String> {
+    let t = Instant::now();
+    s.write_all(b"s").and_then(|_| s.flush()).and_then(|_| s.read_exact(back)).map_err(|e| e.to_string())?;
+    let ns = t.elapsed().as_nanos() as f64;
+    if back[COPY_BYTES - 1] != ((COPY_BYTES - 1) * 7 + 1) as u8 {
+        return Err("other bytes than the peer sent".into());
+    }
+    Ok(ns)
 }
 
 /// `n` 64-byte ping-pongs with the peer's echo on `s`, each timed alone.
@@ -875,10 +932,14 @@ fn part1(c: &mut Clients<'_>, raw: &mut Raw) -> Result<Section, String> {
 fn part2(c: &mut Clients<'_>, raw: &mut Raw) -> Result<Section, String> {
     let (mut th, mut td, mut ch, mut cd, mut uh, mut ud, mut rs, mut rr) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut ts, mut tr) = (vec![], vec![]);
     for i in 0..COPY_WARMUP + COPY_SAMPLES {
         let (t, cc, u) = (c.tls.copy()?, c.tcp.copy()?, c.unix.copy()?);
         let (s, r) = (raw.send()?, raw.receive()?);
+        let (tsend, trecv) = (raw.tls_send()?, raw.tls_receive()?);
         if i >= COPY_WARMUP {
+            ts.push(tsend);
+            tr.push(trecv);
             th.push(t.0);
             td.push(t.1);
             ch.push(cc.0);
@@ -909,6 +970,16 @@ fn part2(c: &mut Clients<'_>, raw: &mut Raw) -> Result<Section, String> {
         rows.push(a);
         rows.push(b);
     }
+    // What TLS alone costs on this path: the tls:// rows' ceiling.
+    let (tls_send, tls_recv) = (rate_summary(ts, gb), rate_summary(tr, gb));
+    rows.push(row("raw TLS send 64 MiB (rustls, reference)", Unit::GbS, tls_send, send_name, send));
+    rows.push(row("raw TLS receive 64 MiB (rustls, reference)", Unit::GbS, tls_recv, recv_name, recv));
+    let share = |r: &Row, base: Summary| r.value.as_ref().map_or(0.0, |v| 100.0 * v.median / base.median);
+    let tls_share = format!(
+        "over tls://, HtoD is {:.0}% of raw TLS send and DtoH {:.0}% of raw TLS receive (p50s, same run)",
+        share(&rows[0], tls_send),
+        share(&rows[1], tls_recv)
+    );
     let notes = vec![
         format!(
             "64 MiB per copy (cuMemcpyHtoD_v2 / cuMemcpyDtoH_v2 from/to a Vec), {COPY_SAMPLES} samples after {COPY_WARMUP} warm-up; \
@@ -916,8 +987,10 @@ fn part2(c: &mut Clients<'_>, raw: &mut Raw) -> Result<Section, String> {
         ),
         "raw TCP send: write_all of 64 MiB to the peer, which read_exacts it into a 64 MiB buffer and answers one \
          byte (timed to that byte); raw TCP receive: one byte asks the peer for 64 MiB, read_exact into a 64 MiB \
-         buffer here; plain TCP, no encryption, so the tls:// ratio includes the cost of TLS"
+         buffer here; plain TCP, no encryption, so the tls:// ratio includes the cost of TLS; raw TLS: the same \
+         in rustls (ring, the daemon's certificate), a stream of 16 KiB records, no protocol of ours"
             .into(),
+        tls_share,
     ];
     Ok(Section { title: "2. Copy bandwidth, 64 MiB pageable (GB/s = 10^9 bytes/s)".into(), rows, notes })
 }
@@ -1030,7 +1103,73 @@ fn part3(c: &mut Clients<'_>, raw: &mut Raw) -> Result<Section, String> {
     Ok(Section { title: "3. Async launch rate over tls:// with added delay (launches per second)".into(), rows, notes })
 }
 
+/// The CPUs this thread may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
+    // size_of::<cpu_set_t>() bytes into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// Restricts this thread (and the processes it starts from now on, which inherit the mask)
+/// to `cpus`.
+fn pin_self(cpus: &[usize]) -> Result<(), String> {
+    // SAFETY: as in `allowed_cpus`; CPU_SET only writes inside the set for c < CPU_SETSIZE.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(format!("sched_setaffinity({cpus:?}): {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Where the two sides run: the server side (daemon, raw peer) on one CPU, the client side
+/// (client processes, the raw ends in this process, relays) on another, as two hosts would
+/// be. Left to the scheduler, a pair sometimes shares a CPU and sometimes not, and on a VM a
+/// wake-up across CPUs costs tens of microseconds more, so either side of a ratio could look
+/// faster at random. `None` with fewer than 2 CPUs.
+struct Placement {
+    server: usize,
+    client: usize,
+    all: Vec<usize>,
+}
+
+impl Placement {
+    fn new() -> Option<Placement> {
+        let all = allowed_cpus();
+        (all.len() >= 2).then(|| Placement { server: all[0], client: all[1], all })
+    }
+    fn describe(p: &Option<Placement>) -> String {
+        match p {
+            Some(p) => format!(
+                "server side (daemon, raw peer) pinned to CPU {}, client side (clients, raw ends, relays) to CPU {}",
+                p.server, p.client
+            ),
+            None => "not pinned (fewer than 2 CPUs)".into(),
+        }
+    }
+}
+
 pub fn run() -> Result<RemoteRun, String> {
+    let placement = Placement::new();
+    let result = run_placed(&placement);
+    if let Some(p) = &placement {
+        let _ = pin_self(&p.all);
+    }
+    result
+}
+
+fn run_placed(placement: &Option<Placement>) -> Result<RemoteRun, String> {
     remove_netem_on_signals();
     let started = Instant::now();
     let load_start = loadavg();
@@ -1076,6 +1215,9 @@ pub fn run() -> Result<RemoteRun, String> {
         "--tls-key".into(),
         path(certs.join("key.pem")),
     ];
+    if let Some(p) = placement {
+        pin_self(&[p.server])?;
+    }
     let mut daemon = Daemon::start_with(&gpupool, base.0.join("d"), &extra)?;
     let t0 = Instant::now();
     let (tls_url, tcp_url) = loop {
@@ -1092,7 +1234,10 @@ pub fn run() -> Result<RemoteRun, String> {
     let env = |ep: &str| {
         vec![("GPUPOOL_ENDPOINT", ep.to_string()), ("GPUPOOL_TOKEN", token.clone()), ("GPUPOOL_CA", ca.clone())]
     };
-    let mut raw = Raw::start(&exe)?;
+    let mut raw = Raw::start(&exe, &certs.join("cert.pem"), &certs.join("key.pem"), &certs.join("ca.pem"))?;
+    if let Some(p) = placement {
+        pin_self(&[p.client])?;
+    }
     let spawn = |label: &str, ep: &str| Client::start(&exe, &lib, label, &env(ep));
     let mut clients = Clients {
         tls: spawn("tls://", &tls_url)?,
@@ -1121,7 +1266,8 @@ pub fn run() -> Result<RemoteRun, String> {
         daemon: gpupool.display().to_string(),
         client_lib: lib.display().to_string(),
         endpoints: vec![tls_url, tcp_url, unix_url],
-        cpus: cpus(),
+        cpus: placement.as_ref().map_or_else(cpus, |p| p.all.len()),
+        placement: Placement::describe(placement),
         clock_ns: clock,
         wall_s: started.elapsed().as_secs_f64(),
         load: (load_start, loadavg()),
