@@ -484,8 +484,8 @@ print("RTT", rtt(), "LOOP", loop(10000), flush=True)
     };
     let (rtt1, loop1) = measure(&endpoint);
     eprintln!("no delay: rtt {:.3} ms, 10k launches + sync {:.1} ms", rtt0 * 1e3, loop0 * 1e3);
-    eprintln!("netem 1 ms: rtt {:.3} ms, 10k launches + sync {:.1} ms", rtt1 * 1e3, loop1 * 1e3);
-    assert!(rtt1 > 0.0019, "netem must show in the round trip: {rtt1}");
+    eprintln!("1 ms each way: rtt {:.3} ms, 10k launches + sync {:.1} ms", rtt1 * 1e3, loop1 * 1e3);
+    assert!(rtt1 > 0.0019, "the added delay must show in the round trip: {rtt1}");
     // 10,000 round trips would be 20 s. Allow the sync's round trip plus noise: the loop
     // may not cost more than 25 round trips over its undelayed time.
     assert!(loop1 < loop0 + 25.0 * rtt1, "delayed loop {loop1:.3} s vs {loop0:.3} s undelayed, rtt {rtt1:.4} s");
