@@ -209,14 +209,18 @@ impl Conn {
         self.wait_reply(id)
     }
 
+    /// Receives the next frame from the daemon into `self.buf`, waiting as long as it takes
+    /// (a dead link ends the wait through the transport's liveness bound).
+    fn recv_next(&mut self) -> R<()> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let r = self.t().recv_into(&mut buf, None);
+        self.buf = buf;
+        r.map_err(|e| self.fail(&format!("waiting for {}: {e}", self.endpoint)))
+    }
+
     fn wait_reply(&mut self, id: u64) -> R<Reply> {
         loop {
-            let mut buf = std::mem::take(&mut self.buf);
-            let r = self.t().recv_into(&mut buf, None);
-            self.buf = buf;
-            if let Err(e) = r {
-                return Err(self.fail(&format!("waiting for {}: {e}", self.endpoint)));
-            }
+            self.recv_next()?;
             if let Some(reply) = self.handle_frame(Some(id))? {
                 return Ok(reply);
             }
@@ -425,12 +429,7 @@ impl Conn {
     /// error reply is first noted in `first_err`, as [`Self::reply_or_note`] does).
     fn bytes_reply_into(&mut self, id: u64, dst: &mut [u8], first_err: &mut Option<CUresult>) -> R<bool> {
         loop {
-            let mut buf = std::mem::take(&mut self.buf);
-            let r = self.t().recv_into(&mut buf, None);
-            self.buf = buf;
-            if let Err(e) = r {
-                return Err(self.fail(&format!("waiting for {}: {e}", self.endpoint)));
-            }
+            self.recv_next()?;
             if let Ok(Some((v, _))) = bulk::view(&self.buf)
                 && v.id == id
                 && v.bulk == Bulk::Bytes
