@@ -13,7 +13,7 @@ use super::stream::resolve;
 use crate::client::conn::Conn;
 use crate::client::{self, Client};
 use crate::util::{R, host_bytes, host_bytes_mut};
-use gpupool_protocol::ops::{Copy2D, Copy2DEnd, HostSrc, MemSpace, RegionSlice, Reply, StagingRegion};
+use gpupool_protocol::ops::{Copy2D, Copy2DEnd, HostSrc, MemSpace, RegionSlice, Reply};
 use gpupool_protocol::{DevicePtr, Request, StreamId};
 use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream};
 use std::os::raw::c_void;
@@ -61,40 +61,34 @@ pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R
     Ok(())
 }
 
-/// Host to device, synchronous, from memory the daemon cannot see: inline or through
-/// staging locally, streamed in chunks over the network.
+/// Host to device, synchronous, from memory the daemon cannot see: inline when short,
+/// through the two halves of the staging area locally, streamed in chunks over the network.
 fn write_device(conn: &mut Conn, dst: u64, src: &[u8]) -> R<()> {
     if conn.is_network() {
-        return conn.write_device_streamed(dst, src);
+        conn.write_device_streamed(dst, src)
+    } else if src.len() > client::conn::INLINE_MAX {
+        conn.write_device_staged(dst, src)
+    } else {
+        let src = conn.host_src(src)?;
+        conn.call_ok(Request::MemcpyHtoD { dst: DevicePtr(dst), src })?;
+        conn.take_pending()
     }
-    let chunk = conn.staging_len();
-    for (i, part) in src.chunks(chunk).enumerate() {
-        let hs = conn.host_src(part)?;
-        conn.call_ok(Request::MemcpyHtoD { dst: DevicePtr(dst + (i * chunk) as u64), src: hs })?;
-    }
-    conn.take_pending()
 }
 
-/// Device to host, synchronous, into memory the daemon cannot see: inline or through
-/// staging locally, pipelined in chunks over the network.
+/// Device to host, synchronous, into memory the daemon cannot see: inline when short,
+/// through the two halves of the staging area locally, pipelined in chunks over the network.
 fn read_device(conn: &mut Conn, dst: &mut [u8], src: u64) -> R<()> {
     if conn.is_network() {
-        return conn.read_device_pipelined(dst, src);
-    }
-    let chunk = conn.staging_len();
-    for (i, part) in dst.chunks_mut(chunk).enumerate() {
-        let s = DevicePtr(src + (i * chunk) as u64);
-        if part.len() <= client::conn::INLINE_MAX {
-            match conn.call(Request::MemcpyDtoHInline { src: s, len: part.len() as u32 })? {
-                Reply::Bytes { data } if data.0.len() == part.len() => part.copy_from_slice(&data.0),
-                _ => return Err(CUresult::CUDA_ERROR_UNKNOWN),
-            }
-        } else {
-            conn.call_ok(Request::MemcpyDtoH { src: s, dst: StagingRegion { offset: 0, len: part.len() as u64 } })?;
-            conn.stage_read(0, part)?;
+        conn.read_device_pipelined(dst, src)
+    } else if dst.len() > client::conn::INLINE_MAX {
+        conn.read_device_staged(dst, src)
+    } else {
+        match conn.call(Request::MemcpyDtoHInline { src: DevicePtr(src), len: dst.len() as u32 })? {
+            Reply::Bytes { data } if data.0.len() == dst.len() => dst.copy_from_slice(&data.0),
+            _ => return Err(CUresult::CUDA_ERROR_UNKNOWN),
         }
+        conn.take_pending()
     }
-    conn.take_pending()
 }
 
 /// The page-locked region holding all of `[p, p + n)`, as a slice the daemon can name.

@@ -31,6 +31,8 @@ pub const INLINE_MAX: usize = 64 * 1024;
 /// Device-to-host chunk over the network, and how many are in flight at once.
 const NET_CHUNK: usize = 1 << 20;
 const NET_WINDOW: usize = 8;
+/// A pipelined pageable copy through shared staging moves this much per request.
+const STAGED_CHUNK: usize = 2 << 20;
 
 // One per connection, never in bulk: the size difference costs nothing.
 #[allow(clippy::large_enum_variant)]
@@ -378,6 +380,85 @@ impl Conn {
         Ok(HostSrc::Staging(StagingRegion { offset: 0, len: bytes.len() as u64 }))
     }
 
+    /// The staging area as slots of [`STAGED_CHUNK`] bytes (at least two) for pipelined copies.
+    fn staging_slots(&self) -> (usize, usize) {
+        let slot = STAGED_CHUNK.min(self.staging_len() / 2);
+        (slot, self.staging_len() / slot)
+    }
+
+    /// Host-to-device through the shared staging area, its slots in turn: this thread fills
+    /// one slot while the daemon copies earlier ones into the device, so the two memory passes
+    /// of a pageable copy overlap instead of adding up (and a slot is still in cache when the
+    /// daemon reads it).
+    pub fn write_device_staged(&mut self, dst: u64, src: &[u8]) -> R<()> {
+        let (slot, slots) = self.staging_slots();
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut first_err = None;
+        for (i, part) in src.chunks(slot).enumerate() {
+            // Chunk i reuses the slot of chunk i - slots: wait until the daemon is done with it.
+            if in_flight.len() == slots {
+                let id = in_flight.pop_front().expect("a full window");
+                self.expect_ok(id, &mut first_err)?;
+            }
+            if first_err.is_some() {
+                break;
+            }
+            let offset = (i % slots) * slot;
+            self.stage_write(offset, part)?;
+            let op = Request::MemcpyHtoD {
+                dst: DevicePtr(dst + (i * slot) as u64),
+                src: HostSrc::Staging(StagingRegion { offset: offset as u64, len: part.len() as u64 }),
+            };
+            in_flight.push_back(self.send_frame(op, false, false)?);
+        }
+        for id in in_flight {
+            self.expect_ok(id, &mut first_err)?;
+        }
+        self.first_or_pending(first_err)
+    }
+
+    /// Device-to-host through the shared staging area, its slots in turn: the daemon fills
+    /// the next slots while this thread copies one out.
+    pub fn read_device_staged(&mut self, dst: &mut [u8], src: u64) -> R<()> {
+        let (slot, slots) = self.staging_slots();
+        let chunks = dst.len().div_ceil(slot);
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut first_err = None;
+        let total = dst.len();
+        let request = |c: &mut Self, k: usize| {
+            let (o, n) = (k * slot, slot.min(total - k * slot));
+            let region = StagingRegion { offset: ((k % slots) * slot) as u64, len: n as u64 };
+            c.send_frame(Request::MemcpyDtoH { src: DevicePtr(src + o as u64), dst: region }, false, false)
+        };
+        for k in 0..chunks.min(slots) {
+            in_flight.push_back(request(self, k)?);
+        }
+        for k in 0..chunks {
+            let Some(id) = in_flight.pop_front() else { break };
+            self.expect_ok(id, &mut first_err)?;
+            if first_err.is_some() {
+                continue;
+            }
+            let (o, n) = (k * slot, slot.min(total - k * slot));
+            self.stage_read((k % slots) * slot, &mut dst[o..o + n])?;
+            // The slot just read takes chunk k + slots.
+            if k + slots < chunks {
+                in_flight.push_back(request(self, k + slots)?);
+            }
+        }
+        self.first_or_pending(first_err)
+    }
+
+    /// Waits for the reply to `id`, which must be `Ok`; anything else is noted in `first_err`.
+    fn expect_ok(&mut self, id: u64, first_err: &mut Option<CUresult>) -> R<()> {
+        if let Some(r) = self.reply_or_note(id, first_err)?
+            && !matches!(r, Reply::Ok {})
+        {
+            first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
+        }
+        Ok(())
+    }
+
     /// Host-to-device over the network: every chunk is sent before any reply is awaited
     /// (the daemon answers each in order), so the copy streams at the link's rate.
     pub fn write_device_streamed(&mut self, dst: u64, src: &[u8]) -> R<()> {
@@ -389,11 +470,7 @@ impl Conn {
         }
         let mut first_err = None;
         for id in ids {
-            if let Some(r) = self.reply_or_note(id, &mut first_err)?
-                && !matches!(r, Reply::Ok {})
-            {
-                first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
-            }
+            self.expect_ok(id, &mut first_err)?;
         }
         self.first_or_pending(first_err)
     }
