@@ -238,3 +238,20 @@ fn bulk_heads_refuse_what_the_encoder_refuses() {
     };
     assert_eq!(bulk::view(&staged.encode().unwrap()), Ok(None));
 }
+
+#[test]
+fn every_reply_converts_to_its_answer_and_back_and_no_other() {
+    use crate::ops::{Answer, answer};
+    for seed in 0..16u64 {
+        for &op in ReplyOp::ALL {
+            let r = Reply::sample(op, &mut Gen::new(seed ^ op.code() as u64));
+            assert_eq!(r.clone().through_answer(), Some(r.clone()), "{op:?}");
+            // Another reply is handed back untouched.
+            if op != ReplyOp::Ok {
+                assert_eq!(answer::Ok::try_from(r.clone()), Err(r));
+            }
+        }
+    }
+    assert_eq!(<answer::MemPtr as Answer>::OP, ReplyOp::MemPtr);
+    assert_eq!(RequestOp::MemAlloc.reply(), <answer::MemPtr as Answer>::OP);
+}

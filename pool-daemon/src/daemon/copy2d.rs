@@ -48,7 +48,7 @@ impl Session {
         a.device_ordinal.or(b.device_ordinal).ok_or_else(|| Fail::invalid_value("a copy between two staging regions"))
     }
 
-    pub(super) fn memcpy_2d(&mut self, c: Copy2D, stream: Option<StreamId>, staging: Option<&Staging>) -> Result<()> {
+    pub(super) fn copy_2d(&mut self, c: Copy2D, stream: Option<StreamId>, staging: Option<&Staging>) -> Result<()> {
         let end = |x: u64, y: u64, pitch: u64| -> Result<(u64, u64)> {
             if c.height > 1 && pitch < c.width_bytes {
                 return Err(Fail::invalid_value("pitch smaller than the width"));
@@ -88,7 +88,7 @@ impl Session {
         Ok(())
     }
 
-    pub(super) fn memcpy_3d(&mut self, c: Copy3D, stream: Option<StreamId>, staging: Option<&Staging>) -> Result<()> {
+    pub(super) fn copy_3d(&mut self, c: Copy3D, stream: Option<StreamId>, staging: Option<&Staging>) -> Result<()> {
         if c.width_bytes == 0 || c.height == 0 || c.depth == 0 {
             return Ok(());
         }

@@ -1,11 +1,12 @@
-//! Every request of the operation set, executed for one session: handles map to the
-//! backend objects this session created, every device pointer must lie inside memory this
-//! session owns (its allocations, or its modules' globals) or the request is refused with
-//! CUDA_ERROR_INVALID_VALUE before anything reaches the backend, and memory is reserved
-//! in the quota ledger before the backend allocates.
+//! The checks every operation relies on ([`super::serve`] is the dispatch): handles map to
+//! the backend objects this session created, every device pointer must lie inside memory
+//! this session owns (its allocations, or its modules' globals) or the request is refused
+//! with CUDA_ERROR_INVALID_VALUE before anything reaches the backend, and memory is
+//! reserved in the quota ledger before the backend allocates. Also: [`Fail`] with the
+//! vendor codes, the context lent to each call ([`Cx`]), and bulk requests served in place.
 //!
-//! Copies, memset, modules and launches live in [`super::exec`] and [`super::copy2d`];
-//! streams, events and management queries in [`super::streams`].
+//! Copies, memset, modules and launches have their helpers in [`super::exec`] and
+//! [`super::copy2d`]; streams and events in [`super::streams`].
 
 use super::Raw;
 use super::cleanup::Handle;
@@ -13,9 +14,9 @@ use super::session::{Alloc, Session};
 use crate::backend::CudaError;
 use crate::call;
 use gpupool_protocol::bulk::{Bulk, BulkView};
-use gpupool_protocol::ops::InlineBytes;
+use gpupool_protocol::ops::answer;
 use gpupool_protocol::transport::Staging;
-use gpupool_protocol::{CtxId, DevicePtr, Reply, Request};
+use gpupool_protocol::{CtxId, DevicePtr, Reply};
 use gpupool_shim::cuda::{CUcontext, CUdeviceptr};
 
 pub const INVALID_VALUE: u32 = 1;
@@ -25,6 +26,14 @@ pub const INVALID_HANDLE: u32 = 400;
 pub const NOT_READY: u32 = 600;
 pub const DEVICE_UNAVAILABLE: u32 = 46;
 pub const NOT_SUPPORTED: u32 = 801;
+
+/// What the session loop lends every operation: the staging area, and the unix socket on
+/// which page-locked regions' fds arrive (a local session only).
+#[derive(Clone, Copy)]
+pub struct Cx<'a> {
+    pub staging: Option<&'a Staging>,
+    pub fds: Option<&'a std::os::unix::net::UnixStream>,
+}
 
 /// A refused or failed request: the CUresult and why.
 #[derive(Debug)]
@@ -128,141 +137,22 @@ impl Session {
         }
     }
 
-    /// A bulk request read in place ([`gpupool_protocol::bulk`]): the same as [`Self::handle`]
-    /// of the decoded request, without a copy of its bytes.
+    /// A bulk request read in place ([`gpupool_protocol::bulk`]): the same as the decoded
+    /// request's [`gpupool_protocol::ops::Serve`] method, without a copy of its bytes.
     pub fn handle_bulk(&mut self, v: &BulkView<'_>, staging: Option<&Staging>) -> Result<Reply> {
         match v.bulk {
-            Bulk::HtoD { dst } => self.memcpy_htod(dst, v.data),
-            Bulk::StagingWrite { offset } => Self::staging_write(staging, offset, v.data),
+            Bulk::HtoD { dst } => self.htod_from_bytes(dst, v.data).map(Reply::from),
+            Bulk::StagingWrite { offset } => Self::write_staging(staging, offset, v.data).map(Reply::from),
             Bulk::Bytes => Err(Fail::invalid_value("a client sent a reply")),
         }
     }
 
-    fn staging_write(staging: Option<&Staging>, offset: u64, data: &[u8]) -> Result<Reply> {
+    /// Writes `data` into the staging area at `offset` (a network session's area).
+    pub(super) fn write_staging(staging: Option<&Staging>, offset: u64, data: &[u8]) -> Result<answer::Ok> {
         let st = staging.ok_or_else(|| Fail::invalid_value("this transport has no staging area"))?;
         let offset = usize::try_from(offset).unwrap_or(usize::MAX);
         st.write(offset, data).map_err(|e| Fail::invalid_value(e.to_string()))?;
-        Ok(Reply::Ok {})
-    }
-
-    pub fn handle(&mut self, op: Request, staging: Option<&Staging>) -> Result<Reply> {
-        use Request as R;
-        Ok(match op {
-            R::Hello { .. } => return Err(Fail::invalid_value("a second hello")),
-            R::DeviceGetCount {} => Reply::DeviceCount { count: self.shared.devices.len() as u32 },
-            R::DeviceGetInfo { device } => {
-                self.check_device(device)?;
-                Reply::DeviceInfo { info: self.device_info(device) }
-            }
-            R::MemGetInfo { ctx } => {
-                let d = self.ctx_device(ctx)?;
-                self.enter(d)?;
-                let (mut free, mut total) = (0usize, 0usize);
-                call!(self.shared.cuda, cuMemGetInfo_v2(&mut free, &mut total))?;
-                let m = self.shared.ledger.mem_info(&self.quota, d, total as u64, free as u64);
-                Reply::MemInfo { free: m.free, total: m.total }
-            }
-            R::PrimaryCtxRetain { device } => {
-                self.check_device(device)?;
-                self.enter(device)?;
-                let id = match self.primary.get(&device) {
-                    Some(&id) => id,
-                    None => {
-                        let id = CtxId(self.next_handle());
-                        self.primary.insert(device, id);
-                        self.ctxs.insert(id, device);
-                        id
-                    }
-                };
-                Reply::Context { ctx: id }
-            }
-            R::PrimaryCtxRelease { device } => {
-                self.check_device(device)?;
-                Reply::Ok {}
-            }
-            R::PrimaryCtxReset { device } => {
-                // CUDA's reset destroys everything the primary context holds.
-                self.check_device(device)?;
-                if let Some(&id) = self.primary.get(&device) {
-                    let f = self.free_owned(Some(id));
-                    tracing::debug!(session = self.id, device, ?f, "primary context reset");
-                }
-                Reply::Ok {}
-            }
-            R::CtxCreate { device, .. } => {
-                self.check_device(device)?;
-                self.enter(device)?;
-                let id = CtxId(self.next_handle());
-                self.ctxs.insert(id, device);
-                Reply::Context { ctx: id }
-            }
-            R::CtxDestroy { ctx } => {
-                // Destroying a context frees what was created in it.
-                self.ctx_device(ctx)?;
-                let f = self.free_owned(Some(ctx));
-                tracing::debug!(session = self.id, ctx = ctx.0, ?f, "context destroyed");
-                self.ctxs.remove(&ctx);
-                self.primary.retain(|_, id| *id != ctx);
-                Reply::Ok {}
-            }
-            R::CtxSynchronize { ctx } => {
-                let d = self.ctx_device(ctx)?;
-                self.enter(d)?;
-                call!(self.shared.cuda, cuCtxSynchronize())?;
-                Reply::Ok {}
-            }
-            R::MemAlloc { ctx, bytes } => {
-                let d = self.ctx_device(ctx)?;
-                let ptr = self.alloc(d, bytes)?;
-                self.owner.insert(Handle::Alloc(ptr.0), ctx);
-                Reply::MemPtr { ptr }
-            }
-            R::MemAllocPitch { ctx, width_bytes, height, element_size } => {
-                let d = self.ctx_device(ctx)?;
-                let (ptr, pitch) = self.alloc_pitch(d, width_bytes, height, element_size)?;
-                self.owner.insert(Handle::Alloc(ptr.0), ctx);
-                Reply::MemPitch { ptr, pitch }
-            }
-            R::MemFree { ptr } => {
-                self.free(ptr)?;
-                Reply::Ok {}
-            }
-            R::HostRegionMap { .. } => {
-                return Err(Fail::new(1, "a host region needs the session's socket"));
-            }
-            R::HostRegionUnmap { id } => {
-                self.region_unmap(id)?;
-                Reply::Ok {}
-            }
-            R::StagingWrite { offset, data } => return Self::staging_write(staging, offset, &data.0),
-            R::StagingRead { offset, len } => {
-                let st = staging.ok_or_else(|| Fail::invalid_value("this transport has no staging area"))?;
-                let mut data = vec![0u8; (len as usize).min(st.len())];
-                if data.len() != len as usize {
-                    return Err(Fail::invalid_value(format!(
-                        "staging read of {len} bytes from a {}-byte area",
-                        st.len()
-                    )));
-                }
-                st.read(usize::try_from(offset).unwrap_or(usize::MAX), &mut data)
-                    .map_err(|e| Fail::invalid_value(e.to_string()))?;
-                Reply::Bytes { data: InlineBytes(data) }
-            }
-            R::MemGetAddressRange { ptr } => {
-                self.owned(ptr, 0)?;
-                let p = ptr.0;
-                let hit = |b: u64, size: u64| (p >= b && p < b + size).then_some((b, size));
-                let (base, size) = self
-                    .allocs
-                    .range(..=p)
-                    .next_back()
-                    .and_then(|(&b, a)| hit(b, a.size))
-                    .or_else(|| self.globals.range(..=p).next_back().and_then(|(&b, g)| hit(b, g.0)))
-                    .ok_or_else(|| Fail::invalid_value("not owned"))?;
-                Reply::AddressRange { base: DevicePtr(base), size }
-            }
-            op => return self.exec(op, staging),
-        })
+        Ok(answer::Ok {})
     }
 
     pub fn check_device(&self, device: u32) -> Result<()> {
@@ -270,7 +160,7 @@ impl Session {
     }
 
     /// Reserve in the ledger, then allocate; over quota: OUT_OF_MEMORY and nothing changes.
-    fn alloc(&mut self, d: u32, bytes: u64) -> Result<DevicePtr> {
+    pub(super) fn alloc(&mut self, d: u32, bytes: u64) -> Result<DevicePtr> {
         if bytes == 0 {
             return Err(Fail::invalid_value("cuMemAlloc of 0 bytes"));
         }
@@ -291,7 +181,7 @@ impl Session {
 
     /// As [`Self::alloc`]; the pitch is the driver's, so the reservation is an upper bound
     /// (pitch rounded to 512 bytes) corrected once the real size is known.
-    fn alloc_pitch(&mut self, d: u32, width: u64, height: u64, elem: u32) -> Result<(DevicePtr, u64)> {
+    pub(super) fn alloc_pitch(&mut self, d: u32, width: u64, height: u64, elem: u32) -> Result<(DevicePtr, u64)> {
         if width == 0 || height == 0 || ![4, 8, 16].contains(&elem) {
             return Err(Fail::invalid_value("cuMemAllocPitch: zero size or element size not 4, 8 or 16"));
         }
@@ -325,7 +215,7 @@ impl Session {
         Ok((DevicePtr(ptr), pitch as u64))
     }
 
-    fn free(&mut self, ptr: DevicePtr) -> Result<()> {
+    pub(super) fn free(&mut self, ptr: DevicePtr) -> Result<()> {
         let Some(a) = self.allocs.get(&ptr.0) else {
             return Err(Fail::invalid_value(format!("{:#x} is not the start of an allocation of this session", ptr.0)));
         };

@@ -4,8 +4,10 @@
 //! - [`listener`]: the unix socket (path, mode 0660, stale-socket removal), SO_PEERCRED,
 //!   the accept loops, the control socket `<socket>.ctl` behind `gpupool status`.
 //! - [`session`]: the hello handshake and the request loop of one client.
-//! - [`dispatch`]: every [`gpupool_protocol::Request`] to the backend, with every handle
-//!   and device pointer checked against what the session owns.
+//! - [`serve`]: every [`gpupool_protocol::Request`] to the backend, one method per line of
+//!   the protocol's table (the [`gpupool_protocol::ops::Serve`] trait it generates);
+//!   [`dispatch`]: the checks of every handle and device pointer against what the session
+//!   owns, and the quota reservation before an allocation.
 //! - [`cleanup`]: everything a session owned is freed when it ends, however it ends.
 //! - [`control`]: the status document (devices, tenants, sessions, the ledger).
 //!
@@ -22,6 +24,7 @@ pub mod listener;
 pub mod metrics;
 pub mod regions;
 pub mod remote;
+pub mod serve;
 pub mod session;
 pub mod streams;
 

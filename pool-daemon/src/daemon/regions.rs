@@ -8,8 +8,8 @@
 use super::dispatch::{Fail, Result};
 use super::session::Session;
 use crate::call;
-use gpupool_protocol::Reply;
 use gpupool_protocol::ops::RegionSlice;
+use gpupool_protocol::ops::answer;
 use gpupool_protocol::transport::Mapping;
 use gpupool_protocol::transport::shm::{map_host_region, recv_host_region};
 use std::os::raw::c_void;
@@ -32,7 +32,7 @@ pub struct Region {
 
 impl Session {
     /// `HostRegionMap`: receives the fd (bounded wait) and maps it.
-    pub fn region_map(&mut self, sock: &UnixStream, bytes: u64) -> Result<Reply> {
+    pub fn region_map(&mut self, sock: &UnixStream, bytes: u64) -> Result<answer::HostRegion> {
         let fd = recv_host_region(sock, FD_WAIT).map_err(|e| Fail::new(1, e))?;
         if self.regions.len() >= MAX_REGIONS {
             return Err(Fail::new(1, "too many host regions in this session"));
@@ -40,7 +40,7 @@ impl Session {
         let map = map_host_region(&fd, bytes).map_err(|e| Fail::new(1, e))?;
         let id = self.next_handle();
         self.regions.insert(id, Region { map, registered: None });
-        Ok(Reply::HostRegion { id })
+        Ok(answer::HostRegion { id })
     }
 
     /// `HostRegionUnmap`: waits for work that may use it, unregisters and unmaps it.

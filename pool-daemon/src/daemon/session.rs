@@ -3,7 +3,7 @@
 //! locally; from the token alone over the network), then requests until Bye, the client's
 //! death, a malformed frame or shutdown; then [`super::cleanup`] frees everything it owned.
 
-use super::dispatch::Fail;
+use super::dispatch::{Cx, Fail};
 use super::listener::PeerCred;
 use super::{Raw, SessionInfo, Shared, TenantCtx};
 use gpupool_protocol::bulk::{self, Bulk, BulkView};
@@ -25,8 +25,6 @@ use std::time::{Duration, Instant};
 
 /// CUDA_ERROR_NOT_PERMITTED: a hello without a valid token over the network.
 const NOT_PERMITTED: u32 = 800;
-/// CUDA_ERROR_NOT_SUPPORTED.
-const NOT_SUPPORTED: u32 = 801;
 
 /// How often an idle session looks at the shutdown flag.
 const IDLE_POLL: Duration = Duration::from_millis(100);
@@ -314,14 +312,7 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
         let name = kind.name();
         let started = Instant::now();
         let result = match (op, &view) {
-            (Some(op), _) => match op {
-                // The region's fd waits on the socket, which only the session loop holds.
-                Request::HostRegionMap { bytes } => match &link.fds {
-                    Some(sock) => s.region_map(sock, bytes),
-                    None => Err(Fail::new(NOT_SUPPORTED, "host regions need a local (shared-memory) session")),
-                },
-                op => s.handle(op, t.staging()),
-            },
+            (Some(op), _) => op.serve(s, Cx { staging: t.staging(), fds: link.fds.as_ref() }),
             (None, Some(v)) => s.handle_bulk(v, t.staging()),
             (None, None) => unreachable!("a request or a bulk view"),
         };

@@ -56,18 +56,44 @@ macro_rules! is_async_kw {
 pub(crate) use is_async_kw;
 
 macro_rules! op_table {
-    // Requests: `CODE Name { field: Type, ... } => ReplyName [, async];`
+    // Requests: `CODE Name method { field: Type, ... } => ReplyName [, async];`
     (
         $(#[$emeta:meta])*
         requests $Enum:ident / $Op:ident in $lo:literal ..= $hi:literal;
         $(
             $(#[$vmeta:meta])*
-            $code:literal $name:ident { $( $field:ident : $ty:ty ),* $(,)? } => $reply:ident $(, $kw:tt)? ;
+            $code:literal $name:ident $method:ident { $( $field:ident : $ty:ty ),* $(,)? } => $reply:ident $(, $kw:tt)? ;
         )*
     ) => {
         $crate::ops::macros::op_table! {
             @core $(#[$emeta])* $Enum / $Op in $lo ..= $hi, "request";
             $( $(#[$vmeta])* $code $name { $( $field : $ty ),* } ; )*
+        }
+
+        /// The daemon's side of the request table: one method per operation, named in its
+        /// table line, taking the operation's fields and answering with the reply the line
+        /// names ([`answer`]): an operation without a method, or a method answering with
+        /// another reply, does not compile. [`Request::serve`] is the dispatch.
+        #[allow(clippy::too_many_arguments)]
+        pub trait Serve {
+            /// Why an operation failed (the server's error, with its vendor code).
+            type Fail;
+            /// What the server's loop lends every call (say, the session's staging area).
+            type Cx<'a>;
+            $(
+                $(#[$vmeta])*
+                fn $method(&mut self, cx: Self::Cx<'_>, $( $field: $ty ),*) -> Result<answer::$reply, Self::Fail>;
+            )*
+        }
+
+        impl $Enum {
+            /// Hands the request to its method of `server`; the typed answer becomes a
+            /// [`Reply`].
+            pub fn serve<S: Serve + ?Sized>(self, server: &mut S, cx: S::Cx<'_>) -> Result<Reply, S::Fail> {
+                match self {
+                    $( Self::$name { $( $field ),* } => server.$method(cx, $( $field ),*).map(Reply::from), )*
+                }
+            }
         }
 
         impl $Op {
@@ -95,6 +121,56 @@ macro_rules! op_table {
         $crate::ops::macros::op_table! {
             @core $(#[$emeta])* $Enum / $Op in $lo ..= $hi, "reply";
             $( $(#[$vmeta])* $code $name { $( $field : $ty ),* } ; )*
+        }
+
+        /// One struct per reply of the table, with the reply's fields: what a [`Serve`]
+        /// method answers, and what a client's typed call ([`Answer`]) gets back.
+        pub mod answer {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                $(#[$vmeta])*
+                #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+                pub struct $name { $( pub $field: $ty ),* }
+            )*
+        }
+
+        /// A reply of the table as its own type ([`answer`]).
+        pub trait Answer: TryFrom<$Enum, Error = $Enum> + Into<$Enum> {
+            /// The reply's opcode.
+            const OP: $Op;
+        }
+
+        $(
+            impl From<answer::$name> for $Enum {
+                fn from(a: answer::$name) -> Self {
+                    let answer::$name { $( $field ),* } = a;
+                    Self::$name { $( $field ),* }
+                }
+            }
+            impl TryFrom<$Enum> for answer::$name {
+                type Error = $Enum;
+                /// The reply as this answer; any other reply comes back as the error.
+                fn try_from(r: $Enum) -> Result<Self, $Enum> {
+                    match r {
+                        $Enum::$name { $( $field ),* } => Ok(answer::$name { $( $field ),* }),
+                        other => Err(other),
+                    }
+                }
+            }
+            impl Answer for answer::$name {
+                const OP: $Op = $Op::$name;
+            }
+        )*
+
+        #[cfg(test)]
+        impl $Enum {
+            /// The reply through its own answer struct and back; `None` if the struct refused it.
+            pub(crate) fn through_answer(self) -> Option<$Enum> {
+                match self.op() {
+                    $( $Op::$name => answer::$name::try_from(self).ok().map($Enum::from), )*
+                }
+            }
         }
     };
 

@@ -4,11 +4,18 @@
 //!
 //! # The tables
 //!
-//! Each operation is one line of the tables below: opcode, name, fields, and for requests
-//! the reply it expects and whether it is asynchronous. `op_table!` ([`macros`]) generates
-//! the enums, the opcode enums [`RequestOp`] / [`ReplyOp`], encoding and decoding from it.
-//! Adding an operation means adding one line (and an example in the test list, which fails
-//! until you do).
+//! Each operation is one line of the tables below: opcode, name, for requests the server's
+//! method, fields, and for requests the reply it expects and whether it is asynchronous.
+//! `op_table!` ([`macros`]) generates from it:
+//! - the enums [`Request`] / [`Reply`], the opcode enums [`RequestOp`] / [`ReplyOp`], and
+//!   their encoding and decoding;
+//! - one struct per reply ([`answer`]), convertible to and from [`Reply`] ([`Answer`]);
+//! - the server's side, [`Serve`]: one method per request, answering with its reply's
+//!   struct, and the dispatch [`Request::serve`]. The daemon implements `Serve`, so a line
+//!   added here without its method there does not build.
+//!
+//! Adding an operation means adding one line, its method in the daemon (and an example in
+//! the test list, which fails until you do).
 //!
 //! Opcodes are `u16`, grouped by family in the high byte:
 //!
@@ -51,100 +58,100 @@ op_table! {
     // ---- session ----
     /// The first frame of every connection. `memory_limit` (bytes per device) and
     /// `compute_percent` may only narrow the tenant's quota.
-    0x0001 Hello {
+    0x0001 Hello hello {
         pid: u32, uid: u32, gid: u32, protocol_version: u16,
         memory_limit: Option<u64>, compute_percent: Option<u8>,
         client_name: String, token: Option<String>,
     } => HelloReply;
 
     // ---- devices ----
-    0x0101 DeviceGetCount {} => DeviceCount;
-    0x0102 DeviceGetInfo { device: u32 } => DeviceInfo;
+    0x0101 DeviceGetCount device_get_count {} => DeviceCount;
+    0x0102 DeviceGetInfo device_get_info { device: u32 } => DeviceInfo;
     /// `cuMemGetInfo` in a context: free and total as the tenant sees them.
-    0x0103 MemGetInfo { ctx: CtxId } => MemInfo;
+    0x0103 MemGetInfo mem_get_info { ctx: CtxId } => MemInfo;
 
     // ---- contexts ----
-    0x0201 PrimaryCtxRetain { device: u32 } => Context;
-    0x0202 PrimaryCtxRelease { device: u32 } => Ok;
-    0x0203 PrimaryCtxReset { device: u32 } => Ok;
-    0x0204 CtxCreate { device: u32, flags: u32 } => Context;
-    0x0205 CtxDestroy { ctx: CtxId } => Ok;
-    0x0206 CtxSynchronize { ctx: CtxId } => Ok;
+    0x0201 PrimaryCtxRetain primary_ctx_retain { device: u32 } => Context;
+    0x0202 PrimaryCtxRelease primary_ctx_release { device: u32 } => Ok;
+    0x0203 PrimaryCtxReset primary_ctx_reset { device: u32 } => Ok;
+    0x0204 CtxCreate ctx_create { device: u32, flags: u32 } => Context;
+    0x0205 CtxDestroy ctx_destroy { ctx: CtxId } => Ok;
+    0x0206 CtxSynchronize ctx_synchronize { ctx: CtxId } => Ok;
 
     // ---- memory ----
-    0x0301 MemAlloc { ctx: CtxId, bytes: u64 } => MemPtr;
+    0x0301 MemAlloc mem_alloc { ctx: CtxId, bytes: u64 } => MemPtr;
     /// `element_size` is 4, 8 or 16, as `cuMemAllocPitch` takes it.
-    0x0302 MemAllocPitch { ctx: CtxId, width_bytes: u64, height: u64, element_size: u32 } => MemPitch;
-    0x0303 MemFree { ptr: DevicePtr } => Ok;
-    0x0304 MemGetAddressRange { ptr: DevicePtr } => AddressRange;
+    0x0302 MemAllocPitch mem_alloc_pitch { ctx: CtxId, width_bytes: u64, height: u64, element_size: u32 } => MemPitch;
+    0x0303 MemFree mem_free { ptr: DevicePtr } => Ok;
+    0x0304 MemGetAddressRange mem_get_address_range { ptr: DevicePtr } => AddressRange;
     /// Shares `bytes` of client page-locked memory: the memfd travels with SCM_RIGHTS on
     /// the transport's unix socket just before this frame (one byte, tag
     /// [`crate::transport::shm::HOST_REGION_FD_TAG`]); the daemon maps it.
-    0x0305 HostRegionMap { bytes: u64 } => HostRegion;
+    0x0305 HostRegionMap host_region_map { bytes: u64 } => HostRegion;
     /// Forgets a region (after the work that used it is done).
-    0x0306 HostRegionUnmap { id: u64 } => Ok;
+    0x0306 HostRegionUnmap host_region_unmap { id: u64 } => Ok;
     /// Writes the staging area where it is not shared memory (a network session's area
     /// lives in the daemon alone): ordered before every later request that names it.
-    0x0307 StagingWrite { offset: u64, data: InlineBytes } => Ok, async;
+    0x0307 StagingWrite staging_write { offset: u64, data: InlineBytes } => Ok, async;
     /// Reads the staging area where it is not shared memory.
-    0x0308 StagingRead { offset: u64, len: u32 } => Bytes;
+    0x0308 StagingRead staging_read { offset: u64, len: u32 } => Bytes;
 
     // ---- copies and memset ----
-    0x0401 MemcpyHtoD { dst: DevicePtr, src: HostSrc } => Ok;
-    0x0402 MemcpyHtoDAsync { dst: DevicePtr, src: HostSrc, stream: StreamId } => Ok, async;
+    0x0401 MemcpyHtoD memcpy_htod { dst: DevicePtr, src: HostSrc } => Ok;
+    0x0402 MemcpyHtoDAsync memcpy_htod_async { dst: DevicePtr, src: HostSrc, stream: StreamId } => Ok, async;
     /// Into the staging area; the reply comes once the bytes are there.
-    0x0403 MemcpyDtoH { src: DevicePtr, dst: StagingRegion } => Ok;
+    0x0403 MemcpyDtoH memcpy_dtoh { src: DevicePtr, dst: StagingRegion } => Ok;
     /// Small copies: the bytes come back in the reply.
-    0x0404 MemcpyDtoHInline { src: DevicePtr, len: u32 } => Bytes;
+    0x0404 MemcpyDtoHInline memcpy_dtoh_inline { src: DevicePtr, len: u32 } => Bytes;
     /// Into the staging area, ordered on `stream`; the bytes are there after a sync point.
-    0x0405 MemcpyDtoHAsync { src: DevicePtr, dst: StagingRegion, stream: StreamId } => Ok, async;
+    0x0405 MemcpyDtoHAsync memcpy_dtoh_async { src: DevicePtr, dst: StagingRegion, stream: StreamId } => Ok, async;
     /// Into a client host-memory region; the reply comes once the bytes are there.
-    0x040c MemcpyDtoHRegion { src: DevicePtr, dst: RegionSlice } => Ok;
+    0x040c MemcpyDtoHRegion memcpy_dtoh_region { src: DevicePtr, dst: RegionSlice } => Ok;
     /// Into a client host-memory region, ordered on `stream` (truly asynchronous).
-    0x040d MemcpyDtoHRegionAsync { src: DevicePtr, dst: RegionSlice, stream: StreamId } => Ok, async;
-    0x0406 MemcpyDtoD { dst: DevicePtr, src: DevicePtr, len: u64 } => Ok;
-    0x0407 MemcpyDtoDAsync { dst: DevicePtr, src: DevicePtr, len: u64, stream: StreamId } => Ok, async;
-    0x0408 Memcpy2D { copy: Copy2D } => Ok;
-    0x0409 Memcpy2DAsync { copy: Copy2D, stream: StreamId } => Ok, async;
-    0x040a Memcpy3D { copy: Copy3D } => Ok;
-    0x040b Memcpy3DAsync { copy: Copy3D, stream: StreamId } => Ok, async;
-    0x0410 Memset { set: Memset } => Ok;
-    0x0411 MemsetAsync { set: Memset, stream: StreamId } => Ok, async;
+    0x040d MemcpyDtoHRegionAsync memcpy_dtoh_region_async { src: DevicePtr, dst: RegionSlice, stream: StreamId } => Ok, async;
+    0x0406 MemcpyDtoD memcpy_dtod { dst: DevicePtr, src: DevicePtr, len: u64 } => Ok;
+    0x0407 MemcpyDtoDAsync memcpy_dtod_async { dst: DevicePtr, src: DevicePtr, len: u64, stream: StreamId } => Ok, async;
+    0x0408 Memcpy2D memcpy_2d { copy: Copy2D } => Ok;
+    0x0409 Memcpy2DAsync memcpy_2d_async { copy: Copy2D, stream: StreamId } => Ok, async;
+    0x040a Memcpy3D memcpy_3d { copy: Copy3D } => Ok;
+    0x040b Memcpy3DAsync memcpy_3d_async { copy: Copy3D, stream: StreamId } => Ok, async;
+    0x0410 Memset memset { set: Memset } => Ok;
+    0x0411 MemsetAsync memset_async { set: Memset, stream: StreamId } => Ok, async;
 
     // ---- modules and functions ----
     /// The image (PTX, cubin or fatbin) inline or in staging.
-    0x0501 ModuleLoad { ctx: CtxId, image: HostSrc } => Module;
-    0x0502 ModuleUnload { module: ModuleId } => Ok;
-    0x0503 ModuleGetFunction { module: ModuleId, name: String } => Function;
-    0x0504 ModuleGetGlobal { module: ModuleId, name: String } => Global;
+    0x0501 ModuleLoad module_load { ctx: CtxId, image: HostSrc } => Module;
+    0x0502 ModuleUnload module_unload { module: ModuleId } => Ok;
+    0x0503 ModuleGetFunction module_get_function { module: ModuleId, name: String } => Function;
+    0x0504 ModuleGetGlobal module_get_global { module: ModuleId, name: String } => Global;
     /// A `CUfunction_attribute` number.
-    0x0505 FuncGetAttribute { func: FuncId, attribute: u32 } => Attribute;
-    0x0506 FuncSetAttribute { func: FuncId, attribute: u32, value: i32 } => Ok;
+    0x0505 FuncGetAttribute func_get_attribute { func: FuncId, attribute: u32 } => Attribute;
+    0x0506 FuncSetAttribute func_set_attribute { func: FuncId, attribute: u32, value: i32 } => Ok;
 
     // ---- launch ----
-    0x0601 LaunchKernel {
+    0x0601 LaunchKernel launch_kernel {
         func: FuncId, grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32,
         stream: StreamId, params: KernelParams, cooperative: bool,
     } => Ok, async;
 
     // ---- streams ----
-    0x0701 StreamCreate { ctx: CtxId, flags: u32, priority: i32 } => Stream;
-    0x0702 StreamDestroy { stream: StreamId } => Ok;
-    0x0703 StreamSynchronize { stream: StreamId } => Ok;
-    0x0704 StreamQuery { stream: StreamId } => Ready;
-    0x0705 StreamWaitEvent { stream: StreamId, event: EventId, flags: u32 } => Ok, async;
+    0x0701 StreamCreate stream_create { ctx: CtxId, flags: u32, priority: i32 } => Stream;
+    0x0702 StreamDestroy stream_destroy { stream: StreamId } => Ok;
+    0x0703 StreamSynchronize stream_synchronize { stream: StreamId } => Ok;
+    0x0704 StreamQuery stream_query { stream: StreamId } => Ready;
+    0x0705 StreamWaitEvent stream_wait_event { stream: StreamId, event: EventId, flags: u32 } => Ok, async;
 
     // ---- events ----
-    0x0801 EventCreate { ctx: CtxId, flags: u32 } => Event;
-    0x0802 EventRecord { event: EventId, stream: StreamId } => Ok, async;
-    0x0803 EventSynchronize { event: EventId } => Ok;
-    0x0804 EventQuery { event: EventId } => Ready;
-    0x0805 EventElapsedTime { start: EventId, end: EventId } => Elapsed;
-    0x0806 EventDestroy { event: EventId } => Ok;
+    0x0801 EventCreate event_create { ctx: CtxId, flags: u32 } => Event;
+    0x0802 EventRecord event_record { event: EventId, stream: StreamId } => Ok, async;
+    0x0803 EventSynchronize event_synchronize { event: EventId } => Ok;
+    0x0804 EventQuery event_query { event: EventId } => Ready;
+    0x0805 EventElapsedTime event_elapsed_time { start: EventId, end: EventId } => Elapsed;
+    0x0806 EventDestroy event_destroy { event: EventId } => Ok;
 
     // ---- management (NVML-like), per device ordinal ----
-    0x0901 MgmtMemoryInfo { device: u32 } => MemInfo;
-    0x0902 MgmtUtilization { device: u32 } => Utilization;
+    0x0901 MgmtMemoryInfo mgmt_memory_info { device: u32 } => MemInfo;
+    0x0902 MgmtUtilization mgmt_utilization { device: u32 } => Utilization;
 }
 
 op_table! {
@@ -156,10 +163,10 @@ op_table! {
     /// Failure: `code` is the vendor's error code for the front-end that made the call
     /// (e.g. CUDA_ERROR_OUT_OF_MEMORY = 2 for a quota refusal).
     0x8001 Error { code: u32, message: String };
-    0x8002 HelloReply { session_id: u64, tenant: String, driver_version: u32, devices: Vec<DeviceInfo> };
+    0x8002 HelloReply { session_id: u64, tenant: String, driver_version: u32, devices: Vec<crate::ops::DeviceInfo> };
 
     0x8101 DeviceCount { count: u32 };
-    0x8102 DeviceInfo { info: DeviceInfo };
+    0x8102 DeviceInfo { info: crate::ops::DeviceInfo };
     /// Free and total bytes, as the tenant sees them (total = the tenant's quota).
     0x8103 MemInfo { free: u64, total: u64 };
 

@@ -1,0 +1,564 @@
+//! The daemon's dispatch: [`Serve`], the trait the protocol's request table generates, with
+//! one method per operation in table order, each answering with the reply its table line
+//! names. An operation the table gains without a method here, or a method that answers with
+//! another reply, does not compile. Every device pointer goes through [`Session::owned`]
+//! first and every handle through this session's maps; memory is reserved in the quota
+//! ledger before the backend allocates (helpers in [`super::dispatch`], [`super::exec`],
+//! [`super::streams`], [`super::copy2d`], [`super::regions`]).
+
+use super::Raw;
+use super::cleanup::Handle;
+use super::dispatch::{Cx, Fail, NOT_SUPPORTED, Result};
+use super::session::{Func, Session};
+use super::streams::ready;
+use crate::call;
+use gpupool_protocol::ops::{
+    Copy2D, Copy3D, HostSrc, InlineBytes, KernelParams, MAX_INLINE_BYTES, Memset, RegionSlice, Serve, StagingRegion,
+    answer,
+};
+use gpupool_protocol::{CtxId, DevicePtr, EventId, FuncId, ModuleId, StreamId};
+use gpupool_shim::cuda::{CUevent, CUfunction, CUfunction_attribute, CUmodule, CUstream};
+use std::os::raw::c_int;
+
+impl Serve for Session {
+    type Fail = Fail;
+    type Cx<'a> = Cx<'a>;
+
+    // ---- session ----
+
+    fn hello(
+        &mut self,
+        _cx: Cx<'_>,
+        _pid: u32,
+        _uid: u32,
+        _gid: u32,
+        _protocol_version: u16,
+        _memory_limit: Option<u64>,
+        _compute_percent: Option<u8>,
+        _client_name: String,
+        _token: Option<String>,
+    ) -> Result<answer::HelloReply> {
+        Err(Fail::invalid_value("a second hello"))
+    }
+
+    // ---- devices ----
+
+    fn device_get_count(&mut self, _cx: Cx<'_>) -> Result<answer::DeviceCount> {
+        Ok(answer::DeviceCount { count: self.shared.devices.len() as u32 })
+    }
+
+    fn device_get_info(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::DeviceInfo> {
+        self.check_device(device)?;
+        Ok(answer::DeviceInfo { info: self.device_info(device) })
+    }
+
+    fn mem_get_info(&mut self, _cx: Cx<'_>, ctx: CtxId) -> Result<answer::MemInfo> {
+        let d = self.ctx_device(ctx)?;
+        self.enter(d)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        call!(self.shared.cuda, cuMemGetInfo_v2(&mut free, &mut total))?;
+        let m = self.shared.ledger.mem_info(&self.quota, d, total as u64, free as u64);
+        Ok(answer::MemInfo { free: m.free, total: m.total })
+    }
+
+    // ---- contexts ----
+
+    fn primary_ctx_retain(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::Context> {
+        self.check_device(device)?;
+        self.enter(device)?;
+        let id = match self.primary.get(&device) {
+            Some(&id) => id,
+            None => {
+                let id = CtxId(self.next_handle());
+                self.primary.insert(device, id);
+                self.ctxs.insert(id, device);
+                id
+            }
+        };
+        Ok(answer::Context { ctx: id })
+    }
+
+    fn primary_ctx_release(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::Ok> {
+        self.check_device(device)?;
+        Ok(answer::Ok {})
+    }
+
+    fn primary_ctx_reset(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::Ok> {
+        // CUDA's reset destroys everything the primary context holds.
+        self.check_device(device)?;
+        if let Some(&id) = self.primary.get(&device) {
+            let f = self.free_owned(Some(id));
+            tracing::debug!(session = self.id, device, ?f, "primary context reset");
+        }
+        Ok(answer::Ok {})
+    }
+
+    fn ctx_create(&mut self, _cx: Cx<'_>, device: u32, _flags: u32) -> Result<answer::Context> {
+        self.check_device(device)?;
+        self.enter(device)?;
+        let id = CtxId(self.next_handle());
+        self.ctxs.insert(id, device);
+        Ok(answer::Context { ctx: id })
+    }
+
+    fn ctx_destroy(&mut self, _cx: Cx<'_>, ctx: CtxId) -> Result<answer::Ok> {
+        // Destroying a context frees what was created in it.
+        self.ctx_device(ctx)?;
+        let f = self.free_owned(Some(ctx));
+        tracing::debug!(session = self.id, ctx = ctx.0, ?f, "context destroyed");
+        self.ctxs.remove(&ctx);
+        self.primary.retain(|_, id| *id != ctx);
+        Ok(answer::Ok {})
+    }
+
+    fn ctx_synchronize(&mut self, _cx: Cx<'_>, ctx: CtxId) -> Result<answer::Ok> {
+        let d = self.ctx_device(ctx)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuCtxSynchronize())?;
+        Ok(answer::Ok {})
+    }
+
+    // ---- memory ----
+
+    fn mem_alloc(&mut self, _cx: Cx<'_>, ctx: CtxId, bytes: u64) -> Result<answer::MemPtr> {
+        let d = self.ctx_device(ctx)?;
+        let ptr = self.alloc(d, bytes)?;
+        self.owner.insert(Handle::Alloc(ptr.0), ctx);
+        Ok(answer::MemPtr { ptr })
+    }
+
+    fn mem_alloc_pitch(
+        &mut self,
+        _cx: Cx<'_>,
+        ctx: CtxId,
+        width_bytes: u64,
+        height: u64,
+        element_size: u32,
+    ) -> Result<answer::MemPitch> {
+        let d = self.ctx_device(ctx)?;
+        let (ptr, pitch) = self.alloc_pitch(d, width_bytes, height, element_size)?;
+        self.owner.insert(Handle::Alloc(ptr.0), ctx);
+        Ok(answer::MemPitch { ptr, pitch })
+    }
+
+    fn mem_free(&mut self, _cx: Cx<'_>, ptr: DevicePtr) -> Result<answer::Ok> {
+        self.free(ptr)?;
+        Ok(answer::Ok {})
+    }
+
+    fn mem_get_address_range(&mut self, _cx: Cx<'_>, ptr: DevicePtr) -> Result<answer::AddressRange> {
+        self.owned(ptr, 0)?;
+        let p = ptr.0;
+        let hit = |b: u64, size: u64| (p >= b && p < b + size).then_some((b, size));
+        let (base, size) = self
+            .allocs
+            .range(..=p)
+            .next_back()
+            .and_then(|(&b, a)| hit(b, a.size))
+            .or_else(|| self.globals.range(..=p).next_back().and_then(|(&b, g)| hit(b, g.0)))
+            .ok_or_else(|| Fail::invalid_value("not owned"))?;
+        Ok(answer::AddressRange { base: DevicePtr(base), size })
+    }
+
+    fn host_region_map(&mut self, cx: Cx<'_>, bytes: u64) -> Result<answer::HostRegion> {
+        // The region's fd waits on the session's unix socket, just before this frame.
+        match cx.fds {
+            Some(sock) => self.region_map(sock, bytes),
+            None => Err(Fail::new(NOT_SUPPORTED, "host regions need a local (shared-memory) session")),
+        }
+    }
+
+    fn host_region_unmap(&mut self, _cx: Cx<'_>, id: u64) -> Result<answer::Ok> {
+        self.region_unmap(id)?;
+        Ok(answer::Ok {})
+    }
+
+    fn staging_write(&mut self, cx: Cx<'_>, offset: u64, data: InlineBytes) -> Result<answer::Ok> {
+        Self::write_staging(cx.staging, offset, &data.0)
+    }
+
+    fn staging_read(&mut self, cx: Cx<'_>, offset: u64, len: u32) -> Result<answer::Bytes> {
+        let st = cx.staging.ok_or_else(|| Fail::invalid_value("this transport has no staging area"))?;
+        let mut data = vec![0u8; (len as usize).min(st.len())];
+        if data.len() != len as usize {
+            return Err(Fail::invalid_value(format!("staging read of {len} bytes from a {}-byte area", st.len())));
+        }
+        st.read(usize::try_from(offset).unwrap_or(usize::MAX), &mut data)
+            .map_err(|e| Fail::invalid_value(e.to_string()))?;
+        Ok(answer::Bytes { data: InlineBytes(data) })
+    }
+
+    // ---- copies and memset ----
+
+    fn memcpy_htod(&mut self, cx: Cx<'_>, dst: DevicePtr, src: HostSrc) -> Result<answer::Ok> {
+        if let HostSrc::Inline(bytes) = &src {
+            return self.htod_from_bytes(dst, &bytes.0);
+        }
+        let d = self.owned(dst, src.len())?;
+        if src.is_empty() {
+            return Ok(answer::Ok {});
+        }
+        self.enter(d)?;
+        let (ptr, len) = self.host_src(&src, cx.staging, d)?;
+        call!(self.shared.cuda, cuMemcpyHtoD_v2(dst.0, ptr, len))?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_htod_async(&mut self, cx: Cx<'_>, dst: DevicePtr, src: HostSrc, stream: StreamId) -> Result<answer::Ok> {
+        let d = self.owned(dst, src.len())?;
+        if src.is_empty() {
+            return Ok(answer::Ok {});
+        }
+        let (s, _) = self.stream(stream, Some(d))?;
+        self.enter(d)?;
+        let (ptr, len) = self.host_src(&src, cx.staging, d)?;
+        call!(self.shared.cuda, cuMemcpyHtoDAsync_v2(dst.0, ptr, len, s.0))?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_dtoh(&mut self, cx: Cx<'_>, src: DevicePtr, dst: StagingRegion) -> Result<answer::Ok> {
+        let d = self.owned(src, dst.len)?;
+        let p = Self::staging_ptr(cx.staging, dst.offset, dst.len)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuMemcpyDtoH_v2(p.cast(), src.0, dst.len as usize))?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_dtoh_inline(&mut self, _cx: Cx<'_>, src: DevicePtr, len: u32) -> Result<answer::Bytes> {
+        if len as usize > MAX_INLINE_BYTES {
+            return Err(Fail::invalid_value("inline copy larger than the inline cap"));
+        }
+        let d = self.owned(src, len.into())?;
+        self.enter(d)?;
+        let mut out = vec![0u8; len as usize];
+        call!(self.shared.cuda, cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src.0, out.len()))?;
+        Ok(answer::Bytes { data: InlineBytes(out) })
+    }
+
+    fn memcpy_dtoh_async(
+        &mut self,
+        cx: Cx<'_>,
+        src: DevicePtr,
+        dst: StagingRegion,
+        stream: StreamId,
+    ) -> Result<answer::Ok> {
+        let d = self.owned(src, dst.len)?;
+        let (s, _) = self.stream(stream, Some(d))?;
+        let p = Self::staging_ptr(cx.staging, dst.offset, dst.len)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0))?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_dtoh_region(&mut self, _cx: Cx<'_>, src: DevicePtr, dst: RegionSlice) -> Result<answer::Ok> {
+        let d = self.owned(src, dst.len)?;
+        self.enter(d)?;
+        let p = self.region_ptr(&dst, d)?;
+        call!(self.shared.cuda, cuMemcpyDtoH_v2(p.cast(), src.0, dst.len as usize))?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_dtoh_region_async(
+        &mut self,
+        _cx: Cx<'_>,
+        src: DevicePtr,
+        dst: RegionSlice,
+        stream: StreamId,
+    ) -> Result<answer::Ok> {
+        let d = self.owned(src, dst.len)?;
+        let (s, _) = self.stream(stream, Some(d))?;
+        self.enter(d)?;
+        let p = self.region_ptr(&dst, d)?;
+        call!(self.shared.cuda, cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0))?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_dtod(&mut self, _cx: Cx<'_>, dst: DevicePtr, src: DevicePtr, len: u64) -> Result<answer::Ok> {
+        let d = self.owned(dst, len)?;
+        let sd = self.owned(src, len)?;
+        if d != sd {
+            let (dc, sc) = self.peer_contexts(d, sd)?;
+            call!(self.shared.cuda, cuMemcpyPeer(dst.0, dc, src.0, sc, len as usize))?;
+            return Ok(answer::Ok {});
+        }
+        self.enter(d)?;
+        call!(self.shared.cuda, cuMemcpyDtoD_v2(dst.0, src.0, len as usize))?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_dtod_async(
+        &mut self,
+        _cx: Cx<'_>,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamId,
+    ) -> Result<answer::Ok> {
+        let d = self.owned(dst, len)?;
+        let sd = self.owned(src, len)?;
+        let (s, _) = self.stream(stream, Some(d))?;
+        if d != sd {
+            let (dc, sc) = self.peer_contexts(d, sd)?;
+            call!(self.shared.cuda, cuMemcpyPeerAsync(dst.0, dc, src.0, sc, len as usize, s.0))?;
+            return Ok(answer::Ok {});
+        }
+        self.enter(d)?;
+        call!(self.shared.cuda, cuMemcpyDtoDAsync_v2(dst.0, src.0, len as usize, s.0))?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_2d(&mut self, cx: Cx<'_>, copy: Copy2D) -> Result<answer::Ok> {
+        self.copy_2d(copy, None, cx.staging)?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_2d_async(&mut self, cx: Cx<'_>, copy: Copy2D, stream: StreamId) -> Result<answer::Ok> {
+        self.copy_2d(copy, Some(stream), cx.staging)?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_3d(&mut self, cx: Cx<'_>, copy: Copy3D) -> Result<answer::Ok> {
+        self.copy_3d(copy, None, cx.staging)?;
+        Ok(answer::Ok {})
+    }
+
+    fn memcpy_3d_async(&mut self, cx: Cx<'_>, copy: Copy3D, stream: StreamId) -> Result<answer::Ok> {
+        self.copy_3d(copy, Some(stream), cx.staging)?;
+        Ok(answer::Ok {})
+    }
+
+    fn memset(&mut self, _cx: Cx<'_>, set: Memset) -> Result<answer::Ok> {
+        self.set_memory(set, None)?;
+        Ok(answer::Ok {})
+    }
+
+    fn memset_async(&mut self, _cx: Cx<'_>, set: Memset, stream: StreamId) -> Result<answer::Ok> {
+        self.set_memory(set, Some(stream))?;
+        Ok(answer::Ok {})
+    }
+
+    // ---- modules and functions ----
+
+    fn module_load(&mut self, cx: Cx<'_>, ctx: CtxId, image: HostSrc) -> Result<answer::Module> {
+        let d = self.ctx_device(ctx)?;
+        self.enter(d)?;
+        let (ptr, len) = self.host_src(&image, cx.staging, d)?;
+        // An owned, NUL-terminated copy: PTX text must end in NUL, and the cx.staging
+        // area is the client's again once we answer.
+        let mut bytes = Vec::with_capacity(len + 1);
+        // SAFETY: `ptr..ptr+len` was bounds-checked by host_src (frame bytes or cx.staging).
+        bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) });
+        bytes.push(0);
+        self.enter(d)?;
+        let mut m: CUmodule = std::ptr::null_mut();
+        call!(self.shared.cuda, cuModuleLoadData(&mut m, bytes.as_ptr().cast()))?;
+        let id = ModuleId(self.next_handle());
+        self.modules.insert(id, (Raw(m), d));
+        self.owner.insert(Handle::Module(id), ctx);
+        Ok(answer::Module { module: id, functions: Vec::new() })
+    }
+
+    fn module_unload(&mut self, _cx: Cx<'_>, module: ModuleId) -> Result<answer::Ok> {
+        let &(m, d) = self.modules.get(&module).ok_or_else(|| Fail::invalid_handle("module", module.0))?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuModuleUnload(m.0))?;
+        self.modules.remove(&module);
+        self.owner.remove(&Handle::Module(module));
+        self.funcs.retain(|_, f| f.module != module);
+        self.globals.retain(|_, g| g.1 != module);
+        Ok(answer::Ok {})
+    }
+
+    fn module_get_function(&mut self, _cx: Cx<'_>, module: ModuleId, name: String) -> Result<answer::Function> {
+        let &(m, d) = self.modules.get(&module).ok_or_else(|| Fail::invalid_handle("module", module.0))?;
+        let cname = std::ffi::CString::new(name).map_err(|_| Fail::invalid_value("NUL in a function name"))?;
+        self.enter(d)?;
+        let mut f: CUfunction = std::ptr::null_mut();
+        call!(self.shared.cuda, cuModuleGetFunction(&mut f, m.0, cname.as_ptr()))?;
+        let params = self.param_layout(f);
+        let id = FuncId(self.next_handle());
+        self.funcs.insert(id, Func { f: Raw(f), module, device: d, params: params.clone() });
+        Ok(answer::Function { func: id, params })
+    }
+
+    fn module_get_global(&mut self, _cx: Cx<'_>, module: ModuleId, name: String) -> Result<answer::Global> {
+        let &(m, d) = self.modules.get(&module).ok_or_else(|| Fail::invalid_handle("module", module.0))?;
+        let cname = std::ffi::CString::new(name).map_err(|_| Fail::invalid_value("NUL in a global name"))?;
+        self.enter(d)?;
+        let (mut p, mut size) = (0u64, 0usize);
+        call!(self.shared.cuda, cuModuleGetGlobal_v2(&mut p, &mut size, m.0, cname.as_ptr()))?;
+        self.globals.insert(p, (size as u64, module, d));
+        Ok(answer::Global { ptr: gpupool_protocol::DevicePtr(p), size: size as u64 })
+    }
+
+    fn func_get_attribute(&mut self, _cx: Cx<'_>, func: FuncId, attribute: u32) -> Result<answer::Attribute> {
+        let (f, d) = self.func(func)?;
+        self.enter(d)?;
+        let mut v: c_int = 0;
+        call!(self.shared.cuda, cuFuncGetAttribute(&mut v, CUfunction_attribute(attribute), f.0))?;
+        Ok(answer::Attribute { value: v.into() })
+    }
+
+    fn func_set_attribute(&mut self, _cx: Cx<'_>, func: FuncId, attribute: u32, value: i32) -> Result<answer::Ok> {
+        let (f, d) = self.func(func)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuFuncSetAttribute(f.0, CUfunction_attribute(attribute), value))?;
+        Ok(answer::Ok {})
+    }
+
+    // ---- launch ----
+
+    fn launch_kernel(
+        &mut self,
+        _cx: Cx<'_>,
+        func: FuncId,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem_bytes: u32,
+        stream: StreamId,
+        params: KernelParams,
+        cooperative: bool,
+    ) -> Result<answer::Ok> {
+        let (_, d) = self.func(func)?;
+        let (s, _) = self.stream(stream, Some(d))?;
+        self.enter(d)?;
+        let shared = self.shared.clone();
+        let go = || self.launch_now(func, grid, block, shared_mem_bytes, s, params.0, cooperative);
+        if !shared.compute.enabled {
+            go()?;
+            return Ok(answer::Ok {});
+        }
+        let tc = self.tenant_ctxs[&d].clone();
+        let key = super::compute::Compute::stream_key(&tc, s);
+        let grant = shared.compute.admit(&shared, d, &tc, self.id, func.0, key, self.peer.as_ref())?;
+        shared.compute.dispatch(&shared, d, &tc, self.id, func.0, s, grant, go)?;
+        Ok(answer::Ok {})
+    }
+
+    // ---- streams ----
+
+    fn stream_create(&mut self, _cx: Cx<'_>, ctx: CtxId, flags: u32, priority: i32) -> Result<answer::Stream> {
+        let d = self.ctx_device(ctx)?;
+        self.enter(d)?;
+        let mut s: CUstream = std::ptr::null_mut();
+        call!(self.shared.cuda, cuStreamCreateWithPriority(&mut s, flags, priority))?;
+        let id = StreamId(self.next_handle());
+        self.streams.insert(id, (Raw(s), d));
+        self.owner.insert(Handle::Stream(id), ctx);
+        Ok(answer::Stream { stream: id })
+    }
+
+    fn stream_destroy(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::Ok> {
+        let &(s, d) = self.streams.get(&stream).ok_or_else(|| Fail::invalid_handle("stream", stream.0))?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuStreamDestroy_v2(s.0))?;
+        self.streams.remove(&stream);
+        self.owner.remove(&Handle::Stream(stream));
+        Ok(answer::Ok {})
+    }
+
+    fn stream_synchronize(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::Ok> {
+        if stream == StreamId::NULL {
+            for d in self.tenant_ctxs.keys().copied().collect::<Vec<_>>() {
+                self.enter(d)?;
+                call!(self.shared.cuda, cuStreamSynchronize(std::ptr::null_mut()))?;
+            }
+        } else {
+            let (s, d) = self.stream(stream, None)?;
+            self.enter(d)?;
+            call!(self.shared.cuda, cuStreamSynchronize(s.0))?;
+        }
+        Ok(answer::Ok {})
+    }
+
+    fn stream_query(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::Ready> {
+        let (s, d) = self.stream(stream, None)?;
+        self.enter(d)?;
+        Ok(answer::Ready { ready: ready(call!(self.shared.cuda, cuStreamQuery(s.0)))? })
+    }
+
+    fn stream_wait_event(&mut self, _cx: Cx<'_>, stream: StreamId, event: EventId, flags: u32) -> Result<answer::Ok> {
+        let (e, d) = self.event(event)?;
+        let (s, _) = self.stream(stream, Some(d))?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuStreamWaitEvent(s.0, e.0, flags))?;
+        Ok(answer::Ok {})
+    }
+
+    // ---- events ----
+
+    fn event_create(&mut self, _cx: Cx<'_>, ctx: CtxId, flags: u32) -> Result<answer::Event> {
+        let d = self.ctx_device(ctx)?;
+        self.enter(d)?;
+        let mut e: CUevent = std::ptr::null_mut();
+        call!(self.shared.cuda, cuEventCreate(&mut e, flags))?;
+        let id = EventId(self.next_handle());
+        self.events.insert(id, (Raw(e), d));
+        self.owner.insert(Handle::Event(id), ctx);
+        Ok(answer::Event { event: id })
+    }
+
+    fn event_record(&mut self, _cx: Cx<'_>, event: EventId, stream: StreamId) -> Result<answer::Ok> {
+        let (e, d) = self.event(event)?;
+        let (s, _) = self.stream(stream, Some(d))?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuEventRecord(e.0, s.0))?;
+        Ok(answer::Ok {})
+    }
+
+    fn event_synchronize(&mut self, _cx: Cx<'_>, event: EventId) -> Result<answer::Ok> {
+        let (e, d) = self.event(event)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuEventSynchronize(e.0))?;
+        Ok(answer::Ok {})
+    }
+
+    fn event_query(&mut self, _cx: Cx<'_>, event: EventId) -> Result<answer::Ready> {
+        let (e, d) = self.event(event)?;
+        self.enter(d)?;
+        Ok(answer::Ready { ready: ready(call!(self.shared.cuda, cuEventQuery(e.0)))? })
+    }
+
+    fn event_elapsed_time(&mut self, _cx: Cx<'_>, start: EventId, end: EventId) -> Result<answer::Elapsed> {
+        let (a, d) = self.event(start)?;
+        let (b, _) = self.event(end)?;
+        self.enter(d)?;
+        let mut ms = 0f32;
+        call!(self.shared.cuda, cuEventElapsedTime(&mut ms, a.0, b.0))?;
+        Ok(answer::Elapsed { nanos: (ms as f64 * 1e6).round() as i64 })
+    }
+
+    fn event_destroy(&mut self, _cx: Cx<'_>, event: EventId) -> Result<answer::Ok> {
+        let (e, d) = self.event(event)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuEventDestroy_v2(e.0))?;
+        self.events.remove(&event);
+        self.owner.remove(&Handle::Event(event));
+        Ok(answer::Ok {})
+    }
+
+    // ---- management (NVML-like), per device ordinal ----
+
+    fn mgmt_memory_info(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::MemInfo> {
+        self.check_device(device)?;
+        let dev = &self.shared.devices[device as usize];
+        let (total, free) = match &self.shared.nvml {
+            Some(n) => n
+                .device(device)
+                .and_then(|h| n.memory(h))
+                .map(|m| (m.total, m.free))
+                .map_err(|e| Fail::new(NOT_SUPPORTED, format!("{e:#}")))?,
+            None => (dev.total_memory, dev.total_memory),
+        };
+        let m = self.shared.ledger.mem_info(&self.quota, device, total, free);
+        Ok(answer::MemInfo { free: m.free, total: m.total })
+    }
+
+    fn mgmt_utilization(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::Utilization> {
+        self.check_device(device)?;
+        let n = self.shared.nvml.as_ref().ok_or_else(|| Fail::new(NOT_SUPPORTED, "no NVML"))?;
+        let u =
+            n.device(device).and_then(|h| n.utilization(h)).map_err(|e| Fail::new(NOT_SUPPORTED, format!("{e:#}")))?;
+        Ok(answer::Utilization { gpu_percent: u.gpu, memory_percent: u.memory })
+    }
+}
