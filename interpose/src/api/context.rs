@@ -5,7 +5,7 @@
 use crate::client::{self, CtxInfo, Kind, make, stack_pop, stack_push, stack_set, stack_top};
 use crate::util::{R, entry, out};
 use gpupool_protocol::Request;
-use gpupool_protocol::ops::Reply;
+use gpupool_protocol::ops::answer;
 use gpupool_shim::cuda::{
     CUcontext, CUctxCreateParams, CUdevice, CUexecAffinityParam, CUfunc_cache, CUlimit, CUresult,
 };
@@ -22,9 +22,7 @@ fn create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> R<()> {
     }
     let h = client::call(|c| {
         let (ep, local) = c.route(dev)?;
-        let Reply::Context { ctx } = c.conn_at(ep)?.call(Request::CtxCreate { device: local, flags })? else {
-            return Err(CUresult::CUDA_ERROR_UNKNOWN);
-        };
+        let answer::Context { ctx } = c.conn_at(ep)?.ask(Request::CtxCreate { device: local, flags })?;
         let h = make(Kind::Ctx, ep, ctx.0)?;
         c.reg.ctxs.insert(h, CtxInfo { id: ctx, device: dev as u32, flags, primary: false });
         Ok(h)
@@ -279,9 +277,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
         let h = client::call(|c| {
             let (ep, local) = c.route(dev)?;
             let d = dev as u32;
-            let Reply::Context { ctx } = c.conn_at(ep)?.call(Request::PrimaryCtxRetain { device: local })? else {
-                return Err(CUresult::CUDA_ERROR_UNKNOWN);
-            };
+            let answer::Context { ctx } = c.conn_at(ep)?.ask(Request::PrimaryCtxRetain { device: local })?;
             let h = make(Kind::Ctx, ep, ctx.0)?;
             let flags = c.reg.primary.get(&d).map(|p| p.2).unwrap_or(0);
             let entry = c.reg.primary.entry(d).or_insert((h, 0, flags));

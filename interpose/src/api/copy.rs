@@ -13,7 +13,7 @@ use super::stream::resolve;
 use crate::client::conn::Conn;
 use crate::client::{self, Client};
 use crate::util::{R, host_bytes, host_bytes_mut};
-use gpupool_protocol::ops::{Copy2D, Copy2DEnd, HostSrc, MemSpace, RegionSlice, Reply};
+use gpupool_protocol::ops::{Copy2D, Copy2DEnd, HostSrc, MemSpace, RegionSlice, answer};
 use gpupool_protocol::{DevicePtr, Request, StreamId};
 use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream};
 use std::os::raw::c_void;
@@ -83,10 +83,12 @@ fn read_device(conn: &mut Conn, dst: &mut [u8], src: u64) -> R<()> {
     } else if dst.len() > client::conn::INLINE_MAX {
         conn.read_device_staged(dst, src)
     } else {
-        match conn.call(Request::MemcpyDtoHInline { src: DevicePtr(src), len: dst.len() as u32 })? {
-            Reply::Bytes { data } if data.0.len() == dst.len() => dst.copy_from_slice(&data.0),
-            _ => return Err(CUresult::CUDA_ERROR_UNKNOWN),
+        let answer::Bytes { data } =
+            conn.ask(Request::MemcpyDtoHInline { src: DevicePtr(src), len: dst.len() as u32 })?;
+        if data.0.len() != dst.len() {
+            return Err(CUresult::CUDA_ERROR_UNKNOWN);
         }
+        dst.copy_from_slice(&data.0);
         conn.take_pending()
     }
 }

@@ -4,7 +4,7 @@ use super::DefaultStream;
 use super::stream::resolve;
 use crate::client::{self, EventInfo, Kind, make};
 use crate::util::{R, entry, out};
-use gpupool_protocol::ops::Reply;
+use gpupool_protocol::ops::answer;
 use gpupool_protocol::{EventId, Request};
 use gpupool_shim::cuda::{CUevent, CUresult, CUstream};
 use std::os::raw::c_uint;
@@ -27,9 +27,7 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUres
         }
         let h = client::call(|c| {
             let (_, ctx, _) = c.current()?;
-            let Reply::Event { event } = c.live()?.call(Request::EventCreate { ctx, flags })? else {
-                return Err(CUresult::CUDA_ERROR_UNKNOWN);
-            };
+            let answer::Event { event } = c.live()?.ask(Request::EventCreate { ctx, flags })?;
             let h = make(Kind::Event, client::current_endpoint(), event.0)?;
             c.reg.events.insert(h, EventInfo { id: event });
             Ok(h)
@@ -68,9 +66,7 @@ pub unsafe extern "C" fn cuEventQuery(h: CUevent) -> CUresult {
         client::call(|c| {
             let event = event_id(c, h)?;
             let conn = c.conn_of(h as u64)?;
-            let Reply::Ready { ready } = conn.call(Request::EventQuery { event })? else {
-                return Err(CUresult::CUDA_ERROR_UNKNOWN);
-            };
+            let answer::Ready { ready } = conn.ask(Request::EventQuery { event })?;
             conn.take_pending()?;
             if ready { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_READY) }
         })
@@ -99,10 +95,8 @@ fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> R<()> {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
         let (start, end) = (event_id(c, start)?, event_id(c, end)?);
-        match c.conn_at(ep)?.call(Request::EventElapsedTime { start, end })? {
-            Reply::Elapsed { nanos } => Ok(nanos),
-            _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
-        }
+        let answer::Elapsed { nanos } = c.conn_at(ep)?.ask(Request::EventElapsedTime { start, end })?;
+        Ok(nanos)
     })?;
     out(ms, nanos as f32 / 1e6)
 }

@@ -4,7 +4,7 @@
 
 use crate::client::{self, Client};
 use crate::util::{R, entry, out};
-use gpupool_protocol::ops::Reply;
+use gpupool_protocol::ops::answer;
 use gpupool_protocol::transport::shm::create_host_region;
 use gpupool_protocol::{DevicePtr, Request};
 use gpupool_shim::cuda::{
@@ -21,10 +21,8 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
         }
         let (f, t) = client::call(|c| {
             let (_, ctx, _) = c.current()?;
-            match c.live()?.call(Request::MemGetInfo { ctx })? {
-                Reply::MemInfo { free, total } => Ok((free, total)),
-                _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
-            }
+            let answer::MemInfo { free, total } = c.live()?.ask(Request::MemGetInfo { ctx })?;
+            Ok((free, total))
         })?;
         out(free, f as usize)?;
         out(total, t as usize)
@@ -43,13 +41,9 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
         }
         let p = client::call(|c| {
             let (h, ctx, _) = c.current()?;
-            match c.live()?.call(Request::MemAlloc { ctx, bytes: bytesize as u64 })? {
-                Reply::MemPtr { ptr } => {
-                    record(c, h, ptr, bytesize as u64);
-                    Ok(ptr.0)
-                }
-                _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
-            }
+            let answer::MemPtr { ptr } = c.live()?.ask(Request::MemAlloc { ctx, bytes: bytesize as u64 })?;
+            record(c, h, ptr, bytesize as u64);
+            Ok(ptr.0)
         })?;
         out(dptr, p)
     })
@@ -71,13 +65,9 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
             let (h, ctx, _) = c.current()?;
             let req =
                 Request::MemAllocPitch { ctx, width_bytes: width_bytes as u64, height: height as u64, element_size };
-            match c.live()?.call(req)? {
-                Reply::MemPitch { ptr, pitch } => {
-                    record(c, h, ptr, pitch * height as u64);
-                    Ok((ptr.0, pitch))
-                }
-                _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
-            }
+            let answer::MemPitch { ptr, pitch } = c.live()?.ask(req)?;
+            record(c, h, ptr, pitch * height as u64);
+            Ok((ptr.0, pitch))
         })?;
         out(dptr, p)?;
         out(pitch, pt as usize)

@@ -5,7 +5,7 @@
 
 use crate::client::{self, Client, FuncInfo, Kind, ModuleInfo, make};
 use crate::util::{R, c_str, entry, out};
-use gpupool_protocol::ops::{FunctionInfo, Reply};
+use gpupool_protocol::ops::{FunctionInfo, answer};
 use gpupool_protocol::{FuncId, Request};
 use gpupool_shim::cuda::{
     CUdeviceptr, CUfunc_cache, CUfunction, CUfunction_attribute as F, CUjit_option, CUmodule, CUresult,
@@ -147,9 +147,7 @@ fn load(pmod: *mut CUmodule, image: *const c_void) -> R<()> {
             return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
         }
         let src = conn.host_src(bytes)?;
-        let Reply::Module { module, functions } = conn.call(Request::ModuleLoad { ctx, image: src })? else {
-            return Err(CUresult::CUDA_ERROR_UNKNOWN);
-        };
+        let answer::Module { module, functions } = conn.ask(Request::ModuleLoad { ctx, image: src })?;
         let h = make(Kind::Module, client::endpoint_of(ctx_h), module.0)?;
         c.reg.modules.insert(h, ModuleInfo { id: module, ctx: ctx_h });
         for f in functions {
@@ -222,9 +220,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(hfunc: *mut CUfunction, hmod: CUmod
                 return Ok(h);
             }
             let req = Request::ModuleGetFunction { module, name: name.to_string() };
-            let Reply::Function { func, params } = c.conn_of(m)?.call(req)? else {
-                return Err(CUresult::CUDA_ERROR_UNKNOWN);
-            };
+            let answer::Function { func, params } = c.conn_of(m)?.ask(req)?;
             add_function(c, m, FunctionInfo { func, name: name.to_string(), params })
         })?;
         out(hfunc, h as CUfunction)
@@ -244,11 +240,8 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
             let module = module_id(c, hmod)?;
             let ctx = c.reg.modules[&(hmod as u64)].ctx;
             let ep = client::endpoint_of(hmod as u64);
-            let Reply::Global { ptr, size } =
-                c.conn_at(ep)?.call(Request::ModuleGetGlobal { module, name: name.to_string() })?
-            else {
-                return Err(CUresult::CUDA_ERROR_UNKNOWN);
-            };
+            let answer::Global { ptr, size } =
+                c.conn_at(ep)?.ask(Request::ModuleGetGlobal { module, name: name.to_string() })?;
             // Globals are device memory this client may copy to and from.
             c.reg.allocs.entry((ep, ptr.0)).or_insert((size, ctx));
             Ok((ptr.0, size))
@@ -278,10 +271,8 @@ pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attrib: F, hfunc:
         }
         let v = client::call(|c| {
             let func = func_id(c, hfunc)?;
-            match c.live()?.call(Request::FuncGetAttribute { func, attribute: attrib.0 })? {
-                Reply::Attribute { value } => Ok(value),
-                _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
-            }
+            let answer::Attribute { value } = c.live()?.ask(Request::FuncGetAttribute { func, attribute: attrib.0 })?;
+            Ok(value)
         })?;
         out(value, v as c_int)
     })

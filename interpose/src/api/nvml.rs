@@ -5,7 +5,7 @@
 
 use crate::client::{self, Client};
 use gpupool_protocol::Request;
-use gpupool_protocol::ops::{DeviceInfo, Reply};
+use gpupool_protocol::ops::{Answer, DeviceInfo, answer};
 use gpupool_shim::cuda::CUresult;
 use gpupool_shim::nvml::{nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t as R, nvmlUtilization_t};
 use std::os::raw::{c_char, c_int, c_uint};
@@ -46,9 +46,9 @@ fn with<T>(f: impl FnOnce(&mut Client) -> Result<T, CUresult>) -> NResult<T> {
 
 /// A management request about device `ordinal` (of the one list), to the daemon that
 /// serves it, in that daemon's numbering.
-fn mgmt_call(c: &mut Client, ordinal: u32, op: impl FnOnce(u32) -> Request) -> Result<Reply, CUresult> {
+fn mgmt_call<A: Answer>(c: &mut Client, ordinal: u32, op: impl FnOnce(u32) -> Request) -> Result<A, CUresult> {
     let (ep, local) = c.routes.get(ordinal as usize).copied().ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)?;
-    c.conn_at(ep)?.call(op(local))
+    c.conn_at(ep)?.ask(op(local))
 }
 
 fn devices() -> NResult<Vec<DeviceInfo>> {
@@ -214,9 +214,9 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(dev: nvmlDevice_t, uuid: *mut c_char,
 /// (total, free) as the tenant sees them.
 fn mem_info(dev: nvmlDevice_t) -> NResult<(u64, u64)> {
     let d = device(dev)?;
-    with(|c| match mgmt_call(c, d.ordinal, |device| Request::MgmtMemoryInfo { device })? {
-        Reply::MemInfo { free, total } => Ok((total, free.min(total))),
-        _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
+    with(|c| {
+        let answer::MemInfo { free, total } = mgmt_call(c, d.ordinal, |device| Request::MgmtMemoryInfo { device })?;
+        Ok((total, free.min(total)))
     })
 }
 
@@ -255,9 +255,10 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(dev: nvmlDevice_t, util: 
             return Err(R::NVML_ERROR_INVALID_ARGUMENT);
         }
         let d = device(dev)?;
-        let (gpu, memory) = with(|c| match mgmt_call(c, d.ordinal, |device| Request::MgmtUtilization { device })? {
-            Reply::Utilization { gpu_percent, memory_percent } => Ok((gpu_percent, memory_percent)),
-            _ => Err(CUresult::CUDA_ERROR_UNKNOWN),
+        let (gpu, memory) = with(|c| {
+            let answer::Utilization { gpu_percent, memory_percent } =
+                mgmt_call(c, d.ordinal, |device| Request::MgmtUtilization { device })?;
+            Ok((gpu_percent, memory_percent))
         })?;
         nout(util, nvmlUtilization_t { gpu, memory })
     })

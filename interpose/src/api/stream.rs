@@ -6,7 +6,7 @@
 use super::DefaultStream;
 use crate::client::{self, Client, Kind, StreamInfo, make};
 use crate::util::{R, out};
-use gpupool_protocol::ops::Reply;
+use gpupool_protocol::ops::answer;
 use gpupool_protocol::{Request, StreamId};
 use gpupool_shim::cuda::{
     CUcontext, CUevent, CUgreenCtx, CUhostFn, CUresult, CUstream, CUstream_flags, CUstreamCallback,
@@ -57,9 +57,7 @@ fn per_thread(c: &mut Client) -> R<StreamId> {
         return Ok(s);
     }
     let req = Request::StreamCreate { ctx, flags: 0, priority: 0 };
-    let Reply::Stream { stream } = c.live()?.call(req)? else {
-        return Err(CUresult::CUDA_ERROR_UNKNOWN);
-    };
+    let answer::Stream { stream } = c.live()?.ask(req)?;
     c.reg.per_thread.insert(key, stream);
     Ok(stream)
 }
@@ -86,9 +84,7 @@ fn create(ph: *mut CUstream, flags: u32, priority: c_int) -> R<()> {
     let priority = priority.clamp(-5, 0);
     let h = client::call(|c| {
         let (ctx_h, ctx, _) = c.current()?;
-        let Reply::Stream { stream } = c.live()?.call(Request::StreamCreate { ctx, flags, priority })? else {
-            return Err(CUresult::CUDA_ERROR_UNKNOWN);
-        };
+        let answer::Stream { stream } = c.live()?.ask(Request::StreamCreate { ctx, flags, priority })?;
         let h = make(Kind::Stream, client::current_endpoint(), stream.0)?;
         c.reg.streams.insert(h, StreamInfo { id: stream, ctx: ctx_h, flags, priority });
         Ok(h)
@@ -147,9 +143,7 @@ fn query(h: CUstream, d: DefaultStream) -> R<()> {
     client::call(|c| {
         let (stream, ep) = resolve_any(c, h, d)?;
         let conn = c.conn_at(ep)?;
-        let Reply::Ready { ready } = conn.call(Request::StreamQuery { stream })? else {
-            return Err(CUresult::CUDA_ERROR_UNKNOWN);
-        };
+        let answer::Ready { ready } = conn.ask(Request::StreamQuery { stream })?;
         conn.take_pending()?;
         if ready { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_READY) }
     })

@@ -14,7 +14,7 @@
 //! pipelined in chunks so a large copy keeps the link busy.
 
 use gpupool_protocol::bulk::{self, Bulk};
-use gpupool_protocol::ops::{DeviceInfo, HostSrc, InlineBytes, StagingRegion};
+use gpupool_protocol::ops::{Answer, DeviceInfo, HostSrc, InlineBytes, StagingRegion};
 use gpupool_protocol::transport::net::NetTransport;
 use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport, WaitPolicy, send_host_region};
 use gpupool_protocol::transport::{Transport, TransportError};
@@ -266,6 +266,21 @@ impl Conn {
             }
             r => Ok(r),
         }
+    }
+
+    /// A synchronous call answered with the reply its line of the protocol's table names, as
+    /// that reply's struct ([`gpupool_protocol::ops::answer`]). Asking for another answer is a bug of ours: it is
+    /// logged and refused before anything is sent.
+    pub fn ask<A: Answer>(&mut self, op: Request) -> R<A> {
+        if op.reply_op() != A::OP {
+            log(&format!("bug: {} is answered by {:?}, not {:?}", op.name(), op.reply_op(), A::OP));
+            return Err(CUresult::CUDA_ERROR_UNKNOWN);
+        }
+        let name = op.name();
+        A::try_from(self.call(op)?).map_err(|other| {
+            log(&format!("the daemon answered {name} with {:?}", other.op()));
+            CUresult::CUDA_ERROR_UNKNOWN
+        })
     }
 
     /// A call whose only answer is `Ok`.
