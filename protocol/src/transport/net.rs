@@ -208,12 +208,12 @@ impl NetTransport {
         r
     }
 
-    fn check_send(&self, frame: &[u8]) -> Result<(), TransportError> {
+    fn check_send(&self, len: usize) -> Result<(), TransportError> {
         if self.closed {
             return Err(TransportError::Closed);
         }
-        if frame.len() > self.max_frame {
-            return Err(TransportError::FrameTooLarge { len: frame.len(), max: self.max_frame });
+        if len > self.max_frame {
+            return Err(TransportError::FrameTooLarge { len, max: self.max_frame });
         }
         Ok(())
     }
@@ -360,48 +360,28 @@ impl Write for NoSignal<'_, '_> {
 
 impl Transport for NetTransport {
     fn send(&mut self, frame: &[u8]) -> Result<(), TransportError> {
-        self.check_send(frame)?;
-        let len = (frame.len() as u32).to_le_bytes();
-        if frame.len() <= FLUSH_AT {
-            // Queued frames and this one in one write.
-            self.wbuf.extend_from_slice(&len);
-            self.wbuf.extend_from_slice(frame);
-            return self.flush_queue();
-        }
-        self.wbuf.extend_from_slice(&len);
-        self.flush_queue()?;
-        self.write_out(frame)
+        self.send_parts(&[frame], false)
     }
 
+    fn send_deferred(&mut self, frame: &[u8]) -> Result<(), TransportError> {
+        self.send_parts(&[frame], true)
+    }
+
+    /// Small parts join the write queue (with what was queued before: one write); a large
+    /// part goes from the caller's memory to the socket (or TLS) once the queue is out.
     fn send_parts(&mut self, parts: &[&[u8]], defer: bool) -> Result<(), TransportError> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        if self.closed {
-            return Err(TransportError::Closed);
-        }
-        if total > self.max_frame {
-            return Err(TransportError::FrameTooLarge { len: total, max: self.max_frame });
-        }
+        self.check_send(total)?;
         self.wbuf.extend_from_slice(&(total as u32).to_le_bytes());
         for part in parts {
             if part.len() <= FLUSH_AT {
                 self.wbuf.extend_from_slice(part);
             } else {
-                // A large part goes from the caller's memory to the socket (or TLS).
                 self.flush_queue()?;
                 self.write_out(part)?;
             }
         }
         if !defer || self.wbuf.len() >= FLUSH_AT { self.flush_queue() } else { Ok(()) }
-    }
-
-    fn send_deferred(&mut self, frame: &[u8]) -> Result<(), TransportError> {
-        self.check_send(frame)?;
-        if frame.len() > FLUSH_AT {
-            return self.send(frame);
-        }
-        self.wbuf.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        self.wbuf.extend_from_slice(frame);
-        if self.wbuf.len() >= FLUSH_AT { self.flush_queue() } else { Ok(()) }
     }
 
     fn flush(&mut self) -> Result<(), TransportError> {
