@@ -407,24 +407,61 @@ impl Conn {
     /// daemon reads it).
     pub fn write_device_staged(&mut self, dst: u64, src: &[u8]) -> R<()> {
         let (slot, slots) = self.staging_slots();
+        // Chunk i reuses the slot of chunk i - slots: at most `slots` in flight.
+        self.write_pipelined(src, slot, slots, |c, i, part| {
+            let offset = (i % slots) * slot;
+            c.stage_write(offset, part)?;
+            let op = Request::MemcpyHtoD {
+                dst: DevicePtr(dst + (i * slot) as u64),
+                src: HostSrc::Staging(StagingRegion { offset: offset as u64, len: part.len() as u64 }),
+            };
+            c.send_frame(op, false, false)
+        })
+    }
+
+    /// Device-to-host through the shared staging area, its slots in turn: the daemon fills
+    /// the next slots while this thread copies one out.
+    pub fn read_device_staged(&mut self, dst: &mut [u8], src: u64) -> R<()> {
+        let (slot, slots) = self.staging_slots();
+        let region = move |k: usize, n: usize| StagingRegion { offset: ((k % slots) * slot) as u64, len: n as u64 };
+        self.read_pipelined(
+            dst,
+            slot,
+            slots,
+            |c, k, o, n| {
+                c.send_frame(Request::MemcpyDtoH { src: DevicePtr(src + o as u64), dst: region(k, n) }, false, false)
+            },
+            |c, k, id, part, first_err| {
+                c.expect_ok(id, first_err)?;
+                if first_err.is_none() {
+                    c.stage_read((k % slots) * slot, part)?;
+                }
+                Ok(())
+            },
+        )
+    }
+
+    /// A host-to-device copy as a pipeline: `send` sends chunk i (`chunk` bytes of `src`) and
+    /// returns its request's id, once fewer than `window` replies are outstanding. Replies
+    /// come back in order and must all be `Ok`; the first failure stops the sending.
+    fn write_pipelined(
+        &mut self,
+        src: &[u8],
+        chunk: usize,
+        window: usize,
+        mut send: impl FnMut(&mut Self, usize, &[u8]) -> R<u64>,
+    ) -> R<()> {
         let mut in_flight = std::collections::VecDeque::new();
         let mut first_err = None;
-        for (i, part) in src.chunks(slot).enumerate() {
-            // Chunk i reuses the slot of chunk i - slots: wait until the daemon is done with it.
-            if in_flight.len() == slots {
+        for (i, part) in src.chunks(chunk).enumerate() {
+            if in_flight.len() == window {
                 let id = in_flight.pop_front().expect("a full window");
                 self.expect_ok(id, &mut first_err)?;
             }
             if first_err.is_some() {
                 break;
             }
-            let offset = (i % slots) * slot;
-            self.stage_write(offset, part)?;
-            let op = Request::MemcpyHtoD {
-                dst: DevicePtr(dst + (i * slot) as u64),
-                src: HostSrc::Staging(StagingRegion { offset: offset as u64, len: part.len() as u64 }),
-            };
-            in_flight.push_back(self.send_frame(op, false, false)?);
+            in_flight.push_back(send(self, i, part)?);
         }
         for id in in_flight {
             self.expect_ok(id, &mut first_err)?;
@@ -432,33 +469,33 @@ impl Conn {
         self.first_or_pending(first_err)
     }
 
-    /// Device-to-host through the shared staging area, its slots in turn: the daemon fills
-    /// the next slots while this thread copies one out.
-    pub fn read_device_staged(&mut self, dst: &mut [u8], src: u64) -> R<()> {
-        let (slot, slots) = self.staging_slots();
-        let chunks = dst.len().div_ceil(slot);
+    /// A device-to-host copy as a pipeline: `request` asks for chunk k (offset, length) up
+    /// to `window` chunks ahead of the one `collect` receives into its part of `dst` (chunk
+    /// k + window is asked for once chunk k is in). The first failure stops the asking.
+    fn read_pipelined(
+        &mut self,
+        dst: &mut [u8],
+        chunk: usize,
+        window: usize,
+        mut request: impl FnMut(&mut Self, usize, usize, usize) -> R<u64>,
+        mut collect: impl FnMut(&mut Self, usize, u64, &mut [u8], &mut Option<CUresult>) -> R<()>,
+    ) -> R<()> {
+        let total = dst.len();
+        let chunks = total.div_ceil(chunk);
+        let span = |k: usize| (k * chunk, chunk.min(total - k * chunk));
         let mut in_flight = std::collections::VecDeque::new();
         let mut first_err = None;
-        let total = dst.len();
-        let request = |c: &mut Self, k: usize| {
-            let (o, n) = (k * slot, slot.min(total - k * slot));
-            let region = StagingRegion { offset: ((k % slots) * slot) as u64, len: n as u64 };
-            c.send_frame(Request::MemcpyDtoH { src: DevicePtr(src + o as u64), dst: region }, false, false)
-        };
-        for k in 0..chunks.min(slots) {
-            in_flight.push_back(request(self, k)?);
+        for k in 0..chunks.min(window) {
+            let (o, n) = span(k);
+            in_flight.push_back(request(self, k, o, n)?);
         }
         for k in 0..chunks {
             let Some(id) = in_flight.pop_front() else { break };
-            self.expect_ok(id, &mut first_err)?;
-            if first_err.is_some() {
-                continue;
-            }
-            let (o, n) = (k * slot, slot.min(total - k * slot));
-            self.stage_read((k % slots) * slot, &mut dst[o..o + n])?;
-            // The slot just read takes chunk k + slots.
-            if k + slots < chunks {
-                in_flight.push_back(request(self, k + slots)?);
+            let (o, n) = span(k);
+            collect(self, k, id, &mut dst[o..o + n], &mut first_err)?;
+            if first_err.is_none() && k + window < chunks {
+                let (o, n) = span(k + window);
+                in_flight.push_back(request(self, k + window, o, n)?);
             }
         }
         self.first_or_pending(first_err)
@@ -478,42 +515,29 @@ impl Conn {
     /// (the daemon answers each in order), so the copy streams at the link's rate.
     pub fn write_device_streamed(&mut self, dst: u64, src: &[u8]) -> R<()> {
         let chunk = self.staging_len();
-        let mut ids = Vec::with_capacity(src.len().div_ceil(chunk));
-        for (i, part) in src.chunks(chunk).enumerate() {
-            let b = Bulk::HtoD { dst: DevicePtr(dst + (i * chunk) as u64) };
-            ids.push(self.send_bulk(b, false, part, true)?);
-        }
-        let mut first_err = None;
-        for id in ids {
-            self.expect_ok(id, &mut first_err)?;
-        }
-        self.first_or_pending(first_err)
+        self.write_pipelined(src, chunk, usize::MAX, |c, i, part| {
+            c.send_bulk(Bulk::HtoD { dst: DevicePtr(dst + (i * chunk) as u64) }, false, part, true)
+        })
     }
 
     /// Device-to-host over the network: chunks requested [`NET_WINDOW`] ahead of the one
     /// being received, so the daemon always has the next one to send.
     pub fn read_device_pipelined(&mut self, dst: &mut [u8], src: u64) -> R<()> {
-        let chunks: Vec<(usize, usize)> =
-            (0..dst.len()).step_by(NET_CHUNK).map(|o| (o, NET_CHUNK.min(dst.len() - o))).collect();
-        let mut ids = std::collections::VecDeque::new();
-        let mut next = 0;
-        let mut first_err = None;
-        for k in 0..chunks.len() {
-            while next < chunks.len() && next < k + NET_WINDOW {
-                let (o, n) = chunks[next];
-                let op = Request::MemcpyDtoHInline { src: DevicePtr(src + o as u64), len: n as u32 };
-                // Deferred: the window's requests leave in one write when we wait below.
-                let id = self.send_frame(op, false, true)?;
-                ids.push_back(id);
-                next += 1;
-            }
-            let id = ids.pop_front().expect("a request per chunk");
-            let (o, n) = chunks[k];
-            if !self.bytes_reply_into(id, &mut dst[o..o + n], &mut first_err)? {
-                first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
-            }
-        }
-        self.first_or_pending(first_err)
+        self.read_pipelined(
+            dst,
+            NET_CHUNK,
+            NET_WINDOW,
+            // Deferred: requests leave together when we next wait.
+            |c, _, o, n| {
+                c.send_frame(Request::MemcpyDtoHInline { src: DevicePtr(src + o as u64), len: n as u32 }, false, true)
+            },
+            |c, _, id, part, first_err| {
+                if !c.bytes_reply_into(id, part, first_err)? {
+                    first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
+                }
+                Ok(())
+            },
+        )
     }
 
     /// Waits for the reply to `id`, a `Bytes` reply of exactly `dst.len()` bytes, and copies
