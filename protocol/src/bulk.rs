@@ -15,7 +15,7 @@
 #![forbid(unsafe_code)]
 
 use crate::codec::{Decode, EncodeError, Reader};
-use crate::frame::{Flags, FrameKind, HEADER_LEN, MAX_PAYLOAD, split_frame};
+use crate::frame::{Flags, FrameError, FrameHeader, FrameKind, HEADER_LEN, MAX_PAYLOAD, split_frame};
 use crate::message::{Message, ProtocolError};
 use crate::ops::{DevicePtr, HostSrc, InlineBytes, MAX_INLINE_BYTES, Reply, ReplyOp, Request, RequestOp};
 
@@ -103,6 +103,15 @@ impl BulkView<'_> {
 /// `decode` refuses is refused here with the same error.
 pub fn view(bytes: &[u8]) -> Result<Option<(BulkView<'_>, usize)>, ProtocolError> {
     let (header, payload, len) = split_frame(bytes)?;
+    Ok(view_parts(&header, payload)?.map(|v| (v, len)))
+}
+
+/// [`view`] under an already-validated header, as [`Message::from_parts`] is to
+/// [`Message::decode`]: a reader that views first and decodes the rest checks the header once.
+pub fn view_parts<'a>(header: &FrameHeader, payload: &'a [u8]) -> Result<Option<BulkView<'a>>, ProtocolError> {
+    if payload.len() != header.payload_len as usize {
+        return Err(FrameError::Truncated { needed: header.payload_len as usize, available: payload.len() }.into());
+    }
     let mut r = Reader::new(payload);
     let id = header.request_id;
     let no_reply = header.flags.contains(Flags::NO_REPLY);
@@ -132,5 +141,5 @@ pub fn view(bytes: &[u8]) -> Result<Option<(BulkView<'_>, usize)>, ProtocolError
     if no_reply && matches!(bulk, Bulk::HtoD { .. }) {
         return Err(ProtocolError::NoReplyOnSyncRequest(RequestOp::MemcpyHtoD.name()));
     }
-    Ok(Some((BulkView { id, no_reply, bulk, data }, len)))
+    Ok(Some(BulkView { id, no_reply, bulk, data }))
 }

@@ -7,6 +7,7 @@ use super::dispatch::{Cx, Fail};
 use super::listener::PeerCred;
 use super::{Raw, SessionInfo, Shared, TenantCtx};
 use gpupool_protocol::bulk::{self, Bulk, BulkView};
+use gpupool_protocol::frame::split_frame;
 use gpupool_protocol::ops::{DeviceInfo, ParamInfo};
 use gpupool_protocol::transport::net::NetTransport;
 use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport};
@@ -285,18 +286,22 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             Err(TransportError::PeerGone) => return "client gone (closed or died)".into(),
             Err(e) => return format!("transport failed: {e}"),
         }
-        // Bulk requests (copies' bytes) are served from the frame in place.
-        let view = match bulk::view(&buf) {
-            Ok(Some((v, _))) => Some(v),
-            Ok(None) => None,
+        // Bulk requests (copies' bytes) are served from the frame in place; the header is
+        // checked once for both readings.
+        let (header, payload) = match split_frame(&buf) {
+            Ok((h, p, _)) => (h, p),
+            Err(e) => return format!("malformed frame: {e}"),
+        };
+        let view = match bulk::view_parts(&header, payload) {
+            Ok(v) => v,
             Err(e) => return format!("malformed frame: {e}"),
         };
         let (id, no_reply, op) = match view {
             Some(v) => (v.id, v.no_reply, None),
-            None => match Message::decode(&buf) {
-                Ok((Message::Request { id, no_reply, op }, _)) => (id, no_reply, Some(op)),
-                Ok((Message::Bye, _)) => return "bye".into(),
-                Ok((other, _)) => {
+            None => match Message::from_parts(&header, payload) {
+                Ok(Message::Request { id, no_reply, op }) => (id, no_reply, Some(op)),
+                Ok(Message::Bye) => return "bye".into(),
+                Ok(other) => {
                     return format!("malformed: unexpected {:?} frame from a client", other.kind());
                 }
                 Err(e) => return format!("malformed frame: {e}"),
