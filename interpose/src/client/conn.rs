@@ -18,7 +18,7 @@ use gpupool_protocol::ops::{Answer, DeviceInfo, HostSrc, InlineBytes, StagingReg
 use gpupool_protocol::transport::net::NetTransport;
 use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport, WaitPolicy, send_host_region};
 use gpupool_protocol::transport::{Transport, TransportError};
-use gpupool_protocol::{DevicePtr, Message, PROTOCOL_VERSION, Reply, Request};
+use gpupool_protocol::{DevicePtr, EncodeError, Message, PROTOCOL_VERSION, Reply, Request};
 use gpupool_shim::cuda::CUresult;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -159,23 +159,35 @@ impl Conn {
     /// Encodes and sends `op`; `defer` lets it wait in the transport's write queue (it goes
     /// out with the next write or wait, at the latest).
     fn send_frame(&mut self, op: Request, no_reply: bool, defer: bool) -> R<u64> {
+        self.send_encoded(|id, out| Message::Request { id, no_reply, op }.encode_into(out), &[], defer)
+    }
+
+    /// Numbers a request, encodes it with `encode` into the reused frame buffer (no
+    /// allocation per call once it has grown) and sends it, followed by `tail` (a bulk
+    /// request's bytes, sent from the caller's memory) if there is one.
+    fn send_encoded(
+        &mut self,
+        encode: impl FnOnce(u64, &mut Vec<u8>) -> Result<usize, EncodeError>,
+        tail: &[u8],
+        defer: bool,
+    ) -> R<u64> {
         let id = self.next_id;
         self.next_id += 1;
-        // One frame buffer, reused: no allocation per call once it has grown.
         let mut frame = std::mem::take(&mut self.out);
         frame.clear();
-        let encoded = Message::Request { id, no_reply, op }.encode_into(&mut frame);
-        let sent = match encoded {
+        let sent = match encode(id, &mut frame) {
             Err(e) => {
                 log(&format!("encoding a request: {e}"));
                 Err(CUresult::CUDA_ERROR_INVALID_VALUE)
             }
             Ok(_) => {
-                let r = if defer { self.t().send_deferred(&frame) } else { self.t().send(&frame) };
-                match r {
-                    Err(e) => Err(self.fail(&format!("sending to {}: {e}", self.endpoint))),
-                    Ok(()) => Ok(id),
-                }
+                let t = self.t();
+                let r = match (tail.is_empty(), defer) {
+                    (true, true) => t.send_deferred(&frame),
+                    (true, false) => t.send(&frame),
+                    (false, _) => t.send_parts(&[&frame, tail], defer),
+                };
+                r.map(|()| id).map_err(|e| self.fail(&format!("sending to {}: {e}", self.endpoint)))
             }
         };
         if frame.capacity() <= 1 << 20 {
@@ -187,22 +199,7 @@ impl Conn {
     /// Sends a bulk request ([`bulk`]): its head, then `data` straight from the caller's
     /// memory.
     fn send_bulk(&mut self, b: Bulk, no_reply: bool, data: &[u8], defer: bool) -> R<u64> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut head = std::mem::take(&mut self.out);
-        head.clear();
-        let sent = match bulk::encode_head(id, no_reply, b, data.len(), &mut head) {
-            Err(e) => {
-                log(&format!("encoding a request: {e}"));
-                Err(CUresult::CUDA_ERROR_INVALID_VALUE)
-            }
-            Ok(_) => match self.t().send_parts(&[&head, data], defer) {
-                Err(e) => Err(self.fail(&format!("sending to {}: {e}", self.endpoint))),
-                Ok(()) => Ok(id),
-            },
-        };
-        self.out = head;
-        sent
+        self.send_encoded(|id, out| bulk::encode_head(id, no_reply, b, data.len(), out), data, defer)
     }
 
     /// Sends `op` and waits for its reply (an `Error` reply is returned as a reply).
