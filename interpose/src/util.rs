@@ -1,22 +1,10 @@
-//! The `extern "C"` boundary helpers: results, panic containment, checked out-pointers.
+//! Helpers for implementations: results, logging, checked out-pointers and host buffers
+//! (the boundary itself, panic guard and argument roles, is [`crate::api::export`]).
 
 use gpupool_shim::cuda::CUresult;
 use std::os::raw::c_char;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 pub type R<T> = Result<T, CUresult>;
-
-/// Runs an export's body: a panic never crosses `extern "C"` (it is CUDA_ERROR_UNKNOWN).
-pub fn entry(body: impl FnOnce() -> R<()>) -> CUresult {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => CUresult::CUDA_SUCCESS,
-        Ok(Err(code)) => code,
-        Err(_) => {
-            log("internal panic in a driver call; returning CUDA_ERROR_UNKNOWN");
-            CUresult::CUDA_ERROR_UNKNOWN
-        }
-    }
-}
 
 /// One line on stderr, always: for what the user must see (a session refused, a link lost).
 pub fn warn(msg: &str) {
@@ -40,24 +28,6 @@ pub fn out<T>(ptr: *mut T, value: T) -> R<()> {
     // a writable `T`.
     unsafe { ptr.write_unaligned(value) };
     Ok(())
-}
-
-/// Reads an application input struct; NULL is CUDA_ERROR_INVALID_VALUE.
-pub fn read<T: Copy>(ptr: *const T) -> R<T> {
-    if ptr.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: non-null; the caller guarantees it points to a readable `T`.
-    Ok(unsafe { ptr.read_unaligned() })
-}
-
-/// A NUL-terminated UTF-8 string argument.
-pub fn c_str<'a>(ptr: *const c_char) -> R<&'a str> {
-    if ptr.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: non-null and, per the CUDA contract, NUL-terminated.
-    unsafe { std::ffi::CStr::from_ptr(ptr) }.to_str().map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)
 }
 
 /// Copies `text` into a caller's buffer of `len` bytes, NUL-terminated and truncated.

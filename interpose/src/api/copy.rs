@@ -136,7 +136,7 @@ pub(super) fn sync_stream(c: &mut Client, stream: StreamId) -> R<()> {
     c.live()?.call_ok(Request::StreamSynchronize { stream })
 }
 
-fn memcpy_htod(dst: CUdeviceptr, src: *const c_void, n: usize, _ds: DefaultStream) -> R<()> {
+pub(super) fn memcpy_htod(dst: CUdeviceptr, src: *const c_void, n: usize, _ds: DefaultStream) -> R<()> {
     let bytes = host_bytes(src, n)?;
     client::call(|c| {
         require_ctx(c)?;
@@ -144,7 +144,13 @@ fn memcpy_htod(dst: CUdeviceptr, src: *const c_void, n: usize, _ds: DefaultStrea
     })
 }
 
-fn memcpy_htod_async(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+pub(super) fn memcpy_htod_async(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
     let bytes = host_bytes(src, n)?;
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
@@ -152,7 +158,7 @@ fn memcpy_htod_async(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream
     })
 }
 
-fn memcpy_dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R<()> {
+pub(super) fn memcpy_dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R<()> {
     let bytes = host_bytes_mut(dst, n)?;
     client::call(|c| {
         require_ctx(c)?;
@@ -160,7 +166,7 @@ fn memcpy_dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, _ds: DefaultStream)
     })
 }
 
-fn memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+pub(super) fn memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     let bytes = host_bytes_mut(dst, n)?;
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
@@ -168,14 +174,14 @@ fn memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream, 
     })
 }
 
-fn memcpy_dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R<()> {
+pub(super) fn memcpy_dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R<()> {
     client::call(|c| {
         require_ctx(c)?;
         dtod(c, dst, src, n, None)
     })
 }
 
-fn memcpy_dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+pub(super) fn memcpy_dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         dtod(c, dst, src, n, Some(stream))
@@ -210,14 +216,14 @@ fn memcpy_any(c: &mut Client, dst: u64, src: u64, n: usize, stream: Option<Strea
     }
 }
 
-fn memcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R<()> {
+pub(super) fn memcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize, _ds: DefaultStream) -> R<()> {
     client::call(|c| {
         require_ctx(c)?;
         memcpy_any(c, dst, src, n, None)
     })
 }
 
-fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+pub(super) fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         memcpy_any(c, dst, src, n, Some(stream))
@@ -286,7 +292,7 @@ fn staged_peer(
     Ok(())
 }
 
-fn memcpy_peer(
+pub(super) fn memcpy_peer(
     dst: CUdeviceptr,
     dc: CUcontext,
     src: CUdeviceptr,
@@ -300,7 +306,7 @@ fn memcpy_peer(
     })
 }
 
-fn memcpy_peer_async(
+pub(super) fn memcpy_peer_async(
     dst: CUdeviceptr,
     dc: CUcontext,
     src: CUdeviceptr,
@@ -411,35 +417,17 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
     }
 }
 
-fn memcpy2d(p: *const CUDA_MEMCPY2D, _ds: DefaultStream) -> R<()> {
-    let p = crate::util::read(p)?;
+pub(super) fn memcpy2d(p: CUDA_MEMCPY2D, _ds: DefaultStream) -> R<()> {
     client::call(|c| {
         require_ctx(c)?;
         copy2d(c, &p)
     })
 }
 
-fn memcpy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream, ds: DefaultStream) -> R<()> {
-    let p = crate::util::read(p)?;
+pub(super) fn memcpy2d_async(p: CUDA_MEMCPY2D, s: CUstream, ds: DefaultStream) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         sync_stream(c, stream)?;
         copy2d(c, &p)
     })
-}
-
-super::stream_variants! {
-    cuMemcpy / cuMemcpy_ptds => memcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize);
-    cuMemcpyAsync / cuMemcpyAsync_ptsz => memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
-    cuMemcpyHtoD_v2 / cuMemcpyHtoD_v2_ptds => memcpy_htod(dst: CUdeviceptr, src: *const c_void, n: usize);
-    cuMemcpyHtoDAsync_v2 / cuMemcpyHtoDAsync_v2_ptsz => memcpy_htod_async(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream);
-    cuMemcpyDtoH_v2 / cuMemcpyDtoH_v2_ptds => memcpy_dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize);
-    cuMemcpyDtoHAsync_v2 / cuMemcpyDtoHAsync_v2_ptsz => memcpy_dtoh_async(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream);
-    cuMemcpyDtoD_v2 / cuMemcpyDtoD_v2_ptds => memcpy_dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize);
-    cuMemcpyDtoDAsync_v2 / cuMemcpyDtoDAsync_v2_ptsz => memcpy_dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
-    cuMemcpyPeer / cuMemcpyPeer_ptds => memcpy_peer(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize);
-    cuMemcpyPeerAsync / cuMemcpyPeerAsync_ptsz => memcpy_peer_async(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, s: CUstream);
-    cuMemcpy2D_v2 / cuMemcpy2D_v2_ptds => memcpy2d(p: *const CUDA_MEMCPY2D);
-    cuMemcpy2DUnaligned_v2 / cuMemcpy2DUnaligned_v2_ptds => memcpy2d(p: *const CUDA_MEMCPY2D);
-    cuMemcpy2DAsync_v2 / cuMemcpy2DAsync_v2_ptsz => memcpy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream);
 }

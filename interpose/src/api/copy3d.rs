@@ -238,23 +238,16 @@ fn staged(c: &mut Client, s: Shape, src: End, dst: End, stream: Option<StreamId>
     Ok(())
 }
 
-fn memcpy3d(p: *const CUDA_MEMCPY3D, _ds: DefaultStream) -> R<()> {
-    let p = crate::util::read(p)?;
+pub(super) fn memcpy3d(p: CUDA_MEMCPY3D, _ds: DefaultStream) -> R<()> {
     client::call(|c| {
         require_ctx(c)?;
         copy3d(c, &p, None)
     })
 }
 
-fn memcpy3d_async(p: *const CUDA_MEMCPY3D, s: CUstream, ds: DefaultStream) -> R<()> {
-    let p = crate::util::read(p)?;
+pub(super) fn memcpy3d_async(p: CUDA_MEMCPY3D, s: CUstream, ds: DefaultStream) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         copy3d(c, &p, Some(stream))
     })
-}
-
-super::stream_variants! {
-    cuMemcpy3D_v2 / cuMemcpy3D_v2_ptds => memcpy3d(p: *const CUDA_MEMCPY3D);
-    cuMemcpy3DAsync_v2 / cuMemcpy3DAsync_v2_ptsz => memcpy3d_async(p: *const CUDA_MEMCPY3D, s: CUstream);
 }

@@ -3,7 +3,7 @@
 use super::DefaultStream;
 use super::stream::resolve;
 use crate::client::{self, EventInfo, Kind, make};
-use crate::util::{R, entry, out};
+use crate::util::R;
 use gpupool_protocol::ops::answer;
 use gpupool_protocol::{EventId, Request};
 use gpupool_shim::cuda::{CUevent, CUresult, CUstream};
@@ -19,24 +19,20 @@ fn event_id(c: &mut client::Client, h: CUevent) -> R<EventId> {
     c.reg.events.get(&(h as u64)).map(|e| e.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUresult {
-    entry(|| {
-        if ph.is_null() || flags & !EVENT_FLAGS_MASK != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = client::call(|c| {
-            let (_, ctx, _) = c.current()?;
-            let answer::Event { event } = c.live()?.ask(Request::EventCreate { ctx, flags })?;
-            let h = make(Kind::Event, client::current_endpoint(), event.0)?;
-            c.reg.events.insert(h, EventInfo { id: event });
-            Ok(h)
-        })?;
-        out(ph, h as CUevent)
+pub(super) fn create(flags: c_uint) -> R<CUevent> {
+    if flags & !EVENT_FLAGS_MASK != 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::call(|c| {
+        let (_, ctx, _) = c.current()?;
+        let answer::Event { event } = c.live()?.ask(Request::EventCreate { ctx, flags })?;
+        let h = make(Kind::Event, client::current_endpoint(), event.0)?;
+        c.reg.events.insert(h, EventInfo { id: event });
+        Ok(h as CUevent)
     })
 }
 
-fn record(event: CUevent, stream: CUstream, d: DefaultStream) -> R<()> {
+pub(super) fn record(event: CUevent, stream: CUstream, d: DefaultStream) -> R<()> {
     client::call(|c| {
         let ev = event_id(c, event)?;
         let stream = resolve(c, stream, d)?;
@@ -48,47 +44,34 @@ fn record(event: CUevent, stream: CUstream, d: DefaultStream) -> R<()> {
     })
 }
 
-fn record_with_flags(event: CUevent, stream: CUstream, flags: c_uint, d: DefaultStream) -> R<()> {
+pub(super) fn record_with_flags(event: CUevent, stream: CUstream, flags: c_uint, d: DefaultStream) -> R<()> {
     if flags & !1 != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     record(event, stream, d)
 }
 
-super::stream_variants! {
-    cuEventRecord / cuEventRecord_ptsz => record(event: CUevent, stream: CUstream);
-    cuEventRecordWithFlags / cuEventRecordWithFlags_ptsz => record_with_flags(event: CUevent, stream: CUstream, flags: c_uint);
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuEventQuery(h: CUevent) -> CUresult {
-    entry(|| {
-        client::call(|c| {
-            let event = event_id(c, h)?;
-            let conn = c.conn_of(h as u64)?;
-            let answer::Ready { ready } = conn.ask(Request::EventQuery { event })?;
-            conn.take_pending()?;
-            if ready { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_READY) }
-        })
+pub(super) fn query(h: CUevent) -> R<()> {
+    client::call(|c| {
+        let event = event_id(c, h)?;
+        let conn = c.conn_of(h as u64)?;
+        let answer::Ready { ready } = conn.ask(Request::EventQuery { event })?;
+        conn.take_pending()?;
+        if ready { Ok(()) } else { Err(CUresult::CUDA_ERROR_NOT_READY) }
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuEventSynchronize(h: CUevent) -> CUresult {
-    entry(|| {
-        client::call(|c| {
-            let event = event_id(c, h)?;
-            let conn = c.conn_of(h as u64)?;
-            conn.call_ok(Request::EventSynchronize { event })?;
-            conn.take_pending()
-        })
+pub(super) fn synchronize(h: CUevent) -> R<()> {
+    client::call(|c| {
+        let event = event_id(c, h)?;
+        let conn = c.conn_of(h as u64)?;
+        conn.call_ok(Request::EventSynchronize { event })?;
+        conn.take_pending()
     })
 }
 
-fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> R<()> {
-    if ms.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
+/// Milliseconds between two recorded events.
+pub(super) fn elapsed(start: CUevent, end: CUevent) -> R<f32> {
     let nanos = client::call(|c| {
         let ep = client::endpoint_of(start as u64);
         if ep != client::endpoint_of(end as u64) {
@@ -98,27 +81,14 @@ fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> R<()> {
         let answer::Elapsed { nanos } = c.conn_at(ep)?.ask(Request::EventElapsedTime { start, end })?;
         Ok(nanos)
     })?;
-    out(ms, nanos as f32 / 1e6)
+    Ok(nanos as f32 / 1e6)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
-    entry(|| elapsed(ms, start, end))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
-    entry(|| elapsed(ms, start, end))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuEventDestroy_v2(h: CUevent) -> CUresult {
-    entry(|| {
-        client::call(|c| {
-            let event = event_id(c, h)?;
-            c.conn_of(h as u64)?.call_ok(Request::EventDestroy { event })?;
-            c.reg.events.remove(&(h as u64));
-            Ok(())
-        })
+pub(super) fn destroy(h: CUevent) -> R<()> {
+    client::call(|c| {
+        let event = event_id(c, h)?;
+        c.conn_of(h as u64)?.call_ok(Request::EventDestroy { event })?;
+        c.reg.events.remove(&(h as u64));
+        Ok(())
     })
 }

@@ -1,7 +1,7 @@
 //! Initialisation, versions and error strings.
 
 use crate::client;
-use crate::util::{entry, out};
+use crate::util::{R, out};
 use gpupool_abi::errors;
 use gpupool_shim::cuda::{CUresult, CUuuid};
 use std::os::raw::{c_char, c_int, c_uint, c_void};
@@ -10,24 +10,22 @@ use std::os::raw::{c_char, c_int, c_uint, c_void};
 pub const DEFAULT_DRIVER_VERSION: i32 = 13000;
 
 /// Connects (lazily, here and nowhere earlier) and says hello.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
-    entry(|| {
-        if flags != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+pub(super) fn init(flags: c_uint) -> R<()> {
+    if flags != 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::with(|c| {
+        let n = c.device_list()?.len();
+        if n == 0 {
+            return Err(CUresult::CUDA_ERROR_NO_DEVICE);
         }
-        client::with(|c| {
-            let n = c.device_list()?.len();
-            if n == 0 {
-                return Err(CUresult::CUDA_ERROR_NO_DEVICE);
-            }
-            c.initialized = true;
-            Ok(())
-        })
+        c.initialized = true;
+        Ok(())
     })
 }
 
-/// The daemon's driver version (connecting if needed), else the ABI we implement.
+/// The daemon's driver version (connecting if needed), else the ABI we implement. Works
+/// before `cuInit`, as the real driver's does.
 pub fn driver_version() -> i32 {
     client::with(|c| {
         c.device_list()?;
@@ -36,54 +34,40 @@ pub fn driver_version() -> i32 {
     .unwrap_or(DEFAULT_DRIVER_VERSION)
 }
 
-/// Works before `cuInit`, as the real driver's does.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
-    entry(|| {
-        if version.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        out(version, driver_version())
-    })
+pub(super) fn get_driver_version() -> R<c_int> {
+    Ok(driver_version())
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetErrorString(error: CUresult, text: *mut *const c_char) -> CUresult {
-    entry(|| match errors::description_c(error) {
+/// An unknown code is INVALID_VALUE with the string set to NULL, as the driver does.
+fn error_text(text: *mut *const c_char, s: Option<&'static std::ffi::CStr>) -> R<()> {
+    match s {
         Some(s) => out(text, s.as_ptr()),
         None => {
             let _ = out(text, std::ptr::null());
             Err(CUresult::CUDA_ERROR_INVALID_VALUE)
         }
-    })
+    }
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetErrorName(error: CUresult, text: *mut *const c_char) -> CUresult {
-    entry(|| match errors::name_c(error) {
-        Some(s) => out(text, s.as_ptr()),
-        None => {
-            let _ = out(text, std::ptr::null());
-            Err(CUresult::CUDA_ERROR_INVALID_VALUE)
-        }
-    })
+pub(super) fn error_string(error: CUresult, text: *mut *const c_char) -> R<()> {
+    error_text(text, errors::description_c(error))
+}
+
+pub(super) fn error_name(error: CUresult, text: *mut *const c_char) -> R<()> {
+    error_text(text, errors::name_c(error))
 }
 
 /// NVIDIA's private tables: not provided (the table pointer is NULL, the call fails).
 /// Their callers are NVIDIA's own runtime libraries (a statically linked cudart, as
 /// in CuPy's wheels); the log line names the table asked for.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetExportTable(table: *mut *const c_void, id: *const CUuuid) -> CUresult {
-    entry(|| {
-        if !table.is_null() {
-            out(table, std::ptr::null())?;
-        }
-        let uuid = crate::util::read(id)?;
-        let hex: String = uuid.bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
-        crate::util::log(&format!(
-            "cuGetExportTable({hex}): NVIDIA-private driver table, not provided (a statically linked \
-             CUDA runtime needs NVIDIA's driver); CUDA_ERROR_NOT_SUPPORTED"
-        ));
-        Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
-    })
+pub(super) fn export_table(table: *mut *const c_void, uuid: CUuuid) -> R<()> {
+    if !table.is_null() {
+        out(table, std::ptr::null())?;
+    }
+    let hex: String = uuid.bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+    crate::util::log(&format!(
+        "cuGetExportTable({hex}): NVIDIA-private driver table, not provided (a statically linked \
+         CUDA runtime needs NVIDIA's driver); CUDA_ERROR_NOT_SUPPORTED"
+    ));
+    Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
 }

@@ -4,7 +4,7 @@
 use super::DefaultStream;
 use super::stream::resolve;
 use crate::client;
-use crate::util::{R, read};
+use crate::util::R;
 use gpupool_protocol::Request;
 use gpupool_protocol::ops::{KernelParams, MAX_KERNEL_PARAM_BYTES, ParamInfo};
 use gpupool_shim::cuda::{CUfunction, CUlaunchAttributeID, CUlaunchConfig, CUresult, CUstream};
@@ -58,7 +58,7 @@ fn launch(
     })
 }
 
-fn launch_kernel(
+pub(super) fn launch_kernel(
     f: CUfunction,
     gx: c_uint,
     gy: c_uint,
@@ -75,7 +75,7 @@ fn launch_kernel(
     launch(f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra, false, d)
 }
 
-fn launch_cooperative(
+pub(super) fn launch_cooperative(
     f: CUfunction,
     gx: c_uint,
     gy: c_uint,
@@ -91,14 +91,13 @@ fn launch_cooperative(
     launch(f, [gx, gy, gz], [bx, by, bz], shared, stream, params, std::ptr::null_mut(), true, d)
 }
 
-fn launch_ex(
-    config: *const CUlaunchConfig,
+pub(super) fn launch_ex(
+    cfg: CUlaunchConfig,
     f: CUfunction,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
     d: DefaultStream,
 ) -> R<()> {
-    let cfg = read(config)?;
     let mut cooperative = false;
     if cfg.numAttrs > 0 {
         if cfg.attrs.is_null() {
@@ -116,14 +115,4 @@ fn launch_ex(
     let grid = [cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ];
     let block = [cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ];
     launch(f, grid, block, cfg.sharedMemBytes, cfg.hStream, params, extra, cooperative, d)
-}
-
-super::stream_variants! {
-    cuLaunchKernel / cuLaunchKernel_ptsz => launch_kernel(
-        f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
-        shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
-    cuLaunchCooperativeKernel / cuLaunchCooperativeKernel_ptsz => launch_cooperative(
-        f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
-        shared: c_uint, stream: CUstream, params: *mut *mut c_void);
-    cuLaunchKernelEx / cuLaunchKernelEx_ptsz => launch_ex(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
 }

@@ -5,8 +5,8 @@
 //! compilation with extern device functions), cubins, object files and libraries need
 //! NVIDIA's nvlink: `CUDA_ERROR_NOT_SUPPORTED`, with a log line saying which.
 
-use super::module::cuModuleLoadData;
-use crate::util::{R, c_str, entry, log, out};
+use crate::api::export::c_str;
+use crate::util::{R, log};
 use gpupool_shim::cuda::{CUjit_option, CUjitInputType, CUlinkState, CUmodule, CUresult};
 use std::os::raw::{c_char, c_uint, c_void};
 
@@ -49,24 +49,12 @@ fn add(l: &mut Link, kind: CUjitInputType, bytes: &[u8], name: &str) -> R<()> {
     Ok(())
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLinkCreate_v2(
-    n: c_uint,
-    options: *mut CUjit_option,
-    values: *mut *mut c_void,
-    state_out: *mut CUlinkState,
-) -> CUresult {
-    entry(|| {
-        check_options(n, options, values)?;
-        if state_out.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        out(state_out, Box::into_raw(Box::<Link>::default()).cast())
-    })
+pub(super) fn create(n: c_uint, options: *mut CUjit_option, values: *mut *mut c_void) -> R<CUlinkState> {
+    check_options(n, options, values)?;
+    Ok(Box::into_raw(Box::<Link>::default()).cast())
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLinkAddData_v2(
+pub(super) fn add_data(
     s: CUlinkState,
     kind: CUjitInputType,
     data: *mut c_void,
@@ -75,86 +63,63 @@ pub unsafe extern "C" fn cuLinkAddData_v2(
     n: c_uint,
     options: *mut CUjit_option,
     values: *mut *mut c_void,
-) -> CUresult {
-    entry(|| {
-        check_options(n, options, values)?;
-        let l = state(s)?;
-        let name = if name.is_null() { "" } else { c_str(name)? };
-        let bytes = crate::util::host_bytes(data, size)?;
-        if bytes.is_empty() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        add(l, kind, bytes, name)
-    })
+) -> R<()> {
+    check_options(n, options, values)?;
+    let l = state(s)?;
+    let name = if name.is_null() { "" } else { c_str::<CUresult>(name)? };
+    let bytes = crate::util::host_bytes(data, size)?;
+    if bytes.is_empty() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    add(l, kind, bytes, name)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLinkAddFile_v2(
+pub(super) fn add_file(
     s: CUlinkState,
     kind: CUjitInputType,
-    path: *const c_char,
+    path: &str,
     n: c_uint,
     options: *mut CUjit_option,
     values: *mut *mut c_void,
-) -> CUresult {
-    entry(|| {
-        check_options(n, options, values)?;
-        let l = state(s)?;
-        let path = c_str(path)?;
-        let bytes = std::fs::read(path).map_err(|e| {
-            log(&format!("cuLinkAddFile: {path}: {e}"));
-            CUresult::CUDA_ERROR_FILE_NOT_FOUND
-        })?;
-        add(l, kind, &bytes, path)
-    })
+) -> R<()> {
+    check_options(n, options, values)?;
+    let l = state(s)?;
+    let bytes = std::fs::read(path).map_err(|e| {
+        log(&format!("cuLinkAddFile: {path}: {e}"));
+        CUresult::CUDA_ERROR_FILE_NOT_FOUND
+    })?;
+    add(l, kind, &bytes, path)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLinkComplete(s: CUlinkState, image: *mut *mut c_void, size: *mut usize) -> CUresult {
-    entry(|| {
-        let l = state(s)?;
-        if image.is_null() || size.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+/// (image, size): the image stays valid until `cuLinkDestroy`.
+pub(super) fn complete(s: CUlinkState) -> R<(*mut c_void, usize)> {
+    let l = state(s)?;
+    match l.inputs.len() {
+        1 => {}
+        0 => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        n => {
+            log(&format!("cuLinkComplete: {n} PTX inputs need a device linker; one is linked here"));
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
         }
-        match l.inputs.len() {
-            1 => {}
-            0 => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-            n => {
-                log(&format!("cuLinkComplete: {n} PTX inputs need a device linker; one is linked here"));
-                return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
-            }
-        }
-        l.image = std::mem::take(&mut l.inputs[0]);
-        l.image.push(0);
-        out(size, l.image.len())?;
-        out(image, l.image.as_mut_ptr().cast())
-    })
+    }
+    l.image = std::mem::take(&mut l.inputs[0]);
+    l.image.push(0);
+    Ok((l.image.as_mut_ptr().cast(), l.image.len()))
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLinkDestroy(s: CUlinkState) -> CUresult {
-    entry(|| {
-        state(s)?;
-        // SAFETY: made by Box::into_raw in cuLinkCreate_v2; the contract ends its use here.
-        drop(unsafe { Box::from_raw(s.cast::<Link>()) });
-        Ok(())
-    })
+pub(super) fn destroy(s: CUlinkState) -> R<()> {
+    state(s)?;
+    // SAFETY: made by Box::into_raw in cuLinkCreate_v2; the contract ends its use here.
+    drop(unsafe { Box::from_raw(s.cast::<Link>()) });
+    Ok(())
 }
 
-fn load_file(m: *mut CUmodule, path: *const c_char) -> R<()> {
-    let path = c_str(path)?;
+pub(super) fn load_file(path: &str) -> R<CUmodule> {
     let mut bytes = std::fs::read(path).map_err(|e| {
         log(&format!("cuModuleLoad: {path}: {e}"));
         CUresult::CUDA_ERROR_FILE_NOT_FOUND
     })?;
     // A PTX file has no NUL; the image reader stops at one.
     bytes.push(0);
-    // SAFETY: our own export; the image lives until it returns.
-    let r = unsafe { cuModuleLoadData(m, bytes.as_ptr().cast()) };
-    if r == CUresult::CUDA_SUCCESS { Ok(()) } else { Err(r) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleLoad(m: *mut CUmodule, path: *const c_char) -> CUresult {
-    entry(|| load_file(m, path))
+    super::module::load(bytes.as_ptr().cast())
 }

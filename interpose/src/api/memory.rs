@@ -3,7 +3,7 @@
 //! pointer attributes for what this client knows.
 
 use crate::client::{self, Client};
-use crate::util::{R, entry, out};
+use crate::util::{R, out};
 use gpupool_protocol::ops::answer;
 use gpupool_protocol::transport::shm::create_host_region;
 use gpupool_protocol::{DevicePtr, Request};
@@ -13,19 +13,12 @@ use gpupool_shim::cuda::{
 };
 use std::os::raw::{c_int, c_uint, c_void};
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
-    entry(|| {
-        if free.is_null() || total.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let (f, t) = client::call(|c| {
-            let (_, ctx, _) = c.current()?;
-            let answer::MemInfo { free, total } = c.live()?.ask(Request::MemGetInfo { ctx })?;
-            Ok((free, total))
-        })?;
-        out(free, f as usize)?;
-        out(total, t as usize)
+/// (free, total) as the tenant sees them: its quota is the total.
+pub(super) fn get_info() -> R<(usize, usize)> {
+    client::call(|c| {
+        let (_, ctx, _) = c.current()?;
+        let answer::MemInfo { free, total } = c.live()?.ask(Request::MemGetInfo { ctx })?;
+        Ok((free as usize, total as usize))
     })
 }
 
@@ -33,91 +26,61 @@ fn record(c: &mut Client, ctx: u64, ptr: DevicePtr, size: u64) {
     c.reg.allocs.insert((client::endpoint_of(ctx), ptr.0), (size, ctx));
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
-    entry(|| {
-        if dptr.is_null() || bytesize == 0 {
+pub(super) fn alloc(bytesize: usize) -> R<CUdeviceptr> {
+    if bytesize == 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::call(|c| {
+        let (h, ctx, _) = c.current()?;
+        let answer::MemPtr { ptr } = c.live()?.ask(Request::MemAlloc { ctx, bytes: bytesize as u64 })?;
+        record(c, h, ptr, bytesize as u64);
+        Ok(ptr.0)
+    })
+}
+
+/// (pointer, pitch)
+pub(super) fn alloc_pitch(width_bytes: usize, height: usize, element_size: c_uint) -> R<(CUdeviceptr, usize)> {
+    if width_bytes == 0 || height == 0 || !matches!(element_size, 4 | 8 | 16) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::call(|c| {
+        let (h, ctx, _) = c.current()?;
+        let req = Request::MemAllocPitch { ctx, width_bytes: width_bytes as u64, height: height as u64, element_size };
+        let answer::MemPitch { ptr, pitch } = c.live()?.ask(req)?;
+        record(c, h, ptr, pitch * height as u64);
+        Ok((ptr.0, pitch as usize))
+    })
+}
+
+pub(super) fn free(dptr: CUdeviceptr) -> R<()> {
+    client::call(|c| {
+        let (cur, ..) = c.current()?;
+        // Only the base of an allocation this client made in the current context.
+        let key = (client::endpoint_of(cur), dptr);
+        if c.reg.allocs.get(&key).is_none_or(|&(_, ctx)| ctx != cur) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let p = client::call(|c| {
-            let (h, ctx, _) = c.current()?;
-            let answer::MemPtr { ptr } = c.live()?.ask(Request::MemAlloc { ctx, bytes: bytesize as u64 })?;
-            record(c, h, ptr, bytesize as u64);
-            Ok(ptr.0)
-        })?;
-        out(dptr, p)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocPitch_v2(
-    dptr: *mut CUdeviceptr,
-    pitch: *mut usize,
-    width_bytes: usize,
-    height: usize,
-    element_size: c_uint,
-) -> CUresult {
-    entry(|| {
-        if dptr.is_null() || pitch.is_null() || width_bytes == 0 || height == 0 || !matches!(element_size, 4 | 8 | 16) {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let (p, pt) = client::call(|c| {
-            let (h, ctx, _) = c.current()?;
-            let req =
-                Request::MemAllocPitch { ctx, width_bytes: width_bytes as u64, height: height as u64, element_size };
-            let answer::MemPitch { ptr, pitch } = c.live()?.ask(req)?;
-            record(c, h, ptr, pitch * height as u64);
-            Ok((ptr.0, pitch))
-        })?;
-        out(dptr, p)?;
-        out(pitch, pt as usize)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-    entry(|| {
-        client::call(|c| {
-            let (cur, ..) = c.current()?;
-            // Only the base of an allocation this client made in the current context.
-            let key = (client::endpoint_of(cur), dptr);
-            if c.reg.allocs.get(&key).is_none_or(|&(_, ctx)| ctx != cur) {
-                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-            }
-            c.live()?.call_ok(Request::MemFree { ptr: DevicePtr(dptr) })?;
-            c.reg.allocs.remove(&key);
-            Ok(())
-        })
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAddressRange_v2(
-    base: *mut CUdeviceptr,
-    size: *mut usize,
-    dptr: CUdeviceptr,
-) -> CUresult {
-    entry(|| {
-        let (b, s, _) = client::with(|c| {
-            c.current()?;
-            c.reg.alloc_of(dptr).ok_or(CUresult::CUDA_ERROR_NOT_FOUND)
-        })?;
-        if !base.is_null() {
-            out(base, b)?;
-        }
-        if !size.is_null() {
-            out(size, s as usize)?;
-        }
+        c.live()?.call_ok(Request::MemFree { ptr: DevicePtr(dptr) })?;
+        c.reg.allocs.remove(&key);
         Ok(())
     })
+}
+
+/// (base, size) of the allocation holding `dptr`; either may be asked for alone.
+pub(super) fn address_range(dptr: CUdeviceptr) -> R<(CUdeviceptr, usize)> {
+    let (base, size, _) = client::with(|c| {
+        c.current()?;
+        c.reg.alloc_of(dptr).ok_or(CUresult::CUDA_ERROR_NOT_FOUND)
+    })?;
+    Ok((base, size as usize))
 }
 
 // ---- page-locked host memory: shared-memory regions the daemon maps ----
 
 const HOST_ALLOC_FLAGS: u32 = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
 
-fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
-    if pp.is_null() || flags & !HOST_ALLOC_FLAGS != 0 {
+pub(super) fn host_alloc(bytesize: usize, flags: c_uint) -> R<*mut c_void> {
+    if flags & !HOST_ALLOC_FLAGS != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     client::call(|c| {
@@ -129,65 +92,46 @@ fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> R<()> {
         let p = map.as_ptr();
         c.reg.host.insert(p as usize, (bytesize.max(1), flags));
         c.reg.regions.insert(p as usize, (id, map));
-        out(pp, p.cast::<c_void>())
+        Ok(p.cast::<c_void>())
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
-    entry(|| host_alloc(pp, bytesize, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP))
+pub(super) fn alloc_host(bytesize: usize) -> R<*mut c_void> {
+    host_alloc(bytesize, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
-    entry(|| host_alloc(pp, bytesize, flags))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
-    entry(|| {
-        client::call(|c| {
-            let (id, map) = c.reg.regions.remove(&(p as usize)).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-            c.reg.host.remove(&(p as usize));
-            // The daemon waits for queued copies that use it, then lets go of it.
-            let r = match id {
-                Some(id) => c.live().and_then(|conn| conn.call_ok(Request::HostRegionUnmap { id })),
-                None => Ok(()),
-            };
-            drop(map);
-            r
-        })
+pub(super) fn free_host(p: *mut c_void) -> R<()> {
+    client::call(|c| {
+        let (id, map) = c.reg.regions.remove(&(p as usize)).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        c.reg.host.remove(&(p as usize));
+        // The daemon waits for queued copies that use it, then lets go of it.
+        let r = match id {
+            Some(id) => c.live().and_then(|conn| conn.call_ok(Request::HostRegionUnmap { id })),
+            None => Ok(()),
+        };
+        drop(map);
+        r
     })
 }
 
 /// Unified addressing: page-locked memory has its host address. Through the pool it is
 /// usable in copies; kernels cannot reach client memory.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
-    pdptr: *mut CUdeviceptr,
-    p: *mut c_void,
-    flags: c_uint,
-) -> CUresult {
-    entry(|| {
-        if flags != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        client::with(|c| {
-            c.current()?;
-            c.reg.host_of(p as usize).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-            out(pdptr, p as CUdeviceptr)
-        })
+pub(super) fn host_device_pointer(p: *mut c_void, flags: c_uint) -> R<CUdeviceptr> {
+    if flags != 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::with(|c| {
+        c.current()?;
+        c.reg.host_of(p as usize).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        Ok(p as CUdeviceptr)
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -> CUresult {
-    entry(|| {
-        client::with(|c| {
-            c.current()?;
-            let (_, _, f) = c.reg.host_of(p as usize).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-            out(flags, f)
-        })
+pub(super) fn host_flags(p: *mut c_void) -> R<c_uint> {
+    client::with(|c| {
+        c.current()?;
+        let (_, _, f) = c.reg.host_of(p as usize).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        Ok(f)
     })
 }
 
@@ -237,52 +181,42 @@ fn write_attribute(data: *mut c_void, attr: P, p: Pointee, ptr: u64) -> R<()> {
     }
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: P, ptr: CUdeviceptr) -> CUresult {
-    entry(|| {
-        if data.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+/// `data`'s type depends on the attribute, so its NULL check is [`write_attribute`]'s.
+pub(super) fn pointer_attribute(data: *mut c_void, attribute: P, ptr: CUdeviceptr) -> R<()> {
+    if data.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let p = client::with(|c| {
+        if !c.initialized {
+            return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
         }
-        let p = client::with(|c| {
-            if !c.initialized {
-                return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
-            }
-            pointee(c, ptr).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
-        })?;
-        write_attribute(data, attribute, p, ptr)
-    })
+        pointee(c, ptr).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+    })?;
+    write_attribute(data, attribute, p, ptr)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttributes(
-    num: c_uint,
-    attributes: *mut P,
-    data: *mut *mut c_void,
-    ptr: CUdeviceptr,
-) -> CUresult {
-    entry(|| {
-        if num == 0 || attributes.is_null() || data.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+pub(super) fn pointer_attributes(num: c_uint, attributes: *mut P, data: *mut *mut c_void, ptr: CUdeviceptr) -> R<()> {
+    if num == 0 || attributes.is_null() || data.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let p = client::with(|c| {
+        if !c.initialized {
+            return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
         }
-        let p = client::with(|c| {
-            if !c.initialized {
-                return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
-            }
-            Ok(pointee(c, ptr))
-        })?;
-        for i in 0..num as usize {
-            // SAFETY: the caller provides `num` entries in both arrays.
-            let (attr, slot) = unsafe { (*attributes.add(i), *data.add(i)) };
-            if slot.is_null() {
-                continue;
-            }
-            let unknown: Pointee = (0, 0, 0, -2, false);
-            match p {
-                Some(p) => write_attribute(slot, attr, p, ptr).or_else(|_| write_attribute(slot, attr, unknown, 0))?,
-                None if attr == P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => out(slot.cast::<c_uint>(), 0)?,
-                None => write_attribute(slot, attr, unknown, 0).or_else(|_| out(slot.cast::<u64>(), 0))?,
-            }
+        Ok(pointee(c, ptr))
+    })?;
+    for i in 0..num as usize {
+        // SAFETY: the caller provides `num` entries in both arrays.
+        let (attr, slot) = unsafe { (*attributes.add(i), *data.add(i)) };
+        if slot.is_null() {
+            continue;
         }
-        Ok(())
-    })
+        let unknown: Pointee = (0, 0, 0, -2, false);
+        match p {
+            Some(p) => write_attribute(slot, attr, p, ptr).or_else(|_| write_attribute(slot, attr, unknown, 0))?,
+            None if attr == P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => out(slot.cast::<c_uint>(), 0)?,
+            None => write_attribute(slot, attr, unknown, 0).or_else(|_| out(slot.cast::<u64>(), 0))?,
+        }
+    }
+    Ok(())
 }

@@ -50,54 +50,63 @@ fn memset(
     })
 }
 
-fn d8(p: CUdeviceptr, v: c_uchar, n: usize, _: DefaultStream) -> R<()> {
+pub(super) fn d8(p: CUdeviceptr, v: c_uchar, n: usize, _: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U8(v), 0, n, 1, None)
 }
-fn d16(p: CUdeviceptr, v: c_ushort, n: usize, _: DefaultStream) -> R<()> {
+pub(super) fn d16(p: CUdeviceptr, v: c_ushort, n: usize, _: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U16(v), 0, n, 1, None)
 }
-fn d32(p: CUdeviceptr, v: c_uint, n: usize, _: DefaultStream) -> R<()> {
+pub(super) fn d32(p: CUdeviceptr, v: c_uint, n: usize, _: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U32(v), 0, n, 1, None)
 }
-fn d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, _: DefaultStream) -> R<()> {
+pub(super) fn d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, _: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U8(v), pitch, w, h, None)
 }
-fn d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, _: DefaultStream) -> R<()> {
+pub(super) fn d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, _: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U16(v), pitch, w, h, None)
 }
-fn d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, _: DefaultStream) -> R<()> {
+pub(super) fn d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, _: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U32(v), pitch, w, h, None)
 }
-fn d8a(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+pub(super) fn d8a(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U8(v), 0, n, 1, Some((s, ds)))
 }
-fn d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+pub(super) fn d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U16(v), 0, n, 1, Some((s, ds)))
 }
-fn d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+pub(super) fn d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
     memset(p, MemsetValue::U32(v), 0, n, 1, Some((s, ds)))
 }
-fn d2d8a(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+pub(super) fn d2d8a(
+    p: CUdeviceptr,
+    pitch: usize,
+    v: c_uchar,
+    w: usize,
+    h: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
     memset(p, MemsetValue::U8(v), pitch, w, h, Some((s, ds)))
 }
-fn d2d16a(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+pub(super) fn d2d16a(
+    p: CUdeviceptr,
+    pitch: usize,
+    v: c_ushort,
+    w: usize,
+    h: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
     memset(p, MemsetValue::U16(v), pitch, w, h, Some((s, ds)))
 }
-fn d2d32a(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+pub(super) fn d2d32a(
+    p: CUdeviceptr,
+    pitch: usize,
+    v: c_uint,
+    w: usize,
+    h: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
     memset(p, MemsetValue::U32(v), pitch, w, h, Some((s, ds)))
-}
-
-super::stream_variants! {
-    cuMemsetD8_v2 / cuMemsetD8_v2_ptds => d8(p: CUdeviceptr, v: c_uchar, n: usize);
-    cuMemsetD16_v2 / cuMemsetD16_v2_ptds => d16(p: CUdeviceptr, v: c_ushort, n: usize);
-    cuMemsetD32_v2 / cuMemsetD32_v2_ptds => d32(p: CUdeviceptr, v: c_uint, n: usize);
-    cuMemsetD2D8_v2 / cuMemsetD2D8_v2_ptds => d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize);
-    cuMemsetD2D16_v2 / cuMemsetD2D16_v2_ptds => d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize);
-    cuMemsetD2D32_v2 / cuMemsetD2D32_v2_ptds => d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize);
-    cuMemsetD8Async / cuMemsetD8Async_ptsz => d8a(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream);
-    cuMemsetD16Async / cuMemsetD16Async_ptsz => d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream);
-    cuMemsetD32Async / cuMemsetD32Async_ptsz => d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream);
-    cuMemsetD2D8Async / cuMemsetD2D8Async_ptsz => d2d8a(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, s: CUstream);
-    cuMemsetD2D16Async / cuMemsetD2D16Async_ptsz => d2d16a(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, s: CUstream);
-    cuMemsetD2D32Async / cuMemsetD2D32Async_ptsz => d2d32a(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, s: CUstream);
 }

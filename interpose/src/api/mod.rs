@@ -1,9 +1,12 @@
-//! The exported CUDA driver API, split by family. Every export converts raw arguments
-//! into checked values (a null out-pointer is CUDA_ERROR_INVALID_VALUE, a handle this
-//! process was never issued INVALID_HANDLE / INVALID_CONTEXT, before any round trip),
-//! runs under [`crate::util::entry`] (no panic crosses `extern "C"`), and has exactly the
-//! signature of the simulator's export of the same name (checked at compile time against
-//! bindgen's declarations by the `cuGetProcAddress` table in [`proc_address`]).
+//! The exported CUDA driver API and NVML. [`exports`] is the one table of every exported
+//! function: each line names the function, each argument's role and the implementation,
+//! and [`export::exports!`] generates the `extern "C"` shell from it (NULL checks before
+//! any round trip, the panic guard, out-pointer writes after success, the per-thread
+//! default-stream twin). The family modules hold the implementations, plain Rust
+//! functions that take checked values and return results; a handle this process was
+//! never issued is INVALID_HANDLE / INVALID_CONTEXT there, without a round trip. Every
+//! signature is checked at compile time against bindgen's declarations by the
+//! `cuGetProcAddress` table in [`proc_address`].
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments, non_snake_case)]
 
 pub mod context;
@@ -11,6 +14,8 @@ pub mod copy;
 pub mod copy3d;
 pub mod device;
 pub mod event;
+pub mod export;
+pub mod exports;
 pub mod extra;
 pub mod init;
 pub mod launch;
@@ -29,19 +34,3 @@ pub enum DefaultStream {
     Legacy,
     PerThread,
 }
-
-/// Defines the plain export and its per-thread-default-stream twin (`_ptds`/`_ptsz`)
-/// from one implementation that takes the meaning of the NULL stream last.
-macro_rules! stream_variants {
-    ($($legacy:ident / $ptds:ident => $imp:ident ( $($arg:ident : $ty:ty),* $(,)? );)*) => {$(
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $legacy($($arg: $ty),*) -> gpupool_shim::cuda::CUresult {
-            crate::util::entry(|| $imp($($arg,)* crate::api::DefaultStream::Legacy))
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $ptds($($arg: $ty),*) -> gpupool_shim::cuda::CUresult {
-            crate::util::entry(|| $imp($($arg,)* crate::api::DefaultStream::PerThread))
-        }
-    )*};
-}
-pub(crate) use stream_variants;

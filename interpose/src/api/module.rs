@@ -4,7 +4,7 @@
 //! launches pack their parameters locally.
 
 use crate::client::{self, Client, FuncInfo, Kind, ModuleInfo, make};
-use crate::util::{R, c_str, entry, out};
+use crate::util::R;
 use gpupool_protocol::ops::{FunctionInfo, answer};
 use gpupool_protocol::{FuncId, Request};
 use gpupool_shim::cuda::{
@@ -117,10 +117,7 @@ fn add_function(c: &mut Client, module: u64, f: FunctionInfo) -> R<u64> {
     Ok(h)
 }
 
-fn load(pmod: *mut CUmodule, image: *const c_void) -> R<()> {
-    if pmod.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
+pub(super) fn load(image: *const c_void) -> R<CUmodule> {
     let bytes = image_bytes(image)?;
     let h = client::call(|c| {
         let (ctx_h, ctx, dev) = c.current()?;
@@ -155,34 +152,20 @@ fn load(pmod: *mut CUmodule, image: *const c_void) -> R<()> {
         }
         Ok(h)
     })?;
-    out(pmod, h as CUmodule)
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleLoadData(pmod: *mut CUmodule, image: *const c_void) -> CUresult {
-    entry(|| load(pmod, image))
+    Ok(h as CUmodule)
 }
 
 /// JIT options are accepted and ignored (the daemon's driver compiles).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleLoadDataEx(
-    pmod: *mut CUmodule,
+pub(super) fn load_ex(
     image: *const c_void,
     num_options: c_uint,
     options: *mut CUjit_option,
     values: *mut *mut c_void,
-) -> CUresult {
-    entry(|| {
-        if num_options > 0 && (options.is_null() || values.is_null()) {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        load(pmod, image)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleLoadFatBinary(pmod: *mut CUmodule, fat: *const c_void) -> CUresult {
-    entry(|| load(pmod, fat))
+) -> R<CUmodule> {
+    if num_options > 0 && (options.is_null() || values.is_null()) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    load(image)
 }
 
 fn module_id(c: &mut Client, h: CUmodule) -> R<gpupool_protocol::ModuleId> {
@@ -190,69 +173,42 @@ fn module_id(c: &mut Client, h: CUmodule) -> R<gpupool_protocol::ModuleId> {
     c.reg.modules.get(&(h as u64)).map(|m| m.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleUnload(hmod: CUmodule) -> CUresult {
-    entry(|| {
-        client::call(|c| {
-            let module = module_id(c, hmod)?;
-            c.conn_of(hmod as u64)?.call_ok(Request::ModuleUnload { module })?;
-            let h = hmod as u64;
-            c.reg.modules.remove(&h);
-            c.reg.funcs.retain(|_, f| f.module != h);
-            Ok(())
-        })
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleGetFunction(hfunc: *mut CUfunction, hmod: CUmodule, name: *const c_char) -> CUresult {
-    entry(|| {
-        let name = c_str(name)?;
-        if hfunc.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = client::call(|c| {
-            let module = module_id(c, hmod)?;
-            let m = hmod as u64;
-            if let Some((&h, _)) =
-                c.reg.funcs.iter().find(|(_, f)| f.module == m && f.name.to_bytes() == name.as_bytes())
-            {
-                return Ok(h);
-            }
-            let req = Request::ModuleGetFunction { module, name: name.to_string() };
-            let answer::Function { func, params } = c.conn_of(m)?.ask(req)?;
-            add_function(c, m, FunctionInfo { func, name: name.to_string(), params })
-        })?;
-        out(hfunc, h as CUfunction)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleGetGlobal_v2(
-    dptr: *mut CUdeviceptr,
-    bytes: *mut usize,
-    hmod: CUmodule,
-    name: *const c_char,
-) -> CUresult {
-    entry(|| {
-        let name = c_str(name)?;
-        let (p, size) = client::call(|c| {
-            let module = module_id(c, hmod)?;
-            let ctx = c.reg.modules[&(hmod as u64)].ctx;
-            let ep = client::endpoint_of(hmod as u64);
-            let answer::Global { ptr, size } =
-                c.conn_at(ep)?.ask(Request::ModuleGetGlobal { module, name: name.to_string() })?;
-            // Globals are device memory this client may copy to and from.
-            c.reg.allocs.entry((ep, ptr.0)).or_insert((size, ctx));
-            Ok((ptr.0, size))
-        })?;
-        if !dptr.is_null() {
-            out(dptr, p)?;
-        }
-        if !bytes.is_null() {
-            out(bytes, size as usize)?;
-        }
+pub(super) fn unload(hmod: CUmodule) -> R<()> {
+    client::call(|c| {
+        let module = module_id(c, hmod)?;
+        c.conn_of(hmod as u64)?.call_ok(Request::ModuleUnload { module })?;
+        let h = hmod as u64;
+        c.reg.modules.remove(&h);
+        c.reg.funcs.retain(|_, f| f.module != h);
         Ok(())
+    })
+}
+
+pub(super) fn get_function(hmod: CUmodule, name: &str) -> R<CUfunction> {
+    let h = client::call(|c| {
+        let module = module_id(c, hmod)?;
+        let m = hmod as u64;
+        if let Some((&h, _)) = c.reg.funcs.iter().find(|(_, f)| f.module == m && f.name.to_bytes() == name.as_bytes()) {
+            return Ok(h);
+        }
+        let req = Request::ModuleGetFunction { module, name: name.to_string() };
+        let answer::Function { func, params } = c.conn_of(m)?.ask(req)?;
+        add_function(c, m, FunctionInfo { func, name: name.to_string(), params })
+    })?;
+    Ok(h as CUfunction)
+}
+
+/// (address, size); either may be asked for alone.
+pub(super) fn get_global(hmod: CUmodule, name: &str) -> R<(CUdeviceptr, usize)> {
+    client::call(|c| {
+        let module = module_id(c, hmod)?;
+        let ctx = c.reg.modules[&(hmod as u64)].ctx;
+        let ep = client::endpoint_of(hmod as u64);
+        let answer::Global { ptr, size } =
+            c.conn_at(ep)?.ask(Request::ModuleGetGlobal { module, name: name.to_string() })?;
+        // Globals are device memory this client may copy to and from.
+        c.reg.allocs.entry((ep, ptr.0)).or_insert((size, ctx));
+        Ok((ptr.0, size as usize))
     })
 }
 
@@ -263,74 +219,42 @@ pub fn func_id(c: &mut Client, h: CUfunction) -> R<FuncId> {
     c.reg.funcs.get(&(h as u64)).map(|f| f.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attrib: F, hfunc: CUfunction) -> CUresult {
-    entry(|| {
-        if value.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let v = client::call(|c| {
-            let func = func_id(c, hfunc)?;
-            let answer::Attribute { value } = c.live()?.ask(Request::FuncGetAttribute { func, attribute: attrib.0 })?;
-            Ok(value)
-        })?;
-        out(value, v as c_int)
+pub fn func_attribute(attrib: F, hfunc: CUfunction) -> R<c_int> {
+    client::call(|c| {
+        let func = func_id(c, hfunc)?;
+        let answer::Attribute { value } = c.live()?.ask(Request::FuncGetAttribute { func, attribute: attrib.0 })?;
+        Ok(value as c_int)
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncSetAttribute(hfunc: CUfunction, attrib: F, value: c_int) -> CUresult {
-    entry(|| {
-        client::call(|c| {
-            let func = func_id(c, hfunc)?;
-            c.live()?.call_ok(Request::FuncSetAttribute { func, attribute: attrib.0, value })
-        })
+pub(super) fn set_func_attribute(hfunc: CUfunction, attrib: F, value: c_int) -> R<()> {
+    client::call(|c| {
+        let func = func_id(c, hfunc)?;
+        c.live()?.call_ok(Request::FuncSetAttribute { func, attribute: attrib.0, value })
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncSetCacheConfig(hfunc: CUfunction, config: CUfunc_cache) -> CUresult {
-    entry(|| {
-        client::with(|c| func_id(c, hfunc))?;
-        if config.0 > CUfunc_cache::CU_FUNC_CACHE_PREFER_EQUAL.0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        Ok(())
-    })
+pub(super) fn set_func_cache_config(hfunc: CUfunction, config: CUfunc_cache) -> R<()> {
+    client::with(|c| func_id(c, hfunc))?;
+    if config.0 > CUfunc_cache::CU_FUNC_CACHE_PREFER_EQUAL.0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(())
 }
 
-/// Answered from the cached layout.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncGetParamInfo(
-    func: CUfunction,
-    index: usize,
-    offset: *mut usize,
-    size: *mut usize,
-) -> CUresult {
-    entry(|| {
-        if offset.is_null() || size.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let p = client::with(|c| {
-            func_id(c, func)?;
-            c.reg.funcs[&(func as u64)].params.get(index).copied().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
-        })?;
-        out(offset, p.offset as usize)?;
-        out(size, p.size as usize)
-    })
+/// (offset, size) of parameter `index`, from the cached layout.
+pub(super) fn param_info(func: CUfunction, index: usize) -> R<(usize, usize)> {
+    let p = client::with(|c| {
+        func_id(c, func)?;
+        c.reg.funcs[&(func as u64)].params.get(index).copied().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+    })?;
+    Ok((p.offset as usize, p.size as usize))
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, hfunc: CUfunction) -> CUresult {
-    entry(|| {
-        if name.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        // The CString lives in the registry until the module is unloaded.
-        let p = client::with(|c| {
-            func_id(c, hfunc)?;
-            Ok(c.reg.funcs[&(hfunc as u64)].name.as_ptr())
-        })?;
-        out(name, p)
+/// The name lives in the registry until the module is unloaded.
+pub(super) fn func_name(hfunc: CUfunction) -> R<*const c_char> {
+    client::with(|c| {
+        func_id(c, hfunc)?;
+        Ok(c.reg.funcs[&(hfunc as u64)].name.as_ptr())
     })
 }

@@ -9,20 +9,11 @@ use gpupool_protocol::ops::{Answer, DeviceInfo, answer};
 use gpupool_shim::cuda::CUresult;
 use gpupool_shim::nvml::{nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t as R, nvmlUtilization_t};
 use std::os::raw::{c_char, c_int, c_uint};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
 type NResult<T> = Result<T, R>;
 
 static INIT_COUNT: Mutex<u32> = Mutex::new(0);
-
-fn nvml_entry(body: impl FnOnce() -> NResult<()>) -> R {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => R::NVML_SUCCESS,
-        Ok(Err(e)) => e,
-        Err(_) => R::NVML_ERROR_UNKNOWN,
-    }
-}
 
 fn map(e: CUresult) -> R {
     match e {
@@ -55,15 +46,6 @@ fn devices() -> NResult<Vec<DeviceInfo>> {
     with(|c| Ok(c.device_list()?.to_vec()))
 }
 
-fn nout<T>(ptr: *mut T, v: T) -> NResult<()> {
-    if ptr.is_null() {
-        return Err(R::NVML_ERROR_INVALID_ARGUMENT);
-    }
-    // SAFETY: non-null; NVML's contract makes the caller responsible for its validity.
-    unsafe { ptr.write_unaligned(v) };
-    Ok(())
-}
-
 fn write_str(buf: *mut c_char, len: c_uint, text: &str) -> NResult<()> {
     if buf.is_null() {
         return Err(R::NVML_ERROR_INVALID_ARGUMENT);
@@ -94,7 +76,11 @@ fn device(h: nvmlDevice_t) -> NResult<DeviceInfo> {
     devices()?.into_iter().nth((off / 16) as usize).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)
 }
 
-fn init(flags: c_uint) -> NResult<()> {
+pub(super) fn init() -> NResult<()> {
+    init_with_flags(0)
+}
+
+pub(super) fn init_with_flags(flags: c_uint) -> NResult<()> {
     let n = client::call(|c| Ok(c.device_list()?.len())).map_err(map)?;
     if n == 0 && flags & gpupool_shim::nvml::NVML_INIT_FLAG_NO_GPUS == 0 {
         return Err(R::NVML_ERROR_NOT_FOUND);
@@ -103,28 +89,16 @@ fn init(flags: c_uint) -> NResult<()> {
     Ok(())
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlInit_v2() -> R {
-    nvml_entry(|| init(0))
+pub(super) fn shutdown() -> NResult<()> {
+    let mut n = INIT_COUNT.lock().unwrap_or_else(|e| e.into_inner());
+    if *n == 0 {
+        return Err(R::NVML_ERROR_UNINITIALIZED);
+    }
+    *n -= 1;
+    Ok(())
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlInitWithFlags(flags: c_uint) -> R {
-    nvml_entry(|| init(flags))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlShutdown() -> R {
-    nvml_entry(|| {
-        let mut n = INIT_COUNT.lock().unwrap_or_else(|e| e.into_inner());
-        if *n == 0 {
-            return Err(R::NVML_ERROR_UNINITIALIZED);
-        }
-        *n -= 1;
-        Ok(())
-    })
-}
-
+/// Returns a string, not a status, so it is written here rather than as a table line.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlErrorString(result: R) -> *const c_char {
     gpupool_abi::errors::nvml_description(result).as_ptr()
@@ -137,78 +111,50 @@ fn cuda_version() -> NResult<i32> {
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> R {
-    nvml_entry(|| write_str(version, length, gpupool_abi::identity::driver_branch(cuda_version()?)))
+pub(super) fn driver_version(version: *mut c_char, length: c_uint) -> NResult<()> {
+    write_str(version, length, gpupool_abi::identity::driver_branch(cuda_version()?))
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> R {
-    nvml_entry(|| {
-        let v = cuda_version()?;
-        write_str(version, length, &format!("{}.{}", v / 1000, gpupool_abi::identity::driver_branch(v)))
-    })
+pub(super) fn nvml_version(version: *mut c_char, length: c_uint) -> NResult<()> {
+    let v = cuda_version()?;
+    write_str(version, length, &format!("{}.{}", v / 1000, gpupool_abi::identity::driver_branch(v)))
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(version: *mut c_int) -> R {
-    nvml_entry(|| nout(version, cuda_version()?))
+pub(super) fn cuda_driver_version() -> NResult<c_int> {
+    cuda_version()
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(version: *mut c_int) -> R {
-    nvml_entry(|| nout(version, cuda_version()?))
+pub(super) fn count() -> NResult<c_uint> {
+    Ok(devices()?.len() as c_uint)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> R {
-    nvml_entry(|| nout(count, devices()?.len() as c_uint))
+pub(super) fn handle_by_index(index: c_uint) -> NResult<nvmlDevice_t> {
+    if index as usize >= devices()?.len() {
+        return Err(R::NVML_ERROR_INVALID_ARGUMENT);
+    }
+    Ok(handle_of(index as usize))
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, dev: *mut nvmlDevice_t) -> R {
-    nvml_entry(|| {
-        if index as usize >= devices()?.len() {
-            return Err(R::NVML_ERROR_INVALID_ARGUMENT);
-        }
-        nout(dev, handle_of(index as usize))
-    })
+pub(super) fn handle_by_uuid(uuid: &str) -> NResult<nvmlDevice_t> {
+    let want = uuid.to_ascii_lowercase();
+    let i = devices()?
+        .iter()
+        .position(|d| gpupool_abi::identity::uuid_string(&d.uuid).to_ascii_lowercase() == want)
+        .ok_or(R::NVML_ERROR_NOT_FOUND)?;
+    Ok(handle_of(i))
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut nvmlDevice_t) -> R {
-    nvml_entry(|| {
-        if uuid.is_null() {
-            return Err(R::NVML_ERROR_INVALID_ARGUMENT);
-        }
-        // SAFETY: non-null, NUL-terminated per NVML's contract.
-        let want = unsafe { std::ffi::CStr::from_ptr(uuid) }.to_string_lossy().to_ascii_lowercase();
-        let i = devices()?
-            .iter()
-            .position(|d| gpupool_abi::identity::uuid_string(&d.uuid).to_ascii_lowercase() == want)
-            .ok_or(R::NVML_ERROR_NOT_FOUND)?;
-        nout(dev, handle_of(i))
-    })
+/// The index doubles as the minor number.
+pub(super) fn index(dev: nvmlDevice_t) -> NResult<c_uint> {
+    Ok(device(dev)?.ordinal as c_uint)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetIndex(dev: nvmlDevice_t, index: *mut c_uint) -> R {
-    nvml_entry(|| nout(index, device(dev)?.ordinal as c_uint))
+pub(super) fn name(dev: nvmlDevice_t, name: *mut c_char, length: c_uint) -> NResult<()> {
+    write_str(name, length, &device(dev)?.name)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(dev: nvmlDevice_t, minor: *mut c_uint) -> R {
-    nvml_entry(|| nout(minor, device(dev)?.ordinal as c_uint))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetName(dev: nvmlDevice_t, name: *mut c_char, length: c_uint) -> R {
-    nvml_entry(|| write_str(name, length, &device(dev)?.name))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetUUID(dev: nvmlDevice_t, uuid: *mut c_char, length: c_uint) -> R {
-    nvml_entry(|| write_str(uuid, length, &gpupool_abi::identity::uuid_string(&device(dev)?.uuid)))
+pub(super) fn uuid(dev: nvmlDevice_t, uuid: *mut c_char, length: c_uint) -> NResult<()> {
+    write_str(uuid, length, &gpupool_abi::identity::uuid_string(&device(dev)?.uuid))
 }
 
 /// (total, free) as the tenant sees them.
@@ -220,46 +166,28 @@ fn mem_info(dev: nvmlDevice_t) -> NResult<(u64, u64)> {
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, memory: *mut nvmlMemory_t) -> R {
-    nvml_entry(|| {
-        if memory.is_null() {
-            return Err(R::NVML_ERROR_INVALID_ARGUMENT);
-        }
-        let (total, free) = mem_info(dev)?;
-        nout(memory, nvmlMemory_t { total, free, used: total - free })
-    })
+pub(super) fn memory_info(dev: nvmlDevice_t) -> NResult<nvmlMemory_t> {
+    let (total, free) = mem_info(dev)?;
+    Ok(nvmlMemory_t { total, free, used: total - free })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(dev: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> R {
-    nvml_entry(|| {
-        if memory.is_null() {
-            return Err(R::NVML_ERROR_INVALID_ARGUMENT);
-        }
-        // SAFETY: non-null; the caller fills in `version` before the call.
-        let version = unsafe { (*memory).version };
-        let expected = (std::mem::size_of::<nvmlMemory_v2_t>() as u32) | (2 << 24);
-        if version != expected {
-            return Err(R::NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
-        }
-        let (total, free) = mem_info(dev)?;
-        nout(memory, nvmlMemory_v2_t { version, total, reserved: 0, free, used: total - free })
-    })
+/// The caller fills in `version` first, so the struct is read, then written.
+pub(super) fn memory_info_v2(dev: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> NResult<()> {
+    let version = crate::api::export::read::<_, R>(memory.cast_const())?.version;
+    let expected = (std::mem::size_of::<nvmlMemory_v2_t>() as u32) | (2 << 24);
+    if version != expected {
+        return Err(R::NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    }
+    let (total, free) = mem_info(dev)?;
+    crate::api::export::put(memory, nvmlMemory_v2_t { version, total, reserved: 0, free, used: total - free });
+    Ok(())
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(dev: nvmlDevice_t, util: *mut nvmlUtilization_t) -> R {
-    nvml_entry(|| {
-        if util.is_null() {
-            return Err(R::NVML_ERROR_INVALID_ARGUMENT);
-        }
-        let d = device(dev)?;
-        let (gpu, memory) = with(|c| {
-            let answer::Utilization { gpu_percent, memory_percent } =
-                mgmt_call(c, d.ordinal, |device| Request::MgmtUtilization { device })?;
-            Ok((gpu_percent, memory_percent))
-        })?;
-        nout(util, nvmlUtilization_t { gpu, memory })
+pub(super) fn utilization(dev: nvmlDevice_t) -> NResult<nvmlUtilization_t> {
+    let d = device(dev)?;
+    with(|c| {
+        let answer::Utilization { gpu_percent, memory_percent } =
+            mgmt_call(c, d.ordinal, |device| Request::MgmtUtilization { device })?;
+        Ok(nvmlUtilization_t { gpu: gpu_percent, memory: memory_percent })
     })
 }

@@ -3,10 +3,10 @@
 //! NVIDIA documents: blocks per multiprocessor bounded by its block, thread (in whole
 //! warps), register (per warp, in units of 256) and shared-memory limits.
 
-use super::device::cuDeviceGetAttribute;
-use super::module::cuFuncGetAttribute;
+use super::device::get_attribute;
+use super::module::func_attribute;
 use crate::client;
-use crate::util::{R, entry, out};
+use crate::util::R;
 use gpupool_shim::cuda::{
     CUdevice_attribute as D, CUfunction, CUfunction_attribute as F, CUoccupancyB2DSize, CUresult,
 };
@@ -27,28 +27,14 @@ pub struct Occupancy {
 }
 
 fn func_attr(f: CUfunction, a: F) -> R<u64> {
-    let mut v = 0;
-    // SAFETY: our own export with a valid out-pointer.
-    let r = unsafe { cuFuncGetAttribute(&mut v, a, f) };
-    if r != CUresult::CUDA_SUCCESS {
-        return Err(r);
-    }
-    Ok(v.max(0) as u64)
+    Ok(func_attribute(a, f)?.max(0) as u64)
 }
 
 impl Occupancy {
     /// The function's limits on the device of the calling thread's current context.
     pub fn of(f: CUfunction) -> R<Occupancy> {
         let dev = client::call(|c| c.current().map(|(_, _, d)| d as c_int))?;
-        let d = |a: D| -> R<u64> {
-            let mut v = 0;
-            // SAFETY: our own export with a valid out-pointer.
-            let r = unsafe { cuDeviceGetAttribute(&mut v, a, dev) };
-            if r != CUresult::CUDA_SUCCESS {
-                return Err(r);
-            }
-            Ok(v.max(0) as u64)
-        };
+        let d = |a: D| -> R<u64> { Ok(get_attribute(a, dev)?.max(0) as u64) };
         Ok(Occupancy {
             warp: d(D::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?.max(1),
             threads_per_sm: d(D::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?,
@@ -105,86 +91,46 @@ impl Occupancy {
     }
 }
 
-fn max_active(n: *mut c_int, f: CUfunction, block_size: c_int, dynamic: usize, flags: c_uint) -> R<()> {
-    if n.is_null() || block_size <= 0 || flags > 1 {
+pub(super) fn max_active(f: CUfunction, block_size: c_int, dynamic: usize) -> R<c_int> {
+    max_active_with_flags(f, block_size, dynamic, 0)
+}
+
+pub(super) fn max_active_with_flags(f: CUfunction, block_size: c_int, dynamic: usize, flags: c_uint) -> R<c_int> {
+    if block_size <= 0 || flags > 1 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let o = Occupancy::of(f)?;
-    out(n, o.blocks(block_size as u64, dynamic as u64).min(c_int::MAX as u64) as c_int)
+    Ok(o.blocks(block_size as u64, dynamic as u64).min(c_int::MAX as u64) as c_int)
 }
 
-fn potential_block_size(
-    min_grid: *mut c_int,
-    block: *mut c_int,
+pub(super) fn potential_block_size(
+    f: CUfunction,
+    b2d: CUoccupancyB2DSize,
+    dynamic: usize,
+    limit: c_int,
+) -> R<(c_int, c_int)> {
+    potential_block_size_with_flags(f, b2d, dynamic, limit, 0)
+}
+
+/// (minimum grid size, block size)
+pub(super) fn potential_block_size_with_flags(
     f: CUfunction,
     b2d: CUoccupancyB2DSize,
     dynamic: usize,
     limit: c_int,
     flags: c_uint,
-) -> R<()> {
-    if min_grid.is_null() || block.is_null() || limit < 0 || flags > 1 {
+) -> R<(c_int, c_int)> {
+    if limit < 0 || flags > 1 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let o = Occupancy::of(f)?;
     let dev = client::call(|c| c.current().map(|(_, _, d)| d as c_int))?;
-    let mut sms = 0;
-    // SAFETY: our own export with a valid out-pointer.
-    let r = unsafe { cuDeviceGetAttribute(&mut sms, D::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) };
-    if r != CUresult::CUDA_SUCCESS {
-        return Err(r);
-    }
+    let sms = get_attribute(D::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)?;
     let smem_for = |size: u64| match b2d {
         // SAFETY: the application's callback, called as the driver calls it.
         Some(cb) => (unsafe { cb(size as c_int) }) as u64,
         None => dynamic as u64,
     };
     let (size, grid) = o.best_block(limit as u64, smem_for, sms.max(0) as u64);
-    out(block, size as c_int)?;
-    out(min_grid, grid.min(c_int::MAX as u64) as c_int)
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
-    n: *mut c_int,
-    f: CUfunction,
-    block_size: c_int,
-    dynamic: usize,
-) -> CUresult {
-    entry(|| max_active(n, f, block_size, dynamic, 0))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-    n: *mut c_int,
-    f: CUfunction,
-    block_size: c_int,
-    dynamic: usize,
-    flags: c_uint,
-) -> CUresult {
-    entry(|| max_active(n, f, block_size, dynamic, flags))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
-    min_grid: *mut c_int,
-    block: *mut c_int,
-    f: CUfunction,
-    b2d: CUoccupancyB2DSize,
-    dynamic: usize,
-    limit: c_int,
-) -> CUresult {
-    entry(|| potential_block_size(min_grid, block, f, b2d, dynamic, limit, 0))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
-    min_grid: *mut c_int,
-    block: *mut c_int,
-    f: CUfunction,
-    b2d: CUoccupancyB2DSize,
-    dynamic: usize,
-    limit: c_int,
-    flags: c_uint,
-) -> CUresult {
-    entry(|| potential_block_size(min_grid, block, f, b2d, dynamic, limit, flags))
+    Ok((grid.min(c_int::MAX as u64) as c_int, size as c_int))
 }

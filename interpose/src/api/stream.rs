@@ -5,7 +5,7 @@
 
 use super::DefaultStream;
 use crate::client::{self, Client, Kind, StreamInfo, make};
-use crate::util::{R, out};
+use crate::util::R;
 use gpupool_protocol::ops::answer;
 use gpupool_protocol::{Request, StreamId};
 use gpupool_shim::cuda::{
@@ -77,8 +77,12 @@ fn info(c: &mut Client, h: CUstream) -> R<(u32, i32, u64)> {
     }
 }
 
-fn create(ph: *mut CUstream, flags: u32, priority: c_int) -> R<()> {
-    if ph.is_null() || flags & !STREAM_FLAGS_MASK != 0 {
+pub(super) fn create(flags: c_uint) -> R<CUstream> {
+    create_with_priority(flags, 0)
+}
+
+pub(super) fn create_with_priority(flags: c_uint, priority: c_int) -> R<CUstream> {
+    if flags & !STREAM_FLAGS_MASK != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let priority = priority.clamp(-5, 0);
@@ -89,57 +93,42 @@ fn create(ph: *mut CUstream, flags: u32, priority: c_int) -> R<()> {
         c.reg.streams.insert(h, StreamInfo { id: stream, ctx: ctx_h, flags, priority });
         Ok(h)
     })?;
-    out(ph, h as CUstream)
+    Ok(h as CUstream)
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreate(ph: *mut CUstream, flags: c_uint) -> CUresult {
-    crate::util::entry(|| create(ph, flags, 0))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(ph: *mut CUstream, flags: c_uint, priority: c_int) -> CUresult {
-    crate::util::entry(|| create(ph, flags, priority))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamDestroy_v2(h: CUstream) -> CUresult {
-    crate::util::entry(|| {
-        client::call(|c| {
-            if (h as u64) <= 2 {
-                return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
-            }
-            let (stream, ep) = resolve_any(c, h, DefaultStream::Legacy)?;
-            c.conn_at(ep)?.call_ok(Request::StreamDestroy { stream })?;
-            c.reg.streams.remove(&(h as u64));
-            Ok(())
-        })
+pub(super) fn destroy(h: CUstream) -> R<()> {
+    client::call(|c| {
+        if (h as u64) <= 2 {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        let (stream, ep) = resolve_any(c, h, DefaultStream::Legacy)?;
+        c.conn_at(ep)?.call_ok(Request::StreamDestroy { stream })?;
+        c.reg.streams.remove(&(h as u64));
+        Ok(())
     })
 }
 
-fn get_flags(h: CUstream, flags: *mut c_uint, _d: DefaultStream) -> R<()> {
+pub(super) fn get_flags(h: CUstream, _d: DefaultStream) -> R<c_uint> {
     let (f, ..) = client::with(|c| info(c, h))?;
-    out(flags, f)
+    Ok(f)
 }
 
-fn get_priority(h: CUstream, priority: *mut c_int, _d: DefaultStream) -> R<()> {
+pub(super) fn get_priority(h: CUstream, _d: DefaultStream) -> R<c_int> {
     let (_, p, _) = client::with(|c| info(c, h))?;
-    out(priority, p)
+    Ok(p)
 }
 
-fn get_ctx(h: CUstream, pctx: *mut CUcontext, _d: DefaultStream) -> R<()> {
+pub(super) fn get_ctx(h: CUstream, _d: DefaultStream) -> R<CUcontext> {
     let (.., ctx) = client::with(|c| info(c, h))?;
-    out(pctx, ctx as CUcontext)
+    Ok(ctx as CUcontext)
 }
 
-fn get_ctx_v2(h: CUstream, pctx: *mut CUcontext, green: *mut CUgreenCtx, d: DefaultStream) -> R<()> {
-    if !green.is_null() {
-        out(green, std::ptr::null_mut())?;
-    }
-    get_ctx(h, pctx, d)
+/// (context, green context): the pool has no green contexts.
+pub(super) fn get_ctx_v2(h: CUstream, d: DefaultStream) -> R<(CUcontext, CUgreenCtx)> {
+    Ok((get_ctx(h, d)?, std::ptr::null_mut()))
 }
 
-fn query(h: CUstream, d: DefaultStream) -> R<()> {
+pub(super) fn query(h: CUstream, d: DefaultStream) -> R<()> {
     client::call(|c| {
         let (stream, ep) = resolve_any(c, h, d)?;
         let conn = c.conn_at(ep)?;
@@ -158,7 +147,7 @@ pub fn synchronize(h: CUstream, d: DefaultStream) -> R<()> {
     })
 }
 
-fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> R<()> {
+pub(super) fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> R<()> {
     client::call(|c| {
         let (stream, ep) = resolve_any(c, h, d)?;
         let ev = c.reg.events.get(&(event as u64)).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?.id;
@@ -175,7 +164,7 @@ fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> R
 }
 
 /// Host functions run on the calling thread once the stream's earlier work is done.
-fn launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void, d: DefaultStream) -> R<()> {
+pub(super) fn launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void, d: DefaultStream) -> R<()> {
     let f = f.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     synchronize(h, d)?;
     // SAFETY: the application's callback with its own user data, as CUDA would call it.
@@ -183,7 +172,13 @@ fn launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void, d: DefaultStrea
     Ok(())
 }
 
-fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_uint, d: DefaultStream) -> R<()> {
+pub(super) fn add_callback(
+    h: CUstream,
+    cb: CUstreamCallback,
+    user: *mut c_void,
+    flags: c_uint,
+    d: DefaultStream,
+) -> R<()> {
     let cb = cb.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     if flags != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -194,20 +189,7 @@ fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_u
     Ok(())
 }
 
-fn is_capturing(h: CUstream, status: *mut CUstreamCaptureStatus, d: DefaultStream) -> R<()> {
+pub(super) fn is_capturing(h: CUstream, d: DefaultStream) -> R<CUstreamCaptureStatus> {
     client::with(|c| resolve(c, h, d))?;
-    out(status, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-}
-
-super::stream_variants! {
-    cuStreamGetFlags / cuStreamGetFlags_ptsz => get_flags(h: CUstream, flags: *mut c_uint);
-    cuStreamGetPriority / cuStreamGetPriority_ptsz => get_priority(h: CUstream, priority: *mut c_int);
-    cuStreamGetCtx / cuStreamGetCtx_ptsz => get_ctx(h: CUstream, pctx: *mut CUcontext);
-    cuStreamGetCtx_v2 / cuStreamGetCtx_v2_ptsz => get_ctx_v2(h: CUstream, pctx: *mut CUcontext, green: *mut CUgreenCtx);
-    cuStreamQuery / cuStreamQuery_ptsz => query(h: CUstream);
-    cuStreamSynchronize / cuStreamSynchronize_ptsz => synchronize(h: CUstream);
-    cuStreamWaitEvent / cuStreamWaitEvent_ptsz => wait_event(h: CUstream, event: CUevent, flags: c_uint);
-    cuLaunchHostFunc / cuLaunchHostFunc_ptsz => launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void);
-    cuStreamAddCallback / cuStreamAddCallback_ptsz => add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_uint);
-    cuStreamIsCapturing / cuStreamIsCapturing_ptsz => is_capturing(h: CUstream, status: *mut CUstreamCaptureStatus);
+    Ok(CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }

@@ -141,6 +141,15 @@ fn register_atfork() {
     });
 }
 
+/// Set by the first attempt to reach a daemon: the exports' tests check with it that a
+/// refused argument costs no round trip.
+static CONNECT_ATTEMPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(test)]
+pub fn ever_connected() -> bool {
+    CONNECT_ATTEMPTED.load(Ordering::Relaxed)
+}
+
 /// Runs `f` with the client state locked (created on first use; reset in a forked child).
 pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
     let mut g = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
@@ -176,6 +185,7 @@ impl Client {
             return Err(code);
         }
         register_atfork();
+        CONNECT_ATTEMPTED.store(true, Ordering::Relaxed);
         let fail = |c: &mut Client, why: String| {
             crate::util::warn(&why);
             let code = if c.initialized {

@@ -4,15 +4,15 @@
 //! synchronisation, reset, versions, limits.
 
 use super::{Rt, cu, out, rt_exports, state};
-use crate::api::context::{
+use crate::api::exports::cuDriverGetVersion;
+use crate::api::exports::{
     cuCtxGetCacheConfig, cuCtxGetLimit, cuCtxGetStreamPriorityRange, cuCtxSetCacheConfig, cuCtxSetLimit,
     cuCtxSynchronize, cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxSetFlags_v2,
 };
-use crate::api::device::{
+use crate::api::exports::{
     cuDeviceCanAccessPeer, cuDeviceGetAttribute, cuDeviceGetByPCIBusId, cuDeviceGetName, cuDeviceGetPCIBusId,
     cuDeviceGetUuid_v2, cuDeviceTotalMem_v2,
 };
-use crate::api::init::cuDriverGetVersion;
 use gpupool_shim::cuda::{CUdevice_attribute, CUfunc_cache, CUlimit, CUuuid};
 use gpupool_shim::cudart::{cudaDeviceAttr as A, cudaDeviceProp, cudaError, cudaFuncCache, cudaLimit};
 use gpupool_shim::cudart12::cudaDeviceProp as cudaDeviceProp12;

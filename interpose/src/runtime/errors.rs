@@ -2,7 +2,7 @@
 //! are this library's driver exports), and the small utilities a runtime exports.
 
 use super::{Rt, cu, rt_exports, take_last_error};
-use crate::api::proc_address::cuGetProcAddress_v2;
+use crate::api::exports::cuGetProcAddress_v2;
 use gpupool_shim::cuda::CUdriverProcAddressQueryResult;
 use gpupool_shim::cudart::{cudaChannelFormatDesc, cudaChannelFormatKind, cudaDriverEntryPointQueryResult, cudaError};
 use std::os::raw::{c_char, c_int, c_uint, c_ulonglong, c_void};

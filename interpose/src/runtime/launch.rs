@@ -5,8 +5,8 @@
 
 use super::registry::kernel_handle;
 use super::{NullStream, Rt, cu, out, registry, rt_exports, rt_variants};
-use crate::api::launch::{cuLaunchCooperativeKernel, cuLaunchKernel, cuLaunchKernelEx};
-use crate::api::module::{cuFuncGetAttribute, cuFuncSetAttribute, cuFuncSetCacheConfig};
+use crate::api::exports::{cuFuncGetAttribute, cuFuncSetAttribute, cuFuncSetCacheConfig};
+use crate::api::exports::{cuLaunchCooperativeKernel, cuLaunchKernel, cuLaunchKernelEx};
 use crate::api::occupancy::Occupancy;
 use gpupool_shim::cuda::{
     CUfunc_cache, CUfunction, CUfunction_attribute as F, CUlaunchAttribute, CUlaunchConfig, CUstream,

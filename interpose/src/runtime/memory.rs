@@ -9,19 +9,19 @@
 //! the async form.
 
 use super::{NullStream, Rt, cu, out, registry, rt_exports, rt_variants, state};
-use crate::api::context::{cuCtxPopCurrent_v2, cuCtxPushCurrent_v2};
-use crate::api::copy::{
-    cuMemcpy2D_v2, cuMemcpy2DAsync_v2, cuMemcpyDtoD_v2, cuMemcpyDtoDAsync_v2, cuMemcpyDtoH_v2, cuMemcpyDtoHAsync_v2,
-    cuMemcpyHtoD_v2, cuMemcpyHtoDAsync_v2, cuMemcpyPeer, cuMemcpyPeerAsync,
-};
-use crate::api::copy3d::{cuMemcpy3D_v2, cuMemcpy3DAsync_v2};
-use crate::api::extra::{cuMemAllocAsync, cuMemFreeAsync, cuMemHostRegister_v2, cuMemHostUnregister};
-use crate::api::memory::{
+use crate::api::exports::cuStreamSynchronize;
+use crate::api::exports::{cuCtxPopCurrent_v2, cuCtxPushCurrent_v2};
+use crate::api::exports::{
     cuMemAlloc_v2, cuMemAllocHost_v2, cuMemAllocPitch_v2, cuMemFree_v2, cuMemFreeHost, cuMemGetInfo_v2, cuMemHostAlloc,
     cuMemHostGetDevicePointer_v2, cuMemHostGetFlags, cuPointerGetAttribute,
 };
-use crate::api::memset::{cuMemsetD2D8_v2, cuMemsetD2D8Async, cuMemsetD8_v2, cuMemsetD8Async};
-use crate::api::stream::cuStreamSynchronize;
+use crate::api::exports::{cuMemAllocAsync, cuMemFreeAsync, cuMemHostRegister_v2, cuMemHostUnregister};
+use crate::api::exports::{
+    cuMemcpy2D_v2, cuMemcpy2DAsync_v2, cuMemcpyDtoD_v2, cuMemcpyDtoDAsync_v2, cuMemcpyDtoH_v2, cuMemcpyDtoHAsync_v2,
+    cuMemcpyHtoD_v2, cuMemcpyHtoDAsync_v2, cuMemcpyPeer, cuMemcpyPeerAsync,
+};
+use crate::api::exports::{cuMemcpy3D_v2, cuMemcpy3DAsync_v2};
+use crate::api::exports::{cuMemsetD2D8_v2, cuMemsetD2D8Async, cuMemsetD8_v2, cuMemsetD8Async};
 use gpupool_shim::cuda::{
     CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUpointer_attribute as P, CUresult,
     CUstream,

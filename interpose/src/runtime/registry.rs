@@ -26,7 +26,7 @@
 //!   registration as the stub does everywhere else.
 
 use super::{Rt, cu};
-use crate::api::module::{cuModuleGetFunction, cuModuleGetGlobal_v2, cuModuleLoadData};
+use crate::api::exports::{cuModuleGetFunction, cuModuleGetGlobal_v2, cuModuleLoadData};
 use gpupool_shim::cuda::{CUcontext, CUdeviceptr, CUfunction, CUmodule};
 use gpupool_shim::cudart::{cudaError, dim3};
 use std::cell::RefCell;

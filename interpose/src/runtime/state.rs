@@ -6,9 +6,9 @@
 //! its own.
 
 use super::{Rt, cu};
-use crate::api::context::{cuCtxGetDevice, cuCtxSetCurrent, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRetain};
-use crate::api::device::cuDeviceGetCount;
-use crate::api::init::cuInit;
+use crate::api::exports::cuDeviceGetCount;
+use crate::api::exports::cuInit;
+use crate::api::exports::{cuCtxGetDevice, cuCtxSetCurrent, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRetain};
 use crate::client;
 use gpupool_shim::cuda::{CUcontext, CUdevice};
 use gpupool_shim::cudart::cudaError;

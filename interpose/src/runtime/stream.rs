@@ -3,11 +3,11 @@
 //! driver's calls once the runtime's context is current; the flag values are shared.
 
 use super::{NullStream, Rt, cu, rt_exports, rt_variants, state};
-use crate::api::event::{
+use crate::api::exports::{
     cuEventCreate, cuEventDestroy_v2, cuEventElapsedTime, cuEventQuery, cuEventRecord, cuEventRecordWithFlags,
     cuEventSynchronize,
 };
-use crate::api::stream::{
+use crate::api::exports::{
     cuLaunchHostFunc, cuStreamAddCallback, cuStreamCreate, cuStreamCreateWithPriority, cuStreamDestroy_v2,
     cuStreamGetFlags, cuStreamGetPriority, cuStreamIsCapturing, cuStreamQuery, cuStreamSynchronize, cuStreamWaitEvent,
 };

@@ -1,0 +1,257 @@
+//! The exported CUDA driver API and NVML: one line per function, naming each argument's
+//! role (see [`super::export::exports!`]) and the function that implements it. Every
+//! shell is generated from its line: the NULL checks its roles imply, the panic guard,
+//! the out-pointer writes and, for `| name_ptsz` lines, the per-thread-default-stream
+//! twin. Names, ABI versions and signatures are checked against bindgen's declarations
+//! by the `cuGetProcAddress` table (`gpupool_abi::driver_entry_points!`), which is built
+//! from these very functions.
+
+use super::export::exports;
+use super::*;
+use gpupool_shim::cuda::*;
+use gpupool_shim::nvml::{nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t, nvmlUtilization_t};
+use std::os::raw::{c_char, c_int, c_uchar, c_uint, c_ushort, c_void};
+
+exports! { CUresult;
+    // ---- devices (answered from the hello's device list) ----
+    cuDeviceGet(device: out CUdevice, ordinal: val c_int) = device::get;
+    cuDeviceGetCount(count: out c_int) = device::count;
+    cuDeviceGetName(name: val *mut c_char, len: val c_int, dev: val CUdevice) = device::name;
+    cuDeviceGetUuid(uuid: out CUuuid, dev: val CUdevice) = device::uuid;
+    cuDeviceGetUuid_v2(uuid: out CUuuid, dev: val CUdevice) = device::uuid;
+    cuDeviceTotalMem_v2(bytes: out usize, dev: val CUdevice) = device::total_mem;
+    cuDeviceGetAttribute(value: out c_int, attrib: val CUdevice_attribute, dev: val CUdevice) = device::get_attribute;
+    cuDeviceGetProperties(prop: out CUdevprop, dev: val CUdevice) = device::properties;
+    cuDeviceComputeCapability(major: out c_int, minor: out c_int, dev: val CUdevice) = device::compute_capability;
+    cuDeviceGetPCIBusId(bus_id: val *mut c_char, len: val c_int, dev: val CUdevice) = device::get_pci_bus_id;
+    cuDeviceGetByPCIBusId(dev: out CUdevice, bus_id: cstr) = device::by_pci_bus_id;
+    cuDeviceCanAccessPeer(can: out c_int, dev: val CUdevice, peer: val CUdevice) = device::can_access_peer;
+}
+
+exports! { CUresult;
+    // ---- initialisation, versions, error strings ----
+    cuInit(flags: val c_uint) = init::init;
+    cuDriverGetVersion(version: out c_int) = init::get_driver_version;
+    cuGetErrorString(error: val CUresult, text: val *mut *const c_char) = init::error_string;
+    cuGetErrorName(error: val CUresult, text: val *mut *const c_char) = init::error_name;
+    cuGetExportTable(table: val *mut *const c_void, id: read CUuuid) = init::export_table;
+    cuGetProcAddress(symbol: val *const c_char, pfn: val *mut *mut c_void, version: val c_int,
+        flags: val cuuint64_t) = proc_address::get_proc_address;
+    cuGetProcAddress_v2(symbol: val *const c_char, pfn: val *mut *mut c_void, version: val c_int,
+        flags: val cuuint64_t, status: val *mut CUdriverProcAddressQueryResult) = proc_address::get_proc_address_v2;
+
+    // ---- contexts (the stack is per thread, kept here) ----
+    cuCtxCreate_v2(pctx: out CUcontext, flags: val c_uint, dev: val CUdevice) = context::create_v2;
+    cuCtxCreate_v3(pctx: out CUcontext, params: val *mut CUexecAffinityParam, num_params: val c_int,
+        flags: val c_uint, dev: val CUdevice) = context::create_v3;
+    cuCtxCreate_v4(pctx: out CUcontext, params: val *mut CUctxCreateParams, flags: val c_uint,
+        dev: val CUdevice) = context::create_v4;
+    cuCtxDestroy_v2(ctx: val CUcontext) = context::destroy;
+    cuCtxPushCurrent_v2(ctx: val CUcontext) = context::push;
+    cuCtxPopCurrent_v2(pctx: opt CUcontext) = context::pop;
+    cuCtxSetCurrent(ctx: val CUcontext) = context::set_current;
+    cuCtxGetCurrent(pctx: out CUcontext) = context::get_current;
+    cuCtxGetDevice(device: out CUdevice) = context::get_device;
+    cuCtxGetFlags(flags: out c_uint) = context::get_flags;
+    cuCtxGetApiVersion(ctx: val CUcontext, version: out c_uint) = context::api_version;
+    cuCtxSynchronize() = context::synchronize;
+    cuCtxGetLimit(value: out usize, limit: val CUlimit) = context::get_limit;
+    cuCtxSetLimit(limit: val CUlimit, value: val usize) = context::set_limit;
+    cuCtxGetCacheConfig(config: out CUfunc_cache) = context::get_cache_config;
+    cuCtxSetCacheConfig(config: val CUfunc_cache) = context::set_cache_config;
+    cuCtxGetStreamPriorityRange(least: opt c_int, greatest: opt c_int) = context::stream_priority_range;
+    cuDevicePrimaryCtxRetain(pctx: out CUcontext, dev: val CUdevice) = context::primary_retain;
+    cuDevicePrimaryCtxRelease_v2(dev: val CUdevice) = context::primary_release;
+    cuDevicePrimaryCtxReset_v2(dev: val CUdevice) = context::primary_reset;
+    cuDevicePrimaryCtxGetState(dev: val CUdevice, flags: out c_uint, active: out c_int) = context::primary_state;
+    cuDevicePrimaryCtxSetFlags_v2(dev: val CUdevice, flags: val c_uint) = context::primary_set_flags;
+}
+
+exports! { CUresult;
+    // ---- device memory (counted by the daemon), page-locked host memory, pointers ----
+    cuMemGetInfo_v2(free: out usize, total: out usize) = memory::get_info;
+    cuMemAlloc_v2(dptr: out CUdeviceptr, bytesize: val usize) = memory::alloc;
+    cuMemAllocPitch_v2(dptr: out CUdeviceptr, pitch: out usize, width_bytes: val usize, height: val usize,
+        element_size: val c_uint) = memory::alloc_pitch;
+    cuMemFree_v2(dptr: val CUdeviceptr) = memory::free;
+    cuMemGetAddressRange_v2(base: opt CUdeviceptr, size: opt usize, dptr: val CUdeviceptr) = memory::address_range;
+    cuMemAllocHost_v2(pp: out *mut c_void, bytesize: val usize) = memory::alloc_host;
+    cuMemHostAlloc(pp: out *mut c_void, bytesize: val usize, flags: val c_uint) = memory::host_alloc;
+    cuMemFreeHost(p: val *mut c_void) = memory::free_host;
+    cuMemHostGetDevicePointer_v2(pdptr: out CUdeviceptr, p: val *mut c_void, flags: val c_uint)
+        = memory::host_device_pointer;
+    cuMemHostGetFlags(flags: out c_uint, p: val *mut c_void) = memory::host_flags;
+    cuMemHostRegister_v2(p: val *mut c_void, bytesize: val usize, flags: val c_uint) = extra::host_register;
+    cuMemHostUnregister(p: val *mut c_void) = extra::host_unregister;
+    cuMemAllocAsync | cuMemAllocAsync_ptsz (dptr: out CUdeviceptr, bytesize: val usize, h: val CUstream)
+        = extra::alloc_async;
+    cuMemFreeAsync | cuMemFreeAsync_ptsz (ptr: val CUdeviceptr, h: val CUstream) = extra::free_async;
+    cuPointerGetAttribute(data: val *mut c_void, attribute: val CUpointer_attribute, ptr: val CUdeviceptr)
+        = memory::pointer_attribute;
+    cuPointerGetAttributes(num: val c_uint, attributes: val *mut CUpointer_attribute, data: val *mut *mut c_void,
+        ptr: val CUdeviceptr) = memory::pointer_attributes;
+
+    // ---- graphs and stream capture: refused ----
+    cuGraphCreate(pgraph: val *mut CUgraph, flags: val c_uint) = extra::graph_create;
+    cuGraphDestroy(graph: val CUgraph) = extra::graph_destroy;
+    cuGraphInstantiateWithFlags(pexec: val *mut CUgraphExec, graph: val CUgraph, flags: val u64)
+        = extra::graph_instantiate;
+    cuGraphExecDestroy(exec: val CUgraphExec) = extra::graph_exec_destroy;
+    cuStreamBeginCapture_v2 | cuStreamBeginCapture_v2_ptsz (h: val CUstream, mode: val CUstreamCaptureMode)
+        = extra::begin_capture;
+    cuStreamEndCapture | cuStreamEndCapture_ptsz (h: val CUstream, pgraph: val *mut CUgraph) = extra::end_capture;
+    cuGraphLaunch | cuGraphLaunch_ptsz (exec: val CUgraphExec, h: val CUstream) = extra::graph_launch;
+}
+
+exports! { CUresult;
+    // ---- streams ----
+    cuStreamCreate(ph: out CUstream, flags: val c_uint) = stream::create;
+    cuStreamCreateWithPriority(ph: out CUstream, flags: val c_uint, priority: val c_int) = stream::create_with_priority;
+    cuStreamDestroy_v2(h: val CUstream) = stream::destroy;
+    cuStreamGetFlags | cuStreamGetFlags_ptsz (h: val CUstream, flags: out c_uint) = stream::get_flags;
+    cuStreamGetPriority | cuStreamGetPriority_ptsz (h: val CUstream, priority: out c_int) = stream::get_priority;
+    cuStreamGetCtx | cuStreamGetCtx_ptsz (h: val CUstream, pctx: out CUcontext) = stream::get_ctx;
+    cuStreamGetCtx_v2 | cuStreamGetCtx_v2_ptsz (h: val CUstream, pctx: out CUcontext, green: opt CUgreenCtx)
+        = stream::get_ctx_v2;
+    cuStreamQuery | cuStreamQuery_ptsz (h: val CUstream) = stream::query;
+    cuStreamSynchronize | cuStreamSynchronize_ptsz (h: val CUstream) = stream::synchronize;
+    cuStreamWaitEvent | cuStreamWaitEvent_ptsz (h: val CUstream, event: val CUevent, flags: val c_uint)
+        = stream::wait_event;
+    cuLaunchHostFunc | cuLaunchHostFunc_ptsz (h: val CUstream, f: val CUhostFn, user: val *mut c_void)
+        = stream::launch_host_func;
+    cuStreamAddCallback | cuStreamAddCallback_ptsz (h: val CUstream, cb: val CUstreamCallback,
+        user: val *mut c_void, flags: val c_uint) = stream::add_callback;
+    cuStreamIsCapturing | cuStreamIsCapturing_ptsz (h: val CUstream, status: out CUstreamCaptureStatus)
+        = stream::is_capturing;
+
+    // ---- events ----
+    cuEventCreate(ph: out CUevent, flags: val c_uint) = event::create;
+    cuEventRecord | cuEventRecord_ptsz (event: val CUevent, stream: val CUstream) = event::record;
+    cuEventRecordWithFlags | cuEventRecordWithFlags_ptsz (event: val CUevent, stream: val CUstream,
+        flags: val c_uint) = event::record_with_flags;
+    cuEventQuery(h: val CUevent) = event::query;
+    cuEventSynchronize(h: val CUevent) = event::synchronize;
+    cuEventElapsedTime(ms: out f32, start: val CUevent, end: val CUevent) = event::elapsed;
+    cuEventElapsedTime_v2(ms: out f32, start: val CUevent, end: val CUevent) = event::elapsed;
+    cuEventDestroy_v2(h: val CUevent) = event::destroy;
+}
+
+exports! { CUresult;
+    // ---- copies and memsets ----
+    cuMemcpy | cuMemcpy_ptds (dst: val CUdeviceptr, src: val CUdeviceptr, n: val usize) = copy::memcpy;
+    cuMemcpyAsync | cuMemcpyAsync_ptsz (dst: val CUdeviceptr, src: val CUdeviceptr, n: val usize, s: val CUstream)
+        = copy::memcpy_async;
+    cuMemcpyHtoD_v2 | cuMemcpyHtoD_v2_ptds (dst: val CUdeviceptr, src: val *const c_void, n: val usize)
+        = copy::memcpy_htod;
+    cuMemcpyHtoDAsync_v2 | cuMemcpyHtoDAsync_v2_ptsz (dst: val CUdeviceptr, src: val *const c_void, n: val usize,
+        s: val CUstream) = copy::memcpy_htod_async;
+    cuMemcpyDtoH_v2 | cuMemcpyDtoH_v2_ptds (dst: val *mut c_void, src: val CUdeviceptr, n: val usize)
+        = copy::memcpy_dtoh;
+    cuMemcpyDtoHAsync_v2 | cuMemcpyDtoHAsync_v2_ptsz (dst: val *mut c_void, src: val CUdeviceptr, n: val usize,
+        s: val CUstream) = copy::memcpy_dtoh_async;
+    cuMemcpyDtoD_v2 | cuMemcpyDtoD_v2_ptds (dst: val CUdeviceptr, src: val CUdeviceptr, n: val usize)
+        = copy::memcpy_dtod;
+    cuMemcpyDtoDAsync_v2 | cuMemcpyDtoDAsync_v2_ptsz (dst: val CUdeviceptr, src: val CUdeviceptr, n: val usize,
+        s: val CUstream) = copy::memcpy_dtod_async;
+    cuMemcpyPeer | cuMemcpyPeer_ptds (dst: val CUdeviceptr, dctx: val CUcontext, src: val CUdeviceptr,
+        sctx: val CUcontext, n: val usize) = copy::memcpy_peer;
+    cuMemcpyPeerAsync | cuMemcpyPeerAsync_ptsz (dst: val CUdeviceptr, dctx: val CUcontext, src: val CUdeviceptr,
+        sctx: val CUcontext, n: val usize, s: val CUstream) = copy::memcpy_peer_async;
+    cuMemcpy2D_v2 | cuMemcpy2D_v2_ptds (p: read CUDA_MEMCPY2D) = copy::memcpy2d;
+    cuMemcpy2DUnaligned_v2 | cuMemcpy2DUnaligned_v2_ptds (p: read CUDA_MEMCPY2D) = copy::memcpy2d;
+    cuMemcpy2DAsync_v2 | cuMemcpy2DAsync_v2_ptsz (p: read CUDA_MEMCPY2D, s: val CUstream) = copy::memcpy2d_async;
+    cuMemcpy3D_v2 | cuMemcpy3D_v2_ptds (p: read CUDA_MEMCPY3D) = copy3d::memcpy3d;
+    cuMemcpy3DAsync_v2 | cuMemcpy3DAsync_v2_ptsz (p: read CUDA_MEMCPY3D, s: val CUstream) = copy3d::memcpy3d_async;
+    cuMemsetD8_v2 | cuMemsetD8_v2_ptds (p: val CUdeviceptr, v: val c_uchar, n: val usize) = memset::d8;
+    cuMemsetD16_v2 | cuMemsetD16_v2_ptds (p: val CUdeviceptr, v: val c_ushort, n: val usize) = memset::d16;
+    cuMemsetD32_v2 | cuMemsetD32_v2_ptds (p: val CUdeviceptr, v: val c_uint, n: val usize) = memset::d32;
+    cuMemsetD2D8_v2 | cuMemsetD2D8_v2_ptds (p: val CUdeviceptr, pitch: val usize, v: val c_uchar, w: val usize,
+        h: val usize) = memset::d2d8;
+    cuMemsetD2D16_v2 | cuMemsetD2D16_v2_ptds (p: val CUdeviceptr, pitch: val usize, v: val c_ushort, w: val usize,
+        h: val usize) = memset::d2d16;
+    cuMemsetD2D32_v2 | cuMemsetD2D32_v2_ptds (p: val CUdeviceptr, pitch: val usize, v: val c_uint, w: val usize,
+        h: val usize) = memset::d2d32;
+    cuMemsetD8Async | cuMemsetD8Async_ptsz (p: val CUdeviceptr, v: val c_uchar, n: val usize, s: val CUstream)
+        = memset::d8a;
+    cuMemsetD16Async | cuMemsetD16Async_ptsz (p: val CUdeviceptr, v: val c_ushort, n: val usize, s: val CUstream)
+        = memset::d16a;
+    cuMemsetD32Async | cuMemsetD32Async_ptsz (p: val CUdeviceptr, v: val c_uint, n: val usize, s: val CUstream)
+        = memset::d32a;
+    cuMemsetD2D8Async | cuMemsetD2D8Async_ptsz (p: val CUdeviceptr, pitch: val usize, v: val c_uchar,
+        w: val usize, h: val usize, s: val CUstream) = memset::d2d8a;
+    cuMemsetD2D16Async | cuMemsetD2D16Async_ptsz (p: val CUdeviceptr, pitch: val usize, v: val c_ushort,
+        w: val usize, h: val usize, s: val CUstream) = memset::d2d16a;
+    cuMemsetD2D32Async | cuMemsetD2D32Async_ptsz (p: val CUdeviceptr, pitch: val usize, v: val c_uint,
+        w: val usize, h: val usize, s: val CUstream) = memset::d2d32a;
+
+    // ---- launches ----
+    cuLaunchKernel | cuLaunchKernel_ptsz (f: val CUfunction, gx: val c_uint, gy: val c_uint, gz: val c_uint,
+        bx: val c_uint, by: val c_uint, bz: val c_uint, shared: val c_uint, stream: val CUstream,
+        params: val *mut *mut c_void, extra: val *mut *mut c_void) = launch::launch_kernel;
+    cuLaunchCooperativeKernel | cuLaunchCooperativeKernel_ptsz (f: val CUfunction, gx: val c_uint, gy: val c_uint,
+        gz: val c_uint, bx: val c_uint, by: val c_uint, bz: val c_uint, shared: val c_uint, stream: val CUstream,
+        params: val *mut *mut c_void) = launch::launch_cooperative;
+    cuLaunchKernelEx | cuLaunchKernelEx_ptsz (config: read CUlaunchConfig, f: val CUfunction,
+        params: val *mut *mut c_void, extra: val *mut *mut c_void) = launch::launch_ex;
+}
+
+exports! { CUresult;
+    // ---- modules, functions, the JIT linker ----
+    cuModuleLoad(m: out CUmodule, path: cstr) = link::load_file;
+    cuModuleLoadData(pmod: out CUmodule, image: val *const c_void) = module::load;
+    cuModuleLoadDataEx(pmod: out CUmodule, image: val *const c_void, num_options: val c_uint,
+        options: val *mut CUjit_option, values: val *mut *mut c_void) = module::load_ex;
+    cuModuleLoadFatBinary(pmod: out CUmodule, fat: val *const c_void) = module::load;
+    cuModuleUnload(hmod: val CUmodule) = module::unload;
+    cuModuleGetFunction(hfunc: out CUfunction, hmod: val CUmodule, name: cstr) = module::get_function;
+    cuModuleGetGlobal_v2(dptr: opt CUdeviceptr, bytes: opt usize, hmod: val CUmodule, name: cstr)
+        = module::get_global;
+    cuFuncGetAttribute(value: out c_int, attrib: val CUfunction_attribute, hfunc: val CUfunction)
+        = module::func_attribute;
+    cuFuncSetAttribute(hfunc: val CUfunction, attrib: val CUfunction_attribute, value: val c_int)
+        = module::set_func_attribute;
+    cuFuncSetCacheConfig(hfunc: val CUfunction, config: val CUfunc_cache) = module::set_func_cache_config;
+    cuFuncGetParamInfo(func: val CUfunction, index: val usize, offset: out usize, size: out usize)
+        = module::param_info;
+    cuFuncGetName(name: out *const c_char, hfunc: val CUfunction) = module::func_name;
+    cuLinkCreate_v2(n: val c_uint, options: val *mut CUjit_option, values: val *mut *mut c_void,
+        state_out: out CUlinkState) = link::create;
+    cuLinkAddData_v2(s: val CUlinkState, kind: val CUjitInputType, data: val *mut c_void, size: val usize,
+        name: val *const c_char, n: val c_uint, options: val *mut CUjit_option, values: val *mut *mut c_void)
+        = link::add_data;
+    cuLinkAddFile_v2(s: val CUlinkState, kind: val CUjitInputType, path: cstr, n: val c_uint,
+        options: val *mut CUjit_option, values: val *mut *mut c_void) = link::add_file;
+    cuLinkComplete(s: val CUlinkState, image: out *mut c_void, size: out usize) = link::complete;
+    cuLinkDestroy(s: val CUlinkState) = link::destroy;
+
+    // ---- the occupancy calculator ----
+    cuOccupancyMaxActiveBlocksPerMultiprocessor(n: out c_int, f: val CUfunction, block_size: val c_int,
+        dynamic: val usize) = occupancy::max_active;
+    cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n: out c_int, f: val CUfunction, block_size: val c_int,
+        dynamic: val usize, flags: val c_uint) = occupancy::max_active_with_flags;
+    cuOccupancyMaxPotentialBlockSize(min_grid: out c_int, block: out c_int, f: val CUfunction,
+        b2d: val CUoccupancyB2DSize, dynamic: val usize, limit: val c_int) = occupancy::potential_block_size;
+    cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid: out c_int, block: out c_int, f: val CUfunction,
+        b2d: val CUoccupancyB2DSize, dynamic: val usize, limit: val c_int, flags: val c_uint)
+        = occupancy::potential_block_size_with_flags;
+}
+
+exports! { nvmlReturn_t;
+    nvmlInit_v2() = nvml::init;
+    nvmlInitWithFlags(flags: val c_uint) = nvml::init_with_flags;
+    nvmlShutdown() = nvml::shutdown;
+    nvmlSystemGetDriverVersion(version: val *mut c_char, length: val c_uint) = nvml::driver_version;
+    nvmlSystemGetNVMLVersion(version: val *mut c_char, length: val c_uint) = nvml::nvml_version;
+    nvmlSystemGetCudaDriverVersion(version: out c_int) = nvml::cuda_driver_version;
+    nvmlSystemGetCudaDriverVersion_v2(version: out c_int) = nvml::cuda_driver_version;
+    nvmlDeviceGetCount_v2(count: out c_uint) = nvml::count;
+    nvmlDeviceGetHandleByIndex_v2(index: val c_uint, dev: out nvmlDevice_t) = nvml::handle_by_index;
+    nvmlDeviceGetHandleByUUID(uuid: cstr, dev: out nvmlDevice_t) = nvml::handle_by_uuid;
+    nvmlDeviceGetIndex(dev: val nvmlDevice_t, index: out c_uint) = nvml::index;
+    nvmlDeviceGetMinorNumber(dev: val nvmlDevice_t, minor: out c_uint) = nvml::index;
+    nvmlDeviceGetName(dev: val nvmlDevice_t, name: val *mut c_char, length: val c_uint) = nvml::name;
+    nvmlDeviceGetUUID(dev: val nvmlDevice_t, uuid: val *mut c_char, length: val c_uint) = nvml::uuid;
+    nvmlDeviceGetMemoryInfo(dev: val nvmlDevice_t, memory: out nvmlMemory_t) = nvml::memory_info;
+    nvmlDeviceGetMemoryInfo_v2(dev: val nvmlDevice_t, memory: val *mut nvmlMemory_v2_t) = nvml::memory_info_v2;
+    nvmlDeviceGetUtilizationRates(dev: val nvmlDevice_t, util: out nvmlUtilization_t) = nvml::utilization;
+}
