@@ -12,8 +12,9 @@
 //! work in library constructors (the connection opens on the first call that needs it),
 //! or let a panic cross `extern "C"` (every export runs under `catch_unwind`).
 //!
-//! Environment: `GPUPOOL_ENDPOINT` (`unix:///path`; default `$XDG_RUNTIME_DIR/gpupool.sock`,
-//! or `/run/gpupool/gpupool.sock` for root), `GPUPOOL_MEMORY` / `CUDA_DEVICE_MEMORY_LIMIT`
+//! Environment: `GPUPOOL_ENDPOINT` (`unix:///path`; default the daemon's own default:
+//! `/run/gpupool/gpupool.sock` for root, else `$XDG_RUNTIME_DIR/gpupool.sock`, else
+//! `/tmp/gpupool-<uid>/gpupool.sock`), `GPUPOOL_MEMORY` / `CUDA_DEVICE_MEMORY_LIMIT`
 //! and `GPUPOOL_COMPUTE` / `CUDA_DEVICE_SM_LIMIT` (requests that may only narrow the
 //! tenant's quota), `GPUPOOL_TOKEN`, `GPUPOOL_LOG=1` (one stderr line per failure).
 //!

@@ -12,7 +12,7 @@ use std::time::Duration;
 pub fn endpoint(arg: Option<String>) -> Result<std::path::PathBuf> {
     match arg.or_else(|| std::env::var("GPUPOOL_ENDPOINT").ok().filter(|s| !s.is_empty())) {
         Some(e) => parse_endpoint(&e),
-        None => default_socket_path(),
+        None => Ok(default_socket_path()),
     }
 }
 

@@ -81,17 +81,7 @@ pub fn configured() -> Result<Vec<Endpoint>, String> {
     {
         return parse_list(&e);
     }
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    let path = if uid == 0 {
-        "/run/gpupool/gpupool.sock".to_string()
-    } else {
-        match std::env::var("XDG_RUNTIME_DIR") {
-            Ok(d) if !d.is_empty() => format!("{d}/gpupool.sock"),
-            _ => format!("/run/user/{uid}/gpupool.sock"),
-        }
-    };
-    Ok(vec![Endpoint::Unix(path.into())])
+    Ok(vec![Endpoint::Unix(gpupool_protocol::transport::unix::default_socket_path())])
 }
 
 /// What a network connection needs besides its address.

@@ -24,17 +24,7 @@ pub fn peer_cred(stream: &UnixStream) -> std::io::Result<PeerCred> {
     Ok(PeerCred { pid: c.pid.as_raw_nonzero().get() as u32, uid: c.uid.as_raw(), gid: c.gid.as_raw() })
 }
 
-/// `/run/gpupool/gpupool.sock` as root, else `$XDG_RUNTIME_DIR/gpupool.sock` (or
-/// `/tmp/gpupool-<uid>/gpupool.sock` without XDG_RUNTIME_DIR).
-pub fn default_socket_path() -> Result<PathBuf> {
-    if rustix::process::geteuid().is_root() {
-        return Ok(PathBuf::from("/run/gpupool/gpupool.sock"));
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) if !d.is_empty() => Ok(PathBuf::from(d).join("gpupool.sock")),
-        _ => Ok(PathBuf::from(format!("/tmp/gpupool-{}/gpupool.sock", rustix::process::geteuid().as_raw()))),
-    }
-}
+pub use gpupool_protocol::transport::unix::default_socket_path;
 
 /// `unix:///PATH` or a bare path.
 pub fn parse_endpoint(text: &str) -> Result<PathBuf> {

@@ -269,7 +269,7 @@ pub fn run(opts: Options) -> Result<()> {
     };
     let (driver_version, devices) = discover(&cuda)?;
     let config = load_config(opts.config.as_ref())?;
-    let endpoints = if opts.listen.is_empty() { vec![listener::default_socket_path()?] } else { opts.listen.clone() };
+    let endpoints = if opts.listen.is_empty() { vec![listener::default_socket_path()] } else { opts.listen.clone() };
     let devices_len = devices.len();
     // Bound early: a bad certificate or an insecure address fails before any device work.
     let remote_listeners = remote::bind(&opts.remote, &opts.net)?;

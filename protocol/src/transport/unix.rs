@@ -2,8 +2,10 @@
 //! (u32, little-endian). The simple baseline next to shared memory, and the fallback for
 //! peers that cannot share memory.
 
+use std::ffi::OsStr;
 use std::io::{self, Read};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::sys;
@@ -13,6 +15,25 @@ use super::{Transport, TransportError};
 /// through staging or chunked copies, not giant frames).
 pub const DEFAULT_MAX_FRAME: usize = 16 << 20;
 const READ_CHUNK: usize = 64 << 10;
+
+/// Where this host's daemon listens unless told otherwise, for a process of effective uid
+/// `euid` whose `XDG_RUNTIME_DIR` is `runtime_dir`: `/run/gpupool/gpupool.sock` for root,
+/// else `$XDG_RUNTIME_DIR/gpupool.sock`, else `/tmp/gpupool-<uid>/gpupool.sock`. The
+/// daemon listens there and the interposer connects there, so neither names the other.
+pub fn default_socket_path_for(euid: u32, runtime_dir: Option<&OsStr>) -> PathBuf {
+    if euid == 0 {
+        return PathBuf::from("/run/gpupool/gpupool.sock");
+    }
+    match runtime_dir {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("gpupool.sock"),
+        _ => PathBuf::from(format!("/tmp/gpupool-{euid}/gpupool.sock")),
+    }
+}
+
+/// [`default_socket_path_for`] this process.
+pub fn default_socket_path() -> PathBuf {
+    default_socket_path_for(rustix::process::geteuid().as_raw(), std::env::var_os("XDG_RUNTIME_DIR").as_deref())
+}
 
 pub struct UnixTransport {
     socket: UnixStream,
@@ -152,5 +173,21 @@ impl Transport for UnixTransport {
 impl Drop for UnixTransport {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_socket_path_for as path;
+    use std::ffi::OsStr;
+    use std::path::Path;
+
+    #[test]
+    fn default_socket_path_by_user_and_runtime_dir() {
+        let xdg = Some(OsStr::new("/run/user/1000"));
+        assert_eq!(path(0, xdg), Path::new("/run/gpupool/gpupool.sock"));
+        assert_eq!(path(1000, xdg), Path::new("/run/user/1000/gpupool.sock"));
+        assert_eq!(path(1000, None), Path::new("/tmp/gpupool-1000/gpupool.sock"));
+        assert_eq!(path(1000, Some(OsStr::new(""))), Path::new("/tmp/gpupool-1000/gpupool.sock"));
     }
 }
