@@ -162,27 +162,27 @@ exports! { CUresult;
     cuMemcpy2DAsync_v2 | cuMemcpy2DAsync_v2_ptsz (p: read CUDA_MEMCPY2D, s: val CUstream) = copy::memcpy2d_async;
     cuMemcpy3D_v2 | cuMemcpy3D_v2_ptds (p: read CUDA_MEMCPY3D) = copy3d::memcpy3d;
     cuMemcpy3DAsync_v2 | cuMemcpy3DAsync_v2_ptsz (p: read CUDA_MEMCPY3D, s: val CUstream) = copy3d::memcpy3d_async;
-    cuMemsetD8_v2 | cuMemsetD8_v2_ptds (p: val CUdeviceptr, v: val c_uchar, n: val usize) = memset::d8;
-    cuMemsetD16_v2 | cuMemsetD16_v2_ptds (p: val CUdeviceptr, v: val c_ushort, n: val usize) = memset::d16;
-    cuMemsetD32_v2 | cuMemsetD32_v2_ptds (p: val CUdeviceptr, v: val c_uint, n: val usize) = memset::d32;
+    cuMemsetD8_v2 | cuMemsetD8_v2_ptds (p: val CUdeviceptr, v: val c_uchar, n: val usize) = memset::fill;
+    cuMemsetD16_v2 | cuMemsetD16_v2_ptds (p: val CUdeviceptr, v: val c_ushort, n: val usize) = memset::fill;
+    cuMemsetD32_v2 | cuMemsetD32_v2_ptds (p: val CUdeviceptr, v: val c_uint, n: val usize) = memset::fill;
     cuMemsetD2D8_v2 | cuMemsetD2D8_v2_ptds (p: val CUdeviceptr, pitch: val usize, v: val c_uchar, w: val usize,
-        h: val usize) = memset::d2d8;
+        h: val usize) = memset::fill_2d;
     cuMemsetD2D16_v2 | cuMemsetD2D16_v2_ptds (p: val CUdeviceptr, pitch: val usize, v: val c_ushort, w: val usize,
-        h: val usize) = memset::d2d16;
+        h: val usize) = memset::fill_2d;
     cuMemsetD2D32_v2 | cuMemsetD2D32_v2_ptds (p: val CUdeviceptr, pitch: val usize, v: val c_uint, w: val usize,
-        h: val usize) = memset::d2d32;
+        h: val usize) = memset::fill_2d;
     cuMemsetD8Async | cuMemsetD8Async_ptsz (p: val CUdeviceptr, v: val c_uchar, n: val usize, s: val CUstream)
-        = memset::d8a;
+        = memset::fill_async;
     cuMemsetD16Async | cuMemsetD16Async_ptsz (p: val CUdeviceptr, v: val c_ushort, n: val usize, s: val CUstream)
-        = memset::d16a;
+        = memset::fill_async;
     cuMemsetD32Async | cuMemsetD32Async_ptsz (p: val CUdeviceptr, v: val c_uint, n: val usize, s: val CUstream)
-        = memset::d32a;
+        = memset::fill_async;
     cuMemsetD2D8Async | cuMemsetD2D8Async_ptsz (p: val CUdeviceptr, pitch: val usize, v: val c_uchar,
-        w: val usize, h: val usize, s: val CUstream) = memset::d2d8a;
+        w: val usize, h: val usize, s: val CUstream) = memset::fill_2d_async;
     cuMemsetD2D16Async | cuMemsetD2D16Async_ptsz (p: val CUdeviceptr, pitch: val usize, v: val c_ushort,
-        w: val usize, h: val usize, s: val CUstream) = memset::d2d16a;
+        w: val usize, h: val usize, s: val CUstream) = memset::fill_2d_async;
     cuMemsetD2D32Async | cuMemsetD2D32Async_ptsz (p: val CUdeviceptr, pitch: val usize, v: val c_uint,
-        w: val usize, h: val usize, s: val CUstream) = memset::d2d32a;
+        w: val usize, h: val usize, s: val CUstream) = memset::fill_2d_async;
 
     // ---- launches ----
     cuLaunchKernel | cuLaunchKernel_ptsz (f: val CUfunction, gx: val c_uint, gy: val c_uint, gz: val c_uint,

@@ -50,63 +50,47 @@ fn memset(
     })
 }
 
-pub(super) fn d8(p: CUdeviceptr, v: c_uchar, n: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U8(v), 0, n, 1, None)
+/// The element a memset writes: the table's D8, D16 and D32 lines share one
+/// implementation each, which takes the element type from the export's signature.
+pub(super) trait Element {
+    fn value(self) -> MemsetValue;
 }
-pub(super) fn d16(p: CUdeviceptr, v: c_ushort, n: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U16(v), 0, n, 1, None)
+impl Element for c_uchar {
+    fn value(self) -> MemsetValue {
+        MemsetValue::U8(self)
+    }
 }
-pub(super) fn d32(p: CUdeviceptr, v: c_uint, n: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U32(v), 0, n, 1, None)
+impl Element for c_ushort {
+    fn value(self) -> MemsetValue {
+        MemsetValue::U16(self)
+    }
 }
-pub(super) fn d2d8(p: CUdeviceptr, pitch: usize, v: c_uchar, w: usize, h: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U8(v), pitch, w, h, None)
+impl Element for c_uint {
+    fn value(self) -> MemsetValue {
+        MemsetValue::U32(self)
+    }
 }
-pub(super) fn d2d16(p: CUdeviceptr, pitch: usize, v: c_ushort, w: usize, h: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U16(v), pitch, w, h, None)
+
+pub(super) fn fill(p: CUdeviceptr, v: impl Element, n: usize, _: DefaultStream) -> R<()> {
+    memset(p, v.value(), 0, n, 1, None)
 }
-pub(super) fn d2d32(p: CUdeviceptr, pitch: usize, v: c_uint, w: usize, h: usize, _: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U32(v), pitch, w, h, None)
+
+pub(super) fn fill_2d(p: CUdeviceptr, pitch: usize, v: impl Element, w: usize, h: usize, _: DefaultStream) -> R<()> {
+    memset(p, v.value(), pitch, w, h, None)
 }
-pub(super) fn d8a(p: CUdeviceptr, v: c_uchar, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U8(v), 0, n, 1, Some((s, ds)))
+
+pub(super) fn fill_async(p: CUdeviceptr, v: impl Element, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
+    memset(p, v.value(), 0, n, 1, Some((s, ds)))
 }
-pub(super) fn d16a(p: CUdeviceptr, v: c_ushort, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U16(v), 0, n, 1, Some((s, ds)))
-}
-pub(super) fn d32a(p: CUdeviceptr, v: c_uint, n: usize, s: CUstream, ds: DefaultStream) -> R<()> {
-    memset(p, MemsetValue::U32(v), 0, n, 1, Some((s, ds)))
-}
-pub(super) fn d2d8a(
+
+pub(super) fn fill_2d_async(
     p: CUdeviceptr,
     pitch: usize,
-    v: c_uchar,
+    v: impl Element,
     w: usize,
     h: usize,
     s: CUstream,
     ds: DefaultStream,
 ) -> R<()> {
-    memset(p, MemsetValue::U8(v), pitch, w, h, Some((s, ds)))
-}
-pub(super) fn d2d16a(
-    p: CUdeviceptr,
-    pitch: usize,
-    v: c_ushort,
-    w: usize,
-    h: usize,
-    s: CUstream,
-    ds: DefaultStream,
-) -> R<()> {
-    memset(p, MemsetValue::U16(v), pitch, w, h, Some((s, ds)))
-}
-pub(super) fn d2d32a(
-    p: CUdeviceptr,
-    pitch: usize,
-    v: c_uint,
-    w: usize,
-    h: usize,
-    s: CUstream,
-    ds: DefaultStream,
-) -> R<()> {
-    memset(p, MemsetValue::U32(v), pitch, w, h, Some((s, ds)))
+    memset(p, v.value(), pitch, w, h, Some((s, ds)))
 }
