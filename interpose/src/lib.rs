@@ -43,8 +43,9 @@
 //!   PTX input; device `printf` prints on
 //!   the daemon's output; graphs, stream capture and copies to or from CUDA arrays are
 //!   refused with `CUDA_ERROR_NOT_SUPPORTED`;
-//! - 2D and 3D copies with a host end go through staging even when that end is
-//!   page-locked (a 3D row wider than the staging area is `CUDA_ERROR_NOT_SUPPORTED`);
+//! - 2D and 3D copies with a pageable host end go through staging (a row wider than the
+//!   staging area is `CUDA_ERROR_NOT_SUPPORTED` there); a page-locked end is named in
+//!   place, like a linear copy's;
 //! - `cuModuleLoad`, `cuLink*` and `cuOccupancy*` are answered here and are not in the
 //!   `cuGetProcAddress` table shared with the simulator (which lacks them): found by
 //!   symbol, not by `cuGetProcAddress`;

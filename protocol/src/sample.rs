@@ -110,7 +110,11 @@ impl Sample for HostSrc {
 
 impl Sample for MemSpace {
     fn sample(g: &mut Gen) -> Self {
-        if g.next() & 1 == 1 { MemSpace::Device(Sample::sample(g)) } else { MemSpace::Staging(Sample::sample(g)) }
+        match g.next() % 3 {
+            0 => MemSpace::Device(Sample::sample(g)),
+            1 => MemSpace::Staging(Sample::sample(g)),
+            _ => MemSpace::Region { id: Sample::sample(g), offset: Sample::sample(g) },
+        }
     }
 }
 

@@ -106,7 +106,7 @@ fn golden_bytes() {
     };
     let expected: Vec<u8> = [
         &b"GPPL"[..],
-        &[1, 0],        // version
+        &[2, 0],        // version
         &[24, 0],       // header length
         &[1, 0],        // kind: request
         &[0, 0],        // flags

@@ -334,7 +334,8 @@ pub(super) fn end_of(c: &Client, t: MT, host: u64, dev: u64) -> R<(bool, u64)> {
     }
 }
 
-fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
+/// `stream`: the async variants' stream, already resolved.
+fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D, stream: Option<StreamId>) -> R<()> {
     let (w, h) = (p.WidthInBytes, p.Height);
     if w == 0 || h == 0 {
         return Ok(());
@@ -363,17 +364,31 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
         y: 0,
         pitch: pitch as u64,
     };
+    // A host end inside one page-locked region the daemon maps is named in place.
+    let region_end = |c: &Client, org: u64, pitch: usize| {
+        let (id, offset) = c.reg.region_of(org as usize, span(pitch))?;
+        Some(Copy2DEnd { space: MemSpace::Region { id, offset }, x_bytes: 0, y: 0, pitch: pitch as u64 })
+    };
+    let direct = match (s_dev, d_dev) {
+        (true, true) => Some((dev_end(s_org, p.srcPitch), dev_end(d_org, p.dstPitch))),
+        (false, true) => region_end(c, s_org, p.srcPitch).map(|s| (s, dev_end(d_org, p.dstPitch))),
+        (true, false) => region_end(c, d_org, p.dstPitch).map(|d| (dev_end(s_org, p.srcPitch), d)),
+        (false, false) => None,
+    };
+    if let Some((src, dst)) = direct {
+        let copy = Copy2D { src, dst, width_bytes: w as u64, height: h as u64 };
+        let conn = c.live()?;
+        return match stream {
+            None => conn.call_ok(Request::Memcpy2D { copy }),
+            Some(stream) => conn.post(Request::Memcpy2DAsync { copy, stream }),
+        };
+    }
+    if let Some(stream) = stream {
+        sync_stream(c, stream)?;
+    }
     let staged = Copy2DEnd { space: MemSpace::Staging(0), x_bytes: 0, y: 0, pitch: w as u64 };
+    // Left: host to host, or one host end outside page-locked memory.
     match (s_dev, d_dev) {
-        (true, true) => {
-            let copy = Copy2D {
-                src: dev_end(s_org, p.srcPitch),
-                dst: dev_end(d_org, p.dstPitch),
-                width_bytes: w as u64,
-                height: h as u64,
-            };
-            c.live()?.call_ok(Request::Memcpy2D { copy })
-        }
         (false, false) => {
             for row in 0..h {
                 let (s, d) = (s_org as usize + row * p.srcPitch, d_org as usize + row * p.dstPitch);
@@ -382,7 +397,7 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
             }
             Ok(())
         }
-        (false, true) | (true, false) => {
+        _ => {
             let conn = c.live()?;
             let rows = conn.staging_len() / w;
             if rows == 0 {
@@ -420,14 +435,13 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D) -> R<()> {
 pub(super) fn memcpy2d(p: CUDA_MEMCPY2D, _ds: DefaultStream) -> R<()> {
     client::call(|c| {
         require_ctx(c)?;
-        copy2d(c, &p)
+        copy2d(c, &p, None)
     })
 }
 
 pub(super) fn memcpy2d_async(p: CUDA_MEMCPY2D, s: CUstream, ds: DefaultStream) -> R<()> {
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
-        sync_stream(c, stream)?;
-        copy2d(c, &p)
+        copy2d(c, &p, Some(stream))
     })
 }

@@ -5,13 +5,14 @@
 //! 0 meaning the width or `Height`), and each device end over its whole extent, locally.
 //!
 //! Device to device is one `Memcpy3D` request (async: posted on its stream without a
-//! reply). A host end travels packed through the staging area, whole slices at a time,
+//! reply), and so is a copy whose host end lies in one page-locked allocation the daemon
+//! maps (named in place, as 2D and linear copies do). Another host end travels packed
+//! through the staging area, whole slices at a time,
 //! or rows of one slice at a time when a slice does not fit; a row wider than the area is
 //! NOT_SUPPORTED. Async host-to-device chunks are posted on their stream, each followed by
 //! a cheap synchronous request after which the daemon is done with the area; async
 //! device-to-host copies wait for their stream, then copy (they complete before
-//! returning, as CUDA's do into pageable memory). The protocol names no page-locked
-//! region in a 3D end, so pinned host memory is staged like pageable memory here.
+//! returning, as CUDA's do into pageable memory).
 
 use super::DefaultStream;
 use super::copy::{check_dev, end_of, require_ctx, sync_stream};
@@ -42,8 +43,19 @@ impl End {
     }
 
     fn wire(&self, z: u64, y: u64, height: u64) -> Copy3DEnd {
+        self.wire_in(MemSpace::Device(DevicePtr(self.at(z, y))), height)
+    }
+
+    /// The whole end as a page-locked region the daemon maps, if it lies in one.
+    fn in_region(&self, c: &Client, s: Shape) -> Option<Copy3DEnd> {
+        let span = ((s.d - 1) * self.rows + s.h - 1).checked_mul(self.pitch)?.checked_add(s.w)?;
+        let (id, offset) = c.reg.region_of(self.org as usize, usize::try_from(span).ok()?)?;
+        Some(self.wire_in(MemSpace::Region { id, offset }, s.h))
+    }
+
+    fn wire_in(&self, space: MemSpace, height: u64) -> Copy3DEnd {
         Copy3DEnd {
-            space: MemSpace::Device(DevicePtr(self.at(z, y))),
+            space,
             x_bytes: 0,
             y: 0,
             z: 0,
@@ -129,21 +141,21 @@ fn copy3d(c: &mut Client, p: &CUDA_MEMCPY3D, stream: Option<StreamId>) -> R<()> 
     if s.w == 0 || s.h == 0 || s.d == 0 {
         return Ok(());
     }
+    let direct = match (src.dev, dst.dev) {
+        (true, true) => Some((src.wire(0, 0, s.h), dst.wire(0, 0, s.h))),
+        (false, true) => src.in_region(c, s).map(|r| (r, dst.wire(0, 0, s.h))),
+        (true, false) => dst.in_region(c, s).map(|r| (src.wire(0, 0, s.h), r)),
+        (false, false) => None,
+    };
+    if let Some((src, dst)) = direct {
+        let copy = Copy3D { src, dst, width_bytes: s.w, height: s.h, depth: s.d };
+        let conn = c.live()?;
+        return match stream {
+            None => conn.call_ok(Request::Memcpy3D { copy }),
+            Some(stream) => conn.post(Request::Memcpy3DAsync { copy, stream }),
+        };
+    }
     match (src.dev, dst.dev) {
-        (true, true) => {
-            let copy = Copy3D {
-                src: src.wire(0, 0, s.h),
-                dst: dst.wire(0, 0, s.h),
-                width_bytes: s.w,
-                height: s.h,
-                depth: s.d,
-            };
-            let conn = c.live()?;
-            match stream {
-                None => conn.call_ok(Request::Memcpy3D { copy }),
-                Some(stream) => conn.post(Request::Memcpy3DAsync { copy, stream }),
-            }
-        }
         (false, false) => {
             if let Some(stream) = stream {
                 sync_stream(c, stream)?;
@@ -158,7 +170,7 @@ fn copy3d(c: &mut Client, p: &CUDA_MEMCPY3D, stream: Option<StreamId>) -> R<()> 
             Ok(())
         }
         (false, true) => staged(c, s, src, dst, stream, true),
-        (true, false) => {
+        _ => {
             if let Some(stream) = stream {
                 sync_stream(c, stream)?;
             }

@@ -15,8 +15,10 @@ Modes (argv[1]):
                DtoH from and into it, sync and async, whole and at offsets, data checked;
                one allocation is left for the session's end to unmap
   copy3d       cuMemcpy3D[Async]: HtoD with pitch/slice-height padding and x/y/z offsets,
-               DtoD, DtoH, chunked through staging (by slices and by rows), every byte
-               checked against a host-side reference; reserved1 set is INVALID_VALUE
+               DtoD, DtoH, chunked through staging (by slices and by rows), and the same
+               from and into page-locked memory (named in place, no staging), every byte
+               checked against a host-side reference; cuMemcpy2D[Async] with page-locked
+               rows wider than the staging area; reserved1 set is INVALID_VALUE
   latency      median round trip of cuCtxSynchronize (forwarded) and cuCtxGetDevice (local)
 """
 import ctypes, os, sys, time
@@ -278,14 +280,25 @@ elif mode == "copy3d":
     stream = ctypes.c_void_p()
     check("stream", cu.cuStreamCreate(ctypes.byref(stream), 0))
 
-    def trip(w, h, d, hs, ds, hd, use_async):
+    def host_buffer(data, pinned):
+        """(pointer, read-back) for `data` in pageable or in page-locked memory."""
+        n = len(data)
+        if not pinned:
+            b = ctypes.create_string_buffer(data, n)
+            return b, lambda: b.raw[:n]
+        p = ctypes.c_void_p()
+        check("cuMemAllocHost", cu.cuMemAllocHost_v2(ctypes.byref(p), size(n)))
+        ctypes.memmove(p, data, n)
+        return p, lambda: ctypes.string_at(p, n)
+
+    def trip(w, h, d, hs, ds, hd, use_async, pinned=False):
         """HtoD into a padded, offset device layout; DtoD into a packed device buffer
         (pitch and slice height 0); DtoH into a padded, offset host layout."""
         packed = bytes((i * 31 + (i >> 9) + 11) & 0xFF for i in range(w * h * d))
         (sp, sr, sx, sy, sz), (dp, dr, dx, dy, dz), (hp, hr, hx, hy, hz) = hs, ds, hd
         hsize = (sz + d) * sr * sp
         host = place(bytes((i * 3) & 0xFF for i in range(hsize)), sp, sr, sx, sy, sz, w, h, d, packed)
-        hbuf = ctypes.create_string_buffer(host, hsize)
+        hbuf, _ = host_buffer(host, pinned)
         dsize = (dz + d) * dr * dp
         a = dev(dsize, 0x5A)
         m = M3(WidthInBytes=w, Height=h, Depth=d)
@@ -309,16 +322,18 @@ elif mode == "copy3d":
             check("dtod 3d", cu.cuMemcpy3D_v2(ctypes.byref(m)))
         check("dtod 3d data", dev_bytes(b, w * h * d) == packed, True)
         osize = (hz + d) * hr * hp
-        out = ctypes.create_string_buffer(b"\xee" * osize, osize)
+        out, read_out = host_buffer(b"\xee" * osize, pinned)
         m = M3(WidthInBytes=w, Height=h, Depth=d)
         end(m, "src", DEVICE, b, w, h)
         end(m, "dst", HOST, out, hp, hr, hx, hy, hz)
         if use_async:
             check("dtoh 3d async", cu.cuMemcpy3DAsync_v2(ctypes.byref(m), stream))
+            # Into page-locked memory the copy is queued: the bytes are there after a sync.
+            check("sync", cu.cuStreamSynchronize(stream))
         else:
             check("dtoh 3d", cu.cuMemcpy3D_v2(ctypes.byref(m)))
         want = place(b"\xee" * osize, hp, hr, hx, hy, hz, w, h, d, packed)
-        check("dtoh 3d data", out.raw[:osize] == want, True)
+        check("dtoh 3d data", read_out() == want, True)
         for p in (a, b):
             check("free", cu.cuMemFree_v2(p))
 
@@ -329,6 +344,43 @@ elif mode == "copy3d":
     trip(3000, 1000, 4, (3072, 1001, 8, 1, 0), (3100, 1000, 0, 0, 1), (3000, 1002, 0, 2, 0), False)
     # One 8.6 MiB slice: chunked by rows.
     trip(4100, 2100, 1, (4200, 2100, 4, 0, 0), (4100, 2101, 0, 1, 0), (4104, 2100, 2, 0, 0), True)
+    # Page-locked host ends, sync and async; then 12 MiB in one request, no staging.
+    trip(37, 5, 4, (50, 7, 3, 1, 1), (64, 8, 5, 2, 1), (45, 6, 2, 1, 1), False, pinned=True)
+    trip(37, 5, 4, (50, 7, 3, 1, 1), (64, 8, 5, 2, 1), (45, 6, 2, 1, 1), True, pinned=True)
+    trip(3000, 1000, 4, (3072, 1001, 8, 1, 0), (3100, 1000, 0, 0, 1), (3000, 1002, 0, 2, 0), True, pinned=True)
+    # Rows wider than the staging area: only page-locked ends can carry them.
+    wide = (8 << 20) + 1024
+    trip(wide, 1, 2, (wide, 1, 0, 0, 0), (wide + 64, 1, 0, 0, 0), (wide, 1, 0, 0, 0), False, pinned=True)
+
+    class M2(ctypes.Structure):
+        _fields_ = [("srcXInBytes", size), ("srcY", size), ("srcMemoryType", ctypes.c_int),
+                    ("srcHost", ctypes.c_void_p), ("srcDevice", u64), ("srcArray", ctypes.c_void_p),
+                    ("srcPitch", size), ("dstXInBytes", size), ("dstY", size),
+                    ("dstMemoryType", ctypes.c_int), ("dstHost", ctypes.c_void_p), ("dstDevice", u64),
+                    ("dstArray", ctypes.c_void_p), ("dstPitch", size), ("WidthInBytes", size),
+                    ("Height", size)]
+    check("2d struct size", ctypes.sizeof(M2), 128)
+
+    # 2D rows of 9 MiB, wider than the 8 MiB staging area: only a page-locked host end,
+    # named in place, can carry them. Offsets at both ends; async DtoH is queued.
+    w2, h2, pitch2 = 9 << 20, 2, (9 << 20) + 512
+    rows = bytes((i * 7 + (i >> 13)) & 0xFF for i in range(w2)) + bytes((i * 5 + 3) & 0xFF for i in range(w2))
+    hsrc, _ = host_buffer(b"\x00" * (100 + pitch2 * h2), True)
+    for j in range(h2):
+        ctypes.memmove(hsrc.value + 100 + j * pitch2, rows[j * w2:(j + 1) * w2], w2)
+    a = dev(pitch2 * h2 + 64, 0x11)
+    m = M2(WidthInBytes=w2, Height=h2, srcMemoryType=HOST, srcHost=hsrc.value + 100, srcPitch=pitch2,
+           dstMemoryType=DEVICE, dstDevice=a.value, dstXInBytes=64, dstPitch=pitch2)
+    check("htod 2d pinned, rows wider than staging", cu.cuMemcpy2D_v2(ctypes.byref(m)))
+    hdst, read_dst = host_buffer(b"\xee" * (pitch2 * h2), True)
+    m = M2(WidthInBytes=w2, Height=h2, srcMemoryType=DEVICE, srcDevice=a.value, srcXInBytes=64,
+           srcPitch=pitch2, dstMemoryType=HOST, dstHost=hdst.value, dstPitch=pitch2)
+    check("dtoh 2d pinned async", cu.cuMemcpy2DAsync_v2(ctypes.byref(m), stream))
+    check("sync", cu.cuStreamSynchronize(stream))
+    got = read_dst()
+    check("2d pinned data", all(got[j * pitch2:j * pitch2 + w2] == rows[j * w2:(j + 1) * w2] for j in range(h2)), True)
+    check("2d pinned padding untouched", got[w2:pitch2] == b"\xee" * (pitch2 - w2), True)
+    check("free", cu.cuMemFree_v2(a))
 
     # Invalid requests answer before touching anything.
     d = dev(4096)

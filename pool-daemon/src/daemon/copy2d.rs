@@ -1,21 +1,25 @@
-//! 2D and 3D strided copies between device memory this session owns and the staging
-//! area. Each end is checked over its whole extent (first to last byte it touches), then
-//! normalised to its first byte with zero x/y/z offsets before it reaches the backend.
+//! 2D and 3D strided copies between device memory this session owns, the staging area and
+//! the client's page-locked host regions. Each end is checked over its whole extent (first
+//! to last byte it touches), then normalised to its first byte with zero x/y/z offsets
+//! before it reaches the backend.
 
 use super::dispatch::{Fail, Result};
 use super::session::Session;
 use crate::call;
-use gpupool_protocol::ops::{Copy2D, Copy3D, MemSpace};
+use gpupool_protocol::ops::{Copy2D, Copy3D, MemSpace, RegionSlice};
 use gpupool_protocol::transport::Staging;
 use gpupool_protocol::{DevicePtr, StreamId};
 use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUmemorytype};
 
-/// One end, checked: the memory type and its first byte (host or device address).
+/// One end, checked: the memory type and its first byte (host or device address). A
+/// region end's address is found once the copy's device is entered (the region is
+/// page-locked through it on first use).
 struct End {
     kind: CUmemorytype,
     host: *mut u8,
     device: u64,
     device_ordinal: Option<u32>,
+    region: Option<RegionSlice>,
 }
 
 fn over() -> Fail {
@@ -34,18 +38,40 @@ impl Session {
                     host: std::ptr::null_mut(),
                     device: first,
                     device_ordinal: Some(d),
+                    region: None,
                 })
             }
             MemSpace::Staging(o) => {
                 let first = o.checked_add(skip).ok_or_else(over)?;
                 let host = Self::staging_ptr(staging, first, span)?;
-                Ok(End { kind: CUmemorytype::CU_MEMORYTYPE_HOST, host, device: 0, device_ordinal: None })
+                Ok(End { kind: CUmemorytype::CU_MEMORYTYPE_HOST, host, device: 0, device_ordinal: None, region: None })
+            }
+            MemSpace::Region { id, offset } => {
+                let offset = offset.checked_add(skip).ok_or_else(over)?;
+                Ok(End {
+                    kind: CUmemorytype::CU_MEMORYTYPE_HOST,
+                    host: std::ptr::null_mut(),
+                    device: 0,
+                    device_ordinal: None,
+                    region: Some(RegionSlice { id, offset, len: span }),
+                })
             }
         }
     }
 
+    /// Enters the copy's device and finds its region ends there.
+    fn enter_copy(&mut self, d: u32, ends: [&mut End; 2]) -> Result<()> {
+        self.enter(d)?;
+        for e in ends {
+            if let Some(s) = e.region.take() {
+                e.host = self.region_ptr(&s, d)?;
+            }
+        }
+        Ok(())
+    }
+
     fn device_of(&self, a: &End, b: &End) -> Result<u32> {
-        a.device_ordinal.or(b.device_ordinal).ok_or_else(|| Fail::invalid_value("a copy between two staging regions"))
+        a.device_ordinal.or(b.device_ordinal).ok_or_else(|| Fail::invalid_value("a copy with no device end"))
     }
 
     pub(super) fn copy_2d(&mut self, c: Copy2D, stream: Option<StreamId>, staging: Option<&Staging>) -> Result<()> {
@@ -63,11 +89,11 @@ impl Session {
         }
         let (ss, sn) = end(c.src.x_bytes, c.src.y, c.src.pitch)?;
         let (ds, dn) = end(c.dst.x_bytes, c.dst.y, c.dst.pitch)?;
-        let src = self.copy_end(c.src.space, ss, sn, staging)?;
-        let dst = self.copy_end(c.dst.space, ds, dn, staging)?;
+        let mut src = self.copy_end(c.src.space, ss, sn, staging)?;
+        let mut dst = self.copy_end(c.dst.space, ds, dn, staging)?;
         let d = self.device_of(&src, &dst)?;
         let s = stream.map(|id| self.stream(id, Some(d))).transpose()?;
-        self.enter(d)?;
+        self.enter_copy(d, [&mut src, &mut dst])?;
         let p = CUDA_MEMCPY2D {
             srcMemoryType: src.kind,
             srcHost: src.host.cast_const().cast(),
@@ -110,11 +136,11 @@ impl Session {
         };
         let (ss, sn) = end(c.src.x_bytes, c.src.y, c.src.z, c.src.pitch, c.src.height)?;
         let (ds, dn) = end(c.dst.x_bytes, c.dst.y, c.dst.z, c.dst.pitch, c.dst.height)?;
-        let src = self.copy_end(c.src.space, ss, sn, staging)?;
-        let dst = self.copy_end(c.dst.space, ds, dn, staging)?;
+        let mut src = self.copy_end(c.src.space, ss, sn, staging)?;
+        let mut dst = self.copy_end(c.dst.space, ds, dn, staging)?;
         let d = self.device_of(&src, &dst)?;
         let s = stream.map(|id| self.stream(id, Some(d))).transpose()?;
-        self.enter(d)?;
+        self.enter_copy(d, [&mut src, &mut dst])?;
         let p = CUDA_MEMCPY3D {
             srcMemoryType: src.kind,
             srcHost: src.host.cast_const().cast(),

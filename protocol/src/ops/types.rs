@@ -115,12 +115,19 @@ impl Decode for HostSrc {
     }
 }
 
-/// One end of a 2D/3D copy: device memory or the staging area.
+/// One end of a 2D/3D copy: device memory, the staging area, or a client's page-locked
+/// host region (shared memory the daemon maps, so the copy needs no staging pass and an
+/// async one can be queued on its stream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MemSpace {
     Device(DevicePtr),
     /// Byte offset of the region's origin in the staging area.
     Staging(u64),
+    /// Host region `id`, with the copy's origin `offset` bytes into it.
+    Region {
+        id: u64,
+        offset: u64,
+    },
 }
 
 impl Encode for MemSpace {
@@ -134,6 +141,11 @@ impl Encode for MemSpace {
                 1u8.encode(w);
                 o.encode(w);
             }
+            MemSpace::Region { id, offset } => {
+                2u8.encode(w);
+                id.encode(w);
+                offset.encode(w);
+            }
         }
     }
 }
@@ -143,6 +155,7 @@ impl Decode for MemSpace {
         match u8::decode(r)? {
             0 => Ok(MemSpace::Device(Decode::decode(r)?)),
             1 => Ok(MemSpace::Staging(Decode::decode(r)?)),
+            2 => Ok(MemSpace::Region { id: Decode::decode(r)?, offset: Decode::decode(r)? }),
             tag => Err(DecodeError::InvalidTag { what: "memory space", tag: tag.into() }),
         }
     }
