@@ -348,9 +348,21 @@ elif mode == "copy3d":
     trip(37, 5, 4, (50, 7, 3, 1, 1), (64, 8, 5, 2, 1), (45, 6, 2, 1, 1), False, pinned=True)
     trip(37, 5, 4, (50, 7, 3, 1, 1), (64, 8, 5, 2, 1), (45, 6, 2, 1, 1), True, pinned=True)
     trip(3000, 1000, 4, (3072, 1001, 8, 1, 0), (3100, 1000, 0, 0, 1), (3000, 1002, 0, 2, 0), True, pinned=True)
-    # Rows wider than the staging area: only page-locked ends can carry them.
+    # Rows wider than the staging area: only page-locked memory the daemon maps can carry
+    # them. Over the network it cannot map client memory, and such a row is refused.
+    endpoint = os.environ.get("GPUPOOL_ENDPOINT", "").split(",")[0].strip()
+    remote = endpoint.startswith(("tls://", "tcp://"))
     wide = (8 << 20) + 1024
-    trip(wide, 1, 2, (wide, 1, 0, 0, 0), (wide + 64, 1, 0, 0, 0), (wide, 1, 0, 0, 0), False, pinned=True)
+    if remote:
+        hbuf, _ = host_buffer(b"\x00" * wide, True)
+        a = dev(wide)
+        m = M3(WidthInBytes=wide, Height=1, Depth=1)
+        end(m, "src", HOST, hbuf, wide, 1)
+        end(m, "dst", DEVICE, a, wide, 1)
+        check("remote: 3d row wider than staging", cu.cuMemcpy3D_v2(ctypes.byref(m)), 801)
+        check("free", cu.cuMemFree_v2(a))
+    else:
+        trip(wide, 1, 2, (wide, 1, 0, 0, 0), (wide + 64, 1, 0, 0, 0), (wide, 1, 0, 0, 0), False, pinned=True)
 
     class M2(ctypes.Structure):
         _fields_ = [("srcXInBytes", size), ("srcY", size), ("srcMemoryType", ctypes.c_int),
@@ -371,15 +383,18 @@ elif mode == "copy3d":
     a = dev(pitch2 * h2 + 64, 0x11)
     m = M2(WidthInBytes=w2, Height=h2, srcMemoryType=HOST, srcHost=hsrc.value + 100, srcPitch=pitch2,
            dstMemoryType=DEVICE, dstDevice=a.value, dstXInBytes=64, dstPitch=pitch2)
-    check("htod 2d pinned, rows wider than staging", cu.cuMemcpy2D_v2(ctypes.byref(m)))
-    hdst, read_dst = host_buffer(b"\xee" * (pitch2 * h2), True)
-    m = M2(WidthInBytes=w2, Height=h2, srcMemoryType=DEVICE, srcDevice=a.value, srcXInBytes=64,
-           srcPitch=pitch2, dstMemoryType=HOST, dstHost=hdst.value, dstPitch=pitch2)
-    check("dtoh 2d pinned async", cu.cuMemcpy2DAsync_v2(ctypes.byref(m), stream))
-    check("sync", cu.cuStreamSynchronize(stream))
-    got = read_dst()
-    check("2d pinned data", all(got[j * pitch2:j * pitch2 + w2] == rows[j * w2:(j + 1) * w2] for j in range(h2)), True)
-    check("2d pinned padding untouched", got[w2:pitch2] == b"\xee" * (pitch2 - w2), True)
+    if remote:
+        check("remote: 2d row wider than staging", cu.cuMemcpy2D_v2(ctypes.byref(m)), 801)
+    else:
+        check("htod 2d pinned, rows wider than staging", cu.cuMemcpy2D_v2(ctypes.byref(m)))
+        hdst, read_dst = host_buffer(b"\xee" * (pitch2 * h2), True)
+        m = M2(WidthInBytes=w2, Height=h2, srcMemoryType=DEVICE, srcDevice=a.value, srcXInBytes=64,
+               srcPitch=pitch2, dstMemoryType=HOST, dstHost=hdst.value, dstPitch=pitch2)
+        check("dtoh 2d pinned async", cu.cuMemcpy2DAsync_v2(ctypes.byref(m), stream))
+        check("sync", cu.cuStreamSynchronize(stream))
+        got = read_dst()
+        check("2d pinned data", all(got[j * pitch2:j * pitch2 + w2] == rows[j * w2:(j + 1) * w2] for j in range(h2)), True)
+        check("2d pinned padding untouched", got[w2:pitch2] == b"\xee" * (pitch2 - w2), True)
     check("free", cu.cuMemFree_v2(a))
 
     # Invalid requests answer before touching anything.
