@@ -21,12 +21,8 @@ pub fn log(msg: &str) {
 
 /// Writes through an application out-pointer; NULL is CUDA_ERROR_INVALID_VALUE.
 pub fn out<T>(ptr: *mut T, value: T) -> R<()> {
-    if ptr.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: non-null; the CUDA contract makes the caller responsible for it pointing to
-    // a writable `T`.
-    unsafe { ptr.write_unaligned(value) };
+    crate::api::export::require(ptr)?;
+    crate::api::export::put(ptr, value);
     Ok(())
 }
 
