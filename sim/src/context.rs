@@ -111,6 +111,17 @@ impl Context {
         list.iter().filter_map(Weak::upgrade).collect()
     }
 
+    /// Waits until every stream of the context has finished what was queued on it so
+    /// far, leaving asynchronous errors for the next synchronisation to report and
+    /// captures untouched. Calls that end memory (`cuMemFree`, `cuModuleUnload`) wait
+    /// like this, as NVIDIA's driver does: work already queued runs on the memory it
+    /// named, never on freed (or reused) memory.
+    pub fn drain(&self) {
+        for s in self.live_streams() {
+            s.wait_for_queued();
+        }
+    }
+
     /// Waits for all work of the context; returns the sticky error or the first
     /// asynchronous error any stream reported.
     pub fn synchronize(&self) -> CuResult<()> {

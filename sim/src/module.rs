@@ -169,7 +169,8 @@ pub fn unload(driver: &Driver, handle: u64) -> CuResult<()> {
         driver.functions.remove(*f);
     }
     if let Some(ctx) = driver.contexts.get(m.ctx_handle) {
-        let _ = ctx.synchronize();
+        // Launches already queued still run (and may read the variables).
+        ctx.drain();
         for (base, _) in m.globals.values() {
             let _ = ctx.memory.free(*base);
         }

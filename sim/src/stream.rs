@@ -222,6 +222,7 @@ impl Stream {
     }
 
     fn run(&self, p: Pending) {
+        let _running = RunningOn::enter(self);
         for (s, seq) in &p.deps {
             s.wait_for(*seq);
         }
@@ -283,6 +284,16 @@ impl Stream {
         self.lock().completed
     }
 
+    /// Blocks until everything queued so far has finished. On the stream's own worker
+    /// (a host function that calls the driver, which CUDA forbids but a client may do)
+    /// it returns at once instead of waiting for itself forever.
+    pub fn wait_for_queued(&self) {
+        if RUNNING_ON.with(|r| r.get()) == self as *const Stream as usize {
+            return;
+        }
+        self.wait_for(self.last_enqueued());
+    }
+
     /// Blocks until operation `seq` has finished.
     pub fn wait_for(&self, seq: u64) {
         let mut q = self.lock();
@@ -326,6 +337,27 @@ impl Stream {
     pub fn shut_down(&self) {
         self.lock().shutdown = true;
         self.work_ready.notify_all();
+    }
+}
+
+thread_local! {
+    /// The stream whose work this thread is running (its address), 0 on other threads.
+    static RUNNING_ON: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks the current thread as running `stream`'s work until dropped (also when the
+/// work is drained inline on a caller's thread).
+struct RunningOn(usize);
+
+impl RunningOn {
+    fn enter(stream: &Stream) -> RunningOn {
+        RunningOn(RUNNING_ON.with(|r| r.replace(stream as *const Stream as usize)))
+    }
+}
+
+impl Drop for RunningOn {
+    fn drop(&mut self) {
+        RUNNING_ON.with(|r| r.set(self.0));
     }
 }
 

@@ -176,7 +176,9 @@ driver_table! {
     cuMemFree_v2(CUdeviceptr);
     cuMemGetAddressRange_v2(*mut CUdeviceptr, *mut usize, CUdeviceptr);
     cuMemAllocHost_v2(*mut *mut c_void, usize);
+    cuMemHostAlloc(*mut *mut c_void, usize, c_uint);
     cuMemFreeHost(*mut c_void);
+    cuMemFreeAsync(CUdeviceptr, CUstream);
     cuMemcpyHtoD_v2(CUdeviceptr, *const c_void, usize);
     cuMemcpyDtoH_v2(*mut c_void, CUdeviceptr, usize);
     cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, usize);
@@ -186,7 +188,9 @@ driver_table! {
     cuMemsetD8_v2(CUdeviceptr, u8, usize);
     cuMemsetD32_v2(CUdeviceptr, c_uint, usize);
     cuMemsetD8Async(CUdeviceptr, u8, usize, CUstream);
+    cuMemsetD16Async(CUdeviceptr, u16, usize, CUstream);
     cuMemsetD32Async(CUdeviceptr, c_uint, usize, CUstream);
+    cuMemsetD2D32Async(CUdeviceptr, usize, c_uint, usize, usize, CUstream);
     cuStreamCreate(*mut CUstream, c_uint);
     cuStreamDestroy_v2(CUstream);
     cuStreamGetFlags(CUstream, *mut c_uint);

@@ -17,6 +17,8 @@ mod device;
 mod event;
 #[path = "driver_semantics/init.rs"]
 mod init;
+#[path = "driver_semantics/lifetimes.rs"]
+mod lifetimes;
 #[path = "driver_semantics/memory.rs"]
 mod memory;
 #[path = "driver_semantics/module_launch.rs"]

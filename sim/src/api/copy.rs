@@ -24,11 +24,23 @@ enum Keep {
     Pageable,
 }
 
-/// Where a copy reads or writes: the host-visible address of its first byte.
+/// Where a copy reads or writes: the host-visible address of its first byte, and what
+/// keeps those bytes alive.
+///
+/// Jobs reach the address only through [`Region::addr`], a method on the whole value:
+/// a closure that read the field directly would capture just that `u64` (closures
+/// capture the fields they use), drop `keep` at once, and let a `cuMemFree` right after
+/// the call unmap the bytes the queued job then writes.
 #[derive(Clone)]
 struct Region {
-    addr: u64,
+    host_addr: u64,
     keep: Keep,
+}
+
+impl Region {
+    fn addr(&self) -> u64 {
+        self.host_addr
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -55,7 +67,7 @@ fn locate(driver: &Driver, ctx: &Context, ptr: u64, footprint: u64, expect: Expe
         }
         let (a, off) = ctx.memory.resolve(ptr, footprint, role)?;
         let addr = a.host_ptr(off, footprint).map(|p| p as u64).unwrap_or(0);
-        return Ok(Region { addr, keep: Keep::Device(a) });
+        return Ok(Region { host_addr: addr, keep: Keep::Device(a) });
     }
     if let Some(b) = driver.pinned.find(ptr) {
         if ptr + footprint > b.addr() + b.len {
@@ -63,12 +75,12 @@ fn locate(driver: &Driver, ctx: &Context, ptr: u64, footprint: u64, expect: Expe
                 format!("{role}: {footprint} bytes at {ptr:#x} overrun a page-locked block")
             });
         }
-        return Ok(Region { addr: ptr, keep: Keep::Pinned(b) });
+        return Ok(Region { host_addr: ptr, keep: Keep::Pinned(b) });
     }
     if expect == Expect::Device {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} {ptr:#x} is not device memory"));
     }
-    Ok(Region { addr: ptr, keep: Keep::Pageable })
+    Ok(Region { host_addr: ptr, keep: Keep::Pageable })
 }
 
 /// A (possibly strided, possibly 3D) transfer of `width` x `height` x `depth` bytes.
@@ -148,17 +160,15 @@ fn submit_copy(
         // Stage the source now: the application may reuse its buffer when we return.
         let mut staged = vec![0u8; (shape.width * shape.height * shape.depth) as usize];
         let packed = Shape { dst_pitch: shape.width, dst_slice: shape.width * shape.height, ..shape };
-        run_copy(staged.as_mut_ptr() as u64, src.addr, &packed);
+        run_copy(staged.as_mut_ptr() as u64, src.addr(), &packed);
         let from = Shape { src_pitch: shape.width, src_slice: shape.width * shape.height, ..shape };
         std::sync::Arc::new(move || {
-            let _keep = &dst;
-            run_copy(dst.addr, staged.as_ptr() as u64, &from);
+            run_copy(dst.addr(), staged.as_ptr() as u64, &from);
             Ok(())
         })
     } else {
         std::sync::Arc::new(move || {
-            let _keep = (&dst, &src);
-            run_copy(dst.addr, src.addr, &shape);
+            run_copy(dst.addr(), src.addr(), &shape);
             Ok(())
         })
     };
@@ -442,7 +452,7 @@ fn memset_impl(
     let footprint = Shape::footprint(row, height, 1, pitch, 0);
     let region = locate(driver, &ctx, dst, footprint, Expect::Device, "memset destination")?;
     let job: crate::stream::Job = std::sync::Arc::new(move || {
-        let base = region.addr;
+        let base = region.addr();
         for y in 0..height {
             let p = base + y * pitch;
             // SAFETY: the footprint was validated against a live allocation, which

@@ -71,7 +71,16 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-    cuda_entry(|| current()?.memory.free(dptr))
+    cuda_entry(|| {
+        let ctx = current()?;
+        // Queued kernels address memory by value, so nothing short of waiting keeps a
+        // kernel queued before the free from faulting on (or writing into) memory that
+        // is gone or reallocated; NVIDIA's cuMemFree waits for the device as well.
+        if ctx.memory.find(dptr).is_some_and(|a| a.base == dptr) {
+            ctx.drain();
+        }
+        ctx.memory.free(dptr)
+    })
 }
 
 #[unsafe(no_mangle)]
