@@ -287,3 +287,35 @@ def test_a_tenant_faulting_again_and_again_leaves_two_others_computing_right(tmp
             assert rounds >= 3, rounds
         assert_alive(d)
         wait_for(lambda: all(d.used(t)[0] == 0 for t in ("a", "b", "faulty")), 5, "every tenant's memory back")
+
+
+# Page-locked memory used by one device's stream and then another's: freed while the second
+# device's copies into it are still queued. The daemon maps the client's page-locked memory
+# (a shared-memory region) and must not unmap it under either device's queued work.
+PINNED_ACROSS_DEVICES = PRELUDE + r"""
+ctx0 = ok(d.cuDevicePrimaryCtxRetain(ok(d.cuDeviceGet(0))))
+ctx1 = ok(d.cuDevicePrimaryCtxRetain(ok(d.cuDeviceGet(1))))
+ok(d.cuCtxSetCurrent(ctx0))
+pinned = ok(d.cuMemHostAlloc(32 * MiB, d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE))
+s0 = ok(d.cuStreamCreate(NON_BLOCKING))
+a = ok(d.cuMemAlloc(32 * MiB))
+ok(d.cuMemcpyHtoDAsync(a, pinned, 32 * MiB, s0))
+ok(d.cuStreamSynchronize(s0))
+ok(d.cuCtxSetCurrent(ctx1))
+s1 = ok(d.cuStreamCreate(NON_BLOCKING))
+b = ok(d.cuMemAlloc(256 * MiB))
+for i in range(8):
+    ok(d.cuMemsetD8Async(b, i, 256 * MiB, s1))  # keeps device 1 busy
+for i in range(8):
+    ok(d.cuMemcpyDtoHAsync(pinned, b, 32 * MiB, s1))
+print("free_host", d.cuMemFreeHost(pinned)[0].name)
+print("sync", d.cuStreamSynchronize(s1)[0].name)
+"""
+
+
+def test_page_locked_memory_freed_under_another_devices_queued_copies(tmp_path):
+    with Daemon(SIM_LIBDIR, config=tenants("t", memory="1GiB"), devices=2, memory="2GiB") as d:
+        for _ in range(3):
+            p = d.python(PINNED_ACROSS_DEVICES, token="token-t", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert finish(d, p, "the client").split() == ["free_host", "CUDA_SUCCESS", "sync", "CUDA_SUCCESS"]
+            assert_alive(d)

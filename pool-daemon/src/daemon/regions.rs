@@ -28,6 +28,24 @@ pub struct Region {
     pub map: Mapping,
     /// The device whose context registered it with the backend, once used.
     pub registered: Option<u32>,
+    /// The devices whose contexts were handed a pointer into it: their queued copies may
+    /// still read or write it, so each is waited for before it is unmapped.
+    used_on: DeviceSet,
+}
+
+/// A set of device ordinals (the pool's devices are numbered from 0; past 63 every device
+/// counts as used, which only makes the wait longer).
+#[derive(Clone, Copy, Default)]
+struct DeviceSet(u64);
+
+impl DeviceSet {
+    fn insert(&mut self, d: u32) {
+        self.0 |= 1u64.checked_shl(d).unwrap_or(u64::MAX);
+    }
+
+    fn iter(self, devices: u32) -> impl Iterator<Item = u32> {
+        (0..devices).filter(move |&d| self.0 & 1u64.checked_shl(d).unwrap_or(u64::MAX) != 0)
+    }
 }
 
 impl Session {
@@ -39,7 +57,7 @@ impl Session {
         }
         let map = map_host_region(&fd, bytes).map_err(|e| Fail::new(1, e))?;
         let id = self.next_handle();
-        self.regions.insert(id, Region { map, registered: None });
+        self.regions.insert(id, Region { map, registered: None, used_on: DeviceSet::default() });
         Ok(answer::HostRegion { id })
     }
 
@@ -51,12 +69,18 @@ impl Session {
     }
 
     fn release_region(&mut self, r: Region) {
+        // Queued copies on any device that was handed a pointer into it may still read or
+        // write it (CUDA's cuMemFreeHost waits too); unmapping under them would crash the
+        // daemon.
+        for d in r.used_on.iter(self.shared.devices.len() as u32) {
+            if self.enter(d).is_ok() {
+                let _ = call!(self.shared.cuda, cuCtxSynchronize());
+            }
+        }
         if let Some(d) = r.registered
             && self.enter(d).is_ok()
         {
             let cuda = &self.shared.cuda;
-            // Queued copies may still read or write it: CUDA's cuMemFreeHost waits too.
-            let _ = call!(cuda, cuCtxSynchronize());
             if let Err(e) = call!(cuda, cuMemHostUnregister(r.map.as_ptr().cast::<c_void>())) {
                 tracing::debug!(session = self.id, "unregistering a host region: {e}");
             }
@@ -85,6 +109,7 @@ impl Session {
                 return Err(Fail::new(1, format!("host region range {}+{} outside {len} bytes", s.offset, s.len)));
             }
         }
+        r.used_on.insert(d);
         if r.registered.is_none() {
             let (p, n) = (r.map.as_ptr().cast::<c_void>(), r.map.len());
             call!(self.shared.cuda, cuMemHostRegister_v2(p, n, PORTABLE))?;
