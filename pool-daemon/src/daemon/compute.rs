@@ -37,7 +37,7 @@ struct State {
     queue: VecDeque<InFlight>,
     /// The end event of the last kernel dispatched on each stream, while it is in flight: (the
     /// tenant's context, event, sequence number).
-    tails: HashMap<usize, (usize, Raw<CUevent>, u64)>,
+    tails: HashMap<usize, (Arc<TenantCtx>, Raw<CUevent>, u64)>,
     /// The epoch up to which each stream has waited for other tenants' work.
     synced: HashMap<usize, u64>,
     seq: u64,
@@ -59,8 +59,11 @@ pub struct Device {
 /// What a session must do before dispatching its kernel.
 pub struct Grant {
     est: u64,
-    /// End events of other tenants' in-flight kernels the stream must wait for.
-    fences: Vec<Raw<CUevent>>,
+    /// End events of other tenants' in-flight kernels the stream must wait for, each with its
+    /// context: held until the wait is queued, so the monitor cannot end that tenant's
+    /// context (destroying the event) between the grant and the wait. A destroyed event
+    /// handle is not an error a real driver promises to report.
+    fences: Vec<(Arc<TenantCtx>, Raw<CUevent>)>,
 }
 
 /// The compute scheduler of every device, or none (`--no-compute-scheduler`).
@@ -177,7 +180,8 @@ impl Compute {
                 Decision::Grant { est, epoch } => {
                     let mut fences = Vec::new();
                     if st.synced.get(&stream) != Some(&epoch) {
-                        fences = st.tails.values().filter(|t| t.0 != tc.ctx.0 as usize).map(|t| t.1).collect();
+                        fences =
+                            st.tails.values().filter(|t| t.0.ctx.0 != tc.ctx.0).map(|t| (t.0.clone(), t.1)).collect();
                         if st.synced.len() >= 4096 {
                             // Streams come and go; forgetting them only costs redundant waits.
                             st.synced.clear();
@@ -227,11 +231,12 @@ impl Compute {
         let cuda = &shared.cuda;
         let dev = &self.devices[device as usize];
         let tenant = tc.tenant.as_str();
-        for f in &grant.fences {
-            // A fence whose kernel has finished, or whose context is gone, imposes no wait.
+        for (owner, f) in grant.fences {
+            // A fence whose kernel has finished imposes no wait.
             if let Err(e) = call!(cuda, cuStreamWaitEvent(stream.0, f.0, 0)) {
                 tracing::debug!(tenant, "fence skipped: {e}");
             }
+            shared.release_ctx(owner);
         }
         let abandon = |events: &[Raw<CUevent>]| {
             tc.give_events(events);
@@ -262,7 +267,7 @@ impl Compute {
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         st.seq += 1;
         let seq = st.seq;
-        st.tails.insert(skey, (tc.ctx.0 as usize, end, seq));
+        let replaced = st.tails.insert(skey, (tc.clone(), end, seq));
         st.queue.push_back(InFlight {
             client: session,
             kind,
@@ -277,6 +282,9 @@ impl Compute {
         drop(st);
         if asleep {
             dev.dispatched.notify_one();
+        }
+        if let Some((owner, ..)) = replaced {
+            shared.release_ctx(owner);
         }
         Ok(())
     }
@@ -316,17 +324,22 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
     let mut batch: Vec<InFlight> = Vec::new();
     let mut done: Vec<(InFlight, u64)> = Vec::new();
     let flush = |done: &mut Vec<(InFlight, u64)>| {
+        let mut ended_tails = Vec::new();
         let waiters = {
             let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
             let now = compute.now();
             for (k, charged) in done.iter() {
                 st.policy.complete(k.tc.tenant.as_str(), k.client, k.kind, k.est, *charged, now);
                 if st.tails.get(&k.stream).is_some_and(|t| t.2 == k.seq) {
-                    st.tails.remove(&k.stream);
+                    ended_tails.extend(st.tails.remove(&k.stream).map(|t| t.0));
                 }
             }
             st.waiters
         };
+        // Outside the lock: the last reference ends the context (release_ctx calls the driver).
+        for owner in ended_tails {
+            shared.release_ctx(owner);
+        }
         if waiters > 0 {
             dev.changed.notify_all();
         }
