@@ -1,7 +1,9 @@
 //! The daemon's sockets: `<path>` for clients (mode 0660, each client identified with
 //! SO_PEERCRED) and `<path>.ctl`, which answers every connection with one JSON status
-//! document and closes it (what `gpupool status` reads).
+//! document and closes it (what `gpupool status` reads). Connections waiting for their
+//! hello are bounded as on the network listeners ([`super::admission`]).
 
+use super::admission::Admission;
 use super::{Shared, control, session};
 use anyhow::{Context as _, Result, bail};
 use std::io::Write as _;
@@ -112,6 +114,7 @@ pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>, remote: Vec<super::remote::
 }
 
 fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
+    let admission = Arc::new(Admission::default());
     for stream in listener.incoming() {
         if shared.stopping() {
             break;
@@ -130,10 +133,17 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
                 continue;
             }
         };
+        let ticket = match admission.enter(&stream, &format_args!("pid {}", cred.pid)) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(pid = cred.pid, uid = cred.uid, "connection refused: {e}");
+                continue;
+            }
+        };
         let s = shared.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("gpupool-session-{}", cred.pid))
-            .spawn(move || session::run(s, stream, cred));
+            .spawn(move || session::run(s, stream, cred, ticket));
         match spawned {
             Ok(h) => {
                 let mut threads = shared.session_threads.lock().unwrap_or_else(|e| e.into_inner());

@@ -3,6 +3,7 @@
 //!
 //! - [`listener`]: the unix socket (path, mode 0660, stale-socket removal), SO_PEERCRED,
 //!   the accept loops, the control socket `<socket>.ctl` behind `gpupool status`.
+//! - [`admission`]: the bound on connections waiting for their hello (unix and network).
 //! - [`session`]: the hello handshake and the request loop of one client.
 //! - [`serve`]: every [`gpupool_protocol::Request`] to the backend, one method per line of
 //!   the protocol's table (the [`gpupool_protocol::ops::Serve`] trait it generates);
@@ -14,6 +15,7 @@
 //! Signals: SIGTERM/SIGINT stop accepting, close every session (freeing what it owned)
 //! and remove the sockets; SIGHUP reloads the quota config into the ledger.
 
+pub mod admission;
 pub mod cleanup;
 pub mod compute;
 pub mod control;

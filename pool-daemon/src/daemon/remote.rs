@@ -1,13 +1,14 @@
 //! Network listeners: `tls://ADDR:PORT` (rustls, the configured certificate and key) and
 //! `tcp://ADDR:PORT` (plain; loopback only unless the operator says `--insecure`).
 //!
-//! Admission is cheap and bounded: at most [`MAX_HANDSHAKES`] connections may be between
-//! accept and hello at once (more are closed at once), each gets [`HANDSHAKE_TIMEOUT`] for
-//! TLS and its hello, and a hello without a token that names a tenant is refused before the
-//! session exists. Accepted sockets carry kernel keepalives and `TCP_USER_TIMEOUT` set to
+//! Admission is cheap and bounded ([`super::admission`], shared with the unix socket): at
+//! most [`super::admission::MAX_PENDING`] connections may be between accept and hello at once (a new one
+//! pushes out the oldest), each gets [`HELLO_TIMEOUT`] for TLS and its hello, and a hello
+//! without a token that names a tenant is refused before the session exists. Accepted sockets carry kernel keepalives and `TCP_USER_TIMEOUT` set to
 //! the lease, so a client whose host or link vanished is dropped, and everything it held
 //! freed, within the lease, without any traffic from us.
 
+use super::admission::{Admission, HELLO_TIMEOUT};
 use super::{Shared, session};
 use anyhow::{Context as _, Result, bail};
 use gpupool_protocol::transport::net::{self, NetTransport};
@@ -16,13 +17,8 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Connections allowed between accept and a completed hello at once.
-pub const MAX_HANDSHAKES: usize = 64;
-/// How long a new connection has for its TLS handshake and its hello.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default lease: a silent client is declared gone (and its session freed) after this.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 
@@ -116,7 +112,7 @@ pub fn bind(endpoints: &[NetEndpoint], opts: &NetOptions) -> Result<Vec<Bound>> 
 
 /// Accepts until the daemon stops. Runs on its own thread.
 pub fn accept_loop(shared: Arc<Shared>, bound: Bound) {
-    let pending = Arc::new(AtomicUsize::new(0));
+    let admission = Arc::new(Admission::default());
     let scheme = if bound.tls.is_some() { "tls" } else { "tcp" };
     let local = bound.local_addr();
     tracing::info!(addr = ?local, scheme, lease_s = bound.lease.as_secs_f64(), "listening for remote clients");
@@ -138,18 +134,18 @@ pub fn accept_loop(shared: Arc<Shared>, bound: Bound) {
                 continue;
             }
         };
-        if pending.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKES {
-            pending.fetch_sub(1, Ordering::AcqRel);
-            tracing::debug!(remote = %addr, "refused: {MAX_HANDSHAKES} handshakes already in progress");
-            continue; // dropping `sock` closes it
-        }
-        let (s, p, tls, lease) = (shared.clone(), pending.clone(), bound.tls.clone(), bound.lease);
+        let ticket = match admission.enter(&sock, &addr) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(remote = %addr, "refused: {e}");
+                continue; // dropping `sock` closes it
+            }
+        };
+        let (s, tls, lease) = (shared.clone(), bound.tls.clone(), bound.lease);
         let spawned = std::thread::Builder::new().name(format!("gpupool-remote-{addr}")).spawn(move || {
             let t0 = Instant::now();
-            let admitted = admit(sock, addr, tls, lease);
-            p.fetch_sub(1, Ordering::AcqRel);
-            match admitted {
-                Ok(t) => session::run_remote(s, t, t0),
+            match admit(sock, addr, tls, lease) {
+                Ok(t) => session::run_remote(s, t, t0, ticket),
                 Err(why) => tracing::info!(remote = %addr, "connection refused: {why}"),
             }
         });
@@ -159,15 +155,12 @@ pub fn accept_loop(shared: Arc<Shared>, bound: Bound) {
                 threads.retain(|t| !t.is_finished());
                 threads.push(h);
             }
-            Err(e) => {
-                pending.fetch_sub(1, Ordering::AcqRel);
-                tracing::error!("cannot start a session thread: {e}");
-            }
+            Err(e) => tracing::error!("cannot start a session thread: {e}"),
         }
     }
 }
 
-/// Liveness settings and the TLS handshake, within [`HANDSHAKE_TIMEOUT`].
+/// Liveness settings and the TLS handshake, within [`HELLO_TIMEOUT`].
 fn admit(
     sock: TcpStream,
     addr: SocketAddr,
@@ -180,7 +173,7 @@ fn admit(
     let t = match tls {
         Some(cfg) => {
             let conn = rustls::ServerConnection::new(cfg).map_err(|e| e.to_string())?;
-            NetTransport::tls(sock, conn, net::DEFAULT_MAX_FRAME, HANDSHAKE_TIMEOUT).map_err(|e| e.to_string())?
+            NetTransport::tls(sock, conn, net::DEFAULT_MAX_FRAME, HELLO_TIMEOUT).map_err(|e| e.to_string())?
         }
         None => NetTransport::plain(sock, net::DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?,
     };

@@ -3,6 +3,7 @@
 //! locally; from the token alone over the network), then requests until Bye, the client's
 //! death, a malformed frame or shutdown; then [`super::cleanup`] frees everything it owned.
 
+use super::admission::{HELLO_TIMEOUT, Ticket};
 use super::dispatch::{Cx, Fail};
 use super::listener::PeerCred;
 use super::{Raw, SessionInfo, Shared, TenantCtx};
@@ -110,7 +111,7 @@ struct Link {
 }
 
 /// A local client's session thread: shared memory set up over its unix socket.
-pub fn run(shared: Arc<Shared>, stream: UnixStream, cred: PeerCred) {
+pub fn run(shared: Arc<Shared>, stream: UnixStream, cred: PeerCred, ticket: Ticket) {
     let t0 = Instant::now();
     let transport = match ShmTransport::serve(stream, &ShmConfig::default()) {
         Ok(t) => t,
@@ -121,18 +122,22 @@ pub fn run(shared: Arc<Shared>, stream: UnixStream, cred: PeerCred) {
     };
     let fds = transport.socket().try_clone().ok();
     let peer = fds.as_ref().and_then(|s| s.try_clone().ok()).map(OwnedFd::from);
-    run_link(shared, Link { t: Box::new(transport), peer, fds }, Origin::Local(cred), t0);
+    run_link(shared, Link { t: Box::new(transport), peer, fds }, Origin::Local(cred), t0, ticket);
 }
 
 /// A remote client's session thread, after its TLS (or plain TCP) handshake.
-pub fn run_remote(shared: Arc<Shared>, transport: NetTransport, t0: Instant) {
+pub fn run_remote(shared: Arc<Shared>, transport: NetTransport, t0: Instant, ticket: Ticket) {
     let addr = transport.peer();
     let peer = transport.socket().try_clone().ok().map(OwnedFd::from);
-    run_link(shared, Link { t: Box::new(transport), peer, fds: None }, Origin::Remote(addr), t0);
+    run_link(shared, Link { t: Box::new(transport), peer, fds: None }, Origin::Remote(addr), t0, ticket);
 }
 
-fn run_link(shared: Arc<Shared>, mut link: Link, origin: Origin, t0: Instant) {
-    let mut session = match hello(&shared, &mut link, &origin, t0) {
+/// `ticket`: the connection's place among those waiting for their hello, given back once
+/// the hello was answered or refused.
+fn run_link(shared: Arc<Shared>, mut link: Link, origin: Origin, t0: Instant, ticket: Ticket) {
+    let hello = hello(&shared, &mut link, &origin, t0);
+    drop(ticket);
+    let mut session = match hello {
         Ok(s) => s,
         Err(why) => {
             match origin {
@@ -150,12 +155,12 @@ fn run_link(shared: Arc<Shared>, mut link: Link, origin: Origin, t0: Instant) {
 
 fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) -> Result<Session, String> {
     let t = &mut *link.t;
-    // The hello must come within 5 s (checking for shutdown meanwhile).
+    // The hello must come within HELLO_TIMEOUT (checking for shutdown meanwhile).
     let mut frame = Vec::new();
     loop {
         match t.recv_into(&mut frame, Some(IDLE_POLL)) {
             Ok(()) => break,
-            Err(TransportError::Timeout) if t0.elapsed() < Duration::from_secs(5) && !shared.stopping() => {}
+            Err(TransportError::Timeout) if t0.elapsed() < HELLO_TIMEOUT && !shared.stopping() => {}
             Err(e) => return Err(format!("no hello: {e}")),
         }
     }
