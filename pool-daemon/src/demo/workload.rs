@@ -3,9 +3,10 @@
 //! the interposer answers) and runs a timed PTX kernel that spins on `%globaltimer` and adds its own
 //! body time to a device counter, so the parent can measure each tenant's share from outside.
 //!
-//! Output, one line each on stdout: `start <monotonic ns>`, `busy <monotonic ns> <kernels> <body ns>`
-//! (every 100 ms and at the end), `latency <p50 us> <p99 us> <n>` (`--period`), `oom <bytes> <code>`
-//! (`--oom`).
+//! Output, one line each on stdout: `start <monotonic ns>`, `busy <monotonic ns> <kernels> <body ns>
+//! <monotonic ns>` (every 100 ms and at the end; the counter is read between the two clock readings,
+//! which a busy host can set far apart), `latency <p50 us> <p99 us> <n>` (`--period`),
+//! `oom <bytes> <code>` (`--oom`).
 
 use crate::backend::Cuda;
 use crate::call;
@@ -97,6 +98,12 @@ pub fn run(w: &Workload) -> Result<()> {
         call!(cuda, cuMemcpyDtoH_v2((&mut v as *mut u64).cast(), counter, 8))?;
         Ok(v)
     };
+    let report_busy = |kernels: u64| -> Result<()> {
+        let before = monotonic_ns();
+        let body = read_busy()?;
+        println!("busy {before} {kernels} {body} {}", monotonic_ns());
+        Ok(())
+    };
     let start = monotonic_ns();
     println!("start {start}");
     let end = Instant::now() + Duration::from_secs_f64(w.duration);
@@ -129,7 +136,7 @@ pub fn run(w: &Workload) -> Result<()> {
             batch += 1;
         }
         if Instant::now() >= next_report {
-            println!("busy {} {kernels} {}", monotonic_ns(), read_busy()?);
+            report_busy(kernels)?;
             next_report += Duration::from_millis(100);
         }
     }
@@ -137,7 +144,7 @@ pub fn run(w: &Workload) -> Result<()> {
     if w.period_ms.is_none() && batch > 0 {
         kernels += 4;
     }
-    println!("busy {} {kernels} {}", monotonic_ns(), read_busy()?);
+    report_busy(kernels)?;
     if !latencies.is_empty() {
         latencies.sort_by(f64::total_cmp);
         let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
