@@ -99,6 +99,12 @@ impl MemoryQuota {
     }
 }
 
+/// The page-locked host memory quota of a tenant whose config does not set `pinned`: 4 GiB.
+/// Page-locked memory cannot be swapped or reclaimed, so an unbounded default would let any
+/// client take the daemon's host down; a fixed figure (not a share of this host's RAM) keeps a
+/// config meaning the same on every host. README.md, "Page-locked host memory", says why 4 GiB.
+pub const DEFAULT_PINNED: u64 = 4 << 30;
+
 /// One tenant after validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantSpec {
@@ -112,6 +118,9 @@ pub struct TenantSpec {
     pub token_sha256: Vec<[u8; 32]>,
     /// Device-memory quota.
     pub memory: MemoryQuota,
+    /// Page-locked host memory quota in bytes, for all its sessions together (a whole number of
+    /// MiB; [`DEFAULT_PINNED`] when the config does not say).
+    pub pinned: u64,
     /// Compute quota, percent of a device, 1..=100.
     pub compute: u8,
     /// `limit` or `share`.
@@ -181,6 +190,7 @@ struct RawTenant {
     #[serde(default)]
     token_sha256: OneOrMany,
     memory: Option<RawMemory>,
+    pinned: Option<RawSize>,
     compute: Option<i64>,
     mode: Option<Mode>,
     priority: Option<Priority>,
@@ -188,7 +198,13 @@ struct RawTenant {
 
 impl RawTenant {
     fn limits(&self) -> RawLimits {
-        RawLimits { memory: self.memory.clone(), compute: self.compute, mode: self.mode, priority: self.priority }
+        RawLimits {
+            memory: self.memory.clone(),
+            pinned: self.pinned.clone(),
+            compute: self.compute,
+            mode: self.mode,
+            priority: self.priority,
+        }
     }
 }
 
@@ -196,6 +212,7 @@ impl RawTenant {
 #[serde(deny_unknown_fields)]
 struct RawLimits {
     memory: Option<RawMemory>,
+    pinned: Option<RawSize>,
     compute: Option<i64>,
     mode: Option<Mode>,
     priority: Option<Priority>,
@@ -276,6 +293,10 @@ fn spec(name: &str, limits: &RawLimits) -> Result<TenantSpec, ConfigError> {
         gids: Vec::new(),
         token_sha256: Vec::new(),
         memory: memory_quota(name, &limits.memory)?,
+        pinned: match &limits.pinned {
+            None => DEFAULT_PINNED,
+            Some(size) => quota_size(name, "pinned", size)?,
+        },
         compute,
         mode: limits.mode.unwrap_or_default(),
         priority: limits.priority.unwrap_or_default(),

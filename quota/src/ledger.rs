@@ -1,4 +1,6 @@
-//! The device-memory ledger: bytes per tenant per device, reserved before the backend allocates.
+//! The device-memory ledger: bytes per tenant per device, reserved before the backend allocates; and
+//! beside it each tenant's page-locked host bytes (one figure, not per device), counted before the
+//! daemon maps a client's page-locked region ([`Ledger::pin`]).
 //!
 //! Each tenant has one account (a mutex-guarded book) shared by all its sessions, so a reservation is
 //! checked and recorded in one critical section: concurrent reservations cannot overshoot. A session's
@@ -35,6 +37,8 @@ struct SessionBook {
     /// The client's own request; the tenant's quota is checked separately, live.
     cap: MemoryQuota,
     held: BTreeMap<u32, Usage>,
+    /// Page-locked host bytes it holds.
+    pinned: u64,
 }
 
 #[derive(Debug)]
@@ -43,6 +47,9 @@ struct BookState {
     retired: bool,
     used: BTreeMap<u32, Usage>,
     sessions: HashMap<u64, SessionBook>,
+    /// Page-locked host bytes held by all its sessions, and their quota.
+    pinned: u64,
+    pinned_quota: u64,
 }
 
 #[derive(Debug)]
@@ -113,6 +120,11 @@ impl Session {
             .unwrap_or_default()
     }
 
+    /// Page-locked host bytes this session holds.
+    pub fn pinned(&self) -> u64 {
+        self.book.lock().sessions.get(&self.id.0).map_or(0, |s| s.pinned)
+    }
+
     fn close(&mut self) -> BTreeMap<u32, u64> {
         if std::mem::replace(&mut self.closed, true) {
             return BTreeMap::new();
@@ -121,6 +133,7 @@ impl Session {
         let Some(s) = st.sessions.remove(&self.id.0) else {
             return BTreeMap::new();
         };
+        st.pinned -= s.pinned;
         let mut freed = BTreeMap::new();
         for (d, u) in s.held {
             // No reservation can be in flight: they borrow the session.
@@ -181,6 +194,34 @@ pub struct NotHeld {
     /// The bytes it tried to release.
     pub bytes: u64,
     /// The bytes it holds there.
+    pub held: u64,
+}
+
+/// Page-locked host memory refused: the daemon answers CUDA_ERROR_OUT_OF_MEMORY and changes nothing else.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "tenant `{tenant}`: {requested} bytes of page-locked host memory would exceed its pinned quota ({in_use} of {limit} bytes in use)"
+)]
+pub struct PinnedOverQuota {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The bytes asked for.
+    pub requested: u64,
+    /// Page-locked bytes the tenant holds, at the moment of refusal.
+    pub in_use: u64,
+    /// Its pinned quota in bytes.
+    pub limit: u64,
+}
+
+/// An unpin that does not match what the session holds (a daemon bug; nothing is changed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("session {session:?} unpins {bytes} bytes but holds {held} page-locked bytes")]
+pub struct NotPinned {
+    /// The session.
+    pub session: SessionId,
+    /// The bytes it tried to give back.
+    pub bytes: u64,
+    /// The page-locked bytes it holds.
     pub held: u64,
 }
 
@@ -282,6 +323,10 @@ pub struct TenantUsage {
     pub sessions: usize,
     /// Per device.
     pub devices: Vec<DeviceUsage>,
+    /// Page-locked host bytes its sessions hold.
+    pub pinned: u64,
+    /// Its page-locked host memory quota in bytes.
+    pub pinned_quota: u64,
 }
 
 /// The whole ledger, for `gpupool status --json`.
@@ -328,11 +373,14 @@ impl Ledger {
                         retired: false,
                         used: BTreeMap::new(),
                         sessions: HashMap::new(),
+                        pinned: 0,
+                        pinned_quota: 0,
                     }),
                 })
             });
             let mut st = book.lock();
             st.quota = spec.memory.clone();
+            st.pinned_quota = spec.pinned;
             st.retired = false;
         }
         inner.books.retain(|id, book| {
@@ -341,6 +389,7 @@ impl Ledger {
             }
             let mut st = book.lock();
             st.quota = MemoryQuota::zero();
+            st.pinned_quota = 0;
             st.retired = true;
             !st.sessions.is_empty()
         });
@@ -359,7 +408,9 @@ impl Ledger {
         // Validate the request the same way effective_limits does.
         inner.config.effective_limits(tenant, request)?;
         let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
-        book.lock().sessions.insert(id.0, SessionBook { cap: request.memory.clone(), held: BTreeMap::new() });
+        book.lock()
+            .sessions
+            .insert(id.0, SessionBook { cap: request.memory.clone(), held: BTreeMap::new(), pinned: 0 });
         Ok(Session { id, book, closed: false })
     }
 
@@ -395,6 +446,35 @@ impl Ledger {
         }
         bump(&mut s.held, device, |u| u.committed -= bytes);
         bump(&mut st.used, device, |u| u.committed -= bytes);
+        Ok(())
+    }
+
+    /// Count `bytes` of page-locked host memory against the session's tenant, before the daemon maps
+    /// (and may page-lock) them: fits iff the tenant's page-locked bytes + `bytes` <= its `pinned`
+    /// quota. Checked and counted in one critical section, like [`reserve`](Self::reserve).
+    pub fn pin(&self, session: &Session, bytes: u64) -> Result<(), PinnedOverQuota> {
+        let mut st = session.book.lock();
+        let (in_use, limit) = (st.pinned, st.pinned_quota);
+        check(in_use, bytes, Some(limit)).map_err(|_| PinnedOverQuota {
+            tenant: session.book.tenant.clone(),
+            requested: bytes,
+            in_use,
+            limit,
+        })?;
+        st.pinned += bytes;
+        st.sessions.get_mut(&session.id.0).expect("an open session has a book entry").pinned += bytes;
+        Ok(())
+    }
+
+    /// The daemon let go of `bytes` of page-locked host memory the session had pinned.
+    pub fn unpin(&self, session: &Session, bytes: u64) -> Result<(), NotPinned> {
+        let mut st = session.book.lock();
+        let s = st.sessions.get_mut(&session.id.0).expect("an open session has a book entry");
+        if bytes > s.pinned {
+            return Err(NotPinned { session: session.id, bytes, held: s.pinned });
+        }
+        s.pinned -= bytes;
+        st.pinned -= bytes;
         Ok(())
     }
 
@@ -456,6 +536,8 @@ impl Ledger {
                     retired: st.retired,
                     sessions: st.sessions.len(),
                     devices,
+                    pinned: st.pinned,
+                    pinned_quota: st.pinned_quota,
                 })
             })
             .collect();

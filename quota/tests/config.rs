@@ -35,6 +35,7 @@ fn readme_example_is_valid() {
     assert_eq!(inference.memory.for_device(2), Some(0), "unlisted device gets nothing");
     assert_eq!(inference.priority, Priority::High);
     let ci = &cfg.tenants()[2];
+    assert_eq!((training.pinned, inference.pinned), (8 << 30, 4 << 30), "pinned: set, and the default");
     assert_eq!(ci.memory.for_device(0), Some(2 << 30));
     assert_eq!(ci.memory.for_device(3), Some(512 * MIB), "`*` covers unlisted devices");
     assert_eq!(cfg.default_tenant().memory.for_device(0), Some(1 << 30));
@@ -143,4 +144,34 @@ fn from_table_for_a_shared_file() {
     table.remove("daemon");
     let cfg = Config::from_toml_table(table).unwrap();
     assert_eq!(cfg.tenants()[0].memory.for_device(0), Some(1 << 30));
+}
+
+/// `pinned`: one size for all the tenant's sessions together, whole MiB, 4 GiB when absent (the
+/// default tenant and a config-less daemon included).
+#[test]
+fn pinned_quota_parses_defaults_and_refuses_bad_sizes() {
+    let cfg = Config::from_toml_str(
+        "[[tenant]]\nname = \"a\"\nuids = [1]\npinned = \"2GiB\"\n[[tenant]]\nname = \"b\"\nuids = [2]\npinned = 0\n\
+         [[tenant]]\nname = \"c\"\nuids = [3]\n[default]\npinned = \"1536MiB\"\n",
+    )
+    .unwrap();
+    let pinned: Vec<u64> = cfg.tenants().iter().map(|t| t.pinned).collect();
+    assert_eq!(pinned, [2 << 30, 0, gpupool_quota::DEFAULT_PINNED]);
+    assert_eq!(gpupool_quota::DEFAULT_PINNED, 4 << 30);
+    assert_eq!(cfg.default_tenant().pinned, 1536 * MIB);
+    assert_eq!(Config::unrestricted().default_tenant().pinned, 4 << 30);
+    assert_eq!(Config::from_toml_str("").unwrap().default_tenant().pinned, 4 << 30);
+
+    let (tenant, field, message) = field_err("[[tenant]]\nname = \"a\"\npinned = \"4GB\"\n");
+    assert_eq!((tenant.as_str(), field.as_str()), ("a", "pinned"));
+    assert!(message.contains("not a whole number of MiB"), "{message}");
+    let (tenant, field, message) = field_err("[default]\npinned = -1\n");
+    assert_eq!((tenant.as_str(), field.as_str()), ("default", "pinned"));
+    assert!(message.contains("negative"), "{message}");
+    let (_, field, message) = field_err("[default]\npinned = \"lots\"\n");
+    assert_eq!(field, "pinned");
+    assert!(message.contains("not a size"), "{message}");
+    // Host memory is one figure, not per device.
+    let e = err("[default]\npinned = { 0 = \"1GiB\" }\n");
+    assert!(e.contains("pinned"), "{e}");
 }

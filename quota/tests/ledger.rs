@@ -180,24 +180,97 @@ fn snapshot_serializes_for_status_json() {
     let s = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
     ledger.reserve(&s, 0, 5 * MIB).unwrap().commit();
     let _inflight = ledger.reserve(&s, 3, MIB).unwrap();
+    ledger.pin(&s, 3 * MIB).unwrap();
     let json = serde_json::to_value(ledger.snapshot(2)).unwrap();
     let expected = serde_json::json!({"tenants": [
         {"tenant": "a", "retired": false, "sessions": 1, "devices": [
             {"device": 0, "used": 5 * MIB, "pending": 0, "quota": 4 * GIB},
             {"device": 1, "used": 0, "pending": 0, "quota": 0},
             {"device": 3, "used": MIB, "pending": MIB, "quota": 1536 * MIB},
-        ]},
+        ], "pinned": 3 * MIB, "pinned_quota": 4 * GIB},
         {"tenant": "b", "retired": false, "sessions": 0, "devices": [
             {"device": 0, "used": 0, "pending": 0, "quota": GIB},
             {"device": 1, "used": 0, "pending": 0, "quota": GIB},
-        ]},
+        ], "pinned": 0, "pinned_quota": 4 * GIB},
         {"tenant": "default", "retired": false, "sessions": 0, "devices": [
             {"device": 0, "used": 0, "pending": 0, "quota": 64 * MIB},
             {"device": 1, "used": 0, "pending": 0, "quota": 64 * MIB},
-        ]},
+        ], "pinned": 0, "pinned_quota": 4 * GIB},
     ]});
     assert_eq!(json, expected);
     let unlimited = Ledger::new(Config::unrestricted());
     let json = serde_json::to_value(unlimited.snapshot(1)).unwrap();
     assert_eq!(json["tenants"][0]["devices"][0]["quota"], serde_json::Value::Null);
+}
+
+fn pinned_cfg(a_pinned: &str) -> Config {
+    Config::from_toml_str(&format!(
+        "[[tenant]]\nname = \"a\"\nuids = [1]\npinned = \"{a_pinned}\"\n[[tenant]]\nname = \"b\"\nuids = [2]\npinned = \"1GiB\"\n"
+    ))
+    .unwrap()
+}
+
+fn pinned_of(ledger: &Ledger, tenant: &str) -> (u64, u64) {
+    let snap = ledger.snapshot(1);
+    let t = snap.tenants.iter().find(|t| t.tenant.as_str() == tenant).unwrap();
+    (t.pinned, t.pinned_quota)
+}
+
+#[test]
+fn pinned_bytes_up_to_exactly_the_quota_across_sessions_then_refused() {
+    let ledger = Ledger::new(pinned_cfg("2GiB"));
+    let s1 = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
+    let s2 = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
+    ledger.pin(&s1, GIB).unwrap();
+    ledger.pin(&s2, GIB - 4096).unwrap();
+    ledger.pin(&s2, 4096).unwrap();
+    assert_eq!(pinned_of(&ledger, "a"), (2 * GIB, 2 * GIB));
+    let e = ledger.pin(&s1, 1).unwrap_err();
+    assert_eq!((e.tenant.as_str(), e.requested, e.in_use, e.limit), ("a", 1, 2 * GIB, 2 * GIB));
+    assert!(e.to_string().contains("page-locked"), "{e}");
+    assert_eq!(pinned_of(&ledger, "a"), (2 * GIB, 2 * GIB), "a refusal changes nothing");
+    // Another tenant has its own quota.
+    let b = ledger.open_session(&TenantId::new("b"), &ClientRequest::default()).unwrap();
+    ledger.pin(&b, GIB).unwrap();
+    assert!(ledger.pin(&b, 4096).is_err());
+    // Pinned bytes are not device memory.
+    assert_eq!(ledger.used(&a(), 0), 0);
+    ledger.reserve(&s1, 0, GIB).unwrap().commit();
+
+    // Unpinning gives it back; more than a session holds is refused and changes nothing.
+    ledger.unpin(&s1, GIB).unwrap();
+    assert_eq!(s1.pinned(), 0);
+    let e = ledger.unpin(&s1, 1).unwrap_err();
+    assert_eq!((e.bytes, e.held), (1, 0));
+    ledger.pin(&s1, GIB).unwrap();
+    // A session's end returns all of it, and only its own.
+    assert_eq!(s2.pinned(), GIB);
+    ledger.release_session(s2);
+    assert_eq!(pinned_of(&ledger, "a"), (GIB, 2 * GIB));
+    drop(s1);
+    assert_eq!(pinned_of(&ledger, "a"), (0, 2 * GIB));
+}
+
+#[test]
+fn pinned_quota_reloads_and_a_retired_tenant_pins_nothing_more() {
+    let ledger = Ledger::new(pinned_cfg("2GiB"));
+    let s = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
+    ledger.pin(&s, 1536 * MIB).unwrap();
+    // Lowered below use: nothing is taken back, nothing more fits until use drops.
+    ledger.apply(pinned_cfg("1GiB"));
+    assert_eq!(pinned_of(&ledger, "a"), (1536 * MIB, GIB));
+    assert!(ledger.pin(&s, MIB).is_err());
+    ledger.unpin(&s, 1024 * MIB).unwrap();
+    ledger.pin(&s, 512 * MIB).unwrap();
+    assert!(ledger.pin(&s, 1).is_err());
+    // Raised: fits at once.
+    ledger.apply(pinned_cfg("3GiB"));
+    ledger.pin(&s, 2 * GIB).unwrap();
+    // Removed from the config: keeps what it holds, pins nothing more.
+    ledger.apply(Config::from_toml_str("[[tenant]]\nname = \"b\"\nuids = [2]\n").unwrap());
+    assert_eq!(pinned_of(&ledger, "a"), (3 * GIB, 0));
+    assert!(ledger.pin(&s, 1).is_err());
+    ledger.unpin(&s, GIB).unwrap();
+    drop(s);
+    assert!(ledger.snapshot(1).tenants.iter().all(|t| t.tenant != a()), "gone with its last session");
 }
