@@ -274,6 +274,10 @@ fn describe_bad_pointer(ptr: u64, ctx_id: u64, what: &str) -> String {
     }
 }
 
+/// `CU_MEMHOSTALLOC_PORTABLE` and `CU_MEMHOSTREGISTER_PORTABLE` (the same bit).
+const PORTABLE: u32 = gpupool_shim::cuda::CU_MEMHOSTALLOC_PORTABLE;
+const _: () = assert!(PORTABLE == gpupool_shim::cuda::CU_MEMHOSTREGISTER_PORTABLE);
+
 /// Where a page-locked block's bytes come from.
 enum PinnedStorage {
     /// Allocated by the driver (`cuMemAllocHost`, `cuMemHostAlloc`).
@@ -370,9 +374,13 @@ impl PinnedHost {
         }
     }
 
-    /// Every live block (what a kernel may address through unified addressing).
-    pub fn all(&self) -> Vec<Arc<PinnedBlock>> {
-        self.blocks.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    /// The blocks a kernel of context `ctx_id` may address: portable ones, and those
+    /// page-locked through that context ("considered as pinned memory by all CUDA contexts,
+    /// not just the one that performed the allocation" is what PORTABLE adds; without it the
+    /// block is mapped for its own context only).
+    pub fn visible_to(&self, ctx_id: u64) -> Vec<Arc<PinnedBlock>> {
+        let blocks = self.blocks.read().unwrap_or_else(|e| e.into_inner());
+        blocks.values().filter(|b| b.flags & PORTABLE != 0 || b.ctx_id == ctx_id).cloned().collect()
     }
 
     /// The page-locked block containing `addr`.

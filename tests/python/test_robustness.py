@@ -319,3 +319,51 @@ def test_page_locked_memory_freed_under_another_devices_queued_copies(tmp_path):
             p = d.python(PINNED_ACROSS_DEVICES, token="token-t", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             assert finish(d, p, "the client").split() == ["free_host", "CUDA_SUCCESS", "sync", "CUDA_SUCCESS"]
             assert_alive(d)
+
+
+# Tenant B's page-locked memory lives in the daemon's process as a mapped region; tenant A
+# learns where (here from /proc/<daemon>/maps, which an attacker would have to guess) and
+# launches kernels that store there. They must fault in A's context and leave B's bytes alone.
+PINNED_OWNER = PRELUDE + r"""
+ready, stop = sys.argv[1:3]
+ctx, mod, fn = new_context()
+n = 1 << 20
+pinned = ok(d.cuMemHostAlloc(n, d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE))
+host = (ctypes.c_uint8 * n).from_address(int(pinned))
+ctypes.memset(host, 0x11, n)
+p = ok(d.cuMemAlloc(n))
+ok(d.cuMemcpyHtoD(p, pinned, n))  # the daemon page-locks the region on first use
+ok(d.cuMemcpyDtoH(pinned, p, n))
+open(ready, "w").close()
+while not os.path.exists(stop):
+    time.sleep(0.01)
+print("intact" if bytes(host) == b"\x11" * n else "changed")
+"""
+
+POKER = PRELUDE + r"""
+ctx, mod, fn = new_context()
+codes = []
+for addr in sys.argv[1:]:
+    assert fill(fn, int(addr, 16), 0xBAD, 64, 0) == R.CUDA_SUCCESS
+    codes.append(d.cuCtxSynchronize()[0].name)
+print(" ".join(codes))
+"""
+
+
+def daemon_pinned_mappings(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return [line.split("-")[0] for line in f if "gpupool-pinned" in line]
+
+
+def test_a_kernel_cannot_reach_another_tenants_page_locked_memory_in_the_daemon(tmp_path):
+    with Daemon(SIM_LIBDIR, config=tenants("owner", "attacker"), devices=1, memory="2GiB") as d:
+        ready, stop = tmp_path / "ready", tmp_path / "stop"
+        owner = d.python(PINNED_OWNER, ready, stop, token="token-owner", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: ready.exists() or owner.poll() is not None, 60, "the owner's region")
+        targets = daemon_pinned_mappings(d.proc.pid)
+        assert targets, "the daemon maps the owner's page-locked memory"
+        attacker = d.python(POKER, *targets, token="token-attacker", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert finish(d, attacker, "the attacker").split() == ["CUDA_ERROR_ILLEGAL_ADDRESS"]
+        stop.touch()
+        assert finish(d, owner, "the owner").split() == ["intact"]
+        assert_alive(d)

@@ -537,6 +537,41 @@ pub const EMPTY_PTX: &str = "\
 }
 \0";
 
+/// `fill(p, v)`: `p[tid.x] = v` (u32).
+pub const FILL_PTX: &str = "\
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry fill(.param .u64 p, .param .u32 v)
+{
+\t.reg .b64 %rd<4>;
+\t.reg .b32 %r<3>;
+\tld.param.u64 %rd1, [p];
+\tld.param.u32 %r1, [v];
+\tcvta.to.global.u64 %rd2, %rd1;
+\tmov.u32 %r2, %tid.x;
+\tmul.wide.u32 %rd3, %r2, 4;
+\tadd.s64 %rd2, %rd2, %rd3;
+\tst.global.u32 [%rd2], %r1;
+\tret;
+}
+\0";
+
+/// Loads [`FILL_PTX`] in the current context: its module and `fill`.
+pub fn load_fill() -> (CUmodule, CUfunction) {
+    let (mut m, mut f) = (std::ptr::null_mut(), std::ptr::null_mut());
+    check(call!(cuda().cuModuleLoadData(&mut m, FILL_PTX.as_ptr().cast())));
+    check(call!(cuda().cuModuleGetFunction(&mut f, m, c"fill".as_ptr())));
+    (m, f)
+}
+
+/// Queues `fill(p, v)` with one block of `threads` threads on `stream`.
+pub fn launch_fill(f: CUfunction, p: u64, v: u32, threads: u32, stream: CUstream) -> CUresult {
+    let (mut p, mut v) = (p, v);
+    let mut params: [*mut c_void; 2] = [(&raw mut p).cast(), (&raw mut v).cast()];
+    call!(cuda().cuLaunchKernel(f, 1, 1, 1, threads, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()))
+}
+
 /// Number of simulated devices, from `cuDeviceGetCount`.
 pub fn device_count() -> c_int {
     let mut n = 0;

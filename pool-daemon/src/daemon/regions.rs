@@ -1,9 +1,11 @@
 //! Client host-memory regions: the client's page-locked allocations, shared with the
 //! daemon as sealed memfds (the fd travels with SCM_RIGHTS on the session's socket just
 //! before the `HostRegionMap` frame). The daemon maps each one, checks every access
-//! names a range inside it, page-locks it with the backend on first use (so the
-//! backend's async copies from and into it are truly asynchronous: the region outlives
-//! the call) and unregisters and unmaps it at `HostRegionUnmap` or session end.
+//! names a range inside it, page-locks it with the backend on first use through the
+//! tenant's context (so the backend's async copies from and into it are truly
+//! asynchronous: the region outlives the call; and no other tenant's kernel can reach it)
+//! and unregisters and unmaps it at `HostRegionUnmap` or session end, once every device
+//! it was used on has finished the work queued before.
 
 use super::dispatch::{Fail, Result};
 use super::session::Session;
@@ -20,8 +22,11 @@ use std::time::Duration;
 const FD_WAIT: Duration = Duration::from_secs(2);
 /// At most this many regions per session.
 pub const MAX_REGIONS: usize = 4096;
-/// CU_MEMHOSTREGISTER_PORTABLE: page-locked for every context.
-const PORTABLE: u32 = 1;
+/// Registration flags: none, so not CU_MEMHOSTREGISTER_PORTABLE. Every tenant's regions
+/// live in this one process, and a portable region is mapped for every context in it: a
+/// kernel of another tenant that guessed its address could read or write it. Registered
+/// through the tenant's own context, it is mapped for that context alone.
+const TENANT_ONLY: u32 = 0;
 
 /// One mapped region.
 pub struct Region {
@@ -112,7 +117,7 @@ impl Session {
         r.used_on.insert(d);
         if r.registered.is_none() {
             let (p, n) = (r.map.as_ptr().cast::<c_void>(), r.map.len());
-            call!(self.shared.cuda, cuMemHostRegister_v2(p, n, PORTABLE))?;
+            call!(self.shared.cuda, cuMemHostRegister_v2(p, n, TENANT_ONLY))?;
             r.registered = Some(d);
         }
         // SAFETY: offset + len lies within the live mapping just checked.

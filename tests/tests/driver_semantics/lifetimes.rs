@@ -13,31 +13,11 @@ use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::time::Duration;
 
-use gpupool_e2e::cu::{CU_MEMHOSTALLOC_DEVICEMAP, CUevent, CUfunction, CUmodule, CUstream_flags};
-use gpupool_e2e::{Context, DeviceBuffer, Gate, Stream, call, check, cuda, expect, status};
+use gpupool_e2e::cu::{CU_MEMHOSTALLOC_DEVICEMAP, CUevent, CUstream_flags};
+use gpupool_e2e::{Context, DeviceBuffer, Gate, Stream, call, check, cuda, expect, launch_fill, load_fill, status};
 
 const MIB: usize = 1 << 20;
 const NON_BLOCKING: u32 = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
-
-/// `fill(p, v)`: `p[tid.x] = v` (u32).
-const FILL_PTX: &str = "\
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry fill(.param .u64 p, .param .u32 v)
-{
-\t.reg .b64 %rd<4>;
-\t.reg .b32 %r<3>;
-\tld.param.u64 %rd1, [p];
-\tld.param.u32 %r1, [v];
-\tcvta.to.global.u64 %rd2, %rd1;
-\tmov.u32 %r2, %tid.x;
-\tmul.wide.u32 %rd3, %r2, 4;
-\tadd.s64 %rd2, %rd2, %rd3;
-\tst.global.u32 [%rd2], %r1;
-\tret;
-}
-\0";
 
 /// A stream held shut until [`Held::run`]: work queued on it meanwhile cannot start.
 struct Held {
@@ -78,19 +58,6 @@ fn alloc(len: usize) -> u64 {
     let mut p = 0;
     check(call!(cuda().cuMemAlloc_v2(&mut p, len)));
     p
-}
-
-fn load_fill() -> (CUmodule, CUfunction) {
-    let (mut m, mut f) = (null_mut(), null_mut());
-    check(call!(cuda().cuModuleLoadData(&mut m, FILL_PTX.as_ptr().cast())));
-    check(call!(cuda().cuModuleGetFunction(&mut f, m, c"fill".as_ptr())));
-    (m, f)
-}
-
-fn launch_fill(f: CUfunction, p: u64, v: u32, threads: u32, stream: gpupool_e2e::cu::CUstream) {
-    let (mut p, mut v) = (p, v);
-    let mut params: [*mut c_void; 2] = [(&raw mut p).cast(), (&raw mut v).cast()];
-    check(call!(cuda().cuLaunchKernel(f, 1, 1, 1, threads, 1, 1, 0, stream, params.as_mut_ptr(), null_mut())));
 }
 
 /// The issue's reproducer: 64 MiB memset queued, then the memory freed without a sync.
@@ -145,7 +112,7 @@ fn free_after_a_queued_kernel_that_writes_it() {
     let (m, f) = load_fill();
     let held = Held::new();
     let p = alloc(4096);
-    launch_fill(f, p, 7, 1024, held.stream.raw);
+    check(launch_fill(f, p, 7, 1024, held.stream.raw));
     let (r, finished) = held.end_while_opening(|| call!(cuda().cuMemFree_v2(p)));
     check(r);
     assert!(finished, "cuMemFree returned before the kernel queued ahead of it had run");
@@ -173,7 +140,7 @@ fn module_unload_with_a_queued_launch() {
     let buf = DeviceBuffer::new(4096);
     let (m, f) = load_fill();
     let held = Held::new();
-    launch_fill(f, buf.ptr, 0x5eed, 256, held.stream.raw);
+    check(launch_fill(f, buf.ptr, 0x5eed, 256, held.stream.raw));
     let (r, finished) = held.end_while_opening(|| call!(cuda().cuModuleUnload(m)));
     check(r);
     assert!(finished, "cuModuleUnload returned before the launch queued ahead of it had run");
@@ -222,7 +189,7 @@ fn context_destroy_with_queued_work() {
     let held = Held::new();
     let p = alloc(8 * MIB);
     check(call!(cuda().cuMemsetD32Async(p, 9, 2 * MIB, held.stream.raw)));
-    launch_fill(f, p, 1, 512, held.stream.raw);
+    check(launch_fill(f, p, 1, 512, held.stream.raw));
     let gate = held.gate;
     let raw = held.stream.raw;
     std::mem::forget(held.stream);

@@ -277,3 +277,40 @@ isolated_test!(fn devices_have_separate_capacity() env("GPUPOOL_SIM_MEMORY" => "
     check(call!(d.cuMemGetInfo_v2(&mut free, &mut total)));
     assert_eq!(free, total, "cuCtxDestroy_v2 frees the context's allocations");
 });
+
+/// Page-locked memory is addressable by kernels of the context that page-locked it, and by
+/// every context only when PORTABLE: "The memory returned by this call will be considered as
+/// pinned memory by all CUDA contexts, not just the one that performed the allocation." (The
+/// pool registers each tenant's page-locked regions without it, so no other tenant's kernel
+/// can reach them inside the daemon.)
+#[test]
+fn kernels_reach_page_locked_memory_of_their_context_or_portable() {
+    use gpupool_e2e::cu::{CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUresult};
+    use gpupool_e2e::{launch_fill, load_fill};
+    let d = cuda();
+    let store_from_fresh_context = |addr: u64| -> CUresult {
+        let _ctx = Context::new(0);
+        let (_, f) = load_fill();
+        check(launch_fill(f, addr, 0x77, 16, null_mut()));
+        call!(d.cuCtxSynchronize())
+    };
+    let owner = Context::new(0);
+    let alloc = |flags| {
+        let mut p = null_mut();
+        check(call!(d.cuMemHostAlloc(&mut p, 4096, flags)));
+        p as u64
+    };
+    let private = alloc(CU_MEMHOSTALLOC_DEVICEMAP);
+    let portable = alloc(CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+    expect(store_from_fresh_context(private), CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, "another context's private block");
+    check(store_from_fresh_context(portable));
+    owner.make_current();
+    let (_, f) = load_fill();
+    check(launch_fill(f, private, 0x66, 16, null_mut()));
+    check(call!(d.cuCtxSynchronize()));
+    // SAFETY: both blocks are live 4096-byte page-locked allocations of this process.
+    let (a, b) = unsafe { (*(private as *const u32), *(portable as *const u32)) };
+    assert_eq!((a, b), (0x66, 0x77), "the owner's kernel wrote its block, the other context the portable one");
+    check(call!(d.cuMemFreeHost(private as *mut _)));
+    check(call!(d.cuMemFreeHost(portable as *mut _)));
+}
