@@ -195,7 +195,9 @@ pub fn run(opts: Options) -> Result<i32> {
     }
     let status = crate::status::fetch(&socket).ok();
     drop(daemon);
-    Ok(summary::print(&tenants, &reports, status.as_ref(), &peaks, host.figures().as_ref()))
+    let (text, code) = summary::render(&tenants, &reports, status.as_ref(), &peaks, host.figures().as_ref());
+    println!("{text}");
+    Ok(code)
 }
 
 /// Shows the daemon's view every 2 s and samples the host's load while every tenant runs; returns each

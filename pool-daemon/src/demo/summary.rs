@@ -172,58 +172,47 @@ fn judge(t: &Tenant, r: &Report, from: u64, quota_bytes: Option<u64>, peak: u64,
     )
 }
 
-/// Prints the summary and the verdict; returns the exit code.
-pub fn print(
+/// The summary and the verdict, as printed, and the exit code.
+pub fn render(
     tenants: &[Tenant],
     reports: &[(&str, Report)],
     status: Option<&serde_json::Value>,
     peaks: &HashMap<String, u64>,
     host: Option<&HostLoad>,
-) -> i32 {
+) -> (String, i32) {
     let mut v = Verdict::default();
-    println!("\nSummary (shares are kernel-body time over wall time, measured by the tenants themselves)");
-    println!("  tenant      quota    achieved   memory peak / quota        notes");
+    let mut out = vec![
+        "\nSummary (shares are kernel-body time over wall time, measured by the tenants themselves)".to_string(),
+        "  tenant      quota    achieved   memory peak / quota        notes".to_string(),
+    ];
     let from = reports.iter().map(|(_, r)| r.start).max().unwrap_or(0) + SEC;
     for (t, (_, r)) in tenants.iter().zip(reports) {
         let quota = status.and_then(|s| {
             s["tenants"].as_array()?.iter().find(|x| x["tenant"] == t.name)?["devices"][0]["quota"].as_u64()
         });
-        println!("{}", judge(t, r, from, quota, peaks.get(t.name).copied().unwrap_or(0), &mut v));
+        out.push(judge(t, r, from, quota, peaks.get(t.name).copied().unwrap_or(0), &mut v));
     }
-    match host {
-        Some(h) => println!("\nHost during the run: {h}"),
-        None => println!("\nHost during the run: not measured (/proc/stat or the demo's /proc entries unreadable)"),
-    }
+    out.push(match host {
+        Some(h) => format!("\nHost during the run: {h}"),
+        None => "\nHost during the run: not measured (/proc/stat or the demo's /proc entries unreadable)".into(),
+    });
     if v.violations.is_empty() {
-        println!("All quotas held.");
+        out.push("All quotas held.".into());
     } else {
-        println!("QUOTA VIOLATED:");
-        for f in &v.violations {
-            println!("  {f}");
-        }
+        out.push("QUOTA VIOLATED:".into());
+        out.extend(v.violations.iter().map(|f| format!("  {f}")));
     }
-    let code = v.exit_code(host);
     match host {
-        Some(h) if h.busy() => {
-            for m in &v.missed {
-                println!(
-                    "  {}: {} target missed because the host was busy: {}; {}",
-                    m.tenant,
-                    m.target,
-                    h.brief(),
-                    m.detail
-                );
-            }
-        }
+        Some(h) if h.busy() => out.extend(v.missed.iter().map(|m| {
+            format!("  {}: {} target missed because the host was busy: {}; {}", m.tenant, m.target, h.brief(), m.detail)
+        })),
         _ if !v.missed.is_empty() => {
-            println!("TARGET MISSED on a host that was not busy, so the pool's:");
-            for m in &v.missed {
-                println!("  {}: {} target missed: {}", m.tenant, m.target, m.detail);
-            }
+            out.push("TARGET MISSED on a host that was not busy, so the pool's:".into());
+            out.extend(v.missed.iter().map(|m| format!("  {}: {} target missed: {}", m.tenant, m.target, m.detail)));
         }
         _ => {}
     }
-    code
+    (out.join("\n"), v.exit_code(host))
 }
 
 #[cfg(test)]
@@ -319,5 +308,40 @@ mod tests {
         let broken = Verdict { violations: vec!["training".into()], missed: vec![] };
         assert_eq!(broken.exit_code(Some(&host(true))), EXIT_QUOTA_VIOLATED);
         assert_eq!(Verdict::default().exit_code(Some(&host(false))), 0);
+    }
+
+    #[test]
+    fn a_missed_latency_is_the_machines_on_a_busy_host_and_the_pools_on_an_idle_one() {
+        let tenants = [tenant(Some(60), 2.0), Tenant { name: "inference", compute: None, below: 0.0, args: vec![] }];
+        let mut slow = report(5, 0);
+        slow.latency = Some((1500.0, 7028.0, 1000));
+        let reports = [("t", report(60, 0)), ("inference", slow)];
+        let (text, code) = render(&tenants, &reports, None, &HashMap::new(), Some(&host(true)));
+        assert_eq!(code, 0, "{text}");
+        assert!(text.contains("All quotas held.") && !text.contains("QUOTA VIOLATED"), "{text}");
+        assert!(
+            text.contains("\nHost during the run: 2 CPUs over 10.0 s: busy 100% (the demo 40%, other work 60%)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  inference: latency target missed because the host was busy: steal 0.0%, load 3.00, run-queue \
+                 delay 1000 ms per s (200 us a wait); p99 7028 us above the bound 5000 us"
+            ),
+            "{text}"
+        );
+        let (text, code) = render(&tenants, &reports, None, &HashMap::new(), Some(&host(false)));
+        assert_eq!(code, EXIT_TARGET_MISSED, "{text}");
+        assert!(text.contains(": not busy (the demo had the CPUs it needed)"), "{text}");
+        assert!(
+            text.ends_with(
+                "All quotas held.\nTARGET MISSED on a host that was not busy, so the pool's:\n  inference: latency \
+                 target missed: p99 7028 us above the bound 5000 us"
+            ),
+            "{text}"
+        );
+        let (text, code) = render(&tenants, &reports, None, &HashMap::new(), None);
+        assert_eq!(code, EXIT_TARGET_MISSED, "{text}");
+        assert!(text.contains("Host during the run: not measured"), "{text}");
     }
 }
