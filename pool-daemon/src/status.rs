@@ -86,6 +86,10 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
             );
         }
     }
+    println!("\nTENANT               PAGE-LOCKED HOST MEMORY / QUOTA");
+    for t in doc["tenants"].as_array().into_iter().flatten() {
+        println!("{:<20} {} / {}", t["tenant"].as_str().unwrap_or("?"), mib(&t["pinned"]), mib(&t["pinned_quota"]));
+    }
     println!("\nSESSION  PID      UID    TENANT               CLIENT");
     for s in doc["sessions"].as_array().into_iter().flatten() {
         println!(

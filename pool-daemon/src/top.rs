@@ -1,8 +1,8 @@
 //! `gpupool top`: a live terminal view of a running daemon (ratatui), from the same control socket as
 //! `gpupool status`. Per device: a utilization bar (the compute share charged to all tenants over the
 //! last second), memory in use against the device, and a short history. Per session: pid, tenant,
-//! device, memory used against quota, compute achieved against quota, kernels per second, mode and
-//! priority, endpoint. Keys: `q`/Esc quits, `s` changes the sort column. A lost daemon is shown, and
+//! device, memory used against quota, its tenant's page-locked host memory against quota, compute
+//! achieved against quota, kernels per second, mode and priority, endpoint. Keys: `q`/Esc quits, `s` changes the sort column. A lost daemon is shown, and
 //! retried, instead of ending the view.
 
 use anyhow::Result;
@@ -25,6 +25,8 @@ struct SessionRow {
     device: u64,
     used: u64,
     quota: Option<u64>,
+    /// The tenant's page-locked host bytes and their quota.
+    pinned: (u64, u64),
     share: f64,
     compute_quota: u64,
     kernels_per_s: f64,
@@ -97,6 +99,7 @@ impl State {
                     device: dev,
                     used: d["used"].as_u64().unwrap_or(0),
                     quota: d["quota"].as_u64(),
+                    pinned: (t["pinned"].as_u64().unwrap_or(0), t["pinned_quota"].as_u64().unwrap_or(0)),
                     share: d["compute"]["share_1s"].as_f64().unwrap_or(0.0) * 100.0,
                     compute_quota: t["compute"].as_u64().unwrap_or(100),
                     kernels_per_s: self.rates.get(&(name.to_string(), dev)).copied().unwrap_or(0.0),
@@ -179,6 +182,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
         "TENANT",
         "DEV",
         "MEMORY / QUOTA",
+        "PINNED / QUOTA",
         "COMPUTE / QUOTA",
         "KERNELS/S",
         "MODE",
@@ -195,6 +199,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
                 r.tenant,
                 r.device.to_string(),
                 format!("{} / {}", mib(r.used), r.quota.map_or("unlimited".into(), mib)),
+                format!("{} / {}", mib(r.pinned.0), mib(r.pinned.1)),
                 format!("{:.1}% / {}%", r.share, r.compute_quota),
                 format!("{:.0}", r.kernels_per_s),
                 r.mode,
@@ -208,6 +213,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
         Constraint::Min(10),
         Constraint::Length(4),
         Constraint::Length(22),
+        Constraint::Length(20),
         Constraint::Length(16),
         Constraint::Length(10),
         Constraint::Length(6),

@@ -52,14 +52,25 @@ fn top_shows_both_tenants_sorts_degrades_and_quits() {
         )
     };
     let mut d = Daemon::start(Some(
-        &(cfg("training", "compute = 40\nmemory = \"512MiB\"") + &cfg("serving", "compute = 30\npriority = \"high\"")),
+        &(cfg("training", "compute = 40\nmemory = \"512MiB\"\npinned = \"256MiB\"")
+            + &cfg("serving", "compute = 30\npriority = \"high\"")),
     ));
     let mut kids = [tenant(&d, "training"), tenant(&d, "serving")];
     let pids: Vec<String> = kids.iter().map(|k| k.id().to_string()).collect();
     let cmd = format!("{} top --endpoint {} --interval-ms 300", env!("CARGO_BIN_EXE_gpupool"), d.endpoint());
     tmux(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "30", &cmd]);
-    let s =
-        screen_with(&["training", "serving", &pids[0], &pids[1], "/ 40%", "/ 30%", "512 MiB", "GPU 0", "sort: tenant"]);
+    let s = screen_with(&[
+        "training",
+        "serving",
+        &pids[0],
+        &pids[1],
+        "/ 40%",
+        "/ 30%",
+        "512 MiB",
+        "0 MiB / 256 MiB",
+        "GPU 0",
+        "sort: tenant",
+    ]);
     // Both run kernels: a non-zero share shows on each row.
     let rows: Vec<&str> = s.lines().filter(|l| l.contains("training") || l.contains("serving")).collect();
     assert_eq!(rows.len(), 2, "{s}");

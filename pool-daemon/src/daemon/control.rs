@@ -1,6 +1,7 @@
 //! The status document the control socket (`<socket>.ctl`) answers with, and
 //! `gpupool status` prints: the daemon, its devices, the tenants with their memory use
-//! and quota per device (the ledger snapshot), and the live sessions.
+//! and quota per device and their page-locked host memory against its quota (the ledger
+//! snapshot), and the live sessions.
 
 use super::Shared;
 use serde_json::{Value, json};
@@ -57,6 +58,8 @@ pub fn status_document(shared: &Shared) -> Value {
                 "compute": spec.map(|s| s.compute),
                 "mode": spec.map(|s| s.mode),
                 "priority": spec.map(|s| s.priority),
+                "pinned": t.pinned,
+                "pinned_quota": t.pinned_quota,
                 "devices": t.devices.iter().map(|d| json!({
                     "device": d.device, "used": d.used, "pending": d.pending, "quota": d.quota,
                     "compute": compute_of(t.tenant.as_str(), d.device),

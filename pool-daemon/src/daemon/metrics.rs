@@ -38,6 +38,11 @@ struct TenantLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PinnedLabels {
+    tenant: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WindowLabels {
     tenant: String,
     device: String,
@@ -111,8 +116,13 @@ pub fn render(shared: &Shared) -> String {
     let compute_quota = Family::<TenantLabels, F64Gauge>::default();
     let share = Family::<WindowLabels, F64Gauge>::default();
     let throttled = Family::<TenantLabels, Counter<f64, AtomicU64>>::default();
+    let pinned = Family::<PinnedLabels, Gauge>::default();
+    let pinned_quota = Family::<PinnedLabels, Gauge>::default();
     for t in doc["tenants"].as_array().into_iter().flatten() {
         let tenant = t["tenant"].as_str().unwrap_or("?").to_string();
+        let pl = PinnedLabels { tenant: tenant.clone() };
+        pinned.get_or_create(&pl).set(t["pinned"].as_i64().unwrap_or(0));
+        pinned_quota.get_or_create(&pl).set(t["pinned_quota"].as_i64().unwrap_or(0));
         for d in t["devices"].as_array().into_iter().flatten() {
             let dev = d["device"].as_u64().unwrap_or(0);
             let l = TenantLabels { tenant: tenant.clone(), device: dev.to_string(), uuid: uuid(dev) };
@@ -162,6 +172,9 @@ pub fn render(shared: &Shared) -> String {
         Unit::Seconds,
         throttled,
     );
+
+    reg.register_with_unit("pinned", "Page-locked host memory a tenant's sessions hold", Unit::Bytes, pinned);
+    reg.register_with_unit("pinned_quota", "A tenant's page-locked host memory quota", Unit::Bytes, pinned_quota);
 
     let util = Family::<DeviceLabels, F64Gauge>::default();
     let mem_used = Family::<DeviceLabels, Gauge>::default();

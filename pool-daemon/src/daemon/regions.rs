@@ -7,7 +7,7 @@
 //! and unregisters and unmaps it at `HostRegionUnmap` or session end, once every device
 //! it was used on has finished the work queued before.
 
-use super::dispatch::{Fail, Result};
+use super::dispatch::{Fail, OUT_OF_MEMORY, Result};
 use super::session::Session;
 use crate::call;
 use gpupool_protocol::ops::RegionSlice;
@@ -31,6 +31,8 @@ const TENANT_ONLY: u32 = 0;
 /// One mapped region.
 pub struct Region {
     pub map: Mapping,
+    /// What it counts against the tenant's page-locked quota: its length in whole pages.
+    pinned: u64,
     /// The device whose context registered it with the backend, once used.
     pub registered: Option<u32>,
     /// The devices whose contexts were handed a pointer into it: their queued copies may
@@ -55,14 +57,31 @@ impl DeviceSet {
 
 impl Session {
     /// `HostRegionMap`: receives the fd (bounded wait) and maps it.
+    ///
+    /// The region counts against the tenant's page-locked host memory quota (`pinned`, in
+    /// the ledger) from before it is mapped until it is unmapped; past the quota the map is
+    /// refused with CUDA_ERROR_OUT_OF_MEMORY, which the client's `cuMemHostAlloc` and
+    /// `cudaMallocHost` return. This is the one way a client makes the daemon pin host
+    /// memory (`cuMemHostRegister` stays in the client).
     pub fn region_map(&mut self, sock: &UnixStream, bytes: u64) -> Result<answer::HostRegion> {
         let fd = recv_host_region(sock, FD_WAIT).map_err(|e| Fail::new(1, e))?;
         if self.regions.len() >= MAX_REGIONS {
             return Err(Fail::new(1, "too many host regions in this session"));
         }
-        let map = map_host_region(&fd, bytes).map_err(|e| Fail::new(1, e))?;
+        // Counted in the pages the client makes regions of (create_host_region).
+        const PAGE: u64 = 4096;
+        let pinned = bytes.checked_next_multiple_of(PAGE).ok_or_else(|| Fail::new(1, "host region size overflows"))?;
+        let ledger = &self.shared.ledger;
+        ledger.pin(&self.quota, pinned).map_err(|e| Fail::new(OUT_OF_MEMORY, e.to_string()))?;
+        let map = match map_host_region(&fd, bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = ledger.unpin(&self.quota, pinned);
+                return Err(Fail::new(1, e));
+            }
+        };
         let id = self.next_handle();
-        self.regions.insert(id, Region { map, registered: None, used_on: DeviceSet::default() });
+        self.regions.insert(id, Region { map, pinned, registered: None, used_on: DeviceSet::default() });
         Ok(answer::HostRegion { id })
     }
 
@@ -89,6 +108,9 @@ impl Session {
             if let Err(e) = call!(cuda, cuMemHostUnregister(r.map.as_ptr().cast::<c_void>())) {
                 tracing::debug!(session = self.id, "unregistering a host region: {e}");
             }
+        }
+        if let Err(e) = self.shared.ledger.unpin(&self.quota, r.pinned) {
+            tracing::error!(session = self.id, "page-locked ledger out of step: {e}");
         }
         drop(r); // unmaps
     }
