@@ -1,7 +1,7 @@
 //! Bounded resources: connections that never send a hello cost the daemon at most
 //! `MAX_PENDING` session threads (the oldest is dropped to make room), a real client gets
 //! its session while 500 of them are held, and the daemon's threads and file descriptors
-//! return to their baseline once they are gone.
+//! return to their baseline once they are gone; the TCP listener shares the bound.
 
 mod common;
 
@@ -141,4 +141,33 @@ fn idle_connections_are_bounded_and_do_not_lock_a_client_out() {
         threads(&d),
         fds(&d)
     );
+}
+
+/// The network listener shares the bound: idle TCP connections push out each other, not a
+/// client that sends its hello (the listener used to refuse every connection past 64).
+#[test]
+fn idle_tcp_connections_do_not_lock_a_client_out() {
+    use gpupool_protocol::transport::Transport as _;
+    use gpupool_protocol::transport::net::{DEFAULT_MAX_FRAME, NetTransport};
+    use gpupool_protocol::{Message, Reply};
+    use std::net::TcpStream;
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let config = format!("[[tenant]]\nname = \"net\"\ntoken_sha256 = \"{}\"\n", gpupool_quota::hash_token("tk"));
+    let d = Daemon::start_with(Some(&config), &["--listen", &format!("tcp://{addr}")]);
+    let idle: Vec<TcpStream> = (0..2 * MAX_PENDING).map(|_| TcpStream::connect(&addr).expect("connect")).collect();
+
+    let mut t = NetTransport::plain(TcpStream::connect(&addr).unwrap(), DEFAULT_MAX_FRAME).unwrap();
+    let hello = Message::Request { id: 1, no_reply: false, op: hello_token("bounds", None, Some("tk")) };
+    t.send(&hello.encode().unwrap()).expect("sending the hello");
+    let reply = t.recv(Some(HELLO_TIMEOUT)).unwrap_or_else(|e| panic!("no hello reply ({e}): {}", d.log()));
+    match Message::decode(&reply).unwrap().0 {
+        Message::Reply { op: Reply::HelloReply { tenant, .. }, .. } => assert_eq!(tenant, "net"),
+        other => panic!("{other:?}"),
+    }
+    let open = |idle: &[TcpStream]| idle.iter().filter(|s| !gpupool_protocol::transport::hung_up(s)).count();
+    // The oldest were dropped (the daemon closes them within a wait slice), the newest wait.
+    assert!(eventually(Duration::from_secs(2), || open(&idle) <= MAX_PENDING), "{} idle still open", open(&idle));
+    assert!(open(&idle) >= MAX_PENDING / 2, "only {} idle connections still pending", open(&idle));
 }
