@@ -14,7 +14,9 @@
 //! against CUDA 13's `cuda_runtime_api.h` (`--cudart13-include`), and `gpupool_cudart12.h`
 //! against CUDA 12's `cuda_runtime_api.h` (`--cuda-include`, which must then also reach the
 //! `crt/host_defines.h` it includes: PyPI ships that with nvcc, not the runtime, hence a search
-//! path of several dirs). Each of our headers is checked with everything it includes from
+//! path of several dirs), and `gpupool_cublas.h` against CUDA 12's `cublas_api.h` and
+//! `cublasLt.h` (`--cublas-include`: the cuBLAS wheel's dir plus the runtime's and CCCL's, which
+//! `cuda_fp16.h` needs for `nv/target`). Each of our headers is checked with everything it includes from
 //! `shim-headers/include`, so the two runtime headers stand alone.
 //!
 //! A function is checked against NVIDIA's declaration of the same name only: NVIDIA's headers
@@ -45,7 +47,7 @@ struct Pair<'a> {
 }
 
 /// Each argument is a search path of include dirs.
-pub fn run(cuda: &[PathBuf], nvml: &[PathBuf], cudart13: &[PathBuf]) -> Result<()> {
+pub fn run(cuda: &[PathBuf], nvml: &[PathBuf], cudart13: &[PathBuf], cublas: &[PathBuf]) -> Result<()> {
     let pairs = [
         Pair {
             ours: "gpupool_cuda.h",
@@ -84,6 +86,16 @@ pub fn run(cuda: &[PathBuf], nvml: &[PathBuf], cudart13: &[PathBuf]) -> Result<(
             // cudaGetDeviceProperties_v2, so its declaration is of the _v2 name our header has;
             // no per-thread default stream renaming (CUDA_API_PER_THREAD_DEFAULT_STREAM,
             // __CUDA_API_VERSION_INTERNAL) is active.
+            defines: &[],
+        },
+        Pair {
+            ours: "gpupool_cublas.h",
+            release: "CUDA 12",
+            nvidia_dirs: cublas,
+            // cublasLt.h defines CUBLASAPI, which cublas_api.h insists on, then includes it.
+            nvidia_headers: &["cublasLt.h", "cublas_api.h"],
+            // None: cublas_api.h declares the exported _v2 names our header has (only cublas_v2.h,
+            // not included, #defines cublasCreate to cublasCreate_v2).
             defines: &[],
         },
     ];
@@ -561,6 +573,7 @@ mod tests {
             ("gpupool_nvml.h", &["gpupool_nvml.h"]),
             ("gpupool_cudart.h", &["gpupool_cudart.h"]),
             ("gpupool_cudart12.h", &["gpupool_cudart12.h"]),
+            ("gpupool_cublas.h", &["gpupool_cublas.h"]),
         ] {
             let pair = Pair { ours, release: "the test", nvidia_dirs: &dirs, nvidia_headers: nvidia, defines: &[] };
             check_pair(&include, &pair, &work).unwrap();

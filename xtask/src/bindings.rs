@@ -14,6 +14,7 @@ const TARGETS: &[Target] = &[
     Target { header: "gpupool_nvml.h", output: "nvml_bindings.rs" },
     Target { header: "gpupool_cudart.h", output: "cudart_bindings.rs" },
     Target { header: "gpupool_cudart12.h", output: "cudart12_bindings.rs" },
+    Target { header: "gpupool_cublas.h", output: "cublas_bindings.rs" },
 ];
 
 fn generate(include_dir: &Path, target: &Target) -> Result<String> {

@@ -19,12 +19,14 @@ fn usage() -> &'static str {
      tasks:\n  \
        bindgen [--check]        regenerate shim-headers/src/*_bindings.rs (--check: fail if they differ)\n  \
        abi-check --cuda-include DIRS --nvml-include DIRS --cudart13-include DIRS\n                           \
+       --cublas-include DIRS\n                           \
        compile every item of our headers against NVIDIA's and fail on any mismatch;\n                           \
        each DIRS is an include dir or several joined by ':'\n                           \
        --cuda-include: CUDA 12 (cuda.h, cudaTypedefs.h, cuda_runtime_api.h and the\n                           \
        crt/host_defines.h it includes)\n                           \
        --nvml-include: nvml.h\n                           \
-       --cudart13-include: CUDA 13 (cuda_runtime_api.h and what it includes)"
+       --cudart13-include: CUDA 13 (cuda_runtime_api.h and what it includes)\n                           \
+       --cublas-include: CUDA 12's cublas_api.h and cublasLt.h and what they include"
 }
 
 fn main() -> Result<()> {
@@ -40,7 +42,12 @@ fn main() -> Result<()> {
                     None => bail!("abi-check needs {name} DIRS\n{}", usage()),
                 }
             };
-            abi_check::run(&flag("--cuda-include")?, &flag("--nvml-include")?, &flag("--cudart13-include")?)
+            abi_check::run(
+                &flag("--cuda-include")?,
+                &flag("--nvml-include")?,
+                &flag("--cudart13-include")?,
+                &flag("--cublas-include")?,
+            )
         }
         _ => bail!("{}", usage()),
     }
