@@ -4,6 +4,12 @@
 //! `GPUPOOL_COMPUTE`; the client sends them in its hello, where they can only narrow the
 //! tenant's quota). Exits with CMD's exit code (128+N when a signal N killed it).
 //!
+//! The endpoint (`--endpoint`, else `GPUPOOL_ENDPOINT`) is any the interposer takes, parsed
+//! by the same code: a unix socket, `tcp://`, `tls://`, or several network endpoints
+//! separated by commas. `GPUPOOL_TOKEN`, `GPUPOOL_CA` and `GPUPOOL_TIMEOUT` pass through to
+//! CMD; a network endpoint without a token, or `tls://` without a CA that loads, is refused
+//! before CMD starts.
+//!
 //! Programs linked against `libcudart.so.12` / `.13` (nvcc `-cudart shared`) get
 //! stand-ins of those sonames on `LD_LIBRARY_PATH` (built by build.rs, written once per
 //! user to a private directory): the loader needs the file and its symbol version, and
@@ -12,6 +18,7 @@
 //! name the driver in DT_NEEDED on a machine without one.
 
 use anyhow::{Context as _, Result, bail};
+use gpupool_protocol::transport::endpoint::{Endpoint, NetSettings};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::PathBuf;
 use std::process::Command;
@@ -114,14 +121,16 @@ pub fn run(o: Options) -> Result<i32> {
         bail!("--compute {c}: a percent in 1..=100");
     }
     let lib = interposer()?;
-    let endpoint = crate::status::endpoint(o.endpoint)?;
+    let endpoints = crate::status::endpoints(o.endpoint)?;
+    NetSettings::from_env().check(&endpoints).map_err(anyhow::Error::msg)?;
+    let endpoints: Vec<String> = endpoints.iter().map(Endpoint::to_string).collect();
     let mut preload = lib.display().to_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(':');
         preload.push_str(&old.to_string_lossy());
     }
     let mut cmd = Command::new(prog);
-    cmd.args(args).env("LD_PRELOAD", preload).env("GPUPOOL_ENDPOINT", format!("unix://{}", endpoint.display()));
+    cmd.args(args).env("LD_PRELOAD", preload).env("GPUPOOL_ENDPOINT", endpoints.join(","));
     cmd.env("LD_LIBRARY_PATH", library_path_with(&cudart_stand_ins(&lib)?));
     if let Some(m) = &o.memory {
         cmd.env("GPUPOOL_MEMORY", m);

@@ -1,21 +1,91 @@
-//! `gpupool status [--json] [--endpoint ADDR]`: reads the daemon's control socket
-//! (`<socket>.ctl`, which answers one JSON document per connection and closes it) and
-//! prints it as JSON or as tables.
+//! `gpupool status [--json] [--endpoint ADDR]`: reads a daemon's status document and prints
+//! it as JSON or as tables. A daemon on this host is read through its control socket
+//! (`<socket>.ctl`, which answers the whole document to whoever may open it, and closes); one
+//! over the network (`tls://`, `tcp://`) through a status request carrying `GPUPOOL_TOKEN`,
+//! which the daemon answers with that tenant's view, or everything for the admin token
+//! (`pool-daemon/src/daemon/status_view.rs`). [`Source`] is shared with `gpupool top`.
 
-use crate::daemon::listener::{control_path, default_socket_path, parse_endpoint};
-use anyhow::{Context as _, Result};
+use crate::daemon::listener::control_path;
+use anyhow::{Context as _, Result, anyhow, bail};
+use gpupool_protocol::transport::Transport as _;
+use gpupool_protocol::transport::endpoint::{self, Endpoint, NetSettings};
+use gpupool_protocol::{Message, Reply, Request};
 use serde_json::Value;
 use std::io::Read as _;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::Duration;
 
-pub fn endpoint(arg: Option<String>) -> Result<std::path::PathBuf> {
-    match arg.or_else(|| std::env::var("GPUPOOL_ENDPOINT").ok().filter(|s| !s.is_empty())) {
-        Some(e) => parse_endpoint(&e),
-        None => Ok(default_socket_path()),
+/// The endpoints a command was pointed at: `--endpoint`, else `GPUPOOL_ENDPOINT`, else the
+/// default socket; parsed as the interposer parses them.
+pub fn endpoints(arg: Option<String>) -> Result<Vec<Endpoint>> {
+    match arg.filter(|s| !s.trim().is_empty()) {
+        Some(text) => endpoint::parse_list(&text).map_err(|e| anyhow!("--endpoint: {e}")),
+        None => endpoint::configured().map_err(anyhow::Error::msg),
     }
 }
 
+/// Where `gpupool status` and `gpupool top` read the status document.
+pub enum Source {
+    /// A daemon on this host: its control socket, the whole document.
+    Local(PathBuf),
+    /// A daemon over the network: a status request with `GPUPOOL_TOKEN` (and `GPUPOOL_CA`).
+    Remote(Endpoint),
+}
+
+impl Source {
+    /// The one daemon `arg` or the environment names.
+    pub fn new(arg: Option<String>) -> Result<Source> {
+        let mut eps = endpoints(arg)?;
+        if eps.len() != 1 {
+            let list: Vec<String> = eps.iter().map(Endpoint::to_string).collect();
+            bail!(
+                "{} endpoints ({}): status and top watch one daemon; name it with --endpoint",
+                eps.len(),
+                list.join(",")
+            );
+        }
+        Ok(match eps.remove(0) {
+            Endpoint::Unix(socket) => Source::Local(socket),
+            net => Source::Remote(net),
+        })
+    }
+
+    pub fn fetch(&self) -> Result<Value> {
+        match self {
+            Source::Local(socket) => fetch(socket),
+            Source::Remote(ep) => fetch_remote(ep),
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Local(socket) => write!(f, "unix://{}", socket.display()),
+            Source::Remote(ep) => write!(f, "{ep}"),
+        }
+    }
+}
+
+/// One status request as a connection's first frame; the daemon answers and closes.
+fn fetch_remote(ep: &Endpoint) -> Result<Value> {
+    let mut settings = NetSettings::from_env();
+    let mut t = endpoint::dial(ep, &mut settings).map_err(anyhow::Error::msg)?;
+    let request = Message::Request { id: 1, no_reply: false, op: Request::Status { token: endpoint::token() } };
+    t.send(&request.encode()?).with_context(|| format!("sending the status request to {ep}"))?;
+    let frame = t.recv(Some(settings.timeout)).with_context(|| format!("{ep}: no status answer"))?;
+    let (reply, _) = Message::decode(&frame).with_context(|| format!("{ep}: a malformed answer"))?;
+    match reply {
+        Message::Reply { op: Reply::StatusDocument { json }, .. } => {
+            serde_json::from_slice(&json.0).with_context(|| format!("{ep}: the status is not JSON"))
+        }
+        Message::Reply { op: Reply::Error { code, message }, .. } => bail!("{ep} refused ({code}): {message}"),
+        other => bail!("{ep}: unexpected {:?} frame instead of the status", other.kind()),
+    }
+}
+
+/// The whole document from the control socket of the daemon serving `socket`.
 pub fn fetch(socket: &std::path::Path) -> Result<Value> {
     let ctl = control_path(socket);
     let mut s = UnixStream::connect(&ctl).with_context(|| format!("no gpupool daemon answers on {}", ctl.display()))?;
@@ -35,10 +105,13 @@ fn mib(v: &Value) -> String {
 }
 
 pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
-    let doc = fetch(&endpoint(endpoint_arg)?)?;
+    let doc = Source::new(endpoint_arg)?.fetch()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
+    }
+    if let Some(tenant) = doc["view"]["tenant"].as_str() {
+        println!("tenant {tenant}'s view: its own sessions and use only (the admin token shows every tenant)\n");
     }
     let d = &doc["daemon"];
     let v = d["driver_version"].as_u64().unwrap_or(0);

@@ -1,5 +1,6 @@
-//! `gpupool top`: a live terminal view of a running daemon (ratatui), from the same control socket as
-//! `gpupool status`. Per device: a utilization bar (the compute share charged to all tenants over the
+//! `gpupool top`: a live terminal view of a running daemon (ratatui), from the same source as
+//! `gpupool status` (the control socket here, a status request over the network: a tenant's
+//! token shows that tenant alone, the admin token everything). Per device: a utilization bar (the compute share charged to all tenants over the
 //! last second), memory in use against the device, and a short history. Per session: pid, tenant,
 //! device, memory used against quota, its tenant's page-locked host memory against quota, compute
 //! achieved against quota, kernels per second, mode and priority, endpoint. Keys: `q`/Esc quits, `s` changes the sort column. A lost daemon is shown, and
@@ -13,7 +14,6 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Gauge, Paragraph, Row, Sparkline, Table};
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const SORTS: [&str; 4] = ["tenant", "memory", "compute", "pid"];
@@ -47,8 +47,8 @@ struct State {
 }
 
 impl State {
-    fn poll(&mut self, socket: &std::path::Path) {
-        match crate::status::fetch(socket) {
+    fn poll(&mut self, source: &crate::status::Source) {
+        match source.fetch() {
             Ok(doc) => {
                 let now = Instant::now();
                 for t in doc["tenants"].as_array().into_iter().flatten() {
@@ -227,15 +227,15 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
 }
 
 pub fn run(endpoint: Option<String>, interval: Duration) -> Result<()> {
-    let socket: PathBuf = crate::status::endpoint(endpoint)?;
-    let shown = format!("unix://{}", socket.display());
+    let source = crate::status::Source::new(endpoint)?;
+    let shown = source.to_string();
     let mut st = State::default();
     let mut terminal = ratatui::init();
     let result = (|| -> Result<()> {
         let mut next = Instant::now();
         loop {
             if Instant::now() >= next {
-                st.poll(&socket);
+                st.poll(&source);
                 next = Instant::now() + interval;
             }
             terminal.draw(|f| draw(f, &st, &shown))?;

@@ -138,6 +138,8 @@ pub struct Config {
     pub(crate) by_token: HashMap<[u8; 32], usize>,
     pub(crate) by_uid: HashMap<u32, usize>,
     pub(crate) by_gid: HashMap<u32, usize>,
+    /// Digests of the admin tokens (`admin_token_sha256`): they name no tenant.
+    pub(crate) admin_tokens: Vec<[u8; 32]>,
 }
 
 /// Why a config was refused. Field errors name the tenant and the field.
@@ -177,6 +179,9 @@ struct RawConfig {
     tenant: Vec<RawTenant>,
     #[serde(default)]
     default: Option<RawLimits>,
+    /// SHA-256 of the token(s) that may read every tenant's status over the network.
+    #[serde(default)]
+    admin_token_sha256: OneOrMany,
 }
 
 #[derive(Debug, Deserialize)]
@@ -354,7 +359,8 @@ impl Config {
 
     /// A config with no tenants and an unlimited default tenant.
     pub fn unrestricted() -> Config {
-        Self::from_raw(RawConfig { tenant: Vec::new(), default: None }).expect("empty config is valid")
+        Self::from_raw(RawConfig { tenant: Vec::new(), default: None, admin_token_sha256: OneOrMany::None })
+            .expect("empty config is valid")
     }
 
     fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
@@ -397,7 +403,21 @@ impl Config {
                 insert_unique(&mut by_gid, g, i, &tenants, "gids", format_args!("gid {g}"))?;
             }
         }
-        Ok(Config { tenants, default, by_token, by_uid, by_gid })
+        let admin = |h: &String| {
+            parse_digest("(admin)", h).map_err(|_| {
+                field_err("(admin)", "admin_token_sha256", format!("`{h}` is not 64 hex digits (a SHA-256)"))
+            })
+        };
+        let admin_tokens = match &raw.admin_token_sha256 {
+            OneOrMany::None => Vec::new(),
+            OneOrMany::One(h) => vec![admin(h)?],
+            OneOrMany::Many(v) => v.iter().map(admin).collect::<Result<_, _>>()?,
+        };
+        if let Some(&i) = admin_tokens.iter().find_map(|d| by_token.get(d)) {
+            let msg = "this token is also admin_token_sha256: an admin token must name no tenant";
+            return Err(field_err(tenants[i].id.as_str(), "token_sha256", msg));
+        }
+        Ok(Config { tenants, default, by_token, by_uid, by_gid, admin_tokens })
     }
 
     /// The `[[tenant]]` entries, in file order (the default tenant is not among them).

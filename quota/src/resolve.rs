@@ -176,6 +176,12 @@ impl Config {
         self.by_token.get(&token_digest(token)).map(|&i| self.tenants[i].id.clone())
     }
 
+    /// Whether `token` is an admin token (`admin_token_sha256`): it may read every tenant's
+    /// status, and names no tenant.
+    pub fn is_admin_token(&self, token: &str) -> bool {
+        self.admin_tokens.contains(&token_digest(token))
+    }
+
     /// The limits for a session of `tenant` that asked for `request`. The request only narrows: each value
     /// is the smaller of quota and request; a wider request is clamped and listed in `clamped`.
     pub fn effective_limits(&self, tenant: &TenantId, request: &ClientRequest) -> Result<Limits, LimitsError> {

@@ -26,6 +26,8 @@ pub const INVALID_HANDLE: u32 = 400;
 pub const NOT_READY: u32 = 600;
 pub const DEVICE_UNAVAILABLE: u32 = 46;
 pub const NOT_SUPPORTED: u32 = 801;
+/// CUDA_ERROR_NOT_PERMITTED: no token, or one that names no tenant, over the network.
+pub const NOT_PERMITTED: u32 = 800;
 
 /// What the session loop lends every operation: the staging area, and the unix socket on
 /// which page-locked regions' fds arrive (a local session only).

@@ -6,6 +6,7 @@
 use super::admission::Admission;
 use super::{Shared, control, session};
 use anyhow::{Context as _, Result, bail};
+use gpupool_protocol::transport::endpoint::Endpoint;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -28,18 +29,12 @@ pub fn peer_cred(stream: &UnixStream) -> std::io::Result<PeerCred> {
 
 pub use gpupool_protocol::transport::unix::default_socket_path;
 
-/// `unix:///PATH` or a bare path.
+/// `unix:///PATH` or an absolute path, as clients name it ([`Endpoint::parse`]).
 pub fn parse_endpoint(text: &str) -> Result<PathBuf> {
-    if let Some(p) = text.strip_prefix("unix://") {
-        if p.is_empty() {
-            bail!("endpoint {text:?}: empty path");
-        }
-        return Ok(PathBuf::from(p));
+    match Endpoint::parse(text).map_err(anyhow::Error::msg)? {
+        Endpoint::Unix(path) => Ok(path),
+        net => bail!("{net} is a network endpoint, not a unix socket"),
     }
-    if text.contains("://") {
-        bail!("endpoint {text:?}: expected unix:///PATH, tls://HOST:PORT or tcp://HOST:PORT");
-    }
-    Ok(PathBuf::from(text))
 }
 
 pub fn control_path(socket: &Path) -> PathBuf {

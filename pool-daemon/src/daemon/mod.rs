@@ -10,7 +10,9 @@
 //!   [`dispatch`]: the checks of every handle and device pointer against what the session
 //!   owns, and the quota reservation before an allocation.
 //! - [`cleanup`]: everything a session owned is freed when it ends, however it ends.
-//! - [`control`]: the status document (devices, tenants, sessions, the ledger).
+//! - [`control`]: the status document (devices, tenants, sessions, the ledger);
+//!   [`status_view`]: what a status request over the protocol may see of it (a tenant's
+//!   token its own tenant, the admin token everything).
 //!
 //! Signals: SIGTERM/SIGINT stop accepting, close every session (freeing what it owned)
 //! and remove the sockets; SIGHUP reloads the quota config into the ledger.
@@ -28,6 +30,7 @@ pub mod regions;
 pub mod remote;
 pub mod serve;
 pub mod session;
+pub mod status_view;
 pub mod streams;
 
 use crate::backend::{Cuda, DriverSource, Nvml};

@@ -41,6 +41,12 @@ impl Serve for Session {
         Err(Fail::invalid_value("a second hello"))
     }
 
+    fn status(&mut self, _cx: Cx<'_>, token: Option<String>) -> Result<answer::StatusDocument> {
+        let viewer =
+            super::status_view::viewer(&self.shared.ledger.config(), token.as_deref(), Some(self.quota.tenant()))?;
+        super::status_view::answer(&self.shared, &viewer)
+    }
+
     // ---- devices ----
 
     fn device_get_count(&mut self, _cx: Cx<'_>) -> Result<answer::DeviceCount> {

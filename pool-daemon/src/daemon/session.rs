@@ -4,7 +4,7 @@
 //! death, a malformed frame or shutdown; then [`super::cleanup`] frees everything it owned.
 
 use super::admission::{HELLO_TIMEOUT, Ticket};
-use super::dispatch::{Cx, Fail};
+use super::dispatch::{Cx, Fail, NOT_PERMITTED};
 use super::listener::PeerCred;
 use super::{Raw, SessionInfo, Shared, TenantCtx};
 use gpupool_protocol::bulk::{self, Bulk, BulkView};
@@ -24,9 +24,6 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// CUDA_ERROR_NOT_PERMITTED: a hello without a valid token over the network.
-const NOT_PERMITTED: u32 = 800;
 
 /// How often an idle session looks at the shutdown flag.
 const IDLE_POLL: Duration = Duration::from_millis(100);
@@ -138,7 +135,11 @@ fn run_link(shared: Arc<Shared>, mut link: Link, origin: Origin, t0: Instant, ti
     let hello = hello(&shared, &mut link, &origin, t0);
     drop(ticket);
     let mut session = match hello {
-        Ok(s) => s,
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            link.t.close();
+            return;
+        }
         Err(why) => {
             match origin {
                 Origin::Local(cred) => tracing::warn!(pid = cred.pid, uid = cred.uid, "hello refused: {why}"),
@@ -153,7 +154,9 @@ fn run_link(shared: Arc<Shared>, mut link: Link, origin: Origin, t0: Instant, ti
     super::cleanup::end(session, &reason);
 }
 
-fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) -> Result<Session, String> {
+/// The session a hello opens, or `None` for a connection that asked for the status
+/// document instead ([`super::status_view::connection`]; answered, no session).
+fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) -> Result<Option<Session>, String> {
     let t = &mut *link.t;
     // The hello must come within HELLO_TIMEOUT (checking for shutdown meanwhile).
     let mut frame = Vec::new();
@@ -165,6 +168,14 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         }
     }
     let (msg, _) = Message::decode(&frame).map_err(|e| format!("malformed hello frame: {e}"))?;
+    if let Message::Request { id, op: Request::Status { token }, .. } = &msg {
+        let (own, who) = match origin {
+            Origin::Local(c) => (Some(shared.ledger.config().resolve(c.uid, c.gid, None)), format!("pid {}", c.pid)),
+            Origin::Remote(addr) => (None, addr.to_string()),
+        };
+        super::status_view::connection(shared, t, *id, token.as_deref(), own.as_ref(), &who);
+        return Ok(None);
+    }
     let Message::Request {
         id,
         op: Request::Hello { pid, uid, gid, protocol_version, memory_limit, compute_percent, client_name, token },
@@ -251,7 +262,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         clamped = limits.clamped.len(), hello_us = t0.elapsed().as_micros() as u64,
         "session start"
     );
-    Ok(session)
+    Ok(Some(session))
 }
 
 impl Session {

@@ -21,7 +21,7 @@
 //!
 //! | range | family |
 //! | --- | --- |
-//! | `0x00xx` | session (hello) |
+//! | `0x00xx` | session (hello, status) |
 //! | `0x01xx` | devices |
 //! | `0x02xx` | contexts |
 //! | `0x03xx` | memory |
@@ -63,6 +63,12 @@ op_table! {
         memory_limit: Option<u64>, compute_percent: Option<u8>,
         client_name: String, token: Option<String>,
     } => HelloReply;
+    /// The daemon's status document (what `gpupool status` shows). Sent instead of a hello
+    /// as a connection's first frame, it is answered and the connection closed: no session
+    /// is opened. `token`: the admin token sees every tenant; a tenant's token sees that
+    /// tenant alone (its quotas, use, sessions; devices without other tenants' figures).
+    /// Within a session, no token means the session's own tenant.
+    0x0002 Status status { token: Option<String> } => StatusDocument;
 
     // ---- devices ----
     0x0101 DeviceGetCount device_get_count {} => DeviceCount;
@@ -164,6 +170,9 @@ op_table! {
     /// (e.g. CUDA_ERROR_OUT_OF_MEMORY = 2 for a quota refusal).
     0x8001 Error { code: u32, message: String };
     0x8002 HelloReply { session_id: u64, tenant: String, driver_version: u32, devices: Vec<crate::ops::DeviceInfo> };
+    /// The status document as UTF-8 JSON (bytes, not a string: it outgrows a string's cap
+    /// with a few hundred sessions).
+    0x8003 StatusDocument { json: InlineBytes };
 
     0x8101 DeviceCount { count: u32 };
     0x8102 DeviceInfo { info: crate::ops::DeviceInfo };

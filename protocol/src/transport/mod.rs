@@ -14,12 +14,15 @@
 //!   was chosen; kernel keepalives bound how long a dead link goes unnoticed.
 //! - [`loopback::LoopbackTransport`]: in-process channels, for tests of higher layers.
 //!
+//! [`endpoint`] says where a daemon is (`GPUPOOL_ENDPOINT`) and dials a network one.
+//!
 //! One conformance suite (`protocol/tests/transport_conformance.rs`) runs against all three.
 //!
 //! This is the one module of the crate allowed `unsafe` (mappings, futexes, ring copies);
 //! every use carries a `// SAFETY:` comment.
 #![allow(unsafe_code)]
 
+pub mod endpoint;
 pub mod loopback;
 pub mod net;
 pub mod shm;
