@@ -558,3 +558,283 @@ while True:
     let (code, err) = init_result(&net, &d.tls(), &pki, &[], &[]);
     assert_eq!(code, "0", "{err}");
 }
+
+// ---- the README's remote commands, as written ----
+
+const OTHER_TOKEN: &str = "neighbour-token";
+const ADMIN_TOKEN: &str = "admin-e2e-token";
+
+/// The README's setup for "Remote pooling": a client namespace in which `gpu-a.example` (the
+/// README's daemon name) resolves to the daemon (`ip netns exec` mounts
+/// `/etc/netns/NS/hosts` over `/etc/hosts`), the README's `gpupool cert` run as written, a
+/// daemon with that certificate on tls://10.99.0.1:7443 (the README's 0.0.0.0 narrowed to the
+/// namespace's address) and tcp://127.0.0.1:7070, two tenants (`remote`, `neighbour`) and an
+/// admin token; and the client's directory with `ca.pem` and `train.py` in it.
+struct ReadmeSite {
+    d: Daemon,
+    client_dir: PathBuf,
+    hosts: PathBuf,
+    net: Net,
+}
+
+impl ReadmeSite {
+    fn new(name: &str) -> ReadmeSite {
+        let dir = scratch(name);
+        let net = Net::new(1);
+        let hosts = PathBuf::from("/etc/netns").join(&net.client);
+        std::fs::create_dir_all(&hosts).unwrap();
+        std::fs::write(hosts.join("hosts"), "127.0.0.1 localhost\n10.99.0.1 gpu-a.example\n").unwrap();
+        let cert = gpupool_e2e::readme::command("gpupool cert --out pki");
+        let out = shell(&net.daemons[0], &dir, &cert);
+        assert!(out.status.success(), "{cert}: {}", gpupool_e2e::output_text(&out));
+        let config = format!(
+            "admin_token_sha256 = \"{}\"\n{}[[tenant]]\nname = \"neighbour\"\ntoken_sha256 = \"{}\"\n",
+            gpupool_quota::hash_token(ADMIN_TOKEN),
+            tenant_config("1GiB"),
+            gpupool_quota::hash_token(OTHER_TOKEN),
+        );
+        let d = Daemon::start(&net, 0, &dir, "1", &config, &["--listen", "tcp://127.0.0.1:7070", "--lease", "10"]);
+        let client_dir = dir.join("client");
+        std::fs::create_dir_all(&client_dir).unwrap();
+        std::fs::copy(dir.join("pki/ca.pem"), client_dir.join("ca.pem")).unwrap();
+        std::fs::write(client_dir.join("train.py"), CUDA_PYTHON_WORK).unwrap();
+        ReadmeSite { d, client_dir, hosts, net }
+    }
+
+    /// A shell line in the client's directory, in the client's namespace.
+    fn client(&self, line: &str) -> std::process::Output {
+        shell(&self.net.client, &self.client_dir, line)
+    }
+
+    /// A shell line in the client's directory, on the daemon's host (its loopback).
+    fn on_daemon_host(&self, line: &str) -> std::process::Output {
+        shell(&self.net.daemons[0], &self.client_dir, line)
+    }
+}
+
+impl Drop for ReadmeSite {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.hosts);
+    }
+}
+
+/// PATH with `gpupool` (target/debug) and the venv's `python` first.
+fn readme_path() -> String {
+    let venv = gpupool_e2e::venv_python();
+    format!(
+        "{}:{}:{}",
+        gpupool_exe().parent().unwrap().display(),
+        venv.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// `sh -c LINE` in namespace `ns` and directory `cwd`, with none of this process's gpupool
+/// settings: only what the line itself sets.
+fn shell_command(ns: &str, cwd: &Path, line: &str) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "sh", "-c", line]).current_dir(cwd).env("PATH", readme_path());
+    for k in ["GPUPOOL_ENDPOINT", "GPUPOOL_TOKEN", "GPUPOOL_CA", "LD_PRELOAD", "LD_LIBRARY_PATH"] {
+        c.env_remove(k);
+    }
+    c
+}
+
+fn shell(ns: &str, cwd: &Path, line: &str) -> std::process::Output {
+    shell_command(ns, cwd, line).output().unwrap()
+}
+
+/// The README's client line with the token in place of `...`.
+fn readme_line(prefix: &str, token: &str) -> String {
+    let line = gpupool_e2e::readme::command(prefix);
+    assert!(line.contains("GPUPOOL_TOKEN=..."), "{line}");
+    line.replace("GPUPOOL_TOKEN=...", &format!("GPUPOOL_TOKEN={token}"))
+}
+
+const README_RUN: &str = "GPUPOOL_ENDPOINT=tls://gpu-a.example:7443 GPUPOOL_TOKEN=... GPUPOOL_CA=ca.pem gpupool run";
+const README_STATUS: &str =
+    "GPUPOOL_ENDPOINT=tls://gpu-a.example:7443 GPUPOOL_TOKEN=... GPUPOOL_CA=ca.pem gpupool status";
+const README_TOP: &str = "GPUPOOL_TOKEN=... GPUPOOL_CA=ca.pem gpupool top";
+
+#[test]
+fn readme_gpupool_run_over_tls_and_tcp_runs_the_program() {
+    let site = ReadmeSite::new("readme-run");
+    let digest = |out: &std::process::Output, what: &str| {
+        let s = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success() && s.contains("DIGEST"),
+            "{what}: {}\n{}",
+            gpupool_e2e::output_text(out),
+            site.d.log()
+        );
+        s
+    };
+    // Exactly the README's line (the token for its `...`), from the client's host, over TLS to
+    // gpu-a.example.
+    let run = readme_line(README_RUN, TOKEN);
+    let over_tls = digest(&site.client(&run), &run);
+    assert!(site.d.log().matches("session start").count() >= 1, "{}", site.d.log());
+    // The same over shared memory on the daemon's host, and over tcp:// on its loopback (the
+    // README's line with only the scheme, host and port changed); then --endpoint in place of
+    // the variable.
+    let unix = format!("GPUPOOL_TOKEN={TOKEN} gpupool run --endpoint {} -- python train.py", site.d.unix());
+    assert_eq!(digest(&site.on_daemon_host(&unix), &unix), over_tls, "TLS and shared memory agree");
+    let tcp = run.replace("tls://gpu-a.example:7443", "tcp://127.0.0.1:7070");
+    assert_eq!(digest(&site.on_daemon_host(&tcp), &tcp), over_tls, "plain TCP agrees");
+    let flag = format!("GPUPOOL_TOKEN={TOKEN} gpupool run --endpoint tcp://127.0.0.1:7070 -- python train.py");
+    assert_eq!(digest(&site.on_daemon_host(&flag), &flag), over_tls);
+
+    // A list: each endpoint's devices, in order (here the same daemon twice: 1 + 1 devices).
+    let count = "import ctypes; c = ctypes.CDLL('libcuda.so.1'); n = ctypes.c_int(); \
+                 assert c.cuInit(0) == 0; assert c.cuDeviceGetCount(ctypes.byref(n)) == 0; print('DEVICES', n.value)";
+    let list = format!(
+        "GPUPOOL_TOKEN={TOKEN} GPUPOOL_ENDPOINT=tcp://127.0.0.1:7070,tcp://127.0.0.1:7070 gpupool run -- python -c \"{count}\""
+    );
+    let out = site.on_daemon_host(&list);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("DEVICES 2"),
+        "{list}: {}",
+        gpupool_e2e::output_text(&out)
+    );
+
+    // What gpupool run refuses before starting the program, and why.
+    let refused = |line: &str, why: &str| {
+        let out = site.client(&format!("{line} -- python -c 'print(\"RAN\")'"));
+        let text = gpupool_e2e::output_text(&out);
+        assert!(!out.status.success() && !text.contains("RAN"), "{line}: {text}");
+        assert!(text.contains(why), "{line}: expected {why:?} in {text}");
+    };
+    refused(
+        "GPUPOOL_TOKEN=x gpupool run --endpoint http://gpu-a.example:7443",
+        "expected unix:///PATH, tls://HOST:PORT or tcp://HOST:PORT",
+    );
+    refused("GPUPOOL_TOKEN=x GPUPOOL_ENDPOINT=tls://gpu-a.example gpupool run", "no :PORT");
+    refused("GPUPOOL_CA=ca.pem gpupool run --endpoint tls://gpu-a.example:7443", "set GPUPOOL_TOKEN");
+    refused("GPUPOOL_TOKEN=x gpupool run --endpoint tls://gpu-a.example:7443", "tls:// needs GPUPOOL_CA");
+    refused("GPUPOOL_TOKEN=x GPUPOOL_CA=missing.pem gpupool run --endpoint tls://gpu-a.example:7443", "GPUPOOL_CA");
+    // A token that names no tenant reaches the daemon, which refuses it; the program says why.
+    let out = site.client(&readme_line(README_RUN, "not-a-token"));
+    let text = gpupool_e2e::output_text(&out);
+    assert!(!out.status.success() && text.contains("the token matches no tenant"), "{text}");
+}
+
+/// A client of `token`'s tenant through `gpupool run` over TLS that holds `mib` MiB until its
+/// stdin closes; returns it and the pid it reported.
+fn holder(site: &ReadmeSite, token: &str, mib: u32) -> (Child, String) {
+    let script = format!(
+        "import os, sys\nfrom cuda.bindings import driver as d\nassert d.cuInit(0)[0] == 0\n\
+         ctx = d.cuDevicePrimaryCtxRetain(d.cuDeviceGet(0)[1])[1]\nassert d.cuCtxSetCurrent(ctx)[0] == 0\n\
+         r = d.cuMemAlloc({mib} << 20)\nassert r[0] == 0, r\nprint('READY', os.getpid(), flush=True)\nsys.stdin.read()\n"
+    );
+    std::fs::write(site.client_dir.join(format!("hold{mib}.py")), script).unwrap();
+    let line = readme_line(README_RUN, token).replace("train.py", &format!("hold{mib}.py"));
+    let mut child = shell_command(&site.net.client, &site.client_dir, &line)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    let pid = ready.strip_prefix("READY ").map(|p| p.trim().to_string());
+    let Some(pid) = pid else {
+        let out = child.wait_with_output().unwrap();
+        panic!("{line}: {ready}{}\n{}", gpupool_e2e::output_text(&out), site.d.log());
+    };
+    (child, pid)
+}
+
+#[test]
+fn readme_status_and_top_over_the_network_show_a_tenant_itself_and_the_admin_everything() {
+    let site = ReadmeSite::new("readme-status");
+    let (mut mine, my_pid) = holder(&site, TOKEN, 64);
+    let (mut theirs, their_pid) = holder(&site, OTHER_TOKEN, 32);
+    let json = |out: std::process::Output, what: &str| -> (serde_json::Value, String) {
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{what}: {}\n{}", gpupool_e2e::output_text(&out), site.d.log());
+        (serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {e}: {text}")), text)
+    };
+    let tenants = |doc: &serde_json::Value| -> Vec<String> {
+        doc["tenants"].as_array().unwrap().iter().map(|t| t["tenant"].as_str().unwrap().to_string()).collect()
+    };
+    let pids = |doc: &serde_json::Value| -> Vec<String> {
+        doc["sessions"].as_array().unwrap().iter().map(|s| s["pid"].to_string()).collect()
+    };
+
+    // A tenant's token (the README's line, over TLS; the same over tcp:// on the daemon's host):
+    // that tenant alone, its own use on the device, nothing of the neighbour's.
+    let status = readme_line(README_STATUS, TOKEN);
+    let tcp = status.replace("tls://gpu-a.example:7443", "tcp://127.0.0.1:7070");
+    for (doc, text) in [json(site.client(&status), &status), json(site.on_daemon_host(&tcp), &tcp)] {
+        assert_eq!(doc["view"]["tenant"], "remote", "{text}");
+        assert_eq!(tenants(&doc), ["remote"]);
+        assert_eq!(pids(&doc), [my_pid.clone()]);
+        assert_eq!(doc["tenants"][0]["devices"][0]["used"], 64u64 << 20);
+        assert_eq!(doc["devices"][0]["memory_used"], 64u64 << 20, "its own use, not the device's");
+        assert!(!text.contains("neighbour") && !text.contains(&their_pid), "{text}");
+    }
+    // The table: the same view, said so.
+    let out = site.client(&status.replace(" --json", ""));
+    let table = gpupool_e2e::output_text(&out);
+    assert!(out.status.success() && table.contains("tenant remote's view") && table.contains(&my_pid), "{table}");
+    assert!(!table.contains("neighbour"), "{table}");
+
+    // The admin token: every tenant, every session, the device's whole use.
+    let (doc, text) = json(site.client(&readme_line(README_STATUS, ADMIN_TOKEN)), "admin");
+    assert_eq!(doc["view"]["scope"], "all", "{text}");
+    let mut all = tenants(&doc);
+    all.sort();
+    assert!(all.contains(&"remote".to_string()) && all.contains(&"neighbour".to_string()), "{text}");
+    let mut p = pids(&doc);
+    p.sort();
+    let mut want = vec![my_pid.clone(), their_pid.clone()];
+    want.sort();
+    assert_eq!(p, want, "the holders' sessions and no other: status requests open none");
+    assert_eq!(doc["devices"][0]["memory_used"], 96u64 << 20);
+
+    // Refused: no token, a token nobody has; each with its reason, and logged by the daemon.
+    for (line, why) in [
+        (
+            "GPUPOOL_ENDPOINT=tls://gpu-a.example:7443 GPUPOOL_CA=ca.pem gpupool status --json".to_string(),
+            "status refused: no token was presented",
+        ),
+        (readme_line(README_STATUS, "wrong-token"), "the token matches no tenant and is not the admin token"),
+    ] {
+        let out = site.client(&line);
+        let text = gpupool_e2e::output_text(&out);
+        assert!(!out.status.success() && text.contains(why) && text.contains("(800)"), "{line}: {text}");
+        assert!(!text.contains("neighbour"), "{text}");
+    }
+    assert!(site.d.log().contains("status refused: no token was presented"), "{}", site.d.log());
+
+    // gpupool top, the README's line in a terminal: the tenant's rows only; with the admin
+    // token, both tenants'.
+    let top = |token: &str| {
+        let line = readme_line(README_TOP, token);
+        let cmd = format!(
+            "ip netns exec {} env PATH={} sh -c 'cd {} && {line}'",
+            site.net.client,
+            readme_path(),
+            site.client_dir.display()
+        );
+        gpupool_e2e::tmux::Tmux::start(&format!("remote-top-{token}"), &cmd, 150, 30)
+    };
+    let wait = Duration::from_secs(15);
+    let t = top(TOKEN);
+    let screen = t.screen_with(&["tls://gpu-a.example:7443", "remote", &my_pid, "64 MiB"], wait);
+    assert!(!screen.contains("neighbour") && !screen.contains(&their_pid), "{screen}");
+    t.send_keys("q");
+    let t0 = Instant::now();
+    while t.running() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "q did not quit: {}", t.screen());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t = top(ADMIN_TOKEN);
+    t.screen_with(&["remote", "neighbour", &my_pid, &their_pid], wait);
+    drop(t);
+
+    for c in [&mut mine, &mut theirs] {
+        drop(c.stdin.take());
+        assert!(c.wait().unwrap().success());
+    }
+}

@@ -24,6 +24,17 @@ fn the_admin_token_is_recognised_and_names_no_tenant() {
     assert!(!Config::from_toml_str(&tenant("a", "a-token")).unwrap().is_admin_token("a-token"));
 }
 
+/// The example in README.md: its admin token is sha256("admin-secret").
+#[test]
+fn readme_example_admin_token() {
+    let readme = include_str!("../README.md");
+    let start = readme.find("```toml\n").expect("README has a toml block") + "```toml\n".len();
+    let end = start + readme[start..].find("```").unwrap();
+    let cfg = Config::from_toml_str(&readme[start..end]).unwrap();
+    assert!(cfg.is_admin_token("admin-secret"));
+    assert!(!cfg.is_admin_token("secret"), "the inference tenant's token is not the admin's");
+}
+
 #[test]
 fn an_admin_token_that_is_also_a_tenants_or_not_a_digest_is_refused() {
     let text = format!("admin_token_sha256 = \"{}\"\n{}", hash_token("shared"), tenant("a", "shared"));

@@ -8,7 +8,8 @@
 //! client programs: `tests/c` with the system C compiler ([`compile_c`]), `tests/cuda` with
 //! NVIDIA's nvcc from the venv ([`compile_cu`]), `tests/cuda12` (host-only C++ against CUDA
 //! 12's runtime headers and `libcudart.so.12`) with the system C++ compiler
-//! ([`compile_cuda12_host`]).
+//! ([`compile_cuda12_host`]). Also: README commands as written ([`readme`]), and terminal
+//! programs under tmux ([`tmux`]).
 //!
 //! Must not: link against the simulator, or reimplement driver semantics. Every signature
 //! in the table is checked at compile time against `gpupool_shim::cuda`.
@@ -20,6 +21,8 @@
 
 pub mod compute_load;
 pub mod delay_relay;
+pub mod readme;
+pub mod tmux;
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};

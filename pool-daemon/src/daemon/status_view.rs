@@ -26,6 +26,15 @@ pub enum Viewer {
     Tenant(TenantId),
 }
 
+impl std::fmt::Display for Viewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Viewer::Admin => write!(f, "every tenant (admin token)"),
+            Viewer::Tenant(t) => write!(f, "tenant {}", t.as_str()),
+        }
+    }
+}
+
 /// The viewer a request names: the admin token sees everything, a tenant's token its tenant;
 /// without a token, `own` (the session's tenant, or a local client's), if there is one.
 pub fn viewer(config: &Config, token: Option<&str>, own: Option<&TenantId>) -> Result<Viewer, Fail> {
@@ -109,7 +118,7 @@ pub fn connection(
 ) {
     let op = match viewer(&shared.ledger.config(), token, own).and_then(|v| Ok((answer(shared, &v)?, v))) {
         Ok((doc, v)) => {
-            tracing::info!(peer = who, view = ?v, "status answered");
+            tracing::info!(peer = who, view = %v, "status answered");
             Reply::from(doc)
         }
         Err(Fail { code, message }) => {
