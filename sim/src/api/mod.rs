@@ -13,6 +13,7 @@ pub mod copy;
 pub mod device;
 pub mod event;
 pub mod graph;
+pub mod host_job;
 pub mod init;
 pub mod launch;
 pub mod memory;
