@@ -768,7 +768,7 @@ fn readme_status_and_top_over_the_network_show_a_tenant_itself_and_the_admin_eve
     for (doc, text) in [json(site.client(&status), &status), json(site.on_daemon_host(&tcp), &tcp)] {
         assert_eq!(doc["view"]["tenant"], "remote", "{text}");
         assert_eq!(tenants(&doc), ["remote"]);
-        assert_eq!(pids(&doc), [my_pid.clone()]);
+        assert_eq!(pids(&doc), [my_pid.as_str()]);
         assert_eq!(doc["tenants"][0]["devices"][0]["used"], 64u64 << 20);
         assert_eq!(doc["devices"][0]["memory_used"], 64u64 << 20, "its own use, not the device's");
         assert!(!text.contains("neighbour") && !text.contains(&their_pid), "{text}");

@@ -21,7 +21,7 @@ use std::time::Duration;
 pub fn endpoints(arg: Option<String>) -> Result<Vec<Endpoint>> {
     match arg.filter(|s| !s.trim().is_empty()) {
         Some(text) => endpoint::parse_list(&text).map_err(|e| anyhow!("--endpoint: {e}")),
-        None => endpoint::configured().map_err(anyhow::Error::msg),
+        None => endpoint::configured().map_err(|e| anyhow!("GPUPOOL_ENDPOINT: {e}")),
     }
 }
 

@@ -85,7 +85,7 @@ impl Session {
     }
 }
 
-fn reply(t: &mut dyn Transport, id: u64, op: Reply) -> Result<(), TransportError> {
+pub(super) fn reply(t: &mut dyn Transport, id: u64, op: Reply) -> Result<(), TransportError> {
     let frame = Message::Reply { id, op }.encode().map_err(|e| TransportError::Corrupt(e.to_string()))?;
     t.send(&frame)
 }

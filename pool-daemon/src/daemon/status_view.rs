@@ -11,9 +11,9 @@
 
 use super::Shared;
 use super::dispatch::{Fail, NOT_PERMITTED};
+use gpupool_protocol::Reply;
 use gpupool_protocol::ops::{InlineBytes, answer};
 use gpupool_protocol::transport::Transport;
-use gpupool_protocol::{Message, Reply};
 use gpupool_quota::{Config, TenantId};
 use serde_json::{Map, Value, json};
 
@@ -126,11 +126,7 @@ pub fn connection(
             Reply::Error { code, message }
         }
     };
-    let sent = Message::Reply { id, op }
-        .encode()
-        .map_err(|e| e.to_string())
-        .and_then(|f| t.send(&f).map_err(|e| e.to_string()));
-    if let Err(e) = sent {
+    if let Err(e) = super::session::reply(t, id, op) {
         tracing::debug!(peer = who, "sending the status: {e}");
     }
 }
