@@ -75,6 +75,9 @@ fn enqueue(
         Work::Kernel,
         Vec::new(),
         Arc::new(move || {
+            // The whole value, not its `user` field (closures capture the fields they use): it
+            // must live, and release `user`, with this job.
+            let data = &data;
             let job = GpupoolSimJob { ctx: job_ctx.clone(), held: Mutex::new(Vec::new()) };
             // SAFETY: the library's job function with its own argument and a job valid for the call.
             let code = unsafe { run(data.user as *mut c_void, &job) };
