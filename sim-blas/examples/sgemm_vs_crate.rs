@@ -22,12 +22,26 @@ fn main() {
         let init: libloading::Symbol<unsafe extern "C" fn(u32) -> R> = cuda.get(b"cuInit\0").unwrap();
         let ctx_create: libloading::Symbol<unsafe extern "C" fn(*mut *mut c_void, u32, c_int) -> R> =
             cuda.get(b"cuCtxCreate_v2\0").unwrap();
-        let alloc: libloading::Symbol<unsafe extern "C" fn(*mut u64, usize) -> R> = cuda.get(b"cuMemAlloc_v2\0").unwrap();
+        let alloc: libloading::Symbol<unsafe extern "C" fn(*mut u64, usize) -> R> =
+            cuda.get(b"cuMemAlloc_v2\0").unwrap();
         let sync: libloading::Symbol<unsafe extern "C" fn() -> R> = cuda.get(b"cuCtxSynchronize\0").unwrap();
         let create: libloading::Symbol<unsafe extern "C" fn(*mut *mut c_void) -> u32> =
             blas.get(b"cublasCreate_v2\0").unwrap();
         type Sgemm = unsafe extern "C" fn(
-            *mut c_void, u32, u32, c_int, c_int, c_int, *const f32, u64, c_int, u64, c_int, *const f32, u64, c_int,
+            *mut c_void,
+            u32,
+            u32,
+            c_int,
+            c_int,
+            c_int,
+            *const f32,
+            u64,
+            c_int,
+            u64,
+            c_int,
+            *const f32,
+            u64,
+            c_int,
         ) -> u32;
         let sgemm: libloading::Symbol<Sgemm> = blas.get(b"cublasSgemm_v2\0").unwrap();
         assert_eq!(init(0), 0);
@@ -59,6 +73,13 @@ fn main() {
         }
         let (l, m) = (median(lib_times), median(crate_times));
         let gflops = |s: f64| 2.0 * (n as f64).powi(3) / s / 1e9;
-        println!("sgemm {n}^3: libcublas (sim) {:.2} ms ({:.1} GFLOP/s), matrixmultiply alone {:.2} ms ({:.1} GFLOP/s), ratio {:.3}", l * 1e3, gflops(l), m * 1e3, gflops(m), m / l);
+        println!(
+            "sgemm {n}^3: libcublas (sim) {:.2} ms ({:.1} GFLOP/s), matrixmultiply alone {:.2} ms ({:.1} GFLOP/s), ratio {:.3}",
+            l * 1e3,
+            gflops(l),
+            m * 1e3,
+            gflops(m),
+            m / l
+        );
     }
 }

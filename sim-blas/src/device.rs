@@ -6,6 +6,9 @@
 //! the stream (so it is ordered with that stream's kernels and copies), and, inside the job,
 //! turning a device range into the host address of its bytes (held alive until the job ends).
 
+// Streams are CUDA handles the simulator validates; this module passes them on, never dereferences them.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 use crate::status::{BlasResult, fail};
 use gpupool_shim::cublas::cublasStatus_t as S;
 use gpupool_shim::cuda::{CUdeviceptr, CUresult, CUstream};

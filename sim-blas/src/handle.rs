@@ -62,6 +62,12 @@ impl<T> Registry<T> {
     }
 }
 
+impl<T> Default for Registry<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 pub static HANDLES: Registry<Handle> = Registry::new();
 
 /// The settings of a live handle, copied, for one call.
