@@ -1,27 +1,54 @@
-//! `dlopen` / `dlsym` hooks. Programs find the driver with `dlopen("libcuda.so.1")` and
-//! `dlsym(handle, "cuGetProcAddress_v2")`; a lookup on a library handle does not see
-//! LD_PRELOAD symbols, so `dlopen` of `libcuda.so*` / `libnvidia-ml.so*` /
-//! `libcudart.so*` (frameworks that load the runtime lazily) returns a handle
-//! to this library itself (no driver needs to exist on the client machine), and `dlsym`
-//! answers lookups on that handle from our exports. Everything else goes to the real
-//! functions: `dlopen` from `dlsym(RTLD_NEXT, "dlopen")`, `dlsym` from
-//! `dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34")` (falling back to "GLIBC_2.2.5"). A
-//! thread-local guard sends any lookup our own code makes while inside a hook straight to
-//! the real functions. Nothing here allocates or panics.
+//! The `dlopen` / `dlmopen` hooks: programs find the driver with `dlopen("libcuda.so.1")`
+//! and `dlsym(handle, "cuGetProcAddress_v2")`, and a lookup on a library handle does not
+//! see LD_PRELOAD symbols. So a `dlopen` of `libcuda.so*`, `libnvidia-ml.so*` or
+//! `libcudart.so*` (frameworks that load the runtime lazily), by any path, returns a
+//! handle to this library itself (no driver needs to exist on the client machine), and
+//! glibc's `dlsym` on that handle finds our exports. `dlmopen` does the same for those
+//! names in the base namespace (`LM_ID_BASE`); a new namespace does not see LD_PRELOAD,
+//! so what a program loads there is left to glibc.
+//!
+//! Every other name is glibc's business, and glibc decides *from the caller*: `dlopen`
+//! takes its own return address, finds the object that contains it, and searches that
+//! object's DT_RPATH / DT_RUNPATH (with its `$ORIGIN`) for a bare name (this is how
+//! `libnvrtc.so.12` finds `libnvrtc-builtins.so.12.9` next to itself); `dlmopen` with
+//! `LM_ID_NEWLM` and `dlsym(RTLD_NEXT, …)` are relative to the caller in the same way. A
+//! hook written as an ordinary function that calls the real `dlopen` makes *this* library
+//! the caller, and every library that loads a neighbour by bare name then fails.
+//!
+//! How the caller is kept: the exported `dlopen` and `dlmopen` are naked trampolines
+//! ([`trampoline`]). Each saves its argument registers, asks a Rust function here which
+//! code should handle the call (the real function, found once with
+//! `dlsym(RTLD_NEXT, …)`, or [`own_handle_answer`]), restores the registers and the stack
+//! exactly as they were at entry, and *jumps* there. The real `dlopen` then runs as if
+//! the program had called it directly: same arguments, same return address, our frame
+//! gone. Alternatives rejected: emulating the loader's search from the caller's link map
+//! (`dladdr1` on the return address, then RPATH vs RUNPATH, `LD_LIBRARY_PATH` order,
+//! `ld.so.cache`, `$ORIGIN`/`$LIB`/`$PLATFORM`, secure mode) would duplicate ld.so and
+//! drift from it; glibc's internal `_dl_open`, which takes a caller address, is not
+//! exported. On targets other than x86_64 and aarch64 the hooks are ordinary functions
+//! and the real functions see this library as their caller (named in [`trampoline`]).
+//!
+//! `dlsym` is not interposed: on our handle glibc's `dlsym` already answers from our
+//! exports, and a hook could only make `RTLD_NEXT` mean "after libgpupool.so" instead of
+//! "after the caller".
+//!
+//! A thread-local guard sends a `dlopen` that our own code causes while deciding (loading
+//! a reference to ourselves) straight to the real function. Deciding takes no lock and
+//! allocates nothing (lazily filled atomics, so a `fork` at any point leaves nothing held),
+//! and nothing here panics.
+
+mod trampoline;
 
 use std::cell::Cell;
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_void};
-use std::sync::OnceLock;
-
-type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
-type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+use std::os::raw::{c_char, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks this thread as inside a hook for the guard's lifetime.
+/// Marks this thread as deciding a hooked call for the guard's lifetime.
 struct Guard(bool);
 impl Guard {
     fn enter() -> Guard {
@@ -38,50 +65,67 @@ impl Drop for Guard {
     }
 }
 
-fn real_dlsym() -> Option<DlsymFn> {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let p = *REAL.get_or_init(|| {
-        for v in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-            // SAFETY: dlvsym with RTLD_NEXT and NUL-terminated names; it is not hooked.
-            let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
-            if !p.is_null() {
-                return p as usize;
-            }
-        }
-        0
-    });
-    // SAFETY: a non-zero value is glibc's dlsym, whose type is DlsymFn.
-    (p != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
+/// The next definition of `name` after this library (glibc's, unless a library preloaded
+/// after us wraps it too), looked up once. 0 when there is none. Racing threads store the
+/// same value.
+fn next_definition(cache: &AtomicUsize, name: &CStr) -> usize {
+    let cached = cache.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    // SAFETY: glibc's dlsym (not interposed) with RTLD_NEXT and a NUL-terminated name.
+    let found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    cache.store(found, Ordering::Relaxed);
+    found
 }
 
-fn real_dlopen() -> Option<DlopenFn> {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let p = *REAL.get_or_init(|| match real_dlsym() {
-        // SAFETY: the real dlsym with RTLD_NEXT and a NUL-terminated name.
-        Some(dlsym) => (unsafe { dlsym(libc::RTLD_NEXT, c"dlopen".as_ptr()) }) as usize,
-        None => 0,
-    });
-    // SAFETY: a non-zero value is the next dlopen, whose type is DlopenFn.
-    (p != 0).then(|| unsafe { std::mem::transmute::<usize, DlopenFn>(p) })
+fn real_dlopen() -> usize {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    next_definition(&REAL, c"dlopen")
 }
 
-/// A handle to this library, from `dlopen` of its own path (found with `dladdr`).
-fn own_handle() -> *mut c_void {
-    static OWN: OnceLock<usize> = OnceLock::new();
-    *OWN.get_or_init(|| {
-        let Some(dlopen) = real_dlopen() else {
-            return 0;
-        };
-        // SAFETY: Dl_info is plain data; zeroed is a valid initial value.
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: dladdr on the address of one of our own functions, writing `info`.
-        if unsafe { libc::dladdr(own_handle as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
-            return 0;
-        }
-        // SAFETY: the real dlopen with the NUL-terminated path dladdr reported; this
-        // library is already loaded, so this only takes a reference.
-        unsafe { dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_GLOBAL) as usize }
-    }) as *mut c_void
+fn real_dlmopen() -> usize {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    next_definition(&REAL, c"dlmopen")
+}
+
+/// This library's own handle, from a real `dlopen` of its own path (found with `dladdr`;
+/// the library is already loaded, so that only takes a reference). 0 when that fails.
+static OWN: AtomicUsize = AtomicUsize::new(0);
+
+fn own_handle() -> usize {
+    let cached = OWN.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    let real = real_dlopen();
+    if real == 0 {
+        return 0;
+    }
+    // SAFETY: Dl_info is plain data; zeroed is a valid initial value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr on the address of one of our own functions, writing `info`.
+    if unsafe { libc::dladdr(own_handle as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return 0;
+    }
+    // SAFETY: `real` is the next `dlopen`, whose type this is.
+    let dlopen: trampoline::DlopenFn = unsafe { std::mem::transmute::<usize, trampoline::DlopenFn>(real) };
+    // SAFETY: the real dlopen with the NUL-terminated path dladdr reported. Two racing
+    // threads take two references, which is harmless: this library is never unloaded.
+    let handle = unsafe { dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_GLOBAL) } as usize;
+    OWN.store(handle, Ordering::Relaxed);
+    handle
+}
+
+/// Where a trampoline sends a call we answer: our handle, whatever the arguments the
+/// trampoline left in the argument registers (a C callee may ignore them).
+extern "C" fn own_handle_answer() -> *mut c_void {
+    OWN.load(Ordering::Relaxed) as *mut c_void
+}
+
+/// Where a trampoline sends a call when the real function cannot be found (not on glibc).
+extern "C" fn no_real_function() -> *mut c_void {
+    std::ptr::null_mut()
 }
 
 /// Whether `name`'s file name is a vendor library we stand in for.
@@ -99,57 +143,44 @@ fn is_vendor(name: &CStr) -> bool {
             _ => 0,
         };
         if major != 0 {
-            crate::runtime::DLOPENED_MAJOR.store(major, std::sync::atomic::Ordering::Relaxed);
+            crate::runtime::DLOPENED_MAJOR.store(major, Ordering::Relaxed);
         }
         return true;
     }
     base.starts_with(b"libcuda.so") || base.starts_with(b"libnvidia-ml.so")
 }
 
-/// # Safety
-/// glibc's `dlopen` contract: `filename` is NULL or a NUL-terminated path.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void {
+/// Whether a call loading `filename` gets our handle (never while our own code decides).
+fn answer_with_own_handle(filename: *const c_char) -> bool {
     let guard = Guard::enter();
-    if !guard.nested() && !filename.is_null() {
-        // SAFETY: dlopen's contract: a NUL-terminated file name.
-        let name = unsafe { CStr::from_ptr(filename) };
-        if is_vendor(name) {
-            let own = own_handle();
-            if !own.is_null() {
-                return own;
-            }
-        }
+    if guard.nested() || filename.is_null() {
+        return false;
+    }
+    // SAFETY: dlopen's contract: a non-null file name is NUL-terminated.
+    let name = unsafe { CStr::from_ptr(filename) };
+    is_vendor(name) && own_handle() != 0
+}
+
+/// The code `dlopen(filename, flags)` jumps to, with the caller's arguments and return
+/// address: [`own_handle_answer`] for a vendor library, else the real `dlopen`.
+extern "C" fn dlopen_target(filename: *const c_char) -> usize {
+    if answer_with_own_handle(filename) {
+        return own_handle_answer as *const () as usize;
     }
     match real_dlopen() {
-        // SAFETY: forwarding the caller's arguments unchanged.
-        Some(f) => unsafe { f(filename, flags) },
-        None => std::ptr::null_mut(),
+        0 => no_real_function as *const () as usize,
+        real => real,
     }
 }
 
-/// # Safety
-/// glibc's `dlsym` contract: a handle from `dlopen` (or RTLD_DEFAULT / RTLD_NEXT) and a
-/// NUL-terminated symbol name.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    let Some(real) = real_dlsym() else {
-        return std::ptr::null_mut();
-    };
-    let guard = Guard::enter();
-    if !guard.nested()
-        && !handle.is_null()
-        && handle != libc::RTLD_NEXT
-        && handle != libc::RTLD_DEFAULT
-        && handle == own_handle()
-    {
-        // Our own handle: our exports answer (the real dlsym on our handle finds exactly
-        // them, never another library's).
-        // SAFETY: the real dlsym with our handle and the caller's NUL-terminated name.
-        return unsafe { real(handle, symbol) };
+/// The code `dlmopen(lmid, filename, flags)` jumps to: as [`dlopen_target`] in the base
+/// namespace; a new or other namespace always gets the real `dlmopen`.
+extern "C" fn dlmopen_target(lmid: libc::Lmid_t, filename: *const c_char) -> usize {
+    if lmid == libc::LM_ID_BASE && answer_with_own_handle(filename) {
+        return own_handle_answer as *const () as usize;
     }
-    // RTLD_NEXT is relative to the calling object, which glibc takes to be this library:
-    // the application gets the next definition after us, never our own.
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(handle, symbol) }
+    match real_dlmopen() {
+        0 => no_real_function as *const () as usize,
+        real => real,
+    }
 }

@@ -694,11 +694,18 @@ fn run_compiler(cmd: &mut Command, what: &str, source: &Path) {
 }
 
 pub fn compile_c(name: &str, out_dir: &Path) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     std::fs::create_dir_all(out_dir).expect("creating the output directory");
     let exe = out_dir.join(name);
+    compile_c_into(&format!("{name}.c"), &exe, &[]);
+    exe
+}
+
+/// Compiles `tests/c/<source>` as [`compile_c`] does into `output`, with `extra` after the
+/// source (before `-ldl -lpthread`): `-shared -fPIC` and linker options for a library.
+pub fn compile_c_into(source: &str, output: &Path, extra: &[&str]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let cc = std::env::var("CC").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "cc".into());
-    let source = root.join("tests/c").join(format!("{name}.c"));
+    let source = root.join("tests/c").join(source);
     let mut cmd = Command::new(&cc);
     cmd.args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra"])
         .args(["-Werror=implicit-function-declaration", "-Werror=incompatible-pointer-types", "-Werror=int-conversion"])
@@ -706,10 +713,10 @@ pub fn compile_c(name: &str, out_dir: &Path) -> PathBuf {
         .arg(root.join("shim-headers/include"))
         .arg(&source)
         .arg("-o")
-        .arg(&exe)
+        .arg(output)
+        .args(extra)
         .args(["-ldl", "-lpthread"]);
     run_compiler(&mut cmd, &format!("the C compiler `{cc}`"), &source);
-    exe
 }
 
 /// Environment variable naming the `nvcc` [`compile_cu`] uses. Unset: NVIDIA's nvcc 13 from the
