@@ -8,17 +8,23 @@ site-packages ``nvidia/cu13/lib`` before ``nvidia/cuda_nvrtc/lib``: with both NV
 installed (requirements.txt pins both) cuda-bindings 12.9 would silently get NVRTC 13.
 Before anything else pathfinder checks whether one of those sonames is *already loaded*
 (``dlopen(RTLD_NOLOAD)``) and then uses it. So ``load_nvrtc12()`` dlopens
-``nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so.12.*`` and ``libnvrtc.so.12`` with RTLD_GLOBAL
-before the first NVRTC call, and checks ``nvrtcVersion() == (12, 9)``. No environment
-variable selects the major version (CUDA_PATH / CUDA_HOME are consulted only after
-site-packages), so the explicit load is the reliable way; without the 13.x wheel,
-pathfinder alone would also find libnvrtc.so.12.
+``nvidia/cuda_nvrtc/lib/libnvrtc.so.12`` with RTLD_GLOBAL before the first NVRTC call, and
+checks ``nvrtcVersion() == (12, 9)``. No environment variable selects the major version
+(CUDA_PATH / CUDA_HOME are consulted only after site-packages), so the explicit load is the
+reliable way; without the 13.x wheel, pathfinder alone would also find libnvrtc.so.12.
+libnvrtc.so.12 dlopens ``libnvrtc-builtins.so.12.9`` by bare name when it compiles and finds
+it through its own RUNPATH (``$ORIGIN``), under ``gpupool run`` too (the interposer's dlopen
+keeps its caller, interpose/src/hooks.rs): nothing is preloaded for it and no
+LD_LIBRARY_PATH names the wheel.
 
 NVRTC 13.0 (wheel ``nvidia-cuda-nvrtc``, ``nvidia/cu13/lib/libnvrtc.so.13``)
 ---------------------------------------------------------------------------
 ``compile_ptx13()`` drives it through ctypes in a child process, so the two NVRTC
 libraries (same symbol names) never share a process. 13.0 matches the simulated driver
 (CUDA 13.0): its PTX is ISA 9.0, which a 13.0 driver accepts; a newer NVRTC's would not.
+That wheel's libnvrtc.so.13 has no RUNPATH, so it cannot find its builtins next to itself
+(with or without the interposer: "failed to open libnvrtc-builtins.so.13.0"); the child
+loads ``libnvrtc-builtins.so.13.*`` from the same directory first.
 
 NVRTC and a loadable libcuda.so.1 (the simulator)
 -------------------------------------------------
@@ -43,7 +49,6 @@ They come from the ``nvidia-cuda-runtime-cu12`` wheel already pinned for the ABI
 import atexit
 import ctypes
 import functools
-import glob
 import json
 import os
 import subprocess
@@ -86,10 +91,6 @@ def load_nvrtc12():
     """Makes cuda.bindings.nvrtc use libnvrtc.so.12 from nvidia-cuda-nvrtc-cu12 (see module doc).
     Returns the nvrtc module."""
     lib = _find_in_wheels(os.path.join("cuda_nvrtc", "lib", "libnvrtc.so.12"))
-    libdir = os.path.dirname(lib)
-    # libnvrtc dlopens its builtins by soname at compile time; load them from the same wheel.
-    for b in sorted(glob.glob(os.path.join(libdir, "libnvrtc-builtins.so.12.*"))):
-        ctypes.CDLL(b, mode=os.RTLD_GLOBAL)
     ctypes.CDLL(lib, mode=os.RTLD_GLOBAL)
     from cuda.bindings import nvrtc
 
@@ -204,7 +205,7 @@ def _compile_here(source, name, options):
 
 _NVRTC13_CHILD = r"""
 import ctypes, glob, os, sys
-# libnvrtc dlopens its builtins by soname; load them from the same wheel first.
+# libnvrtc.so.13 dlopens its builtins by soname and has no RUNPATH: load them first.
 for b in sorted(glob.glob(os.path.join(os.path.dirname(sys.argv[1]), "libnvrtc-builtins.so.13.*"))):
     ctypes.CDLL(b, mode=os.RTLD_GLOBAL)
 lib = ctypes.CDLL(sys.argv[1])

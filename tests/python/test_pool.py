@@ -231,8 +231,18 @@ R = d.CUresult
 cuda = ctypes.CDLL("libcuda.so.1")
 assert hasattr(cuda, "cuGetExportTable") and kernels.nvrtc_safe_in_process()
 SRC = 'extern "C" __global__ void fill(unsigned *p, unsigned n) { unsigned i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] = i * 2654435761u; }'
-# NVRTC 12.9, in this process.
+# NVRTC 12.9, in this process, as a user runs it: nothing on LD_LIBRARY_PATH holds its
+# builtins and nothing loaded them; libnvrtc.so.12 dlopens them itself through its RUNPATH
+# ($ORIGIN), past the interposer's dlopen.
+def builtins_mapped():
+    with open("/proc/self/maps") as f:
+        return sorted({l.split()[-1] for l in f if "libnvrtc-builtins" in l})
+nvrtc_dir = os.path.dirname(_find_in_wheels(os.path.join("cuda_nvrtc", "lib", "libnvrtc.so.12")))
+for p in filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(":")):
+    assert not os.path.isdir(p) or not any(n.startswith("libnvrtc") for n in os.listdir(p)), ("NVRTC on LD_LIBRARY_PATH", p)
+assert builtins_mapped() == [], builtins_mapped()
 ptx12 = kernels._compile_here(SRC, "fill.cu", ())
+assert builtins_mapped() == [os.path.realpath(os.path.join(nvrtc_dir, "libnvrtc-builtins.so.12.9"))], builtins_mapped()
 # NVRTC 13.0, in a child that keeps LD_PRELOAD (the interposer) and GPUPOOL_ENDPOINT.
 lib13 = _find_in_wheels(os.path.join("cu13", "lib", "libnvrtc.so.13"))
 c = subprocess.run([sys.executable, "-c", _NVRTC13_CHILD, lib13, *_options(())], input=SRC.encode(), capture_output=True, timeout=120)
@@ -259,7 +269,9 @@ print("nvrtc ok")
 def test_nvrtc_12_and_13_compile_next_to_the_interposer():
     """NVRTC 12.9 and 13.0 dlopen libcuda.so.1, cuInit it and ask for cuGetExportTable;
     under gpupool run that is the interposer (a driver without cuGetExportTable makes NVRTC
-    dereference NULL, kernels.py). Both compile, and their PTX runs through the pool."""
+    dereference NULL, kernels.py). Both compile, and their PTX runs through the pool. NVRTC
+    12.9 finds its builtins through its own RUNPATH with no LD_LIBRARY_PATH naming them
+    (the interposer's dlopen keeps its caller, interpose/src/hooks.rs)."""
     with Daemon(SIM_LIBDIR, devices=1, memory="1GiB") as d:
         p = d.python(NVRTC_UNDER_POOL, HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = p.communicate(timeout=120)
