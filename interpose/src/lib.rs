@@ -4,9 +4,11 @@
 //! Owns: the exported CUDA driver API and NVML symbols ([`api`], the same names and
 //! signatures as the simulator's, checked at compile time against bindgen's declarations
 //! through the `cuGetProcAddress` table), the CUDA runtime API of `libcudart.so.12` /
-//! `.13` layered on those driver exports ([`runtime`]), the `dlopen` / `dlsym` hooks that
-//! route vendor-library lookups to itself ([`hooks`]), the client state and the
-//! connection to the daemon ([`client`]), and fork safety.
+//! `.13` layered on those driver exports ([`runtime`]), the `dlopen` / `dlmopen` hooks that
+//! answer loads of the vendor libraries with itself and hand every other load to glibc as
+//! if the caller had called it, so its RUNPATH, `$ORIGIN` and `RTLD_NEXT` still apply
+//! ([`hooks`]), the client state and the connection to the daemon ([`client`]), and fork
+//! safety.
 //!
 //! Must not: execute anything on a device itself, recurse through its own hooks, do
 //! work in library constructors (the connection opens on the first call that needs it),
