@@ -7,7 +7,8 @@
 //! to their values at entry, and jump to the target. The return address (on the stack on
 //! x86_64, in x30 on aarch64) is then the program's, so glibc's `RETURN_ADDRESS (0)`
 //! names the caller's object, and our frame is gone before any library constructor runs.
-//! The Rust function runs with a 16-byte aligned stack, as the C ABI requires at a call.
+//! The Rust function runs with a 16-byte aligned stack, as the C ABI requires at a call, and
+//! call-frame information describes each step, so debuggers and profilers unwind through it.
 //!
 //! Elsewhere the hooks are ordinary functions that call the target themselves: the vendor
 //! names are still answered, but glibc sees this library as the caller of the real
@@ -31,14 +32,22 @@ mod arch {
     pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void {
         // rsp is 8 mod 16 at entry (the return address); three pushes align it for the call.
         core::arch::naked_asm!(
+            ".cfi_startproc",
             "push rdi",
+            ".cfi_adjust_cfa_offset 8",
             "push rsi",
+            ".cfi_adjust_cfa_offset 8",
             "push rdx",
+            ".cfi_adjust_cfa_offset 8",
             "call {target}",
             "pop rdx",
+            ".cfi_adjust_cfa_offset -8",
             "pop rsi",
+            ".cfi_adjust_cfa_offset -8",
             "pop rdi",
+            ".cfi_adjust_cfa_offset -8",
             "jmp rax",
+            ".cfi_endproc",
             target = sym dlopen_target,
         )
     }
@@ -50,14 +59,22 @@ mod arch {
     #[unsafe(no_mangle)]
     pub unsafe extern "C" fn dlmopen(lmid: libc::Lmid_t, filename: *const c_char, flags: c_int) -> *mut c_void {
         core::arch::naked_asm!(
+            ".cfi_startproc",
             "push rdi",
+            ".cfi_adjust_cfa_offset 8",
             "push rsi",
+            ".cfi_adjust_cfa_offset 8",
             "push rdx",
+            ".cfi_adjust_cfa_offset 8",
             "call {target}",
             "pop rdx",
+            ".cfi_adjust_cfa_offset -8",
             "pop rsi",
+            ".cfi_adjust_cfa_offset -8",
             "pop rdi",
+            ".cfi_adjust_cfa_offset -8",
             "jmp rax",
+            ".cfi_endproc",
             target = sym dlmopen_target,
         )
     }
@@ -78,7 +95,11 @@ mod arch {
         // A frame record (x29, x30) and x0-x2 in 48 bytes; the target goes through x16,
         // the intra-procedure-call register a BTI `bti c` landing pad accepts.
         core::arch::naked_asm!(
+            ".cfi_startproc",
             "stp x29, x30, [sp, #-48]!",
+            ".cfi_def_cfa_offset 48",
+            ".cfi_offset x29, -48",
+            ".cfi_offset x30, -40",
             "mov x29, sp",
             "stp x0, x1, [sp, #16]",
             "str x2, [sp, #32]",
@@ -87,7 +108,11 @@ mod arch {
             "ldp x0, x1, [sp, #16]",
             "ldr x2, [sp, #32]",
             "ldp x29, x30, [sp], #48",
+            ".cfi_def_cfa_offset 0",
+            ".cfi_restore x29",
+            ".cfi_restore x30",
             "br x16",
+            ".cfi_endproc",
             target = sym dlopen_target,
         )
     }
@@ -99,7 +124,11 @@ mod arch {
     #[unsafe(no_mangle)]
     pub unsafe extern "C" fn dlmopen(lmid: libc::Lmid_t, filename: *const c_char, flags: c_int) -> *mut c_void {
         core::arch::naked_asm!(
+            ".cfi_startproc",
             "stp x29, x30, [sp, #-48]!",
+            ".cfi_def_cfa_offset 48",
+            ".cfi_offset x29, -48",
+            ".cfi_offset x30, -40",
             "mov x29, sp",
             "stp x0, x1, [sp, #16]",
             "str x2, [sp, #32]",
@@ -108,7 +137,11 @@ mod arch {
             "ldp x0, x1, [sp, #16]",
             "ldr x2, [sp, #32]",
             "ldp x29, x30, [sp], #48",
+            ".cfi_def_cfa_offset 0",
+            ".cfi_restore x29",
+            ".cfi_restore x30",
             "br x16",
+            ".cfi_endproc",
             target = sym dlmopen_target,
         )
     }
