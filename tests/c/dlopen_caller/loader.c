@@ -33,6 +33,16 @@ int gpupool_test_mopen_neighbour(long lmid) {
 }
 
 /* dlopen of any name, from this library. */
+void *gpupool_test_open(const char *name);
+
+/* What a dlopen of libcuda.so.1 by a path where none exists gave while this library was
+   being loaded (its constructor runs inside the program's dlopen). */
+static void *vendor_in_constructor;
+__attribute__((constructor)) static void open_vendor_while_loading(void) {
+    vendor_in_constructor = gpupool_test_open("/nonexistent/gpupool-test/libcuda.so.1");
+}
+void *gpupool_test_vendor_from_constructor(void) { return vendor_in_constructor; }
+
 void *gpupool_test_open(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOCAL); }
 
 /* Wraps the next gpupool_test_layer after this library (libgpupool_test_layer.so's). */

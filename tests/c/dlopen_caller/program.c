@@ -17,8 +17,9 @@
  *   next-cuinit    (under gpupool run) dlsym(RTLD_NEXT, "cuInit") from this program is the
  *                  first cuInit after it: the preloaded libgpupool.so's
  *   vendor         (under gpupool run) a dlopen of libcuda.so.1 by a path where none exists,
- *                  from this program and from the loader, and dlmopen(LM_ID_BASE) of it, all
- *                  give libgpupool.so's handle
+ *                  from this program, from the loader, from the loader's constructor (inside
+ *                  this program's dlopen of it), and dlmopen(LM_ID_BASE) of it, all give
+ *                  libgpupool.so's handle
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -75,7 +76,8 @@ static int check_vendor(void *loader) {
     void *h1 = dlopen(nowhere, RTLD_NOW);
     void *h2 = open_from_loader(nowhere);
     void *h3 = dlmopen(LM_ID_BASE, nowhere, RTLD_NOW);
-    if (h1 == NULL || h1 != h2 || h1 != h3)
+    void *h4 = ((void *(*)(void))dlsym(loader, "gpupool_test_vendor_from_constructor"))();
+    if (h1 == NULL || h1 != h2 || h1 != h3 || h1 != h4)
         return fail("dlopen / dlmopen of a vendor name did not all give libgpupool.so's handle", dlerror());
     void *init = dlsym(h1, "cuInit");
     if (init == NULL || !ends_with(object_of(init), "/libgpupool.so"))
