@@ -2,7 +2,8 @@
 //! loads a neighbour by bare name finds it through its own `$ORIGIN` RUNPATH or RPATH, with
 //! `dlopen`, `dlmopen(LM_ID_BASE)` and `dlmopen(LM_ID_NEWLM)`; `dlsym(RTLD_NEXT, …)` means
 //! "after the caller" for a library and for the program; and the vendor names still get
-//! libgpupool.so's handle, from the program and from a library.
+//! libgpupool.so's handle, from the program, from a library, and from a library's
+//! constructor while the program's `dlopen` of it runs.
 //!
 //! Fixture (tests/c/dlopen_caller/, built here with the system C compiler into one
 //! directory that is on no search path): `program` dlopens `libgpupool_test_loader_runpath.so`
