@@ -17,11 +17,13 @@
 //!
 //! How the caller is kept: the exported `dlopen` and `dlmopen` are naked trampolines
 //! ([`trampoline`]). Each saves its argument registers, asks a Rust function here which
-//! code should handle the call (the real function, found once with
-//! `dlsym(RTLD_NEXT, …)`, or [`own_handle_answer`]), restores the registers and the stack
-//! exactly as they were at entry, and *jumps* there. The real `dlopen` then runs as if
-//! the program had called it directly: same arguments, same return address, our frame
-//! gone. Alternatives rejected: emulating the loader's search from the caller's link map
+//! code should handle the call (the next definition after this library, found once with
+//! `dlsym(RTLD_NEXT, …)`: glibc's, or that of a library preloaded after us, which then sees
+//! the caller too; or [`own_handle_answer`]), restores the registers and the stack exactly
+//! as they were at entry, and *jumps* there. The real `dlopen` then runs as if the program
+//! had called it directly: same arguments, same return address, our frame gone (so a
+//! library constructor that dlopens a vendor name inside it is answered like any caller).
+//! Alternatives rejected: emulating the loader's search from the caller's link map
 //! (`dladdr1` on the return address, then RPATH vs RUNPATH, `LD_LIBRARY_PATH` order,
 //! `ld.so.cache`, `$ORIGIN`/`$LIB`/`$PLATFORM`, secure mode) would duplicate ld.so and
 //! drift from it; glibc's internal `_dl_open`, which takes a caller address, is not
@@ -33,7 +35,7 @@
 //! "after the caller".
 //!
 //! A thread-local guard sends a `dlopen` that our own code causes while deciding (loading
-//! a reference to ourselves) straight to the real function. Deciding takes no lock and
+//! a reference to ourselves) straight to the real function. Our code takes no lock and
 //! allocates nothing (lazily filled atomics, so a `fork` at any point leaves nothing held),
 //! and nothing here panics.
 
