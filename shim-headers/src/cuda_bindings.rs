@@ -2394,6 +2394,495 @@ impl Default for CUlaunchConfig_st {
     }
 }
 pub type CUlaunchConfig = CUlaunchConfig_st;
+pub type CUmemGenericAllocationHandle_v1 = ::std::os::raw::c_ulonglong;
+pub type CUmemGenericAllocationHandle = CUmemGenericAllocationHandle_v1;
+impl CUmemAllocationHandleType_enum {
+    pub const CU_MEM_HANDLE_TYPE_NONE: CUmemAllocationHandleType_enum = CUmemAllocationHandleType_enum(
+        0,
+    );
+}
+impl CUmemAllocationHandleType_enum {
+    pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: CUmemAllocationHandleType_enum = CUmemAllocationHandleType_enum(
+        1,
+    );
+}
+impl CUmemAllocationHandleType_enum {
+    pub const CU_MEM_HANDLE_TYPE_WIN32: CUmemAllocationHandleType_enum = CUmemAllocationHandleType_enum(
+        2,
+    );
+}
+impl CUmemAllocationHandleType_enum {
+    pub const CU_MEM_HANDLE_TYPE_WIN32_KMT: CUmemAllocationHandleType_enum = CUmemAllocationHandleType_enum(
+        4,
+    );
+}
+impl CUmemAllocationHandleType_enum {
+    pub const CU_MEM_HANDLE_TYPE_FABRIC: CUmemAllocationHandleType_enum = CUmemAllocationHandleType_enum(
+        8,
+    );
+}
+impl CUmemAllocationHandleType_enum {
+    pub const CU_MEM_HANDLE_TYPE_MAX: CUmemAllocationHandleType_enum = CUmemAllocationHandleType_enum(
+        2147483647,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUmemAllocationHandleType_enum(pub ::std::os::raw::c_uint);
+pub use self::CUmemAllocationHandleType_enum as CUmemAllocationHandleType;
+impl CUmemAccess_flags_enum {
+    pub const CU_MEM_ACCESS_FLAGS_PROT_NONE: CUmemAccess_flags_enum = CUmemAccess_flags_enum(
+        0,
+    );
+}
+impl CUmemAccess_flags_enum {
+    pub const CU_MEM_ACCESS_FLAGS_PROT_READ: CUmemAccess_flags_enum = CUmemAccess_flags_enum(
+        1,
+    );
+}
+impl CUmemAccess_flags_enum {
+    pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: CUmemAccess_flags_enum = CUmemAccess_flags_enum(
+        3,
+    );
+}
+impl CUmemAccess_flags_enum {
+    pub const CU_MEM_ACCESS_FLAGS_PROT_MAX: CUmemAccess_flags_enum = CUmemAccess_flags_enum(
+        2147483647,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUmemAccess_flags_enum(pub ::std::os::raw::c_uint);
+pub use self::CUmemAccess_flags_enum as CUmemAccess_flags;
+impl CUmemLocationType_enum {
+    pub const CU_MEM_LOCATION_TYPE_INVALID: CUmemLocationType_enum = CUmemLocationType_enum(
+        0,
+    );
+}
+impl CUmemLocationType_enum {
+    pub const CU_MEM_LOCATION_TYPE_DEVICE: CUmemLocationType_enum = CUmemLocationType_enum(
+        1,
+    );
+}
+impl CUmemLocationType_enum {
+    pub const CU_MEM_LOCATION_TYPE_HOST: CUmemLocationType_enum = CUmemLocationType_enum(
+        2,
+    );
+}
+impl CUmemLocationType_enum {
+    pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: CUmemLocationType_enum = CUmemLocationType_enum(
+        3,
+    );
+}
+impl CUmemLocationType_enum {
+    pub const CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: CUmemLocationType_enum = CUmemLocationType_enum(
+        4,
+    );
+}
+impl CUmemLocationType_enum {
+    pub const CU_MEM_LOCATION_TYPE_MAX: CUmemLocationType_enum = CUmemLocationType_enum(
+        2147483647,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUmemLocationType_enum(pub ::std::os::raw::c_uint);
+pub use self::CUmemLocationType_enum as CUmemLocationType;
+impl CUmemAllocationType_enum {
+    pub const CU_MEM_ALLOCATION_TYPE_INVALID: CUmemAllocationType_enum = CUmemAllocationType_enum(
+        0,
+    );
+}
+impl CUmemAllocationType_enum {
+    pub const CU_MEM_ALLOCATION_TYPE_PINNED: CUmemAllocationType_enum = CUmemAllocationType_enum(
+        1,
+    );
+}
+impl CUmemAllocationType_enum {
+    pub const CU_MEM_ALLOCATION_TYPE_MAX: CUmemAllocationType_enum = CUmemAllocationType_enum(
+        2147483647,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUmemAllocationType_enum(pub ::std::os::raw::c_uint);
+pub use self::CUmemAllocationType_enum as CUmemAllocationType;
+impl CUmemAllocationGranularity_flags_enum {
+    pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: CUmemAllocationGranularity_flags_enum = CUmemAllocationGranularity_flags_enum(
+        0,
+    );
+}
+impl CUmemAllocationGranularity_flags_enum {
+    pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: CUmemAllocationGranularity_flags_enum = CUmemAllocationGranularity_flags_enum(
+        1,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUmemAllocationGranularity_flags_enum(pub ::std::os::raw::c_uint);
+pub use self::CUmemAllocationGranularity_flags_enum as CUmemAllocationGranularity_flags;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUmemLocation_st {
+    pub type_: CUmemLocationType,
+    pub id: ::std::os::raw::c_int,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUmemLocation_st"][::std::mem::size_of::<CUmemLocation_st>() - 8usize];
+    [
+        "Alignment of CUmemLocation_st",
+    ][::std::mem::align_of::<CUmemLocation_st>() - 4usize];
+    [
+        "Offset of field: CUmemLocation_st::type_",
+    ][::std::mem::offset_of!(CUmemLocation_st, type_) - 0usize];
+    [
+        "Offset of field: CUmemLocation_st::id",
+    ][::std::mem::offset_of!(CUmemLocation_st, id) - 4usize];
+};
+impl Default for CUmemLocation_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUmemLocation_v1 = CUmemLocation_st;
+pub type CUmemLocation = CUmemLocation_v1;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUmemAllocationProp_st {
+    pub type_: CUmemAllocationType,
+    pub requestedHandleTypes: CUmemAllocationHandleType,
+    pub location: CUmemLocation,
+    pub win32HandleMetaData: *mut ::std::os::raw::c_void,
+    pub allocFlags: CUmemAllocationProp_st__bindgen_ty_1,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct CUmemAllocationProp_st__bindgen_ty_1 {
+    pub compressionType: ::std::os::raw::c_uchar,
+    pub gpuDirectRDMACapable: ::std::os::raw::c_uchar,
+    pub usage: ::std::os::raw::c_ushort,
+    pub reserved: [::std::os::raw::c_uchar; 4usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUmemAllocationProp_st__bindgen_ty_1",
+    ][::std::mem::size_of::<CUmemAllocationProp_st__bindgen_ty_1>() - 8usize];
+    [
+        "Alignment of CUmemAllocationProp_st__bindgen_ty_1",
+    ][::std::mem::align_of::<CUmemAllocationProp_st__bindgen_ty_1>() - 2usize];
+    [
+        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::compressionType",
+    ][::std::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, compressionType)
+        - 0usize];
+    [
+        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::gpuDirectRDMACapable",
+    ][::std::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, gpuDirectRDMACapable)
+        - 1usize];
+    [
+        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::usage",
+    ][::std::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, usage) - 2usize];
+    [
+        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::reserved",
+    ][::std::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, reserved) - 4usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUmemAllocationProp_st",
+    ][::std::mem::size_of::<CUmemAllocationProp_st>() - 32usize];
+    [
+        "Alignment of CUmemAllocationProp_st",
+    ][::std::mem::align_of::<CUmemAllocationProp_st>() - 8usize];
+    [
+        "Offset of field: CUmemAllocationProp_st::type_",
+    ][::std::mem::offset_of!(CUmemAllocationProp_st, type_) - 0usize];
+    [
+        "Offset of field: CUmemAllocationProp_st::requestedHandleTypes",
+    ][::std::mem::offset_of!(CUmemAllocationProp_st, requestedHandleTypes) - 4usize];
+    [
+        "Offset of field: CUmemAllocationProp_st::location",
+    ][::std::mem::offset_of!(CUmemAllocationProp_st, location) - 8usize];
+    [
+        "Offset of field: CUmemAllocationProp_st::win32HandleMetaData",
+    ][::std::mem::offset_of!(CUmemAllocationProp_st, win32HandleMetaData) - 16usize];
+    [
+        "Offset of field: CUmemAllocationProp_st::allocFlags",
+    ][::std::mem::offset_of!(CUmemAllocationProp_st, allocFlags) - 24usize];
+};
+impl Default for CUmemAllocationProp_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUmemAllocationProp_v1 = CUmemAllocationProp_st;
+pub type CUmemAllocationProp = CUmemAllocationProp_v1;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUmemAccessDesc_st {
+    pub location: CUmemLocation,
+    pub flags: CUmemAccess_flags,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUmemAccessDesc_st",
+    ][::std::mem::size_of::<CUmemAccessDesc_st>() - 12usize];
+    [
+        "Alignment of CUmemAccessDesc_st",
+    ][::std::mem::align_of::<CUmemAccessDesc_st>() - 4usize];
+    [
+        "Offset of field: CUmemAccessDesc_st::location",
+    ][::std::mem::offset_of!(CUmemAccessDesc_st, location) - 0usize];
+    [
+        "Offset of field: CUmemAccessDesc_st::flags",
+    ][::std::mem::offset_of!(CUmemAccessDesc_st, flags) - 8usize];
+};
+impl Default for CUmemAccessDesc_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUmemAccessDesc_v1 = CUmemAccessDesc_st;
+pub type CUmemAccessDesc = CUmemAccessDesc_v1;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct CUmulticastObjectProp_st {
+    pub numDevices: ::std::os::raw::c_uint,
+    pub size: usize,
+    pub handleTypes: ::std::os::raw::c_ulonglong,
+    pub flags: ::std::os::raw::c_ulonglong,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUmulticastObjectProp_st",
+    ][::std::mem::size_of::<CUmulticastObjectProp_st>() - 32usize];
+    [
+        "Alignment of CUmulticastObjectProp_st",
+    ][::std::mem::align_of::<CUmulticastObjectProp_st>() - 8usize];
+    [
+        "Offset of field: CUmulticastObjectProp_st::numDevices",
+    ][::std::mem::offset_of!(CUmulticastObjectProp_st, numDevices) - 0usize];
+    [
+        "Offset of field: CUmulticastObjectProp_st::size",
+    ][::std::mem::offset_of!(CUmulticastObjectProp_st, size) - 8usize];
+    [
+        "Offset of field: CUmulticastObjectProp_st::handleTypes",
+    ][::std::mem::offset_of!(CUmulticastObjectProp_st, handleTypes) - 16usize];
+    [
+        "Offset of field: CUmulticastObjectProp_st::flags",
+    ][::std::mem::offset_of!(CUmulticastObjectProp_st, flags) - 24usize];
+};
+pub type CUmulticastObjectProp_v1 = CUmulticastObjectProp_st;
+pub type CUmulticastObjectProp = CUmulticastObjectProp_v1;
+impl CUmulticastGranularity_flags_enum {
+    pub const CU_MULTICAST_GRANULARITY_MINIMUM: CUmulticastGranularity_flags_enum = CUmulticastGranularity_flags_enum(
+        0,
+    );
+}
+impl CUmulticastGranularity_flags_enum {
+    pub const CU_MULTICAST_GRANULARITY_RECOMMENDED: CUmulticastGranularity_flags_enum = CUmulticastGranularity_flags_enum(
+        1,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUmulticastGranularity_flags_enum(pub ::std::os::raw::c_uint);
+pub use self::CUmulticastGranularity_flags_enum as CUmulticastGranularity_flags;
+impl CUstreamWaitValue_flags_enum {
+    pub const CU_STREAM_WAIT_VALUE_GEQ: CUstreamWaitValue_flags_enum = CUstreamWaitValue_flags_enum(
+        0,
+    );
+}
+impl CUstreamWaitValue_flags_enum {
+    pub const CU_STREAM_WAIT_VALUE_EQ: CUstreamWaitValue_flags_enum = CUstreamWaitValue_flags_enum(
+        1,
+    );
+}
+impl CUstreamWaitValue_flags_enum {
+    pub const CU_STREAM_WAIT_VALUE_AND: CUstreamWaitValue_flags_enum = CUstreamWaitValue_flags_enum(
+        2,
+    );
+}
+impl CUstreamWaitValue_flags_enum {
+    pub const CU_STREAM_WAIT_VALUE_NOR: CUstreamWaitValue_flags_enum = CUstreamWaitValue_flags_enum(
+        3,
+    );
+}
+impl CUstreamWaitValue_flags_enum {
+    pub const CU_STREAM_WAIT_VALUE_FLUSH: CUstreamWaitValue_flags_enum = CUstreamWaitValue_flags_enum(
+        1073741824,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUstreamWaitValue_flags_enum(pub ::std::os::raw::c_uint);
+pub use self::CUstreamWaitValue_flags_enum as CUstreamWaitValue_flags;
+impl CUstreamWriteValue_flags_enum {
+    pub const CU_STREAM_WRITE_VALUE_DEFAULT: CUstreamWriteValue_flags_enum = CUstreamWriteValue_flags_enum(
+        0,
+    );
+}
+impl CUstreamWriteValue_flags_enum {
+    pub const CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER: CUstreamWriteValue_flags_enum = CUstreamWriteValue_flags_enum(
+        1,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUstreamWriteValue_flags_enum(pub ::std::os::raw::c_uint);
+pub use self::CUstreamWriteValue_flags_enum as CUstreamWriteValue_flags;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUdevResourceDesc_st {
+    _unused: [u8; 0],
+}
+pub type CUdevResourceDesc = *mut CUdevResourceDesc_st;
+impl CUgreenCtxCreate_flags {
+    pub const CU_GREEN_CTX_DEFAULT_STREAM: CUgreenCtxCreate_flags = CUgreenCtxCreate_flags(
+        1,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUgreenCtxCreate_flags(pub ::std::os::raw::c_uint);
+impl CUdevSmResourceSplit_flags {
+    pub const CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING: CUdevSmResourceSplit_flags = CUdevSmResourceSplit_flags(
+        1,
+    );
+}
+impl CUdevSmResourceSplit_flags {
+    pub const CU_DEV_SM_RESOURCE_SPLIT_MAX_POTENTIAL_CLUSTER_SIZE: CUdevSmResourceSplit_flags = CUdevSmResourceSplit_flags(
+        2,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUdevSmResourceSplit_flags(pub ::std::os::raw::c_uint);
+impl CUdevResourceType {
+    pub const CU_DEV_RESOURCE_TYPE_INVALID: CUdevResourceType = CUdevResourceType(0);
+}
+impl CUdevResourceType {
+    pub const CU_DEV_RESOURCE_TYPE_SM: CUdevResourceType = CUdevResourceType(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUdevResourceType(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct CUdevSmResource_st {
+    pub smCount: ::std::os::raw::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUdevSmResource_st"][::std::mem::size_of::<CUdevSmResource_st>() - 4usize];
+    [
+        "Alignment of CUdevSmResource_st",
+    ][::std::mem::align_of::<CUdevSmResource_st>() - 4usize];
+    [
+        "Offset of field: CUdevSmResource_st::smCount",
+    ][::std::mem::offset_of!(CUdevSmResource_st, smCount) - 0usize];
+};
+pub type CUdevSmResource = CUdevSmResource_st;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct CUdevResource_st {
+    pub type_: CUdevResourceType,
+    pub _internal_padding: [::std::os::raw::c_uchar; 92usize],
+    pub __bindgen_anon_1: CUdevResource_st__bindgen_ty_1,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union CUdevResource_st__bindgen_ty_1 {
+    pub sm: CUdevSmResource,
+    pub _oversize: [::std::os::raw::c_uchar; 48usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUdevResource_st__bindgen_ty_1",
+    ][::std::mem::size_of::<CUdevResource_st__bindgen_ty_1>() - 48usize];
+    [
+        "Alignment of CUdevResource_st__bindgen_ty_1",
+    ][::std::mem::align_of::<CUdevResource_st__bindgen_ty_1>() - 4usize];
+    [
+        "Offset of field: CUdevResource_st__bindgen_ty_1::sm",
+    ][::std::mem::offset_of!(CUdevResource_st__bindgen_ty_1, sm) - 0usize];
+    [
+        "Offset of field: CUdevResource_st__bindgen_ty_1::_oversize",
+    ][::std::mem::offset_of!(CUdevResource_st__bindgen_ty_1, _oversize) - 0usize];
+};
+impl Default for CUdevResource_st__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUdevResource_st"][::std::mem::size_of::<CUdevResource_st>() - 144usize];
+    [
+        "Alignment of CUdevResource_st",
+    ][::std::mem::align_of::<CUdevResource_st>() - 4usize];
+    [
+        "Offset of field: CUdevResource_st::type_",
+    ][::std::mem::offset_of!(CUdevResource_st, type_) - 0usize];
+    [
+        "Offset of field: CUdevResource_st::_internal_padding",
+    ][::std::mem::offset_of!(CUdevResource_st, _internal_padding) - 4usize];
+};
+impl Default for CUdevResource_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUdevResource_v1 = CUdevResource_st;
+pub type CUdevResource = CUdevResource_v1;
+impl CUlogLevel_enum {
+    pub const CU_LOG_LEVEL_ERROR: CUlogLevel_enum = CUlogLevel_enum(0);
+}
+impl CUlogLevel_enum {
+    pub const CU_LOG_LEVEL_WARNING: CUlogLevel_enum = CUlogLevel_enum(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUlogLevel_enum(pub ::std::os::raw::c_uint);
+pub use self::CUlogLevel_enum as CUlogLevel;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUlogsCallbackEntry_st {
+    _unused: [u8; 0],
+}
+pub type CUlogsCallbackHandle = *mut CUlogsCallbackEntry_st;
+pub type CUlogsCallback = ::std::option::Option<
+    unsafe extern "C" fn(
+        data: *mut ::std::os::raw::c_void,
+        logLevel: CUlogLevel,
+        message: *mut ::std::os::raw::c_char,
+        length: usize,
+    ),
+>;
 unsafe extern "C" {
     pub fn cuInit(Flags: ::std::os::raw::c_uint) -> CUresult;
 }
@@ -3453,6 +3942,215 @@ unsafe extern "C" {
         hStream: CUstream,
         kernelParams: *mut *mut ::std::os::raw::c_void,
     ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemAddressReserve(
+        ptr: *mut CUdeviceptr,
+        size: usize,
+        alignment: usize,
+        addr: CUdeviceptr,
+        flags: ::std::os::raw::c_ulonglong,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemCreate(
+        handle: *mut CUmemGenericAllocationHandle,
+        size: usize,
+        prop: *const CUmemAllocationProp,
+        flags: ::std::os::raw::c_ulonglong,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemMap(
+        ptr: CUdeviceptr,
+        size: usize,
+        offset: usize,
+        handle: CUmemGenericAllocationHandle,
+        flags: ::std::os::raw::c_ulonglong,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemSetAccess(
+        ptr: CUdeviceptr,
+        size: usize,
+        desc: *const CUmemAccessDesc,
+        count: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemGetAccess(
+        flags: *mut ::std::os::raw::c_ulonglong,
+        location: *const CUmemLocation,
+        ptr: CUdeviceptr,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemGetAllocationGranularity(
+        granularity: *mut usize,
+        prop: *const CUmemAllocationProp,
+        option: CUmemAllocationGranularity_flags,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemGetAllocationPropertiesFromHandle(
+        prop: *mut CUmemAllocationProp,
+        handle: CUmemGenericAllocationHandle,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemRetainAllocationHandle(
+        handle: *mut CUmemGenericAllocationHandle,
+        addr: *mut ::std::os::raw::c_void,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemExportToShareableHandle(
+        shareableHandle: *mut ::std::os::raw::c_void,
+        handle: CUmemGenericAllocationHandle,
+        handleType: CUmemAllocationHandleType,
+        flags: ::std::os::raw::c_ulonglong,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemImportFromShareableHandle(
+        handle: *mut CUmemGenericAllocationHandle,
+        osHandle: *mut ::std::os::raw::c_void,
+        shHandleType: CUmemAllocationHandleType,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMulticastCreate(
+        mcHandle: *mut CUmemGenericAllocationHandle,
+        prop: *const CUmulticastObjectProp,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMulticastAddDevice(
+        mcHandle: CUmemGenericAllocationHandle,
+        dev: CUdevice,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMulticastBindMem(
+        mcHandle: CUmemGenericAllocationHandle,
+        mcOffset: usize,
+        memHandle: CUmemGenericAllocationHandle,
+        memOffset: usize,
+        size: usize,
+        flags: ::std::os::raw::c_ulonglong,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMulticastUnbind(
+        mcHandle: CUmemGenericAllocationHandle,
+        dev: CUdevice,
+        mcOffset: usize,
+        size: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMulticastGetGranularity(
+        granularity: *mut usize,
+        prop: *const CUmulticastObjectProp,
+        option: CUmulticastGranularity_flags,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamWriteValue32_v2(
+        stream: CUstream,
+        addr: CUdeviceptr,
+        value: cuuint32_t,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamWriteValue32_v2_ptsz(
+        stream: CUstream,
+        addr: CUdeviceptr,
+        value: cuuint32_t,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamWaitValue32_v2(
+        stream: CUstream,
+        addr: CUdeviceptr,
+        value: cuuint32_t,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamWaitValue32_v2_ptsz(
+        stream: CUstream,
+        addr: CUdeviceptr,
+        value: cuuint32_t,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGreenCtxCreate(
+        phCtx: *mut CUgreenCtx,
+        desc: CUdevResourceDesc,
+        dev: CUdevice,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGreenCtxDestroy(hCtx: CUgreenCtx) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuCtxFromGreenCtx(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuDeviceGetDevResource(
+        device: CUdevice,
+        resource: *mut CUdevResource,
+        type_: CUdevResourceType,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuDevSmResourceSplitByCount(
+        result: *mut CUdevResource,
+        nbGroups: *mut ::std::os::raw::c_uint,
+        input: *const CUdevResource,
+        remaining: *mut CUdevResource,
+        useFlags: ::std::os::raw::c_uint,
+        minCount: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuDevResourceGenerateDesc(
+        phDesc: *mut CUdevResourceDesc,
+        resources: *mut CUdevResource,
+        nbResources: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGreenCtxStreamCreate(
+        phStream: *mut CUstream,
+        greenCtx: CUgreenCtx,
+        flags: ::std::os::raw::c_uint,
+        priority: ::std::os::raw::c_int,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLogsRegisterCallback(
+        callbackFunc: CUlogsCallback,
+        userData: *mut ::std::os::raw::c_void,
+        callback_out: *mut CUlogsCallbackHandle,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLogsUnregisterCallback(callback: CUlogsCallbackHandle) -> CUresult;
 }
 unsafe extern "C" {
     pub fn cuModuleLoad(
