@@ -3,10 +3,12 @@
 //! `cuGetProcAddress` request, and the names and descriptions of the status codes.
 //!
 //! Owns: the one table of entry points ([`driver_entry_points!`]) and its lookup
-//! ([`proc::lookup`], [`proc::validate`]), and [`errors`].
+//! ([`proc::lookup`], [`proc::validate`]), [`errors`], and the answers for features no
+//! device of ours has ([`absent`]).
 //! Must not: implement any entry point; the crates that export them pass their own
 //! functions in (the table names them, and they resolve where the macro is invoked).
 
+pub mod absent;
 pub mod errors;
 pub mod identity;
 pub mod launch;

@@ -4081,22 +4081,6 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
-    pub fn cuStreamWaitValue32_v2(
-        stream: CUstream,
-        addr: CUdeviceptr,
-        value: cuuint32_t,
-        flags: ::std::os::raw::c_uint,
-    ) -> CUresult;
-}
-unsafe extern "C" {
-    pub fn cuStreamWaitValue32_v2_ptsz(
-        stream: CUstream,
-        addr: CUdeviceptr,
-        value: cuuint32_t,
-        flags: ::std::os::raw::c_uint,
-    ) -> CUresult;
-}
-unsafe extern "C" {
     pub fn cuGreenCtxCreate(
         phCtx: *mut CUgreenCtx,
         desc: CUdevResourceDesc,

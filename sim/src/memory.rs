@@ -13,6 +13,8 @@ use gpupool_shim::cuda::CUresult;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
+pub mod vmm;
+
 /// Allocation bases are aligned like `cuMemAlloc`'s (at least 256 bytes; we use 512).
 pub const ALLOC_ALIGN: u64 = 512;
 /// Unmapped guard between allocations, so a small overrun is caught, not absorbed by
@@ -83,7 +85,15 @@ pub struct Allocation {
     pub ctx_id: u64,
     /// What the device's accounting was charged for this allocation.
     pub charged: u64,
-    backing: Mapping,
+    backing: Backing,
+}
+
+/// Where an allocation's bytes are.
+enum Backing {
+    /// Its own mapping (`cuMemAlloc` and friends).
+    Owned(Mapping),
+    /// A run of mapped physical memory inside a reservation's host view (see [`vmm`]).
+    View { view: Arc<Mapping>, offset: u64 },
 }
 
 impl Allocation {
@@ -93,10 +103,20 @@ impl Allocation {
 
     /// Host pointer to the backing bytes of `[offset, offset + len)`.
     pub fn host_ptr(&self, offset: u64, len: u64) -> Option<*mut u8> {
+        let (start, skip) = match &self.backing {
+            Backing::Owned(m) => (m.as_ptr(), 0),
+            Backing::View { view, offset } => (view.as_ptr(), *offset),
+        };
         (offset.checked_add(len)? <= self.size).then(|| {
-            // SAFETY: offset is within the mapping (checked just above).
-            unsafe { self.backing.as_ptr().add(offset as usize) }
+            // SAFETY: offset is within the allocation (checked just above), and the
+            // allocation lies within its mapping (`skip + size <= mapping length`).
+            unsafe { start.add((skip + offset) as usize) }
         })
+    }
+
+    /// Whether this is mapped VMM memory (`cuMemMap`), which `cuMemFree` must refuse.
+    pub fn is_vmm(&self) -> bool {
+        matches!(self.backing, Backing::View { .. })
     }
 }
 
@@ -113,8 +133,10 @@ pub fn window_owner(addr: u64) -> Option<u64> {
 struct SpaceState {
     /// Free ranges of the window: start -> length.
     free: BTreeMap<u64, u64>,
-    /// Live allocations: base -> allocation.
+    /// Live allocations: base -> allocation (mapped, accessible VMM runs included).
     live: BTreeMap<u64, Arc<Allocation>>,
+    /// Address ranges reserved with `cuMemAddressReserve`: base -> reservation.
+    reserved: BTreeMap<u64, vmm::Reservation>,
 }
 
 /// A context's device address space.
@@ -139,7 +161,11 @@ impl AddressSpace {
             window,
             owner: std::sync::OnceLock::new(),
             device,
-            state: Mutex::new(SpaceState { free: BTreeMap::from([(base, usable)]), live: BTreeMap::new() }),
+            state: Mutex::new(SpaceState {
+                free: BTreeMap::from([(base, usable)]),
+                live: BTreeMap::new(),
+                reserved: BTreeMap::new(),
+            }),
         })
     }
 
@@ -186,7 +212,13 @@ impl AddressSpace {
         if len > span {
             st.free.insert(start + span, len - span);
         }
-        let a = Arc::new(Allocation { base: start, size, ctx_id: self.ctx_id(), charged: size, backing });
+        let a = Arc::new(Allocation {
+            base: start,
+            size,
+            ctx_id: self.ctx_id(),
+            charged: size,
+            backing: Backing::Owned(backing),
+        });
         st.live.insert(start, a.clone());
         Ok(a)
     }
@@ -194,26 +226,17 @@ impl AddressSpace {
     /// Frees the allocation that starts exactly at `ptr`.
     pub fn free(&self, ptr: u64) -> CuResult<()> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.live.get(&ptr).is_some_and(|a| a.is_vmm()) {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("free: {ptr:#x} is mapped VMM memory (cuMemUnmap and cuMemRelease it)")
+            });
+        }
         let Some(a) = st.live.remove(&ptr) else {
             drop(st);
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || describe_bad_pointer(ptr, self.ctx_id(), "free"));
         };
         let span = a.size.next_multiple_of(ALLOC_ALIGN) + GUARD;
-        let (mut start, mut len) = (a.base, span);
-        if let Some((&next, &nlen)) = st.free.range(start + len..).next()
-            && next == start + len
-        {
-            st.free.remove(&next);
-            len += nlen;
-        }
-        if let Some((&prev, &plen)) = st.free.range(..start).next_back()
-            && prev + plen == start
-        {
-            st.free.remove(&prev);
-            start = prev;
-            len += plen;
-        }
-        st.free.insert(start, len);
+        give_back(&mut st, a.base, span);
         drop(st);
         self.device.release(a.charged);
         Ok(())
@@ -253,7 +276,11 @@ impl AddressSpace {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let charged: u64 = st.live.values().map(|a| a.charged).sum();
         st.live.clear();
+        // Mappings hold their physical memory, which gives its charge back when the
+        // last reference (handle or mapping) goes.
+        let reserved = std::mem::take(&mut st.reserved);
         drop(st);
+        drop(reserved);
         self.device.release(charged);
         charged
     }
@@ -264,6 +291,25 @@ impl Drop for AddressSpace {
         self.release_all();
         WINDOWS.write().unwrap_or_else(|e| e.into_inner()).remove(&self.window.addr());
     }
+}
+
+/// Returns `[start, start + len)` to the free ranges, merged with its neighbours.
+fn give_back(st: &mut SpaceState, start: u64, len: u64) {
+    let (mut start, mut len) = (start, len);
+    if let Some((&next, &nlen)) = st.free.range(start + len..).next()
+        && next == start + len
+    {
+        st.free.remove(&next);
+        len += nlen;
+    }
+    if let Some((&prev, &plen)) = st.free.range(..start).next_back()
+        && prev + plen == start
+    {
+        st.free.remove(&prev);
+        start = prev;
+        len += plen;
+    }
+    st.free.insert(start, len);
 }
 
 fn describe_bad_pointer(ptr: u64, ctx_id: u64, what: &str) -> String {

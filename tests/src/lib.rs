@@ -213,6 +213,20 @@ driver_table! {
     cuFuncGetParamInfo(CUfunction, usize, *mut usize, *mut usize);
     cuLaunchKernel(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream,
                    *mut *mut c_void, *mut *mut c_void);
+    cuMemAddressReserve(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
+    cuMemAddressFree(CUdeviceptr, usize);
+    cuMemCreate(*mut u64, usize, *const cu::CUmemAllocationProp, u64);
+    cuMemRelease(u64);
+    cuMemMap(CUdeviceptr, usize, usize, u64, u64);
+    cuMemUnmap(CUdeviceptr, usize);
+    cuMemSetAccess(CUdeviceptr, usize, *const cu::CUmemAccessDesc, usize);
+    cuMemGetAccess(*mut u64, *const cu::CUmemLocation, CUdeviceptr);
+    cuMemGetAllocationGranularity(*mut usize, *const cu::CUmemAllocationProp, cu::CUmemAllocationGranularity_flags);
+    cuMemGetAllocationPropertiesFromHandle(*mut cu::CUmemAllocationProp, u64);
+    cuMemRetainAllocationHandle(*mut u64, *mut c_void);
+    cuMemExportToShareableHandle(*mut c_void, u64, cu::CUmemAllocationHandleType, u64);
+    cuMemImportFromShareableHandle(*mut u64, *mut c_void, cu::CUmemAllocationHandleType);
+    cuStreamWriteValue32_v2(CUstream, CUdeviceptr, u32, c_uint);
 }
 
 impl Driver {

@@ -27,3 +27,5 @@ mod module_launch;
 mod proc_address;
 #[path = "driver_semantics/stream.rs"]
 mod stream;
+#[path = "driver_semantics/vmm.rs"]
+mod vmm;

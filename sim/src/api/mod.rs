@@ -12,6 +12,7 @@ pub mod context;
 pub mod copy;
 pub mod device;
 pub mod event;
+pub mod features;
 pub mod graph;
 pub mod host_job;
 pub mod init;
@@ -21,6 +22,7 @@ pub mod module;
 pub mod nvml;
 pub mod proc_address;
 pub mod stream;
+pub mod vmm;
 
 use crate::context::{self as ctxmod, Context};
 use crate::driver::Driver;
