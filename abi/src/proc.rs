@@ -298,6 +298,34 @@ macro_rules! driver_entry_points {
         "cuLaunchKernel" => [4000 => cuLaunchKernel | cuLaunchKernel_ptsz];
         "cuLaunchKernelEx" => [11060 => cuLaunchKernelEx | cuLaunchKernelEx_ptsz];
         "cuLaunchCooperativeKernel" => [9000 => cuLaunchCooperativeKernel | cuLaunchCooperativeKernel_ptsz];
+        "cuMemAddressReserve" => [10020 => cuMemAddressReserve];
+        "cuMemAddressFree" => [10020 => cuMemAddressFree];
+        "cuMemCreate" => [10020 => cuMemCreate];
+        "cuMemRelease" => [10020 => cuMemRelease];
+        "cuMemMap" => [10020 => cuMemMap];
+        "cuMemUnmap" => [10020 => cuMemUnmap];
+        "cuMemSetAccess" => [10020 => cuMemSetAccess];
+        "cuMemGetAccess" => [10020 => cuMemGetAccess];
+        "cuMemGetAllocationGranularity" => [10020 => cuMemGetAllocationGranularity];
+        "cuMemGetAllocationPropertiesFromHandle" => [10020 => cuMemGetAllocationPropertiesFromHandle];
+        "cuMemRetainAllocationHandle" => [11000 => cuMemRetainAllocationHandle];
+        "cuMemExportToShareableHandle" => [10020 => cuMemExportToShareableHandle];
+        "cuMemImportFromShareableHandle" => [10020 => cuMemImportFromShareableHandle];
+        "cuMulticastCreate" => [12010 => cuMulticastCreate];
+        "cuMulticastAddDevice" => [12010 => cuMulticastAddDevice];
+        "cuMulticastBindMem" => [12010 => cuMulticastBindMem];
+        "cuMulticastUnbind" => [12010 => cuMulticastUnbind];
+        "cuMulticastGetGranularity" => [12010 => cuMulticastGetGranularity];
+        "cuGreenCtxCreate" => [12040 => cuGreenCtxCreate];
+        "cuGreenCtxDestroy" => [12040 => cuGreenCtxDestroy];
+        "cuCtxFromGreenCtx" => [12040 => cuCtxFromGreenCtx];
+        "cuDeviceGetDevResource" => [12040 => cuDeviceGetDevResource];
+        "cuDevSmResourceSplitByCount" => [12040 => cuDevSmResourceSplitByCount];
+        "cuDevResourceGenerateDesc" => [12040 => cuDevResourceGenerateDesc];
+        "cuGreenCtxStreamCreate" => [12050 => cuGreenCtxStreamCreate];
+        "cuLogsRegisterCallback" => [12090 => cuLogsRegisterCallback];
+        "cuLogsUnregisterCallback" => [12090 => cuLogsUnregisterCallback];
+        "cuStreamWriteValue32" => [8000 => !, 11070 => cuStreamWriteValue32_v2 | cuStreamWriteValue32_v2_ptsz];
         }
     };
 }

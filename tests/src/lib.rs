@@ -227,6 +227,12 @@ driver_table! {
     cuMemExportToShareableHandle(*mut c_void, u64, cu::CUmemAllocationHandleType, u64);
     cuMemImportFromShareableHandle(*mut u64, *mut c_void, cu::CUmemAllocationHandleType);
     cuStreamWriteValue32_v2(CUstream, CUdeviceptr, u32, c_uint);
+    cuDeviceGetAttribute(*mut c_int, cu::CUdevice_attribute, CUdevice);
+    cuMulticastCreate(*mut u64, *const cu::CUmulticastObjectProp);
+    cuGreenCtxCreate(*mut cu::CUgreenCtx, cu::CUdevResourceDesc, CUdevice, c_uint);
+    cuCtxFromGreenCtx(*mut CUcontext, cu::CUgreenCtx);
+    cuLogsRegisterCallback(cu::CUlogsCallback, *mut c_void, *mut cu::CUlogsCallbackHandle);
+    cuLogsUnregisterCallback(cu::CUlogsCallbackHandle);
 }
 
 impl Driver {

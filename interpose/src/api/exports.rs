@@ -10,7 +10,7 @@ use super::export::exports;
 use super::*;
 use gpupool_shim::cuda::*;
 use gpupool_shim::nvml::{nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t, nvmlUtilization_t};
-use std::os::raw::{c_char, c_int, c_uchar, c_uint, c_ushort, c_void};
+use std::os::raw::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_ushort, c_void};
 
 exports! { CUresult;
     // ---- devices (answered from the hello's device list) ----
@@ -234,6 +234,59 @@ exports! { CUresult;
     cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid: out c_int, block: out c_int, f: val CUfunction,
         b2d: val CUoccupancyB2DSize, dynamic: val usize, limit: val c_int, flags: val c_uint)
         = occupancy::potential_block_size_with_flags;
+}
+
+exports! { CUresult;
+    // ---- virtual memory management (argument checks and granularity here; see api::vmm) ----
+    cuMemGetAllocationGranularity(granularity: out usize, prop: read CUmemAllocationProp,
+        option: val CUmemAllocationGranularity_flags) = vmm::granularity;
+    cuMemAddressReserve(ptr: out CUdeviceptr, size: val usize, alignment: val usize, addr: val CUdeviceptr,
+        flags: val c_ulonglong) = vmm::address_reserve;
+    cuMemAddressFree(ptr: val CUdeviceptr, size: val usize) = vmm::address_free;
+    cuMemCreate(handle: out CUmemGenericAllocationHandle, size: val usize, prop: read CUmemAllocationProp,
+        flags: val c_ulonglong) = vmm::create;
+    cuMemRelease(handle: val CUmemGenericAllocationHandle) = vmm::release;
+    cuMemMap(ptr: val CUdeviceptr, size: val usize, offset: val usize, handle: val CUmemGenericAllocationHandle,
+        flags: val c_ulonglong) = vmm::map;
+    cuMemUnmap(ptr: val CUdeviceptr, size: val usize) = vmm::unmap;
+    cuMemSetAccess(ptr: val CUdeviceptr, size: val usize, desc: val *const CUmemAccessDesc, count: val usize)
+        = vmm::set_access;
+    cuMemGetAccess(flags: out c_ulonglong, location: read CUmemLocation, ptr: val CUdeviceptr) = vmm::get_access;
+    cuMemGetAllocationPropertiesFromHandle(prop: out CUmemAllocationProp, handle: val CUmemGenericAllocationHandle)
+        = vmm::properties;
+    cuMemRetainAllocationHandle(handle: out CUmemGenericAllocationHandle, addr: val *mut c_void) = vmm::retain;
+    cuMemExportToShareableHandle(shareable: val *mut c_void, handle: val CUmemGenericAllocationHandle,
+        kind: val CUmemAllocationHandleType, flags: val c_ulonglong) = vmm::export;
+    cuMemImportFromShareableHandle(handle: out CUmemGenericAllocationHandle, os_handle: val *mut c_void,
+        kind: val CUmemAllocationHandleType) = vmm::import;
+
+    // ---- green contexts and multicast (absent, as on a device without them), logs, stream memory ops ----
+    cuGreenCtxCreate(ph: val *mut CUgreenCtx, desc: val CUdevResourceDesc, dev: val CUdevice, flags: val c_uint)
+        = features::green_ctx_create_on;
+    cuGreenCtxDestroy(h: val CUgreenCtx) = features::green_ctx_destroy;
+    cuCtxFromGreenCtx(pctx: out CUcontext, h: val CUgreenCtx) = features::ctx_from_green;
+    cuGreenCtxStreamCreate(ph: val *mut CUstream, h: val CUgreenCtx, flags: val c_uint, priority: val c_int)
+        = features::green_stream_create;
+    cuDeviceGetDevResource(dev: val CUdevice, resource: val *mut CUdevResource, kind: val CUdevResourceType)
+        = features::dev_resource;
+    cuDevSmResourceSplitByCount(result: val *mut CUdevResource, groups: val *mut c_uint, input: val *const CUdevResource,
+        remaining: val *mut CUdevResource, flags: val c_uint, min_count: val c_uint) = features::split_by_count;
+    cuDevResourceGenerateDesc(desc: val *mut CUdevResourceDesc, resources: val *mut CUdevResource, n: val c_uint)
+        = features::generate_desc;
+    cuMulticastCreate(h: val *mut CUmemGenericAllocationHandle, prop: val *const CUmulticastObjectProp)
+        = features::multicast_create;
+    cuMulticastAddDevice(h: val CUmemGenericAllocationHandle, dev: val CUdevice) = features::multicast_add_device;
+    cuMulticastBindMem(h: val CUmemGenericAllocationHandle, mc_offset: val usize, mem: val CUmemGenericAllocationHandle,
+        mem_offset: val usize, size: val usize, flags: val c_ulonglong) = features::multicast_bind_mem;
+    cuMulticastUnbind(h: val CUmemGenericAllocationHandle, dev: val CUdevice, offset: val usize, size: val usize)
+        = features::multicast_unbind;
+    cuMulticastGetGranularity(g: val *mut usize, prop: val *const CUmulticastObjectProp,
+        option: val CUmulticastGranularity_flags) = features::multicast_granularity;
+    cuLogsRegisterCallback(f: val CUlogsCallback, user: val *mut c_void, out: out CUlogsCallbackHandle)
+        = features::logs_register;
+    cuLogsUnregisterCallback(h: val CUlogsCallbackHandle) = features::logs_unregister;
+    cuStreamWriteValue32_v2 | cuStreamWriteValue32_v2_ptsz (s: val CUstream, addr: val CUdeviceptr,
+        value: val cuuint32_t, flags: val c_uint) = features::write_value32;
 }
 
 exports! { nvmlReturn_t;

@@ -17,6 +17,7 @@ pub mod event;
 pub mod export;
 pub mod exports;
 pub mod extra;
+pub mod features;
 pub mod init;
 pub mod launch;
 pub mod link;
@@ -27,6 +28,7 @@ pub mod nvml;
 pub mod occupancy;
 pub mod proc_address;
 pub mod stream;
+pub mod vmm;
 
 /// Which stream the NULL handle means for the calling variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,12 +11,14 @@ use super::context::*;
 use super::copy::*;
 use super::device::*;
 use super::event::*;
+use super::features::*;
 use super::graph::*;
 use super::init::*;
 use super::launch::*;
 use super::memory::*;
 use super::module::*;
 use super::stream::*;
+use super::vmm::*;
 
 fn table() -> &'static Table {
     static TABLE: std::sync::OnceLock<Table> = std::sync::OnceLock::new();

@@ -284,3 +284,89 @@ fn stream_write_value32_is_stream_ordered() {
     check(call!(d.cuMemRelease(h)));
     check(call!(d.cuMemAddressFree(base, GRAN)));
 }
+
+/// The driver entry points PyTorch's c10 resolves (through `cudaGetDriverEntryPoint`) and
+/// asserts exist; each must resolve, at the driver's version, to the export of its name
+/// (or of its current ABI variant).
+const TORCH_DRIVER_ENTRY_POINTS: &[(&str, &str)] = &[
+    ("cuCtxFromGreenCtx", "cuCtxFromGreenCtx"),
+    ("cuCtxGetCurrent", "cuCtxGetCurrent"),
+    ("cuCtxPopCurrent", "cuCtxPopCurrent_v2"),
+    ("cuCtxPushCurrent", "cuCtxPushCurrent_v2"),
+    ("cuCtxSetCurrent", "cuCtxSetCurrent"),
+    ("cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc"),
+    ("cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount"),
+    ("cuDeviceGet", "cuDeviceGet"),
+    ("cuDeviceGetAttribute", "cuDeviceGetAttribute"),
+    ("cuDeviceGetDevResource", "cuDeviceGetDevResource"),
+    ("cuGetErrorString", "cuGetErrorString"),
+    ("cuGreenCtxCreate", "cuGreenCtxCreate"),
+    ("cuGreenCtxDestroy", "cuGreenCtxDestroy"),
+    ("cuGreenCtxStreamCreate", "cuGreenCtxStreamCreate"),
+    ("cuLogsRegisterCallback", "cuLogsRegisterCallback"),
+    ("cuLogsUnregisterCallback", "cuLogsUnregisterCallback"),
+    ("cuMemAddressFree", "cuMemAddressFree"),
+    ("cuMemAddressReserve", "cuMemAddressReserve"),
+    ("cuMemCreate", "cuMemCreate"),
+    ("cuMemExportToShareableHandle", "cuMemExportToShareableHandle"),
+    ("cuMemGetAddressRange", "cuMemGetAddressRange_v2"),
+    ("cuMemGetAllocationGranularity", "cuMemGetAllocationGranularity"),
+    ("cuMemGetAllocationPropertiesFromHandle", "cuMemGetAllocationPropertiesFromHandle"),
+    ("cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle"),
+    ("cuMemMap", "cuMemMap"),
+    ("cuMemRelease", "cuMemRelease"),
+    ("cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle"),
+    ("cuMemSetAccess", "cuMemSetAccess"),
+    ("cuMemUnmap", "cuMemUnmap"),
+    ("cuMemsetD32Async", "cuMemsetD32Async"),
+    ("cuMulticastAddDevice", "cuMulticastAddDevice"),
+    ("cuMulticastBindMem", "cuMulticastBindMem"),
+    ("cuMulticastCreate", "cuMulticastCreate"),
+    ("cuMulticastUnbind", "cuMulticastUnbind"),
+    ("cuStreamWriteValue32", "cuStreamWriteValue32_v2"),
+];
+
+#[test]
+fn every_entry_point_pytorch_resolves_exists_by_symbol_and_by_proc_address() {
+    let d = cuda();
+    let mut version = 0;
+    check(call!(d.cuDriverGetVersion(&mut version)));
+    for (name, export) in TORCH_DRIVER_ENTRY_POINTS {
+        let symbol = std::ffi::CString::new(*name).unwrap();
+        let (r, pfn, st) = d.proc_address(&symbol, version, 0);
+        expect(r, status::SUCCESS, &format!("cuGetProcAddress_v2({name})"));
+        assert_eq!(st.0, 0, "{name}: CU_GET_PROC_ADDRESS_SUCCESS");
+        assert!(!pfn.is_null(), "{name} resolved to NULL");
+        let by_symbol = d.export(export).unwrap_or_else(|| panic!("the simulator does not export {export}"));
+        assert_eq!(pfn, by_symbol, "{name} resolves to {export}");
+    }
+}
+
+#[test]
+fn absent_features_answer_as_a_device_without_them() {
+    use gpupool_e2e::cu::CUdevice_attribute;
+    let d = cuda();
+    let _ctx = Context::new(0);
+    let mut v = -1;
+    let attr = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED;
+    check(call!(d.cuDeviceGetAttribute(&mut v, attr, 0)));
+    assert_eq!(v, 0, "CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED");
+    let mut h = 0u64;
+    let mc = gpupool_e2e::cu::CUmulticastObjectProp::default();
+    expect(call!(d.cuMulticastCreate(&mut h, &mc)), NOT_SUPPORTED, "cuMulticastCreate");
+    let mut g = null_mut();
+    expect(call!(d.cuGreenCtxCreate(&mut g, null_mut(), 0, 0)), NOT_SUPPORTED, "cuGreenCtxCreate");
+    expect(call!(d.cuGreenCtxCreate(&mut g, null_mut(), 9, 0)), status::INVALID_DEVICE, "green context on device 9");
+    let mut ctx = null_mut();
+    expect(call!(d.cuCtxFromGreenCtx(&mut ctx, 0x1234 as _)), status::INVALID_CONTEXT, "no green context exists");
+    let mut cb = null_mut();
+    check(call!(d.cuLogsRegisterCallback(Some(log_cb), null_mut(), &mut cb)));
+    assert!(!cb.is_null());
+    expect(call!(d.cuLogsRegisterCallback(None, null_mut(), &mut cb)), status::INVALID_VALUE, "NULL callback");
+    check(call!(d.cuLogsUnregisterCallback(cb)));
+    expect(call!(d.cuLogsUnregisterCallback(cb)), status::INVALID_VALUE, "a callback unregistered twice");
+}
+
+const NOT_SUPPORTED: gpupool_e2e::cu::CUresult = gpupool_e2e::cu::CUresult::CUDA_ERROR_NOT_SUPPORTED;
+
+unsafe extern "C" fn log_cb(_: *mut c_void, _: gpupool_e2e::cu::CUlogLevel, _: *mut std::os::raw::c_char, _: usize) {}
