@@ -1,4 +1,5 @@
-//! Builds the `libcudart.so.12` / `libcudart.so.13` stand-ins that `gpupool run` puts on
+//! Builds the `libcudart.so.12` / `libcudart.so.13` stand-ins (and cuBLAS's:
+//! `libcublas.so.12` / `.13`, `libcublasLt.so.12` / `.13`, served the same way) that `gpupool run` puts on
 //! the library path (see src/run.rs): an nvcc-built program names its runtime by soname
 //! (DT_NEEDED) and by symbol version (`cudaMalloc@libcudart.so.13`), so the loader must
 //! find a file of that name defining that version, or it refuses to start the program
@@ -12,14 +13,19 @@ use std::process::Command;
 
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let src = PathBuf::from("cudart/stand_in.c");
-    println!("cargo:rerun-if-changed={}", src.display());
     println!("cargo:rerun-if-env-changed=CC");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    for major in [12, 13] {
-        let soname = format!("libcudart.so.{major}");
+    let libraries = [
+        ("libcudart", "cudart/stand_in.c", "gpupool_cudart_stand_in"),
+        ("libcublas", "cudart/blas_stand_in.c", "gpupool_cublas_stand_in"),
+        ("libcublasLt", "cudart/blas_stand_in.c", "gpupool_cublas_stand_in"),
+    ];
+    for ((library, src, marker), major) in libraries.iter().flat_map(|l| [12, 13].map(|m| (*l, m))) {
+        let src = PathBuf::from(src);
+        println!("cargo:rerun-if-changed={}", src.display());
+        let soname = format!("{library}.so.{major}");
         let map = out.join(format!("{soname}.map"));
-        std::fs::write(&map, format!("{soname} {{\n  global: gpupool_cudart_stand_in;\n  local: *;\n}};\n"))
+        std::fs::write(&map, format!("{soname} {{\n  global: {marker};\n  local: *;\n}};\n"))
             .expect("writing the version script");
         let status = Command::new(&cc)
             .args(["-shared", "-nostdlib", "-fPIC", "-O2"])

@@ -1,7 +1,8 @@
 //! The `dlopen` / `dlmopen` hooks: programs find the driver with `dlopen("libcuda.so.1")`
 //! and `dlsym(handle, "cuGetProcAddress_v2")`, and a lookup on a library handle does not
-//! see LD_PRELOAD symbols. So a `dlopen` of `libcuda.so*`, `libnvidia-ml.so*` or
-//! `libcudart.so*` (frameworks that load the runtime lazily), by any path, returns a
+//! see LD_PRELOAD symbols. So a `dlopen` of `libcuda.so*`, `libnvidia-ml.so*`,
+//! `libcudart.so*` (frameworks that load the runtime lazily) or `libcublas.so*` /
+//! `libcublasLt.so*` (cuBLAS, remoted to the daemon), by any path, returns a
 //! handle to this library itself (no driver needs to exist on the client machine), and
 //! glibc's `dlsym` on that handle finds our exports. `dlmopen` does the same for those
 //! names in the base namespace (`LM_ID_BASE`); a new namespace does not see LD_PRELOAD,
@@ -149,7 +150,8 @@ fn is_vendor(name: &CStr) -> bool {
         }
         return true;
     }
-    base.starts_with(b"libcuda.so") || base.starts_with(b"libnvidia-ml.so")
+    // libcublas.so* and libcublasLt.so*: cuBLAS runs in the daemon (crate::blas).
+    base.starts_with(b"libcuda.so") || base.starts_with(b"libnvidia-ml.so") || base.starts_with(b"libcublas")
 }
 
 /// Whether a call loading `filename` gets our handle (never while our own code decides).

@@ -4,7 +4,8 @@
 //! Owns: the exported CUDA driver API and NVML symbols ([`api`], the same names and
 //! signatures as the simulator's, checked at compile time against bindgen's declarations
 //! through the `cuGetProcAddress` table), the CUDA runtime API of `libcudart.so.12` /
-//! `.13` layered on those driver exports ([`runtime`]), the `dlopen` / `dlmopen` hooks that
+//! `.13` layered on those driver exports ([`runtime`]), cuBLAS and cuBLASLt forwarded to the
+//! daemon ([`blas`]), the `dlopen` / `dlmopen` hooks that
 //! answer loads of the vendor libraries with itself and hand every other load to glibc as
 //! if the caller had called it, so its RUNPATH, `$ORIGIN` and `RTLD_NEXT` still apply
 //! ([`hooks`]), the client state and the connection to the daemon ([`client`]), and fork
@@ -56,6 +57,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod api;
+mod blas;
 mod client;
 mod hooks;
 mod runtime;

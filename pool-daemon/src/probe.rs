@@ -33,11 +33,16 @@ trait WithSim {
 }
 
 impl WithSim for DriverSource {
-    /// Lays out the simulator under both vendor sonames in the chosen directory.
+    /// Lays out the simulator under both vendor sonames in the chosen directory, and its
+    /// cuBLAS (`libgpupool_sim_blas.so`, when built beside it) under cuBLAS's.
     fn with_sim(self, lib: &std::path::Path) -> Self {
         if let DriverSource::Dir(dir) = &self {
             let _ = std::fs::create_dir_all(dir);
-            for name in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+            let blas = lib.with_file_name("libgpupool_sim_blas.so");
+            let blas = blas.exists().then_some(blas);
+            let names = ["libcuda.so.1", "libnvidia-ml.so.1"].map(|n| (n, lib));
+            let blas_names = ["libcublas.so.13", "libcublasLt.so.13"].map(|n| (n, blas.as_deref()));
+            for (name, lib) in names.into_iter().chain(blas_names.into_iter().filter_map(|(n, l)| Some((n, l?)))) {
                 // Atomically (a fresh link renamed over the old one): concurrent
                 // processes never see the name missing.
                 let link = dir.join(name);

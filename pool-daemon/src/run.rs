@@ -13,7 +13,9 @@
 //! Programs linked against `libcudart.so.12` / `.13` (nvcc `-cudart shared`) get
 //! stand-ins of those sonames on `LD_LIBRARY_PATH` (built by build.rs, written once per
 //! user to a private directory): the loader needs the file and its symbol version, and
-//! every runtime function then resolves to the preloaded interposer. The same directory
+//! every runtime function then resolves to the preloaded interposer. cuBLAS and cuBLASLt
+//! (`libcublas.so.12` / `.13`, `libcublasLt.so.12` / `.13`) get stand-ins the same way: their
+//! calls are forwarded to the daemon, which runs them with its backend's library. The same directory
 //! links `libcuda.so.1` and `libnvidia-ml.so.1` to the interposer, for programs that
 //! name the driver in DT_NEEDED on a machine without one.
 
@@ -41,9 +43,13 @@ pub fn interposer() -> Result<PathBuf> {
     Ok(lib)
 }
 
-const STAND_INS: [(&str, &[u8]); 2] = [
+const STAND_INS: [(&str, &[u8]); 6] = [
     ("libcudart.so.12", include_bytes!(concat!(env!("OUT_DIR"), "/libcudart.so.12"))),
     ("libcudart.so.13", include_bytes!(concat!(env!("OUT_DIR"), "/libcudart.so.13"))),
+    ("libcublas.so.12", include_bytes!(concat!(env!("OUT_DIR"), "/libcublas.so.12"))),
+    ("libcublas.so.13", include_bytes!(concat!(env!("OUT_DIR"), "/libcublas.so.13"))),
+    ("libcublasLt.so.12", include_bytes!(concat!(env!("OUT_DIR"), "/libcublasLt.so.12"))),
+    ("libcublasLt.so.13", include_bytes!(concat!(env!("OUT_DIR"), "/libcublasLt.so.13"))),
 ];
 
 /// Driver sonames a program may name in DT_NEEDED (linked with `-lcuda`, as CuPy 12's

@@ -1,10 +1,12 @@
 //! The vendor libraries, loaded at run time with libloading: NVIDIA's
 //! `libcuda.so.1` and `libnvidia-ml.so.1` on a GPU host, the simulator everywhere
-//! else, through the same code.
+//! else, through the same code; cuBLAS / cuBLASLt from the same directory, on first use.
 
+mod cublas;
 mod cuda;
 mod nvml;
 
+pub use cublas::{Blas, Cublas, CublasLt};
 pub use cuda::{Cuda, CudaError};
 pub use nvml::Nvml;
 

@@ -25,6 +25,8 @@ pub struct Freed {
     pub streams: usize,
     pub events: usize,
     pub modules: usize,
+    /// cuBLAS / cuBLASLt handles.
+    pub blas_handles: usize,
     /// Backend calls that failed (a poisoned context, say); the ledger is released anyway.
     pub errors: usize,
 }
@@ -34,6 +36,8 @@ impl Session {
     /// Streams are synchronised first, so no queued work touches freed memory.
     pub fn free_owned(&mut self, only: Option<CtxId>) -> Freed {
         let mut f = Freed::default();
+        // Before the memory they may use as workspace goes.
+        f.blas_handles = self.free_blas(only);
         let owner = std::mem::take(&mut self.owner);
         let mine = |h: Handle| only.is_none_or(|c| owner.get(&h) == Some(&c));
         let shared = self.shared.clone();

@@ -18,6 +18,8 @@
 //! and remove the sockets; SIGHUP reloads the quota config into the ledger.
 
 pub mod admission;
+pub mod blas;
+pub mod blas_lt;
 pub mod cleanup;
 pub mod compute;
 pub mod control;
@@ -138,6 +140,8 @@ pub struct Shared {
     pub compute: compute::Compute,
     /// Requests served, by operation (for `--metrics`).
     pub calls: metrics::Calls,
+    /// cuBLAS / cuBLASLt from the driver's directory, loaded on the first BLAS request.
+    pub blas: crate::backend::Blas,
     next_session: AtomicU64,
 }
 
@@ -293,6 +297,7 @@ pub fn run(opts: Options) -> Result<()> {
         session_threads: Mutex::new(Vec::new()),
         compute: compute::Compute::new(devices_len, opts.compute_scheduler),
         calls: metrics::Calls::default(),
+        blas: crate::backend::Blas::new(src.clone()),
         next_session: AtomicU64::new(1),
     });
     compute::Compute::start_monitors(&shared)?;

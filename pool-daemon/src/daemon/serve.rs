@@ -13,6 +13,7 @@ use super::session::{Func, Session};
 use super::streams::ready;
 use crate::call;
 use gpupool_protocol::ops::{
+    BlasHandleId, Gemm, Matmul, Vector,
     Copy2D, Copy3D, HostSrc, InlineBytes, KernelParams, MAX_INLINE_BYTES, Memset, RegionSlice, Serve, StagingRegion,
     answer,
 };
@@ -566,5 +567,73 @@ impl Serve for Session {
         let u =
             n.device(device).and_then(|h| n.utilization(h)).map_err(|e| Fail::new(NOT_SUPPORTED, format!("{e:#}")))?;
         Ok(answer::Utilization { gpu_percent: u.gpu, memory_percent: u.memory })
+    }
+
+    // ---- BLAS (super::blas; errors are cublasStatus_t codes) ----
+
+    fn blas_create(&mut self, _cx: Cx<'_>, ctx: CtxId) -> Result<answer::BlasHandle> {
+        Ok(answer::BlasHandle { handle: Session::blas_create(self, ctx)? })
+    }
+
+    fn blas_destroy(&mut self, _cx: Cx<'_>, handle: BlasHandleId) -> Result<answer::Ok> {
+        Session::blas_destroy(self, handle).map(|()| answer::Ok {})
+    }
+
+    fn blas_set_stream(&mut self, _cx: Cx<'_>, handle: BlasHandleId, stream: StreamId) -> Result<answer::Ok> {
+        Session::blas_set_stream(self, handle, stream).map(|()| answer::Ok {})
+    }
+
+    fn blas_set_workspace(&mut self, _cx: Cx<'_>, handle: BlasHandleId, ptr: DevicePtr, bytes: u64) -> Result<answer::Ok> {
+        Session::blas_set_workspace(self, handle, ptr, bytes).map(|()| answer::Ok {})
+    }
+
+    fn blas_set_math_mode(&mut self, _cx: Cx<'_>, handle: BlasHandleId, mode: u32) -> Result<answer::Ok> {
+        Session::blas_set_math_mode(self, handle, mode).map(|()| answer::Ok {})
+    }
+
+    fn blas_gemm(&mut self, _cx: Cx<'_>, handle: BlasHandleId, gemm: Gemm) -> Result<answer::Ok> {
+        Session::blas_gemm(self, handle, gemm).map(|()| answer::Ok {})
+    }
+
+    fn blas_vector(&mut self, _cx: Cx<'_>, handle: BlasHandleId, call: Vector) -> Result<answer::Ok> {
+        Session::blas_vector(self, handle, call).map(|()| answer::Ok {})
+    }
+
+    fn blas_sdot(
+        &mut self,
+        _cx: Cx<'_>,
+        handle: BlasHandleId,
+        n: i32,
+        x: DevicePtr,
+        incx: i32,
+        y: DevicePtr,
+        incy: i32,
+        result: Option<DevicePtr>,
+    ) -> Result<answer::BlasValue> {
+        Ok(answer::BlasValue { bits: Session::blas_sdot(self, handle, n, x, incx, y, incy, result)? })
+    }
+
+    fn lt_create(&mut self, _cx: Cx<'_>, ctx: CtxId) -> Result<answer::BlasHandle> {
+        Ok(answer::BlasHandle { handle: Session::lt_create(self, ctx)? })
+    }
+
+    fn lt_destroy(&mut self, _cx: Cx<'_>, handle: BlasHandleId) -> Result<answer::Ok> {
+        Session::lt_destroy(self, handle).map(|()| answer::Ok {})
+    }
+
+    fn lt_heuristic(
+        &mut self,
+        _cx: Cx<'_>,
+        handle: BlasHandleId,
+        matmul: Matmul,
+        max_workspace: u64,
+        requested: i32,
+    ) -> Result<answer::LtAlgos> {
+        let (count, workspace_bytes) = Session::lt_heuristic(self, handle, matmul, max_workspace, requested)?;
+        Ok(answer::LtAlgos { count, workspace_bytes })
+    }
+
+    fn lt_matmul(&mut self, _cx: Cx<'_>, handle: BlasHandleId, matmul: Matmul) -> Result<answer::Ok> {
+        Session::lt_matmul(self, handle, matmul).map(|()| answer::Ok {})
     }
 }

@@ -70,6 +70,8 @@ pub struct Session {
     pub peer: Option<OwnedFd>,
     /// The compute percent this client may use (its tenant's, or less if it narrowed it).
     pub compute_limit: u8,
+    /// cuBLAS / cuBLASLt handles ([`super::blas`]).
+    pub blas: super::blas::Handles,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -230,6 +232,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         remote,
         compute_limit: limits.compute,
         peer: link.peer.as_ref().and_then(|p| p.try_clone().ok()),
+        blas: Default::default(),
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };

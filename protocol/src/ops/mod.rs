@@ -31,6 +31,7 @@
 //! | `0x07xx` | streams |
 //! | `0x08xx` | events |
 //! | `0x09xx` | management (NVML-like) |
+//! | `0x0axx` | BLAS: cuBLAS and cuBLASLt, answered with `cublasStatus_t` codes ([`blas`]) |
 //! | `0x8000..=0xffff` | replies, same family byte plus `0x80` |
 //!
 //! Requests must lie in `0x0001..=0x7fff` and replies in `0x8000..=0xffff`, and no opcode
@@ -43,9 +44,11 @@
 //! Decoding requires the payload to be consumed exactly.
 #![forbid(unsafe_code)]
 
+pub mod blas;
 pub(crate) mod macros;
 mod types;
 
+pub use blas::{BlasHandleId, BlasMat, BlasScalar, Gemm, LtDesc, LtLayout, Matmul, Vector};
 pub use macros::{assert_opcodes_in, assert_unique_opcodes};
 pub use types::*;
 
@@ -158,6 +161,33 @@ op_table! {
     // ---- management (NVML-like), per device ordinal ----
     0x0901 MgmtMemoryInfo mgmt_memory_info { device: u32 } => MemInfo;
     0x0902 MgmtUtilization mgmt_utilization { device: u32 } => Utilization;
+
+    // ---- BLAS (errors are cublasStatus_t codes) ----
+    /// `cublasCreate` in context `ctx` (the caller's current one).
+    0x0a01 BlasCreate blas_create { ctx: CtxId } => BlasHandle;
+    0x0a02 BlasDestroy blas_destroy { handle: BlasHandleId } => Ok;
+    /// The stream later calls of the handle are ordered on.
+    0x0a03 BlasSetStream blas_set_stream { handle: BlasHandleId, stream: StreamId } => Ok;
+    /// `bytes` of the caller's device memory at `ptr` (NULL and 0: the library's own).
+    0x0a04 BlasSetWorkspace blas_set_workspace { handle: BlasHandleId, ptr: DevicePtr, bytes: u64 } => Ok;
+    /// A `cublasMath_t` (TF32 and the reduced-precision flag included).
+    0x0a05 BlasSetMathMode blas_set_math_mode { handle: BlasHandleId, mode: u32 } => Ok;
+    /// Queued on the handle's stream; the reply says the call was accepted, as cuBLAS's
+    /// return value does.
+    0x0a06 BlasGemm blas_gemm { handle: BlasHandleId, gemm: Gemm } => Ok;
+    0x0a07 BlasVector blas_vector { handle: BlasHandleId, call: Vector } => Ok;
+    /// `cublasSdot`: to `result` in device memory (device pointer mode), else the value
+    /// comes back in the reply once computed.
+    0x0a08 BlasSdot blas_sdot {
+        handle: BlasHandleId, n: i32, x: DevicePtr, incx: i32, y: DevicePtr, incy: i32, result: Option<DevicePtr>,
+    } => BlasValue;
+    /// `cublasLtCreate` in context `ctx`.
+    0x0a10 LtCreate lt_create { ctx: CtxId } => BlasHandle;
+    0x0a11 LtDestroy lt_destroy { handle: BlasHandleId } => Ok;
+    /// `cublasLtMatmulAlgoGetHeuristic` for `matmul`'s shapes (its pointers unused).
+    0x0a12 LtHeuristic lt_heuristic { handle: BlasHandleId, matmul: Matmul, max_workspace: u64, requested: i32 } => LtAlgos;
+    /// `cublasLtMatmul` on `matmul.stream`, the algorithm chosen by the backend's heuristic.
+    0x0a13 LtMatmul lt_matmul { handle: BlasHandleId, matmul: Matmul } => Ok;
 }
 
 op_table! {
@@ -203,6 +233,12 @@ op_table! {
 
     /// Percent of time busy over the last sample period, as the tenant sees it.
     0x8901 Utilization { gpu_percent: u32, memory_percent: u32 };
+
+    0x8a01 BlasHandle { handle: BlasHandleId };
+    /// A scalar result's bytes (`cublasSdot`'s float in the low four).
+    0x8a02 BlasValue { bits: u64 };
+    /// How many algorithms the heuristic found, and the workspace the best one needs.
+    0x8a03 LtAlgos { count: u32, workspace_bytes: u64 };
 }
 
 impl Request {
