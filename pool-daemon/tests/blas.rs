@@ -1,0 +1,68 @@
+//! cuBLAS and cuBLASLt through the pool: tests/python/cublas_checks.py, run unmodified under
+//! `gpupool run` against a daemon on the simulator, loads `libcublas.so.13` and
+//! `libcublasLt.so.13` by name (it must get libgpupool.so, and no cuBLAS may be mapped in it),
+//! runs Sgemm (every transpose, padded leading dimensions), Dgemm, Hgemm, GemmEx (fp16 and
+//! bf16), GemmStridedBatchedEx, SgemmStridedBatched, GemmBatchedEx, Sgemv/Dgemv, Sdot (to host
+//! and to device memory), Saxpy, Sscal, device-pointer-mode scalars and cublasLtMatmul with
+//! every epilogue, each against NumPy; and the refusals: a GEMM whose B runs past its
+//! allocation and one writing into another tenant's memory are CUBLAS_STATUS_INVALID_VALUE,
+//! with a daemon log line saying why.
+
+mod common;
+
+use common::{Client, Daemon, ensure_interposer, uid};
+use gpupool_protocol::ops::answer;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+#[test]
+fn cublas_and_cublaslt_run_in_the_daemon_and_match_numpy() {
+    ensure_interposer();
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
+    assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
+    let config = format!(
+        "[[tenant]]\nname = \"team\"\nuids = [{}]\n\n[[tenant]]\nname = \"other\"\ntoken_sha256 = \"{}\"\n",
+        uid(),
+        gpupool_quota::hash_token("tk-other")
+    );
+    let d = Daemon::start(Some(&config));
+    // Memory of another tenant, whose address the program tries to write through cuBLAS.
+    let mut other = Client::connect_as(&d.socket, None, Some("tk-other")).expect("the other tenant's session");
+    let ctx = other.ctx(0);
+    let foreign = other.alloc(ctx, 4096).expect("the other tenant's allocation");
+    let before = other.call(gpupool_protocol::Request::MemcpyDtoHInline { src: foreign, len: 64 });
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/cublas_checks.py");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(["run", "--endpoint", &d.endpoint(), "--"]).arg(&python).arg(&script).arg(format!("{:#x}", foreign.0));
+    let out = gpupool_e2e::output_with_sim_env(cmd, &[], Duration::from_secs(300))
+        .expect("cublas_checks did not finish within 300 s");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let passes = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
+    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
+    let summary = stdout.lines().find(|l| l.starts_with("SUMMARY "));
+    let log = d.log();
+    assert!(
+        out.status.success()
+            && fails.is_empty()
+            && passes >= 30
+            && summary == Some(&format!("SUMMARY {passes}/{passes}")[..]),
+        "cublas_checks: {} ({passes} passed)\n--- failures ---\n{}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- daemon ---\n{log}",
+        out.status,
+        fails.join("\n")
+    );
+    // Each refusal is logged with its reason, and the other tenant's bytes are untouched.
+    assert!(
+        log.lines().any(|l| l.contains("request=\"BlasGemm\"") && l.contains("code=7") && l.contains("B (16384 bytes")),
+        "no log line for the GEMM past B's allocation:\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("request=\"BlasGemm\"") && l.contains(&format!("C (64 bytes at {:#x})", foreign.0))),
+        "no log line for the GEMM into another tenant's memory:\n{log}"
+    );
+    let after = other.call(gpupool_protocol::Request::MemcpyDtoHInline { src: foreign, len: 64 });
+    assert_eq!(answer::Bytes::try_from(before).ok(), answer::Bytes::try_from(after).ok());
+}
