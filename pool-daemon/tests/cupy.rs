@@ -85,3 +85,34 @@ fn cupy_arrays_elementwise_reductions_and_kernels_match_numpy() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `cupy.matmul` / `cupy.dot` (fp32, fp64, fp16, batched, transposed, matrix-vector) through the
+/// pool: CuPy's cublas module loads `libcublas.so.12` by DT_NEEDED, which `gpupool run` serves
+/// with a stand-in, so each call goes to the daemon and runs in the simulator's cuBLAS.
+#[test]
+fn cupy_matmul_and_dot_run_cublas_in_the_daemon() {
+    ensure_interposer();
+    let venv = venv();
+    let d = Daemon::start(Some(&tenant_config("512MiB")));
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cupy-cache");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(["run", "--endpoint", &d.endpoint(), "--"])
+        .arg(venv.join("bin/python"))
+        .arg(root.join("tests/python/cupy_blas_checks.py"))
+        .env("LD_LIBRARY_PATH", wheel_libs(&venv))
+        .env("CUPY_COMPILE_WITH_PTX", "1")
+        .env("CUPY_CACHE_DIR", &cache)
+        .env("GPUPOOL_LOG", "1");
+    let out = gpupool_e2e::output_with_sim_env(cmd, &[], Duration::from_secs(300))
+        .expect("cupy_blas_checks did not finish within 300 s");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let passes = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
+    let log = d.log();
+    assert!(
+        out.status.success() && passes >= 8 && stdout.contains(&format!("SUMMARY {passes}/{passes}")),
+        "cupy_blas_checks: {} ({passes} passed)\n--- stdout ---\n{stdout}\n--- stderr ---\n{}\n--- daemon ---\n{log}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

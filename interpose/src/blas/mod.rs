@@ -10,7 +10,9 @@
 //! - [`v2`]: cuBLAS handles (their stream, pointer and math modes kept here as well, for the
 //!   getters and for reading host scalars) and the GEMM / level-1/2 calls;
 //! - [`lt`]: cuBLASLt. Descriptors, layouts and preferences live here (a few scalars each)
-//!   and travel by value with each matmul; the heuristic is asked of the daemon's library.
+//!   and travel by value with each matmul; the heuristic is asked of the daemon's library;
+//! - [`unsupported`]: every other cuBLAS / cuBLASLt export, `CUBLAS_STATUS_NOT_SUPPORTED`
+//!   with one stderr line naming it.
 //!
 //! Scalars: in host pointer mode alpha/beta are read here and travel by value; in device
 //! pointer mode their device addresses travel and the daemon checks them. Every device
@@ -21,6 +23,7 @@
 
 pub mod exports;
 pub mod lt;
+pub mod unsupported;
 pub mod v2;
 
 use crate::api::export::ApiResult;
