@@ -285,10 +285,7 @@ impl Session {
         // The backend's own failures keep their cuBLAS status; the scheduler's are translated.
         let mut backend: Option<Fail> = None;
         let r = shared.compute.dispatch(&shared, d, &tc, self.id, kind, stream, grant, || {
-            go().map_err(|f| {
-                backend = Some(Fail::new(f.code, f.message.clone()));
-                f
-            })
+            go().inspect_err(|f| backend = Some(Fail::new(f.code, f.message.clone())))
         });
         match (r, backend) {
             (Ok(()), _) => Ok(()),
@@ -659,6 +656,7 @@ impl Session {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn blas_sdot(
         &mut self,
         h: BlasHandleId,

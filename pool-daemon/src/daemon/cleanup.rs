@@ -35,9 +35,8 @@ impl Session {
     /// Frees the objects created through client context `only` (all of them: `None`).
     /// Streams are synchronised first, so no queued work touches freed memory.
     pub fn free_owned(&mut self, only: Option<CtxId>) -> Freed {
-        let mut f = Freed::default();
-        // Before the memory they may use as workspace goes.
-        f.blas_handles = self.free_blas(only);
+        // BLAS handles first: before the memory they may use as workspace goes.
+        let mut f = Freed { blas_handles: self.free_blas(only), ..Default::default() };
         let owner = std::mem::take(&mut self.owner);
         let mine = |h: Handle| only.is_none_or(|c| owner.get(&h) == Some(&c));
         let shared = self.shared.clone();
@@ -124,7 +123,7 @@ pub fn end(mut s: Session, reason: &str) {
     tracing::info!(
         session = s.id, pid = s.cred.pid, uid = s.cred.uid, remote = ?s.remote, tenant = %s.tenant_name, reason,
         allocations = freed.allocations, bytes = freed.bytes, streams = freed.streams, events = freed.events,
-        modules = freed.modules, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
+        modules = freed.modules, blas_handles = freed.blas_handles, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
         "session end"
     );
 }
