@@ -1,7 +1,9 @@
 //! Freeing what a session owns: everything when the session ends, however it ended (Bye,
 //! the client closing or dying, a malformed frame, shutdown), or what one client context
 //! owned when the client destroys or resets it. Memory is released from the ledger as it
-//! is freed; the end of a session is logged with what was freed and how long it took.
+//! is freed; then the daemon's heap is trimmed ([`super::malloc::trim`]), so what the session
+//! used leaves with it. The end of a session is logged with what was freed and how long the
+//! freeing (`cleanup_us`) and the trim (`trim_us`) took.
 
 use super::session::Session;
 use crate::call;
@@ -103,8 +105,26 @@ impl Session {
     }
 }
 
-pub fn end(mut s: Session, reason: &str) {
+pub fn end(s: Session, reason: &str) {
     let t0 = Instant::now();
+    let shared = s.shared.clone();
+    let (id, cred, remote, tenant) = (s.id, s.cred, s.remote, s.tenant_name.clone());
+    let (freed, regions) = release(s);
+    shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    let took = t0.elapsed();
+    let trim = super::malloc::trim();
+    tracing::info!(
+        session = id, pid = cred.pid, uid = cred.uid, remote = ?remote, tenant = %tenant, reason,
+        allocations = freed.allocations, bytes = freed.bytes, streams = freed.streams, events = freed.events,
+        modules = freed.modules, blas_handles = freed.blas_handles, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
+        trim_us = trim.as_micros() as u64,
+        "session end"
+    );
+}
+
+/// Frees everything `s` owned and gives its quota back; the session's own tables go with
+/// it when this returns, before [`end`] trims the heap.
+fn release(mut s: Session) -> (Freed, usize) {
     let shared = s.shared.clone();
     let freed = s.free_owned(None);
     let regions = s.free_regions();
@@ -118,12 +138,5 @@ pub fn end(mut s: Session, reason: &str) {
     if !left.is_empty() {
         tracing::error!(session = s.id, "ledger held more than the session's allocations: {left:?}");
     }
-    shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&s.id);
-    let took = t0.elapsed();
-    tracing::info!(
-        session = s.id, pid = s.cred.pid, uid = s.cred.uid, remote = ?s.remote, tenant = %s.tenant_name, reason,
-        allocations = freed.allocations, bytes = freed.bytes, streams = freed.streams, events = freed.events,
-        modules = freed.modules, blas_handles = freed.blas_handles, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
-        "session end"
-    );
+    (freed, regions)
 }

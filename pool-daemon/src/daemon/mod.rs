@@ -9,7 +9,8 @@
 //!   the protocol's table (the [`gpupool_protocol::ops::Serve`] trait it generates);
 //!   [`dispatch`]: the checks of every handle and device pointer against what the session
 //!   owns, and the quota reservation before an allocation.
-//! - [`cleanup`]: everything a session owned is freed when it ends, however it ends.
+//! - [`cleanup`]: everything a session owned is freed when it ends, however it ends;
+//!   [`malloc`]: the daemon's own heap given back after each session, its arenas capped.
 //! - [`control`]: the status document (devices, tenants, sessions, the ledger);
 //!   [`status_view`]: what a status request over the protocol may see of it (a tenant's
 //!   token its own tenant, the admin token everything).
@@ -27,6 +28,7 @@ pub mod copy2d;
 pub mod dispatch;
 pub mod exec;
 pub mod listener;
+pub mod malloc;
 pub mod metrics;
 pub mod regions;
 pub mod remote;
@@ -257,6 +259,8 @@ fn discover(cuda: &Cuda) -> Result<(u32, Vec<Device>)> {
 }
 
 pub fn run(opts: Options) -> Result<()> {
+    // Before any thread exists, so every session thread finds the cap (malloc.rs says why).
+    let malloc_arenas = malloc::cap_arenas();
     init_logging();
     let src = crate::probe::source(opts.sim, opts.driver_dir.clone())?;
     let cuda_path = src.library("libcuda.so.1");
@@ -313,6 +317,7 @@ pub fn run(opts: Options) -> Result<()> {
         endpoints = ?endpoints,
         remote = ?shared.remote_endpoints,
         config = ?opts.config,
+        malloc_arenas = ?malloc_arenas,
         "gpupool daemon ready"
     );
     listener::serve(shared, listeners, remote_listeners)
