@@ -19,6 +19,7 @@
 // validates); functions here pass them on and never dereference them.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod churn;
 pub mod compute_load;
 pub mod delay_relay;
 pub mod readme;
