@@ -18,6 +18,7 @@
 //! over `tls://` and `tcp://` on loopback against plain TCP. See benches/README.md for what each
 //! baseline means.
 
+mod chaos;
 mod compute;
 mod pool;
 mod ptx;
@@ -40,6 +41,9 @@ fn main() -> ExitCode {
     }
     if all.first().map(String::as_str) == Some(remote::CLIENT_COMMAND) {
         return remote::client_main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some("chaos") {
+        return chaos::main(&all[1..]);
     }
     let mut args = all.into_iter();
     let mut command = None;
