@@ -21,7 +21,7 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -30,7 +30,7 @@ impl Rng {
 
     /// Uniform in `[0, n)` (n > 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 }
 
@@ -196,7 +196,7 @@ pub fn round(
 ) -> Result<Round, String> {
     let t0 = Instant::now();
     let mut plan: Vec<(Duration, u64)> = (0..clients)
-        .map(|_| (Duration::from_micros(rng.below(window.as_micros().max(1) as u64)), rng.next()))
+        .map(|_| (Duration::from_micros(rng.below(window.as_micros().max(1) as u64)), rng.next_u64()))
         .collect();
     let mut running = Vec::new();
     for &(_, seed) in &plan {
