@@ -22,6 +22,7 @@
 pub mod churn;
 pub mod compute_load;
 pub mod delay_relay;
+pub mod fuzz;
 pub mod readme;
 pub mod tmux;
 
