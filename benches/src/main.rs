@@ -7,6 +7,7 @@
 //!   cargo run --release -p gpupool-benches -- compute [--json PATH]
 //!   cargo run --release -p gpupool-benches -- runtime [--json PATH]
 //!   cargo run --release -p gpupool-benches -- remote [--json PATH]
+//!   cargo run --release -p gpupool-benches -- fuzz [--seconds S] [--seed N] [--tenants T]
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
@@ -20,6 +21,7 @@
 
 mod chaos;
 mod compute;
+mod fuzz;
 mod pool;
 mod ptx;
 mod remote;
@@ -44,6 +46,12 @@ fn main() -> ExitCode {
     }
     if all.first().map(String::as_str) == Some("chaos") {
         return chaos::main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some("fuzz") {
+        return fuzz::main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some(fuzz::TENANT_COMMAND) {
+        return gpupool_e2e::fuzz::tenant_main(&all[1..]);
     }
     let mut args = all.into_iter();
     let mut command = None;

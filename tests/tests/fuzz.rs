@@ -14,7 +14,7 @@ use std::time::Duration;
 use gpupool_e2e::fuzz::harness::{Fuzz, Options, RoundReport, Setup};
 use gpupool_e2e::{built, sim_libdir};
 
-const ROUNDS: u64 = 12;
+const ROUNDS: u64 = 60;
 
 #[test]
 fn concurrent_tenants_match_the_simulator_and_the_pool_keeps_nothing() {
@@ -28,7 +28,7 @@ fn concurrent_tenants_match_the_simulator_and_the_pool_keeps_nothing() {
     let opts = Options {
         tenants: 4,
         seed: 0x5eed_f022,
-        len: 80,
+        len: 120,
         kill_percent: 30,
         kill_window: Duration::from_millis(60),
         timeout: Duration::from_secs(60),

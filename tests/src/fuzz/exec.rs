@@ -92,6 +92,8 @@ pub struct Executor<'d, W: Write> {
     /// Host memory handed to queued copies: kept until the sequence ends.
     keep: Vec<Vec<u8>>,
     canary: CUdeviceptr,
+    /// Another tenant's device address, for kernels through [`BadPtr::OtherTenant`].
+    foreign: CUdeviceptr,
 }
 
 impl<'d, W: Write> Executor<'d, W> {
@@ -108,7 +110,19 @@ impl<'d, W: Write> Executor<'d, W> {
             modules: BTreeMap::new(),
             keep: Vec::new(),
             canary: 0,
+            foreign: 0,
         }
+    }
+
+    /// Sets the address [`BadPtr::OtherTenant`] kernels write to.
+    pub fn with_foreign(mut self, addr: CUdeviceptr) -> Self {
+        self.foreign = addr;
+        self
+    }
+
+    /// The canary's device address (after [`Executor::start`]).
+    pub fn canary_ptr(&self) -> CUdeviceptr {
+        self.canary
     }
 
     fn rec(&mut self, call: &str, r: CUresult, digest: Option<u64>) -> CUresult {
@@ -461,7 +475,7 @@ impl<'d, W: Write> Executor<'d, W> {
                         p + bytes - u64::from(blocks * threads)
                     }
                     BadPtr::NearNull => 0x100,
-                    BadPtr::OtherContext(b) => self.buf(b).0,
+                    BadPtr::OtherTenant => self.foreign,
                 };
                 self.make_current(SCRATCH);
                 let mut v = 0xbad0_0000u32;

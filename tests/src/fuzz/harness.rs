@@ -210,6 +210,8 @@ struct Watcher {
     child: Child,
     stdin: ChildStdin,
     lines: Receiver<String>,
+    /// Its canary's device address: other tenants' faulting kernels aim at it.
+    canary: u64,
 }
 
 impl Watcher {
@@ -338,7 +340,16 @@ impl Fuzz {
             }
         });
         let stdin = child.stdin.take().expect("piped");
-        let mut watcher = Watcher { child, stdin, lines };
+        let mut watcher = Watcher { child, stdin, lines, canary: 0 };
+        watcher.canary = loop {
+            match watcher.lines.recv_timeout(Duration::from_secs(30)) {
+                Ok(l) => match l.strip_prefix("canary-at ") {
+                    Some(a) => break super::parse_u64(a)?,
+                    None => continue,
+                },
+                Err(e) => return Err(format!("the watcher did not start: {e}")),
+            }
+        };
         watcher.check()?;
         let baseline = Held::read(&daemon.socket)?;
         if baseline.sessions != 1 || baseline.device_bytes < super::exec::CANARY_BYTES as u64 {
@@ -417,6 +428,10 @@ impl Fuzz {
         let pool_lines = wait_all(&mut pool, kills, self.opts.timeout);
         report.pool_wall = t0.elapsed();
 
+        // A dead daemon explains every divergence of the round: it is the one finding.
+        if let Ok(Some(st)) = self.daemon.child.try_wait() {
+            return Err(fail(format!("the daemon died ({st}): {}", self.daemon.log_tail()), seeds.to_vec()));
+        }
         let mut findings = Vec::new();
         for (i, p) in pool.iter().enumerate() {
             let (pl, sl) = (&pool_lines[i], &sim_lines[i]);
@@ -447,12 +462,8 @@ impl Fuzz {
             }
         }
 
-        // The daemon: alive, its ledger back to the watcher's alone, the watcher's canary intact.
+        // The daemon: its ledger back to the watcher's alone, the watcher's canary intact.
         let t0 = Instant::now();
-        if let Ok(Some(st)) = self.daemon.child.try_wait() {
-            findings.extend(fail(format!("the daemon died ({st}): {}", self.daemon.log_tail()), seeds.to_vec()));
-            return Err(findings);
-        }
         let base = self.baseline;
         match settle(&self.daemon.socket, self.daemon.child.id(), SETTLE, |h, _| {
             h.sessions == base.sessions && h.device_bytes == base.device_bytes && h.pinned_bytes == base.pinned_bytes
@@ -471,7 +482,8 @@ impl Fuzz {
     }
 
     fn seq_args(&self, seed: u64) -> Vec<String> {
-        vec!["--seed".into(), seed.to_string(), "--len".into(), self.opts.len.to_string()]
+        let (len, foreign) = (self.opts.len.to_string(), format!("{:#x}", self.watcher.canary));
+        vec!["--seed".into(), seed.to_string(), "--len".into(), len, "--foreign".into(), foreign]
     }
 
     /// The daemon's log so far.

@@ -71,14 +71,15 @@ pub const KERNELS_PTX: &str = "\
 pub const TENANT_USAGE: &str =
     "usage: TENANT --lib LIBCUDA --seed S --len N [--no-exit] | TENANT --lib LIBCUDA --watch --seed S";
 
-/// The tenant program: `--lib LIBCUDA --seed S --len N [--no-exit]` runs sequence S (the
-/// generator's `allow_exit` unless `--no-exit`) through the driver at LIBCUDA (`libcuda.so.1`
-/// under `gpupool run` is the pool; a path to the simulator's is the simulator) and prints its
-/// results; `--watch` instead keeps a canary in a context, and for each line on stdin reads it
-/// back and prints the result line, until stdin closes.
+/// The tenant program: `--lib LIBCUDA --seed S --len N [--no-exit] [--foreign ADDR]` runs
+/// sequence S (the generator's `allow_exit` unless `--no-exit`; faulting kernels that target
+/// another tenant write to ADDR) through the driver at LIBCUDA (`libcuda.so.1` under
+/// `gpupool run` is the pool; a path to the simulator's is the simulator) and prints its
+/// results; `--watch` instead keeps a canary in a context, prints `canary-at ADDR`, and for
+/// each line on stdin reads it back and prints the result line, until stdin closes.
 pub fn tenant_main(args: &[String]) -> ExitCode {
     let mut lib = None;
-    let (mut seed, mut len, mut allow_exit, mut watch) = (None, 64usize, true, false);
+    let (mut seed, mut len, mut allow_exit, mut watch, mut foreign) = (None, 64usize, true, false, 0);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
@@ -89,6 +90,7 @@ pub fn tenant_main(args: &[String]) -> ExitCode {
                 "--len" => len = parse_u64(value()?)? as usize,
                 "--no-exit" => allow_exit = false,
                 "--watch" => watch = true,
+                "--foreign" => foreign = parse_u64(value()?)?,
                 other => return Err(format!("unexpected argument {other:?}")),
             }
             Ok(())
@@ -109,9 +111,10 @@ pub fn tenant_main(args: &[String]) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut x = exec::Executor::new(&d, std::io::stdout());
+    let mut x = exec::Executor::new(&d, std::io::stdout()).with_foreign(foreign);
     if watch {
         x.start(seed);
+        println!("canary-at {:#x}", x.canary_ptr());
         let mut line = String::new();
         while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
             line.clear();
