@@ -144,12 +144,6 @@ fn table(o: &Options, rounds: &[RoundReport], wall: Duration, load: (&str, &str)
     for r in rounds {
         total.add(r);
     }
-    let per_round = |f: &dyn Fn(&RoundReport) -> f64| summarize(rounds.iter().map(f).collect()).median;
-    let seq_rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
-    let pool_seq = per_round(&|r| seq_rate(r.sequences(), r.pool_wall));
-    let sim_seq = per_round(&|r| seq_rate(r.sequences(), r.sim_wall));
-    let pool_calls = per_round(&|r| seq_rate(r.pool_calls, r.pool_wall));
-    let sim_calls = per_round(&|r| seq_rate(r.sim_calls, r.sim_wall));
     let mut out = format!(
         "gpupool-bench fuzz: {} rounds of {} tenants x {} ops in {:.1} s, seed {} ({} CPUs, load {} -> {})\n\n",
         rounds.len(),
@@ -164,6 +158,12 @@ fn table(o: &Options, rounds: &[RoundReport], wall: Duration, load: (&str, &str)
     if rounds.is_empty() {
         return out;
     }
+    let per_round = |f: &dyn Fn(&RoundReport) -> f64| summarize(rounds.iter().map(f).collect()).median;
+    let seq_rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
+    let pool_seq = per_round(&|r| seq_rate(r.sequences(), r.pool_wall));
+    let sim_seq = per_round(&|r| seq_rate(r.sequences(), r.sim_wall));
+    let pool_calls = per_round(&|r| seq_rate(r.pool_calls, r.pool_wall));
+    let sim_calls = per_round(&|r| seq_rate(r.sim_calls, r.sim_wall));
     let rows = vec![
         vec![
             "sequences/s".into(),
