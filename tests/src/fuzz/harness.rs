@@ -6,8 +6,10 @@
 //! likewise), SIGKILLing some at random moments (process group: `gpupool run` and the tenant).
 //! Then it checks: every tenant's result lines equal the reference's (a prefix of them for a
 //! killed tenant), every canary is intact (the tenants' own, and the watcher's, which lives
-//! across all rounds), the daemon is alive, and its ledger settles to what is live: one session
-//! (the watcher's) holding the watcher's bytes, nothing else.
+//! across all rounds and is what other tenants' faulting kernels aim at), the daemon is alive,
+//! and its ledger settles to what is live: one session (the watcher's) holding the watcher's
+//! bytes, nothing else. Quotas are far above what a sequence allocates, so no result depends
+//! on them and the comparison stays exact.
 
 use std::fmt;
 use std::io::{BufRead as _, BufReader, Write as _};
