@@ -11,6 +11,58 @@ const STREAM: StreamId = StreamId(0x100);
 const EVENT: EventId = EventId(0x200);
 const MODULE: ModuleId = ModuleId(0x300);
 const FUNC: FuncId = FuncId(0x400);
+const BLAS: BlasHandleId = BlasHandleId(0x500);
+
+fn mat(offset: u64, ld: i64) -> BlasMat {
+    BlasMat { ptr: DevicePtr(PTR.0 + offset), dtype: 0, ld, stride: ld * 64 }
+}
+fn gemm() -> Gemm {
+    Gemm {
+        func: gpupool_protocol::ops::blas::gemm_fn::GEMM_STRIDED_BATCHED_EX,
+        transa: 0,
+        transb: 1,
+        m: 64,
+        n: 48,
+        k: 32,
+        alpha: BlasScalar::Host(1.0f32.to_bits().into()),
+        a: mat(0, 64),
+        b: mat(1 << 20, 48),
+        beta: BlasScalar::Device(DevicePtr(PTR.0 + 8)),
+        c: mat(2 << 20, 64),
+        batch: 3,
+        compute: 68,
+        algo: -1,
+    }
+}
+fn layout(rows: u64, cols: u64) -> LtLayout {
+    LtLayout { dtype: 2, order: 0, rows, cols, ld: rows as i64, batch: 1, stride: 0 }
+}
+fn matmul() -> Matmul {
+    Matmul {
+        desc: LtDesc {
+            compute: 68,
+            scale: 0,
+            transa: 0,
+            transb: 0,
+            epilogue: 4,
+            bias: DevicePtr(PTR.0 + 512),
+            bias_dtype: 2,
+        },
+        alpha: BlasScalar::Host(1.0f32.to_bits().into()),
+        beta: BlasScalar::Host(0),
+        a: PTR,
+        a_layout: layout(64, 32),
+        b: DevicePtr(PTR.0 + 65536),
+        b_layout: layout(32, 16),
+        c: DevicePtr(PTR.0 + 131072),
+        c_layout: layout(64, 16),
+        d: DevicePtr(PTR.0 + 131072),
+        d_layout: layout(64, 16),
+        workspace: DevicePtr(PTR.0 + (1 << 20)),
+        workspace_bytes: 1 << 22,
+        stream: STREAM,
+    }
+}
 
 fn end2(space: MemSpace) -> Copy2DEnd {
     Copy2DEnd { space, x_bytes: 16, y: 2, pitch: 512 }
@@ -128,6 +180,34 @@ pub fn all_request_examples() -> Vec<Request> {
         EventDestroy { event: EVENT },
         MgmtMemoryInfo { device: 0 },
         MgmtUtilization { device: 0 },
+        BlasCreate { ctx: CTX },
+        BlasDestroy { handle: BLAS },
+        BlasSetStream { handle: BLAS, stream: STREAM },
+        BlasSetWorkspace { handle: BLAS, ptr: PTR, bytes: 1 << 22 },
+        BlasSetMathMode { handle: BLAS, mode: 1 },
+        BlasGemm { handle: BLAS, gemm: gemm() },
+        BlasVector {
+            handle: BLAS,
+            call: Vector {
+                func: 1,
+                trans: 1,
+                m: 64,
+                n: 32,
+                alpha: BlasScalar::Host(1.0f32.to_bits().into()),
+                a: PTR,
+                lda: 64,
+                x: DevicePtr(PTR.0 + 65536),
+                incx: 1,
+                beta: BlasScalar::Device(DevicePtr(PTR.0 + 4)),
+                y: DevicePtr(PTR.0 + 131072),
+                incy: 2,
+            },
+        },
+        BlasSdot { handle: BLAS, n: 256, x: PTR, incx: 1, y: DevicePtr(PTR.0 + 4096), incy: 1, result: None },
+        LtCreate { ctx: CTX },
+        LtDestroy { handle: BLAS },
+        LtHeuristic { handle: BLAS, matmul: matmul(), max_workspace: 1 << 25, requested: 1 },
+        LtMatmul { handle: BLAS, matmul: matmul() },
     ]
 }
 
@@ -168,5 +248,8 @@ pub fn all_reply_examples() -> Vec<Reply> {
         Event { event: EVENT },
         Elapsed { nanos: 1_500_000 },
         Utilization { gpu_percent: 25, memory_percent: 3 },
+        BlasHandle { handle: BLAS },
+        BlasValue { bits: 2.5f32.to_bits().into() },
+        LtAlgos { count: 1, workspace_bytes: 1 << 20 },
     ]
 }
