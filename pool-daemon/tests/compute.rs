@@ -84,17 +84,12 @@ fn share(r: &LoadReport, from: u64, to: u64) -> f64 {
     r.share(from, to).unwrap()
 }
 
-fn assert_near(what: &str, got: f64, want: f64, tol: f64) {
-    eprintln!("{what}: achieved {got:.2}%, quota {want}%");
-    assert!((got - want).abs() <= tol, "{what}: achieved {got:.2}%, quota {want}% (tolerance ±{tol})");
-}
-
 fn check_near(what: &str, got: f64, want: f64, tol: f64) -> Result<(), String> {
-    eprintln!("{what}: achieved {got:.2}%, quota {want}%");
+    eprintln!("{what}: achieved {got:.2}%, expected {want:.2}%");
     if (got - want).abs() <= tol {
         Ok(())
     } else {
-        Err(format!("{what}: achieved {got:.2}%, quota {want}% (tolerance ±{tol})"))
+        Err(format!("{what}: achieved {got:.2}%, expected {want:.2}% (tolerance ±{tol})"))
     }
 }
 
@@ -109,6 +104,28 @@ fn measured(mut attempt: impl FnMut() -> Result<(), String>) {
     }
 }
 
+/// The share of the device's time that compute_load's 1 ms kernel bodies get when one tenant has
+/// the whole device, measured once per run: the rest is the device's own work per launch (the
+/// simulator's, 1 to 2% of a 1 ms kernel depending on the CPU), which is device time the scheduler
+/// charges to the tenant but the load does not count as its own. A quota of q% is therefore q% times
+/// this in kernel-body time; a constant here would hold on one machine and fail on a slower one.
+fn body_efficiency() -> f64 {
+    static EFF: OnceLock<f64> = OnceLock::new();
+    *EFF.get_or_init(|| {
+        let d = Daemon::start(Some(&config(&[("solo", 100, "limit", "normal")])));
+        let r = finish(client(&d, "solo", &["--duration", "3.7", "--batch", "4"]));
+        let solo = share(&r, r.start + SEC / 2, r.start + SEC / 2 + 3 * SEC);
+        eprintln!("calibration: kernel bodies get {solo:.2}% of a device one tenant has to itself");
+        assert!(solo > 90.0, "the device idles with one tenant at 100%: {solo:.2}% in kernel bodies");
+        solo / 100.0
+    })
+}
+
+/// What compute_load measures for a quota of `q`% of device time.
+fn in_bodies(q: u8) -> f64 {
+    f64::from(q) * body_efficiency()
+}
+
 /// The client's share over 5 s after its first half second.
 fn steady_share(r: &LoadReport) -> f64 {
     share(r, r.start + SEC / 2, r.start + SEC / 2 + 5 * SEC)
@@ -121,10 +138,7 @@ fn limit_alone_holds_each_quota_to_a_point() {
         measured(|| {
             let d = Daemon::start(Some(&config(&[("a", q, "limit", "normal")])));
             let r = finish(client(&d, "a", &["--duration", "5.7", "--batch", "4"]));
-            // At 100% the device's own per-launch work (about 9 us per 1 ms kernel in the simulator)
-            // is the tenant's too, but not kernel-body time: allow for it below the quota.
-            let want = if q == 100 { 99.0 } else { f64::from(q) };
-            check_near(&format!("limit {q}% alone"), steady_share(&r), want, 1.0)?;
+            check_near(&format!("limit {q}% alone"), steady_share(&r), in_bodies(q), 1.0)?;
             let st = d.status();
             let c = &st["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "a").unwrap()["devices"][0]["compute"];
             assert_eq!(c["quota_percent"], q, "{st}");
@@ -160,7 +174,7 @@ fn limit_three_tenants_each_hold_their_cap() {
         for (g, q) in got.iter().zip([10.0, 30.0, 60.0]) {
             assert!(*g <= q + 1.0, "limit {q}% of three: achieved {g:.2}% (over its cap)");
         }
-        if total < 96.0 {
+        if total < 100.0 * body_efficiency() - 3.0 {
             return Err(format!("the device idled: {total:.2}% delivered ({got:?})"));
         }
         for (g, q) in got.iter().zip([10.0, 30.0, 60.0]) {
@@ -183,14 +197,19 @@ fn share_splits_by_weight_and_gives_the_device_away_when_one_stops() {
         let (sa, sb) = (share(&ra, from, to), share(&rb, from, to));
         check_near("share 25 of the busy device", sa * 100.0 / (sa + sb), 25.0, 1.0)?;
         check_near("share 75 of the busy device", sb * 100.0 / (sa + sb), 75.0, 1.0)?;
-        if sa + sb < 97.0 {
-            return Err(format!("the device idled under contention: {:.2}%", sa + sb));
-        }
         // `a` is gone: within a second `b` has at least 95% of the device.
         let stop = ra.end();
         let alone = share(&rb, stop + SEC / 10, stop + SEC);
         if alone < 95.0 {
             return Err(format!("b in the second after a stopped: {alone:.2}%"));
+        }
+        // Two tenants keep the device nearly as busy as one does. Each hand-off between tenants
+        // (the next kernel waits for the other tenant's last one) idles the simulated device
+        // briefly: 1.7 to 2.1 points measured on the 2-CPU build VM, so 3 is the bound.
+        let solo = 100.0 * body_efficiency();
+        eprintln!("delivered: {:.2}% to both, {solo:.2}% to one tenant alone", sa + sb);
+        if sa + sb < solo - 3.0 {
+            return Err(format!("the device idled under contention: {:.2}% against {solo:.2}% alone", sa + sb));
         }
         Ok(())
     });
@@ -200,23 +219,29 @@ fn share_splits_by_weight_and_gives_the_device_away_when_one_stops() {
 fn gpupool_run_compute_narrows_the_tenants_quota() {
     let _s = serial();
     let d = Daemon::start(Some(&config(&[("a", 60, "limit", "normal")])));
-    let r = finish(client_with(&d, "a", &["--compute", "20"], &["--duration", "5.7", "--batch", "4"]));
-    assert_near("gpupool run --compute 20 in a 60% tenant", steady_share(&r), 20.0, 1.0);
+    measured(|| {
+        let r = finish(client_with(&d, "a", &["--compute", "20"], &["--duration", "5.7", "--batch", "4"]));
+        check_near("gpupool run --compute 20 in a 60% tenant", steady_share(&r), in_bodies(20), 1.0)
+    });
     // A request wider than the quota is clamped to it.
-    let r = finish(client_with(&d, "a", &["--compute", "90"], &["--duration", "5.7", "--batch", "4"]));
-    assert_near("gpupool run --compute 90 in a 60% tenant", steady_share(&r), 60.0, 1.0);
+    measured(|| {
+        let r = finish(client_with(&d, "a", &["--compute", "90"], &["--duration", "5.7", "--batch", "4"]));
+        check_near("gpupool run --compute 90 in a 60% tenant", steady_share(&r), in_bodies(60), 1.0)
+    });
 }
 
 #[test]
 fn hundred_millisecond_kernels_average_to_ten_percent() {
     let _s = serial();
     let d = Daemon::start(Some(&config(&[("a", 10, "limit", "normal")])));
-    let r = finish(client(&d, "a", &["--duration", "11.5", "--kernel-us", "100000", "--sync"]));
-    // In --sync mode samples come as kernels complete: measure from one completion to another, 10 s
-    // apart or more.
-    let (share, window) = r.share_between_completions(r.start + SEC / 2).unwrap();
-    assert!(window >= 10 * SEC, "window {} ms", window / 1_000_000);
-    assert_near("100 ms kernels at 10%", share, 10.0, 1.0);
+    measured(|| {
+        let r = finish(client(&d, "a", &["--duration", "11.5", "--kernel-us", "100000", "--sync"]));
+        // In --sync mode samples come as kernels complete: measure from one completion to another, 10 s
+        // apart or more.
+        let (share, window) = r.share_between_completions(r.start + SEC / 2).unwrap();
+        assert!(window >= 10 * SEC, "window {} ms", window / 1_000_000);
+        check_near("100 ms kernels at 10%", share, 10.0, 1.0)
+    });
 }
 
 #[test]
@@ -228,8 +253,10 @@ fn every_launch_path_and_a_synchronous_loop_are_held() {
     {
         let mut all = vec!["--duration", "5.7", "--batch", "4"];
         all.extend_from_slice(args);
-        let r = finish(client(&d, "a", &all));
-        assert_near(&format!("limit 30% {args:?}"), steady_share(&r), 30.0, 1.0);
+        measured(|| {
+            let r = finish(client(&d, "a", &all));
+            check_near(&format!("limit 30% {args:?}"), steady_share(&r), in_bodies(30), 1.0)
+        });
     }
 }
 
@@ -252,16 +279,18 @@ fn high_priority_latency_stays_within_the_documented_bound() {
 #[test]
 fn sighup_changes_a_live_tenants_quota_within_a_second() {
     let _s = serial();
-    let d = Daemon::start(Some(&config(&[("a", 50, "limit", "normal")])));
-    let c = client(&d, "a", &["--duration", "6", "--batch", "4"]);
-    std::thread::sleep(Duration::from_millis(2500));
-    std::fs::write(d.dir.join("quota.toml"), config(&[("a", 20, "limit", "normal")])).unwrap();
-    let reload = monotonic_ns();
-    d.signal(rustix::process::Signal::HUP);
-    let r = finish(c);
-    assert_near("before the reload", share(&r, r.start + SEC / 2, reload - SEC / 10), 50.0, 1.5);
-    assert_near("from a second after the reload", share(&r, reload + SEC, r.end()), 20.0, 1.5);
-    assert!(d.log().contains("SIGHUP: quota config reloaded"), "{}", d.log());
+    measured(|| {
+        let d = Daemon::start(Some(&config(&[("a", 50, "limit", "normal")])));
+        let c = client(&d, "a", &["--duration", "6", "--batch", "4"]);
+        std::thread::sleep(Duration::from_millis(2500));
+        std::fs::write(d.dir.join("quota.toml"), config(&[("a", 20, "limit", "normal")])).unwrap();
+        let reload = monotonic_ns();
+        d.signal(rustix::process::Signal::HUP);
+        let r = finish(c);
+        assert!(d.log().contains("SIGHUP: quota config reloaded"), "{}", d.log());
+        check_near("before the reload", share(&r, r.start + SEC / 2, reload - SEC / 10), in_bodies(50), 1.5)?;
+        check_near("from a second after the reload", share(&r, reload + SEC, r.end()), in_bodies(20), 1.5)
+    });
 }
 
 #[test]
