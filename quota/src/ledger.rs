@@ -197,6 +197,17 @@ pub struct NotHeld {
     pub held: u64,
 }
 
+/// A transfer refused (a daemon bug; nothing is changed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransferError {
+    /// The giving session does not hold the bytes.
+    #[error(transparent)]
+    NotHeld(#[from] NotHeld),
+    /// The receiving session is not an open session of the same tenant.
+    #[error("session {0:?} is not an open session of the tenant")]
+    NotOpen(SessionId),
+}
+
 /// Page-locked host memory refused: the daemon answers CUDA_ERROR_OUT_OF_MEMORY and changes nothing else.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -446,6 +457,27 @@ impl Ledger {
         }
         bump(&mut s.held, device, |u| u.committed -= bytes);
         bump(&mut st.used, device, |u| u.committed -= bytes);
+        Ok(())
+    }
+
+    /// Moves `bytes` on `device` that `from` committed to `to`, another open session of the same tenant:
+    /// memory two sessions share (a physical allocation one exported and the other imported) stays
+    /// counted when the session that paid for it lets go first. The tenant's use does not change, so
+    /// nothing is checked against its quota; nor against `to`'s own narrower request, since the bytes
+    /// are already on the device.
+    pub fn transfer(&self, from: &Session, to: SessionId, device: u32, bytes: u64) -> Result<(), TransferError> {
+        let mut st = from.book.lock();
+        if !st.sessions.contains_key(&to.0) {
+            return Err(TransferError::NotOpen(to));
+        }
+        let s = st.sessions.get_mut(&from.id.0).expect("an open session has a book entry");
+        let held = s.held.get(&device).map_or(0, |u| u.committed);
+        if bytes > held {
+            return Err(NotHeld { session: from.id, device, bytes, held }.into());
+        }
+        bump(&mut s.held, device, |u| u.committed -= bytes);
+        let t = st.sessions.get_mut(&to.0).expect("checked above");
+        bump(&mut t.held, device, |u| u.committed += bytes);
         Ok(())
     }
 

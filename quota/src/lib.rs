@@ -32,7 +32,7 @@ pub use config::{Config, ConfigError, DEFAULT_PINNED, MemoryQuota, Mode, Priorit
 pub use hami::{HamiError, request_from_hami_env};
 pub use ledger::{
     DeviceUsage, Ledger, LedgerSnapshot, MemInfo, NotHeld, NotPinned, OverQuota, PinnedOverQuota, Reservation, Scope,
-    Session, SessionId, TenantUsage,
+    Session, SessionId, TenantUsage, TransferError,
 };
 pub use resolve::{Clamp, Clamped, ClientRequest, Limits, LimitsError};
 pub use sizes::{Bytes, MIB, SizeError, parse_size};

@@ -274,3 +274,21 @@ fn pinned_quota_reloads_and_a_retired_tenant_pins_nothing_more() {
     drop(s);
     assert!(ledger.snapshot(1).tenants.iter().all(|t| t.tenant != a()), "gone with its last session");
 }
+
+#[test]
+fn a_transfer_moves_committed_bytes_between_sessions_of_one_tenant() {
+    let ledger = Ledger::new(cfg("\"1GiB\""));
+    let s1 = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
+    let s2 = ledger.open_session(&a(), &ClientRequest::default()).unwrap();
+    ledger.reserve(&s1, 0, 256 * MIB).unwrap().commit();
+    ledger.transfer(&s1, s2.id(), 0, 192 * MIB).unwrap();
+    assert_eq!((s1.held(), s2.held()), (BTreeMap::from([(0, 64 * MIB)]), BTreeMap::from([(0, 192 * MIB)])));
+    assert_eq!(ledger.used(&a(), 0), 256 * MIB, "the tenant's use does not change");
+    // More than it holds, or to a session of another tenant: refused, nothing changes.
+    assert!(matches!(ledger.transfer(&s1, s2.id(), 0, 65 * MIB), Err(gpupool_quota::TransferError::NotHeld(_))));
+    let other = ledger.open_session(&TenantId::new("b"), &ClientRequest::default()).unwrap();
+    assert!(matches!(ledger.transfer(&s1, other.id(), 0, MIB), Err(gpupool_quota::TransferError::NotOpen(_))));
+    assert_eq!(ledger.release_session(s1), BTreeMap::from([(0, 64 * MIB)]));
+    assert_eq!(ledger.release_session(s2), BTreeMap::from([(0, 192 * MIB)]));
+    assert_eq!(ledger.used(&a(), 0), 0);
+}
