@@ -113,6 +113,15 @@ driver_table! {
     // Client host-memory regions (pool-daemon/src/daemon/regions.rs).
     cuMemHostRegister_v2: fn(*mut c_void, usize, u32);
     cuMemHostUnregister: fn(*mut c_void);
+    // Virtual memory management (pool-daemon/src/daemon/vmm.rs).
+    cuMemAddressReserve: fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
+    cuMemAddressFree: fn(CUdeviceptr, usize);
+    cuMemCreate: fn(*mut cu::CUmemGenericAllocationHandle, usize, *const cu::CUmemAllocationProp, u64);
+    cuMemRelease: fn(cu::CUmemGenericAllocationHandle);
+    cuMemMap: fn(CUdeviceptr, usize, usize, cu::CUmemGenericAllocationHandle, u64);
+    cuMemUnmap: fn(CUdeviceptr, usize);
+    cuMemSetAccess: fn(CUdeviceptr, usize, *const cu::CUmemAccessDesc, usize);
+    cuMemGetAccess: fn(*mut u64, *const cu::CUmemLocation, CUdeviceptr);
 }
 
 impl Cuda {

@@ -29,6 +29,10 @@ pub struct Freed {
     pub modules: usize,
     /// cuBLAS / cuBLASLt handles.
     pub blas_handles: usize,
+    /// VMM mappings, allocation handle references and reserved ranges (at session end).
+    pub vmm_mappings: usize,
+    pub vmm_handles: usize,
+    pub vmm_ranges: usize,
     /// Backend calls that failed (a poisoned context, say); the ledger is released anyway.
     pub errors: usize,
 }
@@ -116,7 +120,8 @@ pub fn end(s: Session, reason: &str) {
     tracing::info!(
         session = id, pid = cred.pid, uid = cred.uid, remote = ?remote, tenant = %tenant, reason,
         allocations = freed.allocations, bytes = freed.bytes, streams = freed.streams, events = freed.events,
-        modules = freed.modules, blas_handles = freed.blas_handles, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
+        modules = freed.modules, blas_handles = freed.blas_handles, vmm_mappings = freed.vmm_mappings,
+        vmm_handles = freed.vmm_handles, vmm_ranges = freed.vmm_ranges, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
         trim_us = trim.as_micros() as u64,
         "session end"
     );
@@ -126,7 +131,9 @@ pub fn end(s: Session, reason: &str) {
 /// it when this returns, before [`end`] trims the heap.
 fn release(mut s: Session) -> (Freed, usize) {
     let shared = s.shared.clone();
-    let freed = s.free_owned(None);
+    let mut freed = s.free_owned(None);
+    // After the streams were synchronised and destroyed: nothing queued uses the mappings.
+    (freed.vmm_mappings, freed.vmm_handles, freed.vmm_ranges) = s.free_vmm();
     let regions = s.free_regions();
     // Leave no context of ours current on this (ending) thread, then let go of them.
     let _ = call!(shared.cuda, cuCtxSetCurrent(std::ptr::null_mut()));

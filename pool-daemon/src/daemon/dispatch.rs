@@ -1,6 +1,7 @@
 //! The checks every operation relies on ([`super::serve`] is the dispatch): handles map to
 //! the backend objects this session created, every device pointer must lie inside memory
-//! this session owns (its allocations, or its modules' globals) or the request is refused
+//! this session owns (its allocations, its modules' globals, or its mapped VMM runs with
+//! access set, [`super::vmm`]) or the request is refused
 //! with CUDA_ERROR_INVALID_VALUE before anything reaches the backend, and memory is
 //! reserved in the quota ledger before the backend allocates. Also: [`Fail`] with the
 //! vendor codes, the context lent to each call ([`Cx`]), and bulk requests served in place.
@@ -121,6 +122,9 @@ impl Session {
         if let Some((&base, &(size, _, device))) = self.globals.range(..=p).next_back()
             && inside(base, size)
         {
+            return Ok(device);
+        }
+        if let Some(device) = self.vmm.run_of(p, len) {
             return Ok(device);
         }
         Err(Fail::invalid_value(format!("device memory {p:#x}+{len} is not owned by this session")))

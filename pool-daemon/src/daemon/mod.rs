@@ -9,6 +9,8 @@
 //!   the protocol's table (the [`gpupool_protocol::ops::Serve`] trait it generates);
 //!   [`dispatch`]: the checks of every handle and device pointer against what the session
 //!   owns, and the quota reservation before an allocation.
+//! - [`vmm`]: virtual memory management (reservations, physical allocations, mappings,
+//!   exports between sessions of one tenant) with the ledger's books and the ownership checks.
 //! - [`cleanup`]: everything a session owned is freed when it ends, however it ends;
 //!   [`malloc`]: the daemon's own heap given back after each session, its arenas capped.
 //! - [`control`]: the status document (devices, tenants, sessions, the ledger);
@@ -36,6 +38,7 @@ pub mod serve;
 pub mod session;
 pub mod status_view;
 pub mod streams;
+pub mod vmm;
 
 use crate::backend::{Cuda, DriverSource, Nvml};
 use crate::call;
@@ -144,6 +147,8 @@ pub struct Shared {
     pub calls: metrics::Calls,
     /// cuBLAS / cuBLASLt from the driver's directory, loaded on the first BLAS request.
     pub blas: crate::backend::Blas,
+    /// VMM handle ids and live exports ([`vmm`]).
+    pub vmm: vmm::Registry,
     next_session: AtomicU64,
 }
 
@@ -302,6 +307,7 @@ pub fn run(opts: Options) -> Result<()> {
         compute: compute::Compute::new(devices_len, opts.compute_scheduler),
         calls: metrics::Calls::default(),
         blas: crate::backend::Blas::new(src.clone()),
+        vmm: vmm::Registry::default(),
         next_session: AtomicU64::new(1),
     });
     compute::Compute::start_monitors(&shared)?;

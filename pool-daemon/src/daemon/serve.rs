@@ -4,7 +4,7 @@
 //! another reply, does not compile. Every device pointer goes through [`Session::owned`]
 //! first and every handle through this session's maps; memory is reserved in the quota
 //! ledger before the backend allocates (helpers in [`super::dispatch`], [`super::exec`],
-//! [`super::streams`], [`super::copy2d`], [`super::regions`]).
+//! [`super::streams`], [`super::copy2d`], [`super::regions`], [`super::vmm`]).
 
 use super::Raw;
 use super::cleanup::Handle;
@@ -13,9 +13,8 @@ use super::session::{Func, Session};
 use super::streams::ready;
 use crate::call;
 use gpupool_protocol::ops::{
-    BlasHandleId, Gemm, Matmul, Vector,
-    Copy2D, Copy3D, HostSrc, InlineBytes, KernelParams, MAX_INLINE_BYTES, Memset, RegionSlice, Serve, StagingRegion,
-    answer,
+    BlasHandleId, Copy2D, Copy3D, Gemm, HostSrc, InlineBytes, KernelParams, MAX_INLINE_BYTES, Matmul, MemAccess,
+    MemHandleId, Memset, RegionSlice, Serve, StagingRegion, Vector, answer,
 };
 use gpupool_protocol::{CtxId, DevicePtr, EventId, FuncId, ModuleId, StreamId};
 use gpupool_shim::cuda::{CUevent, CUfunction, CUfunction_attribute, CUmodule, CUstream};
@@ -163,6 +162,7 @@ impl Serve for Session {
             .next_back()
             .and_then(|(&b, a)| hit(b, a.size))
             .or_else(|| self.globals.range(..=p).next_back().and_then(|(&b, g)| hit(b, g.0)))
+            .or_else(|| self.vmm.run_at(p))
             .ok_or_else(|| Fail::invalid_value("not owned"))?;
         Ok(answer::AddressRange { base: DevicePtr(base), size })
     }
@@ -193,6 +193,76 @@ impl Serve for Session {
         st.read(usize::try_from(offset).unwrap_or(usize::MAX), &mut data)
             .map_err(|e| Fail::invalid_value(e.to_string()))?;
         Ok(answer::Bytes { data: InlineBytes(data) })
+    }
+
+    // ---- memory: virtual memory management (super::vmm) ----
+
+    fn mem_address_reserve(
+        &mut self,
+        _cx: Cx<'_>,
+        ctx: CtxId,
+        size: u64,
+        align: u64,
+        addr: DevicePtr,
+    ) -> Result<answer::MemPtr> {
+        Ok(answer::MemPtr { ptr: DevicePtr(self.vmm_reserve(ctx, size, align, addr.0)?) })
+    }
+
+    fn mem_address_free(&mut self, _cx: Cx<'_>, ptr: DevicePtr, size: u64) -> Result<answer::Ok> {
+        self.vmm_address_free(ptr.0, size).map(|()| answer::Ok {})
+    }
+
+    fn mem_create(&mut self, _cx: Cx<'_>, device: u32, size: u64, handle_types: u32) -> Result<answer::MemHandle> {
+        Ok(answer::MemHandle { handle: self.vmm_create(device, size, handle_types)? })
+    }
+
+    fn mem_release(&mut self, _cx: Cx<'_>, handle: MemHandleId) -> Result<answer::Ok> {
+        self.vmm_release(handle).map(|()| answer::Ok {})
+    }
+
+    fn mem_map(
+        &mut self,
+        _cx: Cx<'_>,
+        ptr: DevicePtr,
+        size: u64,
+        offset: u64,
+        handle: MemHandleId,
+    ) -> Result<answer::MemRuns> {
+        self.vmm_map(ptr.0, size, offset, handle)
+    }
+
+    fn mem_unmap(&mut self, _cx: Cx<'_>, ptr: DevicePtr, size: u64) -> Result<answer::MemRuns> {
+        self.vmm_unmap(ptr.0, size)
+    }
+
+    fn mem_set_access(
+        &mut self,
+        _cx: Cx<'_>,
+        ptr: DevicePtr,
+        size: u64,
+        access: Vec<MemAccess>,
+    ) -> Result<answer::MemRuns> {
+        self.vmm_set_access(ptr.0, size, &access)
+    }
+
+    fn mem_get_access(&mut self, _cx: Cx<'_>, device: u32, ptr: DevicePtr) -> Result<answer::MemAccessFlags> {
+        Ok(answer::MemAccessFlags { flags: self.vmm_get_access(device, ptr.0)? })
+    }
+
+    fn mem_get_allocation_properties(&mut self, _cx: Cx<'_>, handle: MemHandleId) -> Result<answer::MemProperties> {
+        self.vmm_properties(handle)
+    }
+
+    fn mem_retain_allocation_handle(&mut self, _cx: Cx<'_>, ptr: DevicePtr) -> Result<answer::MemHandle> {
+        Ok(answer::MemHandle { handle: self.vmm_retain(ptr.0)? })
+    }
+
+    fn mem_export(&mut self, _cx: Cx<'_>, handle: MemHandleId, handle_type: u32) -> Result<answer::MemExported> {
+        Ok(answer::MemExported { secret: self.vmm_export(handle, handle_type)? })
+    }
+
+    fn mem_import(&mut self, _cx: Cx<'_>, secret: [u8; 16]) -> Result<answer::MemHandle> {
+        Ok(answer::MemHandle { handle: self.vmm_import(secret)? })
     }
 
     // ---- copies and memset ----
@@ -583,7 +653,13 @@ impl Serve for Session {
         Session::blas_set_stream(self, handle, stream).map(|()| answer::Ok {})
     }
 
-    fn blas_set_workspace(&mut self, _cx: Cx<'_>, handle: BlasHandleId, ptr: DevicePtr, bytes: u64) -> Result<answer::Ok> {
+    fn blas_set_workspace(
+        &mut self,
+        _cx: Cx<'_>,
+        handle: BlasHandleId,
+        ptr: DevicePtr,
+        bytes: u64,
+    ) -> Result<answer::Ok> {
         Session::blas_set_workspace(self, handle, ptr, bytes).map(|()| answer::Ok {})
     }
 

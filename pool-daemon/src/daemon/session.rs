@@ -72,6 +72,8 @@ pub struct Session {
     pub compute_limit: u8,
     /// cuBLAS / cuBLASLt handles ([`super::blas`]).
     pub blas: super::blas::Handles,
+    /// Reservations, allocation handles and mappings ([`super::vmm`]).
+    pub vmm: super::vmm::Owned,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -233,6 +235,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         compute_limit: limits.compute,
         peer: link.peer.as_ref().and_then(|p| p.try_clone().ok()),
         blas: Default::default(),
+        vmm: Default::default(),
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };

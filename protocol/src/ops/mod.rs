@@ -105,6 +105,30 @@ op_table! {
     /// Reads the staging area where it is not shared memory.
     0x0308 StagingRead staging_read { offset: u64, len: u32 } => Bytes;
 
+    // ---- memory: virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap...) ----
+    /// Reserves `size` bytes of address space on `ctx`'s device (`addr`: a hint, 0 for none).
+    0x0310 MemAddressReserve mem_address_reserve { ctx: CtxId, size: u64, align: u64, addr: DevicePtr } => MemPtr;
+    0x0311 MemAddressFree mem_address_free { ptr: DevicePtr, size: u64 } => Ok;
+    /// Physical memory on `device`, counted in the tenant's ledger here; `handle_types`: the
+    /// `CUmemAllocationHandleType` bits it may be exported as.
+    0x0312 MemCreate mem_create { device: u32, size: u64, handle_types: u32 } => MemHandle;
+    /// Drops one reference; the memory goes with the last reference and the last mapping.
+    0x0313 MemRelease mem_release { handle: MemHandleId } => Ok;
+    /// Answers the reservation's runs after the mapping (none is accessible before
+    /// `MemSetAccess`).
+    0x0314 MemMap mem_map { ptr: DevicePtr, size: u64, offset: u64, handle: MemHandleId } => MemRuns;
+    0x0315 MemUnmap mem_unmap { ptr: DevicePtr, size: u64 } => MemRuns;
+    0x0316 MemSetAccess mem_set_access { ptr: DevicePtr, size: u64, access: Vec<MemAccess> } => MemRuns;
+    0x0317 MemGetAccess mem_get_access { device: u32, ptr: DevicePtr } => MemAccessFlags;
+    0x0318 MemGetAllocationProperties mem_get_allocation_properties { handle: MemHandleId } => MemProperties;
+    /// One more reference to the handle of the memory mapped at `ptr`.
+    0x0319 MemRetainAllocationHandle mem_retain_allocation_handle { ptr: DevicePtr } => MemHandle;
+    /// `handle_type`: a `CUmemAllocationHandleType`; the answer is a secret that names the
+    /// allocation to another session of the same tenant.
+    0x031a MemExport mem_export { handle: MemHandleId, handle_type: u32 } => MemExported;
+    /// A new reference to the allocation an export's secret names (same tenant only).
+    0x031b MemImport mem_import { secret: [u8; 16] } => MemHandle;
+
     // ---- copies and memset ----
     0x0401 MemcpyHtoD memcpy_htod { dst: DevicePtr, src: HostSrc } => Ok;
     0x0402 MemcpyHtoDAsync memcpy_htod_async { dst: DevicePtr, src: HostSrc, stream: StreamId } => Ok, async;
@@ -215,6 +239,16 @@ op_table! {
     0x8302 MemPitch { ptr: DevicePtr, pitch: u64 };
     0x8303 AddressRange { base: DevicePtr, size: u64 };
     0x8304 HostRegion { id: u64 };
+    0x8305 MemHandle { handle: MemHandleId };
+    /// The reservation holding the address named, and its accessible mapped runs.
+    0x8306 MemRuns { base: DevicePtr, size: u64, runs: Vec<MemRun> };
+    /// A `CUmemAccess_flags` value.
+    0x8307 MemAccessFlags { flags: u32 };
+    /// What `cuMemGetAllocationPropertiesFromHandle` reports: the device, the size, the
+    /// exportable handle types.
+    0x8308 MemProperties { device: u32, size: u64, handle_types: u32 };
+    /// 128 random bits naming an exported allocation.
+    0x8309 MemExported { secret: [u8; 16] };
 
     0x8401 Bytes { data: InlineBytes };
 

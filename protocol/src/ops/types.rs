@@ -18,6 +18,10 @@ wire_id! {
     /// A device address. Only the daemon's backend can dereference it; the daemon checks
     /// that the session owns it before use.
     DevicePtr;
+    /// A physical allocation handle (`CUmemGenericAllocationHandle`), as the daemon
+    /// numbered it: unique in the daemon, so a handle of another session is never one of
+    /// this session's.
+    MemHandleId;
 }
 
 impl StreamId {
@@ -272,4 +276,22 @@ wire_struct! {
     /// A kernel of a loaded module, with its parameter layout.
     pub struct FunctionInfo { pub func: FuncId, pub name: String, pub params: Vec<ParamInfo> }
     max_count = MAX_MODULE_FUNCTIONS;
+}
+
+/// Cap on the mapped runs one reply lists (a reservation of 128 GiB in 2 MiB mappings).
+pub const MAX_MEM_RUNS: usize = 65_536;
+
+wire_struct! {
+    /// `cuMemSetAccess`'s descriptor: `flags` (a `CUmemAccess_flags`) for device `device`.
+    #[derive(Copy)]
+    pub struct MemAccess { pub device: u32, pub flags: u32 }
+    max_count = MAX_DEVICES;
+}
+
+wire_struct! {
+    /// A maximal run of mapped memory the reservation's device may read and write: what
+    /// copies, memsets and kernels may address, like an allocation.
+    #[derive(Copy)]
+    pub struct MemRun { pub base: DevicePtr, pub size: u64 }
+    max_count = MAX_MEM_RUNS;
 }

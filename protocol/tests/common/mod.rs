@@ -12,6 +12,7 @@ const EVENT: EventId = EventId(0x200);
 const MODULE: ModuleId = ModuleId(0x300);
 const FUNC: FuncId = FuncId(0x400);
 const BLAS: BlasHandleId = BlasHandleId(0x500);
+const MEM_HANDLE: MemHandleId = MemHandleId(0x600);
 
 fn mat(offset: u64, ld: i64) -> BlasMat {
     BlasMat { ptr: DevicePtr(PTR.0 + offset), dtype: 0, ld, stride: ld * 64 }
@@ -132,6 +133,22 @@ pub fn all_request_examples() -> Vec<Request> {
         MemGetAddressRange { ptr: DevicePtr(PTR.0 + 8) },
         HostRegionMap { bytes: 1 << 20 },
         HostRegionUnmap { id: 7 },
+        MemAddressReserve { ctx: CTX, size: 64 << 20, align: 0, addr: DevicePtr(0) },
+        MemAddressFree { ptr: PTR, size: 64 << 20 },
+        MemCreate { device: 0, size: 2 << 20, handle_types: 1 },
+        MemRelease { handle: MEM_HANDLE },
+        MemMap { ptr: PTR, size: 2 << 20, offset: 0, handle: MEM_HANDLE },
+        MemUnmap { ptr: PTR, size: 2 << 20 },
+        MemSetAccess {
+            ptr: PTR,
+            size: 4 << 20,
+            access: vec![MemAccess { device: 0, flags: 3 }, MemAccess { device: 1, flags: 3 }],
+        },
+        MemGetAccess { device: 0, ptr: DevicePtr(PTR.0 + 4096) },
+        MemGetAllocationProperties { handle: MEM_HANDLE },
+        MemRetainAllocationHandle { ptr: DevicePtr(PTR.0 + (2 << 20)) },
+        MemExport { handle: MEM_HANDLE, handle_type: 1 },
+        MemImport { secret: *b"0123456789abcdef" },
         StagingWrite { offset: 4096, data: InlineBytes(vec![1, 2, 3]) },
         StagingRead { offset: 4096, len: 3 },
         MemcpyHtoD { dst: PTR, src: HostSrc::Inline(vec![1, 2, 3, 4].into()) },
@@ -226,6 +243,18 @@ pub fn all_reply_examples() -> Vec<Reply> {
         HostRegion { id: 7 },
         MemPitch { ptr: PTR, pitch: 1024 },
         AddressRange { base: PTR, size: 1 << 20 },
+        MemHandle { handle: MEM_HANDLE },
+        MemRuns {
+            base: PTR,
+            size: 64 << 20,
+            runs: vec![
+                MemRun { base: PTR, size: 4 << 20 },
+                MemRun { base: DevicePtr(PTR.0 + (8 << 20)), size: 2 << 20 },
+            ],
+        },
+        MemAccessFlags { flags: 3 },
+        MemProperties { device: 1, size: 20 << 20, handle_types: 1 },
+        MemExported { secret: [0x5a; 16] },
         Bytes { data: vec![9; 64].into() },
         Module {
             module: MODULE,
