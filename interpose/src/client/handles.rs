@@ -19,6 +19,8 @@ pub enum Kind {
     Event = 0xe1,
     Module = 0x61,
     Func = 0xf1,
+    /// A physical allocation (`CUmemGenericAllocationHandle`).
+    Mem = 0x4d,
 }
 
 pub fn make(kind: Kind, endpoint: usize, id: u64) -> R<u64> {

@@ -59,6 +59,10 @@ pub struct Registry {
     /// different hosts may hand out the same addresses; a pointer means the allocation of
     /// the endpoint whose context it is used in.
     pub allocs: BTreeMap<(usize, u64), (u64, u64)>,
+    /// Address ranges reserved with `cuMemAddressReserve`: (endpoint, base) -> (size, the
+    /// context handle current then). Their accessible mapped runs are in `allocs`, owned by
+    /// that context ([`crate::api`]'s `vmm`).
+    pub reserved: BTreeMap<(usize, u64), (u64, u64)>,
     /// Page-locked host allocations (local): base -> (size, flags).
     pub host: BTreeMap<usize, (usize, u32)>,
     /// Per-thread default streams, per (thread, context handle).
