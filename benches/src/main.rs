@@ -8,6 +8,8 @@
 //!   cargo run --release -p gpupool-benches -- runtime [--json PATH]
 //!   cargo run --release -p gpupool-benches -- remote [--json PATH]
 //!   cargo run --release -p gpupool-benches -- fuzz [--seconds S] [--seed N] [--tenants T]
+//!   cargo run --release -p gpupool-benches -- blas [--quick]
+//!   cargo run --release -p gpupool-benches -- torch-start [--quick]
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
@@ -16,9 +18,12 @@
 //! next to Rust loops doing the same work. `pool` starts the release daemon on the release
 //! simulator and measures calls through `libgpupool.so` against the simulator loaded
 //! directly, plain memcpy and a unix-socket ping-pong. `remote` measures the same client
-//! over `tls://` and `tcp://` on loopback against plain TCP. See benches/README.md for what each
-//! baseline means.
+//! over `tls://` and `tcp://` on loopback against plain TCP. `blas` times cuBLAS GEMMs through
+//! the pool against the simulator's cuBLAS in the client's process and the GEMM crate alone;
+//! `torch-start` times PyTorch's start to its first CUDA allocation under `gpupool run`.
+//! See benches/README.md for what each baseline means.
 
+mod blas;
 mod chaos;
 mod compute;
 mod fuzz;
@@ -29,12 +34,14 @@ mod report;
 mod runtime;
 mod sim;
 mod stats;
+mod torch_start;
 mod transport;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime|remote [--json PATH]";
+const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime|remote [--json PATH]\n       \
+                     gpupool-bench chaos|fuzz|blas|torch-start [OPTIONS] (see benches/README.md)";
 
 fn main() -> ExitCode {
     let all: Vec<String> = std::env::args().skip(1).collect();
@@ -43,6 +50,12 @@ fn main() -> ExitCode {
     }
     if all.first().map(String::as_str) == Some(remote::CLIENT_COMMAND) {
         return remote::client_main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some("blas") {
+        return blas::main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some("torch-start") {
+        return torch_start::main(&all[1..]);
     }
     if all.first().map(String::as_str) == Some("chaos") {
         return chaos::main(&all[1..]);

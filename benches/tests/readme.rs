@@ -1,0 +1,94 @@
+//! The benches/README.md commands of `gpupool-bench blas` and `gpupool-bench torch-start`, run
+//! exactly as written (their `--quick` forms), from the workspace root. Each must finish, and
+//! its table must hold every figure it promises, measured (positive, finite); the figures'
+//! values against their targets are the benchmark's to report, not this test's to enforce.
+
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One benchmark at a time: each takes the machine's cores, and two would skew each other.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// `sh -c LINE` in the workspace root, with none of a pool's settings inherited.
+fn run(line: &str) -> String {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = Command::new("sh");
+    c.args(["-c", line]).current_dir(gpupool_e2e::workspace_root());
+    for k in ["GPUPOOL_ENDPOINT", "GPUPOOL_TOKEN", "GPUPOOL_CA", "LD_PRELOAD", "LD_LIBRARY_PATH"] {
+        c.env_remove(k);
+    }
+    let out = c.output().unwrap_or_else(|e| panic!("{line}: {e}"));
+    let text = gpupool_e2e::output_text(&out);
+    assert!(out.status.success(), "{line}: {text}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The cells of the table row starting with `name` (cells split on `|`, trimmed).
+fn row<'a>(table: &'a str, name: &str) -> Vec<&'a str> {
+    let line = table
+        .lines()
+        .find(|l| l.split('|').next().map(str::trim) == Some(name))
+        .unwrap_or_else(|| panic!("no row {name:?} in:\n{table}"));
+    line.split('|').map(str::trim).collect()
+}
+
+/// A cell as a positive, finite number (a trailing `%` or `x` allowed).
+fn number(cell: &str, table: &str) -> f64 {
+    let v: f64 = cell
+        .trim_end_matches(['%', 'x'])
+        .parse()
+        .unwrap_or_else(|e| panic!("cell {cell:?} is not a number ({e}):\n{table}"));
+    assert!(v.is_finite() && v > 0.0, "cell {cell:?} is not a positive figure:\n{table}");
+    v
+}
+
+#[test]
+fn blas_quick_measures_every_gemm_three_ways() {
+    let line = gpupool_e2e::readme::command_in("benches/README.md", "cargo run --release -p gpupool-benches -- blas");
+    assert!(line.ends_with("--quick"), "the README's blas line is the quick one: {line}");
+    let table = run(&line);
+    for name in ["sgemm 256^3", "sgemm 1024^3", "hgemm 1024^3"] {
+        let cells = row(&table, name);
+        // GEMM, samples, pool/direct/crate ms, their GFLOP/s, the two shares, the target.
+        assert_eq!(cells.len(), 11, "{name}: {cells:?}");
+        // --quick: 3 rounds of 3 GEMMs at 256^3, of 1 above.
+        let samples = if name == "sgemm 256^3" { 9.0 } else { 3.0 };
+        assert_eq!(number(cells[1], &table), samples, "{name}: samples");
+        let v: Vec<f64> = cells[2..10].iter().map(|c| number(c, &table)).collect();
+        // GFLOP/s is 2n^3 over the median time, the shares are the time ratios.
+        let n: f64 = name.split(' ').nth(1).unwrap().trim_end_matches("^3").parse().unwrap();
+        for (ms, gflops) in [(v[0], v[3]), (v[1], v[4]), (v[2], v[5])] {
+            let want = 2.0 * n.powi(3) / (ms * 1e6);
+            assert!((gflops - want).abs() <= 0.06 * want + 0.1, "{name}: {ms} ms vs {gflops} GFLOP/s:\n{table}");
+        }
+        let share = |num: f64, den: f64| num / den * 100.0;
+        assert!((v[6] - share(v[1], v[0])).abs() <= 0.06 * v[6] + 0.1, "{name}: pool/direct:\n{table}");
+        assert!((v[7] - share(v[2], v[1])).abs() <= 0.06 * v[7] + 0.1, "{name}: direct/crate:\n{table}");
+        let verdict = cells[10];
+        if n >= 1024.0 {
+            assert!(verdict.ends_with("PASS") || verdict.ends_with("MISS"), "{name}: {verdict:?}");
+        } else {
+            assert_eq!(verdict, "-", "{name}: no target below 1024^3");
+        }
+    }
+}
+
+#[test]
+fn torch_start_quick_times_pytorch_under_the_pool() {
+    let line =
+        gpupool_e2e::readme::command_in("benches/README.md", "cargo run --release -p gpupool-benches -- torch-start");
+    assert!(line.ends_with("--quick"), "the README's torch-start line is the quick one: {line}");
+    let table = run(&line);
+    for name in ["gpupool run, cuda", "no pool, cpu", "gpupool run, cpu"] {
+        let cells = row(&table, name);
+        assert_eq!(cells.len(), 7, "{name}: {cells:?}");
+        let v: Vec<f64> = cells[1..].iter().map(|c| number(c, &table)).collect();
+        // Phases are medians of their own, so they add up to the total only roughly; each lies
+        // inside it, and the process exits after its allocation.
+        for phase in &v[..3] {
+            assert!(*phase <= v[3], "{name}: a phase longer than start..allocation:\n{table}");
+        }
+        assert!(v[3] <= v[4], "{name}: allocation after exit:\n{table}");
+    }
+    assert!(table.contains("pool's start cost"), "{table}");
+}
