@@ -46,6 +46,10 @@
 //!   PTX input; device `printf` prints on
 //!   the daemon's output; graphs, stream capture and copies to or from CUDA arrays are
 //!   refused with `CUDA_ERROR_NOT_SUPPORTED`;
+//! - virtual memory management is forwarded (`api/vmm.rs`, pool-daemon/README.md): a
+//!   mapped, accessible run is an allocation of the context that reserved its range, and a
+//!   shareable handle is a sealed memfd naming the allocation to processes of the same
+//!   tenant, valid while the allocation lives rather than while the descriptor is open;
 //! - 2D and 3D copies with a pageable host end go through staging (a row wider than the
 //!   staging area is `CUDA_ERROR_NOT_SUPPORTED` there); a page-locked end is named in
 //!   place, like a linear copy's;
