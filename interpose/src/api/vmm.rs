@@ -29,7 +29,7 @@ use std::os::raw::{c_int, c_ulonglong, c_void};
 
 /// Minimum and recommended granularity, as on NVIDIA GPUs and the simulator.
 pub const GRANULARITY: usize = 2 << 20;
-const POSIX_FD: u32 = HandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as u32;
+const POSIX_FD: u32 = HandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0;
 /// The first bytes of an exported descriptor; the daemon's secret follows.
 pub const EXPORT_MAGIC: &[u8; 8] = b"GPVMMEX1";
 
@@ -51,7 +51,7 @@ fn check_prop(c: &mut Client, p: &CUmemAllocationProp) -> R<i32> {
         return invalid("allocation type is not CU_MEM_ALLOCATION_TYPE_PINNED");
     }
     let ordinal = location_device(c, &p.location)?;
-    if p.requestedHandleTypes.0 as u32 & !POSIX_FD != 0 {
+    if p.requestedHandleTypes.0 & !POSIX_FD != 0 {
         log("requested handle types other than POSIX file descriptors");
         return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
     }
@@ -117,7 +117,7 @@ pub(super) fn create(size: usize, prop: CUmemAllocationProp, flags: c_ulonglong)
             return invalid("cuMemCreate: size not a non-zero multiple of 2 MiB, or flags");
         }
         let (ep, device) = c.route(ordinal)?;
-        let req = Request::MemCreate { device, size: size as u64, handle_types: prop.requestedHandleTypes.0 as u32 };
+        let req = Request::MemCreate { device, size: size as u64, handle_types: prop.requestedHandleTypes.0 };
         let answer::MemHandle { handle } = c.conn_at(ep)?.ask(req)?;
         client::make(Kind::Mem, ep, handle.0)
     })
@@ -193,11 +193,12 @@ pub(super) fn properties(h: CUmemGenericAllocationHandle) -> R<CUmemAllocationPr
         let answer::MemProperties { device, handle_types, .. } =
             c.conn_of(h)?.ask(Request::MemGetAllocationProperties { handle })?;
         let ordinal = c.routes.iter().position(|&r| r == (ep, device)).ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)?;
-        let mut p = CUmemAllocationProp::default();
-        p.type_ = CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        p.requestedHandleTypes = HandleType(handle_types as _);
-        p.location = CUmemLocation { type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal as i32 };
-        Ok(p)
+        Ok(CUmemAllocationProp {
+            type_: CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            requestedHandleTypes: HandleType(handle_types as _),
+            location: CUmemLocation { type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal as i32 },
+            ..Default::default()
+        })
     })
 }
 
@@ -245,7 +246,7 @@ pub(super) fn export(
     if shareable.is_null() {
         return invalid("cuMemExportToShareableHandle: null shareableHandle");
     }
-    if kind.0 as u32 != POSIX_FD || flags != 0 {
+    if kind.0 != POSIX_FD || flags != 0 {
         return invalid("cuMemExportToShareableHandle: only POSIX file descriptors, flags 0");
     }
     let (_, handle) = parse(h)?;
@@ -272,7 +273,7 @@ fn read_secret(fd: c_int) -> R<[u8; 16]> {
 }
 
 pub(super) fn import(os: *mut c_void, kind: HandleType) -> R<CUmemGenericAllocationHandle> {
-    if kind.0 as u32 != POSIX_FD {
+    if kind.0 != POSIX_FD {
         return invalid("cuMemImportFromShareableHandle: only POSIX file descriptors");
     }
     // For POSIX file descriptors the descriptor travels in the pointer's value.

@@ -60,8 +60,8 @@ pub const RESERVE_FACTOR: u64 = 8;
 /// the simulator, and the kernel bounds those).
 pub const MAX_RESERVATIONS: usize = 1024;
 
-const POSIX_FD: u32 = CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as u32;
-const READWRITE: u32 = CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE.0 as u32;
+const POSIX_FD: u32 = CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0;
+const READWRITE: u32 = CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE.0;
 
 /// The daemon-wide side: handle ids and the live exports.
 #[derive(Default)]
