@@ -57,7 +57,13 @@ fn shapes(quick: bool) -> Vec<Shape> {
     if quick {
         vec![s(Op::Sgemm, 256, 3, 3), s(Op::Sgemm, 1024, 3, 1), s(Op::Hgemm, 1024, 3, 1)]
     } else {
-        vec![s(Op::Sgemm, 256, 9, 5), s(Op::Sgemm, 1024, 9, 1), s(Op::Sgemm, 4096, 5, 1), s(Op::Hgemm, 2048, 7, 1)]
+        vec![
+            s(Op::Sgemm, 64, 9, 20),
+            s(Op::Sgemm, 256, 9, 5),
+            s(Op::Sgemm, 1024, 9, 1),
+            s(Op::Sgemm, 4096, 7, 1),
+            s(Op::Hgemm, 2048, 9, 1),
+        ]
     }
 }
 
@@ -287,8 +293,16 @@ fn direct_command(program: &Path, sim_libdir: &Path) -> Command {
     c
 }
 
+/// Milliseconds with three significant digits or more.
 fn ms(ns: f64) -> String {
-    format!("{:.2}", ns / 1e6)
+    let ms = ns / 1e6;
+    if ms < 1.0 {
+        format!("{ms:.3}")
+    } else if ms < 100.0 {
+        format!("{ms:.2}")
+    } else {
+        format!("{ms:.1}")
+    }
 }
 
 fn table(run: &BlasRun) -> String {
@@ -345,6 +359,9 @@ fn table(run: &BlasRun) -> String {
         "target (issue 17)",
     ];
     t += &grid(&head, &rows, &[0, 10]);
+    t += "  note: at the small sizes a GEMM is shorter than the thread wake-ups around it (the client's call and sync,\n";
+    t += "  the daemon's session thread, the stream worker), so those rows swing with the load; the pool's cost is per call\n";
+    t += "  and fades as n grows\n";
     t += "  note: hgemm's crate figure is the crate's fp32 GEMM of the same size (it has no fp16); sim-blas widens\n";
     t += "  fp16 to fp32 around it, so direct/crate shows what that costs\n";
     t
