@@ -104,26 +104,22 @@ fn measured(mut attempt: impl FnMut() -> Result<(), String>) {
     }
 }
 
-/// The share of the device's time that compute_load's 1 ms kernel bodies get when one tenant has
-/// the whole device, measured once per run: the rest is the device's own work per launch (the
-/// simulator's, 1 to 2% of a 1 ms kernel depending on the CPU), which is device time the scheduler
-/// charges to the tenant but the load does not count as its own. A quota of q% is therefore q% times
-/// this in kernel-body time; a constant here would hold on one machine and fail on a slower one.
-fn body_efficiency() -> f64 {
-    static EFF: OnceLock<f64> = OnceLock::new();
-    *EFF.get_or_init(|| {
-        let d = Daemon::start(Some(&config(&[("solo", 100, "limit", "normal")])));
-        let r = finish(client(&d, "solo", &["--duration", "3.7", "--batch", "4"]));
-        let solo = share(&r, r.start + SEC / 2, r.start + SEC / 2 + 3 * SEC);
-        eprintln!("calibration: kernel bodies get {solo:.2}% of a device one tenant has to itself");
-        assert!(solo > 90.0, "the device idles with one tenant at 100%: {solo:.2}% in kernel bodies");
-        solo / 100.0
-    })
-}
+/// The most of a 1 ms kernel's device time that is the device's own work per launch (the
+/// simulator's: 0.9% measured on one build VM, 1.7% on another; a slower CPU takes longer). The
+/// scheduler charges that time to the tenant, as device time, but compute_load counts kernel bodies
+/// only, so a tenant held exactly to q% of device time shows between q% less this share and q%.
+const LAUNCH_WORK: f64 = 0.03;
 
-/// What compute_load measures for a quota of `q`% of device time.
-fn in_bodies(q: u8) -> f64 {
-    f64::from(q) * body_efficiency()
+/// `got` (kernel-body share) for a quota of `q`% of device time: never more than a point above the
+/// quota (a cap is a cap), and no more than a point below it once the launch work is allowed for.
+fn check_quota(what: &str, got: f64, q: u8) -> Result<(), String> {
+    let (low, high) = (f64::from(q) * (1.0 - LAUNCH_WORK) - 1.0, f64::from(q) + 1.0);
+    eprintln!("{what}: achieved {got:.2}% (quota {q}%: {low:.2}..{high:.2})");
+    if (low..=high).contains(&got) {
+        Ok(())
+    } else {
+        Err(format!("{what}: achieved {got:.2}% against a quota of {q}% (allowed {low:.2}..{high:.2})"))
+    }
 }
 
 /// The client's share over 5 s after its first half second.
@@ -138,7 +134,7 @@ fn limit_alone_holds_each_quota_to_a_point() {
         measured(|| {
             let d = Daemon::start(Some(&config(&[("a", q, "limit", "normal")])));
             let r = finish(client(&d, "a", &["--duration", "5.7", "--batch", "4"]));
-            check_near(&format!("limit {q}% alone"), steady_share(&r), in_bodies(q), 1.0)?;
+            check_quota(&format!("limit {q}% alone"), steady_share(&r), q)?;
             let st = d.status();
             let c = &st["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "a").unwrap()["devices"][0]["compute"];
             assert_eq!(c["quota_percent"], q, "{st}");
@@ -174,7 +170,7 @@ fn limit_three_tenants_each_hold_their_cap() {
         for (g, q) in got.iter().zip([10.0, 30.0, 60.0]) {
             assert!(*g <= q + 1.0, "limit {q}% of three: achieved {g:.2}% (over its cap)");
         }
-        if total < 100.0 * body_efficiency() - 3.0 {
+        if total < 100.0 * (1.0 - LAUNCH_WORK) - 3.0 {
             return Err(format!("the device idled: {total:.2}% delivered ({got:?})"));
         }
         for (g, q) in got.iter().zip([10.0, 30.0, 60.0]) {
@@ -205,11 +201,11 @@ fn share_splits_by_weight_and_gives_the_device_away_when_one_stops() {
         }
         // Two tenants keep the device nearly as busy as one does. Each hand-off between tenants
         // (the next kernel waits for the other tenant's last one) idles the simulated device
-        // briefly: 1.7 to 2.1 points measured on the 2-CPU build VM, so 3 is the bound.
-        let solo = 100.0 * body_efficiency();
-        eprintln!("delivered: {:.2}% to both, {solo:.2}% to one tenant alone", sa + sb);
-        if sa + sb < solo - 3.0 {
-            return Err(format!("the device idled under contention: {:.2}% against {solo:.2}% alone", sa + sb));
+        // briefly: 1.7 to 2.1 points measured on the 2-CPU build VM, so 3 is the bound, against
+        // `b` alone in this run.
+        eprintln!("delivered: {:.2}% to both, {alone:.2}% to b alone", sa + sb);
+        if sa + sb < alone - 3.0 {
+            return Err(format!("the device idled under contention: {:.2}% against {alone:.2}% alone", sa + sb));
         }
         Ok(())
     });
@@ -221,12 +217,12 @@ fn gpupool_run_compute_narrows_the_tenants_quota() {
     let d = Daemon::start(Some(&config(&[("a", 60, "limit", "normal")])));
     measured(|| {
         let r = finish(client_with(&d, "a", &["--compute", "20"], &["--duration", "5.7", "--batch", "4"]));
-        check_near("gpupool run --compute 20 in a 60% tenant", steady_share(&r), in_bodies(20), 1.0)
+        check_quota("gpupool run --compute 20 in a 60% tenant", steady_share(&r), 20)
     });
     // A request wider than the quota is clamped to it.
     measured(|| {
         let r = finish(client_with(&d, "a", &["--compute", "90"], &["--duration", "5.7", "--batch", "4"]));
-        check_near("gpupool run --compute 90 in a 60% tenant", steady_share(&r), in_bodies(60), 1.0)
+        check_quota("gpupool run --compute 90 in a 60% tenant", steady_share(&r), 60)
     });
 }
 
@@ -255,7 +251,7 @@ fn every_launch_path_and_a_synchronous_loop_are_held() {
         all.extend_from_slice(args);
         measured(|| {
             let r = finish(client(&d, "a", &all));
-            check_near(&format!("limit 30% {args:?}"), steady_share(&r), in_bodies(30), 1.0)
+            check_quota(&format!("limit 30% {args:?}"), steady_share(&r), 30)
         });
     }
 }
@@ -288,8 +284,8 @@ fn sighup_changes_a_live_tenants_quota_within_a_second() {
         d.signal(rustix::process::Signal::HUP);
         let r = finish(c);
         assert!(d.log().contains("SIGHUP: quota config reloaded"), "{}", d.log());
-        check_near("before the reload", share(&r, r.start + SEC / 2, reload - SEC / 10), in_bodies(50), 1.5)?;
-        check_near("from a second after the reload", share(&r, reload + SEC, r.end()), in_bodies(20), 1.5)
+        check_quota("before the reload", share(&r, r.start + SEC / 2, reload - SEC / 10), 50)?;
+        check_quota("from a second after the reload", share(&r, reload + SEC, r.end()), 20)
     });
 }
 
