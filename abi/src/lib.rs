@@ -3,8 +3,9 @@
 //! `cuGetProcAddress` request, and the names and descriptions of the status codes.
 //!
 //! Owns: the one table of entry points ([`driver_entry_points!`]) and its lookup
-//! ([`proc::lookup`], [`proc::validate`]), [`errors`], and the answers for features no
-//! device of ours has ([`absent`]).
+//! ([`proc::lookup`], [`proc::validate`]), [`errors`], the answers for features no
+//! device of ours has ([`absent`]), and NVML's shared answers ([`nvml`]: PCI identity,
+//! process lists, NVLink, fabric and peer-to-peer).
 //! Must not: implement any entry point; the crates that export them pass their own
 //! functions in (the table names them, and they resolve where the macro is invoked).
 
@@ -12,6 +13,7 @@ pub mod absent;
 pub mod errors;
 pub mod identity;
 pub mod launch;
+pub mod nvml;
 pub mod proc;
 
 #[doc(hidden)]

@@ -6,12 +6,19 @@ pub const NVML_API_VERSION: u32 = 12;
 pub const NVML_INIT_FLAG_NO_GPUS: u32 = 1;
 pub const NVML_INIT_FLAG_NO_ATTACH: u32 = 2;
 pub const NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE: u32 = 32;
+pub const NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE: u32 = 16;
 pub const NVML_DEVICE_UUID_BUFFER_SIZE: u32 = 80;
 pub const NVML_DEVICE_UUID_V2_BUFFER_SIZE: u32 = 96;
 pub const NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE: u32 = 80;
 pub const NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE: u32 = 80;
 pub const NVML_DEVICE_NAME_BUFFER_SIZE: u32 = 64;
 pub const NVML_DEVICE_NAME_V2_BUFFER_SIZE: u32 = 96;
+pub const NVML_NVLINK_MAX_LINKS: u32 = 18;
+pub const NVML_GPU_FABRIC_UUID_LEN: u32 = 16;
+pub const NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: u32 = 0;
+pub const NVML_GPU_FABRIC_STATE_NOT_STARTED: u32 = 1;
+pub const NVML_GPU_FABRIC_STATE_IN_PROGRESS: u32 = 2;
+pub const NVML_GPU_FABRIC_STATE_COMPLETED: u32 = 3;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvmlDevice_st {
@@ -191,6 +198,248 @@ const _: () = {
     ][::std::mem::offset_of!(nvmlMemory_v2_st, used) - 32usize];
 };
 pub type nvmlMemory_v2_t = nvmlMemory_v2_st;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct nvmlPciInfo_st {
+    pub busIdLegacy: [::std::os::raw::c_char; 16usize],
+    pub domain: ::std::os::raw::c_uint,
+    pub bus: ::std::os::raw::c_uint,
+    pub device: ::std::os::raw::c_uint,
+    pub pciDeviceId: ::std::os::raw::c_uint,
+    pub pciSubSystemId: ::std::os::raw::c_uint,
+    pub busId: [::std::os::raw::c_char; 32usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of nvmlPciInfo_st"][::std::mem::size_of::<nvmlPciInfo_st>() - 68usize];
+    ["Alignment of nvmlPciInfo_st"][::std::mem::align_of::<nvmlPciInfo_st>() - 4usize];
+    [
+        "Offset of field: nvmlPciInfo_st::busIdLegacy",
+    ][::std::mem::offset_of!(nvmlPciInfo_st, busIdLegacy) - 0usize];
+    [
+        "Offset of field: nvmlPciInfo_st::domain",
+    ][::std::mem::offset_of!(nvmlPciInfo_st, domain) - 16usize];
+    [
+        "Offset of field: nvmlPciInfo_st::bus",
+    ][::std::mem::offset_of!(nvmlPciInfo_st, bus) - 20usize];
+    [
+        "Offset of field: nvmlPciInfo_st::device",
+    ][::std::mem::offset_of!(nvmlPciInfo_st, device) - 24usize];
+    [
+        "Offset of field: nvmlPciInfo_st::pciDeviceId",
+    ][::std::mem::offset_of!(nvmlPciInfo_st, pciDeviceId) - 28usize];
+    [
+        "Offset of field: nvmlPciInfo_st::pciSubSystemId",
+    ][::std::mem::offset_of!(nvmlPciInfo_st, pciSubSystemId) - 32usize];
+    [
+        "Offset of field: nvmlPciInfo_st::busId",
+    ][::std::mem::offset_of!(nvmlPciInfo_st, busId) - 36usize];
+};
+pub type nvmlPciInfo_t = nvmlPciInfo_st;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct nvmlProcessInfo_v1_st {
+    pub pid: ::std::os::raw::c_uint,
+    pub usedGpuMemory: ::std::os::raw::c_ulonglong,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of nvmlProcessInfo_v1_st",
+    ][::std::mem::size_of::<nvmlProcessInfo_v1_st>() - 16usize];
+    [
+        "Alignment of nvmlProcessInfo_v1_st",
+    ][::std::mem::align_of::<nvmlProcessInfo_v1_st>() - 8usize];
+    [
+        "Offset of field: nvmlProcessInfo_v1_st::pid",
+    ][::std::mem::offset_of!(nvmlProcessInfo_v1_st, pid) - 0usize];
+    [
+        "Offset of field: nvmlProcessInfo_v1_st::usedGpuMemory",
+    ][::std::mem::offset_of!(nvmlProcessInfo_v1_st, usedGpuMemory) - 8usize];
+};
+pub type nvmlProcessInfo_v1_t = nvmlProcessInfo_v1_st;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct nvmlProcessInfo_v2_st {
+    pub pid: ::std::os::raw::c_uint,
+    pub usedGpuMemory: ::std::os::raw::c_ulonglong,
+    pub gpuInstanceId: ::std::os::raw::c_uint,
+    pub computeInstanceId: ::std::os::raw::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of nvmlProcessInfo_v2_st",
+    ][::std::mem::size_of::<nvmlProcessInfo_v2_st>() - 24usize];
+    [
+        "Alignment of nvmlProcessInfo_v2_st",
+    ][::std::mem::align_of::<nvmlProcessInfo_v2_st>() - 8usize];
+    [
+        "Offset of field: nvmlProcessInfo_v2_st::pid",
+    ][::std::mem::offset_of!(nvmlProcessInfo_v2_st, pid) - 0usize];
+    [
+        "Offset of field: nvmlProcessInfo_v2_st::usedGpuMemory",
+    ][::std::mem::offset_of!(nvmlProcessInfo_v2_st, usedGpuMemory) - 8usize];
+    [
+        "Offset of field: nvmlProcessInfo_v2_st::gpuInstanceId",
+    ][::std::mem::offset_of!(nvmlProcessInfo_v2_st, gpuInstanceId) - 16usize];
+    [
+        "Offset of field: nvmlProcessInfo_v2_st::computeInstanceId",
+    ][::std::mem::offset_of!(nvmlProcessInfo_v2_st, computeInstanceId) - 20usize];
+};
+pub type nvmlProcessInfo_v2_t = nvmlProcessInfo_v2_st;
+pub type nvmlProcessInfo_t = nvmlProcessInfo_v2_st;
+impl nvmlIntNvLinkDeviceType_enum {
+    pub const NVML_NVLINK_DEVICE_TYPE_GPU: nvmlIntNvLinkDeviceType_enum = nvmlIntNvLinkDeviceType_enum(
+        0,
+    );
+}
+impl nvmlIntNvLinkDeviceType_enum {
+    pub const NVML_NVLINK_DEVICE_TYPE_IBMNPU: nvmlIntNvLinkDeviceType_enum = nvmlIntNvLinkDeviceType_enum(
+        1,
+    );
+}
+impl nvmlIntNvLinkDeviceType_enum {
+    pub const NVML_NVLINK_DEVICE_TYPE_SWITCH: nvmlIntNvLinkDeviceType_enum = nvmlIntNvLinkDeviceType_enum(
+        2,
+    );
+}
+impl nvmlIntNvLinkDeviceType_enum {
+    pub const NVML_NVLINK_DEVICE_TYPE_UNKNOWN: nvmlIntNvLinkDeviceType_enum = nvmlIntNvLinkDeviceType_enum(
+        255,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct nvmlIntNvLinkDeviceType_enum(pub ::std::os::raw::c_uint);
+pub use self::nvmlIntNvLinkDeviceType_enum as nvmlIntNvLinkDeviceType_t;
+impl nvmlGpuP2PStatus_enum {
+    pub const NVML_P2P_STATUS_OK: nvmlGpuP2PStatus_enum = nvmlGpuP2PStatus_enum(0);
+}
+impl nvmlGpuP2PStatus_enum {
+    pub const NVML_P2P_STATUS_CHIPSET_NOT_SUPPORED: nvmlGpuP2PStatus_enum = nvmlGpuP2PStatus_enum(
+        1,
+    );
+}
+impl nvmlGpuP2PStatus_enum {
+    pub const NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED: nvmlGpuP2PStatus_enum = nvmlGpuP2PStatus_enum(
+        1,
+    );
+}
+impl nvmlGpuP2PStatus_enum {
+    pub const NVML_P2P_STATUS_GPU_NOT_SUPPORTED: nvmlGpuP2PStatus_enum = nvmlGpuP2PStatus_enum(
+        2,
+    );
+}
+impl nvmlGpuP2PStatus_enum {
+    pub const NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED: nvmlGpuP2PStatus_enum = nvmlGpuP2PStatus_enum(
+        3,
+    );
+}
+impl nvmlGpuP2PStatus_enum {
+    pub const NVML_P2P_STATUS_DISABLED_BY_REGKEY: nvmlGpuP2PStatus_enum = nvmlGpuP2PStatus_enum(
+        4,
+    );
+}
+impl nvmlGpuP2PStatus_enum {
+    pub const NVML_P2P_STATUS_NOT_SUPPORTED: nvmlGpuP2PStatus_enum = nvmlGpuP2PStatus_enum(
+        5,
+    );
+}
+impl nvmlGpuP2PStatus_enum {
+    pub const NVML_P2P_STATUS_UNKNOWN: nvmlGpuP2PStatus_enum = nvmlGpuP2PStatus_enum(6);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct nvmlGpuP2PStatus_enum(pub ::std::os::raw::c_uint);
+pub use self::nvmlGpuP2PStatus_enum as nvmlGpuP2PStatus_t;
+impl nvmlGpuP2PCapsIndex_enum {
+    pub const NVML_P2P_CAPS_INDEX_READ: nvmlGpuP2PCapsIndex_enum = nvmlGpuP2PCapsIndex_enum(
+        0,
+    );
+}
+impl nvmlGpuP2PCapsIndex_enum {
+    pub const NVML_P2P_CAPS_INDEX_WRITE: nvmlGpuP2PCapsIndex_enum = nvmlGpuP2PCapsIndex_enum(
+        1,
+    );
+}
+impl nvmlGpuP2PCapsIndex_enum {
+    pub const NVML_P2P_CAPS_INDEX_NVLINK: nvmlGpuP2PCapsIndex_enum = nvmlGpuP2PCapsIndex_enum(
+        2,
+    );
+}
+impl nvmlGpuP2PCapsIndex_enum {
+    pub const NVML_P2P_CAPS_INDEX_ATOMICS: nvmlGpuP2PCapsIndex_enum = nvmlGpuP2PCapsIndex_enum(
+        3,
+    );
+}
+impl nvmlGpuP2PCapsIndex_enum {
+    pub const NVML_P2P_CAPS_INDEX_PCI: nvmlGpuP2PCapsIndex_enum = nvmlGpuP2PCapsIndex_enum(
+        4,
+    );
+}
+impl nvmlGpuP2PCapsIndex_enum {
+    pub const NVML_P2P_CAPS_INDEX_PROP: nvmlGpuP2PCapsIndex_enum = nvmlGpuP2PCapsIndex_enum(
+        4,
+    );
+}
+impl nvmlGpuP2PCapsIndex_enum {
+    pub const NVML_P2P_CAPS_INDEX_UNKNOWN: nvmlGpuP2PCapsIndex_enum = nvmlGpuP2PCapsIndex_enum(
+        5,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct nvmlGpuP2PCapsIndex_enum(pub ::std::os::raw::c_uint);
+pub use self::nvmlGpuP2PCapsIndex_enum as nvmlGpuP2PCapsIndex_t;
+pub type nvmlGpuFabricState_t = ::std::os::raw::c_uchar;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct nvmlGpuFabricInfo_v2_t {
+    pub version: ::std::os::raw::c_uint,
+    pub clusterUuid: [::std::os::raw::c_uchar; 16usize],
+    pub status: nvmlReturn_t,
+    pub cliqueId: ::std::os::raw::c_uint,
+    pub state: nvmlGpuFabricState_t,
+    pub healthMask: ::std::os::raw::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of nvmlGpuFabricInfo_v2_t",
+    ][::std::mem::size_of::<nvmlGpuFabricInfo_v2_t>() - 36usize];
+    [
+        "Alignment of nvmlGpuFabricInfo_v2_t",
+    ][::std::mem::align_of::<nvmlGpuFabricInfo_v2_t>() - 4usize];
+    [
+        "Offset of field: nvmlGpuFabricInfo_v2_t::version",
+    ][::std::mem::offset_of!(nvmlGpuFabricInfo_v2_t, version) - 0usize];
+    [
+        "Offset of field: nvmlGpuFabricInfo_v2_t::clusterUuid",
+    ][::std::mem::offset_of!(nvmlGpuFabricInfo_v2_t, clusterUuid) - 4usize];
+    [
+        "Offset of field: nvmlGpuFabricInfo_v2_t::status",
+    ][::std::mem::offset_of!(nvmlGpuFabricInfo_v2_t, status) - 20usize];
+    [
+        "Offset of field: nvmlGpuFabricInfo_v2_t::cliqueId",
+    ][::std::mem::offset_of!(nvmlGpuFabricInfo_v2_t, cliqueId) - 24usize];
+    [
+        "Offset of field: nvmlGpuFabricInfo_v2_t::state",
+    ][::std::mem::offset_of!(nvmlGpuFabricInfo_v2_t, state) - 28usize];
+    [
+        "Offset of field: nvmlGpuFabricInfo_v2_t::healthMask",
+    ][::std::mem::offset_of!(nvmlGpuFabricInfo_v2_t, healthMask) - 32usize];
+};
+impl Default for nvmlGpuFabricInfo_v2_t {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type nvmlGpuFabricInfoV_t = nvmlGpuFabricInfo_v2_t;
 unsafe extern "C" {
     pub fn nvmlInit_v2() -> nvmlReturn_t;
 }
@@ -284,5 +533,66 @@ unsafe extern "C" {
     pub fn nvmlDeviceGetUtilizationRates(
         device: nvmlDevice_t,
         utilization: *mut nvmlUtilization_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetHandleByPciBusId_v2(
+        pciBusId: *const ::std::os::raw::c_char,
+        device: *mut nvmlDevice_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetPciInfo_v3(
+        device: nvmlDevice_t,
+        pci: *mut nvmlPciInfo_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetComputeRunningProcesses(
+        device: nvmlDevice_t,
+        infoCount: *mut ::std::os::raw::c_uint,
+        infos: *mut nvmlProcessInfo_v1_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetComputeRunningProcesses_v2(
+        device: nvmlDevice_t,
+        infoCount: *mut ::std::os::raw::c_uint,
+        infos: *mut nvmlProcessInfo_v2_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetComputeRunningProcesses_v3(
+        device: nvmlDevice_t,
+        infoCount: *mut ::std::os::raw::c_uint,
+        infos: *mut nvmlProcessInfo_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetP2PStatus(
+        device1: nvmlDevice_t,
+        device2: nvmlDevice_t,
+        p2pIndex: nvmlGpuP2PCapsIndex_t,
+        p2pStatus: *mut nvmlGpuP2PStatus_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetNvLinkRemoteDeviceType(
+        device: nvmlDevice_t,
+        link: ::std::os::raw::c_uint,
+        pNvLinkDeviceType: *mut nvmlIntNvLinkDeviceType_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
+        device: nvmlDevice_t,
+        link: ::std::os::raw::c_uint,
+        pci: *mut nvmlPciInfo_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetGpuFabricInfoV(
+        device: nvmlDevice_t,
+        gpuFabricInfo: *mut nvmlGpuFabricInfoV_t,
     ) -> nvmlReturn_t;
 }

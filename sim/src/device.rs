@@ -66,6 +66,11 @@ impl Device {
         format!("0000:{:02x}:00.0", self.pci_bus())
     }
 
+    /// The address `pci_bus_id` prints (domain 0, device 0), as NVML reports it.
+    pub fn pci_address(&self) -> gpupool_abi::nvml::PciAddress {
+        gpupool_abi::nvml::PciAddress { domain: 0, bus: self.pci_bus() as u32, device: 0 }
+    }
+
     /// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as NVML and nvidia-smi print it.
     pub fn uuid_string(&self) -> String {
         gpupool_abi::identity::uuid_string(&self.uuid)

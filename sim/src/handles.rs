@@ -83,6 +83,11 @@ impl<T> Registry<T> {
         ids.into_iter().filter_map(|id| live.remove(&id)).collect()
     }
 
+    /// Whether any live object satisfies the predicate.
+    pub fn any(&self, pred: impl FnMut(&Arc<T>) -> bool) -> bool {
+        self.live.read().unwrap_or_else(|e| e.into_inner()).values().any(pred)
+    }
+
     pub fn len(&self) -> usize {
         self.live.read().unwrap_or_else(|e| e.into_inner()).len()
     }

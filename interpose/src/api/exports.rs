@@ -9,7 +9,11 @@
 use super::export::exports;
 use super::*;
 use gpupool_shim::cuda::*;
-use gpupool_shim::nvml::{nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t, nvmlUtilization_t};
+use gpupool_shim::nvml::{
+    nvmlDevice_t, nvmlGpuFabricInfoV_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t, nvmlIntNvLinkDeviceType_t,
+    nvmlMemory_t, nvmlMemory_v2_t, nvmlPciInfo_t, nvmlProcessInfo_t, nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t,
+    nvmlReturn_t, nvmlUtilization_t,
+};
 use std::os::raw::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_ushort, c_void};
 
 exports! { CUresult;
@@ -307,4 +311,21 @@ exports! { nvmlReturn_t;
     nvmlDeviceGetMemoryInfo(dev: val nvmlDevice_t, memory: out nvmlMemory_t) = nvml::memory_info;
     nvmlDeviceGetMemoryInfo_v2(dev: val nvmlDevice_t, memory: val *mut nvmlMemory_v2_t) = nvml::memory_info_v2;
     nvmlDeviceGetUtilizationRates(dev: val nvmlDevice_t, util: out nvmlUtilization_t) = nvml::utilization;
+    nvmlDeviceGetHandleByPciBusId_v2(bus_id: cstr, dev: out nvmlDevice_t) = nvml::handle_by_pci_bus_id;
+    nvmlDeviceGetPciInfo_v3(dev: val nvmlDevice_t, pci: out nvmlPciInfo_t) = nvml::pci_info;
+    // ---- running compute processes: the caller's own (see api::nvml); infos may be NULL with a 0 count ----
+    nvmlDeviceGetComputeRunningProcesses(dev: val nvmlDevice_t, count: val *mut c_uint,
+        infos: val *mut nvmlProcessInfo_v1_t) = nvml::processes_v1;
+    nvmlDeviceGetComputeRunningProcesses_v2(dev: val nvmlDevice_t, count: val *mut c_uint,
+        infos: val *mut nvmlProcessInfo_v2_t) = nvml::processes_v2;
+    nvmlDeviceGetComputeRunningProcesses_v3(dev: val nvmlDevice_t, count: val *mut c_uint,
+        infos: val *mut nvmlProcessInfo_t) = nvml::processes_v3;
+    // ---- interconnects: none offered (see api::nvml::links) ----
+    nvmlDeviceGetP2PStatus(dev1: val nvmlDevice_t, dev2: val nvmlDevice_t, index: val nvmlGpuP2PCapsIndex_t,
+        status: out nvmlGpuP2PStatus_t) = nvml::links::p2p_status;
+    nvmlDeviceGetNvLinkRemoteDeviceType(dev: val nvmlDevice_t, link: val c_uint, kind: out nvmlIntNvLinkDeviceType_t)
+        = nvml::links::remote_device_type;
+    nvmlDeviceGetNvLinkRemotePciInfo_v2(dev: val nvmlDevice_t, link: val c_uint, pci: out nvmlPciInfo_t)
+        = nvml::links::remote_pci_info;
+    nvmlDeviceGetGpuFabricInfoV(dev: val nvmlDevice_t, info: val *mut nvmlGpuFabricInfoV_t) = nvml::links::fabric_info;
 }

@@ -1,13 +1,27 @@
 //! NVML: the pool's devices as the tenant sees them (total memory = the quota), from the
 //! hello's device list, with memory and utilization asked of the daemon. A daemon that
 //! cannot be reached is NVML_ERROR_DRIVER_NOT_LOADED at init; one that went away later is
-//! NVML_ERROR_GPU_IS_LOST.
+//! NVML_ERROR_GPU_IS_LOST. PCI identity is the address `cuDeviceGetPCIBusId` prints.
+//!
+//! Running compute processes are the caller's own process alone: listed on a device once
+//! it holds a context there, with the bytes of its allocations on that device (as this
+//! process recorded them: `cuMemAlloc*`, pools, accessible VMM mappings). Other processes
+//! are never listed, not even the same tenant's: the daemon's pids are in its own pid
+//! namespace, not necessarily the caller's, and another tenant's must not leak at all.
+//! NVLink, fabric and peer-to-peer queries: [`links`].
+
+pub(super) mod links;
 
 use crate::client::{self, Client};
+use gpupool_abi::nvml::{PciAddress, Process, Refused};
 use gpupool_protocol::Request;
 use gpupool_protocol::ops::{Answer, DeviceInfo, answer};
+use gpupool_shim::cuda::CUdevice_attribute as A;
 use gpupool_shim::cuda::CUresult;
-use gpupool_shim::nvml::{nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t as R, nvmlUtilization_t};
+use gpupool_shim::nvml::{
+    nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlPciInfo_t, nvmlProcessInfo_t, nvmlProcessInfo_v1_t,
+    nvmlProcessInfo_v2_t, nvmlReturn_t as R, nvmlUtilization_t,
+};
 use std::os::raw::{c_char, c_int, c_uint};
 use std::sync::Mutex;
 
@@ -23,6 +37,13 @@ fn map(e: CUresult) -> R {
         CUresult::CUDA_ERROR_NOT_SUPPORTED => R::NVML_ERROR_NOT_SUPPORTED,
         _ => R::NVML_ERROR_UNKNOWN,
     }
+}
+
+/// A refused call's status code, after the log line saying why (with `GPUPOOL_LOG`).
+fn refused(r: Refused) -> R {
+    let text = gpupool_abi::errors::nvml_description(r.code).to_string_lossy();
+    crate::util::log(&format!("NVML {text} ({}): {}", r.code.0, r.why));
+    r.code
 }
 
 fn require_init() -> NResult<()> {
@@ -68,7 +89,7 @@ fn handle_of(ordinal: usize) -> nvmlDevice_t {
     (NVML_HANDLE_BASE + 16 * ordinal as u64) as nvmlDevice_t
 }
 
-fn device(h: nvmlDevice_t) -> NResult<DeviceInfo> {
+pub(super) fn device(h: nvmlDevice_t) -> NResult<DeviceInfo> {
     let off = (h as u64).checked_sub(NVML_HANDLE_BASE).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)?;
     if off % 16 != 0 {
         return Err(R::NVML_ERROR_INVALID_ARGUMENT);
@@ -190,4 +211,61 @@ pub(super) fn utilization(dev: nvmlDevice_t) -> NResult<nvmlUtilization_t> {
             mgmt_call(c, d.ordinal, |device| Request::MgmtUtilization { device })?;
         Ok(nvmlUtilization_t { gpu: gpu_percent, memory: memory_percent })
     })
+}
+
+/// Where `d` sits on the PCI bus, from its attributes.
+fn pci_address(d: &DeviceInfo) -> PciAddress {
+    let a = |x: A| crate::api::device::attribute(d, x.0).unwrap_or(0) as u32;
+    PciAddress {
+        domain: a(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+        bus: a(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+        device: a(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
+    }
+}
+
+pub(super) fn handle_by_pci_bus_id(bus_id: &str) -> NResult<nvmlDevice_t> {
+    let list = devices()?;
+    let at = gpupool_abi::nvml::parse_bus_id(bus_id).ok_or_else(|| {
+        refused(Refused { code: R::NVML_ERROR_INVALID_ARGUMENT, why: format!("PCI bus id {bus_id:?}") })
+    })?;
+    let i = list.iter().position(|d| pci_address(d) == at).ok_or_else(|| {
+        refused(Refused { code: R::NVML_ERROR_NOT_FOUND, why: format!("no device at PCI bus id {bus_id:?}") })
+    })?;
+    Ok(handle_of(i))
+}
+
+pub(super) fn pci_info(dev: nvmlDevice_t) -> NResult<nvmlPciInfo_t> {
+    Ok(gpupool_abi::nvml::pci_info(pci_address(&device(dev)?)))
+}
+
+/// This process on device `ordinal` (see the module's doc).
+fn own_process_on(ordinal: u32) -> NResult<Vec<Process>> {
+    with(|c| {
+        let on_device = |ctx: &u64| c.reg.ctxs.get(ctx).is_some_and(|x| x.device == ordinal);
+        let has_context = c.reg.ctxs.values().any(|x| x.device == ordinal);
+        let used_bytes: u64 = c.reg.allocs.values().filter(|(_, ctx)| on_device(ctx)).map(|(size, _)| size).sum();
+        Ok(if has_context || used_bytes > 0 {
+            vec![Process { pid: std::process::id(), used_bytes }]
+        } else {
+            Vec::new()
+        })
+    })
+}
+
+fn running_processes<T: From<Process>>(dev: nvmlDevice_t, count: *mut c_uint, infos: *mut T) -> NResult<()> {
+    let procs = own_process_on(device(dev)?.ordinal)?;
+    // SAFETY: NVML's contract: `count` and `*count` elements of `infos` are the caller's.
+    unsafe { gpupool_abi::nvml::write_processes(count, infos, &procs) }.map_err(refused)
+}
+
+pub(super) fn processes_v1(dev: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) -> NResult<()> {
+    running_processes(dev, count, infos)
+}
+
+pub(super) fn processes_v2(dev: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) -> NResult<()> {
+    running_processes(dev, count, infos)
+}
+
+pub(super) fn processes_v3(dev: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_t) -> NResult<()> {
+    running_processes(dev, count, infos)
 }

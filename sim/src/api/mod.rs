@@ -20,6 +20,7 @@ pub mod launch;
 pub mod memory;
 pub mod module;
 pub mod nvml;
+pub mod nvml_links;
 pub mod proc_address;
 pub mod stream;
 pub mod vmm;

@@ -1,21 +1,30 @@
 //! NVML: the same simulated devices, seen through the management library.
 //! Memory figures are the devices' live accounting; utilization is measured from
-//! what the stream workers really executed over the last second.
+//! what the stream workers really executed over the last second. PCI identity is the
+//! address `cuDeviceGetPCIBusId` prints. Running compute processes: the simulated
+//! devices belong to the process that loaded the simulator (another process has its
+//! own), so the list is this process, with the device memory it holds there, once it
+//! has a context or memory on the device, and empty before. NVLink, fabric and
+//! peer-to-peer queries are in [`super::nvml_links`].
 
 use crate::device::Device;
 use crate::driver::state;
 use crate::utilization::Channel;
-use gpupool_shim::nvml::{nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t as R, nvmlUtilization_t};
+use gpupool_abi::nvml::{Process, Refused};
+use gpupool_shim::nvml::{
+    nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlPciInfo_t, nvmlProcessInfo_t, nvmlProcessInfo_v1_t,
+    nvmlProcessInfo_v2_t, nvmlReturn_t as R, nvmlUtilization_t,
+};
 use std::os::raw::{c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::Mutex;
 
-type NResult<T> = Result<T, R>;
+pub(super) type NResult<T> = Result<T, R>;
 
 static INIT_COUNT: Mutex<u32> = Mutex::new(0);
 
-fn nvml_entry(body: impl FnOnce() -> NResult<()>) -> R {
+pub(super) fn nvml_entry(body: impl FnOnce() -> NResult<()>) -> R {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => R::NVML_SUCCESS,
         Ok(Err(e)) => e,
@@ -23,11 +32,24 @@ fn nvml_entry(body: impl FnOnce() -> NResult<()>) -> R {
     }
 }
 
-fn require_init() -> NResult<()> {
+/// A refused call's status code, after the log line saying why (with `GPUPOOL_SIM_LOG`).
+pub(super) fn refused(r: Refused) -> R {
+    if crate::error::log_enabled() {
+        eprintln!(
+            "gpupool-sim: NVML {} ({}): {}",
+            gpupool_abi::errors::nvml_description(r.code).to_string_lossy(),
+            r.code.0,
+            r.why
+        );
+    }
+    r.code
+}
+
+pub(super) fn require_init() -> NResult<()> {
     if *INIT_COUNT.lock().unwrap_or_else(|e| e.into_inner()) == 0 { Err(R::NVML_ERROR_UNINITIALIZED) } else { Ok(()) }
 }
 
-fn nout<T>(ptr: *mut T, v: T) -> NResult<()> {
+pub(super) fn nout<T>(ptr: *mut T, v: T) -> NResult<()> {
     if ptr.is_null() {
         return Err(R::NVML_ERROR_INVALID_ARGUMENT);
     }
@@ -59,7 +81,7 @@ fn handle_of(d: &Device) -> nvmlDevice_t {
     (NVML_HANDLE_BASE + 16 * d.ordinal as u64) as nvmlDevice_t
 }
 
-fn device(h: nvmlDevice_t) -> NResult<&'static Arc<Device>> {
+pub(super) fn device(h: nvmlDevice_t) -> NResult<&'static Arc<Device>> {
     require_init()?;
     let off = (h as u64).checked_sub(NVML_HANDLE_BASE).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)?;
     if off % 16 != 0 {
@@ -228,4 +250,69 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(dev: nvmlDevice_t, util: 
         let d = device(dev)?;
         nout(util, nvmlUtilization_t { gpu: d.busy.percent(Channel::Kernel), memory: d.busy.percent(Channel::Memory) })
     })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(bus_id: *const c_char, dev: *mut nvmlDevice_t) -> R {
+    nvml_entry(|| {
+        require_init()?;
+        let invalid = |why: String| refused(Refused { code: R::NVML_ERROR_INVALID_ARGUMENT, why });
+        if bus_id.is_null() || dev.is_null() {
+            return Err(invalid("NULL PCI bus id or device pointer".into()));
+        }
+        // SAFETY: non-null, NUL-terminated per NVML's contract.
+        let text = unsafe { std::ffi::CStr::from_ptr(bus_id) }.to_string_lossy();
+        let at = gpupool_abi::nvml::parse_bus_id(&text).ok_or_else(|| invalid(format!("PCI bus id {text:?}")))?;
+        let d = state().devices.iter().find(|d| d.pci_address() == at).ok_or_else(|| {
+            refused(Refused { code: R::NVML_ERROR_NOT_FOUND, why: format!("no device at PCI bus id {text:?}") })
+        })?;
+        nout(dev, handle_of(d))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(dev: nvmlDevice_t, pci: *mut nvmlPciInfo_t) -> R {
+    nvml_entry(|| nout(pci, gpupool_abi::nvml::pci_info(device(dev)?.pci_address())))
+}
+
+/// This process on `d`, if it has a context or memory there (see the module's doc).
+fn processes_on(d: &Device) -> Vec<Process> {
+    let has_context = state().contexts.any(|c| c.device.ordinal == d.ordinal && !c.is_destroyed());
+    let used_bytes = d.used_memory();
+    if has_context || used_bytes > 0 { vec![Process { pid: std::process::id(), used_bytes }] } else { Vec::new() }
+}
+
+fn running_processes<T: From<Process>>(dev: nvmlDevice_t, count: *mut c_uint, infos: *mut T) -> R {
+    nvml_entry(|| {
+        let procs = processes_on(device(dev)?);
+        // SAFETY: NVML's contract: `count` and `*count` elements of `infos` are the caller's.
+        unsafe { gpupool_abi::nvml::write_processes(count, infos, &procs) }.map_err(refused)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
+    dev: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_v1_t,
+) -> R {
+    running_processes(dev, count, infos)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
+    dev: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_v2_t,
+) -> R {
+    running_processes(dev, count, infos)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    dev: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> R {
+    running_processes(dev, count, infos)
 }
