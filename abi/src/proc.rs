@@ -195,8 +195,10 @@ macro_rules! driver_entry_points {
         "cuDeviceGetByPCIBusId" => [4010 => cuDeviceGetByPCIBusId];
         "cuDeviceCanAccessPeer" => [4000 => cuDeviceCanAccessPeer];
         "cuDevicePrimaryCtxRetain" => [7000 => cuDevicePrimaryCtxRetain];
-        "cuDevicePrimaryCtxRelease" => [7000 => !, 11000 => cuDevicePrimaryCtxRelease_v2];
-        "cuDevicePrimaryCtxReset" => [7000 => !, 11000 => cuDevicePrimaryCtxReset_v2];
+        // NVIDIA's runtime 13.0 asks for Release and Reset at 7000: the v7000 ABI is the
+        // same signature, served by the _v2 behaviour (interpose/EXPORT_TABLES.md).
+        "cuDevicePrimaryCtxRelease" => [7000 => cuDevicePrimaryCtxRelease_v2, 11000 => cuDevicePrimaryCtxRelease_v2];
+        "cuDevicePrimaryCtxReset" => [7000 => cuDevicePrimaryCtxReset_v2, 11000 => cuDevicePrimaryCtxReset_v2];
         "cuDevicePrimaryCtxGetState" => [7000 => cuDevicePrimaryCtxGetState];
         "cuDevicePrimaryCtxSetFlags" => [7000 => !, 11000 => cuDevicePrimaryCtxSetFlags_v2];
         "cuCtxCreate" => [2000 => !, 3020 => cuCtxCreate_v2, 11040 => cuCtxCreate_v3, 12050 => cuCtxCreate_v4];
@@ -288,6 +290,7 @@ macro_rules! driver_entry_points {
         "cuModuleLoadDataEx" => [2010 => cuModuleLoadDataEx];
         "cuModuleLoadFatBinary" => [2000 => cuModuleLoadFatBinary];
         "cuModuleUnload" => [2000 => cuModuleUnload];
+        "cuModuleGetLoadingMode" => [11070 => cuModuleGetLoadingMode];
         "cuModuleGetFunction" => [2000 => cuModuleGetFunction];
         "cuModuleGetGlobal" => [2000 => !, 3020 => cuModuleGetGlobal_v2];
         "cuFuncGetAttribute" => [2020 => cuFuncGetAttribute];

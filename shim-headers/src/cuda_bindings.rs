@@ -39,6 +39,24 @@ pub struct CUfunc_st {
 pub type CUfunction = *mut CUfunc_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct CUlib_st {
+    _unused: [u8; 0],
+}
+pub type CUlibrary = *mut CUlib_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUgraphNode_st {
+    _unused: [u8; 0],
+}
+pub type CUgraphNode = *mut CUgraphNode_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUkern_st {
+    _unused: [u8; 0],
+}
+pub type CUkernel = *mut CUkern_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUarray_st {
     _unused: [u8; 0],
 }
@@ -1477,6 +1495,65 @@ impl CUfunction_attribute_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUfunction_attribute_enum(pub ::std::os::raw::c_uint);
 pub use self::CUfunction_attribute_enum as CUfunction_attribute;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct CUgraphEdgeData_st {
+    pub from_port: ::std::os::raw::c_uchar,
+    pub to_port: ::std::os::raw::c_uchar,
+    pub type_: ::std::os::raw::c_uchar,
+    pub reserved: [::std::os::raw::c_uchar; 5usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUgraphEdgeData_st"][::std::mem::size_of::<CUgraphEdgeData_st>() - 8usize];
+    [
+        "Alignment of CUgraphEdgeData_st",
+    ][::std::mem::align_of::<CUgraphEdgeData_st>() - 1usize];
+    [
+        "Offset of field: CUgraphEdgeData_st::from_port",
+    ][::std::mem::offset_of!(CUgraphEdgeData_st, from_port) - 0usize];
+    [
+        "Offset of field: CUgraphEdgeData_st::to_port",
+    ][::std::mem::offset_of!(CUgraphEdgeData_st, to_port) - 1usize];
+    [
+        "Offset of field: CUgraphEdgeData_st::type_",
+    ][::std::mem::offset_of!(CUgraphEdgeData_st, type_) - 2usize];
+    [
+        "Offset of field: CUgraphEdgeData_st::reserved",
+    ][::std::mem::offset_of!(CUgraphEdgeData_st, reserved) - 3usize];
+};
+pub type CUgraphEdgeData = CUgraphEdgeData_st;
+impl CUlibraryOption_enum {
+    pub const CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE: CUlibraryOption_enum = CUlibraryOption_enum(
+        0,
+    );
+}
+impl CUlibraryOption_enum {
+    pub const CU_LIBRARY_BINARY_IS_PRESERVED: CUlibraryOption_enum = CUlibraryOption_enum(
+        1,
+    );
+}
+impl CUlibraryOption_enum {
+    pub const CU_LIBRARY_NUM_OPTIONS: CUlibraryOption_enum = CUlibraryOption_enum(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUlibraryOption_enum(pub ::std::os::raw::c_uint);
+pub use self::CUlibraryOption_enum as CUlibraryOption;
+impl CUmoduleLoadingMode_enum {
+    pub const CU_MODULE_EAGER_LOADING: CUmoduleLoadingMode_enum = CUmoduleLoadingMode_enum(
+        1,
+    );
+}
+impl CUmoduleLoadingMode_enum {
+    pub const CU_MODULE_LAZY_LOADING: CUmoduleLoadingMode_enum = CUmoduleLoadingMode_enum(
+        2,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUmoduleLoadingMode_enum(pub ::std::os::raw::c_uint);
+pub use self::CUmoduleLoadingMode_enum as CUmoduleLoadingMode;
 impl CUfunc_cache_enum {
     pub const CU_FUNC_CACHE_PREFER_NONE: CUfunc_cache_enum = CUfunc_cache_enum(0);
 }
@@ -3708,6 +3785,28 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuStreamGetCaptureInfo_v3(
+        hStream: CUstream,
+        captureStatus_out: *mut CUstreamCaptureStatus,
+        id_out: *mut cuuint64_t,
+        graph_out: *mut CUgraph,
+        dependencies_out: *mut *const CUgraphNode,
+        edgeData_out: *mut *const CUgraphEdgeData,
+        numDependencies_out: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamGetCaptureInfo_v3_ptsz(
+        hStream: CUstream,
+        captureStatus_out: *mut CUstreamCaptureStatus,
+        id_out: *mut cuuint64_t,
+        graph_out: *mut CUgraph,
+        dependencies_out: *mut *const CUgraphNode,
+        edgeData_out: *mut *const CUgraphEdgeData,
+        numDependencies_out: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuStreamBeginCapture_v2(
         hStream: CUstream,
         mode: CUstreamCaptureMode,
@@ -3824,6 +3923,9 @@ unsafe extern "C" {
     pub fn cuModuleUnload(hmod: CUmodule) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuModuleGetLoadingMode(mode: *mut CUmoduleLoadingMode) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuModuleGetFunction(
         hfunc: *mut CUfunction,
         hmod: CUmodule,
@@ -3867,6 +3969,91 @@ unsafe extern "C" {
     pub fn cuFuncGetName(
         name: *mut *const ::std::os::raw::c_char,
         hfunc: CUfunction,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLibraryLoadData(
+        library: *mut CUlibrary,
+        code: *const ::std::os::raw::c_void,
+        jitOptions: *mut CUjit_option,
+        jitOptionsValues: *mut *mut ::std::os::raw::c_void,
+        numJitOptions: ::std::os::raw::c_uint,
+        libraryOptions: *mut CUlibraryOption,
+        libraryOptionValues: *mut *mut ::std::os::raw::c_void,
+        numLibraryOptions: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLibraryLoadFromFile(
+        library: *mut CUlibrary,
+        fileName: *const ::std::os::raw::c_char,
+        jitOptions: *mut CUjit_option,
+        jitOptionsValues: *mut *mut ::std::os::raw::c_void,
+        numJitOptions: ::std::os::raw::c_uint,
+        libraryOptions: *mut CUlibraryOption,
+        libraryOptionValues: *mut *mut ::std::os::raw::c_void,
+        numLibraryOptions: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLibraryUnload(library: CUlibrary) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLibraryGetKernel(
+        pKernel: *mut CUkernel,
+        library: CUlibrary,
+        name: *const ::std::os::raw::c_char,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLibraryGetModule(pMod: *mut CUmodule, library: CUlibrary) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuLibraryGetGlobal(
+        dptr: *mut CUdeviceptr,
+        bytes: *mut usize,
+        library: CUlibrary,
+        name: *const ::std::os::raw::c_char,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuKernelGetFunction(pFunc: *mut CUfunction, kernel: CUkernel) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuKernelGetAttribute(
+        pi: *mut ::std::os::raw::c_int,
+        attrib: CUfunction_attribute,
+        kernel: CUkernel,
+        dev: CUdevice,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuKernelSetAttribute(
+        attrib: CUfunction_attribute,
+        val: ::std::os::raw::c_int,
+        kernel: CUkernel,
+        dev: CUdevice,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuKernelSetCacheConfig(
+        kernel: CUkernel,
+        config: CUfunc_cache,
+        dev: CUdevice,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuKernelGetName(
+        name: *mut *const ::std::os::raw::c_char,
+        hfunc: CUkernel,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuKernelGetParamInfo(
+        kernel: CUkernel,
+        paramIndex: usize,
+        paramOffset: *mut usize,
+        paramSize: *mut usize,
     ) -> CUresult;
 }
 unsafe extern "C" {

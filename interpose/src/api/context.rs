@@ -76,6 +76,7 @@ pub(super) fn destroy(ctx: CUcontext) -> R<()> {
     if stack_top() == Some(h) {
         stack_pop();
     }
+    context_gone(h);
     Ok(())
 }
 
@@ -116,6 +117,18 @@ pub(super) fn set_current(ctx: CUcontext) -> R<()> {
 pub(super) fn get_current() -> R<CUcontext> {
     require_init()?;
     Ok(stack_top().unwrap_or(0) as CUcontext)
+}
+
+/// Context `h` was destroyed or reset: what NVIDIA's runtime kept with it (its storage
+/// slots, whose destructors run now; the modules its libraries had there) goes with it.
+fn context_gone(h: u64) {
+    crate::api::export_tables::context_reset(h);
+    crate::api::library::forget_context(h);
+}
+
+/// The calling thread's current context (NULL if none), for the export tables.
+pub(crate) fn current_handle() -> R<CUcontext> {
+    get_current()
 }
 
 pub(super) fn get_device() -> R<CUdevice> {
@@ -212,6 +225,19 @@ pub(super) fn primary_retain(dev: CUdevice) -> R<CUcontext> {
     Ok(h as CUcontext)
 }
 
+/// The device's primary context for NVIDIA's runtime (CUDART_INTERFACE slot 2): retained
+/// once, on the first call while this process holds no reference, then returned as is.
+pub(crate) fn primary_for_runtime(dev: CUdevice) -> R<CUcontext> {
+    let held = client::with(|c| {
+        c.device(dev)?;
+        Ok(c.reg.primary.get(&(dev as u32)).filter(|p| p.1 > 0).map(|p| p.0))
+    })?;
+    match held {
+        Some(h) => Ok(h as CUcontext),
+        None => primary_retain(dev),
+    }
+}
+
 pub(super) fn primary_release(dev: CUdevice) -> R<()> {
     client::call(|c| {
         let (ep, local) = c.route(dev)?;
@@ -236,13 +262,16 @@ pub(super) fn primary_reset(dev: CUdevice) -> R<()> {
         let (ep, local) = c.route(dev)?;
         let d = dev as u32;
         c.conn_at(ep)?.call_ok(Request::PrimaryCtxReset { device: local })?;
-        if let Some(p) = c.reg.primary.get_mut(&d) {
-            let h = p.0;
+        let reset = c.reg.primary.get_mut(&d).map(|p| {
             p.1 = 0;
+            p.0
+        });
+        if let Some(h) = reset {
             c.reg.forget_ctx(h);
         }
-        Ok(())
+        Ok(reset)
     })
+    .map(|reset| reset.map_or((), context_gone))
 }
 
 /// (flags, active)

@@ -127,6 +127,9 @@ exports! { CUresult;
         user: val *mut c_void, flags: val c_uint) = stream::add_callback;
     cuStreamIsCapturing | cuStreamIsCapturing_ptsz (h: val CUstream, status: out CUstreamCaptureStatus)
         = stream::is_capturing;
+    cuStreamGetCaptureInfo_v3 | cuStreamGetCaptureInfo_v3_ptsz (h: val CUstream, status: out CUstreamCaptureStatus,
+        id: opt cuuint64_t, graph: val *mut CUgraph, deps: val *mut *const CUgraphNode,
+        edges: val *mut *const CUgraphEdgeData, num_deps: val *mut usize) = stream::capture_info_v3;
 
     // ---- events ----
     cuEventCreate(ph: out CUevent, flags: val c_uint) = event::create;
@@ -207,6 +210,29 @@ exports! { CUresult;
         options: val *mut CUjit_option, values: val *mut *mut c_void) = module::load_ex;
     cuModuleLoadFatBinary(pmod: out CUmodule, fat: val *const c_void) = module::load;
     cuModuleUnload(hmod: val CUmodule) = module::unload;
+    cuModuleGetLoadingMode(mode: out CUmoduleLoadingMode) = module::loading_mode;
+    // ---- libraries and kernels (NVIDIA's runtime loads its fat binaries this way) ----
+    cuLibraryLoadData(library: out CUlibrary, code: val *const c_void, jit: val *mut CUjit_option,
+        jit_values: val *mut *mut c_void, n_jit: val c_uint, options: val *mut CUlibraryOption,
+        option_values: val *mut *mut c_void, n_options: val c_uint) = library::load_data;
+    cuLibraryLoadFromFile(library: out CUlibrary, file: cstr, jit: val *mut CUjit_option,
+        jit_values: val *mut *mut c_void, n_jit: val c_uint, options: val *mut CUlibraryOption,
+        option_values: val *mut *mut c_void, n_options: val c_uint) = library::load_from_file;
+    cuLibraryUnload(library: val CUlibrary) = library::unload;
+    cuLibraryGetKernel(kernel: out CUkernel, library: val CUlibrary, name: cstr) = library::get_kernel;
+    cuLibraryGetModule(module: out CUmodule, library: val CUlibrary) = library::get_module;
+    cuLibraryGetGlobal(dptr: opt CUdeviceptr, bytes: opt usize, library: val CUlibrary, name: cstr)
+        = library::get_global;
+    cuKernelGetFunction(func: out CUfunction, kernel: val CUkernel) = library::get_function;
+    cuKernelGetAttribute(value: out c_int, attrib: val CUfunction_attribute, kernel: val CUkernel,
+        dev: val CUdevice) = library::get_attribute;
+    cuKernelSetAttribute(attrib: val CUfunction_attribute, value: val c_int, kernel: val CUkernel,
+        dev: val CUdevice) = library::set_attribute;
+    cuKernelSetCacheConfig(kernel: val CUkernel, config: val CUfunc_cache, dev: val CUdevice)
+        = library::set_cache_config;
+    cuKernelGetName(name: out *const c_char, kernel: val CUkernel) = library::get_name;
+    cuKernelGetParamInfo(kernel: val CUkernel, index: val usize, offset: out usize, size: out usize)
+        = library::param_info;
     cuModuleGetFunction(hfunc: out CUfunction, hmod: val CUmodule, name: cstr) = module::get_function;
     cuModuleGetGlobal_v2(dptr: opt CUdeviceptr, bytes: opt usize, hmod: val CUmodule, name: cstr)
         = module::get_global;

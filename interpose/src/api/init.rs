@@ -57,17 +57,7 @@ pub(super) fn error_name(error: CUresult, text: *mut *const c_char) -> R<()> {
     error_text(text, errors::name_c(error))
 }
 
-/// NVIDIA's private tables: not provided (the table pointer is NULL, the call fails).
-/// Their callers are NVIDIA's own runtime libraries (a statically linked cudart, as
-/// in CuPy's wheels); the log line names the table asked for.
+/// NVIDIA's private tables, served by [`super::export_tables`].
 pub(super) fn export_table(table: *mut *const c_void, uuid: CUuuid) -> R<()> {
-    if !table.is_null() {
-        out(table, std::ptr::null())?;
-    }
-    let hex: String = uuid.bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
-    crate::util::log(&format!(
-        "cuGetExportTable({hex}): NVIDIA-private driver table, not provided (a statically linked \
-         CUDA runtime needs NVIDIA's driver); CUDA_ERROR_NOT_SUPPORTED"
-    ));
-    Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
+    super::export_tables::get(table, uuid)
 }

@@ -20,6 +20,28 @@ fn pack(layout: &[ParamInfo], params: *mut *mut c_void, extra: *mut *mut c_void)
     })
 }
 
+/// A block larger than the device allows is refused at the call, as the driver does (the
+/// runtime turns it into cudaErrorInvalidConfiguration), not when the launch runs.
+fn check_block(c: &mut client::Client, block: [u32; 3]) -> R<()> {
+    use gpupool_shim::cuda::CUdevice_attribute as A;
+    let (_, _, dev) = c.current()?;
+    let d = c.device(dev as i32)?;
+    let limit = |a: A| super::device::attribute(d, a.0).map_or(u64::MAX, |v| v.max(0) as u64);
+    let threads = block.iter().map(|&b| b as u64).product::<u64>();
+    let dims = [
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+    ];
+    if threads > limit(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        || block.iter().zip(dims).any(|(&b, a)| b as u64 > limit(a))
+    {
+        crate::util::log(&format!("cuLaunchKernel: block {block:?} exceeds the device's limits"));
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn launch(
     f: CUfunction,
@@ -38,8 +60,11 @@ fn launch(
     if grid.contains(&0) || block.contains(&0) {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
+    // NVIDIA's runtime launches kernel handles (cuLibraryGetKernel) as functions.
+    let f = super::library::resolve_function(f)?;
     client::call(|c| {
         let func = super::module::func_id(c, f)?;
+        check_block(c, block)?;
         let stream = resolve(c, stream, d)?;
         let bytes = pack(&c.reg.funcs[&(f as u64)].params, params, extra)?;
         if bytes.len() > MAX_KERNEL_PARAM_BYTES {

@@ -55,6 +55,11 @@ pub(super) fn alloc_pitch(width_bytes: usize, height: usize, element_size: c_uin
 pub(super) fn free(dptr: CUdeviceptr) -> R<()> {
     client::call(|c| {
         let (cur, ..) = c.current()?;
+        // NULL is a no-op that succeeds, as on NVIDIA's driver (its runtime's `cudaFree(0)`,
+        // the idiom for creating the context, passes it on).
+        if dptr == 0 {
+            return Ok(());
+        }
         // Only the base of an allocation this client made in the current context.
         let key = (client::endpoint_of(cur), dptr);
         if c.reg.allocs.get(&key).is_none_or(|&(_, ctx)| ctx != cur) {

@@ -28,7 +28,7 @@ unsafe fn bytes_at<const N: usize>(p: *const u8, off: usize) -> [u8; N] {
 }
 
 /// The image's bytes: exactly what the daemon needs, never reading past it.
-fn image_bytes<'a>(image: *const c_void) -> R<&'a [u8]> {
+pub(super) fn image_bytes<'a>(image: *const c_void) -> R<&'a [u8]> {
     if image.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -168,14 +168,30 @@ pub(super) fn load_ex(
     load(image)
 }
 
+/// CU_MODULE_EAGER_LOADING: the daemon loads a module's every kernel when it is loaded.
+/// (NVIDIA's runtime reads this at start and, for lazy loading, would defer its loads.)
+pub(super) fn loading_mode() -> R<gpupool_shim::cuda::CUmoduleLoadingMode> {
+    Ok(gpupool_shim::cuda::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING)
+}
+
 fn module_id(c: &mut Client, h: CUmodule) -> R<gpupool_protocol::ModuleId> {
     c.current()?;
     c.reg.modules.get(&(h as u64)).map(|m| m.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
 pub(super) fn unload(hmod: CUmodule) -> R<()> {
+    client::with(|c| c.current().map(|_| ()))?;
+    unload_anywhere(hmod)
+}
+
+/// Unloads a module whatever the calling thread's current context (a library's modules,
+/// unloaded with the library, may live in contexts not current here).
+pub(super) fn unload_anywhere(hmod: CUmodule) -> R<()> {
     client::call(|c| {
-        let module = module_id(c, hmod)?;
+        if !c.initialized {
+            return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+        }
+        let module = c.reg.modules.get(&(hmod as u64)).map(|m| m.id).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         c.conn_of(hmod as u64)?.call_ok(Request::ModuleUnload { module })?;
         let h = hmod as u64;
         c.reg.modules.remove(&h);
@@ -220,6 +236,8 @@ pub fn func_id(c: &mut Client, h: CUfunction) -> R<FuncId> {
 }
 
 pub fn func_attribute(attrib: F, hfunc: CUfunction) -> R<c_int> {
+    // A kernel handle stands for its function in the current context (occupancy too).
+    let hfunc = super::library::resolve_function(hfunc)?;
     client::call(|c| {
         let func = func_id(c, hfunc)?;
         let answer::Attribute { value } = c.live()?.ask(Request::FuncGetAttribute { func, attribute: attrib.0 })?;

@@ -13,6 +13,36 @@ fn table() -> &'static Table {
     TABLE.get_or_init(|| gpupool_abi::driver_entry_points!())
 }
 
+/// Entry points this library serves beyond the simulator's table, which NVIDIA's runtime
+/// needs: the library API (the simulator, loaded by the daemon, is handed modules) occupancy
+/// (answered here from the function's attributes) and capture queries.
+fn pool_only() -> &'static Table {
+    static TABLE: std::sync::OnceLock<Table> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        gpupool_abi::__table! {
+            "cuLibraryLoadData" => [12000 => cuLibraryLoadData];
+            "cuLibraryLoadFromFile" => [12000 => cuLibraryLoadFromFile];
+            "cuLibraryUnload" => [12000 => cuLibraryUnload];
+            "cuLibraryGetKernel" => [12000 => cuLibraryGetKernel];
+            "cuLibraryGetModule" => [12000 => cuLibraryGetModule];
+            "cuLibraryGetGlobal" => [12000 => cuLibraryGetGlobal];
+            "cuKernelGetFunction" => [12000 => cuKernelGetFunction];
+            "cuKernelGetAttribute" => [12000 => cuKernelGetAttribute];
+            "cuKernelSetAttribute" => [12000 => cuKernelSetAttribute];
+            "cuKernelSetCacheConfig" => [12000 => cuKernelSetCacheConfig];
+            "cuKernelGetName" => [12030 => cuKernelGetName];
+            "cuKernelGetParamInfo" => [12040 => cuKernelGetParamInfo];
+            "cuStreamGetCaptureInfo" => [10010 => !, 11030 => !,
+                12030 => cuStreamGetCaptureInfo_v3 | cuStreamGetCaptureInfo_v3_ptsz];
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor" => [6050 => cuOccupancyMaxActiveBlocksPerMultiprocessor];
+            "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"
+                => [7000 => cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags];
+            "cuOccupancyMaxPotentialBlockSize" => [6050 => cuOccupancyMaxPotentialBlockSize];
+            "cuOccupancyMaxPotentialBlockSizeWithFlags" => [7000 => cuOccupancyMaxPotentialBlockSizeWithFlags];
+        }
+    })
+}
+
 pub(super) fn get_proc_address(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
@@ -29,7 +59,13 @@ pub(super) fn get_proc_address_v2(
     flags: cuuint64_t,
     status: *mut Q,
 ) -> R<()> {
+    let driver = super::init::driver_version();
     // SAFETY: the CUDA contract for cuGetProcAddress's pointers, passed on unchanged.
-    unsafe { table().answer(symbol, pfn, version, flags, status, super::init::driver_version()) }
-        .map_err(|(code, _)| code)
+    unsafe { pool_only().answer(symbol, pfn, version, flags, status, driver) }.map_err(|(code, _)| code)?;
+    // SAFETY: `answer` succeeded, so `pfn` is non-null and was written.
+    if !unsafe { *pfn }.is_null() {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    unsafe { table().answer(symbol, pfn, version, flags, status, driver) }.map_err(|(code, _)| code)
 }

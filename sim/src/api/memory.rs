@@ -73,6 +73,11 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     cuda_entry(|| {
         let ctx = current()?;
+        // NULL is a no-op that succeeds, as on NVIDIA's driver (its runtime's `cudaFree(0)`
+        // passes it on).
+        if dptr == 0 {
+            return Ok(());
+        }
         // Queued kernels address memory by value, so nothing short of waiting keeps a
         // kernel queued before the free from faulting on (or writing into) memory that
         // is gone or reallocated; NVIDIA's cuMemFree waits for the device as well.

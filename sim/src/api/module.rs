@@ -91,6 +91,12 @@ pub unsafe extern "C" fn cuModuleUnload(hmod: CUmodule) -> CUresult {
     cuda_entry(|| module::unload(initialized()?, hmod as u64))
 }
 
+/// The simulator loads every kernel of a module when the module is loaded.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetLoadingMode(mode: *mut gpupool_shim::cuda::CUmoduleLoadingMode) -> CUresult {
+    cuda_entry(|| out(mode, gpupool_shim::cuda::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING))
+}
+
 fn module_of(hmod: CUmodule) -> CuResult<Arc<module::Module>> {
     match initialized()?.modules.get(hmod as u64) {
         Some(m) => Ok(m),
