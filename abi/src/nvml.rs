@@ -12,8 +12,8 @@
 
 use gpupool_shim::nvml::{
     NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE, NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE, NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
-    NVML_NVLINK_MAX_LINKS, nvmlGpuFabricInfo_v2_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t, nvmlPciInfo_t,
-    nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t, nvmlReturn_t as R,
+    nvmlGpuFabricInfo_v2_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t, nvmlPciInfo_t, nvmlProcessInfo_v1_t,
+    nvmlProcessInfo_v2_t, nvmlReturn_t as R,
 };
 use std::os::raw::{c_char, c_uint};
 
@@ -176,16 +176,30 @@ pub fn fabric_info(cc_major: u32, version: c_uint) -> Result<nvmlGpuFabricInfo_v
     })
 }
 
-/// `nvmlDeviceGetNvLinkRemoteDeviceType` and `nvmlDeviceGetNvLinkRemotePciInfo_v2` on a
-/// device without NVLink: a link index past `NVML_NVLINK_MAX_LINKS` is invalid on any
-/// device; every other is `NVML_ERROR_NOT_SUPPORTED`.
-pub fn nvlink(link: c_uint) -> Refused {
-    if link >= NVML_NVLINK_MAX_LINKS {
-        return Refused {
-            code: R::NVML_ERROR_INVALID_ARGUMENT,
-            why: format!("NvLink link {link}: NVML_NVLINK_MAX_LINKS is {NVML_NVLINK_MAX_LINKS}"),
-        };
+/// Writes a fabric answer field by field over zeroed memory, so the struct's padding reads
+/// as 0 too: nvidia-ml-py declares `state` as a 4-byte integer (nvml.h: one byte and three of
+/// padding), so any padding byte left as it was would show in its `state`.
+///
+/// # Safety
+/// `dst` is non-NULL and valid for writes of one `nvmlGpuFabricInfo_v2_t`.
+pub unsafe fn put_fabric_info(dst: *mut nvmlGpuFabricInfo_v2_t, v: nvmlGpuFabricInfo_v2_t) {
+    // SAFETY: the caller's contract; field writes through raw pointers never touch padding.
+    unsafe {
+        dst.cast::<u8>().write_bytes(0, std::mem::size_of::<nvmlGpuFabricInfo_v2_t>());
+        std::ptr::addr_of_mut!((*dst).version).write_unaligned(v.version);
+        std::ptr::addr_of_mut!((*dst).clusterUuid).write_unaligned(v.clusterUuid);
+        std::ptr::addr_of_mut!((*dst).status).write_unaligned(v.status);
+        std::ptr::addr_of_mut!((*dst).cliqueId).write_unaligned(v.cliqueId);
+        std::ptr::addr_of_mut!((*dst).state).write_unaligned(v.state);
+        std::ptr::addr_of_mut!((*dst).healthMask).write_unaligned(v.healthMask);
     }
+}
+
+/// `nvmlDeviceGetNvLinkRemoteDeviceType` and `nvmlDeviceGetNvLinkRemotePciInfo_v2` on a
+/// device without NVLink: `NVML_ERROR_NOT_SUPPORTED` ("if NVLink is not supported") for
+/// every link index, since none is a link of this device (and `NVML_NVLINK_MAX_LINKS`, 18 in
+/// CUDA 12's nvml.h and 36 in later ones, depends on the header the caller was built with).
+pub fn nvlink(link: c_uint) -> Refused {
     Refused { code: R::NVML_ERROR_NOT_SUPPORTED, why: format!("NvLink link {link}: this device has no NVLink") }
 }
 
@@ -261,10 +275,15 @@ mod tests {
         assert_eq!(v2, 0x0200_0024, "NVIDIA's nvmlGpuFabricInfo_v2");
         let f = fabric_info(9, v2).unwrap();
         assert_eq!((f.version, f.state as u32, f.cliqueId), (v2, NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, 0));
+        let mut raw = [0xffu8; std::mem::size_of::<nvmlGpuFabricInfo_v2_t>()];
+        // SAFETY: a buffer of the struct's size (unaligned writes).
+        unsafe { put_fabric_info(raw.as_mut_ptr().cast(), f) };
+        assert_eq!(&raw[28..32], &[NVML_GPU_FABRIC_STATE_NOT_SUPPORTED as u8, 0, 0, 0], "state and its padding");
+        assert_eq!(raw[..4], v2.to_le_bytes());
         assert_eq!(fabric_info(8, v2).unwrap_err().code, R::NVML_ERROR_NOT_SUPPORTED);
         assert_eq!(fabric_info(9, 0x0300_0028).unwrap_err().code, R::NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
         assert_eq!(nvlink(0).code, R::NVML_ERROR_NOT_SUPPORTED);
-        assert_eq!(nvlink(NVML_NVLINK_MAX_LINKS).code, R::NVML_ERROR_INVALID_ARGUMENT);
+        assert_eq!(nvlink(36).code, R::NVML_ERROR_NOT_SUPPORTED);
         let read = nvmlGpuP2PCapsIndex_t::NVML_P2P_CAPS_INDEX_READ;
         assert_eq!(p2p_status(read).unwrap(), nvmlGpuP2PStatus_t::NVML_P2P_STATUS_NOT_SUPPORTED);
         let unknown = nvmlGpuP2PCapsIndex_t::NVML_P2P_CAPS_INDEX_UNKNOWN;

@@ -182,6 +182,112 @@ print("PASS")
     );
 }
 
+/// The NVML queries PyTorch's allocator resolves, through the pool: PCI identity and the
+/// handle by bus id, running processes (the caller's own alone: another process of the same
+/// tenant, holding memory on the device, is not listed), and no NVLink, fabric or peer access.
+#[test]
+fn nvml_allocator_queries_see_the_callers_own_process_and_no_interconnect() {
+    let py = gpupool_e2e::venv_python();
+    let holder = r#"
+import sys
+from cuda.bindings import driver as d
+assert d.cuInit(0)[0] == 0
+ctx = d.cuDevicePrimaryCtxRetain(d.cuDeviceGet(0)[1])[1]
+assert d.cuCtxSetCurrent(ctx)[0] == 0
+err, p = d.cuMemAlloc(64 << 20)
+assert err == 0, err
+print("READY", flush=True)
+sys.stdin.read()
+"#;
+    let script = r#"
+import ctypes, os, sys, pynvml as n
+from cuda.bindings import driver as d
+other = int(sys.argv[1])
+def ok(r):
+    assert r[0] == d.CUresult.CUDA_SUCCESS, r
+    return r[1] if len(r) == 2 else None
+def raises(code, f, *a):
+    try:
+        f(*a)
+    except n.NVMLError as e:
+        assert e.value == code, (f.__name__, e.value, code)
+        return
+    raise AssertionError(f"{f.__name__} succeeded")
+class V1(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+def procs(h):
+    v3 = [(p.pid, p.usedGpuMemory) for p in n.nvmlDeviceGetComputeRunningProcesses(h)]
+    v2 = [(p.pid, p.usedGpuMemory) for p in n.nvmlDeviceGetComputeRunningProcesses_v2(h)]
+    fn = n._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
+    arr, cnt = (V1 * 4)(), ctypes.c_uint(4)
+    assert fn(h, ctypes.byref(cnt), arr) == n.NVML_SUCCESS
+    v1 = [(p.pid, p.usedGpuMemory) for p in arr[: cnt.value]]
+    assert v1 == v2 == v3, (v1, v2, v3)
+    return v3
+n.nvmlInit()
+ok(d.cuInit(0))
+assert n.nvmlDeviceGetCount() == 2
+handles = [n.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
+for i, h in enumerate(handles):
+    pci = n.nvmlDeviceGetPciInfo(h)
+    cu = ok(d.cuDeviceGetPCIBusId(64, ok(d.cuDeviceGet(i)))).split(b"\0", 1)[0].decode()
+    assert pci.busIdLegacy.lower() == cu and pci.busId == f"{pci.domain:08X}:{pci.bus:02X}:{pci.device:02X}.0", (pci.busId, cu)
+    for text in (pci.busId, cu, f"{pci.bus:x}:{pci.device:x}.0"):
+        assert n.nvmlDeviceGetIndex(n.nvmlDeviceGetHandleByPciBusId(text.encode())) == i, text
+raises(n.NVML_ERROR_NOT_FOUND, n.nvmlDeviceGetHandleByPciBusId, b"0000:ee:00.0")
+raises(n.NVML_ERROR_INVALID_ARGUMENT, n.nvmlDeviceGetHandleByPciBusId, b"nonsense")
+assert procs(handles[0]) == [] and procs(handles[1]) == [], "no context yet, and never the other process"
+ctx = ok(d.cuDevicePrimaryCtxRetain(ok(d.cuDeviceGet(0))))
+ok(d.cuCtxSetCurrent(ctx))
+p = ok(d.cuMemAlloc(48 << 20))
+mine = procs(handles[0])
+assert mine == [(os.getpid(), 48 << 20)], (mine, os.getpid(), other)
+assert procs(handles[1]) == []
+cnt = ctypes.c_uint(0)
+fn = n._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
+assert fn(handles[0], ctypes.byref(cnt), None) == n.NVML_ERROR_INSUFFICIENT_SIZE and cnt.value == 1
+ok(d.cuMemFree(p))
+assert procs(handles[0]) == [(os.getpid(), 0)], "still holds its context"
+ok(d.cuDevicePrimaryCtxRelease(ok(d.cuDeviceGet(0))))
+assert procs(handles[0]) == []
+info = n.c_nvmlGpuFabricInfo_v2_t()
+n.nvmlDeviceGetGpuFabricInfoV(handles[0], ctypes.byref(info))
+assert info.state == n.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED and info.version == n.nvmlGpuFabricInfo_v2, info.state
+raises(n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH, n.nvmlDeviceGetGpuFabricInfoV, handles[0], ctypes.byref(n.c_nvmlGpuFabricInfo_v3_t()))
+raises(n.NVML_ERROR_NOT_SUPPORTED, n.nvmlDeviceGetNvLinkRemoteDeviceType, handles[0], 0)
+raises(n.NVML_ERROR_NOT_SUPPORTED, n.nvmlDeviceGetNvLinkRemotePciInfo, handles[0], 0)
+# Indices by value: nvidia-ml-py's NVML_P2P_CAPS_INDEX_READ is the tuple (0,).
+for index in range(n.NVML_P2P_CAPS_INDEX_UNKNOWN):
+    assert n.nvmlDeviceGetP2PStatus(handles[0], handles[1], index) == n.NVML_P2P_STATUS_NOT_SUPPORTED
+raises(n.NVML_ERROR_INVALID_ARGUMENT, n.nvmlDeviceGetP2PStatus, handles[0], handles[1], n.NVML_P2P_CAPS_INDEX_UNKNOWN)
+n.nvmlShutdown()
+print("PASS")
+"#;
+    let d = Daemon::start("2", "4GiB");
+    let mut other = d
+        .client(&py)
+        .env("GPUPOOL_MEMORY", "1GiB")
+        .args(["-c", holder])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(other.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "READY", "the other client did not start: {}", d.log());
+    let out =
+        d.client(&py).env("GPUPOOL_MEMORY", "1GiB").args(["-c", script, &other.id().to_string()]).output().unwrap();
+    drop(other.stdin.take());
+    let _ = other.wait();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("PASS"),
+        "{}\n{}",
+        gpupool_e2e::output_text(&out),
+        d.log()
+    );
+}
+
 #[test]
 fn unreachable_daemon_is_not_initialized() {
     let d = Daemon::start("1", "1GiB");

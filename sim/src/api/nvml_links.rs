@@ -21,7 +21,10 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(dev: nvmlDevice_t, info: *m
         }
         // SAFETY: non-null; the caller fills in `version` before the call.
         let version = unsafe { (*info).version };
-        nout(info, shared::fabric_info(d.cfg.cc_major, version).map_err(refused)?)
+        let answer = shared::fabric_info(d.cfg.cc_major, version).map_err(refused)?;
+        // SAFETY: non-null, and the caller's struct per NVML's contract.
+        unsafe { shared::put_fabric_info(info, answer) };
+        Ok(())
     })
 }
 

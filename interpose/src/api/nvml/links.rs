@@ -17,7 +17,8 @@ pub(in crate::api) fn fabric_info(dev: nvmlDevice_t, info: *mut nvmlGpuFabricInf
     let d = device(dev)?;
     let version = crate::api::export::read::<_, gpupool_shim::nvml::nvmlReturn_t>(info.cast_const())?.version;
     let answer = shared::fabric_info(d.compute_capability[0], version).map_err(refused)?;
-    crate::api::export::put(info, answer);
+    // SAFETY: non-null (read above), and the caller's struct per NVML's contract.
+    unsafe { shared::put_fabric_info(info, answer) };
     Ok(())
 }
 
