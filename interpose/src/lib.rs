@@ -56,6 +56,9 @@
 //! - `cuModuleLoad`, `cuLink*` and `cuOccupancy*` are answered here and are not in the
 //!   `cuGetProcAddress` table shared with the simulator (which lacks them): found by
 //!   symbol, not by `cuGetProcAddress`;
+//! - NVML's running compute processes are the caller's own process alone, with the bytes of
+//!   its allocations on the device; no other process is listed, not even the same tenant's
+//!   (`api/nvml.rs`); NVLink, fabric and peer-to-peer queries answer as a device without them;
 //! - the runtime: see [`runtime`] and README "The CUDA runtime API" (a statically linked
 //!   cudart cannot run over the pool; its private `cuGetExportTable` tables are refused).
 #![deny(unsafe_op_in_unsafe_fn)]
