@@ -31,6 +31,9 @@
 //! exported. On targets other than x86_64 and aarch64 the hooks are ordinary functions
 //! and the real functions see this library as their caller (named in [`trampoline`]).
 //!
+//! With `GPUPOOL_CUDART=nvidia`, `libcudart.so*` is left to glibc: NVIDIA's runtime loads and
+//! runs over this library's driver API (`gpupool run --cudart nvidia`).
+//!
 //! `dlsym` is not interposed: on our handle glibc's `dlsym` already answers from our
 //! exports, and a hook could only make `RTLD_NEXT` mean "after libgpupool.so" instead of
 //! "after the caller".
@@ -131,6 +134,25 @@ extern "C" fn no_real_function() -> *mut c_void {
     std::ptr::null_mut()
 }
 
+/// Whether `GPUPOOL_CUDART=nvidia` (`gpupool run --cudart nvidia`) asks that a program loading
+/// `libcudart.so*` get NVIDIA's runtime, which then runs over this library's driver API.
+/// Read once, without allocating (0 unknown, 1 no, 2 yes).
+fn nvidia_cudart() -> bool {
+    static STATE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    match STATE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            // SAFETY: getenv with a NUL-terminated name; the result is NULL or a C string.
+            let v = unsafe { libc::getenv(c"GPUPOOL_CUDART".as_ptr()) };
+            // SAFETY: non-null: a NUL-terminated value owned by the environment.
+            let yes = !v.is_null() && unsafe { CStr::from_ptr(v) }.to_bytes() == b"nvidia";
+            STATE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
 /// Whether `name`'s file name is a vendor library we stand in for.
 fn is_vendor(name: &CStr) -> bool {
     let b = name.to_bytes();
@@ -139,6 +161,9 @@ fn is_vendor(name: &CStr) -> bool {
         None => b,
     };
     if let Some(version) = base.strip_prefix(b"libcudart.so") {
+        if nvidia_cudart() {
+            return false;
+        }
         // Which runtime the program asked for decides what cudaRuntimeGetVersion says.
         let major = match version {
             [b'.', b'1', b'2', ..] => 12,

@@ -144,6 +144,11 @@ enum Command {
         /// Narrow the tenant's compute share (percent, 1..=100).
         #[arg(long)]
         compute: Option<u8>,
+        /// Which CUDA runtime a program that loads `libcudart.so.*` gets: `pool` (libgpupool's
+        /// own; the default, else $GPUPOOL_CUDART) or `nvidia` (NVIDIA's, which the program
+        /// finds itself; nothing is preloaded).
+        #[arg(long, value_enum)]
+        cudart: Option<run::Cudart>,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -207,8 +212,8 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Cert { out, name, days } => cert::run(&out, &name, days),
         Command::Status { json, endpoint } => status::run(json, endpoint),
-        Command::Run { endpoint, memory, compute, command } => {
-            match run::run(run::Options { endpoint, memory, compute, command }) {
+        Command::Run { endpoint, memory, compute, cudart, command } => {
+            match run::run(run::Options { endpoint, memory, compute, cudart, command }) {
                 Ok(code) => return std::process::ExitCode::from(code.clamp(0, 255) as u8),
                 Err(e) => Err(e),
             }

@@ -18,6 +18,18 @@
 //! calls are forwarded to the daemon, which runs them with its backend's library. The same directory
 //! links `libcuda.so.1` and `libnvidia-ml.so.1` to the interposer, for programs that
 //! name the driver in DT_NEEDED on a machine without one.
+//!
+//! `--cudart nvidia` (or `GPUPOOL_CUDART=nvidia`) gives the program NVIDIA's own CUDA runtime
+//! instead: nothing is preloaded (a preloaded libgpupool.so would win every `cuda*` symbol),
+//! the library path gets only the driver links, so NVIDIA's runtime (which the program finds
+//! itself: its run path, `LD_LIBRARY_PATH`, a full path) dlopens `libcuda.so.1` and gets
+//! libgpupool.so, and serves every runtime call over the pool's driver API through the
+//! driver's private tables (interpose/EXPORT_TABLES.md). `pool` stays the default: it needs no
+//! NVIDIA runtime on the client, it keeps cuBLAS forwarded to the daemon (the cuBLAS stand-ins
+//! resolve to the preloaded library), and a call the pool refuses is named in a log line,
+//! where NVIDIA's runtime reports a driver entry point it lacks as
+//! cudaErrorCallRequiresNewerDriver. Statically linked runtimes (default-flag nvcc programs,
+//! CuPy 13+) are NVIDIA's either way.
 
 use anyhow::{Context as _, Result, bail};
 use gpupool_protocol::transport::endpoint::{Endpoint, NetSettings};
@@ -29,7 +41,18 @@ pub struct Options {
     pub endpoint: Option<String>,
     pub memory: Option<String>,
     pub compute: Option<u8>,
+    /// None: `GPUPOOL_CUDART` (`pool` or `nvidia`), else `pool`.
+    pub cudart: Option<Cudart>,
     pub command: Vec<String>,
+}
+
+/// Which CUDA runtime the program gets (see the module's doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Cudart {
+    /// libgpupool.so's own runtime (preloaded; stand-ins for libcudart.so.12/.13).
+    Pool,
+    /// NVIDIA's libcudart, over the pool's driver API.
+    Nvidia,
 }
 
 /// `libgpupool.so` next to the gpupool executable (`target/<profile>/`).
@@ -61,10 +84,20 @@ const DRIVER_SONAMES: [&str; 3] = ["libcuda.so.1", "libcuda.so", "libnvidia-ml.s
 /// interposer's path so a newer build never reuses an older one, written atomically so
 /// concurrent runs agree.
 pub fn cudart_stand_ins(interposer: &std::path::Path) -> Result<PathBuf> {
+    library_dir(interposer, &STAND_INS, "cudart")
+}
+
+/// A directory holding only the driver links (for `--cudart nvidia`).
+pub fn driver_links(interposer: &std::path::Path) -> Result<PathBuf> {
+    library_dir(interposer, &[], "driver")
+}
+
+/// The directory `<prefix>-<hash>` with `files` and the driver links (see [`cudart_stand_ins`]).
+fn library_dir(interposer: &std::path::Path, files: &[(&str, &[u8])], prefix: &str) -> Result<PathBuf> {
     use std::hash::{Hash as _, Hasher as _};
     use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    STAND_INS.hash(&mut h);
+    files.hash(&mut h);
     interposer.hash(&mut h);
     let uid = rustix::process::getuid().as_raw();
     let base = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
@@ -81,14 +114,14 @@ pub fn cudart_stand_ins(interposer: &std::path::Path) -> Result<PathBuf> {
     if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o022 != 0 {
         bail!("{} is not a private directory of this user; remove it", base.display());
     }
-    let dir = base.join(format!("cudart-{:016x}", h.finish()));
-    let names = STAND_INS.iter().map(|(n, _)| *n).chain(DRIVER_SONAMES);
+    let dir = base.join(format!("{prefix}-{:016x}", h.finish()));
+    let names = files.iter().map(|(n, _)| *n).chain(DRIVER_SONAMES);
     if names.into_iter().all(|name| dir.join(name).exists()) {
         return Ok(dir);
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let tmp = |name: &str| dir.join(format!(".{name}.{}", std::process::id()));
-    for (name, bytes) in STAND_INS {
+    for &(name, bytes) in files {
         std::fs::write(tmp(name), bytes).with_context(|| format!("writing {}", tmp(name).display()))?;
         std::fs::rename(tmp(name), dir.join(name))
             .with_context(|| format!("installing {name} in {}", dir.display()))?;
@@ -126,18 +159,34 @@ pub fn run(o: Options) -> Result<i32> {
     {
         bail!("--compute {c}: a percent in 1..=100");
     }
+    let cudart = match o.cudart {
+        Some(c) => c,
+        None => match std::env::var("GPUPOOL_CUDART").ok().filter(|v| !v.is_empty()).as_deref() {
+            None | Some("pool") => Cudart::Pool,
+            Some("nvidia") => Cudart::Nvidia,
+            Some(other) => bail!("GPUPOOL_CUDART={other}: `pool` or `nvidia`"),
+        },
+    };
     let lib = interposer()?;
     let endpoints = crate::status::endpoints(o.endpoint)?;
     NetSettings::from_env().check(&endpoints).map_err(anyhow::Error::msg)?;
     let endpoints: Vec<String> = endpoints.iter().map(Endpoint::to_string).collect();
-    let mut preload = lib.display().to_string();
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        preload.push(':');
-        preload.push_str(&old.to_string_lossy());
-    }
     let mut cmd = Command::new(prog);
-    cmd.args(args).env("LD_PRELOAD", preload).env("GPUPOOL_ENDPOINT", endpoints.join(","));
-    cmd.env("LD_LIBRARY_PATH", library_path_with(&cudart_stand_ins(&lib)?));
+    cmd.args(args).env("GPUPOOL_ENDPOINT", endpoints.join(","));
+    match cudart {
+        Cudart::Pool => {
+            let mut preload = lib.display().to_string();
+            if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+                preload.push(':');
+                preload.push_str(&old.to_string_lossy());
+            }
+            cmd.env("GPUPOOL_CUDART", "pool").env("LD_PRELOAD", preload);
+            cmd.env("LD_LIBRARY_PATH", library_path_with(&cudart_stand_ins(&lib)?));
+        }
+        Cudart::Nvidia => {
+            cmd.env("GPUPOOL_CUDART", "nvidia").env("LD_LIBRARY_PATH", library_path_with(&driver_links(&lib)?));
+        }
+    }
     if let Some(m) = &o.memory {
         cmd.env("GPUPOOL_MEMORY", m);
     }

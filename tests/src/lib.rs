@@ -825,10 +825,25 @@ fn cudart_link_dir(libdir: &Path, out_dir: &Path) -> PathBuf {
 /// `-O2 -Xcompiler -Wall`, then the file's `// nvcc-flags:` line(s), then `extra_flags`.
 /// Built once per (name, out_dir, flags) in a process; a failed build panics with nvcc's output.
 pub fn compile_cu(name: &str, out_dir: &Path, extra_flags: &[&str]) -> PathBuf {
-    type Key = (String, PathBuf, Vec<String>);
+    compile_cu_with(name, out_dir, extra_flags, true)
+}
+
+/// As [`compile_cu`], with nvcc's default runtime: NVIDIA's `libcudart_static.a` linked into
+/// the program (no `-cudart shared`), so the program runs NVIDIA's own runtime whatever
+/// provides `libcudart.so`, and that runtime asks the driver for its private export tables.
+pub fn compile_cu_static(name: &str, out_dir: &Path) -> PathBuf {
+    compile_cu_with(name, out_dir, &[], false)
+}
+
+fn compile_cu_with(name: &str, out_dir: &Path, extra_flags: &[&str], shared_runtime: bool) -> PathBuf {
+    type Key = (String, PathBuf, Vec<String>, bool);
     static BUILT: Mutex<Vec<(Key, PathBuf)>> = Mutex::new(Vec::new());
-    let key: Key =
-        (name.to_string(), out_dir.to_path_buf(), extra_flags.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let key: Key = (
+        name.to_string(),
+        out_dir.to_path_buf(),
+        extra_flags.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        shared_runtime,
+    );
     // Held while compiling: one nvcc at a time, and never the same program twice.
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, exe)) = built.iter().find(|(k, _)| *k == key) {
@@ -851,8 +866,11 @@ pub fn compile_cu(name: &str, out_dir: &Path, extra_flags: &[&str]) -> PathBuf {
     .unwrap();
     let file_flags = nvcc_flags_of(&text);
     let mut cmd = Command::new(&nvcc);
+    if shared_runtime {
+        cmd.args(["-cudart", "shared"]);
+    }
     cmd.env("PATH", path)
-        .args(["-cudart", "shared", "-gencode", "arch=compute_90,code=compute_90", "-O2", "-Xcompiler", "-Wall"])
+        .args(["-gencode", "arch=compute_90,code=compute_90", "-O2", "-Xcompiler", "-Wall"])
         .arg("-L")
         .arg(&link_dir)
         .arg("-L")
