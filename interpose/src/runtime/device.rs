@@ -237,6 +237,12 @@ fn reset() -> Rt<()> {
         super::registry::forget_context(ctx);
         // SAFETY: our own export on a device we retained.
         cu(unsafe { cuDevicePrimaryCtxReset_v2(dev) })?;
+        // The reset context is gone: the next call makes a new primary context current
+        // instead of naming the old one.
+        if crate::client::stack_top() == Some(ctx as u64) {
+            // SAFETY: our own export; NULL unsets the thread's current context.
+            cu(unsafe { crate::api::exports::cuCtxSetCurrent(std::ptr::null_mut()) })?;
+        }
     }
     Ok(())
 }
