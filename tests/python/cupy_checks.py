@@ -104,6 +104,30 @@ d_out = cp.empty_like(d_a)
 raw((h_a.shape[0],), (64,), (d_a, d_out, np.int32(h_a.shape[0]), np.int32(h_a.shape[1])))
 check("raw_kernel", lambda: same(d_out, h_a * np.arange(1, h_a.shape[0] + 1, dtype=np.float32)[:, None]))
 
+# --- CuPy's memory pool caches freed blocks and gives them back to the device on request ---
+def memory_pool():
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    free_before = cp.cuda.runtime.memGetInfo()[0]
+    block = cp.ones(64 << 20, dtype=cp.uint8)
+    used, cached = pool.used_bytes(), pool.total_bytes()
+    free_held = cp.cuda.runtime.memGetInfo()[0]
+    del block
+    after_del = (pool.used_bytes(), pool.total_bytes())
+    pool.free_all_blocks()
+    free_after = cp.cuda.runtime.memGetInfo()[0]
+    ok = (
+        used >= 64 << 20
+        and free_before - free_held >= 64 << 20
+        and after_del == (used - (64 << 20), cached)
+        and pool.total_bytes() <= cached - (64 << 20)
+        and free_after == free_before
+    )
+    return ok, f"used {used}, cached {cached}, after del {after_del}, free {free_before}/{free_held}/{free_after}"
+
+
+check("memory_pool_caches_and_releases", memory_pool)
+
 # --- the quota holds: over it is an OutOfMemoryError, and the pool recovers ---
 def over_quota():
     cp.get_default_memory_pool().free_all_blocks()
