@@ -53,14 +53,16 @@
 //! - 2D and 3D copies with a pageable host end go through staging (a row wider than the
 //!   staging area is `CUDA_ERROR_NOT_SUPPORTED` there); a page-locked end is named in
 //!   place, like a linear copy's;
-//! - `cuModuleLoad`, `cuLink*` and `cuOccupancy*` are answered here and are not in the
-//!   `cuGetProcAddress` table shared with the simulator (which lacks them): found by
-//!   symbol, not by `cuGetProcAddress`;
+//! - `cuModuleLoad` and `cuLink*` are answered here and are not in the `cuGetProcAddress`
+//!   table shared with the simulator (which lacks them): found by symbol; `cuOccupancy*`,
+//!   the library API and `cuStreamGetCaptureInfo_v3` are in this library's own addition to
+//!   that table (`api/proc_address.rs`), for NVIDIA's runtime;
 //! - NVML's running compute processes are the caller's own process alone, with the bytes of
 //!   its allocations on the device; no other process is listed, not even the same tenant's
 //!   (`api/nvml.rs`); NVLink, fabric and peer-to-peer queries answer as a device without them;
-//! - the runtime: see [`runtime`] and README "The CUDA runtime API" (a statically linked
-//!   cudart cannot run over the pool; its private `cuGetExportTable` tables are refused).
+//! - the runtime: see [`runtime`] and README "The CUDA runtime API"; NVIDIA's own runtime
+//!   (statically linked, or its libcudart) runs over this library's driver API through the
+//!   private `cuGetExportTable` tables served in `api/export_tables` (EXPORT_TABLES.md).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod api;

@@ -1,7 +1,8 @@
 //! The CUDA runtime API (`cuda*`, what `libcudart.so.12` / `.13` export), served in
-//! forwarding mode by this library itself: NVIDIA's cudart cannot run over anything but
-//! NVIDIA's driver (it needs the private `cuGetExportTable` tables), so a program that
-//! links cudart dynamically finds these exports instead (preloading wins symbol
+//! forwarding mode by this library itself (the default; `gpupool run --cudart nvidia` lets
+//! NVIDIA's cudart run over our driver API instead, through the export tables of
+//! [`crate::api::export_tables`]): a program that links cudart dynamically finds these
+//! exports (preloading wins symbol
 //! resolution; `gpupool run` also puts `libcudart.so.12` / `.13` stand-ins on the library
 //! path, and a `dlopen` of `libcudart.so*` returns this library).
 //!
