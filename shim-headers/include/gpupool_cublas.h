@@ -139,6 +139,11 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const float *B, int ldb, long long int strideB,
                                          const float *beta, float *C, int ldc, long long int strideC,
                                          int batchCount);
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const double *alpha, const double *A, int lda,
+                                         long long int strideA, const double *B, int ldb, long long int strideB,
+                                         const double *beta, double *C, int ldc, long long int strideC,
+                                         int batchCount);
 cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float *alpha,
                               const float *A, int lda, const float *x, int incx, const float *beta, float *y,
                               int incy);
@@ -225,7 +230,11 @@ typedef enum {
 
 typedef enum {
     CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
-    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
 } cublasLtMatmulPreferenceAttributes_t;
 
 typedef struct {

@@ -394,6 +394,28 @@ unsafe extern "C" {
     ) -> cublasStatus_t;
 }
 unsafe extern "C" {
+    pub fn cublasDgemmStridedBatched(
+        handle: cublasHandle_t,
+        transa: cublasOperation_t,
+        transb: cublasOperation_t,
+        m: ::std::os::raw::c_int,
+        n: ::std::os::raw::c_int,
+        k: ::std::os::raw::c_int,
+        alpha: *const f64,
+        A: *const f64,
+        lda: ::std::os::raw::c_int,
+        strideA: ::std::os::raw::c_longlong,
+        B: *const f64,
+        ldb: ::std::os::raw::c_int,
+        strideB: ::std::os::raw::c_longlong,
+        beta: *const f64,
+        C: *mut f64,
+        ldc: ::std::os::raw::c_int,
+        strideC: ::std::os::raw::c_longlong,
+        batchCount: ::std::os::raw::c_int,
+    ) -> cublasStatus_t;
+}
+unsafe extern "C" {
     pub fn cublasSgemv_v2(
         handle: cublasHandle_t,
         trans: cublasOperation_t,
@@ -670,6 +692,26 @@ impl cublasLtMatmulPreferenceAttributes_t {
 impl cublasLtMatmulPreferenceAttributes_t {
     pub const CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: cublasLtMatmulPreferenceAttributes_t = cublasLtMatmulPreferenceAttributes_t(
         1,
+    );
+}
+impl cublasLtMatmulPreferenceAttributes_t {
+    pub const CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: cublasLtMatmulPreferenceAttributes_t = cublasLtMatmulPreferenceAttributes_t(
+        5,
+    );
+}
+impl cublasLtMatmulPreferenceAttributes_t {
+    pub const CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: cublasLtMatmulPreferenceAttributes_t = cublasLtMatmulPreferenceAttributes_t(
+        6,
+    );
+}
+impl cublasLtMatmulPreferenceAttributes_t {
+    pub const CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: cublasLtMatmulPreferenceAttributes_t = cublasLtMatmulPreferenceAttributes_t(
+        7,
+    );
+}
+impl cublasLtMatmulPreferenceAttributes_t {
+    pub const CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: cublasLtMatmulPreferenceAttributes_t = cublasLtMatmulPreferenceAttributes_t(
+        8,
     );
 }
 #[repr(transparent)]

@@ -57,6 +57,11 @@ exports! { cublasStatus_t;
         a: val *const f32, lda: val c_int, stride_a: val c_longlong, b: val *const f32, ldb: val c_int,
         stride_b: val c_longlong, beta: val *const f32, c: val *mut f32, ldc: val c_int, stride_c: val c_longlong,
         batch: val c_int) = v2::sgemm_strided_batched;
+    cublasDgemmStridedBatched(handle: val cublasHandle_t, transa: val cublasOperation_t,
+        transb: val cublasOperation_t, m: val c_int, n: val c_int, k: val c_int, alpha: val *const f64,
+        a: val *const f64, lda: val c_int, stride_a: val c_longlong, b: val *const f64, ldb: val c_int,
+        stride_b: val c_longlong, beta: val *const f64, c: val *mut f64, ldc: val c_int, stride_c: val c_longlong,
+        batch: val c_int) = v2::dgemm_strided_batched;
 
     // ---- level 1 and 2 ----
     cublasSgemv_v2(handle: val cublasHandle_t, trans: val cublasOperation_t, m: val c_int, n: val c_int,

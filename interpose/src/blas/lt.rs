@@ -57,6 +57,18 @@ fn write<T: Copy>(v: T, buf: *mut c_void, size: usize, written: *mut usize) -> B
     Ok(())
 }
 
+/// The daemon's id of a cuBLASLt handle: one from `cublasLtCreate`, or a cuBLAS handle cast
+/// to one (documented as valid; [`super::v2::lt_of`]).
+fn handle(h: cublasLtHandle_t) -> B<BlasHandleId> {
+    if let Some(id) = HANDLES.find(h as usize) {
+        return Ok(id);
+    }
+    match super::v2::lt_of(h as usize) {
+        Some(id) => id,
+        None => refuse(NOT_INITIALIZED, &format!("cuBLASLt handle {:#x} is not one this process holds", h as usize)),
+    }
+}
+
 pub fn create() -> B<cublasLtHandle_t> {
     let ctx = super::current_ctx()?;
     let answer::BlasHandle { handle } = ask(Request::LtCreate { ctx })?;
@@ -176,6 +188,17 @@ pub fn pref_set(p: cublasLtMatmulPreference_t, attr: PA, buf: *const c_void, siz
         match attr {
             PA::CUBLASLT_MATMUL_PREF_SEARCH_MODE => x.0 = read(buf, size, "SEARCH_MODE")?,
             PA::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES => x.1 = read(buf, size, "MAX_WORKSPACE_BYTES")?,
+            // The caller's promise that its pointers are this aligned (PyTorch sets all four
+            // from the tensors' addresses), which narrows NVIDIA's heuristic to algorithms that
+            // need no more. An algorithm from `heuristic` here holds no such assumption: the
+            // daemon's library chooses at each matmul, for the pointers it is given. So the
+            // value is checked (a uint32_t, as cublasLt.h has it) and needs keeping nowhere.
+            PA::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES
+            | PA::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES
+            | PA::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES
+            | PA::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES => {
+                read::<u32>(buf, size, "MIN_ALIGNMENT_*_BYTES")?;
+            }
             other => {
                 return refuse(
                     INVALID,
@@ -227,7 +250,7 @@ pub fn heuristic(
     results: *mut cublasLtMatmulHeuristicResult_t,
     returned: *mut c_int,
 ) -> B<()> {
-    let id = HANDLES.get(h as usize, NOT_INITIALIZED, "cuBLASLt handle")?;
+    let id = handle(h)?;
     let (_, max_workspace) = PREFS.get(pref as usize, INVALID, "matmul preference")?;
     if requested <= 0 || results.is_null() || returned.is_null() {
         return refuse(INVALID, "cublasLtMatmulAlgoGetHeuristic: no room for results");
@@ -273,7 +296,7 @@ pub fn matmul(
     workspace_bytes: usize,
     stream: cudaStream_t,
 ) -> B<()> {
-    let id = HANDLES.get(h as usize, NOT_INITIALIZED, "cuBLASLt handle")?;
+    let id = handle(h)?;
     if !algo.is_null() {
         // SAFETY: non-null: the caller's algorithm struct (64 bytes).
         let first = unsafe { algo.read_unaligned() }.data[0];

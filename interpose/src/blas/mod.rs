@@ -93,6 +93,10 @@ impl<T: Clone> Table<T> {
         self.with(|m| m.insert(h, v));
         h
     }
+    /// The object, if this process holds `h` (nothing logged either way).
+    pub fn find(&self, h: usize) -> Option<T> {
+        self.with(|m| m.get(&h).cloned())
+    }
     /// The object, or `status` (logged) for a handle this process does not hold.
     pub fn get(&self, h: usize, status: cublasStatus_t, what: &str) -> B<T> {
         match self.with(|m| m.get(&h).cloned()) {

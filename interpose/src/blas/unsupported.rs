@@ -65,7 +65,7 @@ unsupported! {
     cublasDcopy_v2, cublasDcopy_v2_64, cublasDdgmm, cublasDdgmm_64, cublasDdot, cublasDdot_v2, cublasDdot_v2_64,
     cublasDgbmv, cublasDgbmv_v2, cublasDgbmv_v2_64, cublasDgeam, cublasDgeam_64, cublasDgelsBatched,
     cublasDgemm, cublasDgemmBatched, cublasDgemmBatched_64, cublasDgemmGroupedBatched,
-    cublasDgemmGroupedBatched_64, cublasDgemmStridedBatched, cublasDgemmStridedBatched_64, cublasDgemm_v2_64,
+    cublasDgemmGroupedBatched_64, cublasDgemmStridedBatched_64, cublasDgemm_v2_64,
     cublasDgemv, cublasDgemvBatched, cublasDgemvBatched_64, cublasDgemvStridedBatched,
     cublasDgemvStridedBatched_64, cublasDgemv_v2_64, cublasDgeqrfBatched, cublasDger, cublasDger_v2,
     cublasDger_v2_64, cublasDgetrfBatched, cublasDgetriBatched, cublasDgetrsBatched, cublasDmatinvBatched,

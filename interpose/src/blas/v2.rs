@@ -5,10 +5,10 @@
 #![allow(clippy::too_many_arguments)]
 
 use super::{B, INVALID, NOT_INITIALIZED, Table, ask, refuse, scalar, stream_id};
-use gpupool_protocol::DevicePtr;
 use gpupool_protocol::Request;
 use gpupool_protocol::ops::blas::{GemmFn, gemm_fn, vector_fn};
 use gpupool_protocol::ops::{BlasHandleId, BlasMat, Gemm, Vector, answer};
+use gpupool_protocol::{CtxId, DevicePtr};
 use gpupool_shim::cublas::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasHandle_t, cublasMath_t, cublasOperation_t, cublasPointerMode_t,
     cudaDataType, cudaStream_t,
@@ -19,6 +19,10 @@ use std::os::raw::{c_int, c_longlong};
 #[derive(Clone, Copy)]
 pub struct Handle {
     id: BlasHandleId,
+    /// The context it was created in (its cuBLASLt handle is made there too).
+    ctx: CtxId,
+    /// The cuBLASLt handle it encapsulates, made in the daemon on first use (see [`lt_of`]).
+    lt: Option<BlasHandleId>,
     stream: usize,
     device_mode: bool,
     math: u32,
@@ -37,12 +41,42 @@ fn ok(op: Request) -> B<()> {
 pub fn create() -> B<cublasHandle_t> {
     let ctx = super::current_ctx()?;
     let answer::BlasHandle { handle } = ask(Request::BlasCreate { ctx })?;
-    Ok(HANDLES.insert(Handle { id: handle, stream: 0, device_mode: false, math: 0 }) as cublasHandle_t)
+    let hd = Handle { id: handle, ctx, lt: None, stream: 0, device_mode: false, math: 0 };
+    Ok(HANDLES.insert(hd) as cublasHandle_t)
 }
 
 pub fn destroy(h: cublasHandle_t) -> B<()> {
     let hd = HANDLES.remove(h as usize, NOT_INITIALIZED, "cuBLAS handle")?;
-    ok(Request::BlasDestroy { handle: hd.id })
+    let lt = match hd.lt {
+        Some(lt) => ok(Request::LtDestroy { handle: lt }),
+        None => Ok(()),
+    };
+    ok(Request::BlasDestroy { handle: hd.id }).and(lt)
+}
+
+/// The cuBLASLt handle that cuBLAS handle `h` encapsulates, or None if `h` is not a cuBLAS
+/// handle of this process. cuBLASLt documents that any valid `cublasHandle_t` can be used in
+/// place of a `cublasLtHandle_t` with a cast, and PyTorch does so for every cuBLASLt call.
+/// The daemon's cuBLASLt handle is made on first use, in the handle's context, and lives as
+/// long as the cuBLAS handle.
+pub fn lt_of(h: usize) -> Option<B<BlasHandleId>> {
+    let hd = HANDLES.find(h)?;
+    if let Some(lt) = hd.lt {
+        return Some(Ok(lt));
+    }
+    Some((|| {
+        let answer::BlasHandle { handle: made } = ask(Request::LtCreate { ctx: hd.ctx })?;
+        // Another thread may have made one meanwhile: the first stored is kept.
+        let mut kept = made;
+        HANDLES.update(h, NOT_INITIALIZED, "cuBLAS handle", |x| {
+            kept = *x.lt.get_or_insert(made);
+            Ok(())
+        })?;
+        if kept != made {
+            ok(Request::LtDestroy { handle: made })?;
+        }
+        Ok(kept)
+    })())
 }
 
 pub fn version(h: cublasHandle_t) -> B<c_int> {
@@ -317,6 +351,33 @@ pub fn sgemm_strided_batched(
     let mats = [mat(a.cast(), F32, lda, sa), mat(b.cast(), F32, ldb, sb), mat(c.cast(), F32, ldc, sc)];
     let f = gemm_fn::SGEMM_STRIDED_BATCHED;
     gemm(h, f, (ta, tb), (m, n, k), [alpha.cast(), beta.cast()], mats, batch, COMPUTE_32F, DEFAULT_ALGO)
+}
+
+/// `cublasDgemmStridedBatched` is GemmStridedBatchedEx over fp64 with fp64 compute (what
+/// cuBLAS documents it as), so the daemon needs no function of its own for it.
+pub fn dgemm_strided_batched(
+    h: cublasHandle_t,
+    ta: cublasOperation_t,
+    tb: cublasOperation_t,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f64,
+    a: *const f64,
+    lda: c_int,
+    sa: c_longlong,
+    b: *const f64,
+    ldb: c_int,
+    sb: c_longlong,
+    beta: *const f64,
+    c: *mut f64,
+    ldc: c_int,
+    sc: c_longlong,
+    batch: c_int,
+) -> B<()> {
+    let mats = [mat(a.cast(), F64, lda, sa), mat(b.cast(), F64, ldb, sb), mat(c.cast(), F64, ldc, sc)];
+    let f = gemm_fn::GEMM_STRIDED_BATCHED_EX;
+    gemm(h, f, (ta, tb), (m, n, k), [alpha.cast(), beta.cast()], mats, batch, COMPUTE_64F, DEFAULT_ALGO)
 }
 
 /// A level-1/2 call; `beta` is alpha again where the routine has none (axpy, scal).
