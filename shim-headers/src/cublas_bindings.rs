@@ -695,6 +695,11 @@ impl cublasLtMatmulPreferenceAttributes_t {
     );
 }
 impl cublasLtMatmulPreferenceAttributes_t {
+    pub const CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: cublasLtMatmulPreferenceAttributes_t = cublasLtMatmulPreferenceAttributes_t(
+        3,
+    );
+}
+impl cublasLtMatmulPreferenceAttributes_t {
     pub const CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: cublasLtMatmulPreferenceAttributes_t = cublasLtMatmulPreferenceAttributes_t(
         5,
     );

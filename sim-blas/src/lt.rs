@@ -338,6 +338,15 @@ exports! {
         match attr {
             PrefAttr::CUBLASLT_MATMUL_PREF_SEARCH_MODE => { let v: u32 = read_attr(buf, size, "SEARCH_MODE")?; set(&PREFS, key, what, |p| p.search = v) }
             PrefAttr::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES => { let v: u64 = read_attr(buf, size, "MAX_WORKSPACE_BYTES")?; set(&PREFS, key, what, |p| p.max_workspace = v) }
+            // The one algorithm here splits no sum (no split-K), so it fits every mask of
+            // reduction schemes; a mask naming none of cublasLtReductionScheme_t is refused.
+            PrefAttr::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK => {
+                let v: u32 = read_attr(buf, size, "REDUCTION_SCHEME_MASK")?;
+                if v & !7 != 0 {
+                    return fail(S::CUBLAS_STATUS_INVALID_VALUE, || format!("REDUCTION_SCHEME_MASK {v:#x} names no scheme"));
+                }
+                Ok(())
+            }
             a => fail(S::CUBLAS_STATUS_NOT_SUPPORTED, || format!("preference attribute {} is not supported", a.0)),
         }
     }

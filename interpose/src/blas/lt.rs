@@ -27,10 +27,23 @@ struct Desc {
 static HANDLES: Table<BlasHandleId> = Table::new();
 static DESCS: Table<Desc> = Table::new();
 static LAYOUTS: Table<LtLayout> = Table::new();
-static PREFS: Table<(u32, u64)> = Table::new();
+static PREFS: Table<Pref> = Table::new();
 
-/// "gpupool\0": the first word of every algorithm a heuristic here returns.
+/// A matmul preference's attributes.
+#[derive(Clone, Copy)]
+struct Pref {
+    max_workspace: u64,
+    reduction_mask: u32,
+}
+
+/// "gpupool\0": the first word of every algorithm a heuristic here returns; the third is the
+/// preference's reduction-scheme mask, which the matmul that uses the algorithm must honour.
 const ALGO_MARK: u64 = u64::from_le_bytes(*b"gpupool\0");
+const ALGO_REDUCTION_MASK: usize = 2;
+
+/// `CUBLASLT_REDUCTION_SCHEME_MASK`: every split-K reduction (in place, in the compute type,
+/// in the output type), the preference's default and a NULL algorithm's.
+const ALL_REDUCTIONS: u32 = 7;
 
 /// An attribute value from the caller's buffer: exactly the attribute's size, as cuBLASLt requires.
 fn read<T: Copy>(buf: *const c_void, size: usize, what: &str) -> B<T> {
@@ -176,7 +189,7 @@ pub fn layout_get(l: cublasLtMatrixLayout_t, attr: LA, buf: *mut c_void, size: u
 }
 
 pub fn pref_create() -> B<cublasLtMatmulPreference_t> {
-    Ok(PREFS.insert((0, 0)) as cublasLtMatmulPreference_t)
+    Ok(PREFS.insert(Pref { max_workspace: 0, reduction_mask: ALL_REDUCTIONS }) as cublasLtMatmulPreference_t)
 }
 
 pub fn pref_destroy(p: cublasLtMatmulPreference_t) -> B<()> {
@@ -186,8 +199,25 @@ pub fn pref_destroy(p: cublasLtMatmulPreference_t) -> B<()> {
 pub fn pref_set(p: cublasLtMatmulPreference_t, attr: PA, buf: *const c_void, size: usize) -> B<()> {
     PREFS.update(p as usize, INVALID, "matmul preference", |x| {
         match attr {
-            PA::CUBLASLT_MATMUL_PREF_SEARCH_MODE => x.0 = read(buf, size, "SEARCH_MODE")?,
-            PA::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES => x.1 = read(buf, size, "MAX_WORKSPACE_BYTES")?,
+            // Checked, not kept: the daemon's heuristic searches best-fit either way (an
+            // algorithm id to limit it to is never handed out here).
+            PA::CUBLASLT_MATMUL_PREF_SEARCH_MODE => {
+                read::<u32>(buf, size, "SEARCH_MODE")?;
+            }
+            PA::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES => x.max_workspace = read(buf, size, "MAX_WORKSPACE_BYTES")?,
+            // PyTorch sets it (no reduction in the output type) unless fp16/bf16 reduced
+            // precision reductions are allowed. It travels with the heuristic query and, in
+            // the algorithm returned, with each matmul, where the daemon's library honours it.
+            PA::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK => {
+                let mask: u32 = read(buf, size, "REDUCTION_SCHEME_MASK")?;
+                if mask & !ALL_REDUCTIONS != 0 {
+                    return refuse(
+                        INVALID,
+                        &format!("REDUCTION_SCHEME_MASK {mask:#x} names no cublasLtReductionScheme_t"),
+                    );
+                }
+                x.reduction_mask = mask;
+            }
             // The caller's promise that its pointers are this aligned (PyTorch sets all four
             // from the tensors' addresses), which narrows NVIDIA's heuristic to algorithms that
             // need no more. An algorithm from `heuristic` here holds no such assumption: the
@@ -233,6 +263,7 @@ fn matmul_shape(desc: cublasLtMatmulDesc_t, layouts: [cublasLtMatrixLayout_t; 4]
         workspace: DevicePtr(0),
         workspace_bytes: 0,
         stream: gpupool_protocol::StreamId::NULL,
+        reduction_mask: ALL_REDUCTIONS,
     };
     Ok((x, mm))
 }
@@ -251,11 +282,13 @@ pub fn heuristic(
     returned: *mut c_int,
 ) -> B<()> {
     let id = handle(h)?;
-    let (_, max_workspace) = PREFS.get(pref as usize, INVALID, "matmul preference")?;
+    let pref = PREFS.get(pref as usize, INVALID, "matmul preference")?;
     if requested <= 0 || results.is_null() || returned.is_null() {
         return refuse(INVALID, "cublasLtMatmulAlgoGetHeuristic: no room for results");
     }
-    let (_, matmul) = matmul_shape(desc, [a, b, c, d])?;
+    let (_, mut matmul) = matmul_shape(desc, [a, b, c, d])?;
+    matmul.reduction_mask = pref.reduction_mask;
+    let max_workspace = pref.max_workspace;
     let answer::LtAlgos { count, workspace_bytes } =
         ask(Request::LtHeuristic { handle: id, matmul, max_workspace, requested })?;
     let n = (count as usize).min(requested as usize);
@@ -263,6 +296,7 @@ pub fn heuristic(
         let mut algo = cublasLtMatmulAlgo_t { data: [0; 8] };
         algo.data[0] = ALGO_MARK;
         algo.data[1] = i as u64;
+        algo.data[ALGO_REDUCTION_MASK] = pref.reduction_mask.into();
         let r = cublasLtMatmulHeuristicResult_t {
             algo,
             workspaceSize: workspace_bytes as usize,
@@ -297,14 +331,17 @@ pub fn matmul(
     stream: cudaStream_t,
 ) -> B<()> {
     let id = handle(h)?;
+    let mut reduction_mask = ALL_REDUCTIONS;
     if !algo.is_null() {
         // SAFETY: non-null: the caller's algorithm struct (64 bytes).
-        let first = unsafe { algo.read_unaligned() }.data[0];
-        if first != ALGO_MARK {
+        let data = unsafe { algo.read_unaligned() }.data;
+        if data[0] != ALGO_MARK {
             return refuse(INVALID, "an algorithm not from this library's heuristic");
         }
+        reduction_mask = u32::try_from(data[ALGO_REDUCTION_MASK]).unwrap_or(ALL_REDUCTIONS) & ALL_REDUCTIONS;
     }
     let (x, mut mm) = matmul_shape(desc, [al, bl, cl, dl])?;
+    mm.reduction_mask = reduction_mask;
     let size = scalar_size(x.d.scale)?;
     if !(0..=1).contains(&x.pointer_mode) {
         return refuse(NOT_SUPPORTED, &format!("pointer mode {} is not one gpupool forwards", x.pointer_mode));

@@ -2,8 +2,12 @@
 //! its descriptors, layouts and preferences (a handful of scalars each) and sends their values
 //! with the call ([`gpupool_protocol::ops::Matmul`]); they are built here, used, and destroyed
 //! when the call returns (cuBLASLt reads them during the call only). The algorithm is always
-//! the backend's own heuristic choice (`algo` NULL): a client's `cublasLtMatmulAlgo_t` is
-//! opaque bytes the vendor library would interpret, and is never passed on.
+//! the backend's own heuristic choice: a client's `cublasLtMatmulAlgo_t` is opaque bytes the
+//! vendor library would interpret, and is never passed on. With the default preferences that
+//! is `algo` NULL (the library's implicit heuristic); a matmul whose algorithm came from a
+//! preference restricting the split-K reductions (PyTorch's, unless reduced-precision
+//! reductions are allowed) gets the first algorithm of a heuristic query under that
+//! restriction.
 
 use super::dispatch::{Fail, Result};
 use crate::backend::CublasLt;
@@ -14,6 +18,9 @@ use gpupool_shim::cublas::{
     cublasLtMatrixLayoutAttribute_t as LA, cublasStatus_t, cudaDataType, cudaStream_t,
 };
 use std::os::raw::c_void;
+
+/// `CUBLASLT_REDUCTION_SCHEME_MASK`: every reduction scheme, the preference's default.
+const ALL_REDUCTIONS: u32 = 7;
 
 /// Epilogues that add a bias (BIAS, RELU_BIAS, GELU_BIAS).
 pub fn has_bias(epilogue: u32) -> bool {
@@ -39,11 +46,21 @@ pub struct Objects<'l> {
     desc: cublasLtMatmulDesc_t,
     layouts: Vec<cublasLtMatrixLayout_t>,
     pref: cublasLtMatmulPreference_t,
+    /// Not every reduction scheme is allowed: a matmul asks the heuristic for its algorithm.
+    restricted: bool,
 }
 
 impl<'l> Objects<'l> {
     pub fn new(lib: &'l CublasLt, mm: &Matmul) -> Result<Objects<'l>> {
-        let mut o = Objects { lib, desc: std::ptr::null_mut(), layouts: Vec::new(), pref: std::ptr::null_mut() };
+        if mm.reduction_mask & !ALL_REDUCTIONS != 0 {
+            return Err(Fail::new(
+                cublasStatus_t::CUBLAS_STATUS_INVALID_VALUE.0,
+                format!("reduction scheme mask {:#x} names no cublasLtReductionScheme_t", mm.reduction_mask),
+            ));
+        }
+        let restricted = mm.reduction_mask != ALL_REDUCTIONS;
+        let mut o =
+            Objects { lib, desc: std::ptr::null_mut(), layouts: Vec::new(), pref: std::ptr::null_mut(), restricted };
         let d = &mm.desc;
         // SAFETY (every call below): the backend's own create/set entry points with a live
         // out-pointer or an object created just before, and values of the attribute's size.
@@ -69,6 +86,21 @@ impl<'l> Objects<'l> {
             o.layouts.push(layout);
         }
         check("cublasLtMatmulPreferenceCreate", unsafe { (lib.cublasLtMatmulPreferenceCreate)(&mut o.pref) })?;
+        if restricted {
+            let pref = o.pref;
+            attr(
+                |p, n| unsafe {
+                    (lib.cublasLtMatmulPreferenceSetAttribute)(
+                        pref,
+                        PA::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                        p,
+                        n,
+                    )
+                },
+                "REDUCTION_SCHEME_MASK",
+                mm.reduction_mask,
+            )?;
+        }
         Ok(o)
     }
 
@@ -102,6 +134,17 @@ impl<'l> Objects<'l> {
         max_workspace: u64,
         requested: i32,
     ) -> Result<(u32, u64)> {
+        let found = self.search(handle, max_workspace, requested)?;
+        Ok((found.len() as u32, found.first().map_or(0, |r| r.workspaceSize as u64)))
+    }
+
+    /// The backend heuristic's results (at most `requested`, 1..=16) within `max_workspace`.
+    fn search(
+        &self,
+        handle: gpupool_shim::cublas::cublasLtHandle_t,
+        max_workspace: u64,
+        requested: i32,
+    ) -> Result<Vec<cublasLtMatmulHeuristicResult_t>> {
         let lib = self.lib;
         let pref = self.pref;
         attr(
@@ -131,8 +174,8 @@ impl<'l> Objects<'l> {
                 &mut found,
             )
         })?;
-        let found = found.clamp(0, want);
-        Ok((found as u32, if found > 0 { results[0].workspaceSize as u64 } else { 0 }))
+        results.truncate(found.clamp(0, want) as usize);
+        Ok(results)
     }
 
     /// `cublasLtMatmul` with the checked pointers of `mm`, on `stream`.
@@ -144,6 +187,21 @@ impl<'l> Objects<'l> {
         beta: *const c_void,
         stream: cudaStream_t,
     ) -> Result<()> {
+        let chosen = if self.restricted {
+            let found = self.search(handle, mm.workspace_bytes, 1)?;
+            match found.first() {
+                Some(r) => Some(r.algo),
+                None => {
+                    return Err(Fail::new(
+                        cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED.0,
+                        "the backend has no algorithm for this matmul with its reduction schemes and workspace",
+                    ));
+                }
+            }
+        } else {
+            None
+        };
+        let algo = chosen.as_ref().map_or(std::ptr::null(), |a| a as *const _);
         let l = &self.layouts;
         let p = |d: gpupool_protocol::DevicePtr| d.0 as *const c_void;
         // SAFETY: every device pointer was checked against the session's memory for its
@@ -162,7 +220,7 @@ impl<'l> Objects<'l> {
                 l[2],
                 mm.d.0 as *mut c_void,
                 l[3],
-                std::ptr::null(),
+                algo,
                 mm.workspace.0 as *mut c_void,
                 mm.workspace_bytes as usize,
                 stream,

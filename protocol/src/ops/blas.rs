@@ -141,11 +141,13 @@ wire_struct! {
 wire_struct! {
     /// `D = epilogue(alpha op(A) op(B) + beta C)`, each layout with its matrix's pointer
     /// (zero in a heuristic query), on `stream` with `workspace_bytes` at `workspace`.
+    /// `reduction_mask` is the preference's `CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK`
+    /// (the split-K reductions the algorithm may use; 7, every one, by default).
     #[derive(Copy)]
     pub struct Matmul {
         pub desc: LtDesc, pub alpha: BlasScalar, pub beta: BlasScalar,
         pub a: DevicePtr, pub a_layout: LtLayout, pub b: DevicePtr, pub b_layout: LtLayout,
         pub c: DevicePtr, pub c_layout: LtLayout, pub d: DevicePtr, pub d_layout: LtLayout,
-        pub workspace: DevicePtr, pub workspace_bytes: u64, pub stream: StreamId,
+        pub workspace: DevicePtr, pub workspace_bytes: u64, pub stream: StreamId, pub reduction_mask: u32,
     }
 }

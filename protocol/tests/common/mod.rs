@@ -62,6 +62,7 @@ fn matmul() -> Matmul {
         workspace: DevicePtr(PTR.0 + (1 << 20)),
         workspace_bytes: 1 << 22,
         stream: STREAM,
+        reduction_mask: 3,
     }
 }
 
