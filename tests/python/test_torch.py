@@ -57,7 +57,7 @@ def run_section(daemon, python, section, alloc_conf=None):
     )
     # Everything the process held is back when it is gone.
     wait_for(lambda: all(daemon.used("default", dev)[0] == 0 for dev in (0, 1)), 5, "the ledger back to 0")
-    return p.stdout
+    return p
 
 
 SECTIONS = {
@@ -70,21 +70,24 @@ SECTIONS = {
 
 @pytest.mark.parametrize("section", sorted(SECTIONS))
 def test_torch_section_under_the_pool(daemon, torch_python, section):
-    out = run_section(daemon, torch_python, section)
+    out = run_section(daemon, torch_python, section).stdout
     passes = [line for line in out.splitlines() if line.startswith(f"PASS {section}:")]
     assert len(passes) == SECTIONS[section], out
 
 
 @pytest.mark.parametrize("alloc_conf", [None, "expandable_segments:True"], ids=["default", "expandable_segments"])
 def test_torch_allocator_out_of_memory_at_the_quota_and_after(daemon, torch_python, alloc_conf):
-    out = run_section(daemon, torch_python, "alloc", alloc_conf)
+    p = run_section(daemon, torch_python, "alloc", alloc_conf)
     mode = "expandable_segments" if alloc_conf else "default"
-    passes = [line for line in out.splitlines() if line.startswith(f"PASS alloc[{mode}]:")]
-    assert len(passes) == 3 and "OutOfMemoryError after" in passes[1], out
+    passes = [line for line in p.stdout.splitlines() if line.startswith(f"PASS alloc[{mode}]:")]
+    assert len(passes) == 3 and "OutOfMemoryError after" in passes[1], p.stdout
+    # The expandable segments were mapped through the VMM API, and its cuMemCreate met the quota.
+    mapped = "expandable_segments: memory mapping failed with OOM" in p.stderr
+    assert mapped == (alloc_conf is not None), p.stderr
 
 
 def test_torch_matmuls_on_cublas_in_the_daemon_match_the_cpu(daemon, torch_python):
-    out = run_section(daemon, torch_python, "blas")
+    out = run_section(daemon, torch_python, "blas").stdout
     errors = {}
     for line in out.splitlines():
         if line.startswith("ERROR "):
