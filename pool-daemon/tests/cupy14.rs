@@ -80,3 +80,37 @@ fn cupy14_static_runtime_arrays_kernels_memory_pool_and_quota_match_numpy() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `cupy.matmul` / `cupy.dot` with CuPy 14 (fp32, fp64, fp16, batched, transposed,
+/// matrix-vector): CuPy's cuBLAS calls reach libgpupool.so's libcublas.so.12 stand-in (no NVIDIA
+/// cuBLAS in this venv) and run in the daemon's cuBLAS, against NumPy.
+#[test]
+fn cupy14_matmul_and_dot_run_cublas_in_the_daemon() {
+    ensure_interposer();
+    let venv = venv();
+    let d = Daemon::start(Some(&tenant_config("512MiB")));
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cupy14-cache");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(["run", "--endpoint", &d.endpoint(), "--"])
+        .arg(venv.join("bin/python"))
+        .arg(root.join("tests/python/cupy_blas_checks.py"))
+        .env_remove("LD_LIBRARY_PATH")
+        .env("CUPY_COMPILE_WITH_PTX", "1")
+        .env("CUPY_ACCELERATORS", "")
+        .env("CUPY_CACHE_DIR", &cache)
+        .env("GPUPOOL_LOG", "1");
+    let out = gpupool_e2e::output_with_sim_env(cmd, &[], Duration::from_secs(300))
+        .expect("cupy_blas_checks did not finish within 300 s");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let passes = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
+    let log = d.log();
+    // cupy_blas_checks.py also checks that no NVIDIA cuBLAS is mapped in the client (this venv has
+    // none): the GEMMs ran in the daemon.
+    assert!(
+        out.status.success() && passes >= 8 && stdout.contains(&format!("SUMMARY {passes}/{passes}")),
+        "cupy_blas_checks: {} ({passes} passed)\n--- stdout ---\n{stdout}\n--- stderr ---\n{}\n--- daemon ---\n{log}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
