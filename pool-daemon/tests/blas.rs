@@ -65,4 +65,11 @@ fn cublas_and_cublaslt_run_in_the_daemon_and_match_numpy() {
     );
     let after = other.call(gpupool_protocol::Request::MemcpyDtoHInline { src: foreign, len: 64 });
     assert_eq!(answer::Bytes::try_from(before).ok(), answer::Bytes::try_from(after).ok());
+    // The program launched no kernel of its own: what the compute scheduler charged the tenant
+    // on device 0 is its cuBLAS calls, one charge each by measured device time.
+    let st = d.status();
+    let team = st["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "team").unwrap();
+    let c = &team["devices"][0]["compute"];
+    assert!(c["kernels"].as_u64().unwrap_or(0) >= 20, "cuBLAS calls not charged as device work: {st}");
+    assert!(c["charged_ns"].as_u64().unwrap_or(0) > 0, "no device time charged for cuBLAS: {st}");
 }
