@@ -10,11 +10,9 @@
 
 mod common;
 
-use common::{Client, Daemon, ensure_interposer, uid};
+use common::{Client, Daemon, ensure_interposer, gpupool_run_script, run_checks, uid};
 use gpupool_protocol::ops::answer;
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::Duration;
 
 #[test]
 fn cublas_and_cublaslt_run_in_the_daemon_and_match_numpy() {
@@ -33,26 +31,10 @@ fn cublas_and_cublaslt_run_in_the_daemon_and_match_numpy() {
     let foreign = other.alloc(ctx, 4096).expect("the other tenant's allocation");
     let before = other.call(gpupool_protocol::Request::MemcpyDtoHInline { src: foreign, len: 64 });
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/cublas_checks.py");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
-    cmd.args(["run", "--endpoint", &d.endpoint(), "--"]).arg(&python).arg(&script).arg(format!("{:#x}", foreign.0));
-    let out = gpupool_e2e::output_with_sim_env(cmd, &[], Duration::from_secs(300))
-        .expect("cublas_checks did not finish within 300 s");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let passes = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
-    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
-    let summary = stdout.lines().find(|l| l.starts_with("SUMMARY "));
+    let mut cmd = gpupool_run_script(&d, &python, "cublas_checks.py");
+    cmd.arg(format!("{:#x}", foreign.0));
+    run_checks(cmd, "cublas_checks", 30, &d);
     let log = d.log();
-    assert!(
-        out.status.success()
-            && fails.is_empty()
-            && passes >= 30
-            && summary == Some(&format!("SUMMARY {passes}/{passes}")[..]),
-        "cublas_checks: {} ({passes} passed)\n--- failures ---\n{}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- daemon ---\n{log}",
-        out.status,
-        fails.join("\n")
-    );
     // Each refusal is logged with its reason, and the other tenant's bytes are untouched.
     assert!(
         log.lines().any(|l| l.contains("request=\"BlasGemm\"") && l.contains("code=7") && l.contains("B (16384 bytes")),

@@ -10,9 +10,8 @@
 
 mod common;
 
-use common::{Daemon, ensure_interposer, tenant_config};
+use common::{Daemon, ensure_interposer, gpupool_run_script, run_checks, tenant_config};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 fn venv() -> PathBuf {
@@ -50,34 +49,14 @@ fn cupy_arrays_elementwise_reductions_and_kernels_match_numpy() {
     let venv = venv();
     let quota_mib = 512;
     let d = Daemon::start(Some(&tenant_config(&format!("{quota_mib}MiB"))));
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cupy-cache");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
-    cmd.args(["run", "--endpoint", &d.endpoint(), "--"])
-        .arg(venv.join("bin/python"))
-        .arg(root.join("tests/python/cupy_checks.py"))
-        .arg(quota_mib.to_string())
+    let mut cmd = gpupool_run_script(&d, &venv.join("bin/python"), "cupy_checks.py");
+    cmd.arg(quota_mib.to_string())
         .env("LD_LIBRARY_PATH", wheel_libs(&venv))
         .env("CUPY_COMPILE_WITH_PTX", "1")
         .env("CUPY_CACHE_DIR", &cache)
         .env("GPUPOOL_LOG", "1");
-    let out = gpupool_e2e::output_with_sim_env(cmd, &[], Duration::from_secs(300))
-        .expect("cupy_checks did not finish within 300 s");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let passes = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
-    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
-    let summary = stdout.lines().find(|l| l.starts_with("SUMMARY "));
-    assert!(
-        out.status.success()
-            && fails.is_empty()
-            && passes >= 28
-            && summary == Some(&format!("SUMMARY {passes}/{passes}")[..]),
-        "cupy_checks: {} ({passes} passed)\n--- failures ---\n{}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- daemon ---\n{}",
-        out.status,
-        fails.join("\n"),
-        d.log()
-    );
+    run_checks(cmd, "cupy_checks", 28, &d);
     // Everything the program held is back when it is gone.
     let t0 = std::time::Instant::now();
     while d.used("team", 0) != 0 || d.used("team", 1) != 0 {
@@ -94,25 +73,11 @@ fn cupy_matmul_and_dot_run_cublas_in_the_daemon() {
     ensure_interposer();
     let venv = venv();
     let d = Daemon::start(Some(&tenant_config("512MiB")));
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cupy-cache");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
-    cmd.args(["run", "--endpoint", &d.endpoint(), "--"])
-        .arg(venv.join("bin/python"))
-        .arg(root.join("tests/python/cupy_blas_checks.py"))
-        .env("LD_LIBRARY_PATH", wheel_libs(&venv))
+    let mut cmd = gpupool_run_script(&d, &venv.join("bin/python"), "cupy_blas_checks.py");
+    cmd.env("LD_LIBRARY_PATH", wheel_libs(&venv))
         .env("CUPY_COMPILE_WITH_PTX", "1")
         .env("CUPY_CACHE_DIR", &cache)
         .env("GPUPOOL_LOG", "1");
-    let out = gpupool_e2e::output_with_sim_env(cmd, &[], Duration::from_secs(300))
-        .expect("cupy_blas_checks did not finish within 300 s");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let passes = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
-    let log = d.log();
-    assert!(
-        out.status.success() && passes >= 8 && stdout.contains(&format!("SUMMARY {passes}/{passes}")),
-        "cupy_blas_checks: {} ({passes} passed)\n--- stdout ---\n{stdout}\n--- stderr ---\n{}\n--- daemon ---\n{log}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_checks(cmd, "cupy_blas_checks", 8, &d);
 }

@@ -14,9 +14,8 @@
 
 mod common;
 
-use common::{Daemon, ensure_interposer, tenant_config};
+use common::{Daemon, ensure_interposer, gpupool_run_script, run_checks, tenant_config};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 fn venv() -> PathBuf {
@@ -35,36 +34,16 @@ fn cupy14_static_runtime_arrays_kernels_memory_pool_and_quota_match_numpy() {
     let venv = venv();
     let quota_mib = 512;
     let d = Daemon::start(Some(&tenant_config(&format!("{quota_mib}MiB"))));
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cupy14-cache");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
-    cmd.args(["run", "--endpoint", &d.endpoint(), "--"])
-        .arg(venv.join("bin/python"))
-        .arg(root.join("tests/python/cupy_checks.py"))
-        .arg(quota_mib.to_string())
+    let mut cmd = gpupool_run_script(&d, &venv.join("bin/python"), "cupy_checks.py");
+    cmd.arg(quota_mib.to_string())
         .env_remove("LD_LIBRARY_PATH")
         .env("CUPY_COMPILE_WITH_PTX", "1")
         .env("CUPY_ACCELERATORS", "")
         .env("CUPY_CACHE_DIR", &cache)
         .env("GPUPOOL_TRACE_EXPORT_TABLES", "1")
         .env("GPUPOOL_LOG", "1");
-    let out = gpupool_e2e::output_with_sim_env(cmd, &[], Duration::from_secs(300))
-        .expect("cupy_checks did not finish within 300 s");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let passes = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
-    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
-    let summary = stdout.lines().find(|l| l.starts_with("SUMMARY "));
-    assert!(
-        out.status.success()
-            && fails.is_empty()
-            && passes >= 29
-            && summary == Some(&format!("SUMMARY {passes}/{passes}")[..]),
-        "cupy_checks: {} ({passes} passed)\n--- failures ---\n{}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- daemon ---\n{}",
-        out.status,
-        fails.join("\n"),
-        d.log()
-    );
+    let stderr = run_checks(cmd, "cupy_checks", 29, &d).stderr;
     // It was NVIDIA's runtime 12.9, linked into CuPy, that ran: it proved the driver with the
     // integrity table and kept its per-context state in the context-local storage.
     assert!(
@@ -89,28 +68,14 @@ fn cupy14_matmul_and_dot_run_cublas_in_the_daemon() {
     ensure_interposer();
     let venv = venv();
     let d = Daemon::start(Some(&tenant_config("512MiB")));
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cupy14-cache");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
-    cmd.args(["run", "--endpoint", &d.endpoint(), "--"])
-        .arg(venv.join("bin/python"))
-        .arg(root.join("tests/python/cupy_blas_checks.py"))
-        .env_remove("LD_LIBRARY_PATH")
+    let mut cmd = gpupool_run_script(&d, &venv.join("bin/python"), "cupy_blas_checks.py");
+    cmd.env_remove("LD_LIBRARY_PATH")
         .env("CUPY_COMPILE_WITH_PTX", "1")
         .env("CUPY_ACCELERATORS", "")
         .env("CUPY_CACHE_DIR", &cache)
         .env("GPUPOOL_LOG", "1");
-    let out = gpupool_e2e::output_with_sim_env(cmd, &[], Duration::from_secs(300))
-        .expect("cupy_blas_checks did not finish within 300 s");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let passes = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
-    let log = d.log();
     // cupy_blas_checks.py also checks that no NVIDIA cuBLAS is mapped in the client (this venv has
     // none): the GEMMs ran in the daemon.
-    assert!(
-        out.status.success() && passes >= 8 && stdout.contains(&format!("SUMMARY {passes}/{passes}")),
-        "cupy_blas_checks: {} ({passes} passed)\n--- stdout ---\n{stdout}\n--- stderr ---\n{}\n--- daemon ---\n{log}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_checks(cmd, "cupy_blas_checks", 8, &d);
 }

@@ -220,3 +220,44 @@ pub fn ensure_interposer() {
         }
     });
 }
+
+/// `gpupool run --endpoint <d> -- <python> tests/python/<script>`: a check script run unmodified
+/// under the pool, as a user runs it.
+pub fn gpupool_run_script(d: &Daemon, python: &Path, script: &str) -> Command {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(["run", "--endpoint", &d.endpoint(), "--"]).arg(python).arg(root.join("tests/python").join(script));
+    cmd
+}
+
+/// What a check script printed: it prints `PASS name` or `FAIL name: why` per check, then
+/// `SUMMARY passed/total`.
+pub struct Checks {
+    pub stdout: String,
+    pub stderr: String,
+    pub passes: usize,
+}
+
+/// Runs `cmd` (with the simulator's environment left to the daemon) and asserts the check script
+/// passed: exit 0, no FAIL line, at least `at_least` checks and a `SUMMARY n/n` counting them all.
+/// A failure shows the failures, both streams and the daemon's log.
+pub fn run_checks(cmd: Command, what: &str, at_least: usize, d: &Daemon) -> Checks {
+    let out = gpupool_e2e::output_with_sim_env(cmd, &[], Duration::from_secs(300))
+        .unwrap_or_else(|| panic!("{what} did not finish within 300 s"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let passes = stdout.lines().filter(|l| l.starts_with("PASS ")).count();
+    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
+    let summary = stdout.lines().find(|l| l.starts_with("SUMMARY "));
+    assert!(
+        out.status.success()
+            && fails.is_empty()
+            && passes >= at_least
+            && summary == Some(&format!("SUMMARY {passes}/{passes}")[..]),
+        "{what}: {} ({passes} passed)\n--- failures ---\n{}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n--- daemon ---\n{}",
+        out.status,
+        fails.join("\n"),
+        d.log()
+    );
+    Checks { stdout, stderr, passes }
+}
