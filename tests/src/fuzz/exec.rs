@@ -76,6 +76,10 @@ struct BufState {
     bytes: u64,
     ctx: CtxSlot,
     owner: Option<Buf>,
+    /// Its owner stream was destroyed, perhaps with work on it still queued: the legacy stream
+    /// it moved to is not ordered after that work (the stream may have been NON_BLOCKING), so
+    /// only a `cuCtxSynchronize` makes it safe to read.
+    orphaned: bool,
 }
 
 /// Runs sequences and writes result lines to `out`.
@@ -234,10 +238,16 @@ impl<'d, W: Write> Executor<'d, W> {
         self.current = None;
     }
 
+    /// Reads a buffer back: its owner stream synchronized, then a synchronous copy. An orphaned
+    /// buffer's context is synchronized first (the generator fences its own reads so; this is
+    /// for the epilogue's).
     fn read_back(&mut self, id: Buf) {
         let d = self.d;
         let (ptr, bytes, ctx, stream) = self.buf(id);
         self.make_current(ctx);
+        if self.bufs[&id].orphaned {
+            self.ctx_sync(ctx);
+        }
         let r = call!(d.cuStreamSynchronize(stream));
         self.rec("cuStreamSynchronize", r, None);
         let mut host = vec![0u8; bytes as usize];
@@ -252,6 +262,16 @@ impl<'d, W: Write> Executor<'d, W> {
         let r = call!(d.cuMemFree_v2(ptr));
         self.rec("cuMemFree", r, None);
         self.bufs.remove(&id);
+    }
+
+    /// `cuCtxSynchronize` of the current context `ctx`: every buffer of it is ordered again.
+    fn ctx_sync(&mut self, ctx: CtxSlot) {
+        let d = self.d;
+        let r = call!(d.cuCtxSynchronize());
+        self.rec("cuCtxSynchronize", r, None);
+        for b in self.bufs.values_mut().filter(|b| b.ctx == ctx) {
+            b.orphaned = false;
+        }
     }
 
     fn destroy_scratch(&mut self) {
@@ -287,8 +307,7 @@ impl<'d, W: Write> Executor<'d, W> {
             Op::CtxDestroy => self.destroy_scratch(),
             Op::CtxSync { ctx } => {
                 self.make_current(ctx);
-                let r = call!(d.cuCtxSynchronize());
-                self.rec("cuCtxSynchronize", r, None);
+                self.ctx_sync(ctx);
             }
             Op::StreamCreate { id, ctx, nonblocking } => {
                 self.make_current(ctx);
@@ -304,6 +323,7 @@ impl<'d, W: Write> Executor<'d, W> {
                 self.rec("cuStreamDestroy", r, None);
                 for b in self.bufs.values_mut().filter(|b| b.owner == Some(id)) {
                     b.owner = None;
+                    b.orphaned = true;
                 }
             }
             Op::Alloc { id, ctx, bytes, owner } => {
@@ -313,7 +333,7 @@ impl<'d, W: Write> Executor<'d, W> {
                 self.rec("cuMemAlloc", r, None);
                 let r = call!(d.cuMemsetD8_v2(ptr, 0, bytes as usize));
                 self.rec("cuMemsetD8", r, None);
-                self.bufs.insert(id, BufState { ptr, bytes, ctx, owner });
+                self.bufs.insert(id, BufState { ptr, bytes, ctx, owner, orphaned: false });
             }
             Op::Free { id } => self.free(id),
             Op::FreeAsync { id } => {

@@ -7,7 +7,10 @@
 //!   that touches it goes on that stream, so its bytes never race. A copy between buffers of two
 //!   owners is fenced both ways with events (record, wait, copy, record, wait);
 //! - a read-back synchronizes the owner stream first; a buffer whose owner stream was destroyed
-//!   with work queued is read or written only after a context synchronize;
+//!   with work queued is read or written only after a context synchronize (the executor's
+//!   epilogue too): `cuStreamDestroy` returns at once and the work still runs, and the legacy
+//!   stream the buffer falls back to is not ordered after a `CU_STREAM_NON_BLOCKING` stream's
+//!   work ("should perform no implicit synchronization with stream 0");
 //! - a kernel with an out-of-range pointer runs in the scratch context, followed at once by
 //!   `cuCtxSynchronize` (which reports the sticky `CUDA_ERROR_ILLEGAL_ADDRESS`), one call in the
 //!   poisoned context, its destruction, and the process's exit (see [`fault`] for why it ends
