@@ -190,6 +190,11 @@ driver_table! {
     cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
     cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
     cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuMemcpy(CUdeviceptr, CUdeviceptr, usize);
+    cuMemcpyAsync(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuMemcpy2D_v2(*const cu::CUDA_MEMCPY2D);
+    cuMemcpy2DAsync_v2(*const cu::CUDA_MEMCPY2D, CUstream);
+    cuMemcpy3D_v2(*const cu::CUDA_MEMCPY3D);
     cuMemsetD8_v2(CUdeviceptr, u8, usize);
     cuMemsetD32_v2(CUdeviceptr, c_uint, usize);
     cuMemsetD8Async(CUdeviceptr, u8, usize, CUstream);

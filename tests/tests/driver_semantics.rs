@@ -27,5 +27,7 @@ mod module_launch;
 mod proc_address;
 #[path = "driver_semantics/stream.rs"]
 mod stream;
+#[path = "driver_semantics/unified_copy.rs"]
+mod unified_copy;
 #[path = "driver_semantics/vmm.rs"]
 mod vmm;

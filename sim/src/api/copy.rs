@@ -1,6 +1,9 @@
 //! Copies and memsets, every form: 1D, 2D, 3D, peer, unified; synchronous on the
 //! default stream of the calling variant, or asynchronous on a stream.
 //!
+//! A copy's device pointers may belong to any context of the process (unified
+//! addressing, see [`Scope`]); a memset's must belong to the current context.
+//!
 //! Host memory the driver did not allocate (pageable) follows the documented rules:
 //! an async copy *from* it is staged before the call returns, an async copy *to* it
 //! completes before the call returns. Page-locked memory is used in place, truly
@@ -51,8 +54,31 @@ enum Expect {
     Either,
 }
 
-/// Locates `footprint` bytes at `ptr` for a copy within `ctx`.
-fn locate(driver: &Driver, ctx: &Context, ptr: u64, footprint: u64, expect: Expect, role: &str) -> CuResult<Region> {
+/// Whose device memory an operand may name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Any context of the process. Copies infer where each pointer lives from its value
+    /// under unified addressing (always on in a 64-bit process): "The function cuMemcpy()
+    /// may be used to perform a copy between two pointers" (driver API, Unified
+    /// Addressing), and between two devices' memories "using the regular memory copy
+    /// functions" (Programming Guide, Peer-to-Peer Memory Copy). The copy still runs on
+    /// the caller's stream, in the caller's context.
+    Process,
+    /// Only the given context: memsets (documented for copies only), and each side of
+    /// `cuMemcpyPeer`, which names the context of its pointer.
+    Context,
+}
+
+/// Locates `footprint` bytes at `ptr` for an operation issued in `ctx`.
+fn locate(
+    driver: &Driver,
+    ctx: &Context,
+    ptr: u64,
+    footprint: u64,
+    expect: Expect,
+    scope: Scope,
+    role: &str,
+) -> CuResult<Region> {
     if ptr == 0 {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} is NULL"));
     }
@@ -62,10 +88,18 @@ fn locate(driver: &Driver, ctx: &Context, ptr: u64, footprint: u64, expect: Expe
                 format!("{role} {ptr:#x} is device memory, not host memory")
             });
         }
-        if owner != ctx.handle() {
+        let (a, off) = if owner == ctx.handle() {
+            ctx.memory.resolve(ptr, footprint, role)?
+        } else if scope == Scope::Process {
+            let Ok(home) = crate::context::lookup(driver, owner) else {
+                return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                    format!("{role} {ptr:#x} belongs to a destroyed context")
+                });
+            };
+            home.memory.resolve(ptr, footprint, role)?
+        } else {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} {ptr:#x} belongs to another context"));
-        }
-        let (a, off) = ctx.memory.resolve(ptr, footprint, role)?;
+        };
         let addr = a.host_ptr(off, footprint).map(|p| p as u64).unwrap_or(0);
         return Ok(Region { host_addr: addr, keep: Keep::Device(a) });
     }
@@ -195,8 +229,8 @@ fn linear(
     if n == 0 {
         return ctx.check_sticky();
     }
-    let dst = locate(driver, &ctx, dst, n as u64, dst_kind, "destination")?;
-    let src = locate(driver, &ctx, src, n as u64, src_kind, "source")?;
+    let dst = locate(driver, &ctx, dst, n as u64, dst_kind, Scope::Process, "destination")?;
+    let src = locate(driver, &ctx, src, n as u64, src_kind, Scope::Process, "source")?;
     submit_copy(&ctx, &s, dst, src, Shape::linear(n as u64), mode)
 }
 
@@ -242,8 +276,8 @@ fn peer_impl(
     if n == 0 {
         return Ok(());
     }
-    let dst = locate(driver, &dctx, dst, n as u64, Expect::Device, "destination")?;
-    let src = locate(driver, &sctx, src, n as u64, Expect::Device, "source")?;
+    let dst = locate(driver, &dctx, dst, n as u64, Expect::Device, Scope::Context, "destination")?;
+    let src = locate(driver, &sctx, src, n as u64, Expect::Device, Scope::Context, "source")?;
     submit_copy(&ctx, &s, dst, src, Shape::linear(n as u64), mode)
 }
 fn peer(
@@ -337,8 +371,8 @@ fn strided(
     if shape.is_empty() {
         return ctx.check_sticky();
     }
-    let dr = locate(driver, &ctx, dst.addr, shape.dst_footprint(), dst.expect, "destination")?;
-    let sr = locate(driver, &ctx, src.addr, shape.src_footprint(), src.expect, "source")?;
+    let dr = locate(driver, &ctx, dst.addr, shape.dst_footprint(), dst.expect, Scope::Process, "destination")?;
+    let sr = locate(driver, &ctx, src.addr, shape.src_footprint(), src.expect, Scope::Process, "source")?;
     submit_copy(&ctx, &s, dr, sr, shape, mode)
 }
 
@@ -450,7 +484,7 @@ fn memset_impl(
         return Ok(());
     }
     let footprint = Shape::footprint(row, height, 1, pitch, 0);
-    let region = locate(driver, &ctx, dst, footprint, Expect::Device, "memset destination")?;
+    let region = locate(driver, &ctx, dst, footprint, Expect::Device, Scope::Context, "memset destination")?;
     let job: crate::stream::Job = std::sync::Arc::new(move || {
         let base = region.addr();
         for y in 0..height {

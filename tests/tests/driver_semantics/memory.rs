@@ -1,5 +1,5 @@
-//! Device memory: bad pointers, freed pointers, pointers of another context, capacity and
-//! `cuMemGetInfo_v2` accounting.
+//! Device memory: bad pointers, freed pointers, frees and memsets of another context's
+//! pointers, capacity and `cuMemGetInfo_v2` accounting.
 
 use std::ptr::{null, null_mut};
 
@@ -136,38 +136,27 @@ fn freed_pointers_and_double_free_are_invalid_value() {
     );
 }
 
+/// Frees and memsets take only the current context's memory (copies take any context's:
+/// unified_copy.rs).
 #[test]
-fn pointer_of_another_context_is_invalid_value() {
+fn free_and_memset_of_another_contexts_pointer_are_invalid_value() {
     let d = cuda();
     let a = Context::new(0);
     let buf_a = DeviceBuffer::new(4096);
     buf_a.write(&[9; 4096]);
-    let mut host = vec![0u8; 4096];
     {
         let b = Context::new(0); // current now: b, on the same device
-        let buf_b = DeviceBuffer::new(4096);
         expect(call!(d.cuMemFree_v2(buf_a.ptr)), status::INVALID_VALUE, "cuMemFree_v2 of a pointer of another context");
-        expect(
-            call!(d.cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), buf_a.ptr, 4096)),
-            status::INVALID_VALUE,
-            "DtoH from another context's pointer",
-        );
-        expect(
-            call!(d.cuMemcpyHtoD_v2(buf_a.ptr, host.as_ptr().cast(), 4096)),
-            status::INVALID_VALUE,
-            "HtoD to another context's pointer",
-        );
-        expect(
-            call!(d.cuMemcpyDtoD_v2(buf_b.ptr, buf_a.ptr, 4096)),
-            status::INVALID_VALUE,
-            "DtoD from another context's pointer",
-        );
         expect(
             call!(d.cuMemsetD8_v2(buf_a.ptr, 0, 4096)),
             status::INVALID_VALUE,
             "memset of another context's pointer",
         );
-        drop(buf_b);
+        expect(
+            call!(d.cuMemsetD32Async(buf_a.ptr, 0, 1024, null_mut())),
+            status::INVALID_VALUE,
+            "async memset of another context's pointer",
+        );
         drop(b);
     }
     a.make_current();
