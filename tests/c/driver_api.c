@@ -1286,20 +1286,42 @@ static void section_isolation(void) {
     }
     cuCtxPopCurrent_v2(&popped);
     if (!OK("isolation.create_b", cuCtxCreate_v2(&cb, 0, 0))) return;
-    /* Each context has its own address space: ctx A's pointer is not valid in ctx B. */
+    /* ctx A's pointer is not ctx B's to free or memset, but under unified addressing every
+     * copy takes it: "cuMemcpy() may be used to perform a copy between two pointers" (driver
+     * API, Unified Addressing); the copy runs on ctx B's stream. */
     EXPECT_RC("isolation.free_other_context_pointer", cuMemFree_v2(pa), CUDA_ERROR_INVALID_VALUE);
-    EXPECT_RC("isolation.htod_to_other_context_pointer", cuMemcpyHtoD_v2(pa, buf, sizeof buf),
-              CUDA_ERROR_INVALID_VALUE);
-    uint8_t back[256];
-    EXPECT_RC("isolation.dtoh_from_other_context_pointer", cuMemcpyDtoH_v2(back, pa, sizeof back),
-              CUDA_ERROR_INVALID_VALUE);
     EXPECT_RC("isolation.memset_other_context_pointer", cuMemsetD8_v2(pa, 0, 16), CUDA_ERROR_INVALID_VALUE);
+    uint8_t back[256], buf2[256];
+    memset(back, 0, sizeof back);
+    if (EXPECT_RC("unified.dtoh_from_other_context_pointer", cuMemcpyDtoH_v2(back, pa, sizeof back), CUDA_SUCCESS))
+        CHECK("unified.dtoh_from_other_context_pointer.data", memcmp(back, buf, sizeof buf) == 0,
+              "ctx B read other bytes than ctx A wrote");
+    fill(buf2, sizeof buf2, 10);
+    EXPECT_RC("unified.htod_to_other_context_pointer", cuMemcpyHtoD_v2(pa, buf2, sizeof buf2), CUDA_SUCCESS);
+    memset(back, 0, sizeof back);
+    if (EXPECT_RC("unified.cuMemcpy_from_other_context_pointer",
+                  cuMemcpy((CUdeviceptr)(uintptr_t)back, pa, sizeof back), CUDA_SUCCESS))
+        CHECK("unified.cuMemcpy_from_other_context_pointer.data", memcmp(back, buf2, sizeof buf2) == 0,
+              "cuMemcpy read other bytes than the HtoD wrote");
+    CUstream sb = NULL;
+    if (OK("unified.stream_in_b", cuStreamCreate(&sb, 0))) {
+        memset(back, 0, sizeof back);
+        EXPECT_RC("unified.dtoh_async_from_other_context_pointer",
+                  cuMemcpyDtoHAsync_v2(back, pa + 64, 64, sb), CUDA_SUCCESS);
+        EXPECT_RC("unified.dtoh_async.sync", cuStreamSynchronize(sb), CUDA_SUCCESS);
+        CHECK("unified.dtoh_async_from_other_context_pointer.data", memcmp(back, buf2 + 64, 64) == 0,
+              "the async copy read other bytes");
+        cuStreamDestroy_v2(sb);
+    }
+    EXPECT_RC("unified.dtoh_past_the_end_of_other_context_allocation",
+              cuMemcpyDtoH_v2(back, pa + (1 << 20) - 16, sizeof back), CUDA_ERROR_INVALID_VALUE);
     cuCtxPopCurrent_v2(&popped);
-    /* Back in A the data is intact and the pointer frees. */
+    /* Back in A: what ctx B's copy wrote is there, and the pointer frees. */
     if (OK("isolation.push_a", cuCtxPushCurrent_v2(ca))) {
         memset(back, 0, sizeof back);
         if (EXPECT_RC("isolation.dtoh_in_owner", cuMemcpyDtoH_v2(back, pa, sizeof back), CUDA_SUCCESS))
-            CHECK("isolation.data_intact", memcmp(back, buf, sizeof buf) == 0, "ctx A's data changed");
+            CHECK("unified.owner_sees_other_context_copy", memcmp(back, buf2, sizeof buf2) == 0,
+                  "ctx A does not see what ctx B's HtoD wrote");
         EXPECT_RC("isolation.free_in_owner", cuMemFree_v2(pa), CUDA_SUCCESS);
         cuCtxPopCurrent_v2(&popped);
     }
@@ -1343,6 +1365,35 @@ static void section_isolation(void) {
             if (OK("accounting.device1.alloc", cuMemAlloc_v2(&d1p, 4096))) {
                 cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d1p);
                 CHECK("ptr_attr.device1.ordinal", ord == 1, "pointer allocated on device 1 reports ordinal %d", ord);
+                uint8_t b1[256], r1[256];
+                fill(b1, sizeof b1, 11);
+                OK("unified.device1.htod", cuMemcpyHtoD_v2(d1p, b1, sizeof b1));
+                /* Device 0 current: copies reach device 1's memory, as NVIDIA's runtime relies on
+                 * for cudaMemcpyDefault ("copies between two devices' memories ... using the
+                 * regular memory copy functions"). */
+                cuCtxPopCurrent_v2(&popped);
+                cuCtxPushCurrent_v2(ca);
+                memset(r1, 0, sizeof r1);
+                if (EXPECT_RC("unified.device0_current.cuMemcpy_from_device1",
+                              cuMemcpy((CUdeviceptr)(uintptr_t)r1, d1p, sizeof r1), CUDA_SUCCESS))
+                    CHECK("unified.device0_current.cuMemcpy_from_device1.data", memcmp(r1, b1, sizeof b1) == 0,
+                          "read other bytes than device 1 holds");
+                CUstream s0 = NULL;
+                if (OK("unified.device0.stream", cuStreamCreate(&s0, 0))) {
+                    fill(b1, sizeof b1, 12);
+                    EXPECT_RC("unified.device0_stream.htod_async_to_device1",
+                              cuMemcpyHtoDAsync_v2(d1p, b1, sizeof b1, s0), CUDA_SUCCESS);
+                    EXPECT_RC("unified.device0_stream.dtod_async_device1_to_device0",
+                              cuMemcpyDtoDAsync_v2(big, d1p, sizeof b1, s0), CUDA_SUCCESS);
+                    EXPECT_RC("unified.device0_stream.sync", cuStreamSynchronize(s0), CUDA_SUCCESS);
+                    memset(r1, 0, sizeof r1);
+                    OK("unified.device0.dtoh", cuMemcpyDtoH_v2(r1, big, sizeof r1));
+                    CHECK("unified.device0_stream.data", memcmp(r1, b1, sizeof b1) == 0,
+                          "device 0's stream copied other bytes to or from device 1");
+                    cuStreamDestroy_v2(s0);
+                }
+                cuCtxPopCurrent_v2(&popped);
+                cuCtxPushCurrent_v2(p1);
                 cuMemFree_v2(d1p);
             }
             cuCtxPopCurrent_v2(&popped);

@@ -18,14 +18,35 @@ use gpupool_protocol::{DevicePtr, Request, StreamId};
 use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUcontext, CUdeviceptr, CUmemorytype as MT, CUresult, CUstream};
 use std::os::raw::c_void;
 
-/// The device range `[p, p + n)` lies in one allocation of this client, made in the
-/// calling thread's current context (another context's pointer is INVALID_VALUE, as the
-/// driver answers, without a round trip).
+/// The device range `[p, p + n)` of a copy lies in one allocation of this client, made in
+/// any of its contexts: under unified addressing a copy infers where each pointer lives from
+/// its value ("cuMemcpy() may be used to perform a copy between two pointers"), and NVIDIA's
+/// runtime relies on it (`cudaMemcpyDefault` from another device's memory calls `cuMemcpy` in
+/// the current context). Anything else is INVALID_VALUE, as the driver answers, without a
+/// round trip; the daemon checks again that the memory is this session's.
 pub(super) fn check_dev(c: &Client, p: u64, n: usize) -> R<()> {
     match c.reg.alloc_of(p) {
-        Some((base, size, ctx)) if p + n as u64 <= base + size && Some(ctx) == client::stack_top() => Ok(()),
-        _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        Some((base, size, _)) if p.checked_add(n as u64).is_some_and(|end| end <= base + size) => Ok(()),
+        Some((base, size, _)) => {
+            refuse(format!("{n} bytes at {p:#x} run past the end of the allocation [{base:#x}, {:#x})", base + size))
+        }
+        None => refuse(format!("{p:#x} is not device memory of this process")),
     }
+}
+
+/// As [`check_dev`], and the allocation was made in the calling thread's current context:
+/// memsets (unified addressing is documented for copies only).
+pub(super) fn check_dev_current(c: &Client, p: u64, n: usize) -> R<()> {
+    check_dev(c, p, n)?;
+    match c.reg.alloc_of(p) {
+        Some((_, _, ctx)) if Some(ctx) == client::stack_top() => Ok(()),
+        _ => refuse(format!("{p:#x} belongs to another context")),
+    }
+}
+
+fn refuse(why: String) -> R<()> {
+    crate::util::log(&format!("CUDA_ERROR_INVALID_VALUE: {why}"));
+    Err(CUresult::CUDA_ERROR_INVALID_VALUE)
 }
 
 pub(super) fn require_ctx(c: &mut Client) -> R<()> {

@@ -2,7 +2,7 @@
 //! against this client's allocations in the current context.
 
 use super::DefaultStream;
-use super::copy::{check_dev, require_ctx};
+use super::copy::{check_dev_current, require_ctx};
 use super::stream::resolve;
 use crate::client;
 use crate::util::R;
@@ -34,7 +34,7 @@ fn memset(
         if !p.is_multiple_of(es as u64) || (h > 1 && pitch < w * es) {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        check_dev(c, p, if h > 1 { (h - 1) * pitch + w * es } else { w * es })?;
+        check_dev_current(c, p, if h > 1 { (h - 1) * pitch + w * es } else { w * es })?;
         let set = Memset {
             dst: DevicePtr(p),
             value,

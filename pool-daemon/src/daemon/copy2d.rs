@@ -59,7 +59,8 @@ impl Session {
         }
     }
 
-    /// Enters the copy's device and finds its region ends there.
+    /// Enters the device that issues the copy (its stream's, else its memory's) and finds
+    /// its region ends there.
     fn enter_copy(&mut self, d: u32, ends: [&mut End; 2]) -> Result<()> {
         self.enter(d)?;
         for e in ends {
@@ -92,8 +93,8 @@ impl Session {
         let mut src = self.copy_end(c.src.space, ss, sn, staging)?;
         let mut dst = self.copy_end(c.dst.space, ds, dn, staging)?;
         let d = self.device_of(&src, &dst)?;
-        let s = stream.map(|id| self.stream(id, Some(d))).transpose()?;
-        self.enter_copy(d, [&mut src, &mut dst])?;
+        let s = stream.map(|id| self.copy_stream(id, d)).transpose()?;
+        self.enter_copy(s.map_or(d, |(_, sd)| sd), [&mut src, &mut dst])?;
         let p = CUDA_MEMCPY2D {
             srcMemoryType: src.kind,
             srcHost: src.host.cast_const().cast(),
@@ -139,8 +140,8 @@ impl Session {
         let mut src = self.copy_end(c.src.space, ss, sn, staging)?;
         let mut dst = self.copy_end(c.dst.space, ds, dn, staging)?;
         let d = self.device_of(&src, &dst)?;
-        let s = stream.map(|id| self.stream(id, Some(d))).transpose()?;
-        self.enter_copy(d, [&mut src, &mut dst])?;
+        let s = stream.map(|id| self.copy_stream(id, d)).transpose()?;
+        self.enter_copy(s.map_or(d, |(_, sd)| sd), [&mut src, &mut dst])?;
         let p = CUDA_MEMCPY3D {
             srcMemoryType: src.kind,
             srcHost: src.host.cast_const().cast(),

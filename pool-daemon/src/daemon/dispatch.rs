@@ -236,6 +236,18 @@ impl Session {
         Ok(())
     }
 
+    /// The stream an async copy runs on, and the device whose context issues it: the stream's
+    /// own, since a copy may name memory of any of the session's devices (unified addressing:
+    /// the driver infers where each pointer lives); NULL is the default stream of
+    /// `memory_device`, the device of the copy's memory.
+    pub fn copy_stream(
+        &self,
+        id: gpupool_protocol::StreamId,
+        memory_device: u32,
+    ) -> Result<(Raw<gpupool_shim::cuda::CUstream>, u32)> {
+        self.stream(id, (id == gpupool_protocol::StreamId::NULL).then_some(memory_device))
+    }
+
     /// The stream's backend handle and device; NULL is the default stream of `device`.
     pub fn stream(
         &self,

@@ -286,9 +286,9 @@ impl Serve for Session {
         if src.is_empty() {
             return Ok(answer::Ok {});
         }
-        let (s, _) = self.stream(stream, Some(d))?;
-        self.enter(d)?;
-        let (ptr, len) = self.host_src(&src, cx.staging, d)?;
+        let (s, sd) = self.copy_stream(stream, d)?;
+        self.enter(sd)?;
+        let (ptr, len) = self.host_src(&src, cx.staging, sd)?;
         call!(self.shared.cuda, cuMemcpyHtoDAsync_v2(dst.0, ptr, len, s.0))?;
         Ok(answer::Ok {})
     }
@@ -320,9 +320,9 @@ impl Serve for Session {
         stream: StreamId,
     ) -> Result<answer::Ok> {
         let d = self.owned(src, dst.len)?;
-        let (s, _) = self.stream(stream, Some(d))?;
+        let (s, sd) = self.copy_stream(stream, d)?;
         let p = Self::staging_ptr(cx.staging, dst.offset, dst.len)?;
-        self.enter(d)?;
+        self.enter(sd)?;
         call!(self.shared.cuda, cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0))?;
         Ok(answer::Ok {})
     }
@@ -343,9 +343,9 @@ impl Serve for Session {
         stream: StreamId,
     ) -> Result<answer::Ok> {
         let d = self.owned(src, dst.len)?;
-        let (s, _) = self.stream(stream, Some(d))?;
-        self.enter(d)?;
-        let p = self.region_ptr(&dst, d)?;
+        let (s, sd) = self.copy_stream(stream, d)?;
+        self.enter(sd)?;
+        let p = self.region_ptr(&dst, sd)?;
         call!(self.shared.cuda, cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0))?;
         Ok(answer::Ok {})
     }
@@ -373,13 +373,13 @@ impl Serve for Session {
     ) -> Result<answer::Ok> {
         let d = self.owned(dst, len)?;
         let sd = self.owned(src, len)?;
-        let (s, _) = self.stream(stream, Some(d))?;
+        let (s, issuer) = self.copy_stream(stream, d)?;
         if d != sd {
             let (dc, sc) = self.peer_contexts(d, sd)?;
             call!(self.shared.cuda, cuMemcpyPeerAsync(dst.0, dc, src.0, sc, len as usize, s.0))?;
             return Ok(answer::Ok {});
         }
-        self.enter(d)?;
+        self.enter(issuer)?;
         call!(self.shared.cuda, cuMemcpyDtoDAsync_v2(dst.0, src.0, len as usize, s.0))?;
         Ok(answer::Ok {})
     }
