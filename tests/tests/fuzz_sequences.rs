@@ -2,8 +2,10 @@
 //! between the pool and the simulator is a finding and never a race of the sequence itself
 //! (`gpupool_e2e::fuzz::{ops, exec}`), checked on the simulator directly.
 
+use std::collections::{HashMap, HashSet};
+
 use gpupool_e2e::fuzz::exec::{CallResult, Executor, digest};
-use gpupool_e2e::fuzz::ops::{HOME, Kernel, Op, Sequence};
+use gpupool_e2e::fuzz::ops::{Buf, CtxSlot, HOME, Kernel, Op, SCRATCH, Sequence, generate};
 use gpupool_e2e::{Driver, sim_libdir};
 
 /// Words of the buffer, and the threads per block that cover it in `WORDS / THREADS` blocks.
@@ -62,4 +64,66 @@ fn epilogue_reads_a_buffer_of_a_destroyed_nonblocking_stream_after_its_work() {
         seq.listing()
     );
     assert_eq!(results[read - 2].call, "cuCtxSynchronize", "the read is fenced by a context synchronize:\n{text}");
+}
+
+/// The ops of `seq` that touch a buffer through a stream not ordered after the work of its
+/// destroyed owner stream: since `cuStreamDestroy` there was no `cuCtxSynchronize` of its
+/// context. Only `cuMemFree` may (it waits for the device's queued work). Worked out here
+/// independently of the generator's own model.
+fn unfenced_orphans(seq: &Sequence) -> Vec<String> {
+    let mut owner: HashMap<Buf, (CtxSlot, Option<usize>)> = HashMap::new();
+    let mut orphaned: HashSet<Buf> = HashSet::new();
+    let mut found = Vec::new();
+    for (i, op) in seq.ops.iter().enumerate() {
+        let touched: Vec<Buf> = match *op {
+            Op::Memset { id, .. } | Op::Upload { id, .. } | Op::Download { id } | Op::ReadBack { id } => vec![id],
+            Op::FreeAsync { id } => vec![id],
+            Op::Copy { dst, src, .. } | Op::CopyAcross { dst, src, .. } | Op::CopySync { dst, src, .. } => {
+                vec![dst, src]
+            }
+            Op::Launch { dst, src, .. } => vec![dst, src],
+            _ => Vec::new(),
+        };
+        for b in touched.iter().filter(|b| orphaned.contains(b)) {
+            found.push(format!("op {i} ({op}) touches b{b}, orphaned"));
+        }
+        match *op {
+            Op::Alloc { id, ctx, owner: o, .. } => {
+                owner.insert(id, (ctx, o));
+            }
+            Op::StreamDestroy { id } => {
+                for (b, (_, o)) in owner.iter_mut().filter(|(_, (_, o))| *o == Some(id)) {
+                    *o = None;
+                    orphaned.insert(*b);
+                }
+            }
+            Op::CtxSync { ctx } => orphaned.retain(|b| owner[b].0 != ctx),
+            Op::Free { id } | Op::FreeTwice { id } | Op::FreeAsync { id } => {
+                owner.remove(&id);
+                orphaned.remove(&id);
+            }
+            Op::CtxDestroy | Op::LaunchOutOfRange { .. } => {
+                owner.retain(|_, (ctx, _)| *ctx != SCRATCH);
+                orphaned.retain(|b| owner.contains_key(b));
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// Regression, found by running CI-like sequences several times at once on the simulator
+/// directly under load (seeds 1072 and 1091 faulted with CUDA_ERROR_ILLEGAL_ADDRESS in one run
+/// of four): `cuMemFreeAsync` of a buffer whose NON_BLOCKING owner stream had just been
+/// destroyed with a kernel on it queued the free on the legacy stream, which is not ordered
+/// after that kernel, so the kernel could run on freed memory. The generator now fences such a
+/// free with `cuCtxSynchronize`, as it fences reads and writes.
+#[test]
+fn generated_sequences_fence_every_use_of_a_buffer_of_a_destroyed_stream() {
+    let seeds = [1072, 1091, 0x7f05_baff_86d8_1171].into_iter().chain(0..20_000);
+    for seed in seeds {
+        let seq = generate(seed, 120, true);
+        let found = unfenced_orphans(&seq);
+        assert!(found.is_empty(), "{}\n{}", found.join("\n"), seq.listing());
+    }
 }

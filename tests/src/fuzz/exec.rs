@@ -264,6 +264,16 @@ impl<'d, W: Write> Executor<'d, W> {
         self.bufs.remove(&id);
     }
 
+    /// `cuStreamSynchronize` of the legacy stream, after a "synchronous" memset or device-to-device
+    /// copy: CUDA documents both as asynchronous with respect to the host for device memory
+    /// ("API synchronization behavior"), and they run on the legacy stream, which a
+    /// NON_BLOCKING owner stream's later work is not ordered after.
+    fn legacy_sync(&mut self) {
+        let d = self.d;
+        let r = call!(d.cuStreamSynchronize(null_mut()));
+        self.rec("cuStreamSynchronize(legacy)", r, None);
+    }
+
     /// `cuCtxSynchronize` of the current context `ctx`: every buffer of it is ordered again.
     fn ctx_sync(&mut self, ctx: CtxSlot) {
         let d = self.d;
@@ -333,6 +343,7 @@ impl<'d, W: Write> Executor<'d, W> {
                 self.rec("cuMemAlloc", r, None);
                 let r = call!(d.cuMemsetD8_v2(ptr, 0, bytes as usize));
                 self.rec("cuMemsetD8", r, None);
+                self.legacy_sync();
                 self.bufs.insert(id, BufState { ptr, bytes, ctx, owner, orphaned: false });
             }
             Op::Free { id } => self.free(id),
@@ -419,6 +430,7 @@ impl<'d, W: Write> Executor<'d, W> {
                 }
                 let r = call!(d.cuMemcpyDtoD_v2(dp, sp, bytes as usize));
                 self.rec("cuMemcpyDtoD", r, None);
+                self.legacy_sync();
             }
             Op::EventCreate { id, ctx } => {
                 self.make_current(ctx);

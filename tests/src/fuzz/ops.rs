@@ -7,10 +7,12 @@
 //!   that touches it goes on that stream, so its bytes never race. A copy between buffers of two
 //!   owners is fenced both ways with events (record, wait, copy, record, wait);
 //! - a read-back synchronizes the owner stream first; a buffer whose owner stream was destroyed
-//!   with work queued is read or written only after a context synchronize (the executor's
-//!   epilogue too): `cuStreamDestroy` returns at once and the work still runs, and the legacy
-//!   stream the buffer falls back to is not ordered after a `CU_STREAM_NON_BLOCKING` stream's
-//!   work ("should perform no implicit synchronization with stream 0");
+//!   with work queued is read, written or freed with `cuMemFreeAsync` only after a context
+//!   synchronize (the executor's epilogue too): `cuStreamDestroy` returns at once and the work
+//!   still runs, the legacy stream the buffer falls back to is not ordered after a
+//!   `CU_STREAM_NON_BLOCKING` stream's work ("should perform no implicit synchronization with
+//!   stream 0"), and `cuMemFreeAsync` frees in its stream's order only, so without the fence a
+//!   kernel still queued faults on (or writes into reused) freed memory;
 //! - a kernel with an out-of-range pointer runs in the scratch context, followed at once by
 //!   `cuCtxSynchronize` (which reports the sticky `CUDA_ERROR_ILLEGAL_ADDRESS`), one call in the
 //!   poisoned context, its destruction, and the process's exit (see [`fault`] for why it ends
@@ -88,7 +90,8 @@ pub enum Op {
     StreamCreate { id: StreamId, ctx: CtxSlot, nonblocking: bool },
     /// `cuStreamDestroy` with whatever it has queued; its buffers move to the legacy stream.
     StreamDestroy { id: StreamId },
-    /// `cuMemAlloc`, then a synchronous `cuMemsetD8` to zero.
+    /// `cuMemAlloc`, then a synchronous `cuMemsetD8` to zero and `cuStreamSynchronize` of the
+    /// legacy stream (see `exec`: the memset may still be running when it returns).
     Alloc { id: Buf, ctx: CtxSlot, bytes: u64, owner: Option<StreamId> },
     /// `cuMemFree`, with whatever is queued on the buffer.
     Free { id: Buf },
@@ -109,7 +112,8 @@ pub enum Op {
     /// A copy between buffers of two owners, fenced with two fresh events both ways; the events
     /// are destroyed right after, still pending.
     CopyAcross { dst: Buf, src: Buf, bytes: u64 },
-    /// Synchronous `cuMemcpyDtoD` after synchronizing both owners.
+    /// Synchronous `cuMemcpyDtoD` after synchronizing both owners, then `cuStreamSynchronize` of
+    /// the legacy stream (see `exec`: the copy may still be running when it returns).
     CopySync { dst: Buf, src: Buf, bytes: u64 },
     /// `cuEventCreate`.
     EventCreate { id: EventId, ctx: CtxSlot },
@@ -150,7 +154,11 @@ impl fmt::Display for Op {
             }
             Op::StreamDestroy { id } => write!(f, "cuStreamDestroy(s{id})"),
             Op::Alloc { id, ctx, bytes, owner } => {
-                write!(f, "b{id} = cuMemAlloc({bytes}) in ctx{ctx}, owner {}; cuMemsetD8(b{id}, 0, {bytes})", s(owner))
+                write!(
+                    f,
+                    "b{id} = cuMemAlloc({bytes}) in ctx{ctx}, owner {}; cuMemsetD8(b{id}, 0, {bytes}); cuStreamSynchronize(legacy)",
+                    s(owner)
+                )
             }
             Op::Free { id } => write!(f, "cuMemFree(b{id})"),
             Op::FreeAsync { id } => write!(f, "cuMemFreeAsync(b{id}, owner)"),
@@ -171,7 +179,11 @@ impl fmt::Display for Op {
                  cuStreamWaitEvent(owner b{src}, e2); cuEventDestroy(e1); cuEventDestroy(e2)"
             ),
             Op::CopySync { dst, src, bytes } => {
-                write!(f, "cuStreamSynchronize(owners of b{dst}, b{src}); cuMemcpyDtoD(b{dst}, b{src}, {bytes})")
+                write!(
+                    f,
+                    "cuStreamSynchronize(owners of b{dst}, b{src}); cuMemcpyDtoD(b{dst}, b{src}, {bytes}); \
+                     cuStreamSynchronize(legacy)"
+                )
             }
             Op::EventCreate { id, ctx } => write!(f, "e{id} = cuEventCreate() in ctx{ctx}"),
             Op::EventRecord { id, stream } => write!(f, "cuEventRecord(e{id}, {})", s(stream)),
@@ -371,12 +383,18 @@ fn step(rng: &mut Rng, m: &mut Model, ops: &mut Vec<Op>) {
         }
         14..=19 => {
             if let Some(id) = pick(rng, &bufs) {
-                m.bufs[id].live = false;
-                ops.push(match rng.below(4) {
+                let op = match rng.below(4) {
                     0 => Op::FreeTwice { id },
                     1 => Op::FreeAsync { id },
                     _ => Op::Free { id },
-                });
+                };
+                // cuMemFree waits for the device's queued work itself; cuMemFreeAsync frees in
+                // the order of its stream only, which for an orphaned buffer is the legacy one.
+                if matches!(op, Op::FreeAsync { .. }) {
+                    fence(m, ops, &[id]);
+                }
+                m.bufs[id].live = false;
+                ops.push(op);
             }
         }
         20..=29 => {
