@@ -4,7 +4,9 @@
 mod common;
 
 use common::*;
-use gpupool_protocol::ops::{HostSrc, InlineBytes, KernelParams, Memset, MemsetValue, StagingRegion};
+use gpupool_protocol::ops::{
+    Copy2D, Copy2DEnd, HostSrc, InlineBytes, KernelParams, MemSpace, Memset, MemsetValue, StagingRegion,
+};
 use gpupool_protocol::transport::Transport;
 use gpupool_protocol::{Reply, Request, StreamId};
 use std::time::{Duration, Instant};
@@ -139,6 +141,45 @@ fn a_forged_pointer_is_refused_and_never_reaches_the_backend() {
     let Reply::Bytes { data } = a.call(Request::MemcpyDtoHInline { src: pa, len: 64 }) else { panic!() };
     assert_eq!(data.0, vec![42; 64]);
     assert!(d.log().contains("is not owned by this session"), "{}", d.log());
+}
+
+/// Unified addressing: an async copy runs on its stream, here device 0's, whichever of the
+/// session's devices its memory is on (NVIDIA's runtime queues `cudaMemcpyAsync` on the current
+/// device's stream with another device's pointer); another session's memory stays refused.
+#[test]
+fn an_async_copy_on_one_devices_stream_takes_the_sessions_memory_on_another() {
+    let d = Daemon::start(None);
+    let mut a = Client::connect(&d.socket);
+    let (c0, c1) = (a.ctx(0), a.ctx(1));
+    let on_0 = a.alloc(c0, 4096).unwrap();
+    let (x, y) = (a.alloc(c1, 4096).unwrap(), a.alloc(c1, 4096).unwrap());
+    let Reply::Stream { stream } = a.call(Request::StreamCreate { ctx: c0, flags: 0, priority: 0 }) else { panic!() };
+    let bytes: Vec<u8> = (0..=255).collect();
+    let copies = [
+        Request::MemcpyHtoDAsync { dst: x, src: HostSrc::Inline(InlineBytes(bytes.clone())), stream },
+        Request::MemcpyDtoDAsync { dst: y, src: x, len: 256, stream },
+        Request::Memcpy2DAsync {
+            copy: Copy2D {
+                src: Copy2DEnd { space: MemSpace::Device(y), x_bytes: 0, y: 0, pitch: 64 },
+                dst: Copy2DEnd { space: MemSpace::Device(on_0), x_bytes: 0, y: 0, pitch: 64 },
+                width_bytes: 64,
+                height: 4,
+            },
+            stream,
+        },
+    ];
+    for op in copies {
+        assert_eq!(code(&a.call(op.clone())), 0, "{op:?}\n{}", d.log());
+    }
+    assert_eq!(code(&a.call(Request::StreamSynchronize { stream })), 0);
+    let Reply::Bytes { data } = a.call(Request::MemcpyDtoHInline { src: on_0, len: 256 }) else { panic!() };
+    assert_eq!(data.0, bytes, "device 0's stream moved the bytes through device 1's memory");
+
+    let mut b = Client::connect(&d.socket);
+    let cb = b.ctx(1);
+    let theirs = b.alloc(cb, 4096).unwrap();
+    let op = Request::MemcpyDtoDAsync { dst: on_0, src: theirs, len: 64, stream };
+    assert_eq!(code(&a.call(op)), 1, "another session's memory on a copy of this session's stream");
 }
 
 #[test]
