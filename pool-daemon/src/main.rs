@@ -3,12 +3,14 @@
 //! Owns: the devices, reached only through the vendor libraries loaded at run time
 //! (`backend`), and the commands operators run: `gpupool probe` (load a driver and
 //! exercise every device), `gpupool daemon` (the pool: sessions, quotas, transport;
-//! `daemon`), `gpupool status`, `gpupool run` and `gpupool cert`.
+//! `daemon`), `gpupool status`, `gpupool run`, `gpupool cert`, and for containers
+//! `gpupool oci-hook` and `gpupool cdi generate` (`container`).
 //!
 //! Must not: link a vendor library at build time, or trust anything a client sends.
 
 mod backend;
 mod cert;
+mod container;
 mod daemon;
 mod demo;
 mod probe;
@@ -153,6 +155,48 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// OCI runtime hook: put a container in the pool (its own endpoint, the pool's libraries,
+    /// /etc/ld.so.preload, the linker cache) from its config.json annotations gpupool.io/tenant,
+    /// gpupool.io/memory, gpupool.io/compute, gpupool.io/devices. Reads the container state on stdin.
+    OciHook {
+        /// create-runtime (or prestart): make the endpoint and the mounts; poststop: remove them.
+        #[arg(value_enum)]
+        stage: container::hook::Stage,
+        /// The daemon's unix socket (default: the default socket).
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// Host directory for the pool's library directories.
+        #[arg(long, default_value = container::DEFAULT_LIB_BASE)]
+        lib_dir: PathBuf,
+        /// The runtime already mounted the libraries and /etc/ld.so.preload (from the CDI spec).
+        #[arg(long)]
+        cdi: bool,
+    },
+    /// Container Device Interface specs.
+    Cdi {
+        #[command(subcommand)]
+        command: CdiCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CdiCommand {
+    /// Write a CDI spec (kind gpupool.io/gpu: a device per device of the running daemon, and
+    /// `all`) whose edits put the container in the pool through `gpupool oci-hook`.
+    Generate {
+        /// Where to write the spec (JSON).
+        #[arg(long, default_value = "/etc/cdi/gpupool.json")]
+        output: PathBuf,
+        /// The daemon's unix socket (default: the default socket).
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// Host directory for the pool's library directories.
+        #[arg(long, default_value = container::DEFAULT_LIB_BASE)]
+        lib_dir: PathBuf,
+        /// The cdiVersion to write.
+        #[arg(long, default_value = "0.5.0")]
+        cdi_version: String,
+    },
 }
 
 /// `--listen` values: unix socket paths, and network endpoints.
@@ -212,6 +256,12 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Cert { out, name, days } => cert::run(&out, &name, days),
         Command::Status { json, endpoint } => status::run(json, endpoint),
+        Command::OciHook { stage, endpoint, lib_dir, cdi } => {
+            container::hook::run(container::hook::Options { stage, endpoint, lib_dir, cdi })
+        }
+        Command::Cdi { command: CdiCommand::Generate { output, endpoint, lib_dir, cdi_version } } => {
+            container::cdi::generate(container::cdi::Options { output, endpoint, lib_dir, cdi_version })
+        }
         Command::Run { endpoint, memory, compute, cudart, command } => {
             match run::run(run::Options { endpoint, memory, compute, cudart, command }) {
                 Ok(code) => return std::process::ExitCode::from(code.clamp(0, 255) as u8),

@@ -66,7 +66,7 @@ pub fn interposer() -> Result<PathBuf> {
     Ok(lib)
 }
 
-const STAND_INS: [(&str, &[u8]); 6] = [
+pub(crate) const STAND_INS: [(&str, &[u8]); 6] = [
     ("libcudart.so.12", include_bytes!(concat!(env!("OUT_DIR"), "/libcudart.so.12"))),
     ("libcudart.so.13", include_bytes!(concat!(env!("OUT_DIR"), "/libcudart.so.13"))),
     ("libcublas.so.12", include_bytes!(concat!(env!("OUT_DIR"), "/libcublas.so.12"))),
@@ -77,7 +77,7 @@ const STAND_INS: [(&str, &[u8]); 6] = [
 
 /// Driver sonames a program may name in DT_NEEDED (linked with `-lcuda`, as CuPy 12's
 /// modules are): links to the interposer itself, so a client machine needs no driver.
-const DRIVER_SONAMES: [&str; 3] = ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1"];
+pub(crate) const DRIVER_SONAMES: [&str; 3] = ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1"];
 
 /// A directory holding the runtime stand-ins and the driver links, private to this
 /// user: under `$XDG_RUNTIME_DIR` (else the temp dir), named by their content and the

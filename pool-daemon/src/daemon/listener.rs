@@ -1,6 +1,7 @@
 //! The daemon's sockets: `<path>` for clients (mode 0660, each client identified with
 //! SO_PEERCRED) and `<path>.ctl`, which answers every connection with one JSON status
-//! document and closes it (what `gpupool status` reads). Connections waiting for their
+//! document and closes it (what `gpupool status` reads), and `<path>.containers` (mode 0600,
+//! root only: [`super::containers`]). Connections waiting for their
 //! hello are bounded as on the network listeners ([`super::admission`]).
 
 use super::admission::Admission;
@@ -65,10 +66,15 @@ pub struct Bound {
     path: PathBuf,
     clients: UnixListener,
     control: UnixListener,
+    containers: UnixListener,
 }
 
 pub fn bind(path: &Path) -> Result<Bound> {
-    Ok(Bound { path: path.to_path_buf(), clients: bind_one(path)?, control: bind_one(&control_path(path))? })
+    let (clients, control) = (bind_one(path)?, bind_one(&control_path(path))?);
+    let containers_path = super::containers::socket_path(path);
+    let containers = bind_one(&containers_path)?;
+    std::fs::set_permissions(&containers_path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(Bound { path: path.to_path_buf(), clients, control, containers })
 }
 
 /// Accepts until SIGTERM/SIGINT, then closes every session and removes the sockets.
@@ -88,6 +94,12 @@ pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>, remote: Vec<super::remote::
         let s = shared.clone();
         let c = b.control;
         loops.push(std::thread::Builder::new().name("gpupool-ctl".into()).spawn(move || control_loop(s, c))?);
+        let (s, c, p) = (shared.clone(), b.containers, b.path.clone());
+        loops.push(
+            std::thread::Builder::new()
+                .name("gpupool-containers".into())
+                .spawn(move || super::containers::control_loop(s, c, p))?,
+        );
         let s = shared.clone();
         let l = b.clients;
         loops.push(std::thread::Builder::new().name("gpupool-accept".into()).spawn(move || accept_loop(s, l))?);
@@ -100,9 +112,11 @@ pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>, remote: Vec<super::remote::
     for t in threads {
         let _ = t.join();
     }
+    shared.containers.remove_all();
     for p in &paths {
         let _ = std::fs::remove_file(p);
         let _ = std::fs::remove_file(control_path(p));
+        let _ = std::fs::remove_file(super::containers::socket_path(p));
     }
     tracing::info!(sessions_closed = n, "gpupool daemon stopped; sockets removed");
     Ok(())
@@ -176,6 +190,7 @@ fn signals(shared: Arc<Shared>, paths: Vec<PathBuf>) -> Result<()> {
             for p in &paths {
                 let _ = UnixStream::connect(p);
                 let _ = UnixStream::connect(control_path(p));
+                let _ = UnixStream::connect(super::containers::socket_path(p));
             }
             break;
         }

@@ -13,6 +13,8 @@
 //!   exports between sessions of one tenant) with the ledger's books and the ownership checks.
 //! - [`cleanup`]: everything a session owned is freed when it ends, however it ends;
 //!   [`malloc`]: the daemon's own heap given back after each session, its arenas capped.
+//! - [`containers`]: per-container endpoints (a socket bound to one tenant and narrowed
+//!   limits), made and removed over the root-only `<socket>.containers`.
 //! - [`control`]: the status document (devices, tenants, sessions, the ledger);
 //!   [`status_view`]: what a status request over the protocol may see of it (a tenant's
 //!   token its own tenant, the admin token everything).
@@ -25,6 +27,7 @@ pub mod blas;
 pub mod blas_lt;
 pub mod cleanup;
 pub mod compute;
+pub mod containers;
 pub mod control;
 pub mod copy2d;
 pub mod dispatch;
@@ -124,6 +127,8 @@ pub struct SessionInfo {
     /// The client's address, for a session over the network (its pid, uid and gid are then
     /// what it said, not what a kernel vouched for).
     pub remote: Option<std::net::SocketAddr>,
+    /// The container whose endpoint the session came through ([`containers`]).
+    pub container: Option<String>,
     pub started_unix_ms: u128,
 }
 
@@ -149,6 +154,8 @@ pub struct Shared {
     pub blas: crate::backend::Blas,
     /// VMM handle ids and live exports ([`vmm`]).
     pub vmm: vmm::Registry,
+    /// Per-container endpoints ([`containers`]).
+    pub containers: containers::Registry,
     next_session: AtomicU64,
 }
 
@@ -308,6 +315,7 @@ pub fn run(opts: Options) -> Result<()> {
         calls: metrics::Calls::default(),
         blas: crate::backend::Blas::new(src.clone()),
         vmm: vmm::Registry::default(),
+        containers: containers::Registry::default(),
         next_session: AtomicU64::new(1),
     });
     compute::Compute::start_monitors(&shared)?;

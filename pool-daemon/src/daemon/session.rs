@@ -1,6 +1,7 @@
 //! One client session: its transport (shared memory for a local client, TCP or TLS for a
 //! remote one), the hello handshake (the tenant from SO_PEERCRED and the quota config
-//! locally; from the token alone over the network), then requests until Bye, the client's
+//! locally; from the token alone over the network; from the endpoint through a container's
+//! socket, [`super::containers`]), then requests until Bye, the client's
 //! death, a malformed frame or shutdown; then [`super::cleanup`] frees everything it owned.
 
 use super::admission::{HELLO_TIMEOUT, Ticket};
@@ -68,6 +69,8 @@ pub struct Session {
     /// The session's socket (a duplicate), to notice the client's death while the session waits
     /// for compute credit (the request loop notices it through the transport).
     pub peer: Option<OwnedFd>,
+    /// The container endpoint the session came through; its removal ends the session.
+    pub container: Option<Arc<super::containers::Endpoint>>,
     /// The compute percent this client may use (its tenant's, or less if it narrowed it).
     pub compute_limit: u8,
     /// cuBLAS / cuBLASLt handles ([`super::blas`]).
@@ -100,6 +103,8 @@ enum Origin {
     Local(PeerCred),
     /// A peer on the network: it authenticates with its token.
     Remote(SocketAddr),
+    /// A process in a container, through the container's endpoint: the endpoint names the tenant.
+    Container(PeerCred, Arc<super::containers::Endpoint>),
 }
 
 /// A transport and what only its kind of socket can do.
@@ -113,6 +118,21 @@ struct Link {
 
 /// A local client's session thread: shared memory set up over its unix socket.
 pub fn run(shared: Arc<Shared>, stream: UnixStream, cred: PeerCred, ticket: Ticket) {
+    run_unix(shared, stream, Origin::Local(cred), cred, ticket)
+}
+
+/// A session thread for a client in a container, through the container's endpoint.
+pub fn run_in_container(
+    shared: Arc<Shared>,
+    stream: UnixStream,
+    cred: PeerCred,
+    ticket: Ticket,
+    endpoint: Arc<super::containers::Endpoint>,
+) {
+    run_unix(shared, stream, Origin::Container(cred, endpoint), cred, ticket)
+}
+
+fn run_unix(shared: Arc<Shared>, stream: UnixStream, origin: Origin, cred: PeerCred, ticket: Ticket) {
     let t0 = Instant::now();
     let transport = match ShmTransport::serve(stream, &ShmConfig::default()) {
         Ok(t) => t,
@@ -123,7 +143,7 @@ pub fn run(shared: Arc<Shared>, stream: UnixStream, cred: PeerCred, ticket: Tick
     };
     let fds = transport.socket().try_clone().ok();
     let peer = fds.as_ref().and_then(|s| s.try_clone().ok()).map(OwnedFd::from);
-    run_link(shared, Link { t: Box::new(transport), peer, fds }, Origin::Local(cred), t0, ticket);
+    run_link(shared, Link { t: Box::new(transport), peer, fds }, origin, t0, ticket);
 }
 
 /// A remote client's session thread, after its TLS (or plain TCP) handshake.
@@ -147,6 +167,9 @@ fn run_link(shared: Arc<Shared>, mut link: Link, origin: Origin, t0: Instant, ti
         Err(why) => {
             match origin {
                 Origin::Local(cred) => tracing::warn!(pid = cred.pid, uid = cred.uid, "hello refused: {why}"),
+                Origin::Container(cred, ep) => {
+                    tracing::warn!(pid = cred.pid, uid = cred.uid, container = %ep.id, "hello refused: {why}")
+                }
                 Origin::Remote(addr) => tracing::warn!(remote = %addr, "hello refused: {why}"),
             }
             link.t.close();
@@ -176,6 +199,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         let (own, who) = match origin {
             Origin::Local(c) => (Some(shared.ledger.config().resolve(c.uid, c.gid, None)), format!("pid {}", c.pid)),
             Origin::Remote(addr) => (None, addr.to_string()),
+            Origin::Container(c, ep) => (Some(ep.tenant.clone()), format!("pid {} in container {}", c.pid, ep.id)),
         };
         super::status_view::connection(shared, t, *id, token.as_deref(), own.as_ref(), &who);
         return Ok(None);
@@ -198,6 +222,18 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
     let config = shared.ledger.config();
     let (cred, remote, tenant) = match origin {
         Origin::Local(cred) => (*cred, None, config.resolve(cred.uid, cred.gid, token.as_deref())),
+        // The socket is the capability: a token naming another tenant is refused, not obeyed.
+        Origin::Container(cred, ep) => match token.as_deref().and_then(|tk| config.resolve_token(tk)) {
+            Some(other) if other != ep.tenant => {
+                let why = format!(
+                    "container {}'s socket is bound to tenant `{}`; a token cannot name another tenant",
+                    ep.id,
+                    ep.tenant.as_str()
+                );
+                return Err(refuse(t, NOT_PERMITTED, why));
+            }
+            _ => (*cred, None, ep.tenant.clone()),
+        },
         // Over the network only a token names a tenant: a uid means nothing across hosts.
         Origin::Remote(addr) => match token.as_deref().and_then(|tk| config.resolve_token(tk)) {
             Some(tenant) => (PeerCred { pid, uid, gid }, Some(*addr), tenant),
@@ -207,9 +243,16 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
             }
         },
     };
-    let request = ClientRequest {
+    let mut request = ClientRequest {
         memory: memory_limit.map_or_else(MemoryQuota::default, MemoryQuota::all),
         compute: compute_percent,
+    };
+    let container = match origin {
+        Origin::Container(_, ep) => {
+            request = ep.narrow(request);
+            Some(ep.clone())
+        }
+        _ => None,
     };
     let limits = config.effective_limits(&tenant, &request).map_err(|e| refuse(t, 1, e.to_string()))?;
     let quota = shared.ledger.open_session(&tenant, &request).map_err(|e| refuse(t, 1, e.to_string()))?;
@@ -233,6 +276,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         tenant_name: tenant.as_str().to_string(),
         remote,
         compute_limit: limits.compute,
+        container: container.clone(),
         peer: link.peer.as_ref().and_then(|p| p.try_clone().ok()),
         blas: Default::default(),
         vmm: Default::default(),
@@ -257,6 +301,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
             tenant: tenant.as_str().to_string(),
             client: client_name.clone(),
             remote,
+            container: container.as_ref().map(|c| c.id.clone()),
             started_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis()),
@@ -264,6 +309,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
     );
     tracing::info!(
         session = id_s, pid = cred.pid, uid = cred.uid, gid = cred.gid, remote = ?remote, tenant = %tenant.as_str(),
+        container = ?container.as_ref().map(|c| c.id.as_str()),
         client = %client_name, memory = ?limits.memory, compute = limits.compute,
         clamped = limits.clamped.len(), hello_us = t0.elapsed().as_micros() as u64,
         "session start"
@@ -302,6 +348,9 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             Err(TransportError::Timeout) => {
                 if s.shared.stopping() {
                     return "daemon shutting down".into();
+                }
+                if s.container.as_ref().is_some_and(|c| c.removed()) {
+                    return "the container's endpoint was removed".into();
                 }
                 continue;
             }
