@@ -12,6 +12,7 @@
  *               until the pool refuses: "total=N nvml_total=N allocated=N oom=NAME libcuda=PATH"
  *   deepbind    the same, with libcuda.so.1 opened RTLD_DEEPBIND (a program trying to bind
  *               the vendor library before any preloaded one)
+ *   quota-hold  the same as quota, then keep everything and sleep until killed
  *   hold MIB    allocate MIB MiB on device 0, print "held", then sleep until killed
  *   first-call  print "first_call_ns=N" (CLOCK_REALTIME) when cuInit and cuDeviceGetCount
  *               have returned (the benchmark's "first CUDA call")
@@ -114,7 +115,7 @@ static unsigned long long nvml_total(void) {
     return m.total;
 }
 
-static int quota(int flags) {
+static int quota(int flags, int hold) {
     const char *path = load_cuda(flags);
     context();
     size_t free_b = 0, total = 0;
@@ -130,13 +131,16 @@ static int quota(int flags) {
         if (allocated > ((size_t)64 << 30)) break; /* a runaway: reported, never looped on */
     }
     printf("total=%zu nvml_total=%llu allocated=%zu oom=%s libcuda=%s\n", total, nvml, allocated, cu_name(r), path);
+    fflush(stdout);
+    while (hold) pause();
     return 0;
 }
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "quota";
-    if (!strcmp(mode, "quota")) return quota(RTLD_NOW);
-    if (!strcmp(mode, "deepbind")) return quota(RTLD_NOW | RTLD_DEEPBIND);
+    if (!strcmp(mode, "quota")) return quota(RTLD_NOW, 0);
+    if (!strcmp(mode, "quota-hold")) return quota(RTLD_NOW, 1);
+    if (!strcmp(mode, "deepbind")) return quota(RTLD_NOW | RTLD_DEEPBIND, 0);
     if (!strcmp(mode, "hold") && argc > 2) {
         load_cuda(RTLD_NOW);
         context();
@@ -156,6 +160,6 @@ int main(int argc, char **argv) {
         printf("first_call_ns=%lld devices=%d\n", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, n);
         return 0;
     }
-    fprintf(stderr, "usage: %s quota|deepbind|hold MIB|first-call\n", argv[0]);
+    fprintf(stderr, "usage: %s quota|quota-hold|deepbind|hold MIB|first-call\n", argv[0]);
     return 2;
 }

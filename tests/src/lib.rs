@@ -21,6 +21,7 @@
 
 pub mod churn;
 pub mod compute_load;
+pub mod containers;
 pub mod delay_relay;
 pub mod fuzz;
 pub mod readme;

@@ -45,12 +45,14 @@ pub fn prepare(base: &Path) -> Result<PathBuf> {
     for (name, bytes) in &files {
         std::fs::write(tmp(name), bytes).with_context(|| format!("writing {}", tmp(name).display()))?;
         std::fs::set_permissions(tmp(name), std::fs::Permissions::from_mode(0o755))?;
-        std::fs::rename(tmp(name), dir.join(name)).with_context(|| format!("installing {name} in {}", dir.display()))?;
+        std::fs::rename(tmp(name), dir.join(name))
+            .with_context(|| format!("installing {name} in {}", dir.display()))?;
     }
     for name in DRIVER_SONAMES {
         let _ = std::fs::remove_file(tmp(name));
         std::os::unix::fs::symlink("libgpupool.so", tmp(name)).with_context(|| format!("linking {name}"))?;
-        std::fs::rename(tmp(name), dir.join(name)).with_context(|| format!("installing {name} in {}", dir.display()))?;
+        std::fs::rename(tmp(name), dir.join(name))
+            .with_context(|| format!("installing {name} in {}", dir.display()))?;
     }
     Ok(dir)
 }

@@ -33,7 +33,8 @@ pub struct Injection<'a> {
 
 /// Enters the container's mount namespace (this process only; it must be single-threaded).
 pub fn enter(pid: u32) -> Result<()> {
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).with_context(|| format!("opening /proc/{pid}/ns/mnt"))?;
+    let ns =
+        std::fs::File::open(format!("/proc/{pid}/ns/mnt")).with_context(|| format!("opening /proc/{pid}/ns/mnt"))?;
     rustix::thread::move_into_link_name_space(
         std::os::fd::AsFd::as_fd(&ns),
         Some(rustix::thread::LinkNameSpaceType::Mount),
@@ -55,7 +56,10 @@ fn checked(root: &Path, rel: &str, create_dirs: bool) -> Result<PathBuf> {
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && create_dirs => {
-                std::fs::DirBuilder::new().mode(0o755).create(&p).with_context(|| format!("creating {}", p.display()))?;
+                std::fs::DirBuilder::new()
+                    .mode(0o755)
+                    .create(&p)
+                    .with_context(|| format!("creating {}", p.display()))?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e).with_context(|| format!("{}", p.display())),
@@ -82,7 +86,8 @@ fn file_target(root: &Path, rel: &str) -> Result<PathBuf> {
 }
 
 fn bind(src: &Path, dst: &Path, read_only: bool) -> Result<()> {
-    rustix::mount::mount_bind(src, dst).with_context(|| format!("bind-mounting {} on {}", src.display(), dst.display()))?;
+    rustix::mount::mount_bind(src, dst)
+        .with_context(|| format!("bind-mounting {} on {}", src.display(), dst.display()))?;
     if read_only {
         rustix::mount::mount_remount(dst, MountFlags::BIND | MountFlags::RDONLY, "")
             .with_context(|| format!("making {} read-only", dst.display()))?;

@@ -110,10 +110,8 @@ impl Endpoint {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),
         };
-        let mut memory = MemoryQuota {
-            default: min(self.limits.memory.default, hello.memory.default),
-            devices: Default::default(),
-        };
+        let mut memory =
+            MemoryQuota { default: min(self.limits.memory.default, hello.memory.default), devices: Default::default() };
         for &d in self.limits.memory.devices.keys().chain(hello.memory.devices.keys()) {
             if let Some(v) = min(self.limits.memory.for_device(d), hello.memory.for_device(d)) {
                 memory.devices.insert(d, v);
@@ -161,9 +159,7 @@ pub fn control_loop(shared: Arc<Shared>, listener: UnixListener, main_socket: Pa
         let Ok(stream) = stream else { continue };
         let s = shared.clone();
         let main = main_socket.clone();
-        let _ = std::thread::Builder::new()
-            .name("gpupool-containers".into())
-            .spawn(move || answer(&s, stream, &main));
+        let _ = std::thread::Builder::new().name("gpupool-containers".into()).spawn(move || answer(&s, stream, &main));
     }
 }
 
@@ -176,7 +172,11 @@ fn answer(shared: &Arc<Shared>, mut stream: UnixStream, main_socket: &Path) {
         }
     };
     let reply = if cred.uid != 0 {
-        tracing::warn!(pid = cred.pid, uid = cred.uid, "container request refused: only root manages container endpoints");
+        tracing::warn!(
+            pid = cred.pid,
+            uid = cred.uid,
+            "container request refused: only root manages container endpoints"
+        );
         ContainerReply::error("only root (uid 0) may manage container endpoints")
     } else {
         let _ = stream.set_read_timeout(Some(REQUEST_WAIT));
