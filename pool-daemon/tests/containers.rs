@@ -102,10 +102,23 @@ impl Site {
         env: &[String],
         annotations: &[(&'static str, &str)],
     ) -> (PathBuf, String) {
+        self.bundle_of(client_program(), name, args, env, annotations)
+    }
+
+    /// As [`Site::bundle`], running `program` (as `/app/<its name>`).
+    fn bundle_of(
+        &self,
+        program: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[String],
+        annotations: &[(&'static str, &str)],
+    ) -> (PathBuf, String) {
         let dir = self.d.dir.join("bundles").join(name);
-        ct::rootfs(&dir, client_program());
+        ct::rootfs(&dir, program);
+        let app = format!("/app/{}", program.file_name().unwrap().to_string_lossy());
         let spec = Spec {
-            args: std::iter::once("/app/container_client").chain(args.iter().copied()).map(String::from).collect(),
+            args: std::iter::once(app.as_str()).chain(args.iter().copied()).map(String::from).collect(),
             env: env.to_vec(),
             annotations: annotations.iter().map(|(k, v)| (*k, v.to_string())).collect(),
             hooks: Some(ct::pool_hooks(&gpupool(), &self.d.endpoint(), &self.d.dir.join("lib"))),
@@ -118,7 +131,11 @@ impl Site {
     /// Runs a container to its end.
     fn run(&self, name: &str, args: &[&str], env: &[String], annotations: &[(&'static str, &str)]) -> Output {
         let (dir, id) = self.bundle(name, args, env, annotations);
-        let r = self.start_bundle(&dir, &id);
+        self.run_bundle(&dir, &id)
+    }
+
+    fn run_bundle(&self, dir: &Path, id: &str) -> Output {
+        let r = self.start_bundle(dir, id);
         let t0 = Instant::now();
         let mut r = r;
         loop {
@@ -222,6 +239,18 @@ fn a_runc_container_with_the_hook_is_held_to_its_annotated_quota_with_nothing_in
     assert_eq!((f.get("total"), f.get("allocated")), (Some(&"0".to_string()), Some(&"0".to_string())), "{out:?}");
 
     // An unknown tenant: the hook fails, so the runtime does not start the container.
+    // A program linked against libcuda.so.1 (DT_NEEDED): found before main through the
+    // container's linker cache, which no preload or dlopen hook could do.
+    let linked = client_program().with_file_name("linked_client");
+    let sim = gpupool_e2e::sim_libdir().display().to_string();
+    gpupool_e2e::compile_c_into("linked_client.c", &linked, &["-L", &sim, "-l:libcuda.so.1"]);
+    let (dir, id) = site.bundle_of(&linked, "linked", &[], &[], &alpha);
+    let out = site.run_bundle(&dir, &id);
+    assert!(out.status.success(), "{}\n{}", gpupool_e2e::output_text(&out), site.d.log());
+    let f = fields(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(f.get("total"), Some(&(128 * MIB).to_string()), "{out:?}");
+    assert_eq!(f.get("libcuda").map(String::as_str), Some("/opt/gpupool/lib/libgpupool.so"), "{out:?}");
+
     let out = site.run("unknown", &["quota"], &[], &[("gpupool.io/tenant", "nobody")]);
     assert!(!out.status.success(), "{}", gpupool_e2e::output_text(&out));
     assert!(
