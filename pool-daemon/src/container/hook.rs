@@ -184,3 +184,30 @@ fn create(lib_base: &Path, cdi: bool, socket: &Path, state: State) -> Result<()>
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(v: &str) -> BTreeMap<String, String> {
+        [(ANNOTATION_DEVICES.to_string(), v.to_string())].into()
+    }
+
+    #[test]
+    fn devices_come_from_the_annotation_else_the_cdi_devices_else_all() {
+        let none = BTreeMap::new();
+        assert_eq!(devices(&ann("0,1"), &[]).unwrap(), Some(vec![0, 1]));
+        assert_eq!(devices(&ann("all"), &[]).unwrap(), None);
+        assert!(devices(&ann("gpu0"), &[]).is_err());
+        let env = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            devices(&none, &env(&["PATH=/bin", "GPUPOOL_CDI_DEVICE_1=1", "GPUPOOL_CDI_DEVICE_0=1"])).unwrap(),
+            Some(vec![0, 1])
+        );
+        assert_eq!(devices(&none, &env(&["GPUPOOL_CDI_DEVICE_0=1", "GPUPOOL_CDI_DEVICE_ALL=1"])).unwrap(), None);
+        assert_eq!(devices(&none, &env(&["PATH=/bin"])).unwrap(), None);
+        assert!(devices(&none, &env(&["GPUPOOL_CDI_DEVICE_x=1"])).is_err());
+        // The annotation wins over the CDI variables.
+        assert_eq!(devices(&ann("1"), &env(&["GPUPOOL_CDI_DEVICE_0=1"])).unwrap(), Some(vec![1]));
+    }
+}

@@ -369,3 +369,62 @@ fn remove(shared: &Arc<Shared>, id: &str) -> ContainerReply {
     tracing::info!(container = %id, sessions_ended = open, wait_us = t0.elapsed().as_micros() as u64, "container endpoint removed");
     ContainerReply { ok: true, existed: true, sessions_ended: open, ..Default::default() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(limits: ClientRequest) -> Endpoint {
+        Endpoint {
+            id: "c".into(),
+            tenant: TenantId::new("t"),
+            limits,
+            socket: PathBuf::new(),
+            removed: AtomicBool::new(false),
+        }
+    }
+
+    #[test]
+    fn a_hello_can_only_narrow_the_endpoints_limits() {
+        let mut limits = ClientRequest::default().with_memory("256MiB").unwrap().with_compute(50).unwrap();
+        limits.memory.devices.insert(1, 0);
+        let ep = endpoint(limits);
+        // Asking for more gets the endpoint's; device 1 stays at 0 whatever the hello says.
+        let wide = ClientRequest::default().with_memory("1GiB").unwrap().with_compute(90).unwrap();
+        let n = ep.narrow(wide);
+        assert_eq!((n.memory.for_device(0), n.memory.for_device(1), n.compute), (Some(256 << 20), Some(0), Some(50)));
+        // Asking for less gets less.
+        let narrow = ClientRequest::default().with_memory("64MiB").unwrap().with_compute(10).unwrap();
+        let n = ep.narrow(narrow);
+        assert_eq!((n.memory.for_device(0), n.memory.for_device(1), n.compute), (Some(64 << 20), Some(0), Some(10)));
+        // Asking nothing gets the endpoint's limits; an endpoint without limits leaves the hello's.
+        assert_eq!(ep.narrow(ClientRequest::default()).memory.for_device(0), Some(256 << 20));
+        let open = endpoint(ClientRequest::default());
+        let n = open.narrow(ClientRequest::default().with_memory("64MiB").unwrap());
+        assert_eq!((n.memory.for_device(3), n.compute), (Some(64 << 20), None));
+    }
+
+    #[test]
+    fn container_ids_are_file_names() {
+        for ok in ["c1", "97a4dc6b3315ace1", "my_ctr-2.x"] {
+            assert!(valid_id(ok), "{ok}");
+        }
+        for bad in ["", ".", "..", ".hidden", "a/b", "../x", "a b", "a\0b", &"x".repeat(129)] {
+            assert!(!valid_id(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn requests_and_replies_are_one_json_line_each() {
+        let r: ContainerRequest = serde_json::from_str(
+            r#"{"op":"create","id":"c1","tenant":"alpha","memory":"256MiB","compute":null,"devices":[0]}"#,
+        )
+        .unwrap();
+        assert!(matches!(r, ContainerRequest::Create { ref id, devices: Some(ref d), .. } if id == "c1" && d == &[0]));
+        let r: ContainerRequest = serde_json::from_str(r#"{"op":"remove","id":"c1"}"#).unwrap();
+        assert!(matches!(r, ContainerRequest::Remove { ref id } if id == "c1"));
+        assert!(serde_json::from_str::<ContainerRequest>(r#"{"op":"widen","id":"c1"}"#).is_err());
+        let text = serde_json::to_string(&ContainerReply::error("no")).unwrap();
+        assert!(!text.contains('\n') && text.contains("\"ok\":false"), "{text}");
+    }
+}
