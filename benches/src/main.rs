@@ -10,6 +10,7 @@
 //!   cargo run --release -p gpupool-benches -- fuzz [--seconds S] [--seed N] [--tenants T]
 //!   cargo run --release -p gpupool-benches -- blas [--quick]
 //!   cargo run --release -p gpupool-benches -- torch-start [--quick]
+//!   cargo run --release -p gpupool-benches -- containers [--quick]
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
@@ -20,12 +21,15 @@
 //! directly, plain memcpy and a unix-socket ping-pong. `remote` measures the same client
 //! over `tls://` and `tcp://` on loopback against plain TCP. `blas` times cuBLAS GEMMs through
 //! the pool against the simulator's cuBLAS in the client's process and the GEMM crate alone;
-//! `torch-start` times PyTorch's start to its first CUDA allocation under `gpupool run`.
+//! `torch-start` times PyTorch's start to its first CUDA allocation under `gpupool run`;
+//! `containers` times a runc container's start to its first CUDA call with `gpupool oci-hook`
+//! against the same container put in the pool by hand.
 //! See benches/README.md for what each baseline means.
 
 mod blas;
 mod chaos;
 mod compute;
+mod containers;
 mod fuzz;
 mod pool;
 mod ptx;
@@ -41,7 +45,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime|remote [--json PATH]\n       \
-                     gpupool-bench chaos|fuzz|blas|torch-start [OPTIONS] (see benches/README.md)";
+                     gpupool-bench chaos|fuzz|blas|torch-start|containers [OPTIONS] (see benches/README.md)";
 
 fn main() -> ExitCode {
     let all: Vec<String> = std::env::args().skip(1).collect();
@@ -56,6 +60,9 @@ fn main() -> ExitCode {
     }
     if all.first().map(String::as_str) == Some("torch-start") {
         return torch_start::main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some("containers") {
+        return containers::main(&all[1..]);
     }
     if all.first().map(String::as_str) == Some("chaos") {
         return chaos::main(&all[1..]);
