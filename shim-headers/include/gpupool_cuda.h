@@ -809,6 +809,7 @@ typedef enum CUlogLevel_enum {
 typedef struct CUlogsCallbackEntry_st *CUlogsCallbackHandle;
 typedef void (*CUlogsCallback)(void *data, CUlogLevel logLevel, char *message, size_t length);
 
+#include "gpupool_cuda_array.h"
 #include "gpupool_cuda_functions.h"
 
 #ifdef __cplusplus

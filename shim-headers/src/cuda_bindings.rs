@@ -13,6 +13,15 @@ pub const CU_MEMHOSTREGISTER_READ_ONLY: u32 = 8;
 pub const CU_LAUNCH_PARAM_END_AS_INT: u32 = 0;
 pub const CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT: u32 = 1;
 pub const CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT: u32 = 2;
+pub const CUDA_ARRAY3D_LAYERED: u32 = 1;
+pub const CUDA_ARRAY3D_SURFACE_LDST: u32 = 2;
+pub const CUDA_ARRAY3D_CUBEMAP: u32 = 4;
+pub const CUDA_ARRAY3D_TEXTURE_GATHER: u32 = 8;
+pub const CU_TRSF_READ_AS_INTEGER: u32 = 1;
+pub const CU_TRSF_NORMALIZED_COORDINATES: u32 = 2;
+pub const CU_TRSF_SRGB: u32 = 16;
+pub const CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION: u32 = 32;
+pub const CU_TRSF_SEAMLESS_CUBEMAP: u32 = 64;
 pub type cuuint32_t = u32;
 pub type cuuint64_t = u64;
 pub type CUdeviceptr_v2 = ::std::os::raw::c_ulonglong;
@@ -2960,6 +2969,682 @@ pub type CUlogsCallback = ::std::option::Option<
         length: usize,
     ),
 >;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUmipmappedArray_st {
+    _unused: [u8; 0],
+}
+pub type CUmipmappedArray = *mut CUmipmappedArray_st;
+pub type CUtexObject_v1 = ::std::os::raw::c_ulonglong;
+pub type CUtexObject = CUtexObject_v1;
+pub type CUsurfObject_v1 = ::std::os::raw::c_ulonglong;
+pub type CUsurfObject = CUsurfObject_v1;
+impl CUarray_format_enum {
+    pub const CU_AD_FORMAT_UNSIGNED_INT8: CUarray_format_enum = CUarray_format_enum(1);
+}
+impl CUarray_format_enum {
+    pub const CU_AD_FORMAT_UNSIGNED_INT16: CUarray_format_enum = CUarray_format_enum(2);
+}
+impl CUarray_format_enum {
+    pub const CU_AD_FORMAT_UNSIGNED_INT32: CUarray_format_enum = CUarray_format_enum(3);
+}
+impl CUarray_format_enum {
+    pub const CU_AD_FORMAT_SIGNED_INT8: CUarray_format_enum = CUarray_format_enum(8);
+}
+impl CUarray_format_enum {
+    pub const CU_AD_FORMAT_SIGNED_INT16: CUarray_format_enum = CUarray_format_enum(9);
+}
+impl CUarray_format_enum {
+    pub const CU_AD_FORMAT_SIGNED_INT32: CUarray_format_enum = CUarray_format_enum(10);
+}
+impl CUarray_format_enum {
+    pub const CU_AD_FORMAT_HALF: CUarray_format_enum = CUarray_format_enum(16);
+}
+impl CUarray_format_enum {
+    pub const CU_AD_FORMAT_FLOAT: CUarray_format_enum = CUarray_format_enum(32);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUarray_format_enum(pub ::std::os::raw::c_uint);
+pub use self::CUarray_format_enum as CUarray_format;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_ARRAY_DESCRIPTOR_st {
+    pub Width: usize,
+    pub Height: usize,
+    pub Format: CUarray_format,
+    pub NumChannels: ::std::os::raw::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_ARRAY_DESCRIPTOR_st",
+    ][::std::mem::size_of::<CUDA_ARRAY_DESCRIPTOR_st>() - 24usize];
+    [
+        "Alignment of CUDA_ARRAY_DESCRIPTOR_st",
+    ][::std::mem::align_of::<CUDA_ARRAY_DESCRIPTOR_st>() - 8usize];
+    [
+        "Offset of field: CUDA_ARRAY_DESCRIPTOR_st::Width",
+    ][::std::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_st, Width) - 0usize];
+    [
+        "Offset of field: CUDA_ARRAY_DESCRIPTOR_st::Height",
+    ][::std::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_st, Height) - 8usize];
+    [
+        "Offset of field: CUDA_ARRAY_DESCRIPTOR_st::Format",
+    ][::std::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_st, Format) - 16usize];
+    [
+        "Offset of field: CUDA_ARRAY_DESCRIPTOR_st::NumChannels",
+    ][::std::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_st, NumChannels) - 20usize];
+};
+impl Default for CUDA_ARRAY_DESCRIPTOR_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_ARRAY_DESCRIPTOR_v2 = CUDA_ARRAY_DESCRIPTOR_st;
+pub type CUDA_ARRAY_DESCRIPTOR = CUDA_ARRAY_DESCRIPTOR_v2;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR_st {
+    pub Width: usize,
+    pub Height: usize,
+    pub Depth: usize,
+    pub Format: CUarray_format,
+    pub NumChannels: ::std::os::raw::c_uint,
+    pub Flags: ::std::os::raw::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_ARRAY3D_DESCRIPTOR_st",
+    ][::std::mem::size_of::<CUDA_ARRAY3D_DESCRIPTOR_st>() - 40usize];
+    [
+        "Alignment of CUDA_ARRAY3D_DESCRIPTOR_st",
+    ][::std::mem::align_of::<CUDA_ARRAY3D_DESCRIPTOR_st>() - 8usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::Width",
+    ][::std::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, Width) - 0usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::Height",
+    ][::std::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, Height) - 8usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::Depth",
+    ][::std::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, Depth) - 16usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::Format",
+    ][::std::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, Format) - 24usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::NumChannels",
+    ][::std::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, NumChannels) - 28usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_st::Flags",
+    ][::std::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_st, Flags) - 32usize];
+};
+impl Default for CUDA_ARRAY3D_DESCRIPTOR_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_ARRAY3D_DESCRIPTOR_v2 = CUDA_ARRAY3D_DESCRIPTOR_st;
+pub type CUDA_ARRAY3D_DESCRIPTOR = CUDA_ARRAY3D_DESCRIPTOR_v2;
+impl CUresourcetype_enum {
+    pub const CU_RESOURCE_TYPE_ARRAY: CUresourcetype_enum = CUresourcetype_enum(0);
+}
+impl CUresourcetype_enum {
+    pub const CU_RESOURCE_TYPE_MIPMAPPED_ARRAY: CUresourcetype_enum = CUresourcetype_enum(
+        1,
+    );
+}
+impl CUresourcetype_enum {
+    pub const CU_RESOURCE_TYPE_LINEAR: CUresourcetype_enum = CUresourcetype_enum(2);
+}
+impl CUresourcetype_enum {
+    pub const CU_RESOURCE_TYPE_PITCH2D: CUresourcetype_enum = CUresourcetype_enum(3);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUresourcetype_enum(pub ::std::os::raw::c_uint);
+pub use self::CUresourcetype_enum as CUresourcetype;
+impl CUaddress_mode_enum {
+    pub const CU_TR_ADDRESS_MODE_WRAP: CUaddress_mode_enum = CUaddress_mode_enum(0);
+}
+impl CUaddress_mode_enum {
+    pub const CU_TR_ADDRESS_MODE_CLAMP: CUaddress_mode_enum = CUaddress_mode_enum(1);
+}
+impl CUaddress_mode_enum {
+    pub const CU_TR_ADDRESS_MODE_MIRROR: CUaddress_mode_enum = CUaddress_mode_enum(2);
+}
+impl CUaddress_mode_enum {
+    pub const CU_TR_ADDRESS_MODE_BORDER: CUaddress_mode_enum = CUaddress_mode_enum(3);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUaddress_mode_enum(pub ::std::os::raw::c_uint);
+pub use self::CUaddress_mode_enum as CUaddress_mode;
+impl CUfilter_mode_enum {
+    pub const CU_TR_FILTER_MODE_POINT: CUfilter_mode_enum = CUfilter_mode_enum(0);
+}
+impl CUfilter_mode_enum {
+    pub const CU_TR_FILTER_MODE_LINEAR: CUfilter_mode_enum = CUfilter_mode_enum(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUfilter_mode_enum(pub ::std::os::raw::c_uint);
+pub use self::CUfilter_mode_enum as CUfilter_mode;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct CUDA_RESOURCE_DESC_st {
+    pub resType: CUresourcetype,
+    pub res: CUDA_RESOURCE_DESC_st__bindgen_ty_1,
+    pub flags: ::std::os::raw::c_uint,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union CUDA_RESOURCE_DESC_st__bindgen_ty_1 {
+    pub array: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1,
+    pub mipmap: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2,
+    pub linear: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3,
+    pub pitch2D: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4,
+    pub reserved: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
+    pub hArray: CUarray,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1",
+    ][::std::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1>()
+        - 8usize];
+    [
+        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1",
+    ][::std::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1>()
+        - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1::hArray",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1, hArray)
+        - 0usize];
+};
+impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2 {
+    pub hMipmappedArray: CUmipmappedArray,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2",
+    ][::std::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2>()
+        - 8usize];
+    [
+        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2",
+    ][::std::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2>()
+        - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2::hMipmappedArray",
+    ][::std::mem::offset_of!(
+        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2, hMipmappedArray
+    ) - 0usize];
+};
+impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_2 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3 {
+    pub devPtr: CUdeviceptr,
+    pub format: CUarray_format,
+    pub numChannels: ::std::os::raw::c_uint,
+    pub sizeInBytes: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3",
+    ][::std::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3>()
+        - 24usize];
+    [
+        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3",
+    ][::std::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3>()
+        - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3::devPtr",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3, devPtr)
+        - 0usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3::format",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3, format)
+        - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3::numChannels",
+    ][::std::mem::offset_of!(
+        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3, numChannels
+    ) - 12usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3::sizeInBytes",
+    ][::std::mem::offset_of!(
+        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3, sizeInBytes
+    ) - 16usize];
+};
+impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_3 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4 {
+    pub devPtr: CUdeviceptr,
+    pub format: CUarray_format,
+    pub numChannels: ::std::os::raw::c_uint,
+    pub width: usize,
+    pub height: usize,
+    pub pitchInBytes: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4",
+    ][::std::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4>()
+        - 40usize];
+    [
+        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4",
+    ][::std::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4>()
+        - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::devPtr",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, devPtr)
+        - 0usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::format",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, format)
+        - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::numChannels",
+    ][::std::mem::offset_of!(
+        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, numChannels
+    ) - 12usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::width",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, width)
+        - 16usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::height",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, height)
+        - 24usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4::pitchInBytes",
+    ][::std::mem::offset_of!(
+        CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4, pitchInBytes
+    ) - 32usize];
+};
+impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_4 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5 {
+    pub reserved: [::std::os::raw::c_int; 32usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5",
+    ][::std::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5>()
+        - 128usize];
+    [
+        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5",
+    ][::std::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5>()
+        - 4usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5::reserved",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1__bindgen_ty_5, reserved)
+        - 0usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_RESOURCE_DESC_st__bindgen_ty_1",
+    ][::std::mem::size_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1>() - 128usize];
+    [
+        "Alignment of CUDA_RESOURCE_DESC_st__bindgen_ty_1",
+    ][::std::mem::align_of::<CUDA_RESOURCE_DESC_st__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1::array",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1, array) - 0usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1::mipmap",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1, mipmap) - 0usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1::linear",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1, linear) - 0usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1::pitch2D",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1, pitch2D) - 0usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st__bindgen_ty_1::reserved",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st__bindgen_ty_1, reserved) - 0usize];
+};
+impl Default for CUDA_RESOURCE_DESC_st__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_RESOURCE_DESC_st",
+    ][::std::mem::size_of::<CUDA_RESOURCE_DESC_st>() - 144usize];
+    [
+        "Alignment of CUDA_RESOURCE_DESC_st",
+    ][::std::mem::align_of::<CUDA_RESOURCE_DESC_st>() - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st::resType",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st, resType) - 0usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st::res",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st, res) - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_DESC_st::flags",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_DESC_st, flags) - 136usize];
+};
+impl Default for CUDA_RESOURCE_DESC_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_RESOURCE_DESC_v1 = CUDA_RESOURCE_DESC_st;
+pub type CUDA_RESOURCE_DESC = CUDA_RESOURCE_DESC_v1;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq)]
+pub struct CUDA_TEXTURE_DESC_st {
+    pub addressMode: [CUaddress_mode; 3usize],
+    pub filterMode: CUfilter_mode,
+    pub flags: ::std::os::raw::c_uint,
+    pub maxAnisotropy: ::std::os::raw::c_uint,
+    pub mipmapFilterMode: CUfilter_mode,
+    pub mipmapLevelBias: f32,
+    pub minMipmapLevelClamp: f32,
+    pub maxMipmapLevelClamp: f32,
+    pub borderColor: [f32; 4usize],
+    pub reserved: [::std::os::raw::c_int; 12usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_TEXTURE_DESC_st",
+    ][::std::mem::size_of::<CUDA_TEXTURE_DESC_st>() - 104usize];
+    [
+        "Alignment of CUDA_TEXTURE_DESC_st",
+    ][::std::mem::align_of::<CUDA_TEXTURE_DESC_st>() - 4usize];
+    [
+        "Offset of field: CUDA_TEXTURE_DESC_st::addressMode",
+    ][::std::mem::offset_of!(CUDA_TEXTURE_DESC_st, addressMode) - 0usize];
+    [
+        "Offset of field: CUDA_TEXTURE_DESC_st::filterMode",
+    ][::std::mem::offset_of!(CUDA_TEXTURE_DESC_st, filterMode) - 12usize];
+    [
+        "Offset of field: CUDA_TEXTURE_DESC_st::flags",
+    ][::std::mem::offset_of!(CUDA_TEXTURE_DESC_st, flags) - 16usize];
+    [
+        "Offset of field: CUDA_TEXTURE_DESC_st::maxAnisotropy",
+    ][::std::mem::offset_of!(CUDA_TEXTURE_DESC_st, maxAnisotropy) - 20usize];
+    [
+        "Offset of field: CUDA_TEXTURE_DESC_st::mipmapFilterMode",
+    ][::std::mem::offset_of!(CUDA_TEXTURE_DESC_st, mipmapFilterMode) - 24usize];
+    [
+        "Offset of field: CUDA_TEXTURE_DESC_st::mipmapLevelBias",
+    ][::std::mem::offset_of!(CUDA_TEXTURE_DESC_st, mipmapLevelBias) - 28usize];
+    [
+        "Offset of field: CUDA_TEXTURE_DESC_st::minMipmapLevelClamp",
+    ][::std::mem::offset_of!(CUDA_TEXTURE_DESC_st, minMipmapLevelClamp) - 32usize];
+    [
+        "Offset of field: CUDA_TEXTURE_DESC_st::maxMipmapLevelClamp",
+    ][::std::mem::offset_of!(CUDA_TEXTURE_DESC_st, maxMipmapLevelClamp) - 36usize];
+    [
+        "Offset of field: CUDA_TEXTURE_DESC_st::borderColor",
+    ][::std::mem::offset_of!(CUDA_TEXTURE_DESC_st, borderColor) - 40usize];
+    [
+        "Offset of field: CUDA_TEXTURE_DESC_st::reserved",
+    ][::std::mem::offset_of!(CUDA_TEXTURE_DESC_st, reserved) - 56usize];
+};
+impl Default for CUDA_TEXTURE_DESC_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_TEXTURE_DESC_v1 = CUDA_TEXTURE_DESC_st;
+pub type CUDA_TEXTURE_DESC = CUDA_TEXTURE_DESC_v1;
+impl CUresourceViewFormat_enum {
+    pub const CU_RES_VIEW_FORMAT_NONE: CUresourceViewFormat_enum = CUresourceViewFormat_enum(
+        0,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUresourceViewFormat_enum(pub ::std::os::raw::c_uint);
+pub use self::CUresourceViewFormat_enum as CUresourceViewFormat;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_RESOURCE_VIEW_DESC_st {
+    pub format: CUresourceViewFormat,
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub firstMipmapLevel: ::std::os::raw::c_uint,
+    pub lastMipmapLevel: ::std::os::raw::c_uint,
+    pub firstLayer: ::std::os::raw::c_uint,
+    pub lastLayer: ::std::os::raw::c_uint,
+    pub reserved: [::std::os::raw::c_uint; 16usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_RESOURCE_VIEW_DESC_st",
+    ][::std::mem::size_of::<CUDA_RESOURCE_VIEW_DESC_st>() - 112usize];
+    [
+        "Alignment of CUDA_RESOURCE_VIEW_DESC_st",
+    ][::std::mem::align_of::<CUDA_RESOURCE_VIEW_DESC_st>() - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::format",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, format) - 0usize];
+    [
+        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::width",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, width) - 8usize];
+    [
+        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::height",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, height) - 16usize];
+    [
+        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::depth",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, depth) - 24usize];
+    [
+        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::firstMipmapLevel",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, firstMipmapLevel) - 32usize];
+    [
+        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::lastMipmapLevel",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, lastMipmapLevel) - 36usize];
+    [
+        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::firstLayer",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, firstLayer) - 40usize];
+    [
+        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::lastLayer",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, lastLayer) - 44usize];
+    [
+        "Offset of field: CUDA_RESOURCE_VIEW_DESC_st::reserved",
+    ][::std::mem::offset_of!(CUDA_RESOURCE_VIEW_DESC_st, reserved) - 48usize];
+};
+impl Default for CUDA_RESOURCE_VIEW_DESC_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_RESOURCE_VIEW_DESC_v1 = CUDA_RESOURCE_VIEW_DESC_st;
+pub type CUDA_RESOURCE_VIEW_DESC = CUDA_RESOURCE_VIEW_DESC_v1;
+unsafe extern "C" {
+    pub fn cuArrayCreate_v2(
+        pHandle: *mut CUarray,
+        pAllocateArray: *const CUDA_ARRAY_DESCRIPTOR,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuArrayGetDescriptor_v2(
+        pArrayDescriptor: *mut CUDA_ARRAY_DESCRIPTOR,
+        hArray: CUarray,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuArray3DCreate_v2(
+        pHandle: *mut CUarray,
+        pAllocateArray: *const CUDA_ARRAY3D_DESCRIPTOR,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuArray3DGetDescriptor_v2(
+        pArrayDescriptor: *mut CUDA_ARRAY3D_DESCRIPTOR,
+        hArray: CUarray,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuArrayDestroy(hArray: CUarray) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMipmappedArrayCreate(
+        pHandle: *mut CUmipmappedArray,
+        pMipmappedArrayDesc: *const CUDA_ARRAY3D_DESCRIPTOR,
+        numMipmapLevels: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMipmappedArrayGetLevel(
+        pLevelArray: *mut CUarray,
+        hMipmappedArray: CUmipmappedArray,
+        level: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMipmappedArrayDestroy(hMipmappedArray: CUmipmappedArray) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyHtoA_v2(
+        dstArray: CUarray,
+        dstOffset: usize,
+        srcHost: *const ::std::os::raw::c_void,
+        ByteCount: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyHtoA_v2_ptds(
+        dstArray: CUarray,
+        dstOffset: usize,
+        srcHost: *const ::std::os::raw::c_void,
+        ByteCount: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyAtoH_v2(
+        dstHost: *mut ::std::os::raw::c_void,
+        srcArray: CUarray,
+        srcOffset: usize,
+        ByteCount: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyAtoH_v2_ptds(
+        dstHost: *mut ::std::os::raw::c_void,
+        srcArray: CUarray,
+        srcOffset: usize,
+        ByteCount: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuTexObjectCreate(
+        pTexObject: *mut CUtexObject,
+        pResDesc: *const CUDA_RESOURCE_DESC,
+        pTexDesc: *const CUDA_TEXTURE_DESC,
+        pResViewDesc: *const CUDA_RESOURCE_VIEW_DESC,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuTexObjectDestroy(texObject: CUtexObject) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuTexObjectGetResourceDesc(
+        pResDesc: *mut CUDA_RESOURCE_DESC,
+        texObject: CUtexObject,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuTexObjectGetTextureDesc(
+        pTexDesc: *mut CUDA_TEXTURE_DESC,
+        texObject: CUtexObject,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuSurfObjectCreate(
+        pSurfObject: *mut CUsurfObject,
+        pResDesc: *const CUDA_RESOURCE_DESC,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuSurfObjectDestroy(surfObject: CUsurfObject) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuSurfObjectGetResourceDesc(
+        pResDesc: *mut CUDA_RESOURCE_DESC,
+        surfObject: CUsurfObject,
+    ) -> CUresult;
+}
 unsafe extern "C" {
     pub fn cuInit(Flags: ::std::os::raw::c_uint) -> CUresult;
 }

@@ -154,6 +154,10 @@ impl Context {
         driver.modules.remove_where(|m| m.ctx_handle == me);
         driver.graphs.remove_where(|g| g.ctx_handle == me);
         driver.graph_execs.remove_where(|g| g.ctx_handle == me);
+        driver.textures.remove_where(|t| t.ctx_handle == me);
+        driver.surfaces.remove_where(|s| s.ctx_handle == me);
+        driver.mipmapped_arrays.remove_where(|m| m.ctx_handle == me);
+        driver.arrays.remove_where(|a| a.ctx_handle == me);
         driver.contexts.remove(me);
         self.per_thread.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.memory.release_all();

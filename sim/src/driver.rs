@@ -1,5 +1,6 @@
 //! Process-wide driver state: configuration, devices, handle registries, `cuInit`.
 
+use crate::array::{Array, MipmappedArray};
 use crate::config::SimConfig;
 use crate::context::Context;
 use crate::device::Device;
@@ -10,6 +11,7 @@ use crate::handles::{Kind, Registry};
 use crate::memory::PinnedHost;
 use crate::module::{Function, Module};
 use crate::stream::Stream;
+use crate::texture::{SurfObject, TexObject};
 use gpupool_shim::cuda::CUresult;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -28,6 +30,10 @@ pub struct Driver {
     pub graphs: Registry<Graph>,
     pub graph_execs: Registry<GraphExec>,
     pub pinned: PinnedHost,
+    pub arrays: Registry<Array>,
+    pub mipmapped_arrays: Registry<MipmappedArray>,
+    pub textures: Registry<TexObject>,
+    pub surfaces: Registry<SurfObject>,
 }
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
@@ -55,6 +61,10 @@ pub fn state() -> &'static Driver {
             graphs: Registry::new(Kind::Graph),
             graph_execs: Registry::new(Kind::GraphExec),
             pinned: PinnedHost::default(),
+            arrays: Registry::new(Kind::Array),
+            mipmapped_arrays: Registry::new(Kind::MipmappedArray),
+            textures: Registry::new(Kind::TexObject),
+            surfaces: Registry::new(Kind::SurfObject),
         }
     })
 }

@@ -26,6 +26,12 @@ pub enum Kind {
     NvmlDevice = 6,
     Graph = 7,
     GraphExec = 8,
+    // Arrays and texture objects take kinds far from the others', so that kinds added
+    // for other families never collide with them.
+    Array = 24,
+    MipmappedArray = 25,
+    TexObject = 26,
+    SurfObject = 27,
 }
 
 pub struct Registry<T> {
@@ -81,6 +87,12 @@ impl<T> Registry<T> {
         let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
         let ids: Vec<u64> = live.iter().filter(|(_, v)| pred(v)).map(|(k, _)| *k).collect();
         ids.into_iter().filter_map(|id| live.remove(&id)).collect()
+    }
+
+    /// The live objects the predicate selects, with their handles.
+    pub fn select(&self, mut pred: impl FnMut(&T) -> bool) -> Vec<(u64, Arc<T>)> {
+        let live = self.live.read().unwrap_or_else(|e| e.into_inner());
+        live.iter().filter(|(_, v)| pred(v)).map(|(k, v)| (self.encode(*k), v.clone())).collect()
     }
 
     /// Whether any live object satisfies the predicate.

@@ -120,7 +120,11 @@ pub fn launch(
         Vec::new(),
         std::sync::Arc::new(move || {
             // The kernel sees the memory that exists when it runs, as on a GPU.
-            let memory = MemoryMap::new(ctx2.memory.live_allocations(), driver.pinned.visible_to(ctx2.handle()));
+            let me = ctx2.handle();
+            let memory = MemoryMap::new(ctx2.memory.live_allocations(), driver.pinned.visible_to(me)).with_objects(
+                driver.textures.select(|t| t.ctx_handle == me),
+                driver.surfaces.select(|s| s.ctx_handle == me),
+            );
             let name = f.name.to_string_lossy();
             crate::exec::execute(&Launch {
                 program: &prog,

@@ -14,9 +14,11 @@
 //!
 //! Layout: `api/` holds the `extern "C"` edge, split by API family; everything under
 //! it is safe Rust over [`driver`], [`context`], [`memory`], [`stream`], [`event`],
-//! [`module`] and [`launch`].
+//! [`module`] and [`launch`]; [`array`] and [`texture`] hold CUDA arrays and texture
+//! and surface objects.
 
 pub mod api;
+pub mod array;
 pub mod config;
 pub mod context;
 pub mod device;
@@ -32,4 +34,5 @@ pub mod memory;
 pub mod module;
 pub mod ptx;
 pub mod stream;
+pub mod texture;
 pub mod utilization;

@@ -37,7 +37,7 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// `accessible`: read-write backing store; otherwise a `PROT_NONE` reservation.
-    fn new(len: usize, accessible: bool) -> Option<Mapping> {
+    pub(crate) fn new(len: usize, accessible: bool) -> Option<Mapping> {
         let len = len.max(1).next_multiple_of(page_size());
         let prot = if accessible { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_NONE };
         // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing;

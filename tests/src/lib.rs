@@ -241,6 +241,22 @@ driver_table! {
     cuCtxFromGreenCtx(*mut CUcontext, cu::CUgreenCtx);
     cuLogsRegisterCallback(cu::CUlogsCallback, *mut c_void, *mut cu::CUlogsCallbackHandle);
     cuLogsUnregisterCallback(cu::CUlogsCallbackHandle);
+    cuArrayCreate_v2(*mut cu::CUarray, *const cu::CUDA_ARRAY_DESCRIPTOR);
+    cuArray3DCreate_v2(*mut cu::CUarray, *const cu::CUDA_ARRAY3D_DESCRIPTOR);
+    cuArray3DGetDescriptor_v2(*mut cu::CUDA_ARRAY3D_DESCRIPTOR, cu::CUarray);
+    cuArrayDestroy(cu::CUarray);
+    cuMipmappedArrayCreate(*mut cu::CUmipmappedArray, *const cu::CUDA_ARRAY3D_DESCRIPTOR, c_uint);
+    cuMipmappedArrayGetLevel(*mut cu::CUarray, cu::CUmipmappedArray, c_uint);
+    cuMipmappedArrayDestroy(cu::CUmipmappedArray);
+    cuMemcpyHtoA_v2(cu::CUarray, usize, *const c_void, usize);
+    cuMemcpyAtoH_v2(*mut c_void, cu::CUarray, usize, usize);
+    cuMemcpy3DAsync_v2(*const cu::CUDA_MEMCPY3D, CUstream);
+    cuTexObjectCreate(*mut u64, *const cu::CUDA_RESOURCE_DESC, *const cu::CUDA_TEXTURE_DESC,
+                      *const cu::CUDA_RESOURCE_VIEW_DESC);
+    cuTexObjectDestroy(u64);
+    cuTexObjectGetResourceDesc(*mut cu::CUDA_RESOURCE_DESC, u64);
+    cuSurfObjectCreate(*mut u64, *const cu::CUDA_RESOURCE_DESC);
+    cuSurfObjectDestroy(u64);
 }
 
 impl Driver {

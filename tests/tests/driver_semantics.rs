@@ -7,6 +7,8 @@
 //! `isolated_test!`s: each runs in a fresh copy of this binary. The others share one
 //! initialised simulator in this process and each work in a context of their own.
 
+#[path = "driver_semantics/arrays.rs"]
+mod arrays;
 #[path = "driver_semantics/concurrency.rs"]
 mod concurrency;
 #[path = "driver_semantics/context.rs"]

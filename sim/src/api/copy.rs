@@ -10,12 +10,15 @@
 //! asynchronously.
 
 use super::{DefaultStream, read, resolve_stream, stream_variants};
+use crate::array::Array;
 use crate::context::Context;
 use crate::driver::{Driver, initialized};
 use crate::error::{CuResult, fail};
 use crate::memory::{Allocation, PinnedBlock, window_owner};
 use crate::stream::{Stream, Work};
-use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUmemorytype, CUresult, CUstream};
+use gpupool_shim::cuda::{
+    CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUarray, CUcontext, CUdeviceptr, CUmemorytype, CUresult, CUstream,
+};
 use std::os::raw::{c_uchar, c_uint, c_ushort, c_void};
 use std::sync::Arc;
 
@@ -24,6 +27,7 @@ use std::sync::Arc;
 enum Keep {
     Device(#[allow(dead_code)] Arc<Allocation>),
     Pinned(#[allow(dead_code)] Arc<PinnedBlock>),
+    Array(#[allow(dead_code)] Arc<Array>),
     Pageable,
 }
 
@@ -307,19 +311,18 @@ fn expect_of(t: CUmemorytype) -> CuResult<Expect> {
         CUmemorytype::CU_MEMORYTYPE_HOST => Ok(Expect::Host),
         CUmemorytype::CU_MEMORYTYPE_DEVICE => Ok(Expect::Device),
         CUmemorytype::CU_MEMORYTYPE_UNIFIED => Ok(Expect::Either),
-        CUmemorytype::CU_MEMORYTYPE_ARRAY => {
-            fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || "CUDA arrays are not simulated".into())
-        }
         other => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown memory type {}", other.0)),
     }
 }
 
-/// One side of a 2D/3D copy: its address, kind and pitches.
+/// One side of a 2D/3D copy: its address, kind and pitches; for an array side, the
+/// array and the (x bytes, y, z) origin of the box.
 struct Side {
     addr: u64,
     expect: Expect,
     pitch: u64,
     slice: u64,
+    array: Option<(Arc<Array>, [u64; 3])>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -327,6 +330,7 @@ fn side(
     t: CUmemorytype,
     host: u64,
     device: u64,
+    array: CUarray,
     x: u64,
     y: u64,
     z: u64,
@@ -334,6 +338,13 @@ fn side(
     height: u64,
     width: u64,
 ) -> CuResult<Side> {
+    if t == CUmemorytype::CU_MEMORYTYPE_ARRAY {
+        // The array's own layout replaces the pitches (CUDA ignores them for arrays).
+        let a = super::array::lookup(initialized()?, array)?;
+        let (pitch, slice) = (a.extent.row_bytes(), a.slice_bytes());
+        let addr = a.host_addr(0, 0, 0);
+        return Ok(Side { addr, expect: Expect::Device, pitch, slice, array: Some((a, [x, y, z])) });
+    }
     let expect = expect_of(t)?;
     let pitch = if pitch == 0 { width } else { pitch };
     let base = if expect == Expect::Host { host } else { device };
@@ -341,7 +352,7 @@ fn side(
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "NULL source or destination".into());
     }
     let slice = pitch * height;
-    Ok(Side { addr: base + z * slice + y * pitch + x, expect, pitch, slice })
+    Ok(Side { addr: base + z * slice + y * pitch + x, expect, pitch, slice, array: None })
 }
 
 fn strided(
@@ -371,8 +382,15 @@ fn strided(
     if shape.is_empty() {
         return ctx.check_sticky();
     }
-    let dr = locate(driver, &ctx, dst.addr, shape.dst_footprint(), dst.expect, Scope::Process, "destination")?;
-    let sr = locate(driver, &ctx, src.addr, shape.src_footprint(), src.expect, Scope::Process, "source")?;
+    let place = |side: Side, footprint: u64, role: &str| match side.array {
+        Some((a, [x, y, z])) => {
+            a.check_box(x, y, z, width, height, depth, role)?;
+            Ok(Region { host_addr: a.host_addr(x, y, z), keep: Keep::Array(a) })
+        }
+        None => locate(driver, &ctx, side.addr, footprint, side.expect, Scope::Process, role),
+    };
+    let dr = place(dst, shape.dst_footprint(), "destination")?;
+    let sr = place(src, shape.src_footprint(), "source")?;
     submit_copy(&ctx, &s, dr, sr, shape, mode)
 }
 
@@ -383,6 +401,7 @@ fn copy2d_impl(p: *const CUDA_MEMCPY2D, stream: CUstream, d: DefaultStream, mode
         c.srcMemoryType,
         c.srcHost as u64,
         c.srcDevice,
+        c.srcArray,
         c.srcXInBytes as u64,
         c.srcY as u64,
         0,
@@ -394,6 +413,7 @@ fn copy2d_impl(p: *const CUDA_MEMCPY2D, stream: CUstream, d: DefaultStream, mode
         c.dstMemoryType,
         c.dstHost as u64,
         c.dstDevice,
+        c.dstArray,
         c.dstXInBytes as u64,
         c.dstY as u64,
         0,
@@ -425,6 +445,7 @@ fn copy3d_impl(p: *const CUDA_MEMCPY3D, stream: CUstream, d: DefaultStream, mode
         c.srcMemoryType,
         c.srcHost as u64,
         c.srcDevice,
+        c.srcArray,
         c.srcXInBytes as u64,
         c.srcY as u64,
         c.srcZ as u64,
@@ -436,6 +457,7 @@ fn copy3d_impl(p: *const CUDA_MEMCPY3D, stream: CUstream, d: DefaultStream, mode
         c.dstMemoryType,
         c.dstHost as u64,
         c.dstDevice,
+        c.dstArray,
         c.dstXInBytes as u64,
         c.dstY as u64,
         c.dstZ as u64,
@@ -450,6 +472,34 @@ fn copy3d(p: *const CUDA_MEMCPY3D, d: DefaultStream) -> CuResult<()> {
 }
 fn copy3d_async(p: *const CUDA_MEMCPY3D, s: CUstream, d: DefaultStream) -> CuResult<()> {
     copy3d_impl(p, s, d, Mode::Async)
+}
+
+/// `cuMemcpyHtoA` / `cuMemcpyAtoH`: `n` bytes at byte `offset` of an array, its rows
+/// taken one after another (CUDA documents these for 1D arrays, where that is exact).
+fn array_linear(host: u64, array: CUarray, offset: usize, n: usize, to_array: bool, d: DefaultStream) -> CuResult<()> {
+    let driver = initialized()?;
+    let (ctx, s) = resolve_stream(driver, std::ptr::null_mut(), d)?;
+    let a = super::array::lookup(driver, array)?;
+    let (offset, n) = (offset as u64, n as u64);
+    if offset.checked_add(n).is_none_or(|end| end > a.extent.bytes()) {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            format!("{n} bytes at offset {offset} run past the array's {} bytes", a.extent.bytes())
+        });
+    }
+    if n == 0 {
+        return ctx.check_sticky();
+    }
+    let role = if to_array { "source" } else { "destination" };
+    let h = locate(driver, &ctx, host, n, Expect::Host, Scope::Process, role)?;
+    let ar = Region { host_addr: a.host_addr(0, 0, 0) + offset, keep: Keep::Array(a) };
+    let (dst, src) = if to_array { (ar, h) } else { (h, ar) };
+    submit_copy(&ctx, &s, dst, src, Shape::linear(n), Mode::Sync)
+}
+fn htoa(dst: CUarray, off: usize, src: *const c_void, n: usize, d: DefaultStream) -> CuResult<()> {
+    array_linear(src as u64, dst, off, n, true, d)
+}
+fn atoh(dst: *mut c_void, src: CUarray, off: usize, n: usize, d: DefaultStream) -> CuResult<()> {
+    array_linear(dst as u64, src, off, n, false, d)
 }
 
 /// Fills `width` elements of `elem` bytes in each of `height` rows `pitch` apart.
@@ -584,6 +634,8 @@ stream_variants! {
     cuMemcpyDtoDAsync_v2 / cuMemcpyDtoDAsync_v2_ptsz => dtod_async(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream);
     cuMemcpyPeer / cuMemcpyPeer_ptds => peer(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize);
     cuMemcpyPeerAsync / cuMemcpyPeerAsync_ptsz => peer_async(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, s: CUstream);
+    cuMemcpyHtoA_v2 / cuMemcpyHtoA_v2_ptds => htoa(dst: CUarray, off: usize, src: *const c_void, n: usize);
+    cuMemcpyAtoH_v2 / cuMemcpyAtoH_v2_ptds => atoh(dst: *mut c_void, src: CUarray, off: usize, n: usize);
     cuMemcpy2D_v2 / cuMemcpy2D_v2_ptds => copy2d(p: *const CUDA_MEMCPY2D);
     cuMemcpy2DUnaligned_v2 / cuMemcpy2DUnaligned_v2_ptds => copy2d(p: *const CUDA_MEMCPY2D);
     cuMemcpy2DAsync_v2 / cuMemcpy2DAsync_v2_ptsz => copy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream);

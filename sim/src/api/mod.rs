@@ -8,6 +8,7 @@
 //! argument counts are the vendor's.
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
 
+pub mod array;
 pub mod context;
 pub mod copy;
 pub mod device;
@@ -23,6 +24,7 @@ pub mod nvml;
 pub mod nvml_links;
 pub mod proc_address;
 pub mod stream;
+pub mod texture;
 pub mod vmm;
 
 use crate::context::{self as ctxmod, Context};

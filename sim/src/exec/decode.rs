@@ -869,8 +869,136 @@ impl<'a> Decoder<'a> {
                 let dty = if mode == Vote::Ballot { Ty::B32 } else { Ty::Pred };
                 Op::Vote { mode, d: self.operand(ops[0], dty)?, a: self.operand(ops[1], Ty::Pred)? }
             }
+            "tex" | "tld4" | "suld" | "sust" | "txq" | "suq" => return self.decode_texture(name, mods, &ops),
             other => return bad(format!("the simulator does not execute `{other}` instructions")),
         })
+    }
+
+    /// `[handle, coords]` of a texture or surface instruction (`[handle]` for queries).
+    fn resource(&self, toks: &[Tok], cty: Ty) -> DResult<(Operand, Operand)> {
+        let inner = match toks {
+            [Tok::Punct('['), inner @ .., Tok::Punct(']')] => inner,
+            _ => return bad(format!("expected [handle, coordinates], found {toks:?}")),
+        };
+        let parts = split_operands(inner);
+        let handle = match parts.first() {
+            Some([Tok::Word(w)]) if w.starts_with('%') || self.regs.contains_key(w.as_str()) => {
+                Operand::Reg(self.reg(w)?)
+            }
+            Some([Tok::Word(w)]) => {
+                return bad(format!("texture/surface reference {w}: only texture and surface objects are simulated"));
+            }
+            _ => return bad(format!("bad texture/surface operand {toks:?}")),
+        };
+        let coords = match parts.len() {
+            1 => Operand::Sink,
+            2 => self.operand(parts[1], cty)?,
+            _ => return bad("separate samplers (independent texturing mode) are not simulated"),
+        };
+        Ok((handle, coords))
+    }
+
+    fn decode_texture(&self, name: &str, mods: &[&str], ops: &[&[Tok]]) -> DResult<Op> {
+        let has = |m: &str| mods.contains(&m);
+        let rank = || -> DResult<u8> {
+            for m in mods {
+                match *m {
+                    "1d" => return Ok(1),
+                    "2d" => return Ok(2),
+                    "3d" => return Ok(3),
+                    "a1d" | "a2d" | "cube" | "acube" | "2dms" | "a2dms" => {
+                        return bad(format!(
+                            "{name}.{m}: layered, cubemap and multisample geometries are not simulated"
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            bad(format!("{name} without a geometry"))
+        };
+        let types: Vec<Ty> = mods.iter().filter_map(|m| parse_ty(m)).collect();
+        if ops.len() < 2 {
+            return bad(format!("{name} needs two operands"));
+        }
+        if ops.iter().any(|o| o.iter().any(|t| matches!(t, Tok::Punct('|')))) {
+            return bad(format!("{name} with a residency predicate (|p) is not simulated"));
+        }
+        match name {
+            "tex" | "tld4" => {
+                if has("level") || has("grad") || has("base") {
+                    return bad(format!("{name} with explicit mipmap levels or gradients is not simulated"));
+                }
+                let [dty, cty] = types[..] else { return bad(format!("{name} needs a result and a coordinate type")) };
+                if !has("v4") || !matches!(dty, Ty::F32 | Ty::U32 | Ty::S32) || !matches!(cty, Ty::F32 | Ty::S32) {
+                    return bad(format!("{name}: only .v4 results of .f32/.u32/.s32 from .f32/.s32 coordinates"));
+                }
+                let (handle, coords) = self.resource(ops[1], cty)?;
+                let d = self.operand(ops[0], dty)?;
+                if name == "tex" {
+                    return Ok(Op::Tex { rank: rank()?, int_coords: cty == Ty::S32, d, handle, coords });
+                }
+                if rank()? != 2 || cty != Ty::F32 {
+                    return bad("tld4 is defined for .2d textures and .f32 coordinates");
+                }
+                let comp = ["r", "g", "b", "a"].iter().position(|c| has(c)).ok_or("tld4 without a component")?;
+                Ok(Op::Tld4 { comp: comp as u8, d, handle, coords })
+            }
+            "suld" | "sust" => {
+                if !has("b") {
+                    return bad(format!("{name}: only .b (unformatted) surface accesses are simulated"));
+                }
+                let ty = match types[..] {
+                    [t @ (Ty::B8 | Ty::B16 | Ty::B32 | Ty::B64)] => t,
+                    _ => return bad(format!("{name}.b needs one of .b8/.b16/.b32/.b64")),
+                };
+                let clamp = if has("clamp") {
+                    crate::texture::SurfClamp::Clamp
+                } else if has("zero") {
+                    crate::texture::SurfClamp::Zero
+                } else {
+                    crate::texture::SurfClamp::Trap
+                };
+                let n = if has("v2") {
+                    2
+                } else if has("v4") {
+                    4
+                } else {
+                    1
+                };
+                let store = name == "sust";
+                let (res, val) = if store { (ops[0], ops[1]) } else { (ops[1], ops[0]) };
+                let (handle, coords) = self.resource(res, Ty::S32)?;
+                Ok(Op::Surf { rank: rank()?, ty, n, clamp, handle, coords, d: self.operand(val, ty)?, store })
+            }
+            _ => {
+                let what = if has("width") {
+                    Query::Width
+                } else if has("height") {
+                    Query::Height
+                } else if has("depth") {
+                    Query::Depth
+                } else if has("normalized_coords") {
+                    Query::NormalizedCoords
+                } else if has("filter_mode") {
+                    Query::FilterMode
+                } else if let Some(i) = ["addr_mode_0", "addr_mode_1", "addr_mode_2"].iter().position(|m| has(m)) {
+                    Query::AddrMode(i as u8)
+                } else {
+                    return bad(format!(
+                        "{name}: only width, height, depth, normalized_coords, filter_mode and addr_mode_N are simulated"
+                    ));
+                };
+                if has("level") {
+                    return bad(format!("{name}.level is not simulated"));
+                }
+                let surf = name == "suq";
+                if surf && !matches!(what, Query::Width | Query::Height | Query::Depth) {
+                    return bad("suq reads a surface's extent only");
+                }
+                let (handle, _) = self.resource(ops[1], Ty::B32)?;
+                Ok(Op::Query { surf, what, d: self.operand(ops[0], Ty::B32)?, handle })
+            }
+        }
     }
 
     fn decode_bar_red(&self, mods: &[&str], ops: &[&[Tok]]) -> DResult<Op> {

@@ -396,6 +396,50 @@ pub enum Op {
         d: Operand,
         a: Operand,
     },
+    /// `tex.{1d,2d,3d}.v4`: `int_coords` for `.s32` coordinates (texel indices).
+    Tex {
+        rank: u8,
+        int_coords: bool,
+        d: Operand,
+        handle: Operand,
+        coords: Operand,
+    },
+    /// `tld4.{r,g,b,a}.2d.v4`: one channel of the four bilinear texels.
+    Tld4 {
+        comp: u8,
+        d: Operand,
+        handle: Operand,
+        coords: Operand,
+    },
+    /// `suld.b` (`store: None`) and `sust.b`: `n` elements of `ty`, x in bytes.
+    Surf {
+        rank: u8,
+        ty: Ty,
+        n: u8,
+        clamp: crate::texture::SurfClamp,
+        handle: Operand,
+        coords: Operand,
+        d: Operand,
+        store: bool,
+    },
+    /// `txq` / `suq`: a property of a texture or surface object.
+    Query {
+        surf: bool,
+        what: Query,
+        d: Operand,
+        handle: Operand,
+    },
+}
+
+/// What `txq` / `suq` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Query {
+    Width,
+    Height,
+    Depth,
+    NormalizedCoords,
+    FilterMode,
+    AddrMode(u8),
 }
 
 #[derive(Clone, Debug, PartialEq)]

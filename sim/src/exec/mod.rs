@@ -147,6 +147,16 @@ pub fn execute(l: &Launch) -> CuResult<()> {
         Err(Fault::Trap { thread, block }) => {
             fault(CUresult::CUDA_ERROR_LAUNCH_FAILED, format!("trap by {}", at(thread, block, l.kernel)))
         }
+        // A forged object handle reads whatever descriptor the hardware finds there; the
+        // simulator stops the kernel as an illegal access instead of inventing texels.
+        Err(Fault::BadObject { handle, surface, thread, block }) => fault(
+            CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+            format!(
+                "{handle:#x} is not a live {} object of the context, used by {}",
+                if surface { "surface" } else { "texture" },
+                at(thread, block, l.kernel)
+            ),
+        ),
     }
 }
 

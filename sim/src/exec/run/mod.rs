@@ -10,12 +10,15 @@
 use super::ir::*;
 use super::ops;
 use crate::memory::{Allocation, PinnedBlock};
+use crate::texture::{SurfObject, TexObject};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod calls;
 mod memory;
+mod texture;
 mod warp;
 
 /// Generic addresses of the shared and local windows: above the 47-bit user address
@@ -36,6 +39,10 @@ pub struct Program {
 pub struct MemoryMap {
     regions: Vec<(u64, u64, usize)>,
     _keep: (Vec<Arc<Allocation>>, Vec<Arc<PinnedBlock>>),
+    /// The context's texture and surface objects, by handle: a kernel reaches them
+    /// through the 64-bit handles it is passed.
+    textures: HashMap<u64, Arc<TexObject>>,
+    surfaces: HashMap<u64, Arc<SurfObject>>,
 }
 
 impl MemoryMap {
@@ -46,13 +53,24 @@ impl MemoryMap {
             .chain(pinned.iter().map(|b| (b.addr(), b.addr() + b.len, b.addr() as usize)))
             .collect();
         regions.sort_unstable_by_key(|r| r.0);
-        MemoryMap { regions, _keep: (allocs, pinned) }
+        MemoryMap { regions, _keep: (allocs, pinned), textures: HashMap::new(), surfaces: HashMap::new() }
+    }
+
+    /// Adds the texture and surface objects the kernel may use.
+    pub fn with_objects(
+        mut self,
+        textures: impl IntoIterator<Item = (u64, Arc<TexObject>)>,
+        surfaces: impl IntoIterator<Item = (u64, Arc<SurfObject>)>,
+    ) -> MemoryMap {
+        self.textures.extend(textures);
+        self.surfaces.extend(surfaces);
+        self
     }
 
     /// A map over raw regions `(device base, device end, host address)`, for tests.
     #[cfg(test)]
     pub fn from_regions(regions: Vec<(u64, u64, usize)>) -> MemoryMap {
-        MemoryMap { regions, _keep: (Vec::new(), Vec::new()) }
+        MemoryMap { regions, _keep: (Vec::new(), Vec::new()), textures: HashMap::new(), surfaces: HashMap::new() }
     }
 
     fn translate(&self, addr: u64, len: u64) -> Option<*mut u8> {
@@ -81,6 +99,8 @@ pub enum Fault {
     Misaligned { addr: u64, len: u64, thread: [u32; 3], block: [u32; 3] },
     Trap { thread: [u32; 3], block: [u32; 3] },
     Assert { message: String, thread: [u32; 3], block: [u32; 3] },
+    // A texture or surface instruction named no live object of the context.
+    BadObject { handle: u64, surface: bool, thread: [u32; 3], block: [u32; 3] },
 }
 
 /// A device function activation: where to resume, and the return value to hand back.
@@ -618,6 +638,7 @@ impl<'a> Block<'a> {
             }
             Op::Shfl { mode, d, p, a, b, c } => self.shfl(act, g, *mode, *d, *p, (a, b, c)),
             Op::Vote { mode, d, a } => self.vote(act, g, *mode, d, a),
+            Op::Tex { .. } | Op::Tld4 { .. } | Op::Surf { .. } | Op::Query { .. } => self.texture(&ins.op, g, act)?,
         }
         Ok(Flow::Next)
     }
