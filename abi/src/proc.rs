@@ -230,6 +230,16 @@ macro_rules! driver_entry_points {
         "cuMemHostUnregister" => [4000 => cuMemHostUnregister];
         "cuMemAllocAsync" => [11020 => cuMemAllocAsync | cuMemAllocAsync_ptsz];
         "cuMemFreeAsync" => [11020 => cuMemFreeAsync | cuMemFreeAsync_ptsz];
+        "cuMemAllocFromPoolAsync" => [11020 => cuMemAllocFromPoolAsync | cuMemAllocFromPoolAsync_ptsz];
+        "cuMemPoolCreate" => [11020 => cuMemPoolCreate];
+        "cuMemPoolDestroy" => [11020 => cuMemPoolDestroy];
+        "cuMemPoolTrimTo" => [11020 => cuMemPoolTrimTo];
+        "cuMemPoolSetAttribute" => [11020 => cuMemPoolSetAttribute];
+        "cuMemPoolGetAttribute" => [11020 => cuMemPoolGetAttribute];
+        "cuDeviceGetDefaultMemPool" => [11020 => cuDeviceGetDefaultMemPool];
+        "cuDeviceGetMemPool" => [11020 => cuDeviceGetMemPool];
+        "cuDeviceSetMemPool" => [11020 => cuDeviceSetMemPool];
+        "cuMemAllocManaged" => [6000 => cuMemAllocManaged];
         "cuPointerGetAttribute" => [4000 => cuPointerGetAttribute];
         "cuPointerGetAttributes" => [7000 => cuPointerGetAttributes];
         "cuMemcpy" => [4000 => cuMemcpy | cuMemcpy_ptds];

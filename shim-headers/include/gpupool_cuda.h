@@ -741,6 +741,8 @@ typedef struct CUmemAccessDesc_st {
 } CUmemAccessDesc_v1;
 typedef CUmemAccessDesc_v1 CUmemAccessDesc;
 
+#include "gpupool_cuda_mempool.h"
+
 /* Multicast objects (NVLink SHARP). */
 typedef struct CUmulticastObjectProp_st {
     unsigned int numDevices;

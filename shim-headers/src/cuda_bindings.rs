@@ -2745,6 +2745,167 @@ impl Default for CUmemAccessDesc_st {
 pub type CUmemAccessDesc_v1 = CUmemAccessDesc_st;
 pub type CUmemAccessDesc = CUmemAccessDesc_v1;
 #[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUmemPoolHandle_st {
+    _unused: [u8; 0],
+}
+pub type CUmemoryPool = *mut CUmemPoolHandle_st;
+impl CUmemPool_attribute_enum {
+    pub const CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: CUmemPool_attribute_enum = CUmemPool_attribute_enum(
+        1,
+    );
+}
+impl CUmemPool_attribute_enum {
+    pub const CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: CUmemPool_attribute_enum = CUmemPool_attribute_enum(
+        2,
+    );
+}
+impl CUmemPool_attribute_enum {
+    pub const CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: CUmemPool_attribute_enum = CUmemPool_attribute_enum(
+        3,
+    );
+}
+impl CUmemPool_attribute_enum {
+    pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: CUmemPool_attribute_enum = CUmemPool_attribute_enum(
+        4,
+    );
+}
+impl CUmemPool_attribute_enum {
+    pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: CUmemPool_attribute_enum = CUmemPool_attribute_enum(
+        5,
+    );
+}
+impl CUmemPool_attribute_enum {
+    pub const CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: CUmemPool_attribute_enum = CUmemPool_attribute_enum(
+        6,
+    );
+}
+impl CUmemPool_attribute_enum {
+    pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: CUmemPool_attribute_enum = CUmemPool_attribute_enum(
+        7,
+    );
+}
+impl CUmemPool_attribute_enum {
+    pub const CU_MEMPOOL_ATTR_USED_MEM_HIGH: CUmemPool_attribute_enum = CUmemPool_attribute_enum(
+        8,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUmemPool_attribute_enum(pub ::std::os::raw::c_uint);
+pub use self::CUmemPool_attribute_enum as CUmemPool_attribute;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUmemPoolProps_st {
+    pub allocType: CUmemAllocationType,
+    pub handleTypes: CUmemAllocationHandleType,
+    pub location: CUmemLocation,
+    pub win32SecurityAttributes: *mut ::std::os::raw::c_void,
+    pub maxSize: usize,
+    pub usage: ::std::os::raw::c_ushort,
+    pub reserved: [::std::os::raw::c_uchar; 54usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUmemPoolProps_st"][::std::mem::size_of::<CUmemPoolProps_st>() - 88usize];
+    [
+        "Alignment of CUmemPoolProps_st",
+    ][::std::mem::align_of::<CUmemPoolProps_st>() - 8usize];
+    [
+        "Offset of field: CUmemPoolProps_st::allocType",
+    ][::std::mem::offset_of!(CUmemPoolProps_st, allocType) - 0usize];
+    [
+        "Offset of field: CUmemPoolProps_st::handleTypes",
+    ][::std::mem::offset_of!(CUmemPoolProps_st, handleTypes) - 4usize];
+    [
+        "Offset of field: CUmemPoolProps_st::location",
+    ][::std::mem::offset_of!(CUmemPoolProps_st, location) - 8usize];
+    [
+        "Offset of field: CUmemPoolProps_st::win32SecurityAttributes",
+    ][::std::mem::offset_of!(CUmemPoolProps_st, win32SecurityAttributes) - 16usize];
+    [
+        "Offset of field: CUmemPoolProps_st::maxSize",
+    ][::std::mem::offset_of!(CUmemPoolProps_st, maxSize) - 24usize];
+    [
+        "Offset of field: CUmemPoolProps_st::usage",
+    ][::std::mem::offset_of!(CUmemPoolProps_st, usage) - 32usize];
+    [
+        "Offset of field: CUmemPoolProps_st::reserved",
+    ][::std::mem::offset_of!(CUmemPoolProps_st, reserved) - 34usize];
+};
+impl Default for CUmemPoolProps_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUmemPoolProps_v1 = CUmemPoolProps_st;
+pub type CUmemPoolProps = CUmemPoolProps_v1;
+unsafe extern "C" {
+    pub fn cuMemPoolTrimTo(pool: CUmemoryPool, minBytesToKeep: usize) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemPoolSetAttribute(
+        pool: CUmemoryPool,
+        attr: CUmemPool_attribute,
+        value: *mut ::std::os::raw::c_void,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemPoolGetAttribute(
+        pool: CUmemoryPool,
+        attr: CUmemPool_attribute,
+        value: *mut ::std::os::raw::c_void,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemPoolCreate(
+        pool: *mut CUmemoryPool,
+        poolProps: *const CUmemPoolProps,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemAllocFromPoolAsync(
+        dptr: *mut CUdeviceptr,
+        bytesize: usize,
+        pool: CUmemoryPool,
+        hStream: CUstream,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemAllocFromPoolAsync_ptsz(
+        dptr: *mut CUdeviceptr,
+        bytesize: usize,
+        pool: CUmemoryPool,
+        hStream: CUstream,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuDeviceGetDefaultMemPool(
+        pool_out: *mut CUmemoryPool,
+        dev: CUdevice,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemAllocManaged(
+        dptr: *mut CUdeviceptr,
+        bytesize: usize,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+#[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct CUmulticastObjectProp_st {
     pub numDevices: ::std::os::raw::c_uint,

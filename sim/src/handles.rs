@@ -20,6 +20,8 @@ const KIND_SHIFT: u32 = 36;
 pub enum Kind {
     Context = 1,
     Stream = 2,
+    /// Memory pools take a kind far from the others', like arrays (see below).
+    MemPool = 20,
     Event = 3,
     Module = 4,
     Function = 5,

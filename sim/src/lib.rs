@@ -31,6 +31,7 @@ pub mod graph;
 pub mod handles;
 pub mod launch;
 pub mod memory;
+pub mod mempool;
 pub mod module;
 pub mod ptx;
 pub mod stream;

@@ -159,7 +159,9 @@ pub(super) fn synchronize() -> R<()> {
         let conn = c.live()?;
         conn.call_ok(Request::CtxSynchronize { ctx: id })?;
         conn.take_pending()
-    })
+    })?;
+    super::mempool::on_synchronize();
+    Ok(())
 }
 
 /// Limits are kept per context here (the pool does not enforce them).

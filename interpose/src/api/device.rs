@@ -13,6 +13,11 @@ fn with_device<T>(dev: CUdevice, f: impl FnOnce(&DeviceInfo) -> R<T>) -> R<T> {
 }
 
 pub fn attribute(d: &DeviceInfo, attr: u32) -> Option<i32> {
+    // Managed memory is not served through the pool ([`super::mempool::alloc_managed`]):
+    // the devices say so, whatever the daemon's backend offers.
+    if attr == A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY.0 || attr == A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS.0 {
+        return Some(0);
+    }
     d.attributes.iter().find(|a| a.attribute == attr).map(|a| a.value as i32)
 }
 

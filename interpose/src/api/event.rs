@@ -67,7 +67,9 @@ pub(super) fn synchronize(h: CUevent) -> R<()> {
         let conn = c.conn_of(h as u64)?;
         conn.call_ok(Request::EventSynchronize { event })?;
         conn.take_pending()
-    })
+    })?;
+    super::mempool::on_synchronize();
+    Ok(())
 }
 
 /// Milliseconds between two recorded events.

@@ -90,6 +90,7 @@ exports! { CUresult;
     cuMemAllocAsync | cuMemAllocAsync_ptsz (dptr: out CUdeviceptr, bytesize: val usize, h: val CUstream)
         = extra::alloc_async;
     cuMemFreeAsync | cuMemFreeAsync_ptsz (ptr: val CUdeviceptr, h: val CUstream) = extra::free_async;
+    cuMemAllocManaged(dptr: out CUdeviceptr, bytesize: val usize, flags: val c_uint) = mempool::alloc_managed;
     cuPointerGetAttribute(data: val *mut c_void, attribute: val CUpointer_attribute, ptr: val CUdeviceptr)
         = memory::pointer_attribute;
     cuPointerGetAttributes(num: val c_uint, attributes: val *mut CUpointer_attribute, data: val *mut *mut c_void,
@@ -354,4 +355,20 @@ exports! { nvmlReturn_t;
     nvmlDeviceGetNvLinkRemotePciInfo_v2(dev: val nvmlDevice_t, link: val c_uint, pci: out nvmlPciInfo_t)
         = nvml::links::remote_pci_info;
     nvmlDeviceGetGpuFabricInfoV(dev: val nvmlDevice_t, info: val *mut nvmlGpuFabricInfoV_t) = nvml::links::fabric_info;
+}
+
+exports! { CUresult;
+    // ---- stream-ordered memory pools (kept in this process over the daemon's allocations) ----
+    cuMemAllocFromPoolAsync | cuMemAllocFromPoolAsync_ptsz (dptr: out CUdeviceptr, bytesize: val usize,
+        pool: val CUmemoryPool, h: val CUstream) = mempool::alloc_from_pool;
+    cuMemPoolCreate(pool: out CUmemoryPool, props: read CUmemPoolProps) = mempool::create;
+    cuMemPoolDestroy(pool: val CUmemoryPool) = mempool::destroy;
+    cuMemPoolTrimTo(pool: val CUmemoryPool, keep: val usize) = mempool::trim_to;
+    cuMemPoolSetAttribute(pool: val CUmemoryPool, attr: val CUmemPool_attribute, value: val *mut c_void)
+        = mempool::set_attribute;
+    cuMemPoolGetAttribute(pool: val CUmemoryPool, attr: val CUmemPool_attribute, value: val *mut c_void)
+        = mempool::get_attribute;
+    cuDeviceGetDefaultMemPool(pool: out CUmemoryPool, dev: val CUdevice) = mempool::default_pool;
+    cuDeviceGetMemPool(pool: out CUmemoryPool, dev: val CUdevice) = mempool::current_pool;
+    cuDeviceSetMemPool(dev: val CUdevice, pool: val CUmemoryPool) = mempool::set_current_pool;
 }

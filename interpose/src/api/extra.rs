@@ -3,19 +3,23 @@
 //! capture entry points, which the pool refuses cleanly with CUDA_ERROR_NOT_SUPPORTED.
 
 use super::DefaultStream;
-use super::stream::{resolve, synchronize};
+use super::stream::synchronize;
 use crate::client;
 use crate::util::R;
 use gpupool_shim::cuda::{CUdeviceptr, CUgraph, CUgraphExec, CUresult, CUstream, CUstreamCaptureMode};
 use std::os::raw::{c_uint, c_void};
 
+/// From the current pool of the current context's device ([`super::mempool`]).
 pub(super) fn alloc_async(bytesize: usize, h: CUstream, d: DefaultStream) -> R<CUdeviceptr> {
-    client::call(|c| resolve(c, h, d).map(|_| ()))?;
-    super::memory::alloc(bytesize)
+    super::mempool::alloc_from(bytesize, None, h, d)
 }
 
+/// A pool's block goes back to its pool, other memory to the daemon.
 pub(super) fn free_async(ptr: CUdeviceptr, h: CUstream, d: DefaultStream) -> R<()> {
     synchronize(h, d)?;
+    if super::mempool::free(ptr, h)? {
+        return Ok(());
+    }
     super::memory::free(ptr)
 }
 

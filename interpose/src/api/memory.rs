@@ -182,6 +182,9 @@ fn write_attribute(data: *mut c_void, attr: P, p: Pointee, ptr: u64) -> R<()> {
             out(data.cast::<usize>(), size as usize)
         }
         P::CU_POINTER_ATTRIBUTE_ACCESS_FLAGS => out(data.cast::<c_uint>(), 3),
+        P::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE if is_device => {
+            out(data.cast::<*mut c_void>(), super::mempool::pool_of(base).unwrap_or(0) as *mut c_void)
+        }
         _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
     }
 }

@@ -24,6 +24,7 @@ pub mod launch;
 pub mod library;
 pub mod link;
 pub mod memory;
+pub mod mempool;
 pub mod memset;
 pub mod module;
 pub mod nvml;

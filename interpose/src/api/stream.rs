@@ -144,7 +144,9 @@ pub fn synchronize(h: CUstream, d: DefaultStream) -> R<()> {
         let conn = c.conn_at(ep)?;
         conn.call_ok(Request::StreamSynchronize { stream })?;
         conn.take_pending()
-    })
+    })?;
+    super::mempool::on_synchronize();
+    Ok(())
 }
 
 pub(super) fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> R<()> {

@@ -174,7 +174,11 @@ pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
-    cuda_entry(|| current()?.synchronize())
+    cuda_entry(|| {
+        let r = current()?.synchronize();
+        crate::mempool::on_synchronize();
+        r
+    })
 }
 
 #[unsafe(no_mangle)]

@@ -60,7 +60,11 @@ pub unsafe extern "C" fn cuEventQuery(h: CUevent) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventSynchronize(h: CUevent) -> CUresult {
-    cuda_entry(|| lookup(h)?.synchronize())
+    cuda_entry(|| {
+        let r = lookup(h)?.synchronize();
+        crate::mempool::on_synchronize();
+        r
+    })
 }
 
 #[unsafe(no_mangle)]

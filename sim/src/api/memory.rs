@@ -83,6 +83,11 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         // is gone or reallocated; NVIDIA's cuMemFree waits for the device as well.
         if ctx.memory.find(dptr).is_some_and(|a| a.base == dptr) {
             ctx.drain();
+            // A pool's block goes back to its pool, as its stream-ordered free would.
+            if let Some(pool) = crate::mempool::take(dptr) {
+                crate::mempool::free(&pool, dptr, 0);
+                return Ok(());
+            }
         }
         ctx.memory.free(dptr)
     })
@@ -198,20 +203,14 @@ pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
     })
 }
 
-/// Stream-ordered allocation: the memory is taken (and charged) now, usable by work
-/// queued on the stream after this call.
+/// Stream-ordered allocation from the current pool of the stream's device
+/// ([`crate::mempool`]): usable by work queued on the stream after this call.
 fn alloc_async(dptr: *mut CUdeviceptr, bytesize: usize, h: CUstream, d: DefaultStream) -> CuResult<()> {
-    let (ctx, s) = resolve_stream(initialized()?, h, d)?;
-    ctx.check_sticky()?;
-    s.refuse_if_capturing("cuMemAllocAsync (allocation nodes)")?;
-    if dptr.is_null() {
-        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null dptr".into());
-    }
-    let a = ctx.memory.alloc(bytesize as u64)?;
-    out(dptr, a.base)
+    super::mempool::alloc_from(dptr, bytesize, None, h, d)
 }
 
-/// Stream-ordered free: the memory returns to the device when the stream reaches it.
+/// Stream-ordered free: when the stream reaches it, a pool's block returns to its pool,
+/// other memory to the device.
 fn free_async(ptr: CUdeviceptr, h: CUstream, d: DefaultStream) -> CuResult<()> {
     let (ctx, s) = resolve_stream(initialized()?, h, d)?;
     ctx.check_sticky()?;
@@ -224,8 +223,20 @@ fn free_async(ptr: CUdeviceptr, h: CUstream, d: DefaultStream) -> CuResult<()> {
             });
         }
     }
-    let owner = Arc::clone(&ctx);
-    s.enqueue(&ctx, crate::stream::Work::Control, Vec::new(), Arc::new(move || owner.memory.free(ptr)));
+    let job: crate::stream::Job = match crate::mempool::take(ptr) {
+        Some(pool) => {
+            let sh = s.handle();
+            Arc::new(move || {
+                crate::mempool::free(&pool, ptr, sh);
+                Ok(())
+            })
+        }
+        None => {
+            let owner = Arc::clone(&ctx);
+            Arc::new(move || owner.memory.free(ptr))
+        }
+    };
+    s.enqueue(&ctx, crate::stream::Work::Control, Vec::new(), job);
     Ok(())
 }
 
@@ -293,7 +304,10 @@ fn write_attribute(driver: &Driver, data: *mut c_void, attr: P, p: &Pointee, ptr
         P::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES => out(data.cast::<u64>(), 0),
         // CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE
         P::CU_POINTER_ATTRIBUTE_ACCESS_FLAGS => out(data.cast::<c_uint>(), 3),
-        P::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE => out(data.cast::<*mut c_void>(), std::ptr::null_mut()),
+        P::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE => {
+            let pool = crate::mempool::pool_of(base).unwrap_or(0);
+            out(data.cast::<*mut c_void>(), pool as *mut c_void)
+        }
         other => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("pointer attribute {} is not supported", other.0)),
     }
 }

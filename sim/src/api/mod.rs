@@ -19,6 +19,7 @@ pub mod host_job;
 pub mod init;
 pub mod launch;
 pub mod memory;
+pub mod mempool;
 pub mod module;
 pub mod nvml;
 pub mod nvml_links;

@@ -16,6 +16,7 @@ use super::graph::*;
 use super::init::*;
 use super::launch::*;
 use super::memory::*;
+use super::mempool::*;
 use super::module::*;
 use super::stream::*;
 use super::vmm::*;

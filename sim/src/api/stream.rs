@@ -86,7 +86,9 @@ fn query(h: CUstream, d: DefaultStream) -> CuResult<()> {
 
 fn synchronize(h: CUstream, d: DefaultStream) -> CuResult<()> {
     let (_, s) = resolve_stream(initialized()?, h, d)?;
-    s.synchronize()
+    let r = s.synchronize();
+    crate::mempool::on_synchronize();
+    r
 }
 
 fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> CuResult<()> {

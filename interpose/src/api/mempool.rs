@@ -1,0 +1,494 @@
+//! Stream-ordered memory pools through the pool (`cuMemPoolCreate`, `cuMemAllocFromPoolAsync`,
+//! `cuMemAllocAsync`, the per-device default and current pools, release threshold, trimming,
+//! reuse policies), kept in this process over the daemon's allocations.
+//!
+//! Every block a pool reserves is one `MemAlloc` in the daemon, so the tenant's ledger counts
+//! exactly what the pools hold, used or kept for reuse: a pool that keeps freed blocks (below
+//! its release threshold) keeps them charged, and releasing or trimming them is a `MemFree`
+//! that gives the quota back. A client that dies leaves nothing behind, since the daemon frees
+//! its allocations at the session's end. The pool's bookkeeping is the driver's documented
+//! one, as the simulator keeps it (sim/src/mempool.rs): a free returns the block to its pool
+//! (here once its stream got there: the free synchronizes the stream); a synchronization
+//! (stream, event, context) finds pools above their release threshold and releases idle
+//! blocks down to it; an allocation the quota refuses first releases the pool's idle blocks.
+//! A block is reused only in the context that allocated it, on the stream that freed it or,
+//! when the reuse policies allow it, on any stream.
+
+use super::DefaultStream;
+use crate::client;
+use crate::util::{R, log};
+use gpupool_protocol::{DevicePtr, Request};
+use gpupool_shim::cuda::{
+    CUdevice, CUdeviceptr, CUmemAllocationHandleType, CUmemAllocationType, CUmemLocationType, CUmemPool_attribute as A,
+    CUmemPoolProps, CUmemoryPool, CUresult, CUstream,
+};
+use std::collections::HashMap;
+use std::os::raw::{c_int, c_void};
+use std::sync::Mutex;
+
+/// Pool handles: opaque values in a range of their own, looked up in [`POOLS`].
+const HANDLE_BASE: u64 = 0x7d00_0000_0000;
+
+struct Block {
+    /// The context handle it was allocated in.
+    ctx: u64,
+    base: u64,
+    size: u64,
+    /// The stream handle whose free returned it.
+    freed_on: u64,
+}
+
+struct Pool {
+    device: i32,
+    is_default: bool,
+    max_size: u64,
+    release_threshold: u64,
+    follow_event_deps: bool,
+    opportunistic: bool,
+    internal_deps: bool,
+    idle: Vec<Block>,
+    used: HashMap<u64, Block>,
+    reserved_high: u64,
+    used_high: u64,
+}
+
+impl Pool {
+    fn new(device: i32, is_default: bool, max_size: u64) -> Pool {
+        Pool {
+            device,
+            is_default,
+            max_size,
+            release_threshold: 0,
+            follow_event_deps: true,
+            opportunistic: true,
+            internal_deps: true,
+            idle: Vec::new(),
+            used: HashMap::new(),
+            reserved_high: 0,
+            used_high: 0,
+        }
+    }
+
+    fn used(&self) -> u64 {
+        self.used.values().map(|b| b.size).sum()
+    }
+
+    fn reserved(&self) -> u64 {
+        self.used() + self.idle.iter().map(|b| b.size).sum::<u64>()
+    }
+
+    /// Takes idle blocks, largest first, until at most `keep` bytes stay reserved; the
+    /// caller frees them once the pool lock is dropped.
+    fn shed_down_to(&mut self, keep: u64) -> Vec<Block> {
+        self.idle.sort_by_key(|b| b.size);
+        let mut reserved = self.reserved();
+        let mut out = Vec::new();
+        while reserved > keep {
+            let Some(b) = self.idle.pop() else { break };
+            reserved -= b.size;
+            out.push(b);
+        }
+        out
+    }
+}
+
+#[derive(Default)]
+struct Pools {
+    next: u64,
+    pools: HashMap<u64, Pool>,
+    /// client device ordinal -> (default pool, current pool)
+    devices: HashMap<i32, (u64, u64)>,
+    /// Live pool allocations: base -> pool handle.
+    owners: HashMap<u64, u64>,
+    /// Allocations of destroyed pools, still live: base -> context handle (given back to the
+    /// daemon when freed).
+    orphans: HashMap<u64, u64>,
+}
+
+static POOLS: Mutex<Option<Pools>> = Mutex::new(None);
+
+/// Runs `f` on the pool state. Never call into the client (a round trip) from `f`: the
+/// client's lock is taken while this one is not, and blocks are freed after.
+fn with_pools<T>(f: impl FnOnce(&mut Pools) -> T) -> T {
+    let mut g = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(Pools::default))
+}
+
+impl Pools {
+    fn insert(&mut self, pool: Pool) -> u64 {
+        self.next += 1;
+        let h = HANDLE_BASE + self.next * 16;
+        self.pools.insert(h, pool);
+        h
+    }
+
+    fn pool(&mut self, h: u64) -> R<&mut Pool> {
+        self.pools.get_mut(&h).ok_or_else(|| {
+            log(&format!("memory pool {h:#x} is not a live pool"));
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        })
+    }
+
+    fn device(&mut self, device: i32) -> (u64, u64) {
+        if let Some(&e) = self.devices.get(&device) {
+            return e;
+        }
+        let h = self.insert(Pool::new(device, true, 0));
+        self.devices.insert(device, (h, h));
+        (h, h)
+    }
+}
+
+/// Gives a block's memory back to the daemon (and the tenant's quota). Its context may
+/// be gone already, which freed it.
+fn release(blocks: Vec<Block>) {
+    for b in blocks {
+        let _ = client::call(|c| {
+            let key = (client::endpoint_of(b.ctx), b.base);
+            if c.reg.allocs.remove(&key).is_none() {
+                return Ok(());
+            }
+            c.conn_of(b.ctx)?.call_ok(Request::MemFree { ptr: DevicePtr(b.base) })
+        });
+    }
+}
+
+/// Forgets the blocks whose allocation no longer exists (their context was destroyed).
+fn prune(p: &mut Pools) {
+    let live = client::with(|c| {
+        let mut keep = std::collections::HashSet::new();
+        for pool in p.pools.values() {
+            for b in pool.idle.iter().chain(pool.used.values()) {
+                if c.reg.allocs.contains_key(&(client::endpoint_of(b.ctx), b.base)) {
+                    keep.insert(b.base);
+                }
+            }
+        }
+        Ok(keep)
+    })
+    .unwrap_or_default();
+    for pool in p.pools.values_mut() {
+        pool.idle.retain(|b| live.contains(&b.base));
+        pool.used.retain(|base, _| live.contains(base));
+    }
+    p.owners.retain(|base, _| live.contains(base));
+}
+
+/// The current context: (handle, client device ordinal).
+fn current() -> R<(u64, i32)> {
+    client::call(|c| {
+        let (h, _, _) = c.current()?;
+        Ok((h, c.reg.ctx(h)?.device as i32))
+    })
+}
+
+fn check_device(device: CUdevice) -> R<()> {
+    client::call(|c| c.device(device).map(|_| ()))
+}
+
+pub(super) fn create(props: CUmemPoolProps) -> R<CUmemoryPool> {
+    client::call(|c| c.devices().map(|_| ()))?;
+    if props.allocType != CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED {
+        log(&format!("cuMemPoolCreate: allocType {} is not PINNED", props.allocType.0));
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    if props.location.type_ != CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE {
+        log("cuMemPoolCreate: only device-located pools are served through the pool");
+        return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    }
+    if props.handleTypes != CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE {
+        log("cuMemPoolCreate: exportable pools (handleTypes) are not served through the pool");
+        return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    }
+    if check_device(props.location.id).is_err() {
+        log(&format!("cuMemPoolCreate: location id {} is not a device", props.location.id));
+        return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+    }
+    let h = with_pools(|p| p.insert(Pool::new(props.location.id, false, props.maxSize as u64)));
+    Ok(h as CUmemoryPool)
+}
+
+pub(super) fn destroy(pool: CUmemoryPool) -> R<()> {
+    let h = pool as u64;
+    let shed = with_pools(|p| {
+        let pl = p.pool(h)?;
+        if pl.is_default {
+            log("cuMemPoolDestroy: a device's default memory pool cannot be destroyed");
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut pl = p.pools.remove(&h).expect("looked up above");
+        for e in p.devices.values_mut() {
+            if e.1 == h {
+                e.1 = e.0;
+            }
+        }
+        // Memory still allocated from it goes back when it is freed.
+        for (base, b) in &pl.used {
+            p.orphans.insert(*base, b.ctx);
+        }
+        Ok(pl.shed_down_to(0))
+    })?;
+    release(shed);
+    Ok(())
+}
+
+pub(super) fn trim_to(pool: CUmemoryPool, keep: usize) -> R<()> {
+    let shed = with_pools(|p| {
+        prune(p);
+        p.pool(pool as u64).map(|pl| pl.shed_down_to(keep as u64))
+    })?;
+    release(shed);
+    Ok(())
+}
+
+fn is_u64(attr: A) -> bool {
+    !matches!(
+        attr,
+        A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES
+            | A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC
+            | A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES
+    )
+}
+
+pub(super) fn set_attribute(pool: CUmemoryPool, attr: A, value: *mut c_void) -> R<()> {
+    if value.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the attribute names the value's type (an int or a cuuint64_t).
+    let v = unsafe {
+        if is_u64(attr) { value.cast::<u64>().read_unaligned() } else { value.cast::<c_int>().read_unaligned() as u64 }
+    };
+    with_pools(|p| {
+        prune(p);
+        let pl = p.pool(pool as u64)?;
+        match attr {
+            A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES => pl.follow_event_deps = v != 0,
+            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC => pl.opportunistic = v != 0,
+            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => pl.internal_deps = v != 0,
+            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => pl.release_threshold = v,
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH | A::CU_MEMPOOL_ATTR_USED_MEM_HIGH if v != 0 => {
+                log("cuMemPoolSetAttribute: a high-water mark can only be reset with 0");
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => pl.reserved_high = pl.reserved(),
+            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH => pl.used_high = pl.used(),
+            other => {
+                log(&format!("cuMemPoolSetAttribute: attribute {} is not settable", other.0));
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn get_attribute(pool: CUmemoryPool, attr: A, value: *mut c_void) -> R<()> {
+    if value.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let v = with_pools(|p| {
+        prune(p);
+        let pl = p.pool(pool as u64)?;
+        Ok(match attr {
+            A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES => pl.follow_event_deps as u64,
+            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC => pl.opportunistic as u64,
+            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => pl.internal_deps as u64,
+            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => pl.release_threshold,
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => pl.reserved(),
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => pl.reserved_high,
+            A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT => pl.used(),
+            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH => pl.used_high,
+            other => {
+                log(&format!("cuMemPoolGetAttribute: unknown attribute {}", other.0));
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+        })
+    })?;
+    // SAFETY: non-null; the attribute names the value's type.
+    unsafe {
+        if is_u64(attr) {
+            value.cast::<u64>().write_unaligned(v)
+        } else {
+            value.cast::<c_int>().write_unaligned(v as c_int)
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn default_pool(dev: CUdevice) -> R<CUmemoryPool> {
+    check_device(dev)?;
+    Ok(with_pools(|p| p.device(dev).0) as CUmemoryPool)
+}
+
+pub(super) fn current_pool(dev: CUdevice) -> R<CUmemoryPool> {
+    check_device(dev)?;
+    Ok(with_pools(|p| p.device(dev).1) as CUmemoryPool)
+}
+
+pub(super) fn set_current_pool(dev: CUdevice, pool: CUmemoryPool) -> R<()> {
+    check_device(dev)?;
+    with_pools(|p| {
+        p.device(dev);
+        let device = p.pool(pool as u64)?.device;
+        if device != dev {
+            log(&format!("cuDeviceSetMemPool: the pool is on device {device}, not device {dev}"));
+            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+        }
+        if let Some(e) = p.devices.get_mut(&dev) {
+            e.1 = pool as u64;
+        }
+        Ok(())
+    })
+}
+
+/// Stream-ordered allocation from pool `pool` (`None`: the current pool of the current
+/// context's device), in the current context.
+pub(super) fn alloc_from(bytesize: usize, pool: Option<u64>, h: CUstream, d: DefaultStream) -> R<CUdeviceptr> {
+    client::call(|c| super::stream::resolve(c, h, d).map(|_| ()))?;
+    if bytesize == 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (ctx, device) = current()?;
+    let size = bytesize as u64;
+    let stream = h as u64;
+    // An idle block this context may reuse on this stream, or room to reserve a new one.
+    let (handle, reused, shed) = with_pools(|p| {
+        prune(p);
+        let handle = match pool {
+            Some(h) => h,
+            None => p.device(device).1,
+        };
+        let pl = p.pool(handle)?;
+        if pl.device != device {
+            log(&format!("stream-ordered allocation: the pool is on device {}, the context on {device}", pl.device));
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let any_stream = pl.opportunistic || pl.internal_deps;
+        let fit = pl
+            .idle
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.ctx == ctx && b.size >= size && b.size / 2 <= size)
+            .filter(|(_, b)| b.freed_on == stream || any_stream)
+            .min_by_key(|(_, b)| b.size)
+            .map(|(i, _)| i);
+        if let Some(i) = fit {
+            let b = pl.idle.swap_remove(i);
+            return Ok((handle, Some(b), Vec::new()));
+        }
+        let mut shed = Vec::new();
+        if pl.max_size != 0 && pl.reserved().saturating_add(size) > pl.max_size {
+            shed = pl.shed_down_to(pl.max_size.saturating_sub(size));
+            if pl.reserved().saturating_add(size) > pl.max_size {
+                log(&format!(
+                    "stream-ordered allocation: {size} bytes asked, {} of the pool's maxSize {} reserved",
+                    pl.reserved(),
+                    pl.max_size
+                ));
+                pl.idle.append(&mut shed);
+                return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+            }
+        }
+        Ok((handle, None, shed))
+    })?;
+    release(shed);
+    let block = match reused {
+        Some(b) => b,
+        None => {
+            let base = match super::memory::alloc(bytesize) {
+                Ok(b) => b,
+                Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY) => {
+                    // The quota refused: the pool's idle memory goes back first, as the
+                    // driver releases a pool's unused memory before it fails.
+                    let shed = with_pools(|p| p.pool(handle).map(|pl| pl.shed_down_to(0)).unwrap_or_default());
+                    if shed.is_empty() {
+                        return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+                    }
+                    release(shed);
+                    super::memory::alloc(bytesize)?
+                }
+                Err(e) => return Err(e),
+            };
+            Block { ctx, base, size, freed_on: 0 }
+        }
+    };
+    let base = block.base;
+    with_pools(|p| match p.pools.get_mut(&handle) {
+        Some(pl) => {
+            p.owners.insert(base, handle);
+            pl.used.insert(base, Block { freed_on: 0, ..block });
+            let (r, u) = (pl.reserved(), pl.used());
+            pl.reserved_high = pl.reserved_high.max(r);
+            pl.used_high = pl.used_high.max(u);
+        }
+        // Destroyed meanwhile by another thread: the memory is the caller's still.
+        None => {
+            p.orphans.insert(base, ctx);
+        }
+    });
+    Ok(base)
+}
+
+pub(super) fn alloc_from_pool(bytesize: usize, pool: CUmemoryPool, h: CUstream, d: DefaultStream) -> R<CUdeviceptr> {
+    alloc_from(bytesize, Some(pool as u64), h, d)
+}
+
+/// Frees a pool allocation whose free was reached on stream `h`: back to its pool (a
+/// destroyed pool's memory to the daemon). `false`: `ptr` is no pool allocation.
+pub(super) fn free(ptr: CUdeviceptr, h: CUstream) -> R<bool> {
+    let (found, orphan) = with_pools(|p| {
+        prune(p);
+        if let Some(ctx) = p.orphans.remove(&ptr) {
+            return (true, Some(Block { ctx, base: ptr, size: 0, freed_on: 0 }));
+        }
+        let Some(&pool) = p.owners.get(&ptr) else { return (false, None) };
+        let Some(pl) = p.pools.get_mut(&pool) else { return (false, None) };
+        let Some(mut b) = pl.used.remove(&ptr) else { return (false, None) };
+        p.owners.remove(&ptr);
+        b.freed_on = h as u64;
+        pl.idle.push(b);
+        (true, None)
+    });
+    if let Some(b) = orphan {
+        release(vec![b]);
+    }
+    Ok(found)
+}
+
+/// The pool an allocation came from (`CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE`).
+pub fn pool_of(ptr: u64) -> Option<u64> {
+    with_pools(|p| p.owners.get(&ptr).copied())
+}
+
+/// Called after every synchronization (stream, event, context): pools above their release
+/// threshold give idle blocks back down to it.
+pub fn on_synchronize() {
+    let shed = with_pools(|p| {
+        if p.pools.values().all(|pl| pl.idle.is_empty()) {
+            return Vec::new();
+        }
+        prune(p);
+        p.pools
+            .values_mut()
+            .filter(|pl| pl.reserved() > pl.release_threshold)
+            .flat_map(|pl| {
+                let t = pl.release_threshold;
+                pl.shed_down_to(t)
+            })
+            .collect()
+    });
+    release(shed);
+}
+
+/// Managed memory is refused through the pool: the daemon's device memory lives in the
+/// daemon's process (or on another host), where this process can never touch it, and no
+/// memory could be both the client's and the device's. The devices report
+/// `CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY` 0, for which NVIDIA documents this error.
+pub(super) fn alloc_managed(bytesize: usize, flags: std::os::raw::c_uint) -> R<CUdeviceptr> {
+    client::call(|c| c.current().map(|_| ()))?;
+    if bytesize == 0 || (flags != 1 && flags != 2) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    log("cuMemAllocManaged: managed memory is not supported through the pool (device memory lives in the \
+         daemon, which this process cannot map); CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0");
+    Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
+}
