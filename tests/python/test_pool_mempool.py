@@ -7,6 +7,8 @@ daemon at each step.
   release threshold) stay charged, in cuMemGetInfo and in the daemon's accounting; trimming
   gives them back; a synchronization releases down to the threshold; destroying a pool
   releases what it kept.
+- The runtime's cudaDeviceGetDefaultMemPool / cudaMallocFromPoolAsync / cudaMemPool* (through
+  ctypes on libcudart.so.12, which is the pool's) are the same pools.
 - Managed memory is refused with CUDA_ERROR_NOT_SUPPORTED and a log line, and the devices
   report CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY 0 (the README says why).
 """
@@ -111,6 +113,35 @@ checkpoint("destroyed", free=free_mem())
 err, = d.cuMemPoolDestroy(pool)
 assert err == R.CUDA_ERROR_INVALID_VALUE, err
 
+# The runtime's pools (libcudart.so.12 is the pool's runtime too): the same default pool.
+import ctypes
+rt = ctypes.CDLL("libcudart.so.12")
+rt_pool = ctypes.c_void_p()
+assert rt.cudaDeviceGetDefaultMemPool(ctypes.byref(rt_pool), 0) == 0
+assert rt_pool.value == int(pool)
+cur = ctypes.c_void_p()
+assert rt.cudaDeviceGetMemPool(ctypes.byref(cur), 0) == 0 and cur.value == int(pool)
+keep = ctypes.c_uint64(1 << 62)
+assert rt.cudaMemPoolSetAttribute(rt_pool, int(P.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD), ctypes.byref(keep)) == 0
+s = ctypes.c_void_p(int(stream))
+bufs = []
+for _ in range(2):
+    b = ctypes.c_void_p()
+    assert rt.cudaMallocFromPoolAsync(ctypes.byref(b), ctypes.c_size_t(64 * MiB), rt_pool, s) == 0
+    bufs.append(b)
+big = ctypes.c_void_p()
+# cudaErrorMemoryAllocation past the quota.
+assert rt.cudaMallocFromPoolAsync(ctypes.byref(big), ctypes.c_size_t(QUOTA), rt_pool, s) == 2
+for b in bufs:
+    assert rt.cudaFreeAsync(b, s) == 0
+assert rt.cudaStreamSynchronize(s) == 0
+res = ctypes.c_uint64()
+assert rt.cudaMemPoolGetAttribute(rt_pool, int(P.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), ctypes.byref(res)) == 0
+checkpoint("runtime", free=free_mem(), reserved=res.value)
+assert rt.cudaMemPoolTrimTo(rt_pool, ctypes.c_size_t(0)) == 0
+managed = ctypes.c_void_p()
+assert rt.cudaMallocManaged(ctypes.byref(managed), ctypes.c_size_t(MiB), 1) == 801  # cudaErrorNotSupported
+
 # Managed memory: refused, and the device says it has none.
 A = d.CUdevice_attribute
 assert ok(d.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, dev)) == 0
@@ -167,6 +198,10 @@ memory = "{QUOTA_MIB}MiB"
         assert d.used("team")[0] == 0
         assert v == {"free": quota}
         ack("destroyed")
+        v = at("runtime")
+        assert d.used("team")[0] == 128 * MiB, "the runtime's pool keeps its freed blocks charged"
+        assert v == {"free": quota - 128 * MiB, "reserved": 128 * MiB}
+        ack("runtime")
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0 and out.decode().strip().endswith("DONE"), f"{out.decode()}\n{err.decode()}"
         assert "managed memory is not supported through the pool" in err.decode(), err.decode()

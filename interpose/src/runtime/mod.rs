@@ -30,6 +30,7 @@ pub mod device;
 pub mod errors;
 pub mod launch;
 pub mod memory;
+pub mod mempool;
 pub mod registry;
 pub mod state;
 pub mod stream;

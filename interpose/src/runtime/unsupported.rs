@@ -7,9 +7,9 @@
 //!
 //! Families left out on purpose (see README "Runtime API"): graphs and stream capture
 //! (the pool refuses them on the driver side too), CUDA arrays, textures and surfaces,
-//! managed memory, IPC handles, memory pools beyond the default one, external memory
-//! and semaphores, graphics interop (GL, EGL, VDPAU), peer access control, and the
-//! runtime's own export table.
+//! managed memory, IPC handles, sharing memory pools (the pools themselves are in
+//! [`super::mempool`]), external memory and semaphores, graphics interop (GL, EGL,
+//! VDPAU), peer access control, and the runtime's own export table.
 
 use gpupool_shim::cudart::cudaError;
 use std::collections::HashSet;
@@ -48,11 +48,11 @@ unsupported! {
     cudaCreateTextureObject, cudaCtxResetPersistingL2Cache, cudaDestroyExternalMemory,
     cudaDestroyExternalSemaphore, cudaDestroySurfaceObject, cudaDestroyTextureObject,
     cudaDeviceDisablePeerAccess, cudaDeviceEnablePeerAccess, cudaDeviceFlushGPUDirectRDMAWrites,
-    cudaDeviceGetDefaultMemPool, cudaDeviceGetGraphMemAttribute, cudaDeviceGetHostAtomicCapabilities,
-    cudaDeviceGetMemPool, cudaDeviceGetNvSciSyncAttributes, cudaDeviceGetP2PAtomicCapabilities,
+    cudaDeviceGetGraphMemAttribute, cudaDeviceGetHostAtomicCapabilities,
+    cudaDeviceGetNvSciSyncAttributes, cudaDeviceGetP2PAtomicCapabilities,
     cudaDeviceGetP2PAttribute, cudaDeviceGetSharedMemConfig, cudaDeviceGetTexture1DLinearMaxWidth,
     cudaDeviceGraphMemTrim, cudaDeviceRegisterAsyncNotification, cudaDeviceSetGraphMemAttribute,
-    cudaDeviceSetMemPool, cudaDeviceSetSharedMemConfig, cudaDeviceUnregisterAsyncNotification,
+    cudaDeviceSetSharedMemConfig, cudaDeviceUnregisterAsyncNotification,
     cudaEGLStreamConsumerAcquireFrame, cudaEGLStreamConsumerConnect, cudaEGLStreamConsumerConnectWithFlags,
     cudaEGLStreamConsumerDisconnect, cudaEGLStreamConsumerReleaseFrame, cudaEGLStreamProducerConnect,
     cudaEGLStreamProducerDisconnect, cudaEGLStreamProducerPresentFrame, cudaEGLStreamProducerReturnFrame,
@@ -104,13 +104,13 @@ unsupported! {
     cudaLibraryGetKernel, cudaLibraryGetKernelCount, cudaLibraryGetManaged, cudaLibraryGetUnifiedFunction,
     cudaLibraryLoadData, cudaLibraryLoadFromFile, cudaLibraryUnload, cudaLogsCurrent, cudaLogsDumpToFile,
     cudaLogsDumpToMemory, cudaLogsRegisterCallback, cudaLogsUnregisterCallback, cudaMalloc3D,
-    cudaMalloc3DArray, cudaMallocArray, cudaMallocFromPoolAsync, cudaMallocFromPoolAsync_ptsz,
+    cudaMalloc3DArray, cudaMallocArray,
     cudaMallocManaged, cudaMallocMipmappedArray, cudaMemAdvise, cudaMemAdvise_v2,
     cudaMemDiscardAndPrefetchBatchAsync, cudaMemDiscardAndPrefetchBatchAsync_ptsz, cudaMemDiscardBatchAsync,
-    cudaMemDiscardBatchAsync_ptsz, cudaMemGetDefaultMemPool, cudaMemGetMemPool, cudaMemPoolCreate,
-    cudaMemPoolDestroy, cudaMemPoolExportPointer, cudaMemPoolExportToShareableHandle, cudaMemPoolGetAccess,
-    cudaMemPoolGetAttribute, cudaMemPoolImportFromShareableHandle, cudaMemPoolImportPointer,
-    cudaMemPoolSetAccess, cudaMemPoolSetAttribute, cudaMemPoolTrimTo, cudaMemPrefetchAsync,
+    cudaMemDiscardBatchAsync_ptsz, cudaMemGetDefaultMemPool, cudaMemGetMemPool,
+    cudaMemPoolExportPointer, cudaMemPoolExportToShareableHandle, cudaMemPoolGetAccess,
+    cudaMemPoolImportFromShareableHandle, cudaMemPoolImportPointer,
+    cudaMemPoolSetAccess, cudaMemPrefetchAsync,
     cudaMemPrefetchAsync_ptsz, cudaMemPrefetchAsync_v2, cudaMemPrefetchAsync_v2_ptsz,
     cudaMemPrefetchBatchAsync, cudaMemPrefetchBatchAsync_ptsz, cudaMemRangeGetAttribute,
     cudaMemRangeGetAttributes, cudaMemSetMemPool, cudaMemcpy2DArrayToArray, cudaMemcpy2DArrayToArray_ptds,

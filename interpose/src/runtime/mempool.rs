@@ -1,0 +1,89 @@
+//! The runtime's stream-ordered memory pools: `cudaMemPool*`, `cudaMallocFromPoolAsync` and the
+//! device's default and current pool, over the driver's (`crate::api::mempool`). The runtime
+//! types are the driver's under other names (`cudaMemPool_t` is `CUmemoryPool`, and
+//! `cudaMemPoolProps` / `cudaMemPoolAttr` have the layout and values of `CUmemPoolProps` /
+//! `CUmemPool_attribute`), so the calls are passed on as they are.
+
+use super::{NullStream, Rt, cu, out, rt_exports, rt_variants, state};
+use crate::api::exports::{
+    cuDeviceGetDefaultMemPool, cuDeviceGetMemPool, cuDeviceSetMemPool, cuMemAllocFromPoolAsync, cuMemPoolCreate,
+    cuMemPoolDestroy, cuMemPoolGetAttribute, cuMemPoolSetAttribute, cuMemPoolTrimTo,
+};
+use gpupool_shim::cuda::{CUdeviceptr, CUmemPool_attribute, CUmemPoolProps, CUmemoryPool, CUstream};
+use gpupool_shim::cudart::cudaError;
+use std::os::raw::{c_int, c_void};
+
+fn pool_create(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks both pointers.
+    cu(unsafe { cuMemPoolCreate(pool, props) })
+}
+
+fn pool_destroy(pool: CUmemoryPool) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it looks the handle up.
+    cu(unsafe { cuMemPoolDestroy(pool) })
+}
+
+fn pool_trim_to(pool: CUmemoryPool, keep: usize) -> Rt<()> {
+    state::context()?;
+    // SAFETY: as above.
+    cu(unsafe { cuMemPoolTrimTo(pool, keep) })
+}
+
+fn pool_set_attribute(pool: CUmemoryPool, attr: CUmemPool_attribute, value: *mut c_void) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks `value` and reads the attribute's type from it.
+    cu(unsafe { cuMemPoolSetAttribute(pool, attr, value) })
+}
+
+fn pool_get_attribute(pool: CUmemoryPool, attr: CUmemPool_attribute, value: *mut c_void) -> Rt<()> {
+    state::context()?;
+    // SAFETY: as above, writing instead.
+    cu(unsafe { cuMemPoolGetAttribute(pool, attr, value) })
+}
+
+fn default_pool(pool: *mut CUmemoryPool, device: c_int) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the out-pointer and the device.
+    cu(unsafe { cuDeviceGetDefaultMemPool(pool, device) })
+}
+
+fn get_pool(pool: *mut CUmemoryPool, device: c_int) -> Rt<()> {
+    state::context()?;
+    // SAFETY: as above.
+    cu(unsafe { cuDeviceGetMemPool(pool, device) })
+}
+
+fn set_pool(device: c_int, pool: CUmemoryPool) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it looks the handle up.
+    cu(unsafe { cuDeviceSetMemPool(device, pool) })
+}
+
+fn malloc_from_pool(p: *mut *mut c_void, size: usize, pool: CUmemoryPool, stream: CUstream, ns: NullStream) -> Rt<()> {
+    if p.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    state::context()?;
+    let mut d: CUdeviceptr = 0;
+    // SAFETY: our own export with a valid out-pointer.
+    cu(unsafe { cuMemAllocFromPoolAsync(&mut d, size, pool, ns.resolve(stream)) })?;
+    out(p, d as *mut c_void)
+}
+
+rt_exports! {
+    cudaMemPoolCreate => pool_create(pool: *mut CUmemoryPool, props: *const CUmemPoolProps);
+    cudaMemPoolDestroy => pool_destroy(pool: CUmemoryPool);
+    cudaMemPoolTrimTo => pool_trim_to(pool: CUmemoryPool, keep: usize);
+    cudaMemPoolSetAttribute => pool_set_attribute(pool: CUmemoryPool, attr: CUmemPool_attribute, value: *mut c_void);
+    cudaMemPoolGetAttribute => pool_get_attribute(pool: CUmemoryPool, attr: CUmemPool_attribute, value: *mut c_void);
+    cudaDeviceGetDefaultMemPool => default_pool(pool: *mut CUmemoryPool, device: c_int);
+    cudaDeviceGetMemPool => get_pool(pool: *mut CUmemoryPool, device: c_int);
+    cudaDeviceSetMemPool => set_pool(device: c_int, pool: CUmemoryPool);
+}
+
+rt_variants! {
+    cudaMallocFromPoolAsync / cudaMallocFromPoolAsync_ptsz => malloc_from_pool(
+        p: *mut *mut c_void, size: usize, pool: CUmemoryPool, stream: CUstream);
+}
