@@ -288,6 +288,7 @@ macro_rules! driver_entry_points {
         "cuGraphInstantiateWithFlags" => [11040 => cuGraphInstantiateWithFlags];
         "cuGraphLaunch" => [10000 => cuGraphLaunch | cuGraphLaunch_ptsz];
         "cuGraphExecDestroy" => [10000 => cuGraphExecDestroy];
+        "cuGraphUpload" => [11010 => cuGraphUpload | cuGraphUpload_ptsz];
         "cuLaunchHostFunc" => [10000 => cuLaunchHostFunc | cuLaunchHostFunc_ptsz];
         "cuEventCreate" => [2000 => cuEventCreate];
         "cuEventRecord" => [2000 => cuEventRecord | cuEventRecord_ptsz];

@@ -44,8 +44,10 @@
 //! - module images must fit the staging area (8 MiB by default; a larger fat binary is cut
 //!   to the device's own cubin and best PTX first); the JIT linker (`cuLink*`) links one
 //!   PTX input; device `printf` prints on
-//!   the daemon's output; graphs, stream capture and copies to or from CUDA arrays are
-//!   refused with `CUDA_ERROR_NOT_SUPPORTED`;
+//!   the daemon's output; copies to or from CUDA arrays are refused with
+//!   `CUDA_ERROR_NOT_SUPPORTED`;
+//! - stream capture and graphs are held by the daemon (`api/graph.rs`); the capture mode's
+//!   rules are enforced here; graphs built node by node are not forwarded yet;
 //! - virtual memory management is forwarded (`api/vmm.rs`, pool-daemon/README.md): a
 //!   mapped, accessible run is an allocation of the context that reserved its range, and a
 //!   shareable handle is a sealed memfd naming the allocation to processes of the same
@@ -55,7 +57,7 @@
 //!   place, like a linear copy's;
 //! - `cuModuleLoad` and `cuLink*` are answered here and are not in the `cuGetProcAddress`
 //!   table shared with the simulator (which lacks them): found by symbol; `cuOccupancy*`,
-//!   the library API and `cuStreamGetCaptureInfo_v3` are in this library's own addition to
+//!   the library API and `cuStreamGetCaptureInfo_v2`/`_v3` are in this library's own addition to
 //!   that table (`api/proc_address.rs`), for NVIDIA's runtime;
 //! - NVML's running compute processes are the caller's own process alone, with the bytes of
 //!   its allocations on the device; no other process is listed, not even the same tenant's

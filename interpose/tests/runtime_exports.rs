@@ -148,7 +148,7 @@ unsafe fn sym<F: Copy>(handle: *mut c_void, name: &str) -> F {
 /// The child's body: dlopen libgpupool.so, call unsupported functions, check what they return
 /// and the last error (the parent checks stderr).
 fn unsupported_child() {
-    type GraphCreate = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
+    type GraphClone = unsafe extern "C" fn(*mut *mut c_void, *mut c_void) -> c_int;
     type ArrayGetInfo = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_uint, *mut c_void) -> c_int;
     type LastError = unsafe extern "C" fn() -> c_int;
 
@@ -158,9 +158,9 @@ fn unsupported_child() {
     assert!(!handle.is_null(), "dlopen({}) failed", interposer().display());
     // SAFETY: the types are the CUDA runtime's declarations (cudaGraph_t and cudaArray_t are
     // pointers, cudaExtent and cudaChannelFormatDesc are only passed by pointer here).
-    let (graph_create, array_get_info, get_last, peek_last) = unsafe {
+    let (graph_clone, array_get_info, get_last, peek_last) = unsafe {
         (
-            sym::<GraphCreate>(handle, "cudaGraphCreate"),
+            sym::<GraphClone>(handle, "cudaGraphClone"),
             sym::<ArrayGetInfo>(handle, "cudaArrayGetInfo"),
             sym::<LastError>(handle, "cudaGetLastError"),
             sym::<LastError>(handle, "cudaPeekAtLastError"),
@@ -174,12 +174,12 @@ fn unsupported_child() {
 
         let sentinel = 0x5eed as *mut c_void;
         let mut graph = sentinel;
-        assert_eq!(graph_create(&mut graph, 0), NOT_SUPPORTED, "cudaGraphCreate, first call");
-        assert_eq!(graph, sentinel, "cudaGraphCreate wrote through its out-pointer");
-        assert_eq!(graph_create(&mut graph, 0), NOT_SUPPORTED, "cudaGraphCreate, second call");
-        assert_eq!(graph, sentinel, "cudaGraphCreate wrote through its out-pointer");
-        assert_eq!(peek_last(), NOT_SUPPORTED, "cudaPeekAtLastError after cudaGraphCreate");
-        assert_eq!(get_last(), NOT_SUPPORTED, "cudaGetLastError after cudaGraphCreate");
+        assert_eq!(graph_clone(&mut graph, std::ptr::null_mut()), NOT_SUPPORTED, "cudaGraphClone, first call");
+        assert_eq!(graph, sentinel, "cudaGraphClone wrote through its out-pointer");
+        assert_eq!(graph_clone(&mut graph, std::ptr::null_mut()), NOT_SUPPORTED, "cudaGraphClone, second call");
+        assert_eq!(graph, sentinel, "cudaGraphClone wrote through its out-pointer");
+        assert_eq!(peek_last(), NOT_SUPPORTED, "cudaPeekAtLastError after cudaGraphClone");
+        assert_eq!(get_last(), NOT_SUPPORTED, "cudaGetLastError after cudaGraphClone");
         assert_eq!(get_last(), SUCCESS, "cudaGetLastError resets the last error");
 
         let mut desc = [0xA5u8; 20]; // cudaChannelFormatDesc
@@ -236,9 +236,9 @@ fn unsupported_runtime_function_returns_801_logs_once_and_sets_the_last_error() 
         stderr.lines().filter(|l| l.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').any(|w| w == f)).count()
     };
     assert_eq!(
-        lines_naming("cudaGraphCreate"),
+        lines_naming("cudaGraphClone"),
         1,
-        "want one stderr line naming cudaGraphCreate (called twice) {context}"
+        "want one stderr line naming cudaGraphClone (called twice) {context}"
     );
     assert_eq!(lines_naming("cudaArrayGetInfo"), 1, "want one stderr line naming cudaArrayGetInfo {context}");
     let unsupported_lines: Vec<&str> = stderr.lines().filter(|l| l.contains("not supported")).collect();

@@ -256,6 +256,47 @@ fn every_launch_path_and_a_synchronous_loop_are_held() {
     }
 }
 
+/// Graphs are charged as a whole (pool-daemon/src/daemon/graph.rs): two tenants at 10% and 30%, each
+/// replaying a captured graph of 50 kernels of 1 ms (a 50 ms unit of work), are each held to their
+/// quota within a point over 8 s, as tenants launching the kernels one by one are.
+///
+/// The quota is on device time, and a graph's device time is a little more than its kernels' bodies
+/// (the simulator's work around each node, 1-3% here). So the share of device time is the
+/// kernel-body share scaled by the tenant's own charged/body ratio (both from the same run), and must
+/// be within a point of the quota; the body share alone must never be above it.
+#[test]
+fn graph_replays_of_fifty_kernels_are_held_to_ten_and_thirty_percent() {
+    let _s = serial();
+    measured(|| {
+        let d = Daemon::start(Some(&config(&[("a", 10, "limit", "normal"), ("b", 30, "limit", "normal")])));
+        let args = ["--path", "graph", "--batch", "50", "--duration", "10"];
+        let cs: Vec<_> = ["a", "b"].iter().map(|t| client(&d, t, &args)).collect();
+        let rs: Vec<LoadReport> = cs.into_iter().map(finish).collect();
+        let from = rs.iter().map(|r| r.start).max().unwrap() + SEC;
+        let st = d.status();
+        for ((r, q), t) in rs.iter().zip([10u8, 30]).zip(["a", "b"]) {
+            let c = &st["tenants"].as_array().unwrap().iter().find(|x| x["tenant"] == t).unwrap()["devices"][0]
+                ["compute"];
+            // Each graph launch is one unit of the scheduler (the client's warm-up kernel is one more),
+            // charged its measured time.
+            let (units, charged) = (c["kernels"].as_u64().unwrap(), c["charged_ns"].as_u64().unwrap());
+            let &(_, kernels, body) = r.samples.last().unwrap();
+            let graphs = kernels / 50;
+            eprintln!("tenant {t}: {graphs} graphs, {units} units, {:.1} ms charged per graph, {:.1} ms of bodies",
+                charged as f64 / 1e6 / graphs as f64, body as f64 / 1e6 / graphs as f64);
+            assert!(units >= graphs && units <= graphs + 2, "{units} units for {graphs} graph launches: {st}");
+            assert!(charged >= body, "{charged} ns charged for {body} ns of kernel bodies: {st}");
+            let bodies = share(r, from, from + 8 * SEC);
+            if bodies > f64::from(q) + 1.0 {
+                return Err(format!("limit {q}%: kernel bodies alone had {bodies:.2}% of the device"));
+            }
+            let device = bodies * charged as f64 / body as f64;
+            check_near(&format!("limit {q}% replaying graphs of 50 kernels (device time)"), device, f64::from(q), 1.0)?;
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn high_priority_latency_stays_within_the_documented_bound() {
     let _s = serial();

@@ -78,6 +78,8 @@ fn async_operations_are_exactly_these() {
         StreamWaitEvent,
         EventRecord,
         StagingWrite,
+        GraphUpload,
+        GraphLaunch,
     ]
     .into();
     let actual: BTreeSet<RequestOp> = RequestOp::ALL.iter().copied().filter(|o| o.is_async()).collect();

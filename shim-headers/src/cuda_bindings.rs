@@ -4653,6 +4653,26 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuStreamGetCaptureInfo_v2(
+        hStream: CUstream,
+        captureStatus_out: *mut CUstreamCaptureStatus,
+        id_out: *mut cuuint64_t,
+        graph_out: *mut CUgraph,
+        dependencies_out: *mut *const CUgraphNode,
+        numDependencies_out: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamGetCaptureInfo_v2_ptsz(
+        hStream: CUstream,
+        captureStatus_out: *mut CUstreamCaptureStatus,
+        id_out: *mut cuuint64_t,
+        graph_out: *mut CUgraph,
+        dependencies_out: *mut *const CUgraphNode,
+        numDependencies_out: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuStreamBeginCapture_v2(
         hStream: CUstream,
         mode: CUstreamCaptureMode,
@@ -4694,6 +4714,12 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphUpload_ptsz(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult;
 }
 unsafe extern "C" {
     pub fn cuEventCreate(

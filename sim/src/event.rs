@@ -78,8 +78,10 @@ impl Event {
     }
 
     pub fn synchronize(&self) -> CuResult<()> {
+        // The position is work queued before any capture began (a record captured into a graph
+        // sets none), so waiting for it is allowed while the stream captures, as CUDA allows
+        // synchronizing an event recorded outside the capture.
         if let Some((s, seq)) = self.position() {
-            s.refuse_if_capturing("cuEventSynchronize")?;
             s.wait_for(seq);
         }
         Ok(())

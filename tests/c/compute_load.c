@@ -10,8 +10,12 @@
  * The kernel (PTX below, one block of one thread) spins on %globaltimer for --kernel-us
  * and adds the time its body took to a device counter (busy_ns).
  *
- * Options: --kernel-us N [1000]  --duration S [5]  --path launch|ptsz|ex|coop [launch]
+ * Options: --kernel-us N [1000]  --duration S [5]  --path launch|ptsz|ex|coop|graph [launch]
  *          --sync  --batch N [8]  --device N [0]  --report-ms N [100]
+ *
+ * --path graph captures a batch of N kernel launches (cuLaunchKernel on the stream) into a CUDA
+ * graph once, and then launches the graph (cuGraphLaunch) wherever the other paths launch a batch
+ * (or, with --sync, one kernel).
  *
  * Pipelined mode (default): launch a batch of N kernels, record an event, then wait for
  * the previous batch's event; at most two batches are outstanding, so the stream never
@@ -46,6 +50,8 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUlaunchConfig_st {
     unsigned int gridDimX, gridDimY, gridDimZ;
     unsigned int blockDimX, blockDimY, blockDimZ;
@@ -85,6 +91,10 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                                    CUstream hStream, void **kernelParams);
+CUresult cuStreamBeginCapture_v2(CUstream hStream, int mode);
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
 
 /* Always needed; the launch entry point of the chosen --path is resolved separately. */
 #define CU_FUNCTIONS(X)                                                                             \
@@ -93,10 +103,12 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int g
     X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuStreamCreate) X(cuStreamSynchronize) X(cuEventCreate) \
     X(cuEventRecord) X(cuEventSynchronize)
 #define LAUNCH_FUNCTIONS(X) X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchCooperativeKernel)
+#define GRAPH_FUNCTIONS(X) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)
 
 #define DECLARE_PTR(name) static __typeof__(name) *p_##name;
 CU_FUNCTIONS(DECLARE_PTR)
 LAUNCH_FUNCTIONS(DECLARE_PTR)
+GRAPH_FUNCTIONS(DECLARE_PTR)
 
 /* Calls an entry point through its pointer; any error ends the program. */
 #define CU(name, ...) check(#name, p_##name(__VA_ARGS__))
@@ -151,7 +163,7 @@ static const char k_ptx[] =
 
 /* ------------------------------------------------------------------------- */
 
-enum path { PATH_LAUNCH, PATH_PTSZ, PATH_EX, PATH_COOP };
+enum path { PATH_LAUNCH, PATH_PTSZ, PATH_EX, PATH_COOP, PATH_GRAPH };
 
 static enum path g_path = PATH_LAUNCH;
 static CUfunction g_fn;
@@ -159,6 +171,7 @@ static CUstream g_stream;      /* where kernels run: a user stream, or the per-t
 static CUstream g_launch_arg;  /* the handle passed to the launch call (NULL for ptsz) */
 static CUdeviceptr g_total;
 static uint64_t g_ns;
+static CUgraphExec g_exec; /* --path graph: the captured batch */
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -169,6 +182,7 @@ static uint64_t now_ns(void) {
 static void launch_one(void) {
     void *args[] = {&g_ns, &g_total};
     switch (g_path) {
+    case PATH_GRAPH:
     case PATH_LAUNCH: CU(cuLaunchKernel, g_fn, 1, 1, 1, 1, 1, 1, 0, g_launch_arg, args, NULL); break;
     case PATH_PTSZ: CU(cuLaunchKernel_ptsz, g_fn, 1, 1, 1, 1, 1, 1, 0, g_launch_arg, args, NULL); break;
     case PATH_COOP: CU(cuLaunchCooperativeKernel, g_fn, 1, 1, 1, 1, 1, 1, 0, g_launch_arg, args); break;
@@ -199,7 +213,7 @@ static int cmp_u64(const void *a, const void *b) {
 
 static void usage(const char *argv0) {
     fprintf(stderr,
-            "usage: %s [--kernel-us N] [--duration S] [--path launch|ptsz|ex|coop] [--sync] [--batch N]\n"
+            "usage: %s [--kernel-us N] [--duration S] [--path launch|ptsz|ex|coop|graph] [--sync] [--batch N]\n"
             "          [--device N] [--report-ms N]\n",
             argv0);
     exit(2);
@@ -225,6 +239,7 @@ int main(int argc, char **argv) {
             else if (strcmp(v, "ptsz") == 0) g_path = PATH_PTSZ;
             else if (strcmp(v, "ex") == 0) g_path = PATH_EX;
             else if (strcmp(v, "coop") == 0) g_path = PATH_COOP;
+            else if (strcmp(v, "graph") == 0) g_path = PATH_GRAPH;
             else usage(argv[0]);
         } else usage(argv[0]);
     }
@@ -243,6 +258,7 @@ int main(int argc, char **argv) {
     case PATH_PTSZ: RESOLVE(cuLaunchKernel_ptsz) break;
     case PATH_EX: RESOLVE(cuLaunchKernelEx) break;
     case PATH_COOP: RESOLVE(cuLaunchCooperativeKernel) break;
+    case PATH_GRAPH: RESOLVE(cuLaunchKernel) GRAPH_FUNCTIONS(RESOLVE) break;
     }
 #undef RESOLVE
 
@@ -275,6 +291,13 @@ int main(int argc, char **argv) {
     g_ns = saved_ns;
     CU(cuMemsetD8_v2, g_total, 0, sizeof(uint64_t));
     CU(cuCtxSynchronize);
+    if (g_path == PATH_GRAPH) { /* one batch (one kernel with --sync), captured once */
+        CUgraph graph;
+        CU(cuStreamBeginCapture_v2, g_stream, 0 /* CU_STREAM_CAPTURE_MODE_GLOBAL */);
+        for (long i = 0; i < (sync_mode ? 1 : batch); i++) launch_one();
+        CU(cuStreamEndCapture, g_stream, &graph);
+        CU(cuGraphInstantiateWithFlags, &g_exec, graph, 0);
+    }
 
     size_t lat_n = 0, lat_cap = 1024;
     uint64_t *lat = sync_mode ? malloc(lat_cap * sizeof *lat) : NULL;
@@ -289,7 +312,8 @@ int main(int argc, char **argv) {
     if (sync_mode) {
         while (now_ns() < end) {
             uint64_t a = now_ns();
-            launch_one();
+            if (g_path == PATH_GRAPH) CU(cuGraphLaunch, g_exec, g_stream);
+            else launch_one();
             CU(cuStreamSynchronize, g_stream);
             uint64_t b = now_ns();
             completed++;
@@ -309,7 +333,8 @@ int main(int argc, char **argv) {
     } else {
         uint64_t k = 0; /* batches launched */
         while (now_ns() < end) {
-            for (long i = 0; i < batch; i++) launch_one();
+            if (g_path == PATH_GRAPH) CU(cuGraphLaunch, g_exec, g_stream);
+            else for (long i = 0; i < batch; i++) launch_one();
             CU(cuEventRecord, ev[k & 1], g_stream);
             if (k > 0) { /* wait for the previous batch; this one stays queued behind it */
                 CU(cuEventSynchronize, ev[(k - 1) & 1]);

@@ -64,6 +64,9 @@ pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R
             Some(stream) => conn.post(Request::MemcpyHtoDAsync { dst, src, stream }),
         };
     }
+    if let Some(stream) = stream {
+        super::graph::refuse_pageable(c, stream)?;
+    }
     let conn = c.live()?;
     let Some(stream) = stream else {
         return write_device(conn, dst, src);

@@ -96,16 +96,17 @@ exports! { CUresult;
     cuPointerGetAttributes(num: val c_uint, attributes: val *mut CUpointer_attribute, data: val *mut *mut c_void,
         ptr: val CUdeviceptr) = memory::pointer_attributes;
 
-    // ---- graphs and stream capture: refused ----
-    cuGraphCreate(pgraph: val *mut CUgraph, flags: val c_uint) = extra::graph_create;
-    cuGraphDestroy(graph: val CUgraph) = extra::graph_destroy;
+    // ---- graphs and stream capture (held by the daemon) ----
+    cuGraphCreate(pgraph: val *mut CUgraph, flags: val c_uint) = graph::graph_create;
+    cuGraphDestroy(graph: val CUgraph) = graph::graph_destroy;
     cuGraphInstantiateWithFlags(pexec: val *mut CUgraphExec, graph: val CUgraph, flags: val u64)
-        = extra::graph_instantiate;
-    cuGraphExecDestroy(exec: val CUgraphExec) = extra::graph_exec_destroy;
+        = graph::graph_instantiate;
+    cuGraphExecDestroy(exec: val CUgraphExec) = graph::graph_exec_destroy;
     cuStreamBeginCapture_v2 | cuStreamBeginCapture_v2_ptsz (h: val CUstream, mode: val CUstreamCaptureMode)
-        = extra::begin_capture;
-    cuStreamEndCapture | cuStreamEndCapture_ptsz (h: val CUstream, pgraph: val *mut CUgraph) = extra::end_capture;
-    cuGraphLaunch | cuGraphLaunch_ptsz (exec: val CUgraphExec, h: val CUstream) = extra::graph_launch;
+        = graph::begin_capture;
+    cuStreamEndCapture | cuStreamEndCapture_ptsz (h: val CUstream, pgraph: val *mut CUgraph) = graph::end_capture;
+    cuGraphLaunch | cuGraphLaunch_ptsz (exec: val CUgraphExec, h: val CUstream) = graph::graph_launch;
+    cuGraphUpload | cuGraphUpload_ptsz (exec: val CUgraphExec, h: val CUstream) = graph::graph_upload;
 }
 
 exports! { CUresult;
@@ -127,10 +128,13 @@ exports! { CUresult;
     cuStreamAddCallback | cuStreamAddCallback_ptsz (h: val CUstream, cb: val CUstreamCallback,
         user: val *mut c_void, flags: val c_uint) = stream::add_callback;
     cuStreamIsCapturing | cuStreamIsCapturing_ptsz (h: val CUstream, status: out CUstreamCaptureStatus)
-        = stream::is_capturing;
+        = graph::is_capturing;
+    cuStreamGetCaptureInfo_v2 | cuStreamGetCaptureInfo_v2_ptsz (h: val CUstream, status: out CUstreamCaptureStatus,
+        id: opt cuuint64_t, graph: val *mut CUgraph, deps: val *mut *const CUgraphNode,
+        num_deps: val *mut usize) = graph::capture_info_v2;
     cuStreamGetCaptureInfo_v3 | cuStreamGetCaptureInfo_v3_ptsz (h: val CUstream, status: out CUstreamCaptureStatus,
         id: opt cuuint64_t, graph: val *mut CUgraph, deps: val *mut *const CUgraphNode,
-        edges: val *mut *const CUgraphEdgeData, num_deps: val *mut usize) = stream::capture_info_v3;
+        edges: val *mut *const CUgraphEdgeData, num_deps: val *mut usize) = graph::capture_info_v3;
 
     // ---- events ----
     cuEventCreate(ph: out CUevent, flags: val c_uint) = event::create;
@@ -371,4 +375,7 @@ exports! { CUresult;
     cuDeviceGetDefaultMemPool(pool: out CUmemoryPool, dev: val CUdevice) = mempool::default_pool;
     cuDeviceGetMemPool(pool: out CUmemoryPool, dev: val CUdevice) = mempool::current_pool;
     cuDeviceSetMemPool(dev: val CUdevice, pool: val CUmemoryPool) = mempool::set_current_pool;
+}
+
+exports! { CUresult;
 }

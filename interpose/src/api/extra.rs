@@ -1,12 +1,12 @@
 //! Stream-ordered allocation (served in order: the allocation is made at once, a free
-//! waits for its stream), host-memory registration (client-local), and the graph and
-//! capture entry points, which the pool refuses cleanly with CUDA_ERROR_NOT_SUPPORTED.
+//! waits for its stream) and host-memory registration (client-local). Graphs and stream
+//! capture are in [`super::graph`].
 
 use super::DefaultStream;
 use super::stream::synchronize;
 use crate::client;
 use crate::util::R;
-use gpupool_shim::cuda::{CUdeviceptr, CUgraph, CUgraphExec, CUresult, CUstream, CUstreamCaptureMode};
+use gpupool_shim::cuda::{CUdeviceptr, CUresult, CUstream};
 use std::os::raw::{c_uint, c_void};
 
 /// From the current pool of the current context's device ([`super::mempool`]).
@@ -43,23 +43,4 @@ pub(super) fn host_unregister(p: *mut c_void) -> R<()> {
         c.current()?;
         c.reg.registered.remove(&(p as usize)).map(|_| ()).ok_or(CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
     })
-}
-
-/// Graphs and stream capture: every entry point is refused, whatever its arguments.
-macro_rules! refused {
-    ($($f:ident($($t:ty),*);)*) => {$(
-        pub(super) fn $f($(_: $t),*) -> R<()> {
-            crate::util::log("graphs and stream capture are not supported through the pool");
-            Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
-        }
-    )*};
-}
-refused! {
-    graph_create(*mut CUgraph, c_uint);
-    graph_destroy(CUgraph);
-    graph_instantiate(*mut CUgraphExec, CUgraph, u64);
-    graph_exec_destroy(CUgraphExec);
-    begin_capture(CUstream, CUstreamCaptureMode, DefaultStream);
-    end_capture(CUstream, *mut CUgraph, DefaultStream);
-    graph_launch(CUgraphExec, CUstream, DefaultStream);
 }

@@ -32,6 +32,7 @@ pub(super) fn alloc(bytesize: usize) -> R<CUdeviceptr> {
     }
     client::call(|c| {
         let (h, ctx, _) = c.current()?;
+        super::graph::unsafe_call(c, "cuMemAlloc")?;
         let answer::MemPtr { ptr } = c.live()?.ask(Request::MemAlloc { ctx, bytes: bytesize as u64 })?;
         record(c, h, ptr, bytesize as u64);
         Ok(ptr.0)
@@ -45,6 +46,7 @@ pub(super) fn alloc_pitch(width_bytes: usize, height: usize, element_size: c_uin
     }
     client::call(|c| {
         let (h, ctx, _) = c.current()?;
+        super::graph::unsafe_call(c, "cuMemAllocPitch")?;
         let req = Request::MemAllocPitch { ctx, width_bytes: width_bytes as u64, height: height as u64, element_size };
         let answer::MemPitch { ptr, pitch } = c.live()?.ask(req)?;
         record(c, h, ptr, pitch * height as u64);
@@ -60,6 +62,7 @@ pub(super) fn free(dptr: CUdeviceptr) -> R<()> {
         if dptr == 0 {
             return Ok(());
         }
+        super::graph::unsafe_call(c, "cuMemFree")?;
         // Only the base of an allocation this client made in the current context.
         let key = (client::endpoint_of(cur), dptr);
         if c.reg.allocs.get(&key).is_none_or(|&(_, ctx)| ctx != cur) {
@@ -90,6 +93,7 @@ pub(super) fn host_alloc(bytesize: usize, flags: c_uint) -> R<*mut c_void> {
     }
     client::call(|c| {
         c.current()?;
+        super::graph::unsafe_call(c, "cuMemHostAlloc")?;
         let (fd, map) = create_host_region(bytesize).map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
         // Over the network the daemon cannot map it; copies send its bytes instead.
         let conn = c.live()?;

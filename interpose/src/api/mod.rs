@@ -19,6 +19,7 @@ pub mod export_tables;
 pub mod exports;
 pub mod extra;
 pub mod features;
+pub mod graph;
 pub mod init;
 pub mod launch;
 pub mod library;

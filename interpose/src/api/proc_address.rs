@@ -32,7 +32,7 @@ fn pool_only() -> &'static Table {
             "cuKernelSetCacheConfig" => [12000 => cuKernelSetCacheConfig];
             "cuKernelGetName" => [12030 => cuKernelGetName];
             "cuKernelGetParamInfo" => [12040 => cuKernelGetParamInfo];
-            "cuStreamGetCaptureInfo" => [10010 => !, 11030 => !,
+            "cuStreamGetCaptureInfo" => [10010 => !, 11030 => cuStreamGetCaptureInfo_v2 | cuStreamGetCaptureInfo_v2_ptsz,
                 12030 => cuStreamGetCaptureInfo_v3 | cuStreamGetCaptureInfo_v3_ptsz];
             "cuOccupancyMaxActiveBlocksPerMultiprocessor" => [6050 => cuOccupancyMaxActiveBlocksPerMultiprocessor];
             "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"

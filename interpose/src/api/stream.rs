@@ -10,7 +10,6 @@ use gpupool_protocol::ops::answer;
 use gpupool_protocol::{Request, StreamId};
 use gpupool_shim::cuda::{
     CUcontext, CUevent, CUgreenCtx, CUhostFn, CUresult, CUstream, CUstream_flags, CUstreamCallback,
-    CUstreamCaptureStatus,
 };
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -189,29 +188,4 @@ pub(super) fn add_callback(
     // SAFETY: the application's callback with its own arguments, as CUDA would call it.
     unsafe { cb(h, status, user) };
     Ok(())
-}
-
-pub(super) fn is_capturing(h: CUstream, d: DefaultStream) -> R<CUstreamCaptureStatus> {
-    client::with(|c| resolve(c, h, d))?;
-    Ok(CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-}
-
-/// (status, id): no stream is ever capturing (capture is refused), so the status is NONE,
-/// and the graph, dependencies and edge data asked for are NULL / 0, as the driver
-/// answers for a stream that is not capturing.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn capture_info_v3(
-    h: CUstream,
-    graph: *mut gpupool_shim::cuda::CUgraph,
-    deps: *mut *const gpupool_shim::cuda::CUgraphNode,
-    edges: *mut *const gpupool_shim::cuda::CUgraphEdgeData,
-    num_deps: *mut usize,
-    d: DefaultStream,
-) -> R<(CUstreamCaptureStatus, u64)> {
-    let status = is_capturing(h, d)?;
-    crate::api::export::put(graph, std::ptr::null_mut());
-    crate::api::export::put(deps, std::ptr::null());
-    crate::api::export::put(edges, std::ptr::null());
-    crate::api::export::put(num_deps, 0);
-    Ok((status, 0))
 }

@@ -21,6 +21,9 @@ pub enum Kind {
     Func = 0xf1,
     /// A physical allocation (`CUmemGenericAllocationHandle`).
     Mem = 0x4d,
+    /// A graph (`CUgraph`) and an instantiated graph (`CUgraphExec`).
+    Graph = 0x9a,
+    GraphExec = 0x9e,
 }
 
 pub fn make(kind: Kind, endpoint: usize, id: u64) -> R<u64> {

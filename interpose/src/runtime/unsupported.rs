@@ -5,8 +5,9 @@
 //! NVIDIA's two export tables and what [`super`] implements; the
 //! `every_cudart_export_is_provided` test checks it against the real libraries.
 //!
-//! Families left out on purpose (see README "Runtime API"): graphs and stream capture
-//! (the pool refuses them on the driver side too), CUDA arrays, textures and surfaces,
+//! Families left out on purpose (see README "Runtime API"): explicit graph building and
+//! node parameters (capture, instantiate, upload, launch and destroy are in [`super::graph`]),
+//! CUDA arrays, textures and surfaces,
 //! managed memory, IPC handles, sharing memory pools (the pools themselves are in
 //! [`super::mempool`]), external memory and semaphores, graphics interop (GL, EGL,
 //! VDPAU), peer access control, and the runtime's own export table.
@@ -69,10 +70,10 @@ unsupported! {
     cudaGraphAddMemAllocNode, cudaGraphAddMemFreeNode, cudaGraphAddMemcpyNode, cudaGraphAddMemcpyNode1D,
     cudaGraphAddMemcpyNodeFromSymbol, cudaGraphAddMemcpyNodeToSymbol, cudaGraphAddMemsetNode,
     cudaGraphAddNode, cudaGraphAddNode_v2, cudaGraphChildGraphNodeGetGraph, cudaGraphClone,
-    cudaGraphConditionalHandleCreate, cudaGraphCreate, cudaGraphDebugDotPrint, cudaGraphDestroy,
+    cudaGraphConditionalHandleCreate, cudaGraphDebugDotPrint,
     cudaGraphDestroyNode, cudaGraphEventRecordNodeGetEvent, cudaGraphEventRecordNodeSetEvent,
     cudaGraphEventWaitNodeGetEvent, cudaGraphEventWaitNodeSetEvent, cudaGraphExecChildGraphNodeSetParams,
-    cudaGraphExecDestroy, cudaGraphExecEventRecordNodeSetEvent, cudaGraphExecEventWaitNodeSetEvent,
+    cudaGraphExecEventRecordNodeSetEvent, cudaGraphExecEventWaitNodeSetEvent,
     cudaGraphExecExternalSemaphoresSignalNodeSetParams, cudaGraphExecExternalSemaphoresWaitNodeSetParams,
     cudaGraphExecGetFlags, cudaGraphExecHostNodeSetParams, cudaGraphExecKernelNodeSetParams,
     cudaGraphExecMemcpyNodeSetParams, cudaGraphExecMemcpyNodeSetParams1D,
@@ -81,18 +82,18 @@ unsupported! {
     cudaGraphExternalSemaphoresSignalNodeGetParams, cudaGraphExternalSemaphoresSignalNodeSetParams,
     cudaGraphExternalSemaphoresWaitNodeGetParams, cudaGraphExternalSemaphoresWaitNodeSetParams,
     cudaGraphGetEdges, cudaGraphGetEdges_v2, cudaGraphGetNodes, cudaGraphGetRootNodes,
-    cudaGraphHostNodeGetParams, cudaGraphHostNodeSetParams, cudaGraphInstantiate,
-    cudaGraphInstantiateWithFlags, cudaGraphInstantiateWithParams, cudaGraphInstantiateWithParams_ptsz,
+    cudaGraphHostNodeGetParams, cudaGraphHostNodeSetParams,
+    cudaGraphInstantiateWithParams, cudaGraphInstantiateWithParams_ptsz,
     cudaGraphKernelNodeCopyAttributes, cudaGraphKernelNodeGetAttribute, cudaGraphKernelNodeGetParams,
-    cudaGraphKernelNodeSetAttribute, cudaGraphKernelNodeSetParams, cudaGraphLaunch, cudaGraphLaunch_ptsz,
+    cudaGraphKernelNodeSetAttribute, cudaGraphKernelNodeSetParams,
     cudaGraphMemAllocNodeGetParams, cudaGraphMemFreeNodeGetParams, cudaGraphMemcpyNodeGetParams,
     cudaGraphMemcpyNodeSetParams, cudaGraphMemcpyNodeSetParams1D, cudaGraphMemcpyNodeSetParamsFromSymbol,
     cudaGraphMemcpyNodeSetParamsToSymbol, cudaGraphMemsetNodeGetParams, cudaGraphMemsetNodeSetParams,
     cudaGraphNodeFindInClone, cudaGraphNodeGetDependencies, cudaGraphNodeGetDependencies_v2,
     cudaGraphNodeGetDependentNodes, cudaGraphNodeGetDependentNodes_v2, cudaGraphNodeGetEnabled,
     cudaGraphNodeGetType, cudaGraphNodeSetEnabled, cudaGraphNodeSetParams, cudaGraphReleaseUserObject,
-    cudaGraphRemoveDependencies, cudaGraphRemoveDependencies_v2, cudaGraphRetainUserObject, cudaGraphUpload,
-    cudaGraphUpload_ptsz, cudaGraphicsEGLRegisterImage, cudaGraphicsGLRegisterBuffer,
+    cudaGraphRemoveDependencies, cudaGraphRemoveDependencies_v2, cudaGraphRetainUserObject,
+    cudaGraphicsEGLRegisterImage, cudaGraphicsGLRegisterBuffer,
     cudaGraphicsGLRegisterImage, cudaGraphicsMapResources, cudaGraphicsResourceGetMappedEglFrame,
     cudaGraphicsResourceGetMappedMipmappedArray, cudaGraphicsResourceGetMappedPointer,
     cudaGraphicsResourceSetMapFlags, cudaGraphicsSubResourceGetMappedArray, cudaGraphicsUnmapResources,
@@ -126,9 +127,9 @@ unsupported! {
     cudaSetDoubleForHost, cudaSetValidDevices, cudaSignalExternalSemaphoresAsync,
     cudaSignalExternalSemaphoresAsync_ptsz, cudaSignalExternalSemaphoresAsync_v2,
     cudaSignalExternalSemaphoresAsync_v2_ptsz, cudaStreamAttachMemAsync, cudaStreamAttachMemAsync_ptsz,
-    cudaStreamBeginCapture, cudaStreamBeginCaptureToGraph, cudaStreamBeginCaptureToGraph_ptsz,
-    cudaStreamBeginCapture_ptsz, cudaStreamCopyAttributes, cudaStreamCopyAttributes_ptsz,
-    cudaStreamEndCapture, cudaStreamEndCapture_ptsz, cudaStreamGetAttribute, cudaStreamGetAttribute_ptsz,
+    cudaStreamBeginCaptureToGraph, cudaStreamBeginCaptureToGraph_ptsz,
+    cudaStreamCopyAttributes, cudaStreamCopyAttributes_ptsz,
+    cudaStreamGetAttribute, cudaStreamGetAttribute_ptsz,
 
 
     cudaStreamGetDevice, cudaStreamGetDevice_ptsz, cudaStreamGetId, cudaStreamGetId_ptsz,

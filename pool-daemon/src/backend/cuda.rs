@@ -122,6 +122,16 @@ driver_table! {
     cuMemUnmap: fn(CUdeviceptr, usize);
     cuMemSetAccess: fn(CUdeviceptr, usize, *const cu::CUmemAccessDesc, usize);
     cuMemGetAccess: fn(*mut u64, *const cu::CUmemLocation, CUdeviceptr);
+    // Graphs and stream capture (pool-daemon/src/daemon/graph.rs).
+    cuStreamBeginCapture_v2: fn(cu::CUstream, cu::CUstreamCaptureMode);
+    cuStreamEndCapture: fn(cu::CUstream, *mut cu::CUgraph);
+    cuStreamIsCapturing: fn(cu::CUstream, *mut cu::CUstreamCaptureStatus);
+    cuGraphCreate: fn(*mut cu::CUgraph, u32);
+    cuGraphDestroy: fn(cu::CUgraph);
+    cuGraphInstantiateWithFlags: fn(*mut cu::CUgraphExec, cu::CUgraph, u64);
+    cuGraphExecDestroy: fn(cu::CUgraphExec);
+    cuGraphUpload: fn(cu::CUgraphExec, cu::CUstream);
+    cuGraphLaunch: fn(cu::CUgraphExec, cu::CUstream);
 }
 
 impl Cuda {

@@ -33,6 +33,8 @@ pub struct Freed {
     pub vmm_mappings: usize,
     pub vmm_handles: usize,
     pub vmm_ranges: usize,
+    /// Graphs and instantiated graphs (at session end).
+    pub graphs: usize,
     /// Backend calls that failed (a poisoned context, say); the ledger is released anyway.
     pub errors: usize,
 }
@@ -121,7 +123,7 @@ pub fn end(s: Session, reason: &str) {
         session = id, pid = cred.pid, uid = cred.uid, remote = ?remote, tenant = %tenant, reason,
         allocations = freed.allocations, bytes = freed.bytes, streams = freed.streams, events = freed.events,
         modules = freed.modules, blas_handles = freed.blas_handles, vmm_mappings = freed.vmm_mappings,
-        vmm_handles = freed.vmm_handles, vmm_ranges = freed.vmm_ranges, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
+        vmm_handles = freed.vmm_handles, vmm_ranges = freed.vmm_ranges, graphs = freed.graphs, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
         trim_us = trim.as_micros() as u64,
         "session end"
     );
@@ -131,7 +133,10 @@ pub fn end(s: Session, reason: &str) {
 /// it when this returns, before [`end`] trims the heap.
 fn release(mut s: Session) -> (Freed, usize) {
     let shared = s.shared.clone();
+    // Graphs first: they may name the memory, modules and host regions freed below.
+    let graphs = s.free_graphs();
     let mut freed = s.free_owned(None);
+    freed.graphs = graphs;
     // After the streams were synchronised and destroyed: nothing queued uses the mappings.
     (freed.vmm_mappings, freed.vmm_handles, freed.vmm_ranges) = s.free_vmm();
     let regions = s.free_regions();

@@ -85,14 +85,20 @@ impl Session {
         Ok(answer::HostRegion { id })
     }
 
-    /// `HostRegionUnmap`: waits for work that may use it, unregisters and unmaps it.
+    /// `HostRegionUnmap`: waits for work that may use it, unregisters and unmaps it (once no graph
+    /// of the session may name it).
     pub fn region_unmap(&mut self, id: u64) -> Result<()> {
         let r = self.regions.remove(&id).ok_or_else(|| Fail::new(1, format!("no host region {id}")))?;
+        if self.graphs.hold_regions() {
+            // A graph may copy from or into it when it runs ([`super::graph`]).
+            self.graphs.hold(r);
+            return Ok(());
+        }
         self.release_region(r);
         Ok(())
     }
 
-    fn release_region(&mut self, r: Region) {
+    pub(super) fn release_region(&mut self, r: Region) {
         // Queued copies on any device that was handed a pointer into it may still read or
         // write it (CUDA's cuMemFreeHost waits too); unmapping under them would crash the
         // daemon.

@@ -13,8 +13,8 @@ use super::session::{Func, Session};
 use super::streams::ready;
 use crate::call;
 use gpupool_protocol::ops::{
-    BlasHandleId, Copy2D, Copy3D, Gemm, HostSrc, InlineBytes, KernelParams, MAX_INLINE_BYTES, Matmul, MemAccess,
-    MemHandleId, Memset, RegionSlice, Serve, StagingRegion, Vector, answer,
+    BlasHandleId, Copy2D, Copy3D, Gemm, GraphExecId, GraphId, HostSrc, InlineBytes, KernelParams, MAX_INLINE_BYTES,
+    Matmul, MemAccess, MemHandleId, MemSpace, Memset, RegionSlice, Serve, StagingRegion, Vector, answer,
 };
 use gpupool_protocol::{CtxId, DevicePtr, EventId, FuncId, ModuleId, StreamId};
 use gpupool_shim::cuda::{CUevent, CUfunction, CUfunction_attribute, CUmodule, CUstream};
@@ -287,6 +287,9 @@ impl Serve for Session {
             return Ok(answer::Ok {});
         }
         let (s, sd) = self.copy_stream(stream, d)?;
+        if !matches!(src, HostSrc::Region(_)) {
+            self.no_pageable_capture(s)?;
+        }
         self.enter(sd)?;
         let (ptr, len) = self.host_src(&src, cx.staging, sd)?;
         call!(self.shared.cuda, cuMemcpyHtoDAsync_v2(dst.0, ptr, len, s.0))?;
@@ -321,6 +324,7 @@ impl Serve for Session {
     ) -> Result<answer::Ok> {
         let d = self.owned(src, dst.len)?;
         let (s, sd) = self.copy_stream(stream, d)?;
+        self.no_pageable_capture(s)?;
         let p = Self::staging_ptr(cx.staging, dst.offset, dst.len)?;
         self.enter(sd)?;
         call!(self.shared.cuda, cuMemcpyDtoHAsync_v2(p.cast(), src.0, dst.len as usize, s.0))?;
@@ -390,6 +394,9 @@ impl Serve for Session {
     }
 
     fn memcpy_2d_async(&mut self, cx: Cx<'_>, copy: Copy2D, stream: StreamId) -> Result<answer::Ok> {
+        if [copy.src.space, copy.dst.space].iter().any(|m| matches!(m, MemSpace::Staging(_))) {
+            self.no_pageable_capture(self.stream(stream, None)?.0)?;
+        }
         self.copy_2d(copy, Some(stream), cx.staging)?;
         Ok(answer::Ok {})
     }
@@ -400,6 +407,9 @@ impl Serve for Session {
     }
 
     fn memcpy_3d_async(&mut self, cx: Cx<'_>, copy: Copy3D, stream: StreamId) -> Result<answer::Ok> {
+        if [copy.src.space, copy.dst.space].iter().any(|m| matches!(m, MemSpace::Staging(_))) {
+            self.no_pageable_capture(self.stream(stream, None)?.0)?;
+        }
         self.copy_3d(copy, Some(stream), cx.staging)?;
         Ok(answer::Ok {})
     }
@@ -500,8 +510,10 @@ impl Serve for Session {
         let (s, _) = self.stream(stream, Some(d))?;
         self.enter(d)?;
         let shared = self.shared.clone();
+        // A launch into a capturing stream records a node and runs nothing: not scheduled.
+        let captured = self.capturing(s);
         let go = || self.launch_now(func, grid, block, shared_mem_bytes, s, params.0, cooperative);
-        if !shared.compute.enabled {
+        if !shared.compute.enabled || captured {
             go()?;
             return Ok(answer::Ok {});
         }
@@ -711,5 +723,48 @@ impl Serve for Session {
 
     fn lt_matmul(&mut self, _cx: Cx<'_>, handle: BlasHandleId, matmul: Matmul) -> Result<answer::Ok> {
         Session::lt_matmul(self, handle, matmul).map(|()| answer::Ok {})
+    }
+
+    // ---- graphs and stream capture ([`super::graph`]) ----
+
+    fn stream_begin_capture(&mut self, _cx: Cx<'_>, stream: StreamId, mode: u32) -> Result<answer::Ok> {
+        self.begin_capture(stream, mode)?;
+        Ok(answer::Ok {})
+    }
+
+    fn stream_end_capture(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::Graph> {
+        self.end_capture(stream)
+    }
+
+    fn stream_capture_info(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::CaptureInfo> {
+        self.capture_info(stream)
+    }
+
+    fn graph_create(&mut self, _cx: Cx<'_>, ctx: CtxId, flags: u32) -> Result<answer::Graph> {
+        self.create_graph(ctx, flags)
+    }
+
+    fn graph_destroy(&mut self, _cx: Cx<'_>, graph: GraphId) -> Result<answer::Ok> {
+        self.destroy_graph(graph)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_instantiate(&mut self, _cx: Cx<'_>, graph: GraphId, flags: u64) -> Result<answer::GraphExec> {
+        self.instantiate_graph(graph, flags)
+    }
+
+    fn graph_exec_destroy(&mut self, _cx: Cx<'_>, exec: GraphExecId) -> Result<answer::Ok> {
+        self.destroy_exec(exec)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_upload(&mut self, _cx: Cx<'_>, exec: GraphExecId, stream: StreamId) -> Result<answer::Ok> {
+        self.upload_exec(exec, stream)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_launch(&mut self, _cx: Cx<'_>, exec: GraphExecId, stream: StreamId) -> Result<answer::Ok> {
+        self.launch_exec(exec, stream)?;
+        Ok(answer::Ok {})
     }
 }

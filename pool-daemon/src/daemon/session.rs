@@ -77,6 +77,8 @@ pub struct Session {
     pub blas: super::blas::Handles,
     /// Reservations, allocation handles and mappings ([`super::vmm`]).
     pub vmm: super::vmm::Owned,
+    /// Graphs, instantiated graphs and captures ([`super::graph`]).
+    pub graphs: super::graph::Graphs,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -280,6 +282,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         peer: link.peer.as_ref().and_then(|p| p.try_clone().ok()),
         blas: Default::default(),
         vmm: Default::default(),
+        graphs: Default::default(),
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };

@@ -32,6 +32,7 @@
 //! | `0x08xx` | events |
 //! | `0x09xx` | management (NVML-like) |
 //! | `0x0axx` | BLAS: cuBLAS and cuBLASLt, answered with `cublasStatus_t` codes ([`blas`]) |
+//! | `0x0bxx` | graphs and stream capture ([`graph`]) |
 //! | `0x8000..=0xffff` | replies, same family byte plus `0x80` |
 //!
 //! Requests must lie in `0x0001..=0x7fff` and replies in `0x8000..=0xffff`, and no opcode
@@ -45,10 +46,12 @@
 #![forbid(unsafe_code)]
 
 pub mod blas;
+pub mod graph;
 pub(crate) mod macros;
 mod types;
 
 pub use blas::{BlasHandleId, BlasMat, BlasScalar, Gemm, LtDesc, LtLayout, Matmul, Vector};
+pub use graph::{GraphExecId, GraphId};
 pub use macros::{assert_opcodes_in, assert_unique_opcodes};
 pub use types::*;
 
@@ -212,6 +215,24 @@ op_table! {
     0x0a12 LtHeuristic lt_heuristic { handle: BlasHandleId, matmul: Matmul, max_workspace: u64, requested: i32 } => LtAlgos;
     /// `cublasLtMatmul` on `matmul.stream`, the algorithm chosen by the backend's heuristic.
     0x0a13 LtMatmul lt_matmul { handle: BlasHandleId, matmul: Matmul } => Ok;
+
+    // ---- graphs and stream capture ----
+    /// `cuStreamBeginCapture_v2` on a stream the daemon holds (`mode`: a `CUstreamCaptureMode`;
+    /// the backend captures in relaxed mode, the client library enforces the mode's rules).
+    0x0b01 StreamBeginCapture stream_begin_capture { stream: StreamId, mode: u32 } => Ok;
+    /// Ends the capture; the answer names the captured graph, held for this session.
+    0x0b02 StreamEndCapture stream_end_capture { stream: StreamId } => Graph;
+    /// The stream's `CUstreamCaptureStatus` and, while it is capturing, its capture's id.
+    0x0b03 StreamCaptureInfo stream_capture_info { stream: StreamId } => CaptureInfo;
+    /// `cuGraphCreate` in `ctx` (an empty graph).
+    0x0b04 GraphCreate graph_create { ctx: CtxId, flags: u32 } => Graph;
+    0x0b05 GraphDestroy graph_destroy { graph: GraphId } => Ok;
+    /// `cuGraphInstantiateWithFlags` (`flags`: `CUgraphInstantiate_flags` bits).
+    0x0b06 GraphInstantiate graph_instantiate { graph: GraphId, flags: u64 } => GraphExec;
+    0x0b07 GraphExecDestroy graph_exec_destroy { exec: GraphExecId } => Ok;
+    0x0b08 GraphUpload graph_upload { exec: GraphExecId, stream: StreamId } => Ok, async;
+    /// Admitted and charged by the compute scheduler as one unit (daemon/graph.rs says why).
+    0x0b09 GraphLaunch graph_launch { exec: GraphExecId, stream: StreamId } => Ok, async;
 }
 
 op_table! {
@@ -273,6 +294,11 @@ op_table! {
     0x8a02 BlasValue { bits: u64 };
     /// How many algorithms the heuristic found, and the workspace the best one needs.
     0x8a03 LtAlgos { count: u32, workspace_bytes: u64 };
+
+    0x8b01 Graph { graph: crate::ops::GraphId };
+    0x8b02 GraphExec { exec: crate::ops::GraphExecId };
+    /// A `CUstreamCaptureStatus`, and the capture's id (0 when none is active).
+    0x8b03 CaptureInfo { status: u32, id: u64 };
 }
 
 impl Request {

@@ -13,6 +13,8 @@ const MODULE: ModuleId = ModuleId(0x300);
 const FUNC: FuncId = FuncId(0x400);
 const BLAS: BlasHandleId = BlasHandleId(0x500);
 const MEM_HANDLE: MemHandleId = MemHandleId(0x600);
+const GRAPH: GraphId = GraphId(0x700);
+const GRAPH_EXEC: GraphExecId = GraphExecId(0x800);
 
 fn mat(offset: u64, ld: i64) -> BlasMat {
     BlasMat { ptr: DevicePtr(PTR.0 + offset), dtype: 0, ld, stride: ld * 64 }
@@ -226,6 +228,15 @@ pub fn all_request_examples() -> Vec<Request> {
         LtDestroy { handle: BLAS },
         LtHeuristic { handle: BLAS, matmul: matmul(), max_workspace: 1 << 25, requested: 1 },
         LtMatmul { handle: BLAS, matmul: matmul() },
+        StreamBeginCapture { stream: STREAM, mode: 2 },
+        StreamEndCapture { stream: STREAM },
+        StreamCaptureInfo { stream: STREAM },
+        GraphCreate { ctx: CTX, flags: 0 },
+        GraphDestroy { graph: GRAPH },
+        GraphInstantiate { graph: GRAPH, flags: 1 },
+        GraphExecDestroy { exec: GRAPH_EXEC },
+        GraphUpload { exec: GRAPH_EXEC, stream: STREAM },
+        GraphLaunch { exec: GRAPH_EXEC, stream: STREAM },
     ]
 }
 
@@ -281,5 +292,8 @@ pub fn all_reply_examples() -> Vec<Reply> {
         BlasHandle { handle: BLAS },
         BlasValue { bits: 2.5f32.to_bits().into() },
         LtAlgos { count: 1, workspace_bytes: 1 << 20 },
+        Graph { graph: GRAPH },
+        GraphExec { exec: GRAPH_EXEC },
+        CaptureInfo { status: 1, id: 42 },
     ]
 }

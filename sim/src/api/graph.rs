@@ -65,6 +65,20 @@ fn graph_launch(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> CuResult<()
     Ok(())
 }
 
+/// Uploading prepares nothing here (work is not staged on a CPU device); the driver's checks stay.
+fn graph_upload(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> CuResult<()> {
+    let driver = initialized()?;
+    let Some(g) = driver.graph_execs.get(exec as u64) else {
+        return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || format!("{exec:?} is not an instantiated graph"));
+    };
+    let (ctx, _) = resolve_stream(driver, h, d)?;
+    ctx.check_sticky()?;
+    if g.ctx_handle != ctx.handle() {
+        return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || "the graph belongs to another context".into());
+    }
+    Ok(())
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphCreate(pgraph: *mut CUgraph, flags: c_uint) -> CUresult {
     cuda_entry(|| {
@@ -114,4 +128,5 @@ stream_variants! {
     cuStreamBeginCapture_v2 / cuStreamBeginCapture_v2_ptsz => begin_capture(h: CUstream, mode: CUstreamCaptureMode);
     cuStreamEndCapture / cuStreamEndCapture_ptsz => end_capture(h: CUstream, pgraph: *mut CUgraph);
     cuGraphLaunch / cuGraphLaunch_ptsz => graph_launch(exec: CUgraphExec, h: CUstream);
+    cuGraphUpload / cuGraphUpload_ptsz => graph_upload(exec: CUgraphExec, h: CUstream);
 }

@@ -1,0 +1,237 @@
+//! Stream capture and graphs through the pool: the daemon holds the captures, graphs and
+//! instantiated graphs (pool-daemon's `daemon/graph.rs`); handles here are its ids, made with
+//! [`make`] (kinds [`Kind::Graph`] and [`Kind::GraphExec`]), so another session's or a forged
+//! handle is refused by the daemon, never trusted here.
+//!
+//! The daemon's backend captures in relaxed mode (a global-mode capture there would reach other
+//! tenants' threads), so the capture mode the application asked for is enforced here, with CUDA's
+//! rule: a thread may not make a potentially unsafe call (allocating or freeing memory) while it
+//! has a capture under way that is not relaxed, or while any other thread of the process has a
+//! global-mode one. Such a call fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates
+//! the capture that forbade it, as the driver does. So does a copy through pageable memory on a
+//! capturing stream: the pool cannot read the process's pageable memory when the graph runs.
+
+use super::DefaultStream;
+use super::stream::resolve;
+use crate::client::{self, Client, Kind, endpoint_of, make};
+use crate::util::{R, log};
+use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
+use gpupool_protocol::{Request, StreamId};
+use gpupool_shim::cuda::{
+    CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+};
+use std::os::raw::c_uint;
+use std::sync::Mutex;
+use std::thread::ThreadId;
+
+/// A capture begun by this process.
+struct Capture {
+    stream: StreamId,
+    endpoint: usize,
+    thread: ThreadId,
+    mode: CUstreamCaptureMode,
+}
+
+static CAPTURES: Mutex<Vec<Capture>> = Mutex::new(Vec::new());
+
+fn captures() -> std::sync::MutexGuard<'static, Vec<Capture>> {
+    CAPTURES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The capture on `stream`, if this process began one there.
+pub fn capturing(stream: StreamId, endpoint: usize) -> bool {
+    stream != StreamId::NULL && captures().iter().any(|c| c.stream == stream && c.endpoint == endpoint)
+}
+
+/// Fails a call made while the capture on `(stream, endpoint)` is under way, invalidating it as
+/// the driver would: the daemon's backend refuses cuStreamQuery on a capturing stream and
+/// invalidates the capture.
+fn invalidate(c: &mut Client, stream: StreamId, endpoint: usize, why: &str) -> CUresult {
+    log(&format!("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: {why}; the capture is invalidated"));
+    if let Ok(conn) = c.conn_at(endpoint) {
+        let _ = conn.call(Request::StreamQuery { stream });
+    }
+    CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+}
+
+/// A copy through pageable memory on `stream` (a copy staged through the daemon).
+pub fn refuse_pageable(c: &mut Client, stream: StreamId) -> R<()> {
+    let ep = client::current_endpoint();
+    if !capturing(stream, ep) {
+        return Ok(());
+    }
+    Err(invalidate(c, stream, ep, "a copy from or to pageable host memory cannot be captured through the pool"))
+}
+
+/// A potentially unsafe call (allocating or freeing memory) by the calling thread, checked against
+/// the captures under way (see the module's comment).
+pub fn unsafe_call(c: &mut Client, what: &str) -> R<()> {
+    let me = std::thread::current().id();
+    let forbidding = captures()
+        .iter()
+        .find(|k| {
+            let mine = k.thread == me && k.mode != CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+            mine || (k.thread != me && k.mode == CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+        })
+        .map(|k| (k.stream, k.endpoint));
+    match forbidding {
+        None => Ok(()),
+        Some((stream, ep)) => Err(invalidate(c, stream, ep, &format!("{what} during stream capture"))),
+    }
+}
+
+/// The daemon's id in a handle of `kind`, with the endpoint that issued it.
+fn id_of(h: u64, kind: Kind) -> Option<(u64, usize)> {
+    (h & 0xff == kind as u64 && h != 0).then(|| ((h >> 8) & ((1 << 48) - 1), endpoint_of(h)))
+}
+
+pub(super) fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream) -> R<()> {
+    if mode.0 > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::call(|c| {
+        let stream = resolve(c, h, d)?;
+        if stream == StreamId::NULL {
+            log("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: the legacy default stream cannot be captured");
+            return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        let endpoint = client::current_endpoint();
+        c.live()?.call_ok(Request::StreamBeginCapture { stream, mode: mode.0 })?;
+        captures().push(Capture { stream, endpoint, thread: std::thread::current().id(), mode });
+        Ok(())
+    })
+}
+
+/// `*pgraph` is NULL when the capture was invalidated, as the driver writes it.
+pub(super) fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -> R<()> {
+    if pgraph.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::call(|c| {
+        let stream = resolve(c, h, d)?;
+        let endpoint = client::current_endpoint();
+        {
+            let mut caps = captures();
+            if let Some(i) = caps.iter().position(|k| k.stream == stream && k.endpoint == endpoint) {
+                let k = &caps[i];
+                if k.thread != std::thread::current().id()
+                    && k.mode != CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED
+                {
+                    log("CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: a capture that is not relaxed ends on its own thread");
+                    return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+                }
+                caps.remove(i);
+            }
+        }
+        let conn = c.live()?;
+        let ended = conn.ask::<answer::Graph>(Request::StreamEndCapture { stream });
+        let graph = match ended {
+            Ok(answer::Graph { graph }) => graph,
+            Err(e) => {
+                crate::api::export::put(pgraph, std::ptr::null_mut());
+                return Err(e);
+            }
+        };
+        let handle = make(Kind::Graph, endpoint, graph.0)?;
+        crate::api::export::put(pgraph, handle as CUgraph);
+        Ok(())
+    })
+}
+
+fn capture_info(h: CUstream, d: DefaultStream) -> R<(CUstreamCaptureStatus, u64)> {
+    client::call(|c| {
+        let stream = resolve(c, h, d)?;
+        let answer::CaptureInfo { status, id } = c.live()?.ask(Request::StreamCaptureInfo { stream })?;
+        Ok((CUstreamCaptureStatus(status), id))
+    })
+}
+
+pub(super) fn is_capturing(h: CUstream, d: DefaultStream) -> R<CUstreamCaptureStatus> {
+    Ok(capture_info(h, d)?.0)
+}
+
+/// (status, id). The graph under construction and its dependency set stay in the daemon: `graph`
+/// is NULL and there are no dependencies (the driver's answer for a stream not capturing; what
+/// frameworks read of a capturing one is its status and id).
+pub(super) fn capture_info_v2(
+    h: CUstream,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    num_deps: *mut usize,
+    d: DefaultStream,
+) -> R<(CUstreamCaptureStatus, u64)> {
+    let info = capture_info(h, d)?;
+    crate::api::export::put(graph, std::ptr::null_mut());
+    crate::api::export::put(deps, std::ptr::null());
+    crate::api::export::put(num_deps, 0);
+    Ok(info)
+}
+
+pub(super) fn capture_info_v3(
+    h: CUstream,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const CUgraphEdgeData,
+    num_deps: *mut usize,
+    d: DefaultStream,
+) -> R<(CUstreamCaptureStatus, u64)> {
+    crate::api::export::put(edges, std::ptr::null());
+    capture_info_v2(h, graph, deps, num_deps, d)
+}
+
+pub(super) fn graph_create(pgraph: *mut CUgraph, flags: c_uint) -> R<()> {
+    if pgraph.is_null() || flags != 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let h = client::call(|c| {
+        let (_, ctx, _) = c.current()?;
+        let answer::Graph { graph } = c.live()?.ask(Request::GraphCreate { ctx, flags })?;
+        make(Kind::Graph, client::current_endpoint(), graph.0)
+    })?;
+    crate::api::export::put(pgraph, h as CUgraph);
+    Ok(())
+}
+
+pub(super) fn graph_destroy(graph: CUgraph) -> R<()> {
+    let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphDestroy { graph: GraphId(id) }))
+}
+
+pub(super) fn graph_instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> R<()> {
+    if pexec.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let h = client::call(|c| {
+        let answer::GraphExec { exec } = c.conn_at(ep)?.ask(Request::GraphInstantiate { graph: GraphId(id), flags })?;
+        make(Kind::GraphExec, ep, exec.0)
+    })?;
+    crate::api::export::put(pexec, h as CUgraphExec);
+    Ok(())
+}
+
+pub(super) fn graph_exec_destroy(exec: CUgraphExec) -> R<()> {
+    let (id, ep) = id_of(exec as u64, Kind::GraphExec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphExecDestroy { exec: GraphExecId(id) }))
+}
+
+/// Upload and launch go on the stream in order with the rest of its work (no reply; a failure
+/// comes back at the next sync point, as the driver's asynchronous errors do).
+fn on_stream(exec: CUgraphExec, h: CUstream, d: DefaultStream, op: fn(GraphExecId, StreamId) -> Request) -> R<()> {
+    let (id, ep) = id_of(exec as u64, Kind::GraphExec).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+    client::call(|c| {
+        let stream = resolve(c, h, d)?;
+        if ep != client::current_endpoint() {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        c.live()?.post(op(GraphExecId(id), stream))
+    })
+}
+
+pub(super) fn graph_upload(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> R<()> {
+    on_stream(exec, h, d, |exec, stream| Request::GraphUpload { exec, stream })
+}
+
+pub(super) fn graph_launch(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> R<()> {
+    on_stream(exec, h, d, |exec, stream| Request::GraphLaunch { exec, stream })
+}

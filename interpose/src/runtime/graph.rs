@@ -1,0 +1,79 @@
+//! Stream capture and graphs in the runtime API. A `cudaGraph_t` is a `CUgraph` and a
+//! `cudaGraphExec_t` a `CUgraphExec` (as in NVIDIA's runtime), and the capture modes and
+//! statuses share their numbers, so these are the driver's calls (held by the daemon,
+//! `crate::api::graph`) once the runtime's context is current.
+
+use super::{NullStream, Rt, cu, rt_exports, rt_variants, state};
+use crate::api::exports::{
+    cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy, cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphUpload,
+    cuStreamBeginCapture_v2, cuStreamEndCapture,
+};
+use gpupool_shim::cuda::{CUgraph, CUgraphExec, CUstream, CUstreamCaptureMode};
+use gpupool_shim::cudart::cudaError;
+use std::os::raw::{c_int, c_uint};
+
+fn begin_capture(s: CUstream, mode: c_int, ns: NullStream) -> Rt<()> {
+    state::context()?;
+    let mode = u32::try_from(mode).map_err(|_| cudaError::cudaErrorInvalidValue)?;
+    // SAFETY: our own export; cudaStreamCaptureMode values are CUstreamCaptureMode's.
+    cu(unsafe { cuStreamBeginCapture_v2(ns.resolve(s), CUstreamCaptureMode(mode)) })
+}
+
+fn end_capture(s: CUstream, graph: *mut CUgraph, ns: NullStream) -> Rt<()> {
+    if graph.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    state::context()?;
+    // SAFETY: our own export with a valid out-pointer.
+    cu(unsafe { cuStreamEndCapture(ns.resolve(s), graph) })
+}
+
+fn graph_create(graph: *mut CUgraph, flags: c_uint) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the pointer.
+    cu(unsafe { cuGraphCreate(graph, flags) })
+}
+
+fn instantiate(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the pointer and the handle.
+    cu(unsafe { cuGraphInstantiateWithFlags(exec, graph, flags) })
+}
+
+fn graph_destroy(graph: CUgraph) -> Rt<()> {
+    // SAFETY: our own export; it checks the handle.
+    cu(unsafe { cuGraphDestroy(graph) })
+}
+
+fn exec_destroy(exec: CUgraphExec) -> Rt<()> {
+    // SAFETY: our own export; it checks the handle.
+    cu(unsafe { cuGraphExecDestroy(exec) })
+}
+
+fn launch(exec: CUgraphExec, s: CUstream, ns: NullStream) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the handles.
+    cu(unsafe { cuGraphLaunch(exec, ns.resolve(s)) })
+}
+
+fn upload(exec: CUgraphExec, s: CUstream, ns: NullStream) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the handles.
+    cu(unsafe { cuGraphUpload(exec, ns.resolve(s)) })
+}
+
+rt_exports! {
+    cudaGraphCreate => graph_create(graph: *mut CUgraph, flags: c_uint);
+    // CUDA 12 and 13 export the three-argument form under both names.
+    cudaGraphInstantiate => instantiate(exec: *mut CUgraphExec, graph: CUgraph, flags: u64);
+    cudaGraphInstantiateWithFlags => instantiate(exec: *mut CUgraphExec, graph: CUgraph, flags: u64);
+    cudaGraphDestroy => graph_destroy(graph: CUgraph);
+    cudaGraphExecDestroy => exec_destroy(exec: CUgraphExec);
+}
+
+rt_variants! {
+    cudaStreamBeginCapture / cudaStreamBeginCapture_ptsz => begin_capture(s: CUstream, mode: c_int);
+    cudaStreamEndCapture / cudaStreamEndCapture_ptsz => end_capture(s: CUstream, graph: *mut CUgraph);
+    cudaGraphLaunch / cudaGraphLaunch_ptsz => launch(exec: CUgraphExec, s: CUstream);
+    cudaGraphUpload / cudaGraphUpload_ptsz => upload(exec: CUgraphExec, s: CUstream);
+}

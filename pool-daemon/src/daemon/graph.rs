@@ -1,0 +1,263 @@
+//! CUDA graphs and stream capture, held by the daemon for each session.
+//!
+//! Capture runs in the backend: `StreamBeginCapture` starts it on the daemon's stream, and the
+//! launches, copies, memsets and event records the client then sends for that stream are recorded
+//! by the backend instead of run. The backend always captures in **relaxed** mode: every tenant's
+//! work goes through this one process, and a global-mode capture would make the driver refuse
+//! "potentially unsafe" calls (allocations, ...) on every other thread, other tenants' sessions
+//! included. The client library enforces the mode the application asked for (interpose's
+//! `api/graph.rs`).
+//!
+//! Graphs and instantiated graphs are ids of this session; another session's ids are
+//! CUDA_ERROR_INVALID_HANDLE, and everything left is destroyed when the session ends.
+//!
+//! What a captured graph may name must outlive it: device memory is the backend's business (as on
+//! CUDA, freeing memory a graph uses and replaying it is the application's error, confined to its
+//! own context), but host memory is the daemon's. So a copy through the staging area or a frame's
+//! bytes (pageable memory: gone when the call returns) is refused on a capturing stream with
+//! CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as CUDA refuses pageable copies in capture, and a client
+//! host region unmapped while a graph of the session exists (or a capture is under way) stays
+//! mapped, and counted, until the last graph is destroyed.
+//!
+//! # Charging a graph launch
+//!
+//! A graph launch is admitted and charged by the compute scheduler **as a whole**: one grant before
+//! `cuGraphLaunch`, two events around it, the measured time between them charged to the tenant,
+//! exactly as for one kernel ([`super::compute`]); the scheduler learns each graph's length as it
+//! learns a kernel's (its kind is the graph's id). Per kernel node would not admit any finer: once
+//! launched, a graph runs on the device without the daemon, so the only point where a tenant can be
+//! held back is before the launch. What matters for the quota is that the measured time is charged:
+//! a tenant at 10% that replays a 50 ms graph runs one every 500 ms, and over seconds its share is
+//! exact to the length of one graph over the window (50 ms in 8 s: 0.6 points). Bracketing the
+//! launch also charges the gaps between the graph's nodes, which are the tenant's device time too.
+
+use super::Raw;
+use super::dispatch::{Fail, INVALID_HANDLE, INVALID_VALUE, Result};
+use super::session::Session;
+use crate::call;
+use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
+use gpupool_protocol::{CtxId, StreamId};
+use gpupool_shim::cuda::{CUgraph, CUgraphExec, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus};
+use std::collections::HashMap;
+
+/// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+pub const STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
+
+fn not_held(what: &str, id: u64, code: u32) -> Fail {
+    Fail::new(code, format!("{what} {id} is not one this session holds"))
+}
+
+/// What a session holds of graphs.
+#[derive(Default)]
+pub struct Graphs {
+    graphs: HashMap<GraphId, (Raw<CUgraph>, u32)>,
+    execs: HashMap<GraphExecId, (Raw<CUgraphExec>, u32)>,
+    /// Streams capturing, with their capture's id.
+    captures: HashMap<StreamId, u64>,
+    /// Host regions the client unmapped while a graph could name them.
+    held_regions: Vec<super::regions::Region>,
+}
+
+impl Graphs {
+    /// Whether a region unmapped now must stay mapped: a graph may name it.
+    pub fn hold_regions(&self) -> bool {
+        !self.graphs.is_empty() || !self.execs.is_empty() || !self.captures.is_empty()
+    }
+
+    pub fn hold(&mut self, r: super::regions::Region) {
+        self.held_regions.push(r);
+    }
+}
+
+/// Capture ids: unique in the daemon, as CUDA's are in a process.
+static NEXT_CAPTURE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Session {
+    /// Whether work sent to `s` is being captured (no capture in this session: no backend call).
+    pub(super) fn capturing(&self, s: Raw<CUstream>) -> bool {
+        if self.graphs.captures.is_empty() || s.0.is_null() {
+            return false;
+        }
+        let mut st = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        call!(self.shared.cuda, cuStreamIsCapturing(s.0, &mut st)).is_ok()
+            && st != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    }
+
+    /// Refuses a copy through pageable memory (staging, a frame's bytes) on a capturing stream: the
+    /// graph would read or write daemon memory that is gone by the time it runs. As CUDA does, the
+    /// refusal invalidates the capture (the backend's cuStreamQuery is refused on a capturing
+    /// stream and invalidates it).
+    pub(super) fn no_pageable_capture(&self, s: Raw<CUstream>) -> Result<()> {
+        if !self.capturing(s) {
+            return Ok(());
+        }
+        let _ = call!(self.shared.cuda, cuStreamQuery(s.0));
+        Err(Fail::new(
+            STREAM_CAPTURE_UNSUPPORTED,
+            "a copy from or to pageable host memory cannot be captured (use page-locked memory); \
+             the capture is invalidated",
+        ))
+    }
+
+    pub(super) fn begin_capture(&mut self, stream: StreamId, mode: u32) -> Result<()> {
+        if mode > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
+            return Err(Fail::invalid_value(format!("unknown capture mode {mode}")));
+        }
+        if stream == StreamId::NULL {
+            return Err(Fail::new(STREAM_CAPTURE_UNSUPPORTED, "the legacy default stream cannot be captured"));
+        }
+        let (s, d) = self.stream(stream, None)?;
+        self.enter(d)?;
+        let relaxed = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        call!(self.shared.cuda, cuStreamBeginCapture_v2(s.0, relaxed))?;
+        let id = NEXT_CAPTURE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.graphs.captures.insert(stream, id);
+        Ok(())
+    }
+
+    pub(super) fn end_capture(&mut self, stream: StreamId) -> Result<answer::Graph> {
+        let (s, d) = self.stream(stream, None)?;
+        self.enter(d)?;
+        let mut g: CUgraph = std::ptr::null_mut();
+        let r = call!(self.shared.cuda, cuStreamEndCapture(s.0, &mut g));
+        // Ended, whatever the answer (an invalidated capture ends with its error).
+        self.graphs.captures.remove(&stream);
+        if let Err(e) = r {
+            self.release_held_regions();
+            return Err(e.into());
+        }
+        Ok(answer::Graph { graph: self.keep_graph(g, d) })
+    }
+
+    fn keep_graph(&mut self, g: CUgraph, d: u32) -> GraphId {
+        let id = GraphId(self.next_handle());
+        self.graphs.graphs.insert(id, (Raw(g), d));
+        id
+    }
+
+    pub(super) fn capture_info(&mut self, stream: StreamId) -> Result<answer::CaptureInfo> {
+        let (s, d) = self.stream(stream, None)?;
+        self.enter(d)?;
+        let mut st = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        call!(self.shared.cuda, cuStreamIsCapturing(s.0, &mut st))?;
+        let id = match st {
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => 0,
+            _ => self.graphs.captures.get(&stream).copied().unwrap_or(0),
+        };
+        Ok(answer::CaptureInfo { status: st.0, id })
+    }
+
+    pub(super) fn create_graph(&mut self, ctx: CtxId, flags: u32) -> Result<answer::Graph> {
+        let d = self.ctx_device(ctx)?;
+        if flags != 0 {
+            return Err(Fail::invalid_value("cuGraphCreate flags must be 0"));
+        }
+        self.enter(d)?;
+        let mut g: CUgraph = std::ptr::null_mut();
+        call!(self.shared.cuda, cuGraphCreate(&mut g, 0))?;
+        Ok(answer::Graph { graph: self.keep_graph(g, d) })
+    }
+
+    /// The driver documents CUDA_ERROR_INVALID_VALUE for a graph that is not one (destroy,
+    /// instantiate) and CUDA_ERROR_INVALID_HANDLE for an executable graph launched or uploaded.
+    fn graph(&self, id: GraphId) -> Result<(Raw<CUgraph>, u32)> {
+        self.graphs.graphs.get(&id).map(|&(g, d)| (g, d)).ok_or_else(|| not_held("graph", id.0, INVALID_VALUE))
+    }
+
+    fn exec(&self, id: GraphExecId, code: u32) -> Result<(Raw<CUgraphExec>, u32)> {
+        self.graphs.execs.get(&id).map(|&(e, d)| (e, d)).ok_or_else(|| not_held("graph exec", id.0, code))
+    }
+
+    pub(super) fn destroy_graph(&mut self, id: GraphId) -> Result<()> {
+        let (g, d) = self.graph(id)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuGraphDestroy(g.0))?;
+        self.graphs.graphs.remove(&id);
+        self.release_held_regions();
+        Ok(())
+    }
+
+    pub(super) fn instantiate_graph(&mut self, id: GraphId, flags: u64) -> Result<answer::GraphExec> {
+        let (g, d) = self.graph(id)?;
+        self.enter(d)?;
+        let mut e: CUgraphExec = std::ptr::null_mut();
+        call!(self.shared.cuda, cuGraphInstantiateWithFlags(&mut e, g.0, flags))?;
+        let exec = GraphExecId(self.next_handle());
+        self.graphs.execs.insert(exec, (Raw(e), d));
+        Ok(answer::GraphExec { exec })
+    }
+
+    pub(super) fn destroy_exec(&mut self, id: GraphExecId) -> Result<()> {
+        let (e, d) = self.exec(id, INVALID_VALUE)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuGraphExecDestroy(e.0))?;
+        self.graphs.execs.remove(&id);
+        self.release_held_regions();
+        Ok(())
+    }
+
+    pub(super) fn upload_exec(&mut self, id: GraphExecId, stream: StreamId) -> Result<()> {
+        let (e, d) = self.exec(id, INVALID_HANDLE)?;
+        let (s, _) = self.stream(stream, Some(d))?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuGraphUpload(e.0, s.0))?;
+        Ok(())
+    }
+
+    /// `cuGraphLaunch` under the compute scheduler (see the module's comment); launched into a
+    /// capturing stream it becomes a node of that capture, and nothing runs, so nothing is charged.
+    pub(super) fn launch_exec(&mut self, id: GraphExecId, stream: StreamId) -> Result<()> {
+        let (e, d) = self.exec(id, INVALID_HANDLE)?;
+        let (s, _) = self.stream(stream, Some(d))?;
+        self.enter(d)?;
+        let shared = self.shared.clone();
+        let go = || call!(shared.cuda, cuGraphLaunch(e.0, s.0)).map_err(Fail::from);
+        if !shared.compute.enabled || self.capturing(s) {
+            return go();
+        }
+        let tc = self.tenant_ctxs[&d].clone();
+        let key = super::compute::Compute::stream_key(&tc, s);
+        // The graph's own kind: the scheduler estimates each graph's length from its past launches.
+        let kind = id.0 | 1 << 63;
+        let grant = shared.compute.admit(&shared, d, &tc, self.id, kind, key, self.peer.as_ref())?;
+        shared.compute.dispatch(&shared, d, &tc, self.id, kind, s, grant, go)
+    }
+
+    /// Unmaps the held regions once no graph or capture may name them.
+    fn release_held_regions(&mut self) {
+        if self.graphs.hold_regions() {
+            return;
+        }
+        for r in std::mem::take(&mut self.graphs.held_regions) {
+            self.release_region(r);
+        }
+    }
+
+    /// Session end (after its streams were synchronised and destroyed, which ends their captures):
+    /// every instantiated graph, then every graph, then the held regions. Returns how many
+    /// graphs and instantiated graphs there were.
+    pub fn free_graphs(&mut self) -> usize {
+        let shared = self.shared.clone();
+        let cuda = &shared.cuda;
+        let mut n = 0;
+        for (_, (e, d)) in std::mem::take(&mut self.graphs.execs) {
+            n += 1;
+            if self.enter(d).is_ok()
+                && let Err(err) = call!(cuda, cuGraphExecDestroy(e.0))
+            {
+                tracing::debug!(session = self.id, "freeing a graph exec: {err}");
+            }
+        }
+        for (_, (g, d)) in std::mem::take(&mut self.graphs.graphs) {
+            n += 1;
+            if self.enter(d).is_ok()
+                && let Err(err) = call!(cuda, cuGraphDestroy(g.0))
+            {
+                tracing::debug!(session = self.id, "freeing a graph: {err}");
+            }
+        }
+        self.graphs.captures.clear();
+        self.release_held_regions();
+        n
+    }
+}

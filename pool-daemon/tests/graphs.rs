@@ -1,0 +1,197 @@
+//! Stream capture and CUDA graphs through the pool (pool-daemon/src/daemon/graph.rs): an unmodified C
+//! program (tests/c/graph_client.c) captures kernels, copies, memsets and an event record into a graph
+//! and replays it 1,000 times under `gpupool run`, matching the eager run and the CPU; and, on the
+//! wire, graphs are ids of one session (another session's are refused and never reach the backend),
+//! a copy through the daemon's staging memory cannot be captured, and a session's graphs go with it.
+
+mod common;
+
+use common::{Client, Daemon, code, ensure_interposer};
+use gpupool_protocol::ops::{GraphExecId, GraphId, HostSrc, InlineBytes, KernelParams};
+use gpupool_protocol::{Reply, Request, StreamId};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const INVALID_VALUE: u32 = 1;
+const INVALID_HANDLE: u32 = 400;
+const STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
+const STREAM_CAPTURE_INVALIDATED: u32 = 901;
+
+#[test]
+fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
+    ensure_interposer();
+    let d = Daemon::start(None);
+    let exe = gpupool_e2e::compile_c("graph_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
+    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["run", "--endpoint", &d.endpoint(), "--"])
+        .arg(&exe)
+        .args(["--replays", "1000"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "graph_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
+    for check in [
+        "capture records without running",
+        "graph replays equal the eager run and the CPU",
+        "the legacy stream cannot be captured",
+        "a pageable copy invalidates the capture",
+        "cuMemAlloc during a global capture is refused and invalidates it",
+        "cuMemAlloc during a relaxed capture is allowed",
+        "empty graphs launch",
+        "the stream works after captures",
+        "forged handles are refused",
+        "graphs destroyed once",
+    ] {
+        assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
+    }
+    assert!(stdout.contains("replays 1000 "), "{stdout}");
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+    // Graph launches went through the compute scheduler: 1,000 of them, plus 1,000 eager rounds of two
+    // kernels, and the two empty graphs.
+    let st = d.status();
+    let c = &st["tenants"][0]["devices"][0]["compute"];
+    assert!(c["kernels"].as_u64().unwrap() >= 3000, "{st}");
+}
+
+const FILL_PTX: &str = ".version 8.0\n.target sm_90\n.address_size 64\n\
+.visible .entry fill(.param .u64 p, .param .u32 v)\n{\n\
+\t.reg .b64 %rd<4>;\n\t.reg .b32 %r<4>;\n\
+\tld.param.u64 %rd1, [p];\n\tld.param.u32 %r1, [v];\n\
+\tcvta.to.global.u64 %rd2, %rd1;\n\tmov.u32 %r2, %tid.x;\n\
+\tmul.wide.u32 %rd3, %r2, 4;\n\tadd.s64 %rd2, %rd2, %rd3;\n\
+\tst.global.u32 [%rd2], %r1;\n\tret;\n}\n";
+
+/// A session with a stream and a captured graph that fills 64 words of `buf` with 7.
+struct Captured {
+    c: Client,
+    stream: StreamId,
+    buf: gpupool_protocol::DevicePtr,
+    graph: GraphId,
+}
+
+fn capture_fill(d: &Daemon) -> Captured {
+    let mut c = Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let buf = c.alloc(ctx, 4096).unwrap();
+    let Reply::Module { module, .. } =
+        c.call(Request::ModuleLoad { ctx, image: HostSrc::Inline(InlineBytes(FILL_PTX.into())) })
+    else {
+        panic!("module load failed: {}", d.log())
+    };
+    let Reply::Function { func, params } = c.call(Request::ModuleGetFunction { module, name: "fill".into() }) else {
+        panic!()
+    };
+    let mut packed = vec![0u8; (params[1].offset + params[1].size) as usize];
+    packed[params[0].offset as usize..][..8].copy_from_slice(&buf.0.to_le_bytes());
+    packed[params[1].offset as usize..][..4].copy_from_slice(&7u32.to_le_bytes());
+    let Reply::Stream { stream } = c.call(Request::StreamCreate { ctx, flags: 0, priority: 0 }) else { panic!() };
+    assert_eq!(code(&c.call(Request::StreamBeginCapture { stream, mode: 0 })), 0, "{}", d.log());
+    let Reply::CaptureInfo { status: 1, id } = c.call(Request::StreamCaptureInfo { stream }) else { panic!() };
+    assert_ne!(id, 0);
+    c.send_async(Request::LaunchKernel {
+        func,
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        shared_mem_bytes: 0,
+        stream,
+        params: KernelParams(packed),
+        cooperative: false,
+    });
+    let Reply::Graph { graph } = c.call(Request::StreamEndCapture { stream }) else { panic!("{}", d.log()) };
+    assert!(c.async_errors.is_empty(), "{:?}", c.async_errors);
+    // Captured, not run.
+    assert_eq!(code(&c.call(Request::StreamSynchronize { stream })), 0);
+    let Reply::Bytes { data } = c.call(Request::MemcpyDtoHInline { src: buf, len: 256 }) else { panic!() };
+    assert!(data.0.iter().all(|&b| b == 0), "the capture ran its kernel");
+    Captured { c, stream, buf, graph }
+}
+
+fn instantiate(c: &mut Client, graph: GraphId) -> GraphExecId {
+    match c.call(Request::GraphInstantiate { graph, flags: 0 }) {
+        Reply::GraphExec { exec } => exec,
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn graphs_belong_to_their_session_and_go_with_it() {
+    let d = Daemon::start(None);
+    let Captured { mut c, stream, buf, graph } = capture_fill(&d);
+    let exec = instantiate(&mut c, graph);
+    c.send_async(Request::GraphUpload { exec, stream });
+    c.send_async(Request::GraphLaunch { exec, stream });
+    assert_eq!(code(&c.call(Request::StreamSynchronize { stream })), 0);
+    assert!(c.async_errors.is_empty(), "{:?}", c.async_errors);
+    let Reply::Bytes { data } = c.call(Request::MemcpyDtoHInline { src: buf, len: 256 }) else { panic!() };
+    assert!(data.0.chunks(4).all(|w| w == 7u32.to_le_bytes()), "{:?}", &data.0[..16]);
+
+    // Another session (another tenant's, or the same one's) names them in vain: the driver's codes.
+    let mut other = Client::connect(&d.socket);
+    let octx = other.ctx(0);
+    let Reply::Stream { stream: ostream } = other.call(Request::StreamCreate { ctx: octx, flags: 0, priority: 0 })
+    else {
+        panic!()
+    };
+    assert_eq!(code(&other.call(Request::GraphInstantiate { graph, flags: 0 })), INVALID_VALUE);
+    assert_eq!(code(&other.call(Request::GraphDestroy { graph })), INVALID_VALUE);
+    assert_eq!(code(&other.call(Request::GraphExecDestroy { exec })), INVALID_VALUE);
+    other.send_async(Request::GraphLaunch { exec, stream: ostream });
+    other.send_async(Request::GraphLaunch { exec, stream });
+    assert_eq!(code(&other.call(Request::StreamSynchronize { stream: ostream })), 0);
+    let codes: Vec<u32> = other.async_errors.iter().map(|e| e.1).collect();
+    assert_eq!(codes, [INVALID_HANDLE, INVALID_HANDLE], "{:?}", other.async_errors);
+    // The owner's graph still works.
+    c.send_async(Request::MemsetAsync {
+        set: gpupool_protocol::ops::Memset {
+            dst: buf,
+            value: gpupool_protocol::ops::MemsetValue::U32(0),
+            width: 64,
+            height: 1,
+            pitch: 0,
+        },
+        stream,
+    });
+    c.send_async(Request::GraphLaunch { exec, stream });
+    assert_eq!(code(&c.call(Request::StreamSynchronize { stream })), 0);
+    let Reply::Bytes { data } = c.call(Request::MemcpyDtoHInline { src: buf, len: 256 }) else { panic!() };
+    assert!(data.0.chunks(4).all(|w| w == 7u32.to_le_bytes()));
+
+    // The session ends with a graph, an instantiated graph and a capture under way: all freed.
+    assert_eq!(code(&c.call(Request::StreamBeginCapture { stream, mode: 2 })), 0);
+    drop(c);
+    let t0 = Instant::now();
+    while !d.log().contains("graphs=2") {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no session end with graphs=2: {}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(d.used("default", 0), 0, "{}", d.log());
+}
+
+#[test]
+fn pageable_copies_cannot_be_captured_and_invalidate_the_capture() {
+    let d = Daemon::start(None);
+    let Captured { mut c, stream, buf, graph } = capture_fill(&d);
+    assert_eq!(code(&c.call(Request::StreamBeginCapture { stream, mode: 0 })), 0);
+    // Bytes in the frame (pageable memory the client copied): gone once the request is handled.
+    c.send_async(Request::MemcpyHtoDAsync { dst: buf, src: HostSrc::Inline(InlineBytes(vec![1; 64])), stream });
+    let Reply::CaptureInfo { status: 2, .. } = c.call(Request::StreamCaptureInfo { stream }) else {
+        panic!("the capture is not invalidated: {}", d.log())
+    };
+    assert_eq!(c.async_errors.iter().map(|e| e.1).collect::<Vec<_>>(), [STREAM_CAPTURE_UNSUPPORTED]);
+    assert_eq!(code(&c.call(Request::StreamEndCapture { stream })), STREAM_CAPTURE_INVALIDATED);
+    let Reply::CaptureInfo { status: 0, id: 0 } = c.call(Request::StreamCaptureInfo { stream }) else { panic!() };
+    // The legacy stream cannot be captured; unknown modes are refused.
+    assert_eq!(code(&c.call(Request::StreamBeginCapture { stream: StreamId::NULL, mode: 0 })), 900);
+    assert_eq!(code(&c.call(Request::StreamBeginCapture { stream, mode: 3 })), INVALID_VALUE);
+    // The earlier graph is unaffected.
+    let exec = instantiate(&mut c, graph);
+    c.send_async(Request::GraphLaunch { exec, stream });
+    assert_eq!(code(&c.call(Request::StreamSynchronize { stream })), 0);
+    let Reply::Bytes { data } = c.call(Request::MemcpyDtoHInline { src: buf, len: 256 }) else { panic!() };
+    assert!(data.0.chunks(4).all(|w| w == 7u32.to_le_bytes()));
+    assert_eq!(code(&c.call(Request::GraphExecDestroy { exec })), 0);
+    assert_eq!(code(&c.call(Request::GraphDestroy { graph })), 0);
+    assert_eq!(code(&c.call(Request::GraphDestroy { graph })), INVALID_VALUE);
+}

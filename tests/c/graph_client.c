@@ -1,0 +1,305 @@
+/*
+ * tests/c/graph_client.c - stream capture and CUDA graphs through the driver API, checked
+ * against the same work done eagerly. Built with gpupool's own headers and run against
+ * whatever libcuda.so.1 the loader finds (the simulator, or the pool under gpupool run):
+ *
+ *   cc -std=c11 -Wall -Wextra -I shim-headers/include tests/c/graph_client.c -o graph_client -ldl -lpthread
+ *
+ * One replay of the captured graph: copy x from page-locked host memory (read when the graph
+ * runs: the host buffer changes between replays), y = 3*y + x + k (a kernel whose result
+ * depends on the order of its launches), z = y (device to device), w = 0x5a5a5a5a (memset),
+ * w[i] += y[i] (a second kernel), an event record. The graph is replayed --replays times
+ * [1000]; the eager run does the same calls one by one on other buffers; both must equal the
+ * CPU's result, bit for bit (integer arithmetic, wrapping).
+ *
+ * Then the capture rules: cuStreamIsCapturing / cuStreamGetCaptureInfo_v2 during and after a
+ * capture; the legacy stream cannot be captured; a copy from pageable memory and, in global
+ * mode, cuMemAlloc are refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the
+ * capture (cuStreamEndCapture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, NULL graph); in relaxed
+ * mode cuMemAlloc is allowed; the stream works normally afterwards; forged handles are refused.
+ *
+ * Output: "ok <check>" per check, "replays <n> ms <t>", "done"; a failure prints
+ * "FAIL <check>: ..." on stderr and exits 1.
+ */
+#define _GNU_SOURCE
+#include "gpupool_cuda.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+
+#define FUNCS(X)                                                                                            \
+    X(cuInit) X(cuGetErrorName) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)               \
+    X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuMemAlloc_v2) X(cuMemFree_v2)         \
+    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyHtoDAsync_v2)        \
+    X(cuMemcpyDtoDAsync_v2) X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamDestroy_v2)                     \
+    X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventDestroy_v2)     \
+    X(cuLaunchKernel) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuStreamIsCapturing)              \
+    X(cuStreamGetCaptureInfo_v2) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiateWithFlags)         \
+    X(cuGraphUpload) X(cuGraphLaunch) X(cuGraphExecDestroy)
+
+#define DECLARE(name) static __typeof__(name) *p_##name;
+FUNCS(DECLARE)
+
+static const char *err_name(CUresult rc) {
+    const char *n = NULL;
+    if (!p_cuGetErrorName || p_cuGetErrorName(rc, &n) != CUDA_SUCCESS || !n) n = "?";
+    return n;
+}
+
+static void fail(const char *check, const char *fmt, long a, long b) {
+    fflush(stdout);
+    fprintf(stderr, "FAIL %s: ", check);
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    exit(1);
+}
+
+/* A call that must succeed. */
+#define CU(name, ...)                                                                                        \
+    do {                                                                                                     \
+        CUresult rc_ = p_##name(__VA_ARGS__);                                                                \
+        if (rc_ != CUDA_SUCCESS) {                                                                           \
+            fflush(stdout);                                                                                  \
+            fprintf(stderr, "FAIL %s:%d %s: %d %s\n", __FILE__, __LINE__, #name, (int)rc_, err_name(rc_));   \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+/* A call that must fail with `want`. */
+#define CU_EXPECT(want, name, ...)                                                                           \
+    do {                                                                                                     \
+        CUresult rc_ = p_##name(__VA_ARGS__);                                                                \
+        if (rc_ != (want)) fail(#name, "returned %ld, expected %ld", (long)rc_, (long)(want));              \
+    } while (0)
+
+static void ok(const char *check) { printf("ok %s\n", check); }
+
+/* step(y, x, k, n): y[i] = 3*y[i] + x[i] + k.  addto(w, y, n): w[i] += y[i]. (u32, wrapping) */
+static const char k_ptx[] =
+    ".version 7.0\n.target sm_50\n.address_size 64\n"
+    ".visible .entry step(.param .u64 y, .param .u64 x, .param .u32 k, .param .u32 n)\n{\n"
+    "  .reg .pred %p<2>;\n  .reg .b32 %r<10>;\n  .reg .b64 %rd<8>;\n"
+    "  ld.param.u64 %rd1, [y];\n  ld.param.u64 %rd2, [x];\n  ld.param.u32 %r1, [k];\n  ld.param.u32 %r2, [n];\n"
+    "  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n  mad.lo.s32 %r6, %r3, %r4, %r5;\n"
+    "  setp.ge.u32 %p1, %r6, %r2;\n  @%p1 bra DONE;\n"
+    "  cvta.to.global.u64 %rd1, %rd1;\n  cvta.to.global.u64 %rd2, %rd2;\n"
+    "  mul.wide.u32 %rd3, %r6, 4;\n  add.s64 %rd4, %rd1, %rd3;\n  add.s64 %rd5, %rd2, %rd3;\n"
+    "  ld.global.u32 %r7, [%rd4];\n  ld.global.u32 %r8, [%rd5];\n"
+    "  mad.lo.s32 %r9, %r7, 3, %r8;\n  add.s32 %r9, %r9, %r1;\n  st.global.u32 [%rd4], %r9;\n"
+    "DONE:\n  ret;\n}\n"
+    ".visible .entry addto(.param .u64 w, .param .u64 y, .param .u32 n)\n{\n"
+    "  .reg .pred %p<2>;\n  .reg .b32 %r<10>;\n  .reg .b64 %rd<8>;\n"
+    "  ld.param.u64 %rd1, [w];\n  ld.param.u64 %rd2, [y];\n  ld.param.u32 %r2, [n];\n"
+    "  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n  mad.lo.s32 %r6, %r3, %r4, %r5;\n"
+    "  setp.ge.u32 %p1, %r6, %r2;\n  @%p1 bra DONE2;\n"
+    "  cvta.to.global.u64 %rd1, %rd1;\n  cvta.to.global.u64 %rd2, %rd2;\n"
+    "  mul.wide.u32 %rd3, %r6, 4;\n  add.s64 %rd4, %rd1, %rd3;\n  add.s64 %rd5, %rd2, %rd3;\n"
+    "  ld.global.u32 %r7, [%rd4];\n  ld.global.u32 %r8, [%rd5];\n"
+    "  add.s32 %r9, %r7, %r8;\n  st.global.u32 [%rd4], %r9;\n"
+    "DONE2:\n  ret;\n}\n";
+
+enum { N = 1000, K = 7 };
+static CUfunction f_step, f_addto;
+static CUstream s;
+static CUevent ev;
+static uint32_t *pinned; /* x's host copy, page-locked */
+
+/* One round of the work on (x, y, z, w), on stream s. */
+static void round_on(CUdeviceptr x, CUdeviceptr y, CUdeviceptr z, CUdeviceptr w) {
+    uint32_t k = K, n = N;
+    void *a1[] = {&y, &x, &k, &n};
+    void *a2[] = {&w, &y, &n};
+    CU(cuMemcpyHtoDAsync_v2, x, pinned, N * 4, s);
+    CU(cuLaunchKernel, f_step, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, a1, NULL);
+    CU(cuMemcpyDtoDAsync_v2, z, y, N * 4, s);
+    CU(cuMemsetD32Async, w, 0x5a5a5a5au, N, s);
+    CU(cuLaunchKernel, f_addto, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, a2, NULL);
+    CU(cuEventRecord, ev, s);
+}
+
+static void set_x(int r) {
+    for (int i = 0; i < N; i++) pinned[i] = (uint32_t)(i * 2654435761u) ^ (uint32_t)r;
+}
+
+static void read_back(uint32_t *dst, CUdeviceptr src) { CU(cuMemcpyDtoH_v2, dst, src, N * 4); }
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int replays = 1000;
+    for (int i = 1; i + 1 < argc; i += 2)
+        if (strcmp(argv[i], "--replays") == 0) replays = atoi(argv[i + 1]);
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) {
+        fprintf(stderr, "FAIL dlopen: %s\n", dlerror());
+        return 1;
+    }
+#define RESOLVE(name)                                                                                        \
+    if (!(p_##name = (__typeof__(name) *)dlsym(lib, #name))) {                                               \
+        fprintf(stderr, "FAIL dlsym %s\n", #name);                                                           \
+        return 1;                                                                                            \
+    }
+    FUNCS(RESOLVE)
+
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CU(cuInit, 0);
+    CU(cuDeviceGet, &dev, 0);
+    CU(cuDevicePrimaryCtxRetain, &ctx, dev);
+    CU(cuCtxSetCurrent, ctx);
+    CU(cuModuleLoadData, &mod, k_ptx);
+    CU(cuModuleGetFunction, &f_step, mod, "step");
+    CU(cuModuleGetFunction, &f_addto, mod, "addto");
+    CU(cuStreamCreate, &s, 0);
+    CU(cuEventCreate, &ev, 0);
+    CU(cuMemHostAlloc, (void **)&pinned, N * 4, CU_MEMHOSTALLOC_PORTABLE);
+    CUdeviceptr g[4], e[4]; /* graph's and eager run's x, y, z, w */
+    for (int i = 0; i < 4; i++) {
+        CU(cuMemAlloc_v2, &g[i], N * 4);
+        CU(cuMemAlloc_v2, &e[i], N * 4);
+    }
+    static uint32_t zero[N];
+    for (int i = 0; i < 4; i++) {
+        CU(cuMemcpyHtoD_v2, g[i], zero, sizeof zero);
+        CU(cuMemcpyHtoD_v2, e[i], zero, sizeof zero);
+    }
+
+    /* ---- capture ---- */
+    CUstreamCaptureStatus st;
+    cuuint64_t id1 = 0, id2 = 0;
+    CU(cuStreamIsCapturing, s, &st);
+    if (st != CU_STREAM_CAPTURE_STATUS_NONE) fail("not capturing before", "status %ld %ld", st, 0);
+    CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    CU(cuStreamIsCapturing, s, &st);
+    if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE) fail("capturing", "status %ld %ld", st, 0);
+    CU(cuStreamGetCaptureInfo_v2, s, &st, &id1, NULL, NULL, NULL);
+    CU(cuStreamGetCaptureInfo_v2, s, &st, &id2, NULL, NULL, NULL);
+    if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE || id1 == 0 || id1 != id2)
+        fail("capture info", "id %ld then %ld", (long)id1, (long)id2);
+    round_on(g[0], g[1], g[2], g[3]);
+    CUgraph graph = NULL;
+    CU(cuStreamEndCapture, s, &graph);
+    if (!graph) fail("end capture", "NULL graph %ld %ld", 0, 0);
+    CU(cuStreamIsCapturing, s, &st);
+    if (st != CU_STREAM_CAPTURE_STATUS_NONE) fail("not capturing after", "status %ld %ld", st, 0);
+    CU(cuStreamSynchronize, s);
+    uint32_t got[N], want[N], eager[N];
+    read_back(got, g[1]);
+    for (int i = 0; i < N; i++)
+        if (got[i] != 0) fail("capture does not run the work", "y[%ld] = %ld", i, got[i]);
+    ok("capture records without running");
+
+    CUgraphExec exec = NULL;
+    CU(cuGraphInstantiateWithFlags, &exec, graph, 0);
+    CU(cuGraphUpload, exec, s);
+
+    /* ---- replay against eager and the CPU ---- */
+    static uint32_t cy[N], cw[N];
+    memset(cy, 0, sizeof cy);
+    uint64_t graph_ns = 0;
+    for (int r = 0; r < replays; r++) {
+        set_x(r);
+        uint64_t t = now_ns();
+        CU(cuGraphLaunch, exec, s);
+        CU(cuStreamSynchronize, s); /* the pinned buffer is rewritten for the next replay */
+        graph_ns += now_ns() - t;
+        round_on(e[0], e[1], e[2], e[3]);
+        CU(cuStreamSynchronize, s);
+        for (int i = 0; i < N; i++) {
+            cy[i] = 3u * cy[i] + pinned[i] + K;
+            cw[i] = 0x5a5a5a5au + cy[i];
+        }
+    }
+    CU(cuEventSynchronize, ev);
+    for (int b = 1; b < 4; b++) {
+        read_back(got, g[b]);
+        read_back(eager, e[b]);
+        const uint32_t *cpu = b == 3 ? cw : cy;
+        memcpy(want, cpu, sizeof want);
+        for (int i = 0; i < N; i++) {
+            if (got[i] != eager[i]) fail("graph equals eager", "index %ld differs (buffer %ld)", i, b);
+            if (got[i] != want[i]) fail("graph equals the CPU", "index %ld differs (buffer %ld)", i, b);
+        }
+    }
+    printf("replays %d ms %.1f\n", replays, graph_ns / 1e6);
+    ok("graph replays equal the eager run and the CPU");
+
+    /* ---- capture rules ---- */
+    CUgraph bad = (CUgraph)0x1;
+    CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuStreamBeginCapture_v2, NULL, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    ok("the legacy stream cannot be captured");
+
+    static uint32_t pageable[N];
+    CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemcpyHtoDAsync_v2, g[0], pageable, sizeof pageable, s);
+    CU(cuStreamIsCapturing, s, &st);
+    if (st != CU_STREAM_CAPTURE_STATUS_INVALIDATED) fail("pageable copy invalidates", "status %ld %ld", st, 0);
+    CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture, s, &bad);
+    if (bad != NULL) fail("invalidated capture", "graph not NULL %ld %ld", 0, 0);
+    ok("a pageable copy invalidates the capture");
+
+    CUdeviceptr extra = 0;
+    CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemAlloc_v2, &extra, 4096);
+    bad = (CUgraph)0x1;
+    CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture, s, &bad);
+    ok("cuMemAlloc during a global capture is refused and invalidates it");
+
+    CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED);
+    CU(cuMemAlloc_v2, &extra, 4096);
+    CUgraph empty = NULL;
+    CU(cuStreamEndCapture, s, &empty);
+    CU(cuMemFree_v2, extra);
+    ok("cuMemAlloc during a relaxed capture is allowed");
+
+    /* An empty graph (captured or created) launches and does nothing. */
+    CUgraph created = NULL;
+    CUgraphExec e2 = NULL, e3 = NULL;
+    CU(cuGraphCreate, &created, 0);
+    CU(cuGraphInstantiateWithFlags, &e2, empty, 0);
+    CU(cuGraphInstantiateWithFlags, &e3, created, 0);
+    CU(cuGraphLaunch, e2, s);
+    CU(cuGraphLaunch, e3, s);
+    CU(cuStreamSynchronize, s);
+    ok("empty graphs launch");
+
+    /* The stream works normally after all this. */
+    set_x(12345);
+    CU(cuMemcpyHtoDAsync_v2, g[0], pinned, N * 4, s);
+    CU(cuStreamSynchronize, s);
+    read_back(got, g[0]);
+    if (got[5] != pinned[5]) fail("stream after captures", "%ld vs %ld", got[5], pinned[5]);
+    ok("the stream works after captures");
+
+    /* Forged handles. */
+    CUgraphExec forged = (CUgraphExec)(uintptr_t)0x7777779e;
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy, (CUgraph)(uintptr_t)0x1234);
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphExecDestroy, forged);
+    ok("forged handles are refused");
+
+    CU(cuGraphExecDestroy, exec);
+    CU(cuGraphExecDestroy, e2);
+    CU(cuGraphExecDestroy, e3);
+    CU(cuGraphDestroy, graph);
+    CU(cuGraphDestroy, empty);
+    CU(cuGraphDestroy, created);
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy, graph);
+    ok("graphs destroyed once");
+    CU(cuMemFreeHost, pinned);
+    CU(cuStreamDestroy_v2, s);
+    CU(cuEventDestroy_v2, ev);
+    printf("done\n");
+    return 0;
+}
