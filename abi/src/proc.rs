@@ -240,6 +240,9 @@ macro_rules! driver_entry_points {
         "cuDeviceGetMemPool" => [11020 => cuDeviceGetMemPool];
         "cuDeviceSetMemPool" => [11020 => cuDeviceSetMemPool];
         "cuMemAllocManaged" => [6000 => cuMemAllocManaged];
+        "cuIpcGetMemHandle" => [4010 => cuIpcGetMemHandle];
+        "cuIpcOpenMemHandle" => [4010 => !, 11000 => cuIpcOpenMemHandle_v2];
+        "cuIpcCloseMemHandle" => [4010 => cuIpcCloseMemHandle];
         "cuPointerGetAttribute" => [4000 => cuPointerGetAttribute];
         "cuPointerGetAttributes" => [7000 => cuPointerGetAttributes];
         "cuMemcpy" => [4000 => cuMemcpy | cuMemcpy_ptds];

@@ -742,6 +742,7 @@ typedef struct CUmemAccessDesc_st {
 typedef CUmemAccessDesc_v1 CUmemAccessDesc;
 
 #include "gpupool_cuda_mempool.h"
+#include "gpupool_cuda_ipc.h"
 
 /* Multicast objects (NVLink SHARP). */
 typedef struct CUmulticastObjectProp_st {

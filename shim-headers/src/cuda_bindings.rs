@@ -13,6 +13,7 @@ pub const CU_MEMHOSTREGISTER_READ_ONLY: u32 = 8;
 pub const CU_LAUNCH_PARAM_END_AS_INT: u32 = 0;
 pub const CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT: u32 = 1;
 pub const CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT: u32 = 2;
+pub const CU_IPC_HANDLE_SIZE: u32 = 64;
 pub const CUDA_ARRAY3D_LAYERED: u32 = 1;
 pub const CUDA_ARRAY3D_SURFACE_LDST: u32 = 2;
 pub const CUDA_ARRAY3D_CUBEMAP: u32 = 4;
@@ -2904,6 +2905,85 @@ unsafe extern "C" {
         bytesize: usize,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUipcEventHandle_st {
+    pub reserved: [::std::os::raw::c_char; 64usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUipcEventHandle_st",
+    ][::std::mem::size_of::<CUipcEventHandle_st>() - 64usize];
+    [
+        "Alignment of CUipcEventHandle_st",
+    ][::std::mem::align_of::<CUipcEventHandle_st>() - 1usize];
+    [
+        "Offset of field: CUipcEventHandle_st::reserved",
+    ][::std::mem::offset_of!(CUipcEventHandle_st, reserved) - 0usize];
+};
+impl Default for CUipcEventHandle_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUipcEventHandle_v1 = CUipcEventHandle_st;
+pub type CUipcEventHandle = CUipcEventHandle_v1;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUipcMemHandle_st {
+    pub reserved: [::std::os::raw::c_char; 64usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUipcMemHandle_st"][::std::mem::size_of::<CUipcMemHandle_st>() - 64usize];
+    [
+        "Alignment of CUipcMemHandle_st",
+    ][::std::mem::align_of::<CUipcMemHandle_st>() - 1usize];
+    [
+        "Offset of field: CUipcMemHandle_st::reserved",
+    ][::std::mem::offset_of!(CUipcMemHandle_st, reserved) - 0usize];
+};
+impl Default for CUipcMemHandle_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUipcMemHandle_v1 = CUipcMemHandle_st;
+pub type CUipcMemHandle = CUipcMemHandle_v1;
+impl CUipcMem_flags_enum {
+    pub const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: CUipcMem_flags_enum = CUipcMem_flags_enum(
+        1,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUipcMem_flags_enum(pub ::std::os::raw::c_uint);
+pub use self::CUipcMem_flags_enum as CUipcMem_flags;
+unsafe extern "C" {
+    pub fn cuIpcGetMemHandle(
+        pHandle: *mut CUipcMemHandle,
+        dptr: CUdeviceptr,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuIpcOpenMemHandle_v2(
+        pdptr: *mut CUdeviceptr,
+        handle: CUipcMemHandle,
+        Flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult;
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]

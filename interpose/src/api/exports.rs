@@ -379,3 +379,11 @@ exports! { CUresult;
 
 exports! { CUresult;
 }
+
+exports! { CUresult;
+    // ---- IPC memory handles between a tenant's processes (served by the daemon) ----
+    cuIpcGetMemHandle(handle: out CUipcMemHandle, dptr: val CUdeviceptr) = ipc::get_mem_handle;
+    cuIpcOpenMemHandle_v2(pdptr: out CUdeviceptr, handle: val CUipcMemHandle, flags: val c_uint)
+        = ipc::open_mem_handle;
+    cuIpcCloseMemHandle(dptr: val CUdeviceptr) = ipc::close_mem_handle;
+}

@@ -21,6 +21,7 @@ pub mod extra;
 pub mod features;
 pub mod graph;
 pub mod init;
+pub mod ipc;
 pub mod launch;
 pub mod library;
 pub mod link;

@@ -28,6 +28,7 @@
 
 pub mod device;
 pub mod errors;
+pub mod ipc;
 pub mod graph;
 pub mod launch;
 pub mod memory;

@@ -133,6 +133,8 @@ pub fn end(s: Session, reason: &str) {
 /// it when this returns, before [`end`] trims the heap.
 fn release(mut s: Session) -> (Freed, usize) {
     let shared = s.shared.clone();
+    // Before its memory goes: no other session may open or use it any more.
+    super::ipc::revoke_session(s.id);
     // Graphs first: they may name the memory, modules and host regions freed below.
     let graphs = s.free_graphs();
     let mut freed = s.free_owned(None);

@@ -127,6 +127,9 @@ impl Session {
         if let Some(device) = self.vmm.run_of(p, len) {
             return Ok(device);
         }
+        if let Some(device) = self.ipc.mapped(p, len) {
+            return Ok(device);
+        }
         Err(Fail::invalid_value(format!("device memory {p:#x}+{len} is not owned by this session")))
     }
 
@@ -230,6 +233,8 @@ impl Session {
         call!(self.shared.cuda, cuMemFree_v2(ptr.0))?;
         self.allocs.remove(&ptr.0);
         self.owner.remove(&Handle::Alloc(ptr.0));
+        // The openers' view of it ends with it.
+        super::ipc::revoke(self.id, ptr.0);
         if let Err(e) = self.shared.ledger.release(&self.quota, d, size) {
             tracing::error!(session = self.id, "ledger out of step on free: {e}");
         }

@@ -32,6 +32,7 @@ pub mod control;
 pub mod copy2d;
 pub mod dispatch;
 pub mod exec;
+pub mod ipc;
 pub mod graph;
 pub mod listener;
 pub mod malloc;

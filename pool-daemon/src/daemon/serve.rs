@@ -265,6 +265,22 @@ impl Serve for Session {
         Ok(answer::MemHandle { handle: self.vmm_import(secret)? })
     }
 
+    // ---- IPC between a tenant's sessions ([`super::ipc`]) ----
+
+    fn ipc_get_mem_handle(&mut self, _cx: Cx<'_>, ptr: DevicePtr) -> Result<answer::MemExported> {
+        Ok(answer::MemExported { secret: self.ipc_export(ptr.0)? })
+    }
+
+    fn ipc_open_mem_handle(&mut self, _cx: Cx<'_>, secret: [u8; 16]) -> Result<answer::AddressRange> {
+        let (base, size) = self.ipc_open(secret)?;
+        Ok(answer::AddressRange { base: DevicePtr(base), size })
+    }
+
+    fn ipc_close_mem_handle(&mut self, _cx: Cx<'_>, ptr: DevicePtr) -> Result<answer::Ok> {
+        self.ipc_close(ptr.0)?;
+        Ok(answer::Ok {})
+    }
+
     // ---- copies and memset ----
 
     fn memcpy_htod(&mut self, cx: Cx<'_>, dst: DevicePtr, src: HostSrc) -> Result<answer::Ok> {

@@ -61,6 +61,8 @@ pub struct Session {
     pub funcs: HashMap<FuncId, Func>,
     /// Client host-memory regions by id ([`super::regions`]).
     pub regions: HashMap<u64, super::regions::Region>,
+    /// Allocations of the tenant's other sessions opened from IPC handles ([`super::ipc`]).
+    pub ipc: super::ipc::Imports,
     /// The client context each allocation, stream, event and module was created through.
     pub owner: HashMap<super::cleanup::Handle, CtxId>,
     pub tenant_name: String,
@@ -274,6 +276,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         modules: HashMap::new(),
         funcs: HashMap::new(),
         regions: HashMap::new(),
+        ipc: Default::default(),
         owner: HashMap::new(),
         tenant_name: tenant.as_str().to_string(),
         remote,

@@ -33,6 +33,7 @@
 //! | `0x09xx` | management (NVML-like) |
 //! | `0x0axx` | BLAS: cuBLAS and cuBLASLt, answered with `cublasStatus_t` codes ([`blas`]) |
 //! | `0x0bxx` | graphs and stream capture ([`graph`]) |
+//! | `0x0dxx` | IPC between a tenant's sessions (memory handles) |
 //! | `0x8000..=0xffff` | replies, same family byte plus `0x80` |
 //!
 //! Requests must lie in `0x0001..=0x7fff` and replies in `0x8000..=0xffff`, and no opcode
@@ -131,6 +132,17 @@ op_table! {
     0x031a MemExport mem_export { handle: MemHandleId, handle_type: u32 } => MemExported;
     /// A new reference to the allocation an export's secret names (same tenant only).
     0x031b MemImport mem_import { secret: [u8; 16] } => MemHandle;
+
+    // ---- IPC between a tenant's sessions ----
+    /// `cuIpcGetMemHandle`: the base of a `MemAlloc` allocation of this session; the answer is
+    /// a secret that names it to another session of the same tenant (the same secret for the
+    /// same allocation, until it is freed).
+    0x0d01 IpcGetMemHandle ipc_get_mem_handle { ptr: DevicePtr } => MemExported;
+    /// `cuIpcOpenMemHandle`: the exported allocation (still counted where it was allocated),
+    /// usable by this session until it closes it or the allocator frees it. Another tenant's
+    /// secret, or a stale one, is INVALID_HANDLE.
+    0x0d02 IpcOpenMemHandle ipc_open_mem_handle { secret: [u8; 16] } => AddressRange;
+    0x0d03 IpcCloseMemHandle ipc_close_mem_handle { ptr: DevicePtr } => Ok;
 
     // ---- copies and memset ----
     0x0401 MemcpyHtoD memcpy_htod { dst: DevicePtr, src: HostSrc } => Ok;

@@ -17,6 +17,7 @@ pub mod features;
 pub mod graph;
 pub mod host_job;
 pub mod init;
+pub mod ipc;
 pub mod launch;
 pub mod memory;
 pub mod mempool;

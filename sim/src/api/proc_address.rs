@@ -14,6 +14,7 @@ use super::event::*;
 use super::features::*;
 use super::graph::*;
 use super::init::*;
+use super::ipc::*;
 use super::launch::*;
 use super::memory::*;
 use super::mempool::*;

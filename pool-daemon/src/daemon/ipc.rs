@@ -1,0 +1,162 @@
+//! IPC memory handles between the sessions of one tenant (`cuIpcGetMemHandle`,
+//! `cuIpcOpenMemHandle`, `cuIpcCloseMemHandle`).
+//!
+//! Every session's memory lives in this process, in the tenant's context of each device,
+//! so another session of the tenant can use an allocation as it is: opening a handle adds
+//! the allocation to the opener's view ([`Imports`], consulted by `Session::owned`), and
+//! nothing is allocated or charged. The memory stays counted once, in the ledger of the
+//! session that allocated it. The allocator's free (or its session's end) revokes the
+//! export: every opener's view of it ends at once, since their next use finds it dead.
+//!
+//! A handle is a 128-bit secret from the kernel's random source; a secret of another
+//! tenant is answered as an unknown one (CUDA_ERROR_INVALID_HANDLE, as NVIDIA documents
+//! for a handle that cannot be opened), with a log line naming both tenants.
+
+use super::dispatch::{Fail, INVALID_HANDLE, OUT_OF_MEMORY, Result};
+use super::session::Session;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// CUDA_ERROR_INVALID_CONTEXT.
+const INVALID_CONTEXT: u32 = 201;
+
+/// 128 bits from the kernel's random source.
+fn random_secret() -> Result<[u8; 16]> {
+    use std::io::Read as _;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| Fail::new(OUT_OF_MEMORY, format!("no random bits for an IPC handle: {e}")))?;
+    Ok(b)
+}
+
+/// One exported allocation.
+pub struct Export {
+    tenant: String,
+    session: u64,
+    ptr: u64,
+    size: u64,
+    device: u32,
+    secret: [u8; 16],
+    live: AtomicBool,
+}
+
+/// The daemon's live exports, by secret and by (session, pointer).
+#[derive(Default)]
+struct Table {
+    by_secret: HashMap<[u8; 16], Arc<Export>>,
+    by_alloc: HashMap<(u64, u64), Arc<Export>>,
+}
+
+fn table() -> std::sync::MutexGuard<'static, Table> {
+    static T: OnceLock<Mutex<Table>> = OnceLock::new();
+    T.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a session opened: base -> (export, times opened).
+#[derive(Default)]
+pub struct Imports {
+    open: BTreeMap<u64, (Arc<Export>, u32)>,
+}
+
+impl Imports {
+    /// The device of `[p, p + len)` when it lies in a live opened allocation.
+    pub fn mapped(&self, p: u64, len: u64) -> Option<u32> {
+        let (_, (e, _)) = self.open.range(..=p).next_back()?;
+        let inside = p.checked_add(len).is_some_and(|end| end <= e.ptr + e.size) && (len > 0 || p < e.ptr + e.size);
+        (inside && e.live.load(Ordering::Acquire)).then_some(e.device)
+    }
+}
+
+fn revoke_export(e: &Export, t: &mut Table) {
+    e.live.store(false, Ordering::Release);
+    t.by_secret.remove(&e.secret);
+    t.by_alloc.remove(&(e.session, e.ptr));
+}
+
+/// The allocation at `ptr` of session `session` was freed: its export, if any, ends.
+pub fn revoke(session: u64, ptr: u64) {
+    let mut t = table();
+    if let Some(e) = t.by_alloc.get(&(session, ptr)).cloned() {
+        revoke_export(&e, &mut t);
+    }
+}
+
+/// A session ended: every export of its memory ends.
+pub fn revoke_session(session: u64) {
+    let mut t = table();
+    let mine: Vec<Arc<Export>> = t.by_alloc.values().filter(|e| e.session == session).cloned().collect();
+    for e in mine {
+        revoke_export(&e, &mut t);
+    }
+}
+
+impl Session {
+    pub(super) fn ipc_export(&mut self, ptr: u64) -> Result<[u8; 16]> {
+        let Some(a) = self.allocs.get(&ptr) else {
+            return Err(Fail::invalid_value(format!(
+                "cuIpcGetMemHandle: {ptr:#x} is not the base of a cuMemAlloc allocation of this session"
+            )));
+        };
+        let (size, device) = (a.size, a.device);
+        if let Some(e) = table().by_alloc.get(&(self.id, ptr)) {
+            return Ok(e.secret);
+        }
+        let secret = random_secret()?;
+        let e = Arc::new(Export {
+            tenant: self.tenant().to_string(),
+            session: self.id,
+            ptr,
+            size,
+            device,
+            secret,
+            live: AtomicBool::new(true),
+        });
+        let mut t = table();
+        t.by_secret.insert(secret, e.clone());
+        t.by_alloc.insert((self.id, ptr), e);
+        Ok(secret)
+    }
+
+    /// (base, size) of the allocation `secret` names, now in this session's view.
+    pub(super) fn ipc_open(&mut self, secret: [u8; 16]) -> Result<(u64, u64)> {
+        let found = table().by_secret.get(&secret).cloned();
+        let e = match found {
+            Some(e) if e.tenant == self.tenant() => e,
+            Some(e) => {
+                tracing::warn!(
+                    session = self.id, tenant = %self.tenant(), owner = %e.tenant,
+                    "cuIpcOpenMemHandle refused: the handle names memory of another tenant"
+                );
+                return Err(Fail::new(INVALID_HANDLE, "no IPC memory handle of this tenant matches"));
+            }
+            None => return Err(Fail::new(INVALID_HANDLE, "no live IPC memory handle matches (freed, or never made)")),
+        };
+        if e.session == self.id {
+            return Err(Fail::new(INVALID_CONTEXT, "cuIpcOpenMemHandle: a process cannot open its own IPC handle"));
+        }
+        // Copies and memsets of the opener run in the tenant's context of the device.
+        self.enter(e.device)?;
+        let entry = self.ipc.open.entry(e.ptr).or_insert_with(|| (e.clone(), 0));
+        if !Arc::ptr_eq(&entry.0, &e) {
+            // A dead export of memory since freed and reallocated at the same address.
+            *entry = (e.clone(), 0);
+        }
+        entry.1 += 1;
+        Ok((e.ptr, e.size))
+    }
+
+    pub(super) fn ipc_close(&mut self, ptr: u64) -> Result<()> {
+        let Some(entry) = self.ipc.open.get_mut(&ptr) else {
+            return Err(Fail::invalid_value(format!(
+                "cuIpcCloseMemHandle: {ptr:#x} was not opened from an IPC handle"
+            )));
+        };
+        entry.1 -= 1;
+        if entry.1 == 0 {
+            self.ipc.open.remove(&ptr);
+        }
+        Ok(())
+    }
+}
