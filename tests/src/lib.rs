@@ -121,24 +121,26 @@ macro_rules! call {
 /// Declares [`Driver`]: one field per entry point, loaded by its export name, with a
 /// compile-time proof that the written signature is the one bindgen generated.
 macro_rules! driver_table {
-    ($( $name:ident ( $($arg:ty),* $(,)? ); )*) => {
-        /// The driver entry points the tests call, resolved from the simulator by export name.
-        pub struct Driver {
+    ($(#[$doc:meta])* $table:ident; $( $name:ident ( $($arg:ty),* $(,)? ); )*) => {
+        $(#[$doc])*
+        pub struct $table {
             $( pub $name: Entry<unsafe extern "C" fn($($arg),*) -> CUresult>, )*
             /// Where the library was loaded from.
             pub path: PathBuf,
+            // Held so the library outlives every entry; only `Driver::export` also reads it.
+            #[allow(dead_code)]
             lib: libloading::Library,
         }
 
         $( const _: unsafe extern "C" fn($($arg),*) -> CUresult = cu::$name; )*
 
-        impl Driver {
+        impl $table {
             /// Loads `path` and resolves every entry point of the table.
-            pub fn load(path: &Path) -> Result<Driver, String> {
+            pub fn load(path: &Path) -> Result<$table, String> {
                 // SAFETY: loading the simulator runs its initialisers, which is what we test.
                 let lib = unsafe { libloading::Library::new(path) }
                     .map_err(|e| format!("loading {}: {e}", path.display()))?;
-                Ok(Driver {
+                Ok($table {
                     $( $name: Entry(
                         // SAFETY: read as bindgen's type for this export (the `const _` above);
                         // the pointer is kept next to `lib`, in the same `Driver`.
@@ -154,10 +156,18 @@ macro_rules! driver_table {
                 })
             }
         }
+
+        /// Keeps the table whole: no entry point can be moved out of it and outlive its library.
+        impl Drop for $table {
+            fn drop(&mut self) {}
+        }
     };
 }
 
 driver_table! {
+    /// The driver entry points the tests call, resolved by export name from the simulator or,
+    /// in the fuzzer's tenants, from libgpupool.so: every one is exported by both.
+    Driver;
     cuInit(c_uint);
     cuDriverGetVersion(*mut c_int);
     cuGetErrorName(CUresult, *mut *const c_char);
@@ -241,6 +251,14 @@ driver_table! {
     cuCtxFromGreenCtx(*mut CUcontext, cu::CUgreenCtx);
     cuLogsRegisterCallback(cu::CUlogsCallback, *mut c_void, *mut cu::CUlogsCallbackHandle);
     cuLogsUnregisterCallback(cu::CUlogsCallbackHandle);
+    cuMemcpy3DAsync_v2(*const cu::CUDA_MEMCPY3D, CUstream);
+}
+
+driver_table! {
+    /// Entry points the simulator exports and libgpupool.so does not forward yet (CUDA arrays,
+    /// textures and surfaces), in a table of their own so that loading [`Driver`] from the
+    /// interposer (the fuzzer's tenants) does not need them. Only from [`arrays`].
+    SimOnlyDriver;
     cuArrayCreate_v2(*mut cu::CUarray, *const cu::CUDA_ARRAY_DESCRIPTOR);
     cuArray3DCreate_v2(*mut cu::CUarray, *const cu::CUDA_ARRAY3D_DESCRIPTOR);
     cuArray3DGetDescriptor_v2(*mut cu::CUDA_ARRAY3D_DESCRIPTOR, cu::CUarray);
@@ -250,7 +268,6 @@ driver_table! {
     cuMipmappedArrayDestroy(cu::CUmipmappedArray);
     cuMemcpyHtoA_v2(cu::CUarray, usize, *const c_void, usize);
     cuMemcpyAtoH_v2(*mut c_void, cu::CUarray, usize, usize);
-    cuMemcpy3DAsync_v2(*const cu::CUDA_MEMCPY3D, CUstream);
     cuTexObjectCreate(*mut u64, *const cu::CUDA_RESOURCE_DESC, *const cu::CUDA_TEXTURE_DESC,
                       *const cu::CUDA_RESOURCE_VIEW_DESC);
     cuTexObjectDestroy(u64);
@@ -280,11 +297,6 @@ impl Driver {
         let r = self.cuGetProcAddress_v2.call((symbol.as_ptr(), &mut pfn, version, flags, &mut st));
         (r, pfn, st)
     }
-}
-
-/// Keeps a `Driver` whole: no entry point can be moved out of it and outlive its library.
-impl Drop for Driver {
-    fn drop(&mut self) {}
 }
 
 /// The directory holding `libcuda.so.1`: `$GPUPOOL_SIM_LIBDIR`, else the one that
@@ -323,6 +335,13 @@ pub fn cuda() -> &'static Driver {
     let d = driver();
     INIT.get_or_init(|| check(call!(d.cuInit(0))));
     d
+}
+
+/// The simulator's array, texture and surface entry points, after [`cuda`]'s `cuInit`.
+pub fn arrays() -> &'static SimOnlyDriver {
+    static TABLE: OnceLock<SimOnlyDriver> = OnceLock::new();
+    cuda();
+    TABLE.get_or_init(|| SimOnlyDriver::load(&sim_libdir().join("libcuda.so.1")).unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// The driver's name for a result code, e.g. `CUDA_ERROR_INVALID_VALUE (1)`.

@@ -16,7 +16,9 @@ use std::time::Duration;
 use gpupool_e2e::fuzz::harness::{Fuzz, Options, RoundReport, Setup};
 use gpupool_e2e::{built, sim_libdir};
 
-const ROUNDS: u64 = 60;
+/// 3,600 sequences, about 2.5 minutes on 2 cores in a debug build: the "few minutes".
+/// Longer runs: `gpupool-bench fuzz --seconds N` (benches/README.md).
+const ROUNDS: u64 = 900;
 
 #[test]
 fn concurrent_tenants_match_the_simulator_and_the_pool_keeps_nothing() {
