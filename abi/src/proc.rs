@@ -292,6 +292,17 @@ macro_rules! driver_entry_points {
         "cuGraphLaunch" => [10000 => cuGraphLaunch | cuGraphLaunch_ptsz];
         "cuGraphExecDestroy" => [10000 => cuGraphExecDestroy];
         "cuGraphUpload" => [11010 => cuGraphUpload | cuGraphUpload_ptsz];
+        "cuGraphAddKernelNode" => [10000 => !, 12000 => cuGraphAddKernelNode_v2];
+        "cuGraphAddMemsetNode" => [10000 => cuGraphAddMemsetNode];
+        "cuGraphAddHostNode" => [10000 => cuGraphAddHostNode];
+        "cuGraphAddEmptyNode" => [10000 => cuGraphAddEmptyNode];
+        "cuGraphAddChildGraphNode" => [10000 => cuGraphAddChildGraphNode];
+        "cuGraphAddEventRecordNode" => [11010 => cuGraphAddEventRecordNode];
+        "cuGraphAddEventWaitNode" => [11010 => cuGraphAddEventWaitNode];
+        "cuGraphAddDependencies" => [10000 => cuGraphAddDependencies, 12030 => cuGraphAddDependencies_v2];
+        "cuGraphExecKernelNodeSetParams" => [10010 => !, 12000 => cuGraphExecKernelNodeSetParams_v2];
+        "cuGraphClone" => [10000 => cuGraphClone];
+        "cuGraphDebugDotPrint" => [11030 => cuGraphDebugDotPrint];
         "cuLaunchHostFunc" => [10000 => cuLaunchHostFunc | cuLaunchHostFunc_ptsz];
         "cuEventCreate" => [2000 => cuEventCreate];
         "cuEventRecord" => [2000 => cuEventRecord | cuEventRecord_ptsz];

@@ -42,6 +42,7 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
         "empty graphs launch",
         "the stream works after captures",
         "forged handles are refused",
+        "node-by-node building is refused",
         "graphs destroyed once",
     ] {
         assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");

@@ -814,6 +814,7 @@ typedef void (*CUlogsCallback)(void *data, CUlogLevel logLevel, char *message, s
 
 #include "gpupool_cuda_array.h"
 #include "gpupool_cuda_functions.h"
+#include "gpupool_cuda_graph.h"
 
 #ifdef __cplusplus
 }

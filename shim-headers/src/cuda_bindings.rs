@@ -5359,3 +5359,315 @@ unsafe extern "C" {
         flags: ::std::os::raw::c_uint,
     ) -> CUresult;
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_KERNEL_NODE_PARAMS_st {
+    pub func: CUfunction,
+    pub gridDimX: ::std::os::raw::c_uint,
+    pub gridDimY: ::std::os::raw::c_uint,
+    pub gridDimZ: ::std::os::raw::c_uint,
+    pub blockDimX: ::std::os::raw::c_uint,
+    pub blockDimY: ::std::os::raw::c_uint,
+    pub blockDimZ: ::std::os::raw::c_uint,
+    pub sharedMemBytes: ::std::os::raw::c_uint,
+    pub kernelParams: *mut *mut ::std::os::raw::c_void,
+    pub extra: *mut *mut ::std::os::raw::c_void,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_KERNEL_NODE_PARAMS_st",
+    ][::std::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_st>() - 56usize];
+    [
+        "Alignment of CUDA_KERNEL_NODE_PARAMS_st",
+    ][::std::mem::align_of::<CUDA_KERNEL_NODE_PARAMS_st>() - 8usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::func",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, func) - 0usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::gridDimX",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, gridDimX) - 8usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::gridDimY",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, gridDimY) - 12usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::gridDimZ",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, gridDimZ) - 16usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::blockDimX",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, blockDimX) - 20usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::blockDimY",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, blockDimY) - 24usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::blockDimZ",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, blockDimZ) - 28usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::sharedMemBytes",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, sharedMemBytes) - 32usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::kernelParams",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, kernelParams) - 40usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::extra",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, extra) - 48usize];
+};
+impl Default for CUDA_KERNEL_NODE_PARAMS_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_KERNEL_NODE_PARAMS_v1 = CUDA_KERNEL_NODE_PARAMS_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+    pub func: CUfunction,
+    pub gridDimX: ::std::os::raw::c_uint,
+    pub gridDimY: ::std::os::raw::c_uint,
+    pub gridDimZ: ::std::os::raw::c_uint,
+    pub blockDimX: ::std::os::raw::c_uint,
+    pub blockDimY: ::std::os::raw::c_uint,
+    pub blockDimZ: ::std::os::raw::c_uint,
+    pub sharedMemBytes: ::std::os::raw::c_uint,
+    pub kernelParams: *mut *mut ::std::os::raw::c_void,
+    pub extra: *mut *mut ::std::os::raw::c_void,
+    pub kern: CUkernel,
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_KERNEL_NODE_PARAMS_v2_st",
+    ][::std::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_v2_st>() - 72usize];
+    [
+        "Alignment of CUDA_KERNEL_NODE_PARAMS_v2_st",
+    ][::std::mem::align_of::<CUDA_KERNEL_NODE_PARAMS_v2_st>() - 8usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::func",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, func) - 0usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimX",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimX) - 8usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimY",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimY) - 12usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimZ",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimZ) - 16usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimX",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimX) - 20usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimY",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimY) - 24usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimZ",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimZ) - 28usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::sharedMemBytes",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, sharedMemBytes) - 32usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::kernelParams",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, kernelParams) - 40usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::extra",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, extra) - 48usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::kern",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, kern) - 56usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::ctx",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, ctx) - 64usize];
+};
+impl Default for CUDA_KERNEL_NODE_PARAMS_v2_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_KERNEL_NODE_PARAMS_v2 = CUDA_KERNEL_NODE_PARAMS_v2_st;
+pub type CUDA_KERNEL_NODE_PARAMS = CUDA_KERNEL_NODE_PARAMS_v2;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_MEMSET_NODE_PARAMS_st {
+    pub dst: CUdeviceptr,
+    pub pitch: usize,
+    pub value: ::std::os::raw::c_uint,
+    pub elementSize: ::std::os::raw::c_uint,
+    pub width: usize,
+    pub height: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_MEMSET_NODE_PARAMS_st",
+    ][::std::mem::size_of::<CUDA_MEMSET_NODE_PARAMS_st>() - 40usize];
+    [
+        "Alignment of CUDA_MEMSET_NODE_PARAMS_st",
+    ][::std::mem::align_of::<CUDA_MEMSET_NODE_PARAMS_st>() - 8usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::dst",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, dst) - 0usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::pitch",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, pitch) - 8usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::value",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, value) - 16usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::elementSize",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, elementSize) - 20usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::width",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, width) - 24usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::height",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, height) - 32usize];
+};
+pub type CUDA_MEMSET_NODE_PARAMS_v1 = CUDA_MEMSET_NODE_PARAMS_st;
+pub type CUDA_MEMSET_NODE_PARAMS = CUDA_MEMSET_NODE_PARAMS_v1;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUDA_HOST_NODE_PARAMS_st {
+    pub fn_: CUhostFn,
+    pub userData: *mut ::std::os::raw::c_void,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_HOST_NODE_PARAMS_st",
+    ][::std::mem::size_of::<CUDA_HOST_NODE_PARAMS_st>() - 16usize];
+    [
+        "Alignment of CUDA_HOST_NODE_PARAMS_st",
+    ][::std::mem::align_of::<CUDA_HOST_NODE_PARAMS_st>() - 8usize];
+    [
+        "Offset of field: CUDA_HOST_NODE_PARAMS_st::fn_",
+    ][::std::mem::offset_of!(CUDA_HOST_NODE_PARAMS_st, fn_) - 0usize];
+    [
+        "Offset of field: CUDA_HOST_NODE_PARAMS_st::userData",
+    ][::std::mem::offset_of!(CUDA_HOST_NODE_PARAMS_st, userData) - 8usize];
+};
+impl Default for CUDA_HOST_NODE_PARAMS_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_HOST_NODE_PARAMS_v1 = CUDA_HOST_NODE_PARAMS_st;
+pub type CUDA_HOST_NODE_PARAMS = CUDA_HOST_NODE_PARAMS_v1;
+impl CUgraphDebugDot_flags_enum {
+    pub const CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE: CUgraphDebugDot_flags_enum = CUgraphDebugDot_flags_enum(
+        1,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUgraphDebugDot_flags_enum(pub ::std::os::raw::c_uint);
+pub use self::CUgraphDebugDot_flags_enum as CUgraphDebugDot_flags;
+unsafe extern "C" {
+    pub fn cuGraphAddKernelNode_v2(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddMemsetNode(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
+        ctx: CUcontext,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddHostNode(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        nodeParams: *const CUDA_HOST_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddEmptyNode(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddChildGraphNode(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        childGraph: CUgraph,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddEventRecordNode(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        event: CUevent,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddEventWaitNode(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        event: CUevent,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddDependencies(
+        hGraph: CUgraph,
+        from: *const CUgraphNode,
+        to: *const CUgraphNode,
+        numDependencies: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddDependencies_v2(
+        hGraph: CUgraph,
+        from: *const CUgraphNode,
+        to: *const CUgraphNode,
+        edgeData: *const CUgraphEdgeData,
+        numDependencies: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphExecKernelNodeSetParams_v2(
+        hGraphExec: CUgraphExec,
+        hNode: CUgraphNode,
+        nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphClone(phGraphClone: *mut CUgraph, originalGraph: CUgraph) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphDebugDotPrint(
+        hGraph: CUgraph,
+        path: *const ::std::os::raw::c_char,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}

@@ -1,18 +1,207 @@
-//! CUDA graphs, as stream capture makes them: the work a stream received between
-//! `cuStreamBeginCapture` and `cuStreamEndCapture`, in order, replayed on a stream by
-//! `cuGraphLaunch`. Graphs built node by node (`cuGraphAdd*Node`) are not simulated.
+//! CUDA graphs: nodes and the dependencies between them, made by stream capture (the work a
+//! stream received between `cuStreamBeginCapture` and `cuStreamEndCapture`, a chain in capture
+//! order) or node by node (`cuGraphAdd*Node`, `cuGraphAddDependencies`, child graphs).
+//!
+//! An instantiated graph (`cuGraphInstantiateWithFlags`) is the nodes in an order that honours
+//! every dependency (of the valid orders, the one closest to the order the nodes were added),
+//! child graphs inlined; `cuGraphLaunch` queues them on the stream in that order. A GPU may run
+//! independent nodes at once; running them one after another is one of the schedules it may pick.
 
+use crate::error::{CuResult, fail};
+use crate::event::Event;
+use crate::launch::LaunchConfig;
+use crate::module::Function;
 use crate::stream::{Job, Work};
+use gpupool_shim::cuda::CUresult;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A captured graph: a chain of work, in capture order.
-pub struct Graph {
-    pub ctx_handle: u64,
-    pub nodes: Vec<(Work, Job)>,
+/// The most nodes a graph may hold (a node's handle carries its index in 15 bits).
+pub const MAX_NODES: usize = (1 << 15) - 1;
+
+/// A kernel node's launch, kept so that `cuGraphExecKernelNodeSetParams` can change it.
+#[derive(Clone)]
+pub struct KernelLaunch {
+    pub f: Arc<Function>,
+    pub cfg: LaunchConfig,
+    pub params: Vec<u8>,
 }
 
-/// An instantiated graph (`cuGraphInstantiateWithFlags`): its own copy of the chain,
-/// unaffected by later changes to (or destruction of) the graph.
+#[derive(Clone)]
+pub enum Op {
+    /// Captured work.
+    Captured(Work, Job),
+    Kernel(KernelLaunch, Job),
+    Memset(Job),
+    Host(Job),
+    EventRecord(Arc<Event>),
+    EventWait(Arc<Event>),
+    /// A copy of the child graph's nodes, made when the node was added (as CUDA clones it).
+    Child(Vec<Node>),
+    Empty,
+}
+
+impl Op {
+    /// The node type's name, as `cuGraphDebugDotPrint` shows it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Op::Captured(Work::Kernel, _) | Op::Kernel(..) => "KERNEL",
+            Op::Captured(Work::Memory, _) => "MEMCPY",
+            Op::Memset(_) => "MEMSET",
+            Op::Captured(Work::Control, _) | Op::Host(_) => "HOST",
+            Op::EventRecord(_) => "EVENT_RECORD",
+            Op::EventWait(_) => "WAIT_EVENT",
+            Op::Child(_) => "CHILD_GRAPH",
+            Op::Empty => "EMPTY",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Node {
+    pub op: Op,
+    /// Indices of the nodes this one depends on.
+    pub deps: Vec<usize>,
+}
+
+/// A graph of one context.
+pub struct Graph {
+    pub ctx_handle: u64,
+    nodes: Mutex<Vec<Node>>,
+}
+
+impl Graph {
+    pub fn new(ctx_handle: u64, nodes: Vec<Node>) -> Graph {
+        Graph { ctx_handle, nodes: Mutex::new(nodes) }
+    }
+
+    /// A captured chain: each node depends on the one before.
+    pub fn chain(ctx_handle: u64, work: Vec<(Work, Job)>) -> Graph {
+        let nodes = work
+            .into_iter()
+            .enumerate()
+            .map(|(i, (w, j))| Node { op: Op::Captured(w, j), deps: i.checked_sub(1).into_iter().collect() })
+            .collect();
+        Graph::new(ctx_handle, nodes)
+    }
+
+    pub fn nodes(&self) -> MutexGuard<'_, Vec<Node>> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a node after checking its dependencies (nodes of this graph, none twice); its index.
+    pub fn add(&self, op: Op, deps: Vec<usize>) -> CuResult<usize> {
+        let mut nodes = self.nodes();
+        if nodes.len() >= MAX_NODES {
+            return fail(CUresult::CUDA_ERROR_OUT_OF_MEMORY, || format!("a graph holds at most {MAX_NODES} nodes"));
+        }
+        for (k, &d) in deps.iter().enumerate() {
+            if d >= nodes.len() || deps[..k].contains(&d) {
+                return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                    "a dependency is not a node of this graph, or is named twice".into()
+                });
+            }
+        }
+        nodes.push(Node { op, deps });
+        Ok(nodes.len() - 1)
+    }
+}
+
+/// A step of an instantiated graph, as `cuGraphLaunch` queues it.
+#[derive(Clone)]
+pub enum Step {
+    Run(Work, Job),
+    Record(Arc<Event>),
+    Wait(Arc<Event>),
+}
+
+/// The order of `nodes` that honours every dependency, preferring lower indices; a cycle is
+/// CUDA_ERROR_INVALID_VALUE.
+fn order(nodes: &[Node]) -> CuResult<Vec<usize>> {
+    let n = nodes.len();
+    let mut waiting: Vec<usize> = nodes.iter().map(|x| x.deps.len()).collect();
+    let mut dependents = vec![Vec::new(); n];
+    for (i, x) in nodes.iter().enumerate() {
+        for &d in &x.deps {
+            dependents[d].push(i);
+        }
+    }
+    let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
+    let mut out = Vec::with_capacity(n);
+    while let Some(i) = ready.pop_first() {
+        out.push(i);
+        for &j in &dependents[i] {
+            waiting[j] -= 1;
+            if waiting[j] == 0 {
+                ready.insert(j);
+            }
+        }
+    }
+    if out.len() != n {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the graph's dependencies form a cycle".into());
+    }
+    Ok(out)
+}
+
+/// The steps of `nodes` in dependency order, child graphs inlined; `top` gets, for each top-level
+/// kernel node, the index of its step (its parameters can be changed there).
+fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Option<usize>>>) -> CuResult<()> {
+    if let Some(t) = top.as_deref_mut() {
+        t.resize(nodes.len(), None);
+    }
+    for i in order(nodes)? {
+        let at = steps.len();
+        match &nodes[i].op {
+            Op::Captured(w, j) => steps.push(Step::Run(*w, j.clone())),
+            Op::Kernel(_, j) => steps.push(Step::Run(Work::Kernel, j.clone())),
+            Op::Memset(j) => steps.push(Step::Run(Work::Memory, j.clone())),
+            Op::Host(j) => steps.push(Step::Run(Work::Control, j.clone())),
+            Op::EventRecord(e) => steps.push(Step::Record(e.clone())),
+            Op::EventWait(e) => steps.push(Step::Wait(e.clone())),
+            Op::Child(c) => flatten(c, steps, None)?,
+            Op::Empty => {}
+        }
+        let kernel = matches!(nodes[i].op, Op::Kernel(..) | Op::Captured(Work::Kernel, _));
+        if let Some(t) = top.as_deref_mut()
+            && kernel
+        {
+            t[i] = Some(at);
+        }
+    }
+    Ok(())
+}
+
+/// An instantiated graph: its own copy of the steps, unaffected by later changes to (or the
+/// destruction of) the graph; a kernel node's step can be changed in place.
 pub struct GraphExec {
     pub ctx_handle: u64,
-    pub nodes: Vec<(Work, Job)>,
+    /// The graph it was made from (nodes are named by that graph's node handles).
+    pub graph: u64,
+    steps: Mutex<Vec<Step>>,
+    /// Per node of the graph: its step, if it is a kernel node.
+    top: Vec<Option<usize>>,
+}
+
+impl GraphExec {
+    pub fn new(graph: &Graph, graph_handle: u64) -> CuResult<GraphExec> {
+        let nodes = graph.nodes();
+        let (mut steps, mut top) = (Vec::new(), Vec::new());
+        flatten(&nodes, &mut steps, Some(&mut top))?;
+        Ok(GraphExec { ctx_handle: graph.ctx_handle, graph: graph_handle, steps: Mutex::new(steps), top })
+    }
+
+    pub fn steps(&self) -> Vec<Step> {
+        self.steps.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the job of kernel node `index`'s step.
+    pub fn set_job(&self, index: usize, job: Job) -> CuResult<()> {
+        let Some(Some(at)) = self.top.get(index) else {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                "not a kernel node of the graph this was instantiated from".into()
+            });
+        };
+        let mut steps = self.steps.lock().unwrap_or_else(|e| e.into_inner());
+        steps[*at] = Step::Run(Work::Kernel, job);
+        Ok(())
+    }
 }

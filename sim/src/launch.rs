@@ -11,7 +11,7 @@ use crate::driver::Driver;
 use crate::error::{CuResult, fail};
 use crate::exec::{Launch, MemoryMap, Program};
 use crate::module::Function;
-use crate::stream::{Stream, Work};
+use crate::stream::{Job, Stream, Work};
 use gpupool_shim::cuda::CUresult;
 use std::sync::Arc;
 
@@ -100,6 +100,14 @@ pub fn launch(
     cfg: LaunchConfig,
     params: Vec<u8>,
 ) -> CuResult<()> {
+    let job = kernel_job(ctx, f, cfg, params)?;
+    stream.enqueue(ctx, Work::Kernel, Vec::new(), job);
+    Ok(())
+}
+
+/// Validates a launch and makes the job that runs it (a stream runs it, or a graph's kernel node
+/// at each launch of the graph).
+pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, params: Vec<u8>) -> CuResult<Job> {
     validate(ctx, &f, &cfg)?;
     let driver = crate::driver::initialized()?;
     let prog = program(driver, &f)?;
@@ -114,30 +122,24 @@ pub fn launch(
         });
     }
     let ctx2 = ctx.clone();
-    stream.enqueue(
-        ctx,
-        Work::Kernel,
-        Vec::new(),
-        std::sync::Arc::new(move || {
-            // The kernel sees the memory that exists when it runs, as on a GPU.
-            let me = ctx2.handle();
-            let memory = MemoryMap::new(ctx2.memory.live_allocations(), driver.pinned.visible_to(me)).with_objects(
-                driver.textures.select(|t| t.ctx_handle == me),
-                driver.surfaces.select(|s| s.ctx_handle == me),
-            );
-            let name = f.name.to_string_lossy();
-            crate::exec::execute(&Launch {
-                program: &prog,
-                kernel: &name,
-                grid: cfg.grid,
-                block: cfg.block,
-                dynamic_shared: cfg.dynamic_shared,
-                params: &params,
-                memory: &memory,
-                sms: ctx2.device.cfg.sms,
-                clock_mhz: ctx2.device.cfg.clock_mhz,
-            })
-        }),
-    );
-    Ok(())
+    Ok(std::sync::Arc::new(move || {
+        // The kernel sees the memory that exists when it runs, as on a GPU.
+        let me = ctx2.handle();
+        let memory = MemoryMap::new(ctx2.memory.live_allocations(), driver.pinned.visible_to(me)).with_objects(
+            driver.textures.select(|t| t.ctx_handle == me),
+            driver.surfaces.select(|s| s.ctx_handle == me),
+        );
+        let name = f.name.to_string_lossy();
+        crate::exec::execute(&Launch {
+            program: &prog,
+            kernel: &name,
+            grid: cfg.grid,
+            block: cfg.block,
+            dynamic_shared: cfg.dynamic_shared,
+            params: &params,
+            memory: &memory,
+            sms: ctx2.device.cfg.sms,
+            clock_mhz: ctx2.device.cfg.clock_mhz,
+        })
+    }))
 }

@@ -16,7 +16,8 @@
  * capture; the legacy stream cannot be captured; a copy from pageable memory and, in global
  * mode, cuMemAlloc are refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the
  * capture (cuStreamEndCapture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, NULL graph); in relaxed
- * mode cuMemAlloc is allowed; the stream works normally afterwards; forged handles are refused.
+ * mode cuMemAlloc is allowed; the stream works normally afterwards; forged handles are refused;
+ * through the pool, adding nodes by hand is CUDA_ERROR_NOT_SUPPORTED.
  *
  * Output: "ok <check>" per check, "replays <n> ms <t>", "done"; a failure prints
  * "FAIL <check>: ..." on stderr and exits 1.
@@ -41,7 +42,7 @@
     X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventDestroy_v2)     \
     X(cuLaunchKernel) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuStreamIsCapturing)              \
     X(cuStreamGetCaptureInfo_v2) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiateWithFlags)         \
-    X(cuGraphUpload) X(cuGraphLaunch) X(cuGraphExecDestroy)
+    X(cuGraphUpload) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphAddEmptyNode)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -288,6 +289,11 @@ int main(int argc, char **argv) {
     CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy, (CUgraph)(uintptr_t)0x1234);
     CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphExecDestroy, forged);
     ok("forged handles are refused");
+
+    /* Graphs built node by node are not forwarded (yet): refused, not half done. */
+    CUgraphNode node = NULL;
+    CU_EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddEmptyNode, &node, created, NULL, 0);
+    ok("node-by-node building is refused");
 
     CU(cuGraphExecDestroy, exec);
     CU(cuGraphExecDestroy, e2);

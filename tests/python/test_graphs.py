@@ -98,3 +98,125 @@ def test_capture_refusals(cuda, gctx):
     check(cuda.cuGraphExecDestroy(exe))
     check(cuda.cuGraphDestroy(graph))
     check(cuda.cuStreamDestroy(stream))
+
+
+# ---- graphs built node by node ----
+
+FILL = r"""
+extern "C" __global__ void fill(int* y, int v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = v;
+}
+extern "C" __global__ void muladd(int* y, int m, int a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = y[i] * m + a;
+}
+"""
+
+
+def _kernel_node(cuda, graph, deps, fn, grid, block, params):
+    p = cuda.CUDA_KERNEL_NODE_PARAMS()
+    p.func = fn
+    p.gridDimX, p.gridDimY, p.gridDimZ = grid, 1, 1
+    p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
+    p.sharedMemBytes = 0
+    p.kernelParams = params
+    return check(cuda.cuGraphAddKernelNode(graph, deps, len(deps), p))
+
+
+def test_node_graph_honours_dependencies_and_updates_kernel_parameters(cuda, gctx, tmp_path):
+    import ctypes
+
+    n = 300
+    mod = load(FILL)
+    fill, muladd = mod.function("fill"), mod.function("muladd")
+    y = alloc(4 * n)
+    graph = check(cuda.cuGraphCreate(0))
+    keep1, a1 = _args(ptr(y), i32(7), i32(n))
+    keep2, a2 = _args(ptr(y), i32(3), i32(1), i32(n))
+    keep3, a3 = _args(ptr(y), i32(10), i32(0), i32(n))
+    # Added out of order: the memset first, then muladd(*3+1), then fill(7) and muladd(*10);
+    # dependencies make it memset -> fill -> muladd(*3+1) -> muladd(*10).
+    ms = cuda.CUDA_MEMSET_NODE_PARAMS()
+    ms.dst, ms.pitch, ms.value, ms.elementSize, ms.width, ms.height = int(y), 0, 0x55, 4, n, 1
+    n_memset = check(cuda.cuGraphAddMemsetNode(graph, None, 0, ms, gctx))
+    n_mul3 = _kernel_node(cuda, graph, [], muladd, ceil_div(n, 128), 128, ctypes.addressof(a2))
+    n_fill = _kernel_node(cuda, graph, [n_memset], fill, ceil_div(n, 128), 128, ctypes.addressof(a1))
+    n_mul10 = _kernel_node(cuda, graph, [n_mul3], muladd, ceil_div(n, 128), 128, ctypes.addressof(a3))
+    check(cuda.cuGraphAddDependencies(graph, [n_fill], [n_mul3], 1))
+    (err,) = cuda.cuGraphAddDependencies(graph, [n_fill], [n_mul3], 1)
+    assert err == cuda.CUresult.CUDA_ERROR_INVALID_VALUE, "a dependency added twice"
+    empty = check(cuda.cuGraphAddEmptyNode(graph, [n_mul10, n_fill], 2))
+
+    # A child graph (copied when added): +5 after everything above.
+    child = check(cuda.cuGraphCreate(0))
+    keep4, a4 = _args(ptr(y), i32(1), i32(5), i32(n))
+    _kernel_node(cuda, child, [], muladd, ceil_div(n, 128), 128, ctypes.addressof(a4))
+    check(cuda.cuGraphAddChildGraphNode(graph, [empty], 1, child))
+    check(cuda.cuGraphDestroy(child))
+
+    # Host node and event record/wait: the host function runs after the child graph.
+    calls = []
+    cb_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+    def host(_):
+        calls.append(1)  # a host node must not call CUDA
+
+    cb = cb_type(host)
+    hp = cuda.CUDA_HOST_NODE_PARAMS()
+    hp.fn = cuda.CUhostFn(ctypes.cast(cb, ctypes.c_void_p).value)
+    hp.userData = 0
+    ev = check(cuda.cuEventCreate(0))
+    h = check(cuda.cuGraphAddHostNode(graph, [empty], 1, hp))
+    check(cuda.cuGraphAddEventRecordNode(graph, [h], 1, ev))
+
+    dot = tmp_path / "g.dot"
+    check(cuda.cuGraphDebugDotPrint(graph, str(dot).encode(), 0))
+    text = dot.read_text()
+    assert text.startswith("digraph") and "MEMSET" in text and "muladd" in text and "CHILD_GRAPH" in text
+    assert "HOST" in text and "EVENT_RECORD" in text and "->" in text
+
+    clone = check(cuda.cuGraphClone(graph))
+    stream = check(cuda.cuStreamCreate(0))
+    exe = check(cuda.cuGraphInstantiate(graph, 0))
+    check(cuda.cuGraphLaunch(exe, stream))
+    check(cuda.cuEventSynchronize(ev))
+    want = ((7 * 3 + 1) * 10) + 5
+    np.testing.assert_array_equal(from_device(y, n, np.int32), np.full(n, want, np.int32))
+    assert len(calls) == 1
+
+    # New parameters for the last muladd in the instantiated graph only; the graph is unchanged.
+    keep5, a5 = _args(ptr(y), i32(100), i32(0), i32(n))
+    p = cuda.CUDA_KERNEL_NODE_PARAMS()
+    p.func = muladd
+    p.gridDimX, p.gridDimY, p.gridDimZ = ceil_div(n, 128), 1, 1
+    p.blockDimX, p.blockDimY, p.blockDimZ = 128, 1, 1
+    p.kernelParams = ctypes.addressof(a5)
+    check(cuda.cuGraphExecKernelNodeSetParams(exe, n_mul10, p))
+    (err,) = cuda.cuGraphExecKernelNodeSetParams(exe, empty, p)
+    assert err == cuda.CUresult.CUDA_ERROR_INVALID_VALUE, "an empty node is not a kernel node"
+    check(cuda.cuGraphLaunch(exe, stream))
+    check(cuda.cuStreamSynchronize(stream))
+    np.testing.assert_array_equal(from_device(y, n, np.int32), np.full(n, (7 * 3 + 1) * 100 + 5, np.int32))
+
+    # The clone, made before the update, still multiplies by 10.
+    exe2 = check(cuda.cuGraphInstantiate(clone, 0))
+    check(cuda.cuGraphLaunch(exe2, stream))
+    check(cuda.cuStreamSynchronize(stream))
+    np.testing.assert_array_equal(from_device(y, n, np.int32), np.full(n, want, np.int32))
+    assert len(calls) == 3
+
+    # A cycle cannot be instantiated.
+    check(cuda.cuGraphAddDependencies(graph, [n_mul10], [n_fill], 1))
+    err, _ = cuda.cuGraphInstantiate(graph, 0)
+    assert err == cuda.CUresult.CUDA_ERROR_INVALID_VALUE
+    (err,) = cuda.cuGraphAddEmptyNode(graph, [cuda.CUgraphNode(0x1234)], 1)[:1]
+    assert err == cuda.CUresult.CUDA_ERROR_INVALID_VALUE, "a dependency from nowhere"
+
+    for e in (exe, exe2):
+        check(cuda.cuGraphExecDestroy(e))
+    for g in (graph, clone):
+        check(cuda.cuGraphDestroy(g))
+    check(cuda.cuEventDestroy(ev))
+    check(cuda.cuStreamDestroy(stream))
+    del keep1, keep2, keep3, keep4, keep5, cb

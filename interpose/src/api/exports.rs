@@ -107,6 +107,29 @@ exports! { CUresult;
     cuStreamEndCapture | cuStreamEndCapture_ptsz (h: val CUstream, pgraph: val *mut CUgraph) = graph::end_capture;
     cuGraphLaunch | cuGraphLaunch_ptsz (exec: val CUgraphExec, h: val CUstream) = graph::graph_launch;
     cuGraphUpload | cuGraphUpload_ptsz (exec: val CUgraphExec, h: val CUstream) = graph::graph_upload;
+    // Built node by node: refused (not forwarded yet).
+    cuGraphAddKernelNode_v2(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
+        params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::add_kernel_node;
+    cuGraphAddMemsetNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
+        params: val *const CUDA_MEMSET_NODE_PARAMS, ctx: val CUcontext) = graph::add_memset_node;
+    cuGraphAddHostNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
+        params: val *const CUDA_HOST_NODE_PARAMS) = graph::add_host_node;
+    cuGraphAddEmptyNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize)
+        = graph::add_empty_node;
+    cuGraphAddChildGraphNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode,
+        n: val usize, child: val CUgraph) = graph::add_child_graph_node;
+    cuGraphAddEventRecordNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode,
+        n: val usize, event: val CUevent) = graph::add_event_node;
+    cuGraphAddEventWaitNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode,
+        n: val usize, event: val CUevent) = graph::add_event_node;
+    cuGraphAddDependencies(graph: val CUgraph, from: val *const CUgraphNode, to: val *const CUgraphNode,
+        n: val usize) = graph::add_dependencies;
+    cuGraphAddDependencies_v2(graph: val CUgraph, from: val *const CUgraphNode, to: val *const CUgraphNode,
+        edges: val *const CUgraphEdgeData, n: val usize) = graph::add_dependencies_v2;
+    cuGraphExecKernelNodeSetParams_v2(exec: val CUgraphExec, node: val CUgraphNode,
+        params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::exec_kernel_node_set_params;
+    cuGraphClone(pclone: val *mut CUgraph, graph: val CUgraph) = graph::clone;
+    cuGraphDebugDotPrint(graph: val CUgraph, path: val *const c_char, flags: val c_uint) = graph::debug_dot_print;
 }
 
 exports! { CUresult;

@@ -18,9 +18,10 @@ use crate::util::{R, log};
 use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
 use gpupool_protocol::{Request, StreamId};
 use gpupool_shim::cuda::{
-    CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent, CUgraph,
+    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
 };
-use std::os::raw::c_uint;
+use std::os::raw::{c_char, c_uint};
 use std::sync::Mutex;
 use std::thread::ThreadId;
 
@@ -234,4 +235,28 @@ pub(super) fn graph_upload(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> 
 
 pub(super) fn graph_launch(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> R<()> {
     on_stream(exec, h, d, |exec, stream| Request::GraphLaunch { exec, stream })
+}
+
+/// Graphs built node by node (the simulator has them) are not forwarded yet: each entry point is
+/// refused with CUDA_ERROR_NOT_SUPPORTED and a log line, whatever its arguments.
+macro_rules! refused {
+    ($($f:ident($($t:ty),*);)*) => {$(
+        pub(super) fn $f($(_: $t),*) -> R<()> {
+            log("graphs built node by node are not forwarded through the pool yet (capture a stream instead)");
+            Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
+        }
+    )*};
+}
+refused! {
+    add_kernel_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_KERNEL_NODE_PARAMS);
+    add_memset_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_MEMSET_NODE_PARAMS, CUcontext);
+    add_host_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_HOST_NODE_PARAMS);
+    add_empty_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize);
+    add_child_graph_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUgraph);
+    add_event_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUevent);
+    add_dependencies(CUgraph, *const CUgraphNode, *const CUgraphNode, usize);
+    add_dependencies_v2(CUgraph, *const CUgraphNode, *const CUgraphNode, *const CUgraphEdgeData, usize);
+    exec_kernel_node_set_params(CUgraphExec, CUgraphNode, *const CUDA_KERNEL_NODE_PARAMS);
+    clone(*mut CUgraph, CUgraph);
+    debug_dot_print(CUgraph, *const c_char, c_uint);
 }

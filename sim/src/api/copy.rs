@@ -502,6 +502,56 @@ fn atoh(dst: *mut c_void, src: CUarray, off: usize, n: usize, d: DefaultStream) 
     array_linear(dst as u64, src, off, n, false, d)
 }
 
+/// Checks a memset of `width` elements of `elem` bytes in `height` rows `pitch` apart and makes
+/// the job that does it (a stream runs it, or a graph's memset node at each launch); `None`: an
+/// empty memset.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn memset_job(
+    ctx: &crate::context::Context,
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u32,
+    elem: u64,
+    width: usize,
+    height: usize,
+) -> CuResult<Option<crate::stream::Job>> {
+    let driver = initialized()?;
+    let (width, height) = (width as u64, height as u64);
+    let row = width * elem;
+    let pitch = if height <= 1 { row } else { pitch as u64 };
+    if height > 1 && pitch < row {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            format!("pitch {pitch} smaller than the row of {row} bytes")
+        });
+    }
+    if !dst.is_multiple_of(elem) || (height > 1 && pitch % elem != 0) {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            format!("{dst:#x} is not aligned to the {elem}-byte element")
+        });
+    }
+    if row == 0 || height == 0 {
+        return Ok(None);
+    }
+    let footprint = Shape::footprint(row, height, 1, pitch, 0);
+    let region = locate(driver, ctx, dst, footprint, Expect::Device, Scope::Context, "memset destination")?;
+    Ok(Some(std::sync::Arc::new(move || {
+        let base = region.addr();
+        for y in 0..height {
+            let p = base + y * pitch;
+            // SAFETY: the footprint was validated against a live allocation, which
+            // `region` keeps alive; elements are written unaligned-safe.
+            unsafe {
+                match elem {
+                    1 => std::ptr::write_bytes(p as *mut u8, value as u8, width as usize),
+                    2 => (0..width).for_each(|i| ((p + 2 * i) as *mut u16).write_unaligned(value as u16)),
+                    _ => (0..width).for_each(|i| ((p + 4 * i) as *mut u32).write_unaligned(value)),
+                }
+            }
+        }
+        Ok(())
+    })))
+}
+
 /// Fills `width` elements of `elem` bytes in each of `height` rows `pitch` apart.
 fn memset_impl(
     dst: CUdeviceptr,
@@ -517,40 +567,9 @@ fn memset_impl(
     let driver = initialized()?;
     let (ctx, s) = resolve_stream(driver, stream, d)?;
     ctx.check_sticky()?;
-    let (width, height) = (width as u64, height as u64);
-    let row = width * elem;
-    let pitch = if height <= 1 { row } else { pitch as u64 };
-    if height > 1 && pitch < row {
-        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-            format!("pitch {pitch} smaller than the row of {row} bytes")
-        });
-    }
-    if !dst.is_multiple_of(elem) || (height > 1 && pitch % elem != 0) {
-        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-            format!("{dst:#x} is not aligned to the {elem}-byte element")
-        });
-    }
-    if row == 0 || height == 0 {
+    let Some(job) = memset_job(&ctx, dst, pitch, value, elem, width, height)? else {
         return Ok(());
-    }
-    let footprint = Shape::footprint(row, height, 1, pitch, 0);
-    let region = locate(driver, &ctx, dst, footprint, Expect::Device, Scope::Context, "memset destination")?;
-    let job: crate::stream::Job = std::sync::Arc::new(move || {
-        let base = region.addr();
-        for y in 0..height {
-            let p = base + y * pitch;
-            // SAFETY: the footprint was validated against a live allocation, which
-            // `region` keeps alive; elements are written unaligned-safe.
-            unsafe {
-                match elem {
-                    1 => std::ptr::write_bytes(p as *mut u8, value as u8, width as usize),
-                    2 => (0..width).for_each(|i| ((p + 2 * i) as *mut u16).write_unaligned(value as u16)),
-                    _ => (0..width).for_each(|i| ((p + 4 * i) as *mut u32).write_unaligned(value)),
-                }
-            }
-        }
-        Ok(())
-    });
+    };
     if mode == Mode::Sync {
         s.refuse_if_capturing("a synchronous memset")?;
     }

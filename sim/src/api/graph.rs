@@ -1,13 +1,16 @@
-//! Stream capture and graph launch.
+//! Stream capture, graphs built node by node, instantiation and launch ([`crate::graph`]).
 
 use super::{DefaultStream, out, resolve_stream, stream_variants};
 use crate::context::current_healthy;
 use crate::driver::initialized;
 use crate::error::{CuResult, cuda_entry, fail};
-use crate::graph::{Graph, GraphExec};
-use crate::stream::{Capture, StreamKind};
-use gpupool_shim::cuda::{CUgraph, CUgraphExec, CUresult, CUstream, CUstreamCaptureMode};
-use std::os::raw::c_uint;
+use crate::graph::{Graph, GraphExec, KernelLaunch, Node, Op, Step};
+use crate::stream::{Capture, StreamKind, Work};
+use gpupool_shim::cuda::{
+    CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent, CUgraph,
+    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode,
+};
+use std::os::raw::{c_char, c_uint, c_void};
 use std::sync::Arc;
 
 fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream) -> CuResult<()> {
@@ -43,7 +46,7 @@ fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -> CuResult<
             fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, || "the capture was invalidated".into())
         }
         Capture::Active(nodes) => {
-            let h = driver.graphs.insert(Arc::new(Graph { ctx_handle: ctx.handle(), nodes }));
+            let h = driver.graphs.insert(Arc::new(Graph::chain(ctx.handle(), nodes)));
             out(pgraph, h as CUgraph)
         }
     }
@@ -59,8 +62,19 @@ fn graph_launch(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> CuResult<()
     if g.ctx_handle != ctx.handle() {
         return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || "the graph belongs to another context".into());
     }
-    for (work, job) in &g.nodes {
-        s.enqueue(&ctx, *work, Vec::new(), job.clone());
+    for step in g.steps() {
+        match step {
+            Step::Run(work, job) => {
+                s.enqueue(&ctx, work, Vec::new(), job);
+            }
+            // Recorded where the stream gets to it, as a record queued there would be.
+            Step::Record(e) => e.record(&ctx, &s),
+            Step::Wait(e) => {
+                if let Some(pos) = e.position() {
+                    s.enqueue(&ctx, Work::Control, vec![pos], Arc::new(|| Ok(())));
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -86,7 +100,7 @@ pub unsafe extern "C" fn cuGraphCreate(pgraph: *mut CUgraph, flags: c_uint) -> C
         if flags != 0 {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "cuGraphCreate flags must be 0".into());
         }
-        let h = initialized()?.graphs.insert(Arc::new(Graph { ctx_handle: ctx.handle(), nodes: Vec::new() }));
+        let h = initialized()?.graphs.insert(Arc::new(Graph::new(ctx.handle(), Vec::new())));
         out(pgraph, h as CUgraph)
     })
 }
@@ -111,7 +125,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(pexec: *mut CUgraphExec, gr
         };
         // Flags (auto-free on launch, upload, device launch, priority) change nothing here.
         let _ = flags;
-        let h = driver.graph_execs.insert(Arc::new(GraphExec { ctx_handle: g.ctx_handle, nodes: g.nodes.clone() }));
+        let h = driver.graph_execs.insert(Arc::new(GraphExec::new(&g, graph as u64)?));
         out(pexec, h as CUgraphExec)
     })
 }
@@ -129,4 +143,342 @@ stream_variants! {
     cuStreamEndCapture / cuStreamEndCapture_ptsz => end_capture(h: CUstream, pgraph: *mut CUgraph);
     cuGraphLaunch / cuGraphLaunch_ptsz => graph_launch(exec: CUgraphExec, h: CUstream);
     cuGraphUpload / cuGraphUpload_ptsz => graph_upload(exec: CUgraphExec, h: CUstream);
+}
+
+// ---- graphs built node by node ----
+
+/// A node's handle: its graph's handle with the node's index (plus one) in the top 15 bits (graph
+/// handles stay below 2^48).
+fn node_handle(graph: u64, index: usize) -> CUgraphNode {
+    (graph | ((index as u64 + 1) << 48)) as CUgraphNode
+}
+
+/// The graph and index a node handle names, if it is a node of `graph`.
+fn node_of(graph: u64, node: CUgraphNode) -> CuResult<usize> {
+    let h = node as u64;
+    match (h & ((1 << 48) - 1) == graph, (h >> 48) as usize) {
+        (true, i) if i > 0 => Ok(i - 1),
+        _ => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a node of this graph")),
+    }
+}
+
+fn graph_of(graph: CUgraph) -> CuResult<Arc<Graph>> {
+    match initialized()?.graphs.get(graph as u64) {
+        Some(g) => Ok(g),
+        None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{graph:?} is not a graph")),
+    }
+}
+
+/// The node indices of `deps[..n]`.
+fn deps_of(graph: u64, deps: *const CUgraphNode, n: usize) -> CuResult<Vec<usize>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if deps.is_null() {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null dependency list".into());
+    }
+    // SAFETY: the caller passes `n` node handles at `deps`, as the API documents.
+    let list = unsafe { std::slice::from_raw_parts(deps, n) };
+    list.iter().map(|&d| node_of(graph, d)).collect()
+}
+
+/// Adds `op` to `graph` after `deps` and writes the new node's handle.
+fn add_node(out_node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, op: Op) -> CuResult<()> {
+    if out_node.is_null() {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null node output pointer".into());
+    }
+    let g = graph_of(graph)?;
+    let deps = deps_of(graph as u64, deps, n)?;
+    let index = g.add(op, deps)?;
+    out(out_node, node_handle(graph as u64, index))
+}
+
+/// The context of a graph (its nodes run there).
+fn graph_ctx(g: &Graph) -> CuResult<Arc<crate::context::Context>> {
+    let ctx = current_healthy()?;
+    if ctx.handle() != g.ctx_handle {
+        return fail(CUresult::CUDA_ERROR_INVALID_CONTEXT, || "the graph belongs to another context".into());
+    }
+    Ok(ctx)
+}
+
+/// A kernel node's launch from its parameters, checked as a launch is.
+fn kernel_launch(g: &Graph, p: &CUDA_KERNEL_NODE_PARAMS) -> CuResult<(KernelLaunch, crate::stream::Job)> {
+    let ctx = graph_ctx(g)?;
+    if !p.kern.is_null() {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "kernel nodes take a CUfunction, not a CUkernel".into());
+    }
+    let f = super::module::function(p.func)?;
+    if f.ctx_handle != g.ctx_handle || (!p.ctx.is_null() && p.ctx as u64 != g.ctx_handle) {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the function belongs to another context".into());
+    }
+    let params = super::launch::pack_params(&f, p.kernelParams, p.extra)?;
+    let cfg = crate::launch::LaunchConfig {
+        grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
+        block: [p.blockDimX, p.blockDimY, p.blockDimZ],
+        dynamic_shared: p.sharedMemBytes,
+        cooperative: false,
+    };
+    let job = crate::launch::kernel_job(&ctx, f.clone(), cfg, params.clone())?;
+    Ok((KernelLaunch { f, cfg, params }, job))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| {
+        let p = super::read(params, "kernel node parameters")?;
+        let g = graph_of(graph)?;
+        let (launch, job) = kernel_launch(&g, &p)?;
+        add_node(node, graph, deps, n, Op::Kernel(launch, job))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemsetNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> CUresult {
+    cuda_entry(|| {
+        let p = super::read(params, "memset node parameters")?;
+        let g = graph_of(graph)?;
+        let c = graph_ctx(&g)?;
+        if !ctx.is_null() && ctx as u64 != g.ctx_handle {
+            return fail(CUresult::CUDA_ERROR_INVALID_CONTEXT, || "the memset's context is not the graph's".into());
+        }
+        if ![1, 2, 4].contains(&p.elementSize) || p.width == 0 || p.height == 0 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                "memset nodes take an element size of 1, 2 or 4 and a non-empty extent".into()
+            });
+        }
+        let job = super::copy::memset_job(&c, p.dst, p.pitch, p.value, p.elementSize.into(), p.width, p.height)?
+            .unwrap_or_else(|| Arc::new(|| Ok(())));
+        add_node(node, graph, deps, n, Op::Memset(job))
+    })
+}
+
+/// A host function pointer and its argument, carried to the stream's worker.
+struct HostCall(usize, usize);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddHostNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const CUDA_HOST_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| {
+        let p = super::read(params, "host node parameters")?;
+        let Some(f) = p.fn_ else {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null host function".into());
+        };
+        let call = HostCall(f as usize, p.userData as usize);
+        let job: crate::stream::Job = Arc::new(move || {
+            // SAFETY: `call.0` is the CUhostFn the application passed, restored to its type.
+            let f: unsafe extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(call.0) };
+            // SAFETY: the application's callback with its own argument, each time the graph runs.
+            unsafe { f(call.1 as *mut c_void) };
+            Ok(())
+        });
+        add_node(node, graph, deps, n, Op::Host(job))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddEmptyNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+) -> CUresult {
+    cuda_entry(|| add_node(node, graph, deps, n, Op::Empty))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddChildGraphNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    child: CUgraph,
+) -> CUresult {
+    cuda_entry(|| {
+        if child == graph {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a graph cannot be its own child".into());
+        }
+        let c = graph_of(child)?;
+        if c.ctx_handle != graph_of(graph)?.ctx_handle {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the child graph belongs to another context".into());
+        }
+        let nodes: Vec<Node> = c.nodes().clone();
+        add_node(node, graph, deps, n, Op::Child(nodes))
+    })
+}
+
+fn event_of(event: CUevent) -> CuResult<Arc<crate::event::Event>> {
+    match initialized()?.events.get(event as u64) {
+        Some(e) => Ok(e),
+        None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{event:?} is not a live event")),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddEventRecordNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    event: CUevent,
+) -> CUresult {
+    cuda_entry(|| add_node(node, graph, deps, n, Op::EventRecord(event_of(event)?)))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddEventWaitNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    event: CUevent,
+) -> CUresult {
+    cuda_entry(|| add_node(node, graph, deps, n, Op::EventWait(event_of(event)?)))
+}
+
+fn add_dependencies(graph: CUgraph, from: *const CUgraphNode, to: *const CUgraphNode, n: usize) -> CuResult<()> {
+    let g = graph_of(graph)?;
+    let from = deps_of(graph as u64, from, n)?;
+    let to = deps_of(graph as u64, to, n)?;
+    let mut nodes = g.nodes();
+    // All or nothing: every edge is checked before any is added.
+    for (k, (&a, &b)) in from.iter().zip(&to).enumerate() {
+        let twice = from[..k].iter().zip(&to[..k]).any(|(&x, &y)| (x, y) == (a, b));
+        if a == b || nodes[b].deps.contains(&a) || twice {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                "the dependency exists or joins a node to itself".into()
+            });
+        }
+    }
+    for (a, b) in from.into_iter().zip(to) {
+        nodes[b].deps.push(a);
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddDependencies(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    n: usize,
+) -> CUresult {
+    cuda_entry(|| add_dependencies(graph, from, to, n))
+}
+
+/// Edge data other than the default (type 0, ports 0) is not simulated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddDependencies_v2(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+) -> CUresult {
+    cuda_entry(|| {
+        if !edges.is_null() && n > 0 {
+            // SAFETY: `n` edge records at `edges`, as the API documents.
+            let list = unsafe { std::slice::from_raw_parts(edges, n) };
+            if list.iter().any(|e| e.type_ != 0 || e.from_port != 0 || e.to_port != 0) {
+                return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || "programmatic edges are not simulated".into());
+            }
+        }
+        add_dependencies(graph, from, to, n)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| {
+        let driver = initialized()?;
+        let Some(e) = driver.graph_execs.get(exec as u64) else {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{exec:?} is not an instantiated graph"));
+        };
+        let index = node_of(e.graph, node)?;
+        let p = super::read(params, "kernel node parameters")?;
+        // The launch is checked in the graph's context, which the exec shares.
+        let g = Graph::new(e.ctx_handle, Vec::new());
+        let (_, job) = kernel_launch(&g, &p)?;
+        e.set_job(index, job)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphClone(pclone: *mut CUgraph, graph: CUgraph) -> CUresult {
+    cuda_entry(|| {
+        if pclone.is_null() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null output pointer".into());
+        }
+        let g = graph_of(graph)?;
+        let copy = Graph::new(g.ctx_handle, g.nodes().clone());
+        out(pclone, initialized()?.graphs.insert(Arc::new(copy)) as CUgraph)
+    })
+}
+
+/// Writes the graph in Graphviz's DOT language: a node per graph node (its type, and for kernels
+/// the function's name), an edge per dependency, child graphs as clusters.
+fn dot(nodes: &[Node], prefix: &str, out: &mut String) {
+    use std::fmt::Write;
+    for (i, x) in nodes.iter().enumerate() {
+        let id = format!("{prefix}node_{i}");
+        match &x.op {
+            Op::Child(c) => {
+                let _ = writeln!(out, "subgraph cluster_{id} {{\nlabel=\"{id} CHILD_GRAPH\";");
+                dot(c, &format!("{id}_"), out);
+                let _ = writeln!(out, "}}");
+                let _ = writeln!(out, "\"{id}\" [shape=point];");
+            }
+            op => {
+                let detail = match op {
+                    Op::Kernel(k, _) => format!("\\n{}", k.f.name.to_string_lossy()),
+                    _ => String::new(),
+                };
+                let _ = writeln!(out, "\"{id}\" [label=\"{}{detail}\"];", op.type_name());
+            }
+        }
+        for &d in &x.deps {
+            let _ = writeln!(out, "\"{prefix}node_{d}\" -> \"{id}\";");
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphDebugDotPrint(graph: CUgraph, path: *const c_char, flags: c_uint) -> CUresult {
+    cuda_entry(|| {
+        let g = graph_of(graph)?;
+        if path.is_null() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null path".into());
+        }
+        // SAFETY: a NUL-terminated path, as the API documents.
+        let path = unsafe { std::ffi::CStr::from_ptr(path) }.to_string_lossy().into_owned();
+        let _ = flags; // verbosity: the simulator's one level of detail
+        let mut text = String::from("digraph dot {\n");
+        dot(&g.nodes(), "", &mut text);
+        text.push_str("}\n");
+        std::fs::write(&path, text).or_else(|e| {
+            fail(CUresult::CUDA_ERROR_OPERATING_SYSTEM, || format!("cuGraphDebugDotPrint cannot write {path}: {e}"))
+        })
+    })
 }

@@ -12,7 +12,7 @@ use gpupool_shim::cuda::{CUfunction, CUlaunchAttributeID as L, CUlaunchConfig, C
 use std::os::raw::{c_uint, c_void};
 
 /// Builds the packed parameter buffer from `kernelParams` or `extra`.
-fn pack_params(f: &Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult<Vec<u8>> {
+pub(crate) fn pack_params(f: &Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult<Vec<u8>> {
     let layout = f.entry.params.iter().map(|p| (p.offset, p.size));
     // SAFETY: the CUDA contract for `kernelParams` / `extra`, which the caller passed on.
     match unsafe { gpupool_abi::launch::pack_kernel_params(layout, params, extra) } {
