@@ -243,6 +243,8 @@ macro_rules! driver_entry_points {
         "cuIpcGetMemHandle" => [4010 => cuIpcGetMemHandle];
         "cuIpcOpenMemHandle" => [4010 => !, 11000 => cuIpcOpenMemHandle_v2];
         "cuIpcCloseMemHandle" => [4010 => cuIpcCloseMemHandle];
+        "cuIpcGetEventHandle" => [4010 => cuIpcGetEventHandle];
+        "cuIpcOpenEventHandle" => [4010 => cuIpcOpenEventHandle];
         "cuPointerGetAttribute" => [4000 => cuPointerGetAttribute];
         "cuPointerGetAttributes" => [7000 => cuPointerGetAttributes];
         "cuMemcpy" => [4000 => cuMemcpy | cuMemcpy_ptds];

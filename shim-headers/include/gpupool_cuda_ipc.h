@@ -1,5 +1,5 @@
 /*
- * Interprocess memory handles: the types and entry points, as NVIDIA's cuda.h declares
+ * Interprocess memory and event handles: the types and entry points, as NVIDIA's cuda.h declares
  * them. Included by gpupool_cuda.h; not meant to be included on its own.
  */
 #ifndef GPUPOOL_CUDA_IPC_H
@@ -24,5 +24,7 @@ typedef enum CUipcMem_flags_enum {
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr);
+CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event);
+CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle);
 
 #endif

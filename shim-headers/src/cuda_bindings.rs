@@ -2985,6 +2985,18 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult;
 }
+unsafe extern "C" {
+    pub fn cuIpcGetEventHandle(
+        pHandle: *mut CUipcEventHandle,
+        event: CUevent,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuIpcOpenEventHandle(
+        phEvent: *mut CUevent,
+        handle: CUipcEventHandle,
+    ) -> CUresult;
+}
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct CUmulticastObjectProp_st {

@@ -237,6 +237,29 @@ int main(int argc, char **argv) {
     printf("replays %d ms %.1f\n", replays, graph_ns / 1e6);
     ok("graph replays equal the eager run and the CPU");
 
+    /* A page-locked buffer freed while a graph copies from it: the daemon keeps its mapping until
+     * the graph goes (the copy reads what was there) and keeps serving. */
+    {
+        uint32_t *tmp = NULL;
+        CUgraph g2 = NULL;
+        CUgraphExec x2 = NULL;
+        CU(cuMemHostAlloc, (void **)&tmp, N * 4, CU_MEMHOSTALLOC_PORTABLE);
+        for (int i = 0; i < N; i++) tmp[i] = 0xabc00000u + (uint32_t)i;
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED);
+        CU(cuMemcpyHtoDAsync_v2, g[0], tmp, N * 4, s);
+        CU(cuStreamEndCapture, s, &g2);
+        CU(cuGraphInstantiateWithFlags, &x2, g2, 0);
+        CU(cuMemFreeHost, tmp);
+        CU(cuMemcpyHtoD_v2, g[0], zero, sizeof zero);
+        CU(cuGraphLaunch, x2, s);
+        CU(cuStreamSynchronize, s);
+        read_back(got, g[0]);
+        if (got[7] != 0xabc00007u) fail("freed page-locked source", "got %ld at %ld", (long)got[7], 7);
+        CU(cuGraphExecDestroy, x2);
+        CU(cuGraphDestroy, g2);
+        ok("a page-locked buffer freed under a graph stays readable by it");
+    }
+
     /* ---- capture rules ---- */
     CUgraph bad = (CUgraph)0x1;
     CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuStreamBeginCapture_v2, NULL, CU_STREAM_CAPTURE_MODE_GLOBAL);

@@ -9,8 +9,13 @@
   daemon logs the refusal naming both tenants.
 - When the allocator frees the buffer, the opener's view ends: its copies are refused
   (CUDA_ERROR_INVALID_VALUE) and the handle can no longer be opened (INVALID_HANDLE).
-- The runtime's cudaIpcGetMemHandle / cudaIpcOpenMemHandle / cudaIpcCloseMemHandle (through
-  ctypes on libcudart.so.12, which is the pool's) are the same handles.
+- Event handles: an INTERPROCESS | DISABLE_TIMING event exported by the allocator is
+  opened, synchronized, queried and waited on by the opener, still after the allocator
+  destroyed its own; another tenant's open is INVALID_HANDLE; an ordinary event is not
+  exported (INVALID_VALUE).
+- The runtime's cudaIpcGetMemHandle / cudaIpcOpenMemHandle / cudaIpcCloseMemHandle /
+  cudaIpcGetEventHandle (through ctypes on libcudart.so.12, which is the pool's) are the same
+  handles.
 """
 
 import hashlib
@@ -79,7 +84,22 @@ if role == "allocator":
     raw = ctypes.create_string_buffer(64)
     assert rt.cudaIpcGetMemHandle(raw, ctypes.c_void_p(int(buf))) == 0
     assert raw.raw == handle_bytes(h)
-    mark("handle", handle_bytes(h).hex())
+    # An event shared with the opener: recorded here, waited for there.
+    plain = ok(d.cuEventCreate(0))
+    err, _ = d.cuIpcGetEventHandle(plain)
+    assert err == R.CUDA_ERROR_INVALID_VALUE, ("not INTERPROCESS | DISABLE_TIMING", err)
+    F = d.CUevent_flags
+    ev = ok(d.cuEventCreate(F.CU_EVENT_INTERPROCESS | F.CU_EVENT_DISABLE_TIMING))
+    ok(d.cuEventRecord(ev, s))
+    eh = ok(d.cuIpcGetEventHandle(ev))
+    raw_ev = ctypes.create_string_buffer(64)
+    assert rt.cudaIpcGetEventHandle(raw_ev, ctypes.c_void_p(int(ev))) == 0
+    assert raw_ev.raw == handle_bytes(eh)
+    mark("handle", handle_bytes(h).hex() + " " + handle_bytes(eh).hex())
+    wait("opened")
+    # The opener's event lives on after the exporter destroys its own.
+    ok(d.cuEventDestroy(ev))
+    mark("event_destroyed")
     wait("written")
     back = np.zeros(N, dtype=np.uint8)
     ok(d.cuMemcpyDtoH(back.ctypes.data, buf, N))
@@ -91,7 +111,18 @@ if role == "allocator":
     print("allocator ok")
 
 elif role == "opener":
-    h = handle_from(wait("handle"))
+    mem_hex, ev_hex = wait("handle").split()
+    h = handle_from(mem_hex)
+    eh = d.CUipcEventHandle()
+    ctypes.memmove(eh.getPtr(), bytes.fromhex(ev_hex), 64)
+    ev = ok(d.cuIpcOpenEventHandle(eh))
+    mark("opened")
+    wait("event_destroyed")
+    ok(d.cuEventSynchronize(ev))
+    ok(d.cuEventQuery(ev))
+    s = ok(d.cuStreamCreate(0))
+    ok(d.cuStreamWaitEvent(s, ev, 0))
+    ok(d.cuStreamSynchronize(s))
     p = ok(d.cuIpcOpenMemHandle(h, d.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
     p2 = ok(d.cuIpcOpenMemHandle(h, 1))
     assert int(p2) == int(p), "opened twice: the same pointer, counted"
@@ -112,6 +143,8 @@ elif role == "opener":
     assert rt.cudaIpcCloseMemHandle(rp) == 0
     mark("written", f"{free} {total}")
     wait("freed")
+    # After the intruder's attempt (the allocator waited for it): the last holder's destroy.
+    ok(d.cuEventDestroy(ev))
     err, = d.cuMemcpyDtoH(got.ctypes.data, p, N)
     assert err == R.CUDA_ERROR_INVALID_VALUE, ("the view ends with the allocator's free", err)
     err, _ = d.cuIpcOpenMemHandle(h, 1)
@@ -123,7 +156,12 @@ elif role == "opener":
     print("opener ok")
 
 elif role == "intruder":
-    h = handle_from(wait("handle"))
+    mem_hex, ev_hex = wait("handle").split()
+    h = handle_from(mem_hex)
+    eh = d.CUipcEventHandle()
+    ctypes.memmove(eh.getPtr(), bytes.fromhex(ev_hex), 64)
+    err, _ = d.cuIpcOpenEventHandle(eh)
+    assert err == R.CUDA_ERROR_INVALID_HANDLE, err
     err, _ = d.cuIpcOpenMemHandle(h, 1)
     assert err == R.CUDA_ERROR_INVALID_HANDLE, err
     forged = d.CUipcMemHandle()
@@ -173,6 +211,7 @@ memory = "256MiB"
         for role, p in procs.items():
             out, err = p.communicate(timeout=60)
             assert p.returncode == 0 and f"{role} ok" in out, f"{role}: {p.returncode}\n{out}\n{err}\n{d.log()}"
-        refusals = [l for l in d.log().splitlines() if "cuIpcOpenMemHandle refused" in l]
-        assert refusals and "tenant=b" in refusals[0] and "owner=a" in refusals[0], d.log()
+        for what in ("cuIpcOpenMemHandle", "cuIpcOpenEventHandle"):
+            refusals = [l for l in d.log().splitlines() if what + " refused" in l]
+            assert refusals and "tenant=b" in refusals[0] and "owner=a" in refusals[0], d.log()
         wait_for(lambda: d.used("a")[0] == 0, 5, "tenant a's memory to be released")

@@ -30,6 +30,7 @@ pub(super) fn create(flags: c_uint) -> R<CUevent> {
         c.reg.events.insert(h, EventInfo { id: event });
         Ok(h as CUevent)
     })
+    .inspect(|&h| super::ipc::note_event_flags(h as u64, flags))
 }
 
 pub(super) fn record(event: CUevent, stream: CUstream, d: DefaultStream) -> R<()> {

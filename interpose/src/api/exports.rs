@@ -401,12 +401,11 @@ exports! { CUresult;
 }
 
 exports! { CUresult;
-}
-
-exports! { CUresult;
     // ---- IPC memory handles between a tenant's processes (served by the daemon) ----
     cuIpcGetMemHandle(handle: out CUipcMemHandle, dptr: val CUdeviceptr) = ipc::get_mem_handle;
     cuIpcOpenMemHandle_v2(pdptr: out CUdeviceptr, handle: val CUipcMemHandle, flags: val c_uint)
         = ipc::open_mem_handle;
     cuIpcCloseMemHandle(dptr: val CUdeviceptr) = ipc::close_mem_handle;
+    cuIpcGetEventHandle(handle: out CUipcEventHandle, event: val CUevent) = ipc::get_event_handle;
+    cuIpcOpenEventHandle(event: out CUevent, handle: val CUipcEventHandle) = ipc::open_event_handle;
 }

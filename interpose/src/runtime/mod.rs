@@ -28,8 +28,8 @@
 
 pub mod device;
 pub mod errors;
-pub mod ipc;
 pub mod graph;
+pub mod ipc;
 pub mod launch;
 pub mod memory;
 pub mod mempool;

@@ -8,7 +8,7 @@
 //! Families left out on purpose (see README "Runtime API"): explicit graph building and
 //! node parameters (capture, instantiate, upload, launch and destroy are in [`super::graph`]),
 //! CUDA arrays, textures and surfaces,
-//! managed memory, IPC event handles, sharing memory pools (the pools themselves are in
+//! managed memory, sharing memory pools (the pools themselves are in
 //! [`super::mempool`]), external memory and semaphores, graphics interop (GL, EGL,
 //! VDPAU), peer access control, and the runtime's own export table.
 
@@ -99,7 +99,7 @@ unsupported! {
     cudaGraphicsResourceSetMapFlags, cudaGraphicsSubResourceGetMappedArray, cudaGraphicsUnmapResources,
     cudaGraphicsUnregisterResource, cudaGraphicsVDPAURegisterOutputSurface,
     cudaGraphicsVDPAURegisterVideoSurface, cudaImportExternalMemory, cudaImportExternalSemaphore,
-    cudaIpcGetEventHandle, cudaIpcOpenEventHandle,
+
     cudaKernelSetAttributeForDevice, cudaLaunchCooperativeKernelMultiDevice,
     cudaLibraryEnumerateKernels, cudaLibraryGetGlobal,
     cudaLibraryGetKernel, cudaLibraryGetKernelCount, cudaLibraryGetManaged, cudaLibraryGetUnifiedFunction,

@@ -69,7 +69,7 @@ impl Session {
         for k in events {
             let (e, d) = self.events.remove(&k).expect("listed");
             f.events += 1;
-            if self.enter(d).is_ok() {
+            if super::ipc::release_event(e.0 as usize) && self.enter(d).is_ok() {
                 note(call!(cuda, cuEventDestroy_v2(e.0)), &mut f.errors);
             }
         }

@@ -1,5 +1,5 @@
-//! IPC memory handles between the sessions of one tenant (`cuIpcGetMemHandle`,
-//! `cuIpcOpenMemHandle`, `cuIpcCloseMemHandle`).
+//! IPC memory and event handles between the sessions of one tenant (`cuIpcGetMemHandle`,
+//! `cuIpcOpenMemHandle`, `cuIpcCloseMemHandle`, `cuIpcGetEventHandle`, `cuIpcOpenEventHandle`).
 //!
 //! Every session's memory lives in this process, in the tenant's context of each device,
 //! so another session of the tenant can use an allocation as it is: opening a handle adds
@@ -7,6 +7,10 @@
 //! nothing is allocated or charged. The memory stays counted once, in the ledger of the
 //! session that allocated it. The allocator's free (or its session's end) revokes the
 //! export: every opener's view of it ends at once, since their next use finds it dead.
+//!
+//! An event opened from a handle is the exporter's event in the tenant's context, under a
+//! new id of the opener's session; the backend event is destroyed when the last session
+//! holding it (the exporter or an opener) destroys it or ends ([`release_event`]).
 //!
 //! A handle is a 128-bit secret from the kernel's random source; a secret of another
 //! tenant is answered as an unknown one (CUDA_ERROR_INVALID_HANDLE, as NVIDIA documents
@@ -92,7 +96,89 @@ pub fn revoke_session(session: u64) {
     }
 }
 
+/// An exported event: the backend event, its device and owner tenant, and how many
+/// sessions hold it.
+struct SharedEvent {
+    tenant: String,
+    raw: usize,
+    device: u32,
+    holders: usize,
+}
+
+#[derive(Default)]
+struct Events {
+    /// secret -> event; by raw handle for the destroy path.
+    shared: HashMap<[u8; 16], SharedEvent>,
+    by_raw: HashMap<usize, [u8; 16]>,
+}
+
+fn events() -> std::sync::MutexGuard<'static, Events> {
+    static E: OnceLock<Mutex<Events>> = OnceLock::new();
+    E.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A session lets go of backend event `raw` (its destroy or its end): whether the backend
+/// event must be destroyed now, i.e. no other session holds it.
+pub fn release_event(raw: usize) -> bool {
+    let mut ev = events();
+    let Some(secret) = ev.by_raw.get(&raw).copied() else { return true };
+    let Some(e) = ev.shared.get_mut(&secret) else { return true };
+    e.holders -= 1;
+    if e.holders > 0 {
+        return false;
+    }
+    ev.shared.remove(&secret);
+    ev.by_raw.remove(&raw);
+    true
+}
+
 impl Session {
+    pub(super) fn ipc_export_event(&mut self, event: gpupool_protocol::EventId) -> Result<[u8; 16]> {
+        let (raw, device) = self.event(event)?;
+        let raw = raw.0 as usize;
+        let mut ev = events();
+        if let Some(secret) = ev.by_raw.get(&raw) {
+            return Ok(*secret);
+        }
+        let secret = random_secret()?;
+        ev.by_raw.insert(raw, secret);
+        ev.shared.insert(secret, SharedEvent { tenant: self.tenant().to_string(), raw, device, holders: 1 });
+        Ok(secret)
+    }
+
+    pub(super) fn ipc_open_event(
+        &mut self,
+        ctx: gpupool_protocol::CtxId,
+        secret: [u8; 16],
+    ) -> Result<gpupool_protocol::EventId> {
+        let d = self.ctx_device(ctx)?;
+        let (raw, device) = {
+            let mut ev = events();
+            match ev.shared.get_mut(&secret) {
+                Some(e) if e.tenant == self.tenant() => {
+                    e.holders += 1;
+                    (e.raw, e.device)
+                }
+                Some(e) => {
+                    tracing::warn!(
+                        session = self.id, tenant = %self.tenant(), owner = %e.tenant,
+                        "cuIpcOpenEventHandle refused: the handle names an event of another tenant"
+                    );
+                    return Err(Fail::new(INVALID_HANDLE, "no IPC event handle of this tenant matches"));
+                }
+                None => return Err(Fail::new(INVALID_HANDLE, "no live IPC event handle matches")),
+            }
+        };
+        if device != d {
+            release_event(raw);
+            return Err(Fail::invalid_value(format!("the event is on device {device}, the context on device {d}")));
+        }
+        let id = gpupool_protocol::EventId(self.next_handle());
+        self.events.insert(id, (super::Raw(raw as gpupool_shim::cuda::CUevent), device));
+        self.owner.insert(super::cleanup::Handle::Event(id), ctx);
+        Ok(id)
+    }
+
     pub(super) fn ipc_export(&mut self, ptr: u64) -> Result<[u8; 16]> {
         let Some(a) = self.allocs.get(&ptr) else {
             return Err(Fail::invalid_value(format!(

@@ -281,6 +281,14 @@ impl Serve for Session {
         Ok(answer::Ok {})
     }
 
+    fn ipc_get_event_handle(&mut self, _cx: Cx<'_>, event: EventId) -> Result<answer::MemExported> {
+        Ok(answer::MemExported { secret: self.ipc_export_event(event)? })
+    }
+
+    fn ipc_open_event_handle(&mut self, _cx: Cx<'_>, ctx: CtxId, secret: [u8; 16]) -> Result<answer::Event> {
+        Ok(answer::Event { event: self.ipc_open_event(ctx, secret)? })
+    }
+
     // ---- copies and memset ----
 
     fn memcpy_htod(&mut self, cx: Cx<'_>, dst: DevicePtr, src: HostSrc) -> Result<answer::Ok> {
@@ -636,7 +644,10 @@ impl Serve for Session {
     fn event_destroy(&mut self, _cx: Cx<'_>, event: EventId) -> Result<answer::Ok> {
         let (e, d) = self.event(event)?;
         self.enter(d)?;
-        call!(self.shared.cuda, cuEventDestroy_v2(e.0))?;
+        // An event shared through IPC lives on while another session holds it.
+        if super::ipc::release_event(e.0 as usize) {
+            call!(self.shared.cuda, cuEventDestroy_v2(e.0))?;
+        }
         self.events.remove(&event);
         self.owner.remove(&Handle::Event(event));
         Ok(answer::Ok {})

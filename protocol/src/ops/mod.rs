@@ -33,7 +33,7 @@
 //! | `0x09xx` | management (NVML-like) |
 //! | `0x0axx` | BLAS: cuBLAS and cuBLASLt, answered with `cublasStatus_t` codes ([`blas`]) |
 //! | `0x0bxx` | graphs and stream capture ([`graph`]) |
-//! | `0x0dxx` | IPC between a tenant's sessions (memory handles) |
+//! | `0x0dxx` | IPC between a tenant's sessions (memory and event handles) |
 //! | `0x8000..=0xffff` | replies, same family byte plus `0x80` |
 //!
 //! Requests must lie in `0x0001..=0x7fff` and replies in `0x8000..=0xffff`, and no opcode
@@ -143,6 +143,10 @@ op_table! {
     /// secret, or a stale one, is INVALID_HANDLE.
     0x0d02 IpcOpenMemHandle ipc_open_mem_handle { secret: [u8; 16] } => AddressRange;
     0x0d03 IpcCloseMemHandle ipc_close_mem_handle { ptr: DevicePtr } => Ok;
+    /// `cuIpcGetEventHandle` of an event of this session (the client checked its flags).
+    0x0d04 IpcGetEventHandle ipc_get_event_handle { event: EventId } => MemExported;
+    /// `cuIpcOpenEventHandle` in `ctx`: a new event id of this session for the same event.
+    0x0d05 IpcOpenEventHandle ipc_open_event_handle { ctx: CtxId, secret: [u8; 16] } => Event;
 
     // ---- copies and memset ----
     0x0401 MemcpyHtoD memcpy_htod { dst: DevicePtr, src: HostSrc } => Ok;

@@ -155,6 +155,8 @@ pub fn all_request_examples() -> Vec<Request> {
         IpcGetMemHandle { ptr: PTR },
         IpcOpenMemHandle { secret: *b"fedcba9876543210" },
         IpcCloseMemHandle { ptr: PTR },
+        IpcGetEventHandle { event: EVENT },
+        IpcOpenEventHandle { ctx: CTX, secret: *b"0011223344556677" },
         StagingWrite { offset: 4096, data: InlineBytes(vec![1, 2, 3]) },
         StagingRead { offset: 4096, len: 3 },
         MemcpyHtoD { dst: PTR, src: HostSrc::Inline(vec![1, 2, 3, 4].into()) },
