@@ -99,7 +99,6 @@ unsupported! {
     cudaGraphicsResourceSetMapFlags, cudaGraphicsSubResourceGetMappedArray, cudaGraphicsUnmapResources,
     cudaGraphicsUnregisterResource, cudaGraphicsVDPAURegisterOutputSurface,
     cudaGraphicsVDPAURegisterVideoSurface, cudaImportExternalMemory, cudaImportExternalSemaphore,
-
     cudaKernelSetAttributeForDevice, cudaLaunchCooperativeKernelMultiDevice,
     cudaLibraryEnumerateKernels, cudaLibraryGetGlobal,
     cudaLibraryGetKernel, cudaLibraryGetKernelCount, cudaLibraryGetManaged, cudaLibraryGetUnifiedFunction,
