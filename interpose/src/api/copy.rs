@@ -457,6 +457,7 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D, stream: Option<StreamId>) -> R<()> 
 }
 
 pub(super) fn memcpy2d(p: CUDA_MEMCPY2D, _ds: DefaultStream) -> R<()> {
+    let p = super::array::lower2d(p)?;
     client::call(|c| {
         require_ctx(c)?;
         copy2d(c, &p, None)
@@ -464,6 +465,7 @@ pub(super) fn memcpy2d(p: CUDA_MEMCPY2D, _ds: DefaultStream) -> R<()> {
 }
 
 pub(super) fn memcpy2d_async(p: CUDA_MEMCPY2D, s: CUstream, ds: DefaultStream) -> R<()> {
+    let p = super::array::lower2d(p)?;
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         copy2d(c, &p, Some(stream))

@@ -1,5 +1,6 @@
 //! 3D copies (`cuMemcpy3D_v2`, `cuMemcpy3DAsync_v2` and their per-thread twins) between
-//! host, device and unified memory; CUDA arrays are refused with NOT_SUPPORTED. The
+//! host, device and unified memory, and CUDA arrays (kept in pitched device memory, see
+//! [`super::array`]). The
 //! arguments are checked as the driver does (LOD and reserved fields 0, pitches at least
 //! the width, slice heights at least `Height` when `Depth > 1`, a pitch or slice height of
 //! 0 meaning the width or `Height`), and each device end over its whole extent, locally.
@@ -251,6 +252,7 @@ fn staged(c: &mut Client, s: Shape, src: End, dst: End, stream: Option<StreamId>
 }
 
 pub(super) fn memcpy3d(p: CUDA_MEMCPY3D, _ds: DefaultStream) -> R<()> {
+    let p = super::array::lower3d(p)?;
     client::call(|c| {
         require_ctx(c)?;
         copy3d(c, &p, None)
@@ -258,6 +260,7 @@ pub(super) fn memcpy3d(p: CUDA_MEMCPY3D, _ds: DefaultStream) -> R<()> {
 }
 
 pub(super) fn memcpy3d_async(p: CUDA_MEMCPY3D, s: CUstream, ds: DefaultStream) -> R<()> {
+    let p = super::array::lower3d(p)?;
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         copy3d(c, &p, Some(stream))

@@ -9,6 +9,7 @@
 //! `cuGetProcAddress` table in [`proc_address`].
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments, non_snake_case)]
 
+pub mod array;
 pub mod context;
 pub mod copy;
 pub mod copy3d;

@@ -6,6 +6,7 @@ use gpupool_abi::proc::Table;
 use gpupool_shim::cuda::{CUdriverProcAddressQueryResult as Q, cuuint64_t};
 use std::os::raw::{c_char, c_int, c_void};
 
+use super::array::*;
 use super::exports::*;
 
 fn table() -> &'static Table {

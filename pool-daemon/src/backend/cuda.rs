@@ -106,6 +106,9 @@ driver_table! {
     cuEventQuery: fn(cu::CUevent);
     cuEventElapsedTime: fn(*mut f32, cu::CUevent, cu::CUevent);
     cuEventDestroy_v2: fn(cu::CUevent);
+    cuTexObjectCreate: fn(*mut u64, *const cu::CUDA_RESOURCE_DESC, *const cu::CUDA_TEXTURE_DESC,
+        *const cu::CUDA_RESOURCE_VIEW_DESC);
+    cuTexObjectDestroy: fn(u64);
     cuMemcpy2D_v2: fn(*const cu::CUDA_MEMCPY2D);
     cuMemcpy2DAsync_v2: fn(*const cu::CUDA_MEMCPY2D, cu::CUstream);
     cuMemcpy3D_v2: fn(*const cu::CUDA_MEMCPY3D);

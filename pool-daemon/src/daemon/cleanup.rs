@@ -45,6 +45,8 @@ impl Session {
     pub fn free_owned(&mut self, only: Option<CtxId>) -> Freed {
         // BLAS handles first: before the memory they may use as workspace goes.
         let mut f = Freed { blas_handles: self.free_blas(only), ..Default::default() };
+        // Texture objects before the memory they read.
+        self.free_textures(only);
         let owner = std::mem::take(&mut self.owner);
         let mine = |h: Handle| only.is_none_or(|c| owner.get(&h) == Some(&c));
         let shared = self.shared.clone();

@@ -43,6 +43,7 @@ pub mod serve;
 pub mod session;
 pub mod status_view;
 pub mod streams;
+pub mod texture;
 pub mod vmm;
 
 use crate::backend::{Cuda, DriverSource, Nvml};

@@ -794,4 +794,20 @@ impl Serve for Session {
         self.launch_exec(exec, stream)?;
         Ok(answer::Ok {})
     }
+
+    // ---- texture objects ([`super::texture`]) ----
+
+    fn tex_object_create(
+        &mut self,
+        _cx: Cx<'_>,
+        ctx: CtxId,
+        resource: gpupool_protocol::ops::TexResource,
+        sampler: gpupool_protocol::ops::TexSampler,
+    ) -> Result<answer::TexObject> {
+        self.tex_create(ctx, resource, sampler).map(|handle| answer::TexObject { handle })
+    }
+
+    fn tex_object_destroy(&mut self, _cx: Cx<'_>, handle: u64) -> Result<answer::Ok> {
+        self.tex_destroy(handle).map(|()| answer::Ok {})
+    }
 }

@@ -81,6 +81,8 @@ pub struct Session {
     pub vmm: super::vmm::Owned,
     /// Graphs, instantiated graphs and captures ([`super::graph`]).
     pub graphs: super::graph::Graphs,
+    /// Texture objects ([`super::texture`]).
+    pub textures: super::texture::Textures,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -286,6 +288,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         blas: Default::default(),
         vmm: Default::default(),
         graphs: Default::default(),
+        textures: Default::default(),
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };

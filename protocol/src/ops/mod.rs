@@ -34,6 +34,7 @@
 //! | `0x0axx` | BLAS: cuBLAS and cuBLASLt, answered with `cublasStatus_t` codes ([`blas`]) |
 //! | `0x0bxx` | graphs and stream capture ([`graph`]) |
 //! | `0x0dxx` | IPC between a tenant's sessions (memory and event handles) |
+//! | `0x0exx` | texture objects over the session's memory ([`array`]) |
 //! | `0x8000..=0xffff` | replies, same family byte plus `0x80` |
 //!
 //! Requests must lie in `0x0001..=0x7fff` and replies in `0x8000..=0xffff`, and no opcode
@@ -46,11 +47,13 @@
 //! Decoding requires the payload to be consumed exactly.
 #![forbid(unsafe_code)]
 
+pub mod array;
 pub mod blas;
 pub mod graph;
 pub(crate) mod macros;
 mod types;
 
+pub use array::{TexResource, TexSampler};
 pub use blas::{BlasHandleId, BlasMat, BlasScalar, Gemm, LtDesc, LtLayout, Matmul, Vector};
 pub use graph::{GraphExecId, GraphId};
 pub use macros::{assert_opcodes_in, assert_unique_opcodes};
@@ -249,6 +252,12 @@ op_table! {
     0x0b08 GraphUpload graph_upload { exec: GraphExecId, stream: StreamId } => Ok, async;
     /// Admitted and charged by the compute scheduler as one unit (daemon/graph.rs says why).
     0x0b09 GraphLaunch graph_launch { exec: GraphExecId, stream: StreamId } => Ok, async;
+
+    // ---- texture objects ----
+    /// `cuTexObjectCreate` in `ctx` over memory the session owns; the answer is the backend's
+    /// handle, which the client passes to kernels unchanged.
+    0x0e01 TexObjectCreate tex_object_create { ctx: CtxId, resource: TexResource, sampler: TexSampler } => TexObject;
+    0x0e02 TexObjectDestroy tex_object_destroy { handle: u64 } => Ok;
 }
 
 op_table! {
@@ -315,6 +324,8 @@ op_table! {
     0x8b02 GraphExec { exec: crate::ops::GraphExecId };
     /// A `CUstreamCaptureStatus`, and the capture's id (0 when none is active).
     0x8b03 CaptureInfo { status: u32, id: u64 };
+
+    0x8e01 TexObject { handle: u64 };
 }
 
 impl Request {

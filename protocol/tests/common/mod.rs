@@ -242,6 +242,12 @@ pub fn all_request_examples() -> Vec<Request> {
         GraphExecDestroy { exec: GRAPH_EXEC },
         GraphUpload { exec: GRAPH_EXEC, stream: STREAM },
         GraphLaunch { exec: GRAPH_EXEC, stream: STREAM },
+        TexObjectCreate {
+            ctx: CTX,
+            resource: TexResource { ptr: PTR, format: 0x20, channels: 4, width: 640, height: 480, pitch: 10240 },
+            sampler: TexSampler { address: [1, 1, 3], filter: 1, flags: 2, border: [0.5f32.to_bits(), 0, 0, 0] },
+        },
+        TexObjectDestroy { handle: 0x1_0000_0001 },
     ]
 }
 
@@ -300,5 +306,6 @@ pub fn all_reply_examples() -> Vec<Reply> {
         Graph { graph: GRAPH },
         GraphExec { exec: GRAPH_EXEC },
         CaptureInfo { status: 1, id: 42 },
+        TexObject { handle: 0x1_0000_0001 },
     ]
 }

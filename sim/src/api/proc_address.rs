@@ -7,6 +7,7 @@ use gpupool_abi::proc::Table;
 use gpupool_shim::cuda::{CUdriverProcAddressQueryResult as Q, CUresult, cuuint64_t};
 use std::os::raw::{c_char, c_int, c_void};
 
+use super::array::*;
 use super::context::*;
 use super::copy::*;
 use super::device::*;
@@ -20,6 +21,7 @@ use super::memory::*;
 use super::mempool::*;
 use super::module::*;
 use super::stream::*;
+use super::texture::*;
 use super::vmm::*;
 
 fn table() -> &'static Table {

@@ -1,0 +1,202 @@
+"""CUDA arrays and texture objects through cuda-bindings, against CPU references: run by
+test_textures.py on the simulator and under `gpupool run` by pool-daemon/tests/arrays.rs.
+
+- A 2D float array filled with cuMemcpy2D, sampled by an NVRTC kernel (tex2D<float>) with
+  linear filtering and unnormalized, clamped coordinates: the reference is the CUDA
+  Programming Guide's ("Texture Fetching", linear filtering) with the weights held in 9-bit
+  fixed point with 8 fractional bits, which differs from exact weights at these coordinates.
+- A uchar4 array read as normalized floats with linear filtering and normalized, wrapped
+  coordinates (tex2D<float4>).
+- Array contents round-trip (cuMemcpy2D to and from a box of the array).
+- With --quota MIB (a pool tenant's quota on device 0): an array of 3/4 of the quota is
+  created, a second one is CUDA_ERROR_OUT_OF_MEMORY, destroying the first lets it be made;
+  cuMemGetInfo's free memory drops by at least the array's bytes.
+
+Prints PASS/FAIL lines and SUMMARY passed/total; exits 1 on any failure.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernels import alloc, check, driver, from_device, i32, launch, load, ptr, sync, to_device  # noqa: E402
+
+SOURCE = r"""
+extern "C" __global__ void sample1(cudaTextureObject_t t, float *out, const float2 *xy, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = tex2D<float>(t, xy[i].x, xy[i].y);
+}
+extern "C" __global__ void sample4(cudaTextureObject_t t, float4 *out, const float2 *xy, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = tex2D<float4>(t, xy[i].x, xy[i].y);
+}
+"""
+
+
+def quantized_bilinear(img, x, y, wrap_normalized=False):
+    """tex2D with linear filtering at (x, y): img is (h, w, channels) float64."""
+    h, w = img.shape[:2]
+    if wrap_normalized:
+        x, y = (x - np.floor(x)) * w, (y - np.floor(y)) * h
+    xb, yb = x - 0.5, y - 0.5
+    i, j = int(np.floor(xb)), int(np.floor(yb))
+    a = np.round((xb - i) * 256) / 256
+    b = np.round((yb - j) * 256) / 256
+
+    def at(ii, jj):
+        if wrap_normalized:
+            return img[jj % h, ii % w]
+        return img[min(max(jj, 0), h - 1), min(max(ii, 0), w - 1)]
+
+    return (1 - a) * (1 - b) * at(i, j) + a * (1 - b) * at(i + 1, j) + (1 - a) * b * at(i, j + 1) + a * b * at(
+        i + 1, j + 1
+    )
+
+
+def make_array(d, w, h, fmt, channels):
+    desc = d.CUDA_ARRAY_DESCRIPTOR()
+    desc.Width, desc.Height, desc.Format, desc.NumChannels = w, h, fmt, channels
+    return d.cuArrayCreate(desc)
+
+
+def copy_to_array(d, arr, host, row_bytes, rows):
+    cp = d.CUDA_MEMCPY2D()
+    cp.srcMemoryType = d.CUmemorytype.CU_MEMORYTYPE_HOST
+    cp.srcHost = host.ctypes.data
+    cp.srcPitch = row_bytes
+    cp.dstMemoryType = d.CUmemorytype.CU_MEMORYTYPE_ARRAY
+    cp.dstArray = arr
+    cp.WidthInBytes = row_bytes
+    cp.Height = rows
+    check(d.cuMemcpy2D(cp))
+
+
+def texture(d, arr, mode, filt, flags):
+    res = d.CUDA_RESOURCE_DESC()
+    res.resType = d.CUresourcetype.CU_RESOURCE_TYPE_ARRAY
+    res.res.array.hArray = arr
+    tex = d.CUDA_TEXTURE_DESC()
+    tex.addressMode = [mode, mode, mode]
+    tex.filterMode = filt
+    tex.flags = flags
+    return check(d.cuTexObjectCreate(res, tex, None))
+
+
+def run_checks(report):
+    d = driver()
+    mod = load(SOURCE)
+    rng = np.random.default_rng(19)
+
+    # 1. float, linear filtering, clamp, unnormalized coordinates.
+    w, h = 13, 7
+    img = (rng.random((h, w)) * 1000).astype(np.float32)
+    arr = check(make_array(d, w, h, d.CUarray_format.CU_AD_FORMAT_FLOAT, 1))
+    copy_to_array(d, arr, img, w * 4, h)
+    t = texture(d, arr, d.CUaddress_mode.CU_TR_ADDRESS_MODE_CLAMP, d.CUfilter_mode.CU_TR_FILTER_MODE_LINEAR, 0)
+    xy = np.array([[0.8, 0.5], [3.3, 2.7], [12.9, 6.6], [-2.0, 1.1], [6.02, 0.26], [5.5, 3.5], [7.77, 4.13]], np.float32)
+    n = len(xy)
+    dxy, dout = to_device(xy), alloc(n * 4)
+    launch(mod.function("sample1"), (1,), (32,), [ptr(int(t)), ptr(dout), ptr(dxy), i32(n)])
+    sync()
+    got = from_device(dout, n, np.float32)
+    ref = np.array([quantized_bilinear(img.astype(np.float64)[..., None], x, y)[0] for x, y in xy], np.float32)
+    exact = 0.7 * img[0, 0] + 0.3 * img[0, 1]
+    report(
+        "tex2D<float> linear filtering matches the 8-bit-weight reference",
+        np.allclose(got, ref, rtol=2e-6, atol=1e-4) and not np.isclose(got[0], exact, rtol=1e-7, atol=0),
+        f"got {got}, reference {ref}, exact-weight value at x=0.8 {exact}",
+    )
+    check(d.cuTexObjectDestroy(t))
+
+    # 2. The array's bytes round-trip through a box copy.
+    back = np.zeros((3, 5), np.float32)
+    cp = d.CUDA_MEMCPY2D()
+    cp.srcMemoryType = d.CUmemorytype.CU_MEMORYTYPE_ARRAY
+    cp.srcArray = arr
+    cp.srcXInBytes, cp.srcY = 4 * 4, 2
+    cp.dstMemoryType = d.CUmemorytype.CU_MEMORYTYPE_HOST
+    cp.dstHost = back.ctypes.data
+    cp.dstPitch = 5 * 4
+    cp.WidthInBytes, cp.Height = 5 * 4, 3
+    check(d.cuMemcpy2D(cp))
+    report("cuMemcpy2D from a box of an array", np.array_equal(back, img[2:5, 4:9]), f"{back} vs {img[2:5, 4:9]}")
+    check(d.cuArrayDestroy(arr))
+
+    # 3. uchar4 read as normalized floats, linear filtering, wrap with normalized coordinates.
+    w, h = 8, 4
+    img8 = rng.integers(0, 256, (h, w, 4), dtype=np.uint8)
+    arr = check(make_array(d, w, h, d.CUarray_format.CU_AD_FORMAT_UNSIGNED_INT8, 4))
+    copy_to_array(d, arr, img8, w * 4, h)
+    t = texture(
+        d,
+        arr,
+        d.CUaddress_mode.CU_TR_ADDRESS_MODE_WRAP,
+        d.CUfilter_mode.CU_TR_FILTER_MODE_LINEAR,
+        d.CU_TRSF_NORMALIZED_COORDINATES,
+    )
+    nxy = np.array([[0.1, 0.2], [0.97, 0.05], [1.3, -0.4], [0.5, 0.5], [-0.01, 0.99]], np.float32)
+    n = len(nxy)
+    dxy, dout = to_device(nxy), alloc(n * 16)
+    launch(mod.function("sample4"), (1,), (32,), [ptr(int(t)), ptr(dout), ptr(dxy), i32(n)])
+    sync()
+    got = from_device(dout, n * 4, np.float32).reshape(n, 4)
+    norm = img8.astype(np.float64) / 255.0
+    ref = np.array([quantized_bilinear(norm, x, y, wrap_normalized=True) for x, y in nxy], np.float32)
+    report(
+        "tex2D<float4> of uchar4 (normalized float, wrap, normalized coordinates)",
+        np.allclose(got, ref, rtol=1e-5, atol=2e-6),
+        f"got {got}, reference {ref}",
+    )
+    check(d.cuTexObjectDestroy(t))
+    check(d.cuArrayDestroy(arr))
+
+
+def quota_checks(report, quota_mib):
+    d = driver()
+    fmt = d.CUarray_format.CU_AD_FORMAT_FLOAT
+    # 3/4 of the quota as a float4 array 4096 texels wide (64 KiB rows).
+    rows = quota_mib * 3 // 4 * 16
+    free0, _ = check(d.cuMemGetInfo())
+    first = check(make_array(d, 4096, rows, fmt, 4))
+    free1, _ = check(d.cuMemGetInfo())
+    report("an array is counted in the free memory", free0 - free1 >= rows * 65536, f"free {free0} -> {free1}")
+    err, second = make_array(d, 4096, rows, fmt, 4)
+    report(
+        "an array past the quota is CUDA_ERROR_OUT_OF_MEMORY",
+        err == d.CUresult.CUDA_ERROR_OUT_OF_MEMORY,
+        f"got {err}",
+    )
+    check(d.cuArrayDestroy(first))
+    err, second = make_array(d, 4096, rows, fmt, 4)
+    report("cuArrayDestroy gives the quota back", err == d.CUresult.CUDA_SUCCESS, f"got {err}")
+    if err == d.CUresult.CUDA_SUCCESS:
+        check(d.cuArrayDestroy(second))
+
+
+def main():
+    d = driver()
+    check(d.cuInit(0))
+    dev = check(d.cuDeviceGet(0))
+    check(d.cuCtxSetCurrent(check(d.cuDevicePrimaryCtxRetain(dev))))
+    results = []
+
+    def report(name, ok, detail=""):
+        results.append(bool(ok))
+        print(("PASS " if ok else "FAIL ") + name + ("" if ok else f": {detail}"), flush=True)
+
+    try:
+        run_checks(report)
+        if "--quota" in sys.argv:
+            quota_checks(report, int(sys.argv[sys.argv.index("--quota") + 1]))
+    except Exception as e:  # a failed call is a failed check, reported with the rest
+        report("no unexpected error", False, repr(e))
+    print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
+    sys.exit(0 if all(results) else 1)
+
+
+if __name__ == "__main__":
+    main()
