@@ -320,6 +320,8 @@ macro_rules! driver_entry_points {
         "cuGraphAddEventWaitNode" => [11010 => cuGraphAddEventWaitNode];
         "cuGraphAddDependencies" => [10000 => cuGraphAddDependencies, 12030 => cuGraphAddDependencies_v2];
         "cuGraphExecKernelNodeSetParams" => [10010 => !, 12000 => cuGraphExecKernelNodeSetParams_v2];
+        "cuGraphAddMemcpyNode" => [10000 => cuGraphAddMemcpyNode];
+        "cuGraphExecUpdate" => [10020 => !, 12000 => cuGraphExecUpdate_v2];
         "cuGraphClone" => [10000 => cuGraphClone];
         "cuGraphDebugDotPrint" => [11030 => cuGraphDebugDotPrint];
         "cuLaunchHostFunc" => [10000 => cuLaunchHostFunc | cuLaunchHostFunc_ptsz];

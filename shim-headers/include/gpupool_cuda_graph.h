@@ -51,6 +51,25 @@ typedef struct CUDA_HOST_NODE_PARAMS_st {
 } CUDA_HOST_NODE_PARAMS_v1;
 typedef CUDA_HOST_NODE_PARAMS_v1 CUDA_HOST_NODE_PARAMS;
 
+typedef enum CUgraphExecUpdateResult_enum {
+    CU_GRAPH_EXEC_UPDATE_SUCCESS = 0x0,
+    CU_GRAPH_EXEC_UPDATE_ERROR = 0x1,
+    CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 0x2,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED = 0x3,
+    CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED = 0x4,
+    CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED = 0x5,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED = 0x6,
+    CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE = 0x7,
+    CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED = 0x8
+} CUgraphExecUpdateResult;
+
+typedef struct CUgraphExecUpdateResultInfo_st {
+    CUgraphExecUpdateResult result;
+    CUgraphNode errorNode;
+    CUgraphNode errorFromNode;
+} CUgraphExecUpdateResultInfo_v1;
+typedef CUgraphExecUpdateResultInfo_v1 CUgraphExecUpdateResultInfo;
+
 typedef enum CUgraphDebugDot_flags_enum {
     CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE = 1 << 0
 } CUgraphDebugDot_flags;
@@ -75,6 +94,9 @@ CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, cons
                                    const CUgraphEdgeData *edgeData, size_t numDependencies);
 CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
                                            const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                              size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph);
 CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags);
 

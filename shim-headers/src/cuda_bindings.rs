@@ -5577,6 +5577,91 @@ impl Default for CUDA_HOST_NODE_PARAMS_st {
 }
 pub type CUDA_HOST_NODE_PARAMS_v1 = CUDA_HOST_NODE_PARAMS_st;
 pub type CUDA_HOST_NODE_PARAMS = CUDA_HOST_NODE_PARAMS_v1;
+impl CUgraphExecUpdateResult_enum {
+    pub const CU_GRAPH_EXEC_UPDATE_SUCCESS: CUgraphExecUpdateResult_enum = CUgraphExecUpdateResult_enum(
+        0,
+    );
+}
+impl CUgraphExecUpdateResult_enum {
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR: CUgraphExecUpdateResult_enum = CUgraphExecUpdateResult_enum(
+        1,
+    );
+}
+impl CUgraphExecUpdateResult_enum {
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: CUgraphExecUpdateResult_enum = CUgraphExecUpdateResult_enum(
+        2,
+    );
+}
+impl CUgraphExecUpdateResult_enum {
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: CUgraphExecUpdateResult_enum = CUgraphExecUpdateResult_enum(
+        3,
+    );
+}
+impl CUgraphExecUpdateResult_enum {
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED: CUgraphExecUpdateResult_enum = CUgraphExecUpdateResult_enum(
+        4,
+    );
+}
+impl CUgraphExecUpdateResult_enum {
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED: CUgraphExecUpdateResult_enum = CUgraphExecUpdateResult_enum(
+        5,
+    );
+}
+impl CUgraphExecUpdateResult_enum {
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: CUgraphExecUpdateResult_enum = CUgraphExecUpdateResult_enum(
+        6,
+    );
+}
+impl CUgraphExecUpdateResult_enum {
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE: CUgraphExecUpdateResult_enum = CUgraphExecUpdateResult_enum(
+        7,
+    );
+}
+impl CUgraphExecUpdateResult_enum {
+    pub const CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED: CUgraphExecUpdateResult_enum = CUgraphExecUpdateResult_enum(
+        8,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUgraphExecUpdateResult_enum(pub ::std::os::raw::c_uint);
+pub use self::CUgraphExecUpdateResult_enum as CUgraphExecUpdateResult;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUgraphExecUpdateResultInfo_st {
+    pub result: CUgraphExecUpdateResult,
+    pub errorNode: CUgraphNode,
+    pub errorFromNode: CUgraphNode,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUgraphExecUpdateResultInfo_st",
+    ][::std::mem::size_of::<CUgraphExecUpdateResultInfo_st>() - 24usize];
+    [
+        "Alignment of CUgraphExecUpdateResultInfo_st",
+    ][::std::mem::align_of::<CUgraphExecUpdateResultInfo_st>() - 8usize];
+    [
+        "Offset of field: CUgraphExecUpdateResultInfo_st::result",
+    ][::std::mem::offset_of!(CUgraphExecUpdateResultInfo_st, result) - 0usize];
+    [
+        "Offset of field: CUgraphExecUpdateResultInfo_st::errorNode",
+    ][::std::mem::offset_of!(CUgraphExecUpdateResultInfo_st, errorNode) - 8usize];
+    [
+        "Offset of field: CUgraphExecUpdateResultInfo_st::errorFromNode",
+    ][::std::mem::offset_of!(CUgraphExecUpdateResultInfo_st, errorFromNode) - 16usize];
+};
+impl Default for CUgraphExecUpdateResultInfo_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUgraphExecUpdateResultInfo_v1 = CUgraphExecUpdateResultInfo_st;
+pub type CUgraphExecUpdateResultInfo = CUgraphExecUpdateResultInfo_v1;
 impl CUgraphDebugDot_flags_enum {
     pub const CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE: CUgraphDebugDot_flags_enum = CUgraphDebugDot_flags_enum(
         1,
@@ -5671,6 +5756,23 @@ unsafe extern "C" {
         hGraphExec: CUgraphExec,
         hNode: CUgraphNode,
         nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddMemcpyNode(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        copyParams: *const CUDA_MEMCPY3D,
+        ctx: CUcontext,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphExecUpdate_v2(
+        hGraphExec: CUgraphExec,
+        hGraph: CUgraph,
+        resultInfo: *mut CUgraphExecUpdateResultInfo,
     ) -> CUresult;
 }
 unsafe extern "C" {

@@ -32,6 +32,7 @@ pub enum Op {
     Captured(Work, Job),
     Kernel(KernelLaunch, Job),
     Memset(Job),
+    Memcpy(Job),
     Host(Job),
     EventRecord(Arc<Event>),
     EventWait(Arc<Event>),
@@ -45,7 +46,7 @@ impl Op {
     pub fn type_name(&self) -> &'static str {
         match self {
             Op::Captured(Work::Kernel, _) | Op::Kernel(..) => "KERNEL",
-            Op::Captured(Work::Memory, _) => "MEMCPY",
+            Op::Captured(Work::Memory, _) | Op::Memcpy(_) => "MEMCPY",
             Op::Memset(_) => "MEMSET",
             Op::Captured(Work::Control, _) | Op::Host(_) => "HOST",
             Op::EventRecord(_) => "EVENT_RECORD",
@@ -153,7 +154,7 @@ fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Optio
         match &nodes[i].op {
             Op::Captured(w, j) => steps.push(Step::Run(*w, j.clone())),
             Op::Kernel(_, j) => steps.push(Step::Run(Work::Kernel, j.clone())),
-            Op::Memset(j) => steps.push(Step::Run(Work::Memory, j.clone())),
+            Op::Memset(j) | Op::Memcpy(j) => steps.push(Step::Run(Work::Memory, j.clone())),
             Op::Host(j) => steps.push(Step::Run(Work::Control, j.clone())),
             Op::EventRecord(e) => steps.push(Step::Record(e.clone())),
             Op::EventWait(e) => steps.push(Step::Wait(e.clone())),
@@ -170,8 +171,53 @@ fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Optio
     Ok(())
 }
 
+/// What `cuGraphExecUpdate` compares: each node's type and dependencies, child graphs' inside.
+#[derive(PartialEq, Eq)]
+pub struct Topology(Vec<(&'static str, Vec<usize>, Option<Topology>)>);
+
+impl Topology {
+    pub fn of(nodes: &[Node]) -> Topology {
+        Topology(
+            nodes
+                .iter()
+                .map(|n| {
+                    let inner = match &n.op {
+                        Op::Child(c) => Some(Topology::of(c)),
+                        _ => None,
+                    };
+                    (n.op.type_name(), n.deps.clone(), inner)
+                })
+                .collect(),
+        )
+    }
+
+    /// Why `other` cannot update a graph of this topology: the result code (a
+    /// `CUgraphExecUpdateResult`) and the first node that differs, if one does.
+    pub fn mismatch(&self, other: &Topology) -> Option<(u32, Option<usize>)> {
+        const TOPOLOGY_CHANGED: u32 = 2;
+        const NODE_TYPE_CHANGED: u32 = 3;
+        if self.0.len() != other.0.len() {
+            return Some((TOPOLOGY_CHANGED, None));
+        }
+        for (i, (a, b)) in self.0.iter().zip(&other.0).enumerate() {
+            if a.0 != b.0 {
+                return Some((NODE_TYPE_CHANGED, Some(i)));
+            }
+            let mut da = a.1.clone();
+            let mut db = b.1.clone();
+            da.sort_unstable();
+            db.sort_unstable();
+            if da != db || a.2 != b.2 {
+                return Some((TOPOLOGY_CHANGED, Some(i)));
+            }
+        }
+        None
+    }
+}
+
 /// An instantiated graph: its own copy of the steps, unaffected by later changes to (or the
-/// destruction of) the graph; a kernel node's step can be changed in place.
+/// destruction of) the graph; a kernel node's step can be changed in place, and every node's
+/// parameters from a graph of the same topology (`cuGraphExecUpdate`).
 pub struct GraphExec {
     pub ctx_handle: u64,
     /// The graph it was made from (nodes are named by that graph's node handles).
@@ -179,6 +225,7 @@ pub struct GraphExec {
     steps: Mutex<Vec<Step>>,
     /// Per node of the graph: its step, if it is a kernel node.
     top: Vec<Option<usize>>,
+    topology: Topology,
 }
 
 impl GraphExec {
@@ -186,7 +233,25 @@ impl GraphExec {
         let nodes = graph.nodes();
         let (mut steps, mut top) = (Vec::new(), Vec::new());
         flatten(&nodes, &mut steps, Some(&mut top))?;
-        Ok(GraphExec { ctx_handle: graph.ctx_handle, graph: graph_handle, steps: Mutex::new(steps), top })
+        let topology = Topology::of(&nodes);
+        Ok(GraphExec { ctx_handle: graph.ctx_handle, graph: graph_handle, steps: Mutex::new(steps), top, topology })
+    }
+
+    /// `cuGraphExecUpdate`: every node's parameters from `graph`, whose topology must be this one's
+    /// (then its steps come in the same order). `Err`: the result code and the differing node.
+    pub fn update(&self, graph: &Graph) -> Result<(), (u32, Option<usize>)> {
+        const ERROR: u32 = 1;
+        let nodes = graph.nodes();
+        if let Some(why) = self.topology.mismatch(&Topology::of(&nodes)) {
+            return Err(why);
+        }
+        if graph.ctx_handle != self.ctx_handle {
+            return Err((ERROR, None));
+        }
+        let mut steps = Vec::new();
+        flatten(&nodes, &mut steps, None).map_err(|_| (ERROR, None))?;
+        *self.steps.lock().unwrap_or_else(|e| e.into_inner()) = steps;
+        Ok(())
     }
 
     pub fn steps(&self) -> Vec<Step> {

@@ -220,3 +220,77 @@ def test_node_graph_honours_dependencies_and_updates_kernel_parameters(cuda, gct
     check(cuda.cuEventDestroy(ev))
     check(cuda.cuStreamDestroy(stream))
     del keep1, keep2, keep3, keep4, keep5, cb
+
+
+def test_memcpy_nodes_and_exec_update(cuda, gctx):
+    import ctypes
+
+    n = 256
+    mod = load(FILL)
+    fill, muladd = mod.function("fill"), mod.function("muladd")
+    src_host = np.arange(n, dtype=np.int32)
+    out_host = np.zeros(n, dtype=np.int32)
+    x, y = alloc(4 * n), alloc(4 * n)
+
+    def copy(dst_dev=None, dst_host=None, src_dev=None, src_host_ptr=None):
+        p = cuda.CUDA_MEMCPY3D()
+        M = cuda.CUmemorytype
+        if src_dev is not None:
+            p.srcMemoryType, p.srcDevice = M.CU_MEMORYTYPE_DEVICE, src_dev
+        else:
+            p.srcMemoryType, p.srcHost = M.CU_MEMORYTYPE_HOST, src_host_ptr
+        if dst_dev is not None:
+            p.dstMemoryType, p.dstDevice = M.CU_MEMORYTYPE_DEVICE, dst_dev
+        else:
+            p.dstMemoryType, p.dstHost = M.CU_MEMORYTYPE_HOST, dst_host
+        p.WidthInBytes, p.Height, p.Depth = 4 * n, 1, 1
+        return p
+
+    def build(m):
+        """host -> x; y = 0; x -> y; y = y * m + 1; y -> host."""
+        g = check(cuda.cuGraphCreate(0))
+        h2d = check(cuda.cuGraphAddMemcpyNode(g, None, 0, copy(dst_dev=x, src_host_ptr=src_host.ctypes.data), gctx))
+        keep, a = _args(ptr(y), i32(0), i32(n))
+        z = _kernel_node(cuda, g, [], fill, ceil_div(n, 128), 128, ctypes.addressof(a))
+        keep2, a2 = _args(ptr(y), i32(m), i32(1), i32(n))
+        d2d = check(cuda.cuGraphAddMemcpyNode(g, [h2d, z], 2, copy(dst_dev=y, src_dev=x), gctx))
+        k = _kernel_node(cuda, g, [d2d], muladd, ceil_div(n, 128), 128, ctypes.addressof(a2))
+        check(cuda.cuGraphAddMemcpyNode(g, [k], 1, copy(dst_host=out_host.ctypes.data, src_dev=y), gctx))
+        return g, (keep, keep2)
+
+    g3, keep3 = build(3)
+    stream = check(cuda.cuStreamCreate(0))
+    exe = check(cuda.cuGraphInstantiate(g3, 0))
+    check(cuda.cuGraphLaunch(exe, stream))
+    check(cuda.cuStreamSynchronize(stream))
+    np.testing.assert_array_equal(out_host, src_host * 3 + 1)
+
+    # The host source is read when the graph runs.
+    src_host[:] = np.arange(n, dtype=np.int32) * 2
+    g5, keep5 = build(5)
+    err, info = cuda.cuGraphExecUpdate(exe, g5)
+    assert err == cuda.CUresult.CUDA_SUCCESS, info
+    assert info.result == cuda.CUgraphExecUpdateResult.CU_GRAPH_EXEC_UPDATE_SUCCESS
+    check(cuda.cuGraphLaunch(exe, stream))
+    check(cuda.cuStreamSynchronize(stream))
+    np.testing.assert_array_equal(out_host, src_host * 5 + 1)
+
+    # Another topology cannot update it, and the instantiated graph is unchanged.
+    other = check(cuda.cuGraphCreate(0))
+    check(cuda.cuGraphAddEmptyNode(other, None, 0))
+    err, _ = cuda.cuGraphExecUpdate(exe, other)  # cuda-bindings returns no info on failure
+    assert err == cuda.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+    check(cuda.cuGraphLaunch(exe, stream))
+    check(cuda.cuStreamSynchronize(stream))
+    np.testing.assert_array_equal(out_host, src_host * 5 + 1)
+
+    # A copy outside its allocation is refused when the node is added.
+    bad = copy(dst_dev=int(x) + 8, src_dev=y)
+    err, _ = cuda.cuGraphAddMemcpyNode(other, None, 0, bad, gctx)
+    assert err == cuda.CUresult.CUDA_ERROR_INVALID_VALUE
+
+    check(cuda.cuGraphExecDestroy(exe))
+    for g in (g3, g5, other):
+        check(cuda.cuGraphDestroy(g))
+    check(cuda.cuStreamDestroy(stream))
+    del keep3, keep5

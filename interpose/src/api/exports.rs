@@ -128,6 +128,10 @@ exports! { CUresult;
         edges: val *const CUgraphEdgeData, n: val usize) = graph::add_dependencies_v2;
     cuGraphExecKernelNodeSetParams_v2(exec: val CUgraphExec, node: val CUgraphNode,
         params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::exec_kernel_node_set_params;
+    cuGraphAddMemcpyNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
+        params: val *const CUDA_MEMCPY3D, ctx: val CUcontext) = graph::add_memcpy_node;
+    cuGraphExecUpdate_v2(exec: val CUgraphExec, graph: val CUgraph, info: val *mut CUgraphExecUpdateResultInfo)
+        = graph::exec_update;
     cuGraphClone(pclone: val *mut CUgraph, graph: val CUgraph) = graph::clone;
     cuGraphDebugDotPrint(graph: val CUgraph, path: val *const c_char, flags: val c_uint) = graph::debug_dot_print;
 }

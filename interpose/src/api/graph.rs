@@ -18,8 +18,9 @@ use crate::util::{R, log};
 use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
 use gpupool_protocol::{Request, StreamId};
 use gpupool_shim::cuda::{
-    CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent, CUgraph,
-    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent,
+    CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult, CUstream,
+    CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 use std::os::raw::{c_char, c_uint};
 use std::sync::Mutex;
@@ -251,12 +252,14 @@ refused! {
     add_kernel_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_KERNEL_NODE_PARAMS);
     add_memset_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_MEMSET_NODE_PARAMS, CUcontext);
     add_host_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_HOST_NODE_PARAMS);
+    add_memcpy_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_MEMCPY3D, CUcontext);
     add_empty_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize);
     add_child_graph_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUgraph);
     add_event_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUevent);
     add_dependencies(CUgraph, *const CUgraphNode, *const CUgraphNode, usize);
     add_dependencies_v2(CUgraph, *const CUgraphNode, *const CUgraphNode, *const CUgraphEdgeData, usize);
     exec_kernel_node_set_params(CUgraphExec, CUgraphNode, *const CUDA_KERNEL_NODE_PARAMS);
+    exec_update(CUgraphExec, CUgraph, *mut CUgraphExecUpdateResultInfo);
     clone(*mut CUgraph, CUgraph);
     debug_dot_print(CUgraph, *const c_char, c_uint);
 }

@@ -367,6 +367,23 @@ fn strided(
 ) -> CuResult<()> {
     let driver = initialized()?;
     let (ctx, s) = resolve_stream(driver, stream, d)?;
+    match regions(driver, &ctx, dst, src, width, height, depth)? {
+        Some((dr, sr, shape)) => submit_copy(&ctx, &s, dr, sr, shape, mode),
+        None => ctx.check_sticky(),
+    }
+}
+
+/// The memory a strided copy reads and writes, checked against its allocations (or arrays), and
+/// its shape; `None`: an empty copy.
+fn regions(
+    driver: &crate::driver::Driver,
+    ctx: &Arc<Context>,
+    dst: Side,
+    src: Side,
+    width: u64,
+    height: u64,
+    depth: u64,
+) -> CuResult<Option<(Region, Region, Shape)>> {
     if (height > 1 || depth > 1) && (dst.pitch < width || src.pitch < width) {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("pitch smaller than the width {width}"));
     }
@@ -380,18 +397,18 @@ fn strided(
         src_slice: src.slice,
     };
     if shape.is_empty() {
-        return ctx.check_sticky();
+        return Ok(None);
     }
     let place = |side: Side, footprint: u64, role: &str| match side.array {
         Some((a, [x, y, z])) => {
             a.check_box(x, y, z, width, height, depth, role)?;
             Ok(Region { host_addr: a.host_addr(x, y, z), keep: Keep::Array(a) })
         }
-        None => locate(driver, &ctx, side.addr, footprint, side.expect, Scope::Process, role),
+        None => locate(driver, ctx, side.addr, footprint, side.expect, Scope::Process, role),
     };
     let dr = place(dst, shape.dst_footprint(), "destination")?;
     let sr = place(src, shape.src_footprint(), "source")?;
-    submit_copy(&ctx, &s, dr, sr, shape, mode)
+    Ok(Some((dr, sr, shape)))
 }
 
 fn copy2d_impl(p: *const CUDA_MEMCPY2D, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
@@ -432,6 +449,12 @@ fn copy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream, d: DefaultStream) -> CuRes
 
 fn copy3d_impl(p: *const CUDA_MEMCPY3D, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
     let c = read(p, "CUDA_MEMCPY3D")?;
+    let (dst, src, [w, h, depth]) = sides3d(&c)?;
+    strided(dst, src, w, h, depth, stream, d, mode)
+}
+
+/// The two ends and the extent of a 3D copy, checked as `cuMemcpy3D` checks them.
+fn sides3d(c: &CUDA_MEMCPY3D) -> CuResult<(Side, Side, [u64; 3])> {
     if c.srcLOD != 0 || c.dstLOD != 0 || !c.reserved0.is_null() || !c.reserved1.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "LOD and reserved fields must be 0".into());
     }
@@ -465,7 +488,22 @@ fn copy3d_impl(p: *const CUDA_MEMCPY3D, stream: CUstream, d: DefaultStream, mode
         dh,
         w,
     )?;
-    strided(dst, src, w, h, depth, stream, d, mode)
+    Ok((dst, src, [w, h, depth]))
+}
+
+/// A graph memcpy node's job: the copy `c` describes, checked as `cuMemcpy3D` checks it in `ctx`,
+/// done each time the graph runs (host memory is read or written then, as by a captured copy);
+/// `None`: an empty copy.
+pub(crate) fn memcpy_node_job(ctx: &Arc<Context>, c: &CUDA_MEMCPY3D) -> CuResult<Option<crate::stream::Job>> {
+    let driver = initialized()?;
+    let (dst, src, [width, height, depth]) = sides3d(c)?;
+    let Some((dr, sr, shape)) = regions(driver, ctx, dst, src, width, height, depth)? else {
+        return Ok(None);
+    };
+    Ok(Some(std::sync::Arc::new(move || {
+        run_copy(dr.addr(), sr.addr(), &shape);
+        Ok(())
+    })))
 }
 fn copy3d(p: *const CUDA_MEMCPY3D, d: DefaultStream) -> CuResult<()> {
     copy3d_impl(p, std::ptr::null_mut(), d, Mode::Sync)

@@ -7,8 +7,9 @@ use crate::error::{CuResult, cuda_entry, fail};
 use crate::graph::{Graph, GraphExec, KernelLaunch, Node, Op, Step};
 use crate::stream::{Capture, StreamKind, Work};
 use gpupool_shim::cuda::{
-    CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent, CUgraph,
-    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode,
+    CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent,
+    CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult,
+    CUstream, CUstreamCaptureMode,
 };
 use std::os::raw::{c_char, c_uint, c_void};
 use std::sync::Arc;
@@ -266,6 +267,27 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
     })
 }
 
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemcpyNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const CUDA_MEMCPY3D,
+    ctx: CUcontext,
+) -> CUresult {
+    cuda_entry(|| {
+        let p = super::read(params, "memcpy node parameters")?;
+        let g = graph_of(graph)?;
+        let c = graph_ctx(&g)?;
+        if !ctx.is_null() && ctx as u64 != g.ctx_handle {
+            return fail(CUresult::CUDA_ERROR_INVALID_CONTEXT, || "the copy's context is not the graph's".into());
+        }
+        let job = super::copy::memcpy_node_job(&c, &p)?.unwrap_or_else(|| Arc::new(|| Ok(())));
+        add_node(node, graph, deps, n, Op::Memcpy(job))
+    })
+}
+
 /// A host function pointer and its argument, carried to the stream's worker.
 struct HostCall(usize, usize);
 
@@ -480,5 +502,39 @@ pub unsafe extern "C" fn cuGraphDebugDotPrint(graph: CUgraph, path: *const c_cha
         std::fs::write(&path, text).or_else(|e| {
             fail(CUresult::CUDA_ERROR_OPERATING_SYSTEM, || format!("cuGraphDebugDotPrint cannot write {path}: {e}"))
         })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecUpdate_v2(
+    exec: CUgraphExec,
+    graph: CUgraph,
+    info: *mut CUgraphExecUpdateResultInfo,
+) -> CUresult {
+    cuda_entry(|| {
+        let driver = initialized()?;
+        let Some(e) = driver.graph_execs.get(exec as u64) else {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{exec:?} is not an instantiated graph"));
+        };
+        let g = graph_of(graph)?;
+        let (result, node) = match e.update(&g) {
+            Ok(()) => (0, None),
+            Err(why) => why,
+        };
+        if !info.is_null() {
+            let error_node = node.map_or(std::ptr::null_mut(), |i| node_handle(graph as u64, i));
+            let r = CUgraphExecUpdateResultInfo {
+                result: CUgraphExecUpdateResult(result),
+                errorNode: error_node,
+                errorFromNode: std::ptr::null_mut(),
+            };
+            out(info, r)?;
+        }
+        if result != 0 {
+            return fail(CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, || {
+                format!("the graph cannot update this instantiated graph (CUgraphExecUpdateResult {result})")
+            });
+        }
+        Ok(())
     })
 }
