@@ -255,9 +255,9 @@ driver_table! {
 }
 
 driver_table! {
-    /// Entry points the simulator exports and libgpupool.so does not forward yet (CUDA arrays,
-    /// textures and surfaces), in a table of their own so that loading [`Driver`] from the
-    /// interposer (the fuzzer's tenants) does not need them. Only from [`arrays`].
+    /// CUDA arrays, textures and surfaces, in a table of their own so that [`Driver`] keeps
+    /// loading from libraries without them (libgpupool.so exports them since c382fe6, arrays
+    /// kept in linear memory and surface objects NOT_SUPPORTED). Only from [`arrays`].
     SimOnlyDriver;
     cuArrayCreate_v2(*mut cu::CUarray, *const cu::CUDA_ARRAY_DESCRIPTOR);
     cuArray3DCreate_v2(*mut cu::CUarray, *const cu::CUDA_ARRAY3D_DESCRIPTOR);

@@ -3,7 +3,7 @@
 
 use super::{out, read};
 use crate::array::{Array, Extent, MipmappedArray, max_levels};
-use crate::context::{current, current_healthy};
+use crate::context::current_healthy;
 use crate::driver::{Driver, initialized};
 use crate::error::{CuResult, cuda_entry, fail};
 use gpupool_shim::cuda::{
@@ -147,7 +147,8 @@ pub unsafe extern "C" fn cuMipmappedArrayDestroy(h: CUmipmappedArray) -> CUresul
     cuda_entry(|| {
         let driver = initialized()?;
         let m = lookup_mipmapped(driver, h)?;
-        if let Ok(ctx) = current() {
+        // As cuArrayDestroy: work already queued in the array's context finishes first.
+        if let Ok(ctx) = crate::context::lookup(driver, m.ctx_handle) {
             ctx.drain();
         }
         for &l in &m.level_handles {
