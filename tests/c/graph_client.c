@@ -42,7 +42,8 @@
     X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventDestroy_v2)     \
     X(cuLaunchKernel) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuStreamIsCapturing)              \
     X(cuStreamGetCaptureInfo_v2) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiateWithFlags)         \
-    X(cuGraphUpload) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphAddEmptyNode)
+    X(cuGraphUpload) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphAddEmptyNode) X(cuMemGetInfo_v2)          \
+    X(cuMemAllocAsync) X(cuMemFreeAsync)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -258,6 +259,41 @@ int main(int argc, char **argv) {
         CU(cuGraphExecDestroy, x2);
         CU(cuGraphDestroy, g2);
         ok("a page-locked buffer freed under a graph stays readable by it");
+    }
+
+    /* Graph memory: cuMemAllocAsync and cuMemFreeAsync captured. The allocation is made when
+     * captured (the tenant's quota sees it), keeps its address at every launch and goes with the
+     * graph; past the quota, the captured allocation fails. */
+    {
+        size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
+        const size_t big = 8u << 20;
+        CUdeviceptr tmpd = 0, huge = 0;
+        CUgraph gm = NULL;
+        CUgraphExec xm = NULL;
+        CU(cuMemGetInfo_v2, &free0, &total);
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CU(cuMemAllocAsync, &tmpd, big, s);
+        CU_EXPECT(CUDA_ERROR_OUT_OF_MEMORY, cuMemAllocAsync, &huge, free0, s);
+        CU(cuMemsetD32Async, tmpd, 0x77u, N, s);
+        CU(cuMemcpyDtoDAsync_v2, g[2], tmpd, N * 4, s);
+        CU(cuMemFreeAsync, tmpd, s);
+        CU(cuStreamEndCapture, s, &gm);
+        CU(cuMemGetInfo_v2, &free1, &total);
+        if (free1 + big > free0) fail("graph memory counted", "free %ld MiB, was %ld MiB", free1 >> 20, free0 >> 20);
+        CU(cuGraphInstantiateWithFlags, &xm, gm, 0);
+        CU(cuMemcpyHtoD_v2, g[2], zero, sizeof zero);
+        for (int r = 0; r < 2; r++) CU(cuGraphLaunch, xm, s);
+        CU(cuStreamSynchronize, s);
+        read_back(got, g[2]);
+        for (int i = 0; i < N; i++)
+            if (got[i] != 0x77u) fail("graph memory", "index %ld is %ld", i, got[i]);
+        CU(cuGraphDestroy, gm); /* the instantiated graph still holds it */
+        CU(cuMemGetInfo_v2, &free2, &total);
+        if (free2 != free1) fail("graph memory held by the exec", "free %ld, was %ld", (long)free2, (long)free1);
+        CU(cuGraphExecDestroy, xm);
+        CU(cuMemGetInfo_v2, &free2, &total);
+        if (free2 != free0) fail("graph memory returned", "free %ld, was %ld", (long)free2, (long)free0);
+        ok("graph memory is counted while a graph holds it and returned with it");
     }
 
     /* ---- capture rules ---- */

@@ -11,11 +11,18 @@ use std::os::raw::{c_uint, c_void};
 
 /// From the current pool of the current context's device ([`super::mempool`]).
 pub(super) fn alloc_async(bytesize: usize, h: CUstream, d: DefaultStream) -> R<CUdeviceptr> {
+    // On a capturing stream: an allocation node, graph memory (super::graph).
+    if let Some(p) = super::graph::alloc_node(bytesize, h, d)? {
+        return Ok(p);
+    }
     super::mempool::alloc_from(bytesize, None, h, d)
 }
 
 /// A pool's block goes back to its pool, other memory to the daemon.
 pub(super) fn free_async(ptr: CUdeviceptr, h: CUstream, d: DefaultStream) -> R<()> {
+    if super::graph::free_node(ptr, h, d)? {
+        return Ok(());
+    }
     synchronize(h, d)?;
     if super::mempool::free(ptr, h)? {
         return Ok(());

@@ -22,7 +22,7 @@ pub(super) fn get_info() -> R<(usize, usize)> {
     })
 }
 
-fn record(c: &mut Client, ctx: u64, ptr: DevicePtr, size: u64) {
+pub(super) fn record(c: &mut Client, ctx: u64, ptr: DevicePtr, size: u64) {
     c.reg.allocs.insert((client::endpoint_of(ctx), ptr.0), (size, ctx));
 }
 
