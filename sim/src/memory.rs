@@ -13,6 +13,7 @@ use gpupool_shim::cuda::CUresult;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
+pub mod ipc;
 pub mod vmm;
 
 /// Allocation bases are aligned like `cuMemAlloc`'s (at least 256 bytes; we use 512).
@@ -200,10 +201,16 @@ impl AddressSpace {
     }
 
     fn place(&self, size: u64) -> CuResult<Arc<Allocation>> {
-        let span = size.next_multiple_of(ALLOC_ALIGN) + GUARD;
         let Some(backing) = Mapping::new(size as usize, true) else {
             return fail(CUresult::CUDA_ERROR_OUT_OF_MEMORY, || format!("host cannot back {size} bytes"));
         };
+        self.place_backed(size, backing, size)
+    }
+
+    /// Places `size` bytes backed by `backing` in the window, charged `charged` (already
+    /// reserved from the device by the caller).
+    fn place_backed(&self, size: u64, backing: Mapping, charged: u64) -> CuResult<Arc<Allocation>> {
+        let span = size.next_multiple_of(ALLOC_ALIGN) + GUARD;
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let Some((&start, &len)) = st.free.iter().find(|(_, len)| **len >= span) else {
             return fail(CUresult::CUDA_ERROR_OUT_OF_MEMORY, || "device address space exhausted".into());
@@ -216,7 +223,7 @@ impl AddressSpace {
             base: start,
             size,
             ctx_id: self.ctx_id(),
-            charged: size,
+            charged,
             backing: Backing::Owned(backing),
         });
         st.live.insert(start, a.clone());
