@@ -15,7 +15,7 @@
 //! CUDA, freeing memory a graph uses and replaying it is the application's error, confined to its
 //! own context), but host memory is the daemon's. So a copy through the staging area or a frame's
 //! bytes (pageable memory: gone when the call returns) is refused on a capturing stream with
-//! CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as CUDA refuses pageable copies in capture, and a client
+//! CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (the error CUDA gives calls it cannot capture), and a client
 //! host region unmapped while a graph of the session exists (or a capture is under way) stays
 //! mapped, and counted, until the last graph is destroyed.
 //!
