@@ -47,7 +47,8 @@
 //!   the daemon's output; copies to or from CUDA arrays are refused with
 //!   `CUDA_ERROR_NOT_SUPPORTED`;
 //! - stream capture and graphs are held by the daemon (`api/graph.rs`); the capture mode's
-//!   rules are enforced here; graphs built node by node are not forwarded yet;
+//!   rules are enforced here; graphs built node by node are held there too, except host
+//!   and memcpy nodes (refused with `CUDA_ERROR_NOT_SUPPORTED`);
 //! - virtual memory management is forwarded (`api/vmm.rs`, pool-daemon/README.md): a
 //!   mapped, accessible run is an allocation of the context that reserved its range, and a
 //!   shareable handle is a sealed memfd naming the allocation to processes of the same

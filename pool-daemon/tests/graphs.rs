@@ -44,7 +44,7 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
         "empty graphs launch",
         "the stream works after captures",
         "forged handles are refused",
-        "node-by-node building is refused",
+        "graphs built node by node: dependencies, child graph, set params, update, clone, dot",
         "graphs destroyed once",
     ] {
         assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
@@ -140,11 +140,19 @@ fn graphs_belong_to_their_session_and_go_with_it() {
     assert_eq!(code(&other.call(Request::GraphInstantiate { graph, flags: 0 })), INVALID_VALUE);
     assert_eq!(code(&other.call(Request::GraphDestroy { graph })), INVALID_VALUE);
     assert_eq!(code(&other.call(Request::GraphExecDestroy { exec })), INVALID_VALUE);
+    assert_eq!(code(&other.call(Request::GraphAddEmptyNode { graph, deps: vec![] })), INVALID_VALUE);
+    assert_eq!(code(&other.call(Request::GraphClone { graph })), INVALID_VALUE);
     other.send_async(Request::GraphLaunch { exec, stream: ostream });
     other.send_async(Request::GraphLaunch { exec, stream });
     assert_eq!(code(&other.call(Request::StreamSynchronize { stream: ostream })), 0);
     let codes: Vec<u32> = other.async_errors.iter().map(|e| e.1).collect();
     assert_eq!(codes, [INVALID_HANDLE, INVALID_HANDLE], "{:?}", other.async_errors);
+    // Nodes are the graph's own: a node id of another graph (or none) is refused.
+    let Reply::GraphNode { node } = c.call(Request::GraphAddEmptyNode { graph, deps: vec![] }) else { panic!() };
+    let Reply::Graph { graph: g2 } = c.call(Request::GraphClone { graph }) else { panic!() };
+    assert_eq!(code(&c.call(Request::GraphAddEmptyNode { graph: g2, deps: vec![node] })), INVALID_VALUE);
+    assert_eq!(code(&c.call(Request::GraphAddEmptyNode { graph, deps: vec![node + 1000] })), INVALID_VALUE);
+    assert_eq!(code(&c.call(Request::GraphDestroy { graph: g2 })), 0);
     // The owner's graph still works.
     c.send_async(Request::MemsetAsync {
         set: gpupool_protocol::ops::Memset {

@@ -17,7 +17,8 @@
  * mode, cuMemAlloc are refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the
  * capture (cuStreamEndCapture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, NULL graph); in relaxed
  * mode cuMemAlloc is allowed; the stream works normally afterwards; forged handles are refused;
- * through the pool, adding nodes by hand is CUDA_ERROR_NOT_SUPPORTED.
+ * a graph built node by node (memset, kernel, child graph, event record; dependencies; parameter
+ * change, update from a clone, DOT text) runs as the CPU says; host nodes are refused.
  *
  * Output: "ok <check>" per check, "replays <n> ms <t>", "done"; a failure prints
  * "FAIL <check>: ..." on stderr and exits 1.
@@ -43,7 +44,10 @@
     X(cuLaunchKernel) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuStreamIsCapturing)              \
     X(cuStreamGetCaptureInfo_v2) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiateWithFlags)         \
     X(cuGraphUpload) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphAddEmptyNode) X(cuMemGetInfo_v2)          \
-    X(cuMemAllocAsync) X(cuMemFreeAsync)
+    X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuGraphAddKernelNode_v2) X(cuGraphAddMemsetNode)                        \
+    X(cuGraphAddChildGraphNode) X(cuGraphAddEventRecordNode) X(cuGraphAddDependencies)                            \
+    X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphClone) X(cuGraphExecUpdate_v2) X(cuGraphDebugDotPrint)       \
+    X(cuGraphAddHostNode)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -349,10 +353,87 @@ int main(int argc, char **argv) {
     CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphExecDestroy, forged);
     ok("forged handles are refused");
 
-    /* Graphs built node by node are not forwarded (yet): refused, not half done. */
-    CUgraphNode node = NULL;
-    CU_EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddEmptyNode, &node, created, NULL, 0);
-    ok("node-by-node building is refused");
+    /* Graphs built node by node: y = 0x5a (memset), then fill... as nodes added out of order and
+     * ordered by cuGraphAddDependencies: memset -> step(k) -> child(addto) -> event record. */
+    {
+        CUgraph gb = NULL, child = NULL, cl = NULL, g9 = NULL;
+        CUgraphExec xb = NULL;
+        CUgraphNode nm = NULL, ns = NULL, nc = NULL, ne = NULL, na = NULL, n9 = NULL, bad = NULL;
+        CUdeviceptr x = g[0], y = g[1], w = g[3];
+        uint32_t k = 5, n = N, k2 = 11;
+        void *sa[] = {&y, &x, &k, &n};
+        void *aa[] = {&w, &y, &n};
+        CUDA_KERNEL_NODE_PARAMS kp;
+        memset(&kp, 0, sizeof kp);
+        kp.func = f_step;
+        kp.gridDimX = (N + 127) / 128, kp.gridDimY = kp.gridDimZ = 1;
+        kp.blockDimX = 128, kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = sa;
+        CUDA_MEMSET_NODE_PARAMS mp = {.dst = y, .pitch = 0, .value = 2, .elementSize = 4, .width = N, .height = 1};
+        set_x(77);
+        CU(cuMemcpyHtoD_v2, x, pinned, N * 4);
+        CU(cuMemcpyHtoD_v2, w, zero, sizeof zero);
+        CU(cuGraphCreate, &gb, 0);
+        CU(cuGraphAddKernelNode_v2, &ns, gb, NULL, 0, &kp);
+        CU(cuGraphAddMemsetNode, &nm, gb, NULL, 0, &mp, ctx);
+        CU(cuGraphAddDependencies, gb, &nm, &ns, 1);
+        CU(cuGraphCreate, &child, 0);
+        CUDA_KERNEL_NODE_PARAMS ap = kp;
+        ap.func = f_addto;
+        ap.kernelParams = aa;
+        CU(cuGraphAddKernelNode_v2, &na, child, NULL, 0, &ap);
+        CU(cuGraphAddChildGraphNode, &nc, gb, &ns, 1, child);
+        CU(cuGraphAddEventRecordNode, &ne, gb, &nc, 1, ev);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddDependencies, gb, &nm, &na, 1); /* a node of another graph */
+        CUDA_HOST_NODE_PARAMS hp = {0};
+        CU_EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddHostNode, &bad, gb, NULL, 0, &hp);
+        CU(cuGraphClone, &cl, gb);
+        CU(cuGraphInstantiateWithFlags, &xb, gb, 0);
+        CU(cuGraphLaunch, xb, s);
+        CU(cuEventSynchronize, ev);
+        read_back(got, w);
+        for (int i = 0; i < N; i++)
+            if (got[i] != 3u * 2u + pinned[i] + 5u) fail("node graph", "index %ld: %ld", i, got[i]);
+        /* New parameters for the step node of the instantiated graph: w += 3*2 + x + 11. */
+        void *sb[] = {&y, &x, &k2, &n};
+        kp.kernelParams = sb;
+        CU(cuGraphExecKernelNodeSetParams_v2, xb, ns, &kp);
+        CU(cuGraphLaunch, xb, s);
+        CU(cuStreamSynchronize, s);
+        read_back(got, w);
+        for (int i = 0; i < N; i++)
+            if (got[i] != 2u * (3u * 2u + pinned[i]) + 5u + 11u) fail("set params", "index %ld: %ld", i, got[i]);
+        /* An update from the clone (made before, with k = 5) puts k = 5 back. */
+        CUgraphExecUpdateResultInfo info;
+        CU(cuGraphExecUpdate_v2, xb, cl, &info);
+        if (info.result != CU_GRAPH_EXEC_UPDATE_SUCCESS) fail("exec update", "result %ld %ld", info.result, 0);
+        CU(cuMemcpyHtoD_v2, w, zero, sizeof zero);
+        CU(cuGraphLaunch, xb, s);
+        CU(cuStreamSynchronize, s);
+        read_back(got, w);
+        if (got[3] != 3u * 2u + pinned[3] + 5u) fail("exec update applied", "%ld %ld", got[3], 0);
+        /* Another topology cannot update it. */
+        CU(cuGraphCreate, &g9, 0);
+        CU(cuGraphAddEmptyNode, &n9, g9, NULL, 0);
+        CU_EXPECT(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cuGraphExecUpdate_v2, xb, g9, &info);
+        if (info.result != CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED) fail("update refused", "result %ld %ld", info.result, 0);
+        const char *dot = "/tmp/gpupool-graph-client.dot";
+        CU(cuGraphDebugDotPrint, gb, dot, 0);
+        FILE *fd = fopen(dot, "r");
+        char text[8192] = {0};
+        size_t got_n = fd ? fread(text, 1, sizeof text - 1, fd) : 0;
+        if (fd) fclose(fd);
+        remove(dot);
+        if (got_n == 0 || !strstr(text, "digraph") || !strstr(text, "MEMSET") || !strstr(text, "step"))
+            fail("dot", "%ld bytes %ld", (long)got_n, 0);
+        CU(cuGraphExecDestroy, xb);
+        CU(cuGraphDestroy, gb);
+        CU(cuGraphDestroy, child);
+        CU(cuGraphDestroy, cl);
+        CU(cuGraphDestroy, g9);
+        (void)ne;
+        ok("graphs built node by node: dependencies, child graph, set params, update, clone, dot");
+    }
 
     CU(cuGraphExecDestroy, exec);
     CU(cuGraphExecDestroy, e2);

@@ -107,7 +107,7 @@ exports! { CUresult;
     cuStreamEndCapture | cuStreamEndCapture_ptsz (h: val CUstream, pgraph: val *mut CUgraph) = graph::end_capture;
     cuGraphLaunch | cuGraphLaunch_ptsz (exec: val CUgraphExec, h: val CUstream) = graph::graph_launch;
     cuGraphUpload | cuGraphUpload_ptsz (exec: val CUgraphExec, h: val CUstream) = graph::graph_upload;
-    // Built node by node: refused (not forwarded yet).
+    // Built node by node (host and memcpy nodes refused).
     cuGraphAddKernelNode_v2(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
         params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::add_kernel_node;
     cuGraphAddMemsetNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
@@ -119,9 +119,9 @@ exports! { CUresult;
     cuGraphAddChildGraphNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode,
         n: val usize, child: val CUgraph) = graph::add_child_graph_node;
     cuGraphAddEventRecordNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode,
-        n: val usize, event: val CUevent) = graph::add_event_node;
+        n: val usize, event: val CUevent) = graph::add_event_record_node;
     cuGraphAddEventWaitNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode,
-        n: val usize, event: val CUevent) = graph::add_event_node;
+        n: val usize, event: val CUevent) = graph::add_event_wait_node;
     cuGraphAddDependencies(graph: val CUgraph, from: val *const CUgraphNode, to: val *const CUgraphNode,
         n: val usize) = graph::add_dependencies;
     cuGraphAddDependencies_v2(graph: val CUgraph, from: val *const CUgraphNode, to: val *const CUgraphNode,

@@ -20,12 +20,12 @@ use super::DefaultStream;
 use super::stream::resolve;
 use crate::client::{self, Client, Kind, endpoint_of, make};
 use crate::util::{R, log};
-use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
-use gpupool_protocol::{Request, StreamId};
+use gpupool_protocol::ops::{GraphExecId, GraphId, KernelNode, KernelParams, Memset, MemsetValue, answer};
+use gpupool_protocol::{DevicePtr, Request, StreamId};
 use gpupool_shim::cuda::{
     CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent,
-    CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult, CUstream,
-    CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult,
+    CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 use std::os::raw::{c_char, c_uint};
 use std::sync::Mutex;
@@ -340,28 +340,267 @@ pub(super) fn graph_launch(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> 
     on_stream(exec, h, d, |exec, stream| Request::GraphLaunch { exec, stream })
 }
 
-/// Graphs built node by node (the simulator has them) are not forwarded yet: each entry point is
-/// refused with CUDA_ERROR_NOT_SUPPORTED and a log line, whatever its arguments.
+// ---- graphs built node by node (the daemon holds the nodes; handles are kind GraphNode) ----
+
+/// The daemon's node ids of `deps[..n]`, all issued by endpoint `ep`.
+fn node_ids(deps: *const CUgraphNode, n: usize, ep: usize) -> R<Vec<u64>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if deps.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller passes `n` node handles at `deps`, as the API documents.
+    let list = unsafe { std::slice::from_raw_parts(deps, n) };
+    list.iter()
+        .map(|&d| match id_of(d as u64, Kind::GraphNode) {
+            Some((id, e)) if e == ep => Ok(id),
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        })
+        .collect()
+}
+
+/// Adds a node the daemon builds from `op(graph, deps)` and writes its handle.
+fn add_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    op: impl FnOnce(&mut Client, GraphId, Vec<u64>) -> R<Request>,
+) -> R<()> {
+    if out.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let deps = node_ids(deps, n, ep)?;
+    let h = client::call(|c| {
+        let req = op(c, GraphId(id), deps)?;
+        let answer::GraphNode { node } = c.conn_at(ep)?.ask(req)?;
+        make(Kind::GraphNode, ep, node)
+    })?;
+    crate::api::export::put(out, h as CUgraphNode);
+    Ok(())
+}
+
+/// A kernel node's launch, its parameters packed here with the function's layout.
+fn kernel_node(c: &mut Client, p: *const CUDA_KERNEL_NODE_PARAMS) -> R<KernelNode> {
+    if p.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the API's contract makes it point to the parameter struct.
+    let p = unsafe { p.read_unaligned() };
+    if !p.kern.is_null() || (!p.kernelParams.is_null() && !p.extra.is_null()) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let f = super::library::resolve_function(p.func)?;
+    let func = super::module::func_id(c, f)?;
+    let bytes = super::launch::pack(&c.reg.funcs[&(f as u64)].params, p.kernelParams, p.extra)?;
+    if bytes.len() > gpupool_protocol::ops::MAX_KERNEL_PARAM_BYTES {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(KernelNode {
+        func,
+        grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
+        block: [p.blockDimX, p.blockDimY, p.blockDimZ],
+        shared_mem_bytes: p.sharedMemBytes,
+        params: KernelParams(bytes),
+    })
+}
+
+pub(super) fn add_kernel_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const CUDA_KERNEL_NODE_PARAMS,
+) -> R<()> {
+    add_node(out, graph, deps, n, |c, graph, deps| {
+        Ok(Request::GraphAddKernelNode { graph, deps, kernel: kernel_node(c, params)? })
+    })
+}
+
+pub(super) fn add_memset_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const CUDA_MEMSET_NODE_PARAMS,
+    _ctx: CUcontext,
+) -> R<()> {
+    if params.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the API's contract makes it point to the parameter struct.
+    let p = unsafe { params.read_unaligned() };
+    let value = match p.elementSize {
+        1 => MemsetValue::U8(p.value as u8),
+        2 => MemsetValue::U16(p.value as u16),
+        4 => MemsetValue::U32(p.value),
+        _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+    };
+    let set =
+        Memset { dst: DevicePtr(p.dst), value, width: p.width as u64, height: p.height as u64, pitch: p.pitch as u64 };
+    add_node(out, graph, deps, n, |_, graph, deps| Ok(Request::GraphAddMemsetNode { graph, deps, set }))
+}
+
+pub(super) fn add_empty_node(out: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize) -> R<()> {
+    add_node(out, graph, deps, n, |_, graph, deps| Ok(Request::GraphAddEmptyNode { graph, deps }))
+}
+
+pub(super) fn add_child_graph_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    child: CUgraph,
+) -> R<()> {
+    let (cid, cep) = id_of(child as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if Some(cep) != id_of(graph as u64, Kind::Graph).map(|g| g.1) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    add_node(out, graph, deps, n, |_, graph, deps| Ok(Request::GraphAddChildNode { graph, deps, child: GraphId(cid) }))
+}
+
+fn event_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    e: CUevent,
+    wait: bool,
+) -> R<()> {
+    add_node(out, graph, deps, n, |c, graph, deps| {
+        let event = c.reg.events.get(&(e as u64)).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?.id;
+        Ok(Request::GraphAddEventNode { graph, deps, event, wait })
+    })
+}
+
+pub(super) fn add_event_record_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    e: CUevent,
+) -> R<()> {
+    event_node(out, graph, deps, n, e, false)
+}
+
+pub(super) fn add_event_wait_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    e: CUevent,
+) -> R<()> {
+    event_node(out, graph, deps, n, e, true)
+}
+
+pub(super) fn add_dependencies(graph: CUgraph, from: *const CUgraphNode, to: *const CUgraphNode, n: usize) -> R<()> {
+    let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let (from, to) = (node_ids(from, n, ep)?, node_ids(to, n, ep)?);
+    client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphAddDependencies { graph: GraphId(id), from, to }))
+}
+
+/// Edge data other than the default (type 0, ports 0) is not forwarded.
+pub(super) fn add_dependencies_v2(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+) -> R<()> {
+    if !edges.is_null() && n > 0 {
+        // SAFETY: `n` edge records at `edges`, as the API documents.
+        let list = unsafe { std::slice::from_raw_parts(edges, n) };
+        if list.iter().any(|e| e.type_ != 0 || e.from_port != 0 || e.to_port != 0) {
+            log("programmatic graph edges are not forwarded through the pool");
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        }
+    }
+    add_dependencies(graph, from, to, n)
+}
+
+pub(super) fn exec_kernel_node_set_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_KERNEL_NODE_PARAMS,
+) -> R<()> {
+    let (id, ep) = id_of(exec as u64, Kind::GraphExec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let (node, nep) = id_of(node as u64, Kind::GraphNode).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if nep != ep {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::call(|c| {
+        let kernel = kernel_node(c, params)?;
+        c.conn_at(ep)?.call_ok(Request::GraphExecKernelNodeSetParams { exec: GraphExecId(id), node, kernel })
+    })
+}
+
+pub(super) fn clone(pclone: *mut CUgraph, graph: CUgraph) -> R<()> {
+    if pclone.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let h = client::call(|c| {
+        let answer::Graph { graph } = c.conn_at(ep)?.ask(Request::GraphClone { graph: GraphId(id) })?;
+        make(Kind::Graph, ep, graph.0)
+    })?;
+    crate::api::export::put(pclone, h as CUgraph);
+    Ok(())
+}
+
+/// The result goes to `info` whether or not the update succeeds, as the driver writes it.
+pub(super) fn exec_update(exec: CUgraphExec, graph: CUgraph, info: *mut CUgraphExecUpdateResultInfo) -> R<()> {
+    let (eid, ep) = id_of(exec as u64, Kind::GraphExec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let (gid, gep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if gep != ep {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let answer::ExecUpdate { result, node } =
+        client::call(|c| c.conn_at(ep)?.ask(Request::GraphExecUpdate { exec: GraphExecId(eid), graph: GraphId(gid) }))?;
+    let error_node = if node == 0 { std::ptr::null_mut() } else { make(Kind::GraphNode, ep, node)? as CUgraphNode };
+    crate::api::export::put(
+        info,
+        CUgraphExecUpdateResultInfo {
+            result: CUgraphExecUpdateResult(result),
+            errorNode: error_node,
+            errorFromNode: std::ptr::null_mut(),
+        },
+    );
+    if result != 0 {
+        log(&format!("cuGraphExecUpdate: CUgraphExecUpdateResult {result}"));
+        return Err(CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    }
+    Ok(())
+}
+
+/// The daemon's backend writes the DOT text; it is written to `path` here, in the client.
+pub(super) fn debug_dot_print(graph: CUgraph, path: *const c_char, flags: c_uint) -> R<()> {
+    if path.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let answer::Bytes { data } = client::call(|c| c.conn_at(ep)?.ask(Request::GraphDot { graph: GraphId(id), flags }))?;
+    // SAFETY: a NUL-terminated path, as the API documents.
+    let path = unsafe { std::ffi::CStr::from_ptr(path) }.to_string_lossy().into_owned();
+    std::fs::write(&path, &data.0).map_err(|e| {
+        log(&format!("cuGraphDebugDotPrint cannot write {path}: {e}"));
+        CUresult::CUDA_ERROR_OPERATING_SYSTEM
+    })
+}
+
+/// Host and memcpy nodes are not forwarded yet (a host node must run the client's function in
+/// the client; a memcpy node may name the client's host memory): refused with
+/// CUDA_ERROR_NOT_SUPPORTED and a log line.
 macro_rules! refused {
     ($($f:ident($($t:ty),*);)*) => {$(
         pub(super) fn $f($(_: $t),*) -> R<()> {
-            log("graphs built node by node are not forwarded through the pool yet (capture a stream instead)");
+            log("graph host and memcpy nodes are not forwarded through the pool yet (capture a stream instead)");
             Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
         }
     )*};
 }
 refused! {
-    add_kernel_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_KERNEL_NODE_PARAMS);
-    add_memset_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_MEMSET_NODE_PARAMS, CUcontext);
-    add_host_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_HOST_NODE_PARAMS);
     add_memcpy_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_MEMCPY3D, CUcontext);
-    add_empty_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize);
-    add_child_graph_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUgraph);
-    add_event_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUevent);
-    add_dependencies(CUgraph, *const CUgraphNode, *const CUgraphNode, usize);
-    add_dependencies_v2(CUgraph, *const CUgraphNode, *const CUgraphNode, *const CUgraphEdgeData, usize);
-    exec_kernel_node_set_params(CUgraphExec, CUgraphNode, *const CUDA_KERNEL_NODE_PARAMS);
-    exec_update(CUgraphExec, CUgraph, *mut CUgraphExecUpdateResultInfo);
-    clone(*mut CUgraph, CUgraph);
-    debug_dot_print(CUgraph, *const c_char, c_uint);
+    add_host_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_HOST_NODE_PARAMS);
 }

@@ -11,7 +11,7 @@ use gpupool_shim::cuda::{CUfunction, CUlaunchAttributeID, CUlaunchConfig, CUresu
 use std::os::raw::{c_uint, c_void};
 
 /// Packs `kernelParams` (one pointer per parameter) or an `extra` buffer.
-fn pack(layout: &[ParamInfo], params: *mut *mut c_void, extra: *mut *mut c_void) -> R<Vec<u8>> {
+pub(super) fn pack(layout: &[ParamInfo], params: *mut *mut c_void, extra: *mut *mut c_void) -> R<Vec<u8>> {
     let layout = layout.iter().map(|p| (p.offset as u64, p.size as u64));
     // SAFETY: the CUDA contract for `kernelParams` / `extra`, which the caller passed on.
     unsafe { gpupool_abi::launch::pack_kernel_params(layout, params, extra) }.map_err(|why| {

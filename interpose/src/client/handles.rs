@@ -24,6 +24,8 @@ pub enum Kind {
     /// A graph (`CUgraph`) and an instantiated graph (`CUgraphExec`).
     Graph = 0x9a,
     GraphExec = 0x9e,
+    /// A node of a graph built node by node (`CUgraphNode`).
+    GraphNode = 0x9d,
 }
 
 pub fn make(kind: Kind, endpoint: usize, id: u64) -> R<u64> {

@@ -135,6 +135,17 @@ driver_table! {
     cuGraphExecDestroy: fn(cu::CUgraphExec);
     cuGraphUpload: fn(cu::CUgraphExec, cu::CUstream);
     cuGraphLaunch: fn(cu::CUgraphExec, cu::CUstream);
+    cuGraphAddKernelNode_v2: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, *const cu::CUDA_KERNEL_NODE_PARAMS);
+    cuGraphAddMemsetNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, *const cu::CUDA_MEMSET_NODE_PARAMS, CUcontext);
+    cuGraphAddEmptyNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize);
+    cuGraphAddChildGraphNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUgraph);
+    cuGraphAddEventRecordNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUevent);
+    cuGraphAddEventWaitNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUevent);
+    cuGraphAddDependencies: fn(cu::CUgraph, *const cu::CUgraphNode, *const cu::CUgraphNode, usize);
+    cuGraphExecKernelNodeSetParams_v2: fn(cu::CUgraphExec, cu::CUgraphNode, *const cu::CUDA_KERNEL_NODE_PARAMS);
+    cuGraphClone: fn(*mut cu::CUgraph, cu::CUgraph);
+    cuGraphExecUpdate_v2: fn(cu::CUgraphExec, cu::CUgraph, *mut cu::CUgraphExecUpdateResultInfo);
+    cuGraphDebugDotPrint: fn(cu::CUgraph, *const c_char, u32);
 }
 
 impl Cuda {

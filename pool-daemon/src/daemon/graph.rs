@@ -8,8 +8,10 @@
 //! included. The client library enforces the mode the application asked for (interpose's
 //! `api/graph.rs`).
 //!
-//! Graphs and instantiated graphs are ids of this session; another session's ids are
-//! CUDA_ERROR_INVALID_HANDLE, and everything left is destroyed when the session ends.
+//! Graphs, their nodes (graphs built node by node: kernel, memset, empty, child-graph and event
+//! nodes, dependencies, parameter changes, updates, clones) and instantiated graphs are ids of this
+//! session; another session's ids are refused with the driver's codes, and everything left is
+//! destroyed when the session ends.
 //!
 //! What a captured graph may name must outlive it: device memory is the backend's business (as on
 //! CUDA, freeing memory a graph uses and replaying it is the application's error, confined to its
@@ -35,10 +37,16 @@ use super::Raw;
 use super::dispatch::{Fail, INVALID_HANDLE, INVALID_VALUE, Result};
 use super::session::Session;
 use crate::call;
+use gpupool_protocol::EventId;
 use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
+use gpupool_protocol::ops::{KernelNode, Memset, MemsetValue};
 use gpupool_protocol::{CtxId, StreamId};
-use gpupool_shim::cuda::{CUgraph, CUgraphExec, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus};
+use gpupool_shim::cuda::{
+    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphExecUpdateResult,
+    CUgraphExecUpdateResultInfo, CUgraphNode, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+};
 use std::collections::HashMap;
+use std::os::raw::c_void;
 
 /// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
 pub const STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
@@ -52,6 +60,10 @@ fn not_held(what: &str, id: u64, code: u32) -> Fail {
 pub struct Graphs {
     graphs: HashMap<GraphId, (Raw<CUgraph>, u32)>,
     execs: HashMap<GraphExecId, (Raw<CUgraphExec>, u32)>,
+    /// The graph each instantiated graph was made from (its nodes name that graph's).
+    exec_graph: HashMap<GraphExecId, GraphId>,
+    /// Nodes of graphs built node by node: id -> (graph, backend node).
+    nodes: HashMap<u64, (GraphId, Raw<CUgraphNode>)>,
     /// Streams capturing, with their capture's id.
     captures: HashMap<StreamId, u64>,
     /// Host regions the client unmapped while a graph could name them.
@@ -173,6 +185,7 @@ impl Session {
         self.enter(d)?;
         call!(self.shared.cuda, cuGraphDestroy(g.0))?;
         self.graphs.graphs.remove(&id);
+        self.graphs.nodes.retain(|_, n| n.0 != id);
         self.release_held_regions();
         Ok(())
     }
@@ -184,6 +197,7 @@ impl Session {
         call!(self.shared.cuda, cuGraphInstantiateWithFlags(&mut e, g.0, flags))?;
         let exec = GraphExecId(self.next_handle());
         self.graphs.execs.insert(exec, (Raw(e), d));
+        self.graphs.exec_graph.insert(exec, id);
         Ok(answer::GraphExec { exec })
     }
 
@@ -192,6 +206,7 @@ impl Session {
         self.enter(d)?;
         call!(self.shared.cuda, cuGraphExecDestroy(e.0))?;
         self.graphs.execs.remove(&id);
+        self.graphs.exec_graph.remove(&id);
         self.release_held_regions();
         Ok(())
     }
@@ -221,6 +236,218 @@ impl Session {
         let kind = id.0 | 1 << 63;
         let grant = shared.compute.admit(&shared, d, &tc, self.id, kind, key, self.peer.as_ref())?;
         shared.compute.dispatch(&shared, d, &tc, self.id, kind, s, grant, go)
+    }
+
+    /// The backend nodes of `deps`, which must be nodes of `graph`.
+    fn deps(&self, graph: GraphId, deps: &[u64]) -> Result<Vec<CUgraphNode>> {
+        deps.iter()
+            .map(|d| match self.graphs.nodes.get(d) {
+                Some((g, n)) if *g == graph => Ok(n.0),
+                _ => Err(Fail::invalid_value(format!("node {d} is not a node of graph {}", graph.0))),
+            })
+            .collect()
+    }
+
+    /// Adds a node with `add(graph, deps)` and names it.
+    fn add_node(
+        &mut self,
+        graph: GraphId,
+        deps: &[u64],
+        add: impl FnOnce(&Self, CUgraph, &[CUgraphNode], &mut CUgraphNode) -> Result<()>,
+    ) -> Result<answer::GraphNode> {
+        let (g, d) = self.graph(graph)?;
+        let deps = self.deps(graph, deps)?;
+        self.enter(d)?;
+        let mut node: CUgraphNode = std::ptr::null_mut();
+        add(self, g.0, &deps, &mut node)?;
+        let id = self.next_handle();
+        self.graphs.nodes.insert(id, (graph, Raw(node)));
+        Ok(answer::GraphNode { node: id })
+    }
+
+    /// A kernel node's parameters: the function must be this session's, on the graph's device;
+    /// the packed parameters go as CU_LAUNCH_PARAM_BUFFER_POINTER (the driver copies them).
+    fn with_kernel<T>(
+        &self,
+        device: u32,
+        k: KernelNode,
+        then: impl FnOnce(&CUDA_KERNEL_NODE_PARAMS) -> Result<T>,
+    ) -> Result<T> {
+        let (f, fd) = self.func(k.func)?;
+        if fd != device {
+            return Err(Fail::invalid_value("the function is on another device than the graph"));
+        }
+        let mut buf = k.params.0;
+        let mut size = buf.len();
+        let mut extra: [*mut c_void; 5] = [
+            std::ptr::without_provenance_mut(1),
+            buf.as_mut_ptr().cast(),
+            std::ptr::without_provenance_mut(2),
+            (&mut size as *mut usize).cast(),
+            std::ptr::null_mut(),
+        ];
+        let [gx, gy, gz] = k.grid;
+        let [bx, by, bz] = k.block;
+        let p = CUDA_KERNEL_NODE_PARAMS {
+            func: f.0,
+            gridDimX: gx,
+            gridDimY: gy,
+            gridDimZ: gz,
+            blockDimX: bx,
+            blockDimY: by,
+            blockDimZ: bz,
+            sharedMemBytes: k.shared_mem_bytes,
+            kernelParams: std::ptr::null_mut(),
+            extra: extra.as_mut_ptr(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        };
+        then(&p)
+    }
+
+    pub(super) fn add_kernel_node(&mut self, graph: GraphId, deps: &[u64], k: KernelNode) -> Result<answer::GraphNode> {
+        let (_, d) = self.graph(graph)?;
+        self.add_node(graph, deps, |me, g, deps, node| {
+            me.with_kernel(d, k, |p| {
+                Ok(call!(me.shared.cuda, cuGraphAddKernelNode_v2(node, g, deps.as_ptr(), deps.len(), p))?)
+            })
+        })
+    }
+
+    pub(super) fn add_memset_node(&mut self, graph: GraphId, deps: &[u64], set: Memset) -> Result<answer::GraphNode> {
+        let (_, d) = self.graph(graph)?;
+        let es = u64::from(set.value.element_size());
+        let (w, h) = (set.width, set.height.max(1));
+        let pitch = if h == 1 { w * es } else { set.pitch };
+        let extent = pitch
+            .checked_mul(h - 1)
+            .and_then(|x| x.checked_add(w * es))
+            .ok_or_else(|| Fail::invalid_value("memset extent overflows"))?;
+        if pitch < w * es || self.owned(set.dst, extent)? != d {
+            return Err(Fail::invalid_value("a memset node's memory must be this session's, on the graph's device"));
+        }
+        let value = match set.value {
+            MemsetValue::U8(v) => u32::from(v),
+            MemsetValue::U16(v) => u32::from(v),
+            MemsetValue::U32(v) => v,
+        };
+        let p = CUDA_MEMSET_NODE_PARAMS {
+            dst: set.dst.0,
+            pitch: pitch as usize,
+            value,
+            elementSize: es as u32,
+            width: w as usize,
+            height: h as usize,
+        };
+        let ctx = self.tenant_ctxs[&d].ctx.0;
+        self.add_node(graph, deps, |me, g, deps, node| {
+            Ok(call!(me.shared.cuda, cuGraphAddMemsetNode(node, g, deps.as_ptr(), deps.len(), &p, ctx))?)
+        })
+    }
+
+    pub(super) fn add_empty_node(&mut self, graph: GraphId, deps: &[u64]) -> Result<answer::GraphNode> {
+        self.add_node(graph, deps, |me, g, deps, node| {
+            Ok(call!(me.shared.cuda, cuGraphAddEmptyNode(node, g, deps.as_ptr(), deps.len()))?)
+        })
+    }
+
+    pub(super) fn add_child_node(&mut self, graph: GraphId, deps: &[u64], child: GraphId) -> Result<answer::GraphNode> {
+        let (c, cd) = self.graph(child)?;
+        if cd != self.graph(graph)?.1 || child == graph {
+            return Err(Fail::invalid_value("a child graph must be another graph of the same device"));
+        }
+        self.add_node(graph, deps, |me, g, deps, node| {
+            Ok(call!(me.shared.cuda, cuGraphAddChildGraphNode(node, g, deps.as_ptr(), deps.len(), c.0))?)
+        })
+    }
+
+    pub(super) fn add_event_node(
+        &mut self,
+        graph: GraphId,
+        deps: &[u64],
+        event: EventId,
+        wait: bool,
+    ) -> Result<answer::GraphNode> {
+        let (e, ed) = self.event(event)?;
+        if ed != self.graph(graph)?.1 {
+            return Err(Fail::invalid_value("the event is on another device than the graph"));
+        }
+        self.add_node(graph, deps, |me, g, deps, node| {
+            let cu = &me.shared.cuda;
+            Ok(if wait {
+                call!(cu, cuGraphAddEventWaitNode(node, g, deps.as_ptr(), deps.len(), e.0))
+            } else {
+                call!(cu, cuGraphAddEventRecordNode(node, g, deps.as_ptr(), deps.len(), e.0))
+            }?)
+        })
+    }
+
+    pub(super) fn add_dependencies(&mut self, graph: GraphId, from: &[u64], to: &[u64]) -> Result<()> {
+        if from.len() != to.len() {
+            return Err(Fail::invalid_value("as many dependents as dependencies"));
+        }
+        let (g, d) = self.graph(graph)?;
+        let (from, to) = (self.deps(graph, from)?, self.deps(graph, to)?);
+        self.enter(d)?;
+        call!(self.shared.cuda, cuGraphAddDependencies(g.0, from.as_ptr(), to.as_ptr(), from.len()))?;
+        Ok(())
+    }
+
+    pub(super) fn exec_kernel_node_set_params(&mut self, exec: GraphExecId, node: u64, k: KernelNode) -> Result<()> {
+        let (e, d) = self.exec(exec, INVALID_VALUE)?;
+        let from = self.graphs.exec_graph.get(&exec).copied();
+        let n = match self.graphs.nodes.get(&node) {
+            Some((g, n)) if Some(*g) == from => *n,
+            _ => return Err(Fail::invalid_value(format!("node {node} is not a node of the instantiated graph"))),
+        };
+        self.enter(d)?;
+        self.with_kernel(d, k, |p| Ok(call!(self.shared.cuda, cuGraphExecKernelNodeSetParams_v2(e.0, n.0, p))?))
+    }
+
+    pub(super) fn clone_graph(&mut self, graph: GraphId) -> Result<answer::Graph> {
+        let (g, d) = self.graph(graph)?;
+        self.enter(d)?;
+        let mut c: CUgraph = std::ptr::null_mut();
+        call!(self.shared.cuda, cuGraphClone(&mut c, g.0))?;
+        Ok(answer::Graph { graph: self.keep_graph(c, d) })
+    }
+
+    /// The result is the answer, not an error: the client returns
+    /// CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE with it, as the driver does.
+    pub(super) fn exec_update(&mut self, exec: GraphExecId, graph: GraphId) -> Result<answer::ExecUpdate> {
+        let (e, d) = self.exec(exec, INVALID_VALUE)?;
+        let (g, gd) = self.graph(graph)?;
+        if gd != d {
+            return Ok(answer::ExecUpdate { result: 1, node: 0 });
+        }
+        self.enter(d)?;
+        let mut info = CUgraphExecUpdateResultInfo {
+            result: CUgraphExecUpdateResult(0),
+            errorNode: std::ptr::null_mut(),
+            errorFromNode: std::ptr::null_mut(),
+        };
+        let r = call!(self.shared.cuda, cuGraphExecUpdate_v2(e.0, g.0, &mut info));
+        let node = self.graphs.nodes.iter().find(|(_, (_, n))| n.0 == info.errorNode).map_or(0, |(id, _)| *id);
+        match r {
+            Ok(()) => Ok(answer::ExecUpdate { result: 0, node: 0 }),
+            Err(_) if info.result.0 != 0 => Ok(answer::ExecUpdate { result: info.result.0, node }),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// `cuGraphDebugDotPrint` into a file of the daemon's own, read back and removed.
+    pub(super) fn dot_text(&mut self, graph: GraphId, flags: u32) -> Result<Vec<u8>> {
+        let (g, d) = self.graph(graph)?;
+        self.enter(d)?;
+        let path =
+            std::env::temp_dir().join(format!("gpupool-graph-{}-{}-{}.dot", std::process::id(), self.id, graph.0));
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Fail::invalid_value("temporary path"))?;
+        let r = call!(self.shared.cuda, cuGraphDebugDotPrint(g.0, c.as_ptr(), flags));
+        let text = std::fs::read(&path);
+        let _ = std::fs::remove_file(&path);
+        r?;
+        text.map_err(|e| Fail::new(304, format!("reading the graph's DOT text: {e}")))
     }
 
     /// Unmaps the held regions once no graph or capture may name them.
@@ -257,6 +484,8 @@ impl Session {
             }
         }
         self.graphs.captures.clear();
+        self.graphs.nodes.clear();
+        self.graphs.exec_graph.clear();
         self.release_held_regions();
         n
     }

@@ -13,8 +13,9 @@ use super::session::{Func, Session};
 use super::streams::ready;
 use crate::call;
 use gpupool_protocol::ops::{
-    BlasHandleId, Copy2D, Copy3D, Gemm, GraphExecId, GraphId, HostSrc, InlineBytes, KernelParams, MAX_INLINE_BYTES,
-    Matmul, MemAccess, MemHandleId, MemSpace, Memset, RegionSlice, Serve, StagingRegion, Vector, answer,
+    BlasHandleId, Copy2D, Copy3D, Gemm, GraphExecId, GraphId, HostSrc, InlineBytes, KernelNode, KernelParams,
+    MAX_INLINE_BYTES, Matmul, MemAccess, MemHandleId, MemSpace, Memset, RegionSlice, Serve, StagingRegion, Vector,
+    answer,
 };
 use gpupool_protocol::{CtxId, DevicePtr, EventId, FuncId, ModuleId, StreamId};
 use gpupool_shim::cuda::{CUevent, CUfunction, CUfunction_attribute, CUmodule, CUstream};
@@ -793,6 +794,85 @@ impl Serve for Session {
     fn graph_launch(&mut self, _cx: Cx<'_>, exec: GraphExecId, stream: StreamId) -> Result<answer::Ok> {
         self.launch_exec(exec, stream)?;
         Ok(answer::Ok {})
+    }
+
+    fn graph_add_kernel_node(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        deps: Vec<u64>,
+        kernel: KernelNode,
+    ) -> Result<answer::GraphNode> {
+        self.add_kernel_node(graph, &deps, kernel)
+    }
+
+    fn graph_add_memset_node(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        deps: Vec<u64>,
+        set: Memset,
+    ) -> Result<answer::GraphNode> {
+        self.add_memset_node(graph, &deps, set)
+    }
+
+    fn graph_add_empty_node(&mut self, _cx: Cx<'_>, graph: GraphId, deps: Vec<u64>) -> Result<answer::GraphNode> {
+        self.add_empty_node(graph, &deps)
+    }
+
+    fn graph_add_child_node(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        deps: Vec<u64>,
+        child: GraphId,
+    ) -> Result<answer::GraphNode> {
+        self.add_child_node(graph, &deps, child)
+    }
+
+    fn graph_add_event_node(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        deps: Vec<u64>,
+        event: EventId,
+        wait: bool,
+    ) -> Result<answer::GraphNode> {
+        self.add_event_node(graph, &deps, event, wait)
+    }
+
+    fn graph_add_dependencies(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        from: Vec<u64>,
+        to: Vec<u64>,
+    ) -> Result<answer::Ok> {
+        self.add_dependencies(graph, &from, &to)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_exec_kernel_node_set_params(
+        &mut self,
+        _cx: Cx<'_>,
+        exec: GraphExecId,
+        node: u64,
+        kernel: KernelNode,
+    ) -> Result<answer::Ok> {
+        self.exec_kernel_node_set_params(exec, node, kernel)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_clone(&mut self, _cx: Cx<'_>, graph: GraphId) -> Result<answer::Graph> {
+        self.clone_graph(graph)
+    }
+
+    fn graph_exec_update(&mut self, _cx: Cx<'_>, exec: GraphExecId, graph: GraphId) -> Result<answer::ExecUpdate> {
+        self.exec_update(exec, graph)
+    }
+
+    fn graph_dot(&mut self, _cx: Cx<'_>, graph: GraphId, flags: u32) -> Result<answer::Bytes> {
+        Ok(answer::Bytes { data: InlineBytes(self.dot_text(graph, flags)?) })
     }
 
     // ---- texture objects ([`super::texture`]) ----

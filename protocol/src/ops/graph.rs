@@ -10,3 +10,11 @@ wire_id! {
     /// An instantiated graph (`CUgraphExec`) of one session.
     GraphExecId;
 }
+
+crate::codec::wire_struct! {
+    /// A kernel node's launch: the function, its configuration and its packed parameters.
+    pub struct KernelNode {
+        pub func: crate::FuncId, pub grid: [u32; 3], pub block: [u32; 3], pub shared_mem_bytes: u32,
+        pub params: crate::ops::KernelParams,
+    }
+}

@@ -55,7 +55,7 @@ mod types;
 
 pub use array::{TexResource, TexSampler};
 pub use blas::{BlasHandleId, BlasMat, BlasScalar, Gemm, LtDesc, LtLayout, Matmul, Vector};
-pub use graph::{GraphExecId, GraphId};
+pub use graph::{GraphExecId, GraphId, KernelNode};
 pub use macros::{assert_opcodes_in, assert_unique_opcodes};
 pub use types::*;
 
@@ -252,6 +252,20 @@ op_table! {
     0x0b08 GraphUpload graph_upload { exec: GraphExecId, stream: StreamId } => Ok, async;
     /// Admitted and charged by the compute scheduler as one unit (daemon/graph.rs says why).
     0x0b09 GraphLaunch graph_launch { exec: GraphExecId, stream: StreamId } => Ok, async;
+    /// Graphs built node by node: `deps` and `node` are node ids of this session's graph.
+    0x0b0a GraphAddKernelNode graph_add_kernel_node { graph: GraphId, deps: Vec<u64>, kernel: KernelNode } => GraphNode;
+    0x0b0b GraphAddMemsetNode graph_add_memset_node { graph: GraphId, deps: Vec<u64>, set: Memset } => GraphNode;
+    0x0b0c GraphAddEmptyNode graph_add_empty_node { graph: GraphId, deps: Vec<u64> } => GraphNode;
+    0x0b0d GraphAddChildNode graph_add_child_node { graph: GraphId, deps: Vec<u64>, child: GraphId } => GraphNode;
+    /// An event record node, or with `wait` an event wait node.
+    0x0b0e GraphAddEventNode graph_add_event_node { graph: GraphId, deps: Vec<u64>, event: EventId, wait: bool } => GraphNode;
+    0x0b0f GraphAddDependencies graph_add_dependencies { graph: GraphId, from: Vec<u64>, to: Vec<u64> } => Ok;
+    0x0b10 GraphExecKernelNodeSetParams graph_exec_kernel_node_set_params { exec: GraphExecId, node: u64, kernel: KernelNode } => Ok;
+    0x0b11 GraphClone graph_clone { graph: GraphId } => Graph;
+    /// `cuGraphExecUpdate`: the answer's `result` is a `CUgraphExecUpdateResult`.
+    0x0b12 GraphExecUpdate graph_exec_update { exec: GraphExecId, graph: GraphId } => ExecUpdate;
+    /// `cuGraphDebugDotPrint`: the DOT text comes back; the client writes the file.
+    0x0b13 GraphDot graph_dot { graph: GraphId, flags: u32 } => Bytes;
 
     // ---- texture objects ----
     /// `cuTexObjectCreate` in `ctx` over memory the session owns; the answer is the backend's
@@ -324,6 +338,9 @@ op_table! {
     0x8b02 GraphExec { exec: crate::ops::GraphExecId };
     /// A `CUstreamCaptureStatus`, and the capture's id (0 when none is active).
     0x8b03 CaptureInfo { status: u32, id: u64 };
+    0x8b04 GraphNode { node: u64 };
+    /// The update's `CUgraphExecUpdateResult` and the node that stopped it (0: none).
+    0x8b05 ExecUpdate { result: u32, node: u64 };
 
     0x8e01 TexObject { handle: u64 };
 }

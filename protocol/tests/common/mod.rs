@@ -16,6 +16,15 @@ const MEM_HANDLE: MemHandleId = MemHandleId(0x600);
 const GRAPH: GraphId = GraphId(0x700);
 const GRAPH_EXEC: GraphExecId = GraphExecId(0x800);
 
+fn kernel_node() -> KernelNode {
+    KernelNode {
+        func: FUNC,
+        grid: [4, 1, 1],
+        block: [128, 1, 1],
+        shared_mem_bytes: 0,
+        params: KernelParams(vec![1; 16]),
+    }
+}
 fn mat(offset: u64, ld: i64) -> BlasMat {
     BlasMat { ptr: DevicePtr(PTR.0 + offset), dtype: 0, ld, stride: ld * 64 }
 }
@@ -242,6 +251,20 @@ pub fn all_request_examples() -> Vec<Request> {
         GraphExecDestroy { exec: GRAPH_EXEC },
         GraphUpload { exec: GRAPH_EXEC, stream: STREAM },
         GraphLaunch { exec: GRAPH_EXEC, stream: STREAM },
+        GraphAddKernelNode { graph: GRAPH, deps: vec![1, 2], kernel: kernel_node() },
+        GraphAddMemsetNode {
+            graph: GRAPH,
+            deps: vec![],
+            set: gpupool_protocol::ops::Memset { dst: PTR, value: MemsetValue::U32(7), width: 64, height: 1, pitch: 0 },
+        },
+        GraphAddEmptyNode { graph: GRAPH, deps: vec![3] },
+        GraphAddChildNode { graph: GRAPH, deps: vec![], child: GraphId(0x701) },
+        GraphAddEventNode { graph: GRAPH, deps: vec![4], event: EVENT, wait: true },
+        GraphAddDependencies { graph: GRAPH, from: vec![1], to: vec![2] },
+        GraphExecKernelNodeSetParams { exec: GRAPH_EXEC, node: 1, kernel: kernel_node() },
+        GraphClone { graph: GRAPH },
+        GraphExecUpdate { exec: GRAPH_EXEC, graph: GRAPH },
+        GraphDot { graph: GRAPH, flags: 1 },
         TexObjectCreate {
             ctx: CTX,
             resource: TexResource { ptr: PTR, format: 0x20, channels: 4, width: 640, height: 480, pitch: 10240 },
@@ -306,6 +329,8 @@ pub fn all_reply_examples() -> Vec<Reply> {
         Graph { graph: GRAPH },
         GraphExec { exec: GRAPH_EXEC },
         CaptureInfo { status: 1, id: 42 },
+        GraphNode { node: 9 },
+        ExecUpdate { result: 2, node: 3 },
         TexObject { handle: 0x1_0000_0001 },
     ]
 }
