@@ -233,6 +233,19 @@ impl<T: Decode> Decode for Option<T> {
     }
 }
 
+// Large payloads travel boxed so that `Request` stays small for every other operation.
+impl<T: Encode> Encode for Box<T> {
+    fn encode(&self, w: &mut Writer<'_>) {
+        (**self).encode(w);
+    }
+}
+impl<T: Decode> Decode for Box<T> {
+    const MIN_LEN: usize = T::MIN_LEN;
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        T::decode(r).map(Box::new)
+    }
+}
+
 impl Encode for String {
     fn encode(&self, w: &mut Writer<'_>) {
         w.check_len("string", self.len(), MAX_STRING_LEN);

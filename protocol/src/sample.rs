@@ -71,6 +71,12 @@ impl<T: Sample> Sample for Option<T> {
     }
 }
 
+impl<T: Sample> Sample for Box<T> {
+    fn sample(g: &mut Gen) -> Self {
+        Box::new(T::sample(g))
+    }
+}
+
 impl Sample for String {
     fn sample(g: &mut Gen) -> Self {
         const CHARS: &[char] = &['a', 'Z', '_', '0', ' ', 'é', '∂', '🦀', '\0'];

@@ -290,7 +290,7 @@ pub fn heuristic(
     matmul.reduction_mask = pref.reduction_mask;
     let max_workspace = pref.max_workspace;
     let answer::LtAlgos { count, workspace_bytes } =
-        ask(Request::LtHeuristic { handle: id, matmul, max_workspace, requested })?;
+        ask(Request::LtHeuristic { handle: id, matmul: Box::new(matmul), max_workspace, requested })?;
     let n = (count as usize).min(requested as usize);
     for i in 0..n {
         let mut algo = cublasLtMatmulAlgo_t { data: [0; 8] };
@@ -353,5 +353,5 @@ pub fn matmul(
     (mm.a, mm.b, mm.c, mm.d) = (p(a), p(b), p(c), p(d.cast_const()));
     (mm.workspace, mm.workspace_bytes) = (p(workspace.cast_const()), workspace_bytes as u64);
     mm.stream = stream_id(stream.cast())?;
-    ask::<answer::Ok>(Request::LtMatmul { handle: id, matmul: mm }).map(|_| ())
+    ask::<answer::Ok>(Request::LtMatmul { handle: id, matmul: Box::new(mm) }).map(|_| ())
 }

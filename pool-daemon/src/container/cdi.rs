@@ -85,7 +85,7 @@ pub fn generate(o: Options) -> Result<()> {
     let lib = libdir::prepare(&o.lib_dir)?;
     let interposer = crate::run::interposer()?;
     let gpupool = std::env::current_exe()?;
-    let endpoint_args = vec!["--endpoint".to_string(), format!("unix://{}", socket.display())];
+    let endpoint_args = ["--endpoint".to_string(), format!("unix://{}", socket.display())];
     let hook = |stage: &str, extra: &[&str]| {
         let mut args = vec!["gpupool".to_string(), "oci-hook".into(), stage.into()];
         args.extend(extra.iter().map(|s| s.to_string()));

@@ -741,16 +741,16 @@ impl Serve for Session {
         &mut self,
         _cx: Cx<'_>,
         handle: BlasHandleId,
-        matmul: Matmul,
+        matmul: Box<Matmul>,
         max_workspace: u64,
         requested: i32,
     ) -> Result<answer::LtAlgos> {
-        let (count, workspace_bytes) = Session::lt_heuristic(self, handle, matmul, max_workspace, requested)?;
+        let (count, workspace_bytes) = Session::lt_heuristic(self, handle, *matmul, max_workspace, requested)?;
         Ok(answer::LtAlgos { count, workspace_bytes })
     }
 
-    fn lt_matmul(&mut self, _cx: Cx<'_>, handle: BlasHandleId, matmul: Matmul) -> Result<answer::Ok> {
-        Session::lt_matmul(self, handle, matmul).map(|()| answer::Ok {})
+    fn lt_matmul(&mut self, _cx: Cx<'_>, handle: BlasHandleId, matmul: Box<Matmul>) -> Result<answer::Ok> {
+        Session::lt_matmul(self, handle, *matmul).map(|()| answer::Ok {})
     }
 
     // ---- graphs and stream capture ([`super::graph`]) ----

@@ -231,9 +231,9 @@ op_table! {
     0x0a10 LtCreate lt_create { ctx: CtxId } => BlasHandle;
     0x0a11 LtDestroy lt_destroy { handle: BlasHandleId } => Ok;
     /// `cublasLtMatmulAlgoGetHeuristic` for `matmul`'s shapes (its pointers unused).
-    0x0a12 LtHeuristic lt_heuristic { handle: BlasHandleId, matmul: Matmul, max_workspace: u64, requested: i32 } => LtAlgos;
+    0x0a12 LtHeuristic lt_heuristic { handle: BlasHandleId, matmul: Box<Matmul>, max_workspace: u64, requested: i32 } => LtAlgos;
     /// `cublasLtMatmul` on `matmul.stream`, the algorithm chosen by the backend's heuristic.
-    0x0a13 LtMatmul lt_matmul { handle: BlasHandleId, matmul: Matmul } => Ok;
+    0x0a13 LtMatmul lt_matmul { handle: BlasHandleId, matmul: Box<Matmul> } => Ok;
 
     // ---- graphs and stream capture ----
     /// `cuStreamBeginCapture_v2` on a stream the daemon holds (`mode`: a `CUstreamCaptureMode`;

@@ -17,7 +17,7 @@ use gpupool_shim::cuda::{
 use std::os::raw::{c_int, c_ulonglong, c_void};
 use std::sync::Arc;
 
-const POSIX_FD: u32 = HandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as u32;
+const POSIX_FD: u32 = HandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0;
 
 /// The device a `CUmemLocation` names; only device locations hold device memory.
 fn location_device(driver: &Driver, loc: &CUmemLocation) -> CuResult<i32> {
@@ -145,7 +145,7 @@ fn set_access(ptr: CUdeviceptr, size: usize, desc: *const CUmemAccessDesc, count
                 return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("access flags {} unknown", other.0));
             }
         }
-        access.push((dev, d.flags.0 as u32));
+        access.push((dev, d.flags.0));
     }
     owner(driver, ptr, "cuMemSetAccess")?.memory.set_access(ptr, size as u64, &access)
 }
@@ -180,10 +180,12 @@ fn properties(prop: *mut CUmemAllocationProp, handle: CUmemGenericAllocationHand
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null prop".into());
     }
     let p = vmm::get(handle)?;
-    let mut v = CUmemAllocationProp::default();
-    v.type_ = CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-    v.requestedHandleTypes = HandleType(p.handle_types as _);
-    v.location = CUmemLocation { type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: p.device.ordinal };
+    let v = CUmemAllocationProp {
+        type_: CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+        requestedHandleTypes: HandleType(p.handle_types as _),
+        location: CUmemLocation { type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: p.device.ordinal },
+        ..Default::default()
+    };
     out(prop, v)
 }
 
@@ -206,7 +208,7 @@ fn export(
     if shareable.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null shareableHandle".into());
     }
-    if flags != 0 || kind.0 as u32 != POSIX_FD {
+    if flags != 0 || kind.0 != POSIX_FD {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
             format!("export as type {} flags {flags:#x}: only POSIX file descriptors, flags 0", kind.0)
         });
@@ -220,7 +222,7 @@ fn import(handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, kin
     if handle.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null handle".into());
     }
-    if kind.0 as u32 != POSIX_FD {
+    if kind.0 != POSIX_FD {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("import of handle type {}", kind.0));
     }
     // For POSIX file descriptors the descriptor travels in the pointer's value.

@@ -127,7 +127,7 @@ pub fn retain(phys: &Arc<Physical>) -> u64 {
 /// `cuMemExportToShareableHandle` as a POSIX file descriptor the caller owns.
 pub fn export_fd(handle: u64) -> CuResult<RawFd> {
     let phys = get(handle)?;
-    let posix = gpupool_shim::cuda::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as u32;
+    let posix = gpupool_shim::cuda::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0;
     if phys.handle_types & posix == 0 {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
             format!("{handle:#x} was not created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR")
@@ -165,7 +165,7 @@ pub fn import_fd(fd: RawFd, devices: &[Arc<Device>]) -> CuResult<u64> {
         Ok(m) if m.len() > 0 && m.len().is_multiple_of(GRANULARITY) => m.len(),
         _ => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("descriptor {fd} has no valid size")),
     };
-    let posix = gpupool_shim::cuda::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as u32;
+    let posix = gpupool_shim::cuda::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0;
     let device = device.clone();
     Ok(register(|handle| Physical { handle, size, device, handle_types: posix, fd: owned, charged: 0 }))
 }
@@ -432,7 +432,7 @@ impl AddressSpace {
     fn republish(&self, st: &mut SpaceState, base: u64) {
         let Some(r) = st.reserved.get(&base) else { return };
         let end = base + r.size;
-        let rw = CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE.0 as u32;
+        let rw = CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE.0;
         let dev = self.device.ordinal;
         let mut runs: Vec<(u64, u64)> = Vec::new();
         for (&a, s) in &r.segments {
