@@ -275,15 +275,18 @@ fn graph_replays_of_fifty_kernels_are_held_to_ten_and_thirty_percent() {
         let from = rs.iter().map(|r| r.start).max().unwrap() + SEC;
         let st = d.status();
         for ((r, q), t) in rs.iter().zip([10u8, 30]).zip(["a", "b"]) {
-            let c = &st["tenants"].as_array().unwrap().iter().find(|x| x["tenant"] == t).unwrap()["devices"][0]
-                ["compute"];
+            let c =
+                &st["tenants"].as_array().unwrap().iter().find(|x| x["tenant"] == t).unwrap()["devices"][0]["compute"];
             // Each graph launch is one unit of the scheduler (the client's warm-up kernel is one more),
             // charged its measured time.
             let (units, charged) = (c["kernels"].as_u64().unwrap(), c["charged_ns"].as_u64().unwrap());
             let &(_, kernels, body) = r.samples.last().unwrap();
             let graphs = kernels / 50;
-            eprintln!("tenant {t}: {graphs} graphs, {units} units, {:.1} ms charged per graph, {:.1} ms of bodies",
-                charged as f64 / 1e6 / graphs as f64, body as f64 / 1e6 / graphs as f64);
+            eprintln!(
+                "tenant {t}: {graphs} graphs, {units} units, {:.1} ms charged per graph, {:.1} ms of bodies",
+                charged as f64 / 1e6 / graphs as f64,
+                body as f64 / 1e6 / graphs as f64
+            );
             assert!(units >= graphs && units <= graphs + 2, "{units} units for {graphs} graph launches: {st}");
             assert!(charged >= body, "{charged} ns charged for {body} ns of kernel bodies: {st}");
             let bodies = share(r, from, from + 8 * SEC);

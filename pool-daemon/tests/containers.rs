@@ -387,6 +387,17 @@ fn podman_with_the_generated_cdi_spec_runs_the_readme_lines() {
     assert_eq!(spec["kind"], "gpupool.io/gpu");
     let names: Vec<&str> = spec["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["0", "1", "all"]);
+    // The README's line writes where podman reads specs, and the spec names the hook in CDI mode
+    // (the devices come from the CDI variables, not an annotation).
+    assert!(generate.contains("--output /var/run/cdi/gpupool.json"), "{generate}");
+    let hooks = spec["containerEdits"]["hooks"].as_array().unwrap();
+    let create: Vec<&str> = hooks
+        .iter()
+        .find(|h| h["hookName"] == "createRuntime")
+        .map(|h| h["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect())
+        .unwrap_or_default();
+    assert_eq!(create.get(1..4), Some(&["oci-hook", "create-runtime", "--cdi"][..]), "{create:?}");
+    assert!(hooks.iter().any(|h| h["hookName"] == "poststop"), "{hooks:?}");
 
     let run = gpupool_e2e::readme::command("podman run");
     let out = shell(&run);
