@@ -58,14 +58,6 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
     assert!(c["kernels"].as_u64().unwrap() >= 3000, "{st}");
 }
 
-const FILL_PTX: &str = ".version 8.0\n.target sm_90\n.address_size 64\n\
-.visible .entry fill(.param .u64 p, .param .u32 v)\n{\n\
-\t.reg .b64 %rd<4>;\n\t.reg .b32 %r<4>;\n\
-\tld.param.u64 %rd1, [p];\n\tld.param.u32 %r1, [v];\n\
-\tcvta.to.global.u64 %rd2, %rd1;\n\tmov.u32 %r2, %tid.x;\n\
-\tmul.wide.u32 %rd3, %r2, 4;\n\tadd.s64 %rd2, %rd2, %rd3;\n\
-\tst.global.u32 [%rd2], %r1;\n\tret;\n}\n";
-
 /// A session with a stream and a captured graph that fills 64 words of `buf` with 7.
 struct Captured {
     c: Client,
@@ -78,17 +70,7 @@ fn capture_fill(d: &Daemon) -> Captured {
     let mut c = Client::connect(&d.socket);
     let ctx = c.ctx(0);
     let buf = c.alloc(ctx, 4096).unwrap();
-    let Reply::Module { module, .. } =
-        c.call(Request::ModuleLoad { ctx, image: HostSrc::Inline(InlineBytes(FILL_PTX.into())) })
-    else {
-        panic!("module load failed: {}", d.log())
-    };
-    let Reply::Function { func, params } = c.call(Request::ModuleGetFunction { module, name: "fill".into() }) else {
-        panic!()
-    };
-    let mut packed = vec![0u8; (params[1].offset + params[1].size) as usize];
-    packed[params[0].offset as usize..][..8].copy_from_slice(&buf.0.to_le_bytes());
-    packed[params[1].offset as usize..][..4].copy_from_slice(&7u32.to_le_bytes());
+    let (func, packed) = c.fill_kernel(ctx, buf, 7);
     let Reply::Stream { stream } = c.call(Request::StreamCreate { ctx, flags: 0, priority: 0 }) else { panic!() };
     assert_eq!(code(&c.call(Request::StreamBeginCapture { stream, mode: 0 })), 0, "{}", d.log());
     let Reply::CaptureInfo { status: 1, id } = c.call(Request::StreamCaptureInfo { stream }) else { panic!() };

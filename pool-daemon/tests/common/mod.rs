@@ -2,9 +2,10 @@
 //! simulator (killed on drop), and a small client built on gpupool_protocol.
 #![allow(dead_code)]
 
+use gpupool_protocol::ops::{HostSrc, InlineBytes};
 use gpupool_protocol::transport::Transport;
 use gpupool_protocol::transport::shm::{ShmTransport, WaitPolicy};
-use gpupool_protocol::{CtxId, DevicePtr, Message, PROTOCOL_VERSION, Reply, Request};
+use gpupool_protocol::{CtxId, DevicePtr, FuncId, Message, PROTOCOL_VERSION, Reply, Request};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -166,6 +167,25 @@ impl Client {
         }
     }
 
+    /// Loads [`FILL_PTX`] in `ctx` and packs its parameters to fill words of `buf` with `value`:
+    /// the function and the packed parameter buffer for a `LaunchKernel`.
+    pub fn fill_kernel(&mut self, ctx: CtxId, buf: DevicePtr, value: u32) -> (FuncId, Vec<u8>) {
+        let Reply::Module { module, .. } =
+            self.call(Request::ModuleLoad { ctx, image: HostSrc::Inline(InlineBytes(FILL_PTX.into())) })
+        else {
+            panic!("module load failed")
+        };
+        let Reply::Function { func, params } = self.call(Request::ModuleGetFunction { module, name: "fill".into() })
+        else {
+            panic!("no function fill")
+        };
+        assert_eq!(params.len(), 2);
+        let mut packed = vec![0u8; (params[1].offset + params[1].size) as usize];
+        packed[params[0].offset as usize..][..8].copy_from_slice(&buf.0.to_le_bytes());
+        packed[params[1].offset as usize..][..4].copy_from_slice(&value.to_le_bytes());
+        (func, packed)
+    }
+
     pub fn alloc(&mut self, ctx: CtxId, bytes: u64) -> Result<DevicePtr, (u32, String)> {
         match self.call(Request::MemAlloc { ctx, bytes }) {
             Reply::MemPtr { ptr } => Ok(ptr),
@@ -174,6 +194,15 @@ impl Client {
         }
     }
 }
+
+/// `fill(p, v)`: thread `tid.x` stores `v` at `p[tid.x]` (32-bit words).
+pub const FILL_PTX: &str = ".version 8.0\n.target sm_90\n.address_size 64\n\
+.visible .entry fill(.param .u64 p, .param .u32 v)\n{\n\
+\t.reg .b64 %rd<4>;\n\t.reg .b32 %r<4>;\n\
+\tld.param.u64 %rd1, [p];\n\tld.param.u32 %r1, [v];\n\
+\tcvta.to.global.u64 %rd2, %rd1;\n\tmov.u32 %r2, %tid.x;\n\
+\tmul.wide.u32 %rd3, %r2, 4;\n\tadd.s64 %rd2, %rd2, %rd3;\n\
+\tst.global.u32 [%rd2], %r1;\n\tret;\n}\n";
 
 /// The error code of a reply, or 0 for success.
 pub fn code(r: &Reply) -> u32 {
