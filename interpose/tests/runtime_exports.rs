@@ -14,7 +14,7 @@
 //! Binaries: `target/<profile>/libgpupool.so`, built first when missing.
 
 use std::collections::BTreeSet;
-use std::ffi::{CString, c_int, c_uint, c_void};
+use std::ffi::{CString, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -149,7 +149,7 @@ unsafe fn sym<F: Copy>(handle: *mut c_void, name: &str) -> F {
 /// and the last error (the parent checks stderr).
 fn unsupported_child() {
     type GraphClone = unsafe extern "C" fn(*mut *mut c_void, *mut c_void) -> c_int;
-    type ArrayGetInfo = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_uint, *mut c_void) -> c_int;
+    type GetChannelDesc = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
     type LastError = unsafe extern "C" fn() -> c_int;
 
     let path = CString::new(interposer().as_os_str().as_encoded_bytes()).unwrap();
@@ -157,11 +157,11 @@ fn unsupported_child() {
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     assert!(!handle.is_null(), "dlopen({}) failed", interposer().display());
     // SAFETY: the types are the CUDA runtime's declarations (cudaGraph_t and cudaArray_t are
-    // pointers, cudaExtent and cudaChannelFormatDesc are only passed by pointer here).
-    let (graph_clone, array_get_info, get_last, peek_last) = unsafe {
+    // pointers, cudaChannelFormatDesc is only passed by pointer here).
+    let (graph_clone, get_channel_desc, get_last, peek_last) = unsafe {
         (
             sym::<GraphClone>(handle, "cudaGraphClone"),
-            sym::<ArrayGetInfo>(handle, "cudaArrayGetInfo"),
+            sym::<GetChannelDesc>(handle, "cudaGetChannelDesc"),
             sym::<LastError>(handle, "cudaGetLastError"),
             sym::<LastError>(handle, "cudaPeekAtLastError"),
         )
@@ -183,23 +183,14 @@ fn unsupported_child() {
         assert_eq!(get_last(), SUCCESS, "cudaGetLastError resets the last error");
 
         let mut desc = [0xA5u8; 20]; // cudaChannelFormatDesc
-        let mut extent = [0xA5u8; 24]; // cudaExtent
-        let mut flags: c_uint = 0xA5A5_A5A5;
         let array = 0x1234 as *mut c_void;
-        assert_eq!(
-            array_get_info(desc.as_mut_ptr().cast(), extent.as_mut_ptr().cast(), &mut flags, array),
-            NOT_SUPPORTED,
-            "cudaArrayGetInfo"
-        );
-        assert!(
-            desc.iter().chain(&extent).all(|&b| b == 0xA5) && flags == 0xA5A5_A5A5,
-            "cudaArrayGetInfo wrote through its out-pointers"
-        );
+        assert_eq!(get_channel_desc(desc.as_mut_ptr().cast(), array), NOT_SUPPORTED, "cudaGetChannelDesc");
+        assert!(desc.iter().all(|&b| b == 0xA5), "cudaGetChannelDesc wrote through its out-pointer");
 
         // The last error is per thread: another thread has none, this one keeps 801.
         let other = std::thread::spawn(move || get_last()).join().unwrap();
         assert_eq!(other, SUCCESS, "cudaGetLastError on a thread that made no call");
-        assert_eq!(get_last(), NOT_SUPPORTED, "cudaGetLastError after cudaArrayGetInfo");
+        assert_eq!(get_last(), NOT_SUPPORTED, "cudaGetLastError after cudaGetChannelDesc");
         assert_eq!(get_last(), SUCCESS, "cudaGetLastError resets the last error");
     }
 }
@@ -240,7 +231,7 @@ fn unsupported_runtime_function_returns_801_logs_once_and_sets_the_last_error() 
         1,
         "want one stderr line naming cudaGraphClone (called twice) {context}"
     );
-    assert_eq!(lines_naming("cudaArrayGetInfo"), 1, "want one stderr line naming cudaArrayGetInfo {context}");
+    assert_eq!(lines_naming("cudaGetChannelDesc"), 1, "want one stderr line naming cudaGetChannelDesc {context}");
     let unsupported_lines: Vec<&str> = stderr.lines().filter(|l| l.contains("not supported")).collect();
     assert_eq!(unsupported_lines.len(), 2, "want exactly the two lines {context}");
 }

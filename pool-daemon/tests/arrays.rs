@@ -29,6 +29,27 @@ fn arrays_and_textures_sample_right_and_are_held_to_the_quota() {
     }
 }
 
+/// The runtime's counterparts (tests/python/runtime_texture_checks.py: cudaMallocArray,
+/// cudaMemcpy2DToArray/FromArray, cudaCreateTextureObject with linear filtering and
+/// normalized float reads, cudaFreeArray) sample right and meet the same quota with
+/// cudaErrorMemoryAllocation; the ledger is back to 0 after exit.
+#[test]
+fn runtime_arrays_and_textures_sample_right_and_are_held_to_the_quota() {
+    ensure_interposer();
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
+    assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
+    let quota_mib = 64;
+    let d = Daemon::start(Some(&tenant_config(&format!("{quota_mib}MiB"))));
+    let mut cmd = gpupool_run_script(&d, &python, "runtime_texture_checks.py");
+    cmd.args(["--quota", &quota_mib.to_string()]).env("GPUPOOL_LOG", "1");
+    run_checks(cmd, "runtime_texture_checks", 10, &d);
+    let t0 = std::time::Instant::now();
+    while d.used("team", 0) != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "array memory still held after exit: {}", d.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The daemon's side of `TexObjectCreate`: only memory the session owns, whole, on the
 /// context's device; bad descriptors and unknown handles are INVALID_VALUE with the daemon
 /// still serving; a session's texture objects go with it.

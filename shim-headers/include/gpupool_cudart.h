@@ -26,6 +26,9 @@ extern "C" {
 #define CUDART_VERSION 13000
 
 typedef struct cudaArray *cudaArray_t;
+typedef const struct cudaArray *cudaArray_const_t;
+typedef struct cudaMipmappedArray *cudaMipmappedArray_t;
+typedef unsigned long long cudaTextureObject_t;
 
 struct CUuuid_st {
     char bytes[16];
@@ -468,6 +471,88 @@ struct cudaChannelFormatDesc
     enum cudaChannelFormatKind f;
 };
 
+/* Arrays and texture objects (driver_types.h, texture_types.h). CUDA 13 added the
+ * reserved union member and `flags` to cudaResourceDesc; CUDA 12's shorter layout is in
+ * gpupool_cudart12.h. */
+#define cudaArrayDefault           0x00
+#define cudaArrayLayered           0x01
+#define cudaArraySurfaceLoadStore  0x02
+#define cudaArrayCubemap           0x04
+#define cudaArrayTextureGather     0x08
+
+enum cudaResourceType
+{
+    cudaResourceTypeArray          = 0x00,
+    cudaResourceTypeMipmappedArray = 0x01,
+    cudaResourceTypeLinear         = 0x02,
+    cudaResourceTypePitch2D        = 0x03
+};
+
+struct cudaResourceDesc {
+    enum cudaResourceType resType;
+    union {
+        struct {
+            cudaArray_t array;
+        } array;
+        struct {
+            cudaMipmappedArray_t mipmap;
+        } mipmap;
+        struct {
+            void *devPtr;
+            struct cudaChannelFormatDesc desc;
+            size_t sizeInBytes;
+        } linear;
+        struct {
+            void *devPtr;
+            struct cudaChannelFormatDesc desc;
+            size_t width;
+            size_t height;
+            size_t pitchInBytes;
+        } pitch2D;
+        struct {
+            int reserved[32];
+        } reserved;
+    } res;
+    unsigned int flags;
+};
+
+enum cudaTextureAddressMode
+{
+    cudaAddressModeWrap   = 0,
+    cudaAddressModeClamp  = 1,
+    cudaAddressModeMirror = 2,
+    cudaAddressModeBorder = 3
+};
+
+enum cudaTextureFilterMode
+{
+    cudaFilterModePoint  = 0,
+    cudaFilterModeLinear = 1
+};
+
+enum cudaTextureReadMode
+{
+    cudaReadModeElementType     = 0,
+    cudaReadModeNormalizedFloat = 1
+};
+
+struct cudaTextureDesc
+{
+    enum cudaTextureAddressMode addressMode[3];
+    enum cudaTextureFilterMode  filterMode;
+    enum cudaTextureReadMode    readMode;
+    int                         sRGB;
+    float                       borderColor[4];
+    int                         normalizedCoords;
+    unsigned int                maxAnisotropy;
+    enum cudaTextureFilterMode  mipmapFilterMode;
+    float                       mipmapLevelBias;
+    float                       minMipmapLevelClamp;
+    float                       maxMipmapLevelClamp;
+    int                         disableTrilinearOptimization;
+    int                         seamlessCubemap;
+};
+
 struct cudaPitchedPtr
 {
     void   *ptr;
@@ -749,6 +834,15 @@ const char* cudaGetErrorString(cudaError_t error);
 const char* cudaGetErrorName(cudaError_t error);
 cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus);
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus);
+cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t width, size_t height, unsigned int flags);
+cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int flags);
+cudaError_t cudaFreeArray(cudaArray_t array);
+cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent, unsigned int *flags, cudaArray_t array);
+cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind);
+cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject);
+cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaTextureObject_t texObject);
+cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cudaTextureObject_t texObject);
 struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, enum cudaChannelFormatKind f);
 
 #ifdef __cplusplus

@@ -1,7 +1,8 @@
 /*
  * gpupool_cudart12.h - the CUDA 12 runtime ABI where it differs from CUDA 13 in what
  * libgpupool.so serves: `cudaGetDeviceProperties_v2` (what CUDA 12's headers call
- * cudaGetDeviceProperties; CUDA 13 removed the _v2 export and changed the layout).
+ * cudaGetDeviceProperties; CUDA 13 removed the _v2 export and changed the layout) and
+ * `cudaResourceDesc` (CUDA 13 lengthened it).
  * `cargo xtask abi-check` compiles every item here against CUDA 12's cuda_runtime_api.h.
  */
 #ifndef GPUPOOL_CUDART12_H
@@ -119,6 +120,51 @@ struct cudaDeviceProp
     int          clusterLaunch;
     int          unifiedFunctionPointers;
     int          reserved[63];
+};
+
+/* cudaResourceDesc before CUDA 13 added the reserved union member and `flags`. */
+typedef struct cudaArray *cudaArray_t;
+typedef struct cudaMipmappedArray *cudaMipmappedArray_t;
+
+enum cudaChannelFormatKind {
+    cudaChannelFormatKindSigned = 0
+};
+
+enum cudaResourceType {
+    cudaResourceTypeArray = 0x00
+};
+
+struct cudaChannelFormatDesc
+{
+    int                        x;
+    int                        y;
+    int                        z;
+    int                        w;
+    enum cudaChannelFormatKind f;
+};
+
+struct cudaResourceDesc {
+    enum cudaResourceType resType;
+    union {
+        struct {
+            cudaArray_t array;
+        } array;
+        struct {
+            cudaMipmappedArray_t mipmap;
+        } mipmap;
+        struct {
+            void *devPtr;
+            struct cudaChannelFormatDesc desc;
+            size_t sizeInBytes;
+        } linear;
+        struct {
+            void *devPtr;
+            struct cudaChannelFormatDesc desc;
+            size_t width;
+            size_t height;
+            size_t pitchInBytes;
+        } pitch2D;
+    } res;
 };
 
 cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device);

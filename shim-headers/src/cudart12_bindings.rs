@@ -423,6 +423,278 @@ impl Default for cudaDeviceProp {
         }
     }
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cudaArray {
+    _unused: [u8; 0],
+}
+pub type cudaArray_t = *mut cudaArray;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cudaMipmappedArray {
+    _unused: [u8; 0],
+}
+pub type cudaMipmappedArray_t = *mut cudaMipmappedArray;
+impl cudaChannelFormatKind {
+    pub const cudaChannelFormatKindSigned: cudaChannelFormatKind = cudaChannelFormatKind(
+        0,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct cudaChannelFormatKind(pub ::std::os::raw::c_uint);
+impl cudaResourceType {
+    pub const cudaResourceTypeArray: cudaResourceType = cudaResourceType(0);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct cudaResourceType(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaChannelFormatDesc {
+    pub x: ::std::os::raw::c_int,
+    pub y: ::std::os::raw::c_int,
+    pub z: ::std::os::raw::c_int,
+    pub w: ::std::os::raw::c_int,
+    pub f: cudaChannelFormatKind,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaChannelFormatDesc",
+    ][::std::mem::size_of::<cudaChannelFormatDesc>() - 20usize];
+    [
+        "Alignment of cudaChannelFormatDesc",
+    ][::std::mem::align_of::<cudaChannelFormatDesc>() - 4usize];
+    [
+        "Offset of field: cudaChannelFormatDesc::x",
+    ][::std::mem::offset_of!(cudaChannelFormatDesc, x) - 0usize];
+    [
+        "Offset of field: cudaChannelFormatDesc::y",
+    ][::std::mem::offset_of!(cudaChannelFormatDesc, y) - 4usize];
+    [
+        "Offset of field: cudaChannelFormatDesc::z",
+    ][::std::mem::offset_of!(cudaChannelFormatDesc, z) - 8usize];
+    [
+        "Offset of field: cudaChannelFormatDesc::w",
+    ][::std::mem::offset_of!(cudaChannelFormatDesc, w) - 12usize];
+    [
+        "Offset of field: cudaChannelFormatDesc::f",
+    ][::std::mem::offset_of!(cudaChannelFormatDesc, f) - 16usize];
+};
+impl Default for cudaChannelFormatDesc {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct cudaResourceDesc {
+    pub resType: cudaResourceType,
+    pub res: cudaResourceDesc__bindgen_ty_1,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union cudaResourceDesc__bindgen_ty_1 {
+    pub array: cudaResourceDesc__bindgen_ty_1__bindgen_ty_1,
+    pub mipmap: cudaResourceDesc__bindgen_ty_1__bindgen_ty_2,
+    pub linear: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3,
+    pub pitch2D: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
+    pub array: cudaArray_t,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_1",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_1>() - 8usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_1",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_1::array",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_1, array)
+        - 0usize];
+};
+impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
+    pub mipmap: cudaMipmappedArray_t,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_2",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_2>() - 8usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_2",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_2>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_2::mipmap",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_2, mipmap)
+        - 0usize];
+};
+impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
+    pub devPtr: *mut ::std::os::raw::c_void,
+    pub desc: cudaChannelFormatDesc,
+    pub sizeInBytes: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_3",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_3>() - 40usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_3",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_3>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::devPtr",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, devPtr)
+        - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::desc",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, desc)
+        - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::sizeInBytes",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, sizeInBytes)
+        - 32usize];
+};
+impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
+    pub devPtr: *mut ::std::os::raw::c_void,
+    pub desc: cudaChannelFormatDesc,
+    pub width: usize,
+    pub height: usize,
+    pub pitchInBytes: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_4",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_4>() - 56usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_4",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_4>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::devPtr",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, devPtr)
+        - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::desc",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, desc)
+        - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::width",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, width)
+        - 32usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::height",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, height)
+        - 40usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::pitchInBytes",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, pitchInBytes)
+        - 48usize];
+};
+impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1>() - 56usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::array",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, array) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::mipmap",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, mipmap) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::linear",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, linear) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::pitch2D",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, pitch2D) - 0usize];
+};
+impl Default for cudaResourceDesc__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of cudaResourceDesc"][::std::mem::size_of::<cudaResourceDesc>() - 64usize];
+    [
+        "Alignment of cudaResourceDesc",
+    ][::std::mem::align_of::<cudaResourceDesc>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc::resType",
+    ][::std::mem::offset_of!(cudaResourceDesc, resType) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc::res",
+    ][::std::mem::offset_of!(cudaResourceDesc, res) - 8usize];
+};
+impl Default for cudaResourceDesc {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 unsafe extern "C" {
     pub fn cudaGetDeviceProperties_v2(
         prop: *mut cudaDeviceProp,

@@ -39,12 +39,25 @@ pub const cudaOccupancyDisableCachingOverride: u32 = 1;
 pub const cudaEnableDefault: u32 = 0;
 pub const cudaEnableLegacyStream: u32 = 1;
 pub const cudaEnablePerThreadDefaultStream: u32 = 2;
+pub const cudaArrayDefault: u32 = 0;
+pub const cudaArrayLayered: u32 = 1;
+pub const cudaArraySurfaceLoadStore: u32 = 2;
+pub const cudaArrayCubemap: u32 = 4;
+pub const cudaArrayTextureGather: u32 = 8;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct cudaArray {
     _unused: [u8; 0],
 }
 pub type cudaArray_t = *mut cudaArray;
+pub type cudaArray_const_t = *const cudaArray;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cudaMipmappedArray {
+    _unused: [u8; 0],
+}
+pub type cudaMipmappedArray_t = *mut cudaMipmappedArray;
+pub type cudaTextureObject_t = ::std::os::raw::c_ulonglong;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct CUuuid_st {
@@ -1311,6 +1324,354 @@ const _: () = {
     ][::std::mem::offset_of!(cudaChannelFormatDesc, f) - 16usize];
 };
 impl Default for cudaChannelFormatDesc {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl cudaResourceType {
+    pub const cudaResourceTypeArray: cudaResourceType = cudaResourceType(0);
+}
+impl cudaResourceType {
+    pub const cudaResourceTypeMipmappedArray: cudaResourceType = cudaResourceType(1);
+}
+impl cudaResourceType {
+    pub const cudaResourceTypeLinear: cudaResourceType = cudaResourceType(2);
+}
+impl cudaResourceType {
+    pub const cudaResourceTypePitch2D: cudaResourceType = cudaResourceType(3);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct cudaResourceType(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct cudaResourceDesc {
+    pub resType: cudaResourceType,
+    pub res: cudaResourceDesc__bindgen_ty_1,
+    pub flags: ::std::os::raw::c_uint,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union cudaResourceDesc__bindgen_ty_1 {
+    pub array: cudaResourceDesc__bindgen_ty_1__bindgen_ty_1,
+    pub mipmap: cudaResourceDesc__bindgen_ty_1__bindgen_ty_2,
+    pub linear: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3,
+    pub pitch2D: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4,
+    pub reserved: cudaResourceDesc__bindgen_ty_1__bindgen_ty_5,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
+    pub array: cudaArray_t,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_1",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_1>() - 8usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_1",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_1::array",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_1, array)
+        - 0usize];
+};
+impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
+    pub mipmap: cudaMipmappedArray_t,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_2",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_2>() - 8usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_2",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_2>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_2::mipmap",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_2, mipmap)
+        - 0usize];
+};
+impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
+    pub devPtr: *mut ::std::os::raw::c_void,
+    pub desc: cudaChannelFormatDesc,
+    pub sizeInBytes: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_3",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_3>() - 40usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_3",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_3>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::devPtr",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, devPtr)
+        - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::desc",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, desc)
+        - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::sizeInBytes",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, sizeInBytes)
+        - 32usize];
+};
+impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
+    pub devPtr: *mut ::std::os::raw::c_void,
+    pub desc: cudaChannelFormatDesc,
+    pub width: usize,
+    pub height: usize,
+    pub pitchInBytes: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_4",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_4>() - 56usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_4",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_4>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::devPtr",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, devPtr)
+        - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::desc",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, desc)
+        - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::width",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, width)
+        - 32usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::height",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, height)
+        - 40usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::pitchInBytes",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, pitchInBytes)
+        - 48usize];
+};
+impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_5 {
+    pub reserved: [::std::os::raw::c_int; 32usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_5",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_5>() - 128usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_5",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_5>() - 4usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_5::reserved",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_5, reserved)
+        - 0usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1",
+    ][::std::mem::size_of::<cudaResourceDesc__bindgen_ty_1>() - 128usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1",
+    ][::std::mem::align_of::<cudaResourceDesc__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::array",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, array) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::mipmap",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, mipmap) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::linear",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, linear) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::pitch2D",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, pitch2D) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::reserved",
+    ][::std::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, reserved) - 0usize];
+};
+impl Default for cudaResourceDesc__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of cudaResourceDesc"][::std::mem::size_of::<cudaResourceDesc>() - 144usize];
+    [
+        "Alignment of cudaResourceDesc",
+    ][::std::mem::align_of::<cudaResourceDesc>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc::resType",
+    ][::std::mem::offset_of!(cudaResourceDesc, resType) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc::res",
+    ][::std::mem::offset_of!(cudaResourceDesc, res) - 8usize];
+    [
+        "Offset of field: cudaResourceDesc::flags",
+    ][::std::mem::offset_of!(cudaResourceDesc, flags) - 136usize];
+};
+impl Default for cudaResourceDesc {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl cudaTextureAddressMode {
+    pub const cudaAddressModeWrap: cudaTextureAddressMode = cudaTextureAddressMode(0);
+}
+impl cudaTextureAddressMode {
+    pub const cudaAddressModeClamp: cudaTextureAddressMode = cudaTextureAddressMode(1);
+}
+impl cudaTextureAddressMode {
+    pub const cudaAddressModeMirror: cudaTextureAddressMode = cudaTextureAddressMode(2);
+}
+impl cudaTextureAddressMode {
+    pub const cudaAddressModeBorder: cudaTextureAddressMode = cudaTextureAddressMode(3);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct cudaTextureAddressMode(pub ::std::os::raw::c_uint);
+impl cudaTextureFilterMode {
+    pub const cudaFilterModePoint: cudaTextureFilterMode = cudaTextureFilterMode(0);
+}
+impl cudaTextureFilterMode {
+    pub const cudaFilterModeLinear: cudaTextureFilterMode = cudaTextureFilterMode(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct cudaTextureFilterMode(pub ::std::os::raw::c_uint);
+impl cudaTextureReadMode {
+    pub const cudaReadModeElementType: cudaTextureReadMode = cudaTextureReadMode(0);
+}
+impl cudaTextureReadMode {
+    pub const cudaReadModeNormalizedFloat: cudaTextureReadMode = cudaTextureReadMode(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct cudaTextureReadMode(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq)]
+pub struct cudaTextureDesc {
+    pub addressMode: [cudaTextureAddressMode; 3usize],
+    pub filterMode: cudaTextureFilterMode,
+    pub readMode: cudaTextureReadMode,
+    pub sRGB: ::std::os::raw::c_int,
+    pub borderColor: [f32; 4usize],
+    pub normalizedCoords: ::std::os::raw::c_int,
+    pub maxAnisotropy: ::std::os::raw::c_uint,
+    pub mipmapFilterMode: cudaTextureFilterMode,
+    pub mipmapLevelBias: f32,
+    pub minMipmapLevelClamp: f32,
+    pub maxMipmapLevelClamp: f32,
+    pub disableTrilinearOptimization: ::std::os::raw::c_int,
+    pub seamlessCubemap: ::std::os::raw::c_int,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of cudaTextureDesc"][::std::mem::size_of::<cudaTextureDesc>() - 72usize];
+    ["Alignment of cudaTextureDesc"][::std::mem::align_of::<cudaTextureDesc>() - 4usize];
+    [
+        "Offset of field: cudaTextureDesc::addressMode",
+    ][::std::mem::offset_of!(cudaTextureDesc, addressMode) - 0usize];
+    [
+        "Offset of field: cudaTextureDesc::filterMode",
+    ][::std::mem::offset_of!(cudaTextureDesc, filterMode) - 12usize];
+    [
+        "Offset of field: cudaTextureDesc::readMode",
+    ][::std::mem::offset_of!(cudaTextureDesc, readMode) - 16usize];
+    [
+        "Offset of field: cudaTextureDesc::sRGB",
+    ][::std::mem::offset_of!(cudaTextureDesc, sRGB) - 20usize];
+    [
+        "Offset of field: cudaTextureDesc::borderColor",
+    ][::std::mem::offset_of!(cudaTextureDesc, borderColor) - 24usize];
+    [
+        "Offset of field: cudaTextureDesc::normalizedCoords",
+    ][::std::mem::offset_of!(cudaTextureDesc, normalizedCoords) - 40usize];
+    [
+        "Offset of field: cudaTextureDesc::maxAnisotropy",
+    ][::std::mem::offset_of!(cudaTextureDesc, maxAnisotropy) - 44usize];
+    [
+        "Offset of field: cudaTextureDesc::mipmapFilterMode",
+    ][::std::mem::offset_of!(cudaTextureDesc, mipmapFilterMode) - 48usize];
+    [
+        "Offset of field: cudaTextureDesc::mipmapLevelBias",
+    ][::std::mem::offset_of!(cudaTextureDesc, mipmapLevelBias) - 52usize];
+    [
+        "Offset of field: cudaTextureDesc::minMipmapLevelClamp",
+    ][::std::mem::offset_of!(cudaTextureDesc, minMipmapLevelClamp) - 56usize];
+    [
+        "Offset of field: cudaTextureDesc::maxMipmapLevelClamp",
+    ][::std::mem::offset_of!(cudaTextureDesc, maxMipmapLevelClamp) - 60usize];
+    [
+        "Offset of field: cudaTextureDesc::disableTrilinearOptimization",
+    ][::std::mem::offset_of!(cudaTextureDesc, disableTrilinearOptimization) - 64usize];
+    [
+        "Offset of field: cudaTextureDesc::seamlessCubemap",
+    ][::std::mem::offset_of!(cudaTextureDesc, seamlessCubemap) - 68usize];
+};
+impl Default for cudaTextureDesc {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -2644,6 +3005,73 @@ unsafe extern "C" {
         cudaVersion: ::std::os::raw::c_uint,
         flags: ::std::os::raw::c_ulonglong,
         driverStatus: *mut cudaDriverEntryPointQueryResult,
+    ) -> cudaError_t;
+}
+unsafe extern "C" {
+    pub fn cudaMallocArray(
+        array: *mut cudaArray_t,
+        desc: *const cudaChannelFormatDesc,
+        width: usize,
+        height: usize,
+        flags: ::std::os::raw::c_uint,
+    ) -> cudaError_t;
+}
+unsafe extern "C" {
+    pub fn cudaMalloc3DArray(
+        array: *mut cudaArray_t,
+        desc: *const cudaChannelFormatDesc,
+        extent: cudaExtent,
+        flags: ::std::os::raw::c_uint,
+    ) -> cudaError_t;
+}
+unsafe extern "C" {
+    pub fn cudaFreeArray(array: cudaArray_t) -> cudaError_t;
+}
+unsafe extern "C" {
+    pub fn cudaArrayGetInfo(
+        desc: *mut cudaChannelFormatDesc,
+        extent: *mut cudaExtent,
+        flags: *mut ::std::os::raw::c_uint,
+        array: cudaArray_t,
+    ) -> cudaError_t;
+}
+unsafe extern "C" {
+    pub fn cudaMemcpy2DToArray(
+        dst: cudaArray_t,
+        wOffset: usize,
+        hOffset: usize,
+        src: *const ::std::os::raw::c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: cudaMemcpyKind,
+    ) -> cudaError_t;
+}
+unsafe extern "C" {
+    pub fn cudaMemcpy2DFromArray(
+        dst: *mut ::std::os::raw::c_void,
+        dpitch: usize,
+        src: cudaArray_const_t,
+        wOffset: usize,
+        hOffset: usize,
+        width: usize,
+        height: usize,
+        kind: cudaMemcpyKind,
+    ) -> cudaError_t;
+}
+unsafe extern "C" {
+    pub fn cudaDestroyTextureObject(texObject: cudaTextureObject_t) -> cudaError_t;
+}
+unsafe extern "C" {
+    pub fn cudaGetTextureObjectResourceDesc(
+        pResDesc: *mut cudaResourceDesc,
+        texObject: cudaTextureObject_t,
+    ) -> cudaError_t;
+}
+unsafe extern "C" {
+    pub fn cudaGetTextureObjectTextureDesc(
+        pTexDesc: *mut cudaTextureDesc,
+        texObject: cudaTextureObject_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {

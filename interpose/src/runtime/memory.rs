@@ -222,7 +222,7 @@ fn pointer_attributes(attr: *mut cudaPointerAttributes, p: *const c_void) -> Rt<
 }
 
 /// The direction of a copy: explicit, or worked out from the pointers for Default.
-fn direction(dst: *const c_void, src: *const c_void, kind: K) -> Rt<(bool, bool)> {
+pub(super) fn direction(dst: *const c_void, src: *const c_void, kind: K) -> Rt<(bool, bool)> {
     Ok(match kind {
         K::cudaMemcpyHostToHost => (false, false),
         K::cudaMemcpyHostToDevice => (true, false),

@@ -26,6 +26,7 @@
 //! (`cudaGetLastError` returns it once and resets it, `cudaPeekAtLastError` does not).
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments, non_snake_case)]
 
+pub mod array;
 pub mod device;
 pub mod errors;
 pub mod graph;
