@@ -35,6 +35,17 @@ fn arrays_and_textures_sample_right_and_are_held_to_the_quota() {
 /// cudaErrorMemoryAllocation; the ledger is back to 0 after exit.
 #[test]
 fn runtime_arrays_and_textures_sample_right_and_are_held_to_the_quota() {
+    runtime_texture_checks(false);
+}
+
+/// The same through libcudart.so.13, whose cudaResourceDesc is CUDA 13's (longer, `flags`
+/// checked).
+#[test]
+fn runtime_13_arrays_and_textures_sample_right_and_are_held_to_the_quota() {
+    runtime_texture_checks(true);
+}
+
+fn runtime_texture_checks(cudart13: bool) {
     ensure_interposer();
     let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
     assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
@@ -42,7 +53,10 @@ fn runtime_arrays_and_textures_sample_right_and_are_held_to_the_quota() {
     let d = Daemon::start(Some(&tenant_config(&format!("{quota_mib}MiB"))));
     let mut cmd = gpupool_run_script(&d, &python, "runtime_texture_checks.py");
     cmd.args(["--quota", &quota_mib.to_string()]).env("GPUPOOL_LOG", "1");
-    run_checks(cmd, "runtime_texture_checks", 10, &d);
+    if cudart13 {
+        cmd.arg("--cudart13");
+    }
+    run_checks(cmd, "runtime_texture_checks", if cudart13 { 11 } else { 10 }, &d);
     let t0 = std::time::Instant::now();
     while d.used("team", 0) != 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "array memory still held after exit: {}", d.status());

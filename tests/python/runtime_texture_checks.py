@@ -13,6 +13,8 @@ API in the primary context, the one the runtime uses.
   refused with cudaErrorInvalidValue.
 - With --quota MIB: an array of 3/4 of the quota fits, a second is cudaErrorMemoryAllocation
   until cudaFreeArray gives the first back.
+- With --cudart13: all of it through libcudart.so.13 (CUDA 13's longer cudaResourceDesc),
+  where a resource descriptor with `flags` set is cudaErrorInvalidValue.
 
 Prints PASS/FAIL lines and SUMMARY passed/total; exits 1 on any failure.
 """
@@ -67,7 +69,8 @@ class TextureDesc(C.Structure):
     ]
 
 
-rt = C.CDLL("libcudart.so.12")
+CUDART13 = "--cudart13" in sys.argv
+rt = C.CDLL("libcudart.so.13" if CUDART13 else "libcudart.so.12")
 rt.cudaCreateChannelDesc.restype = ChannelDesc
 rt.cudaCreateChannelDesc.argtypes = [C.c_int] * 5
 rt.cudaMallocArray.argtypes = [C.POINTER(C.c_void_p), C.POINTER(ChannelDesc), C.c_size_t, C.c_size_t, C.c_uint]
@@ -149,6 +152,13 @@ def run_checks(report):
         f"resType {res.resType} array {res.array} vs {arr.value}, address {list(tex.addressMode)}",
     )
     ok(rt.cudaDestroyTextureObject(t), "cudaDestroyTextureObject")
+    if CUDART13:
+        res = ResourceDesc(resType=0, array=arr)
+        res.rest[136 - 16] = 1  # CUDA 13's flags, at byte 136
+        tex = TextureDesc(filterMode=LINEAR)
+        t13 = C.c_uint64(0)
+        err = rt.cudaCreateTextureObject(C.byref(t13), C.byref(res), C.byref(tex), None)
+        report("CUDA 13: cudaResourceDesc.flags set is cudaErrorInvalidValue", err == 1 and t13.value == 0, f"got {err}")
 
     # 2. Copies back: a box, a 1D run across rows, and a box past the array.
     back = np.zeros((3, 5), np.float32)
