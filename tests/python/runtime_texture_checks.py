@@ -9,7 +9,7 @@ API in the primary context, the one the runtime uses.
   cudaGetTextureObjectResourceDesc/TextureDesc give the descriptors back.
 - A uchar4 array read as normalized floats (cudaReadModeNormalizedFloat, linear filtering,
   wrap, normalized coordinates).
-- cudaMemcpy2DFromArray of a box, cudaMemcpyFromArray across rows, a box past the array
+- cudaMemcpy2DFromArray and cudaMemcpy3D of a box, cudaMemcpyFromArray across rows, a box past the array
   refused with cudaErrorInvalidValue.
 - With --quota MIB: an array of 3/4 of the quota fits, a second is cudaErrorMemoryAllocation
   until cudaFreeArray gives the first back.
@@ -51,6 +51,27 @@ class ResourceDesc(C.Structure):
     _fields_ = [("resType", C.c_int), ("array", C.c_void_p), ("rest", C.c_byte * 128)]
 
 
+class Pos(C.Structure):
+    _fields_ = [("x", C.c_size_t), ("y", C.c_size_t), ("z", C.c_size_t)]
+
+
+class PitchedPtr(C.Structure):
+    _fields_ = [("ptr", C.c_void_p), ("pitch", C.c_size_t), ("xsize", C.c_size_t), ("ysize", C.c_size_t)]
+
+
+class Memcpy3DParms(C.Structure):
+    _fields_ = [
+        ("srcArray", C.c_void_p),
+        ("srcPos", Pos),
+        ("srcPtr", PitchedPtr),
+        ("dstArray", C.c_void_p),
+        ("dstPos", Pos),
+        ("dstPtr", PitchedPtr),
+        ("extent", Extent),
+        ("kind", C.c_int),
+    ]
+
+
 class TextureDesc(C.Structure):
     _fields_ = [
         ("addressMode", C.c_int * 3),
@@ -85,6 +106,7 @@ rt.cudaCreateTextureObject.argtypes = [
     C.POINTER(TextureDesc),
     C.c_void_p,
 ]
+rt.cudaMemcpy3D.argtypes = [C.POINTER(Memcpy3DParms)]
 rt.cudaDestroyTextureObject.argtypes = [C.c_uint64]
 rt.cudaGetTextureObjectResourceDesc.argtypes = [C.POINTER(ResourceDesc), C.c_uint64]
 rt.cudaGetTextureObjectTextureDesc.argtypes = [C.POINTER(TextureDesc), C.c_uint64]
@@ -167,6 +189,11 @@ def run_checks(report):
     run = np.zeros(20, np.float32)
     ok(rt.cudaMemcpyFromArray(run.ctypes.data, arr, 4 * 4, 2, 20 * 4, D2H), "cudaMemcpyFromArray")
     report("cudaMemcpyFromArray across rows", np.array_equal(run, img.ravel()[2 * w + 4 : 2 * w + 24]), f"{run}")
+    box = np.zeros((3, 5), np.float32)
+    p = Memcpy3DParms(srcArray=arr, srcPos=Pos(4, 2, 0), extent=Extent(5, 3, 1), kind=D2H)
+    p.dstPtr = PitchedPtr(box.ctypes.data, 5 * 4, 5, 3)
+    ok(rt.cudaMemcpy3D(C.byref(p)), "cudaMemcpy3D")
+    report("cudaMemcpy3D of a box (positions and width in elements)", np.array_equal(box, img[2:5, 4:9]), f"{box}")
     err = rt.cudaMemcpy2DFromArray(back.ctypes.data, 5 * 4, arr, 10 * 4, 5, 5 * 4, 3, D2H)
     report("a box past the array is cudaErrorInvalidValue", err == 1, f"got {err}")
     ok(rt.cudaFreeArray(arr), "cudaFreeArray")

@@ -86,6 +86,15 @@ fn channel_desc(f: F, channels: c_uint) -> cudaChannelFormatDesc {
     cudaChannelFormatDesc { x: bit(0), y: bit(1), z: bit(2), w: bit(3), f: kind }
 }
 
+/// Bytes per element of an array (what `cudaMemcpy3D` counts positions and widths in).
+pub(super) fn element_bytes(a: cudaArray_t) -> Rt<usize> {
+    let mut d = CUDA_ARRAY3D_DESCRIPTOR::default();
+    // SAFETY: our own export with a valid out-pointer; it looks the handle up.
+    cu(unsafe { cuArray3DGetDescriptor_v2(&mut d, a.cast()) })?;
+    let cd = channel_desc(d.Format, d.NumChannels);
+    Ok([cd.x, cd.y, cd.z, cd.w].iter().map(|&b| b as usize).sum::<usize>() / 8)
+}
+
 fn read<T: Copy>(p: *const T) -> Rt<T> {
     if p.is_null() {
         return Err(cudaError::cudaErrorInvalidValue);
@@ -306,8 +315,7 @@ fn rows_1d(
     let mut d = CUDA_ARRAY3D_DESCRIPTOR::default();
     // SAFETY: our own export with a valid out-pointer; it looks the handle up.
     cu(unsafe { cuArray3DGetDescriptor_v2(&mut d, a.cast()) })?;
-    let cd = channel_desc(d.Format, d.NumChannels);
-    let row = d.Width * ([cd.x, cd.y, cd.z, cd.w].iter().map(|&b| b as usize).sum::<usize>() / 8);
+    let row = d.Width * element_bytes(a)?;
     let (mut x, mut y, mut done) = (w, h, 0);
     while done < n {
         if row == 0 || x >= row {

@@ -27,7 +27,7 @@ use gpupool_shim::cuda::{
     CUstream,
 };
 use gpupool_shim::cudart::{
-    cudaError, cudaExtent, cudaMemcpy3DParms, cudaMemcpyKind as K, cudaMemoryType, cudaPitchedPtr,
+    cudaArray_t, cudaError, cudaExtent, cudaMemcpy3DParms, cudaMemcpyKind as K, cudaMemoryType, cudaPitchedPtr,
     cudaPointerAttributes,
 };
 use std::os::raw::{c_int, c_uint, c_void};
@@ -414,38 +414,43 @@ fn memcpy2d_async(
     copy2d(dst, dpitch, src, spitch, width, height, kind, Some(ns.resolve(s)))
 }
 
-/// 3D copies between linear memory (pitched pointers); CUDA arrays are not pooled.
+/// 3D copies between linear memory (pitched pointers) and CUDA arrays. As NVIDIA documents,
+/// positions and the extent's width count an array's elements where an array takes part
+/// (bytes for linear memory).
 fn copy3d(p: *const cudaMemcpy3DParms, stream: Option<CUstream>) -> Rt<()> {
     if p.is_null() {
         return Err(cudaError::cudaErrorInvalidValue);
     }
     // SAFETY: non-null; the caller passes a cudaMemcpy3DParms.
     let p = unsafe { p.read_unaligned() };
-    if !p.srcArray.is_null() || !p.dstArray.is_null() {
-        super::unsupported::report("cudaMemcpy3D with a CUDA array (arrays are not pooled)");
-        return Err(cudaError::cudaErrorNotSupported);
-    }
     let (d_dev, s_dev) = direction(p.dstPtr.ptr, p.srcPtr.ptr, p.kind)?;
     state::context()?;
+    let elem = |a: cudaArray_t| if a.is_null() { Ok(1) } else { super::array::element_bytes(a) };
+    let (se, de) = (elem(p.srcArray)?, elem(p.dstArray)?);
+    let width_elem = if p.srcArray.is_null() { de } else { se };
+    let bytes = |n: usize, e: usize| n.checked_mul(e).ok_or(cudaError::cudaErrorInvalidValue);
+    let end = |a: cudaArray_t, dev: bool| if a.is_null() { memory_kind(dev) } else { MT::CU_MEMORYTYPE_ARRAY };
     let (sp, dp) = (p.srcPtr, p.dstPtr);
     let c = CUDA_MEMCPY3D {
-        srcXInBytes: p.srcPos.x,
+        srcXInBytes: bytes(p.srcPos.x, se)?,
         srcY: p.srcPos.y,
         srcZ: p.srcPos.z,
-        srcMemoryType: memory_kind(s_dev),
+        srcMemoryType: end(p.srcArray, s_dev),
         srcHost: sp.ptr,
         srcDevice: sp.ptr as CUdeviceptr,
+        srcArray: p.srcArray.cast(),
         srcPitch: sp.pitch,
         srcHeight: sp.ysize,
-        dstXInBytes: p.dstPos.x,
+        dstXInBytes: bytes(p.dstPos.x, de)?,
         dstY: p.dstPos.y,
         dstZ: p.dstPos.z,
-        dstMemoryType: memory_kind(d_dev),
+        dstMemoryType: end(p.dstArray, d_dev),
         dstHost: dp.ptr,
         dstDevice: dp.ptr as CUdeviceptr,
+        dstArray: p.dstArray.cast(),
         dstPitch: dp.pitch,
         dstHeight: dp.ysize,
-        WidthInBytes: p.extent.width,
+        WidthInBytes: bytes(p.extent.width, width_elem)?,
         Height: p.extent.height,
         Depth: p.extent.depth,
         ..Default::default()

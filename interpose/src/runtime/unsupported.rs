@@ -7,7 +7,8 @@
 //!
 //! Families left out on purpose (see README "Runtime API"): explicit graph building and
 //! node parameters (capture, instantiate, upload, launch and destroy are in [`super::graph`]),
-//! CUDA arrays beyond allocation and 2D copies ([`super::array`]), surfaces,
+//! mipmapped arrays and array-to-array copies (the rest of the array API is in
+//! [`super::array`]), surfaces,
 //! managed memory, sharing memory pools (the pools themselves are in
 //! [`super::mempool`]), external memory and semaphores, graphics interop (GL, EGL,
 //! VDPAU), peer access control, and the runtime's own export table.
