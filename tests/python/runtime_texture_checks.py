@@ -9,7 +9,8 @@ API in the primary context, the one the runtime uses.
   cudaGetTextureObjectResourceDesc/TextureDesc give the descriptors back.
 - A uchar4 array read as normalized floats (cudaReadModeNormalizedFloat, linear filtering,
   wrap, normalized coordinates).
-- cudaMemcpy2DFromArray and cudaMemcpy3D of a box, cudaMemcpyFromArray across rows, a box past the array
+- cudaGetChannelDesc; cudaMemcpy2DFromArray, cudaMemcpy3D and cudaMemcpy2DArrayToArray of a box;
+  a mipmapped array's level has half the size; cudaMemcpyFromArray across rows, a box past the array
   refused with cudaErrorInvalidValue.
 - With --quota MIB: an array of 3/4 of the quota fits, a second is cudaErrorMemoryAllocation
   until cudaFreeArray gives the first back.
@@ -107,6 +108,11 @@ rt.cudaCreateTextureObject.argtypes = [
     C.c_void_p,
 ]
 rt.cudaMemcpy3D.argtypes = [C.POINTER(Memcpy3DParms)]
+rt.cudaGetChannelDesc.argtypes = [C.POINTER(ChannelDesc), C.c_void_p]
+rt.cudaMemcpy2DArrayToArray.argtypes = [C.c_void_p, C.c_size_t, C.c_size_t, C.c_void_p] + [C.c_size_t] * 4 + [C.c_int]
+rt.cudaMallocMipmappedArray.argtypes = [C.POINTER(C.c_void_p), C.POINTER(ChannelDesc), Extent, C.c_uint, C.c_uint]
+rt.cudaGetMipmappedArrayLevel.argtypes = [C.POINTER(C.c_void_p), C.c_void_p, C.c_uint]
+rt.cudaFreeMipmappedArray.argtypes = [C.c_void_p]
 rt.cudaDestroyTextureObject.argtypes = [C.c_uint64]
 rt.cudaGetTextureObjectResourceDesc.argtypes = [C.POINTER(ResourceDesc), C.c_uint64]
 rt.cudaGetTextureObjectTextureDesc.argtypes = [C.POINTER(TextureDesc), C.c_uint64]
@@ -194,6 +200,16 @@ def run_checks(report):
     p.dstPtr = PitchedPtr(box.ctypes.data, 5 * 4, 5, 3)
     ok(rt.cudaMemcpy3D(C.byref(p)), "cudaMemcpy3D")
     report("cudaMemcpy3D of a box (positions and width in elements)", np.array_equal(box, img[2:5, 4:9]), f"{box}")
+    cd = ChannelDesc()
+    ok(rt.cudaGetChannelDesc(C.byref(cd), arr), "cudaGetChannelDesc")
+    report("cudaGetChannelDesc", (cd.x, cd.y, cd.z, cd.w, cd.f) == (32, 0, 0, 0, KIND_FLOAT), f"{(cd.x, cd.f)}")
+    err, arr2 = malloc_array(fdesc, 6, 4)
+    ok(err, "cudaMallocArray for the array-to-array copy")
+    ok(rt.cudaMemcpy2DArrayToArray(arr2, 4, 1, arr, 4 * 4, 2, 5 * 4, 3, 3), "cudaMemcpy2DArrayToArray")
+    small = np.zeros((3, 5), np.float32)
+    ok(rt.cudaMemcpy2DFromArray(small.ctypes.data, 5 * 4, arr2, 4, 1, 5 * 4, 3, D2H), "cudaMemcpy2DFromArray arr2")
+    report("cudaMemcpy2DArrayToArray of a box", np.array_equal(small, img[2:5, 4:9]), f"{small}")
+    ok(rt.cudaFreeArray(arr2), "cudaFreeArray arr2")
     err = rt.cudaMemcpy2DFromArray(back.ctypes.data, 5 * 4, arr, 10 * 4, 5, 5 * 4, 3, D2H)
     report("a box past the array is cudaErrorInvalidValue", err == 1, f"got {err}")
     ok(rt.cudaFreeArray(arr), "cudaFreeArray")
@@ -220,6 +236,18 @@ def run_checks(report):
     )
     ok(rt.cudaDestroyTextureObject(t), "cudaDestroyTextureObject uchar4")
     ok(rt.cudaFreeArray(arr), "cudaFreeArray uchar4")
+
+
+def mipmap_checks(report):
+    m = C.c_void_p()
+    desc = rt.cudaCreateChannelDesc(32, 0, 0, 0, KIND_FLOAT)
+    ok(rt.cudaMallocMipmappedArray(C.byref(m), C.byref(desc), Extent(16, 16, 0), 3, 0), "cudaMallocMipmappedArray")
+    level = C.c_void_p()
+    ok(rt.cudaGetMipmappedArrayLevel(C.byref(level), m, 1), "cudaGetMipmappedArrayLevel")
+    ext = Extent()
+    ok(rt.cudaArrayGetInfo(None, C.byref(ext), None, level), "cudaArrayGetInfo of a level")
+    report("a mipmapped array's level 1 is half its size", (ext.width, ext.height) == (8, 8), f"{ext.width}x{ext.height}")
+    ok(rt.cudaFreeMipmappedArray(m), "cudaFreeMipmappedArray")
 
 
 def quota_checks(report, quota_mib):
@@ -249,6 +277,7 @@ def main():
 
     try:
         run_checks(report)
+        mipmap_checks(report)
         if "--quota" in sys.argv:
             quota_checks(report, int(sys.argv[sys.argv.index("--quota") + 1]))
     except Exception as e:  # a failed call is a failed check, reported with the rest

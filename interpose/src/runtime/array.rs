@@ -1,6 +1,7 @@
 //! The runtime's CUDA arrays and texture objects (`cudaMallocArray`, `cudaMalloc3DArray`,
-//! `cudaFreeArray`, `cudaArrayGetInfo`, `cudaMemcpy2DToArray` / `FromArray` and the 1D
-//! `cudaMemcpyToArray` / `FromArray`, `cudaCreateTextureObject` and its getters) over the
+//! `cudaFreeArray`, `cudaArrayGetInfo`, `cudaGetChannelDesc`, mipmapped arrays,
+//! `cudaMemcpy2DToArray` / `FromArray` / `ArrayToArray` and the 1D `cudaMemcpyToArray` /
+//! `FromArray`, `cudaCreateTextureObject` and its getters) over the
 //! driver's ([`crate::api::array`]): the runtime describes a texel by a channel
 //! descriptor (bits per channel and a kind) where the driver has a format and a channel
 //! count, and its resource and texture descriptors are the driver's with other fields,
@@ -11,8 +12,9 @@
 
 use super::{NullStream, Rt, cu, memory::direction, out, rt_exports, rt_variants, state};
 use crate::api::array::{
-    cuArray3DCreate_v2, cuArray3DGetDescriptor_v2, cuArrayDestroy, cuTexObjectCreate, cuTexObjectDestroy,
-    cuTexObjectGetResourceDesc, cuTexObjectGetTextureDesc,
+    cuArray3DCreate_v2, cuArray3DGetDescriptor_v2, cuArrayDestroy, cuMipmappedArrayCreate, cuMipmappedArrayDestroy,
+    cuMipmappedArrayGetLevel, cuTexObjectCreate, cuTexObjectDestroy, cuTexObjectGetResourceDesc,
+    cuTexObjectGetTextureDesc,
 };
 use crate::api::exports::{cuMemcpy2D_v2, cuMemcpy2DAsync_v2};
 use gpupool_shim::cuda::{
@@ -23,8 +25,8 @@ use gpupool_shim::cuda::{
 };
 use gpupool_shim::cudart::{
     cudaArray_t, cudaChannelFormatDesc, cudaChannelFormatKind as Kind, cudaError, cudaExtent, cudaMemcpyKind as K,
-    cudaResourceDesc, cudaResourceType, cudaTextureAddressMode, cudaTextureDesc, cudaTextureFilterMode,
-    cudaTextureObject_t, cudaTextureReadMode,
+    cudaMipmappedArray_t, cudaResourceDesc, cudaResourceType, cudaTextureAddressMode, cudaTextureDesc,
+    cudaTextureFilterMode, cudaTextureObject_t, cudaTextureReadMode,
 };
 use gpupool_shim::cudart12::cudaResourceDesc as cudaResourceDesc12;
 use std::os::raw::{c_int, c_uint, c_void};
@@ -299,6 +301,97 @@ fn memcpy_2d_from_array_async(
     ns: NullStream,
 ) -> Rt<()> {
     from_array_2d(dst, dpitch, src, w, h, width, height, kind, Some(ns.resolve(s)))
+}
+
+fn get_channel_desc(desc: *mut cudaChannelFormatDesc, a: cudaArray_t) -> Rt<()> {
+    if desc.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    array_get_info(desc, std::ptr::null_mut(), std::ptr::null_mut(), a)
+}
+
+fn memcpy_2d_array_to_array(
+    dst: cudaArray_t,
+    wd: usize,
+    hd: usize,
+    src: cudaArray_t,
+    ws: usize,
+    hs: usize,
+    width: usize,
+    height: usize,
+    kind: K,
+    _ns: NullStream,
+) -> Rt<()> {
+    if !matches!(kind, K::cudaMemcpyDeviceToDevice | K::cudaMemcpyDefault) {
+        return Err(cudaError::cudaErrorInvalidMemcpyDirection);
+    }
+    state::context()?;
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
+    let p = CUDA_MEMCPY2D {
+        srcMemoryType: MT::CU_MEMORYTYPE_ARRAY,
+        srcArray: src.cast(),
+        srcXInBytes: ws,
+        srcY: hs,
+        dstMemoryType: MT::CU_MEMORYTYPE_ARRAY,
+        dstArray: dst.cast(),
+        dstXInBytes: wd,
+        dstY: hd,
+        WidthInBytes: width,
+        Height: height,
+        ..Default::default()
+    };
+    // SAFETY: our own export with a fully initialised descriptor.
+    cu(unsafe { cuMemcpy2D_v2(&p) })
+}
+
+/// A mipmapped array is the driver's: each level an array of its own (levels halve
+/// every dimension, as `cudaMallocMipmappedArray` documents).
+fn malloc_mipmapped_array(
+    m: *mut cudaMipmappedArray_t,
+    desc: *const cudaChannelFormatDesc,
+    e: cudaExtent,
+    levels: c_uint,
+    flags: c_uint,
+) -> Rt<()> {
+    if m.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    let (format, channels) = format_of(&read(desc)?)?;
+    state::context()?;
+    let d = CUDA_ARRAY3D_DESCRIPTOR {
+        Width: e.width,
+        Height: e.height,
+        Depth: e.depth,
+        Format: format,
+        NumChannels: channels,
+        Flags: flags,
+    };
+    let mut h = std::ptr::null_mut();
+    // SAFETY: our own export with a valid out-pointer and descriptor.
+    cu(unsafe { cuMipmappedArrayCreate(&mut h, &d, levels) })?;
+    out(m, h.cast())
+}
+
+fn get_mipmapped_array_level(level_array: *mut cudaArray_t, m: cudaMipmappedArray_t, level: c_uint) -> Rt<()> {
+    if level_array.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    state::context()?;
+    let mut a: CUarray = std::ptr::null_mut();
+    // SAFETY: our own export with a valid out-pointer; it looks the handle up.
+    cu(unsafe { cuMipmappedArrayGetLevel(&mut a, m.cast(), level) })?;
+    out(level_array, a.cast())
+}
+
+fn free_mipmapped_array(m: cudaMipmappedArray_t) -> Rt<()> {
+    if m.is_null() {
+        return Ok(());
+    }
+    state::context()?;
+    // SAFETY: our own export; it looks the handle up.
+    cu(unsafe { cuMipmappedArrayDestroy(m.cast()) })
 }
 
 /// The deprecated 1D forms copy `n` bytes starting at (`w` bytes, row `h`): a copy of
@@ -590,6 +683,12 @@ rt_exports! {
         tex: *mut cudaTextureObject_t, res: *const cudaResourceDesc12, desc: *const cudaTextureDesc,
         view: *const c_void);
     cudaDestroyTextureObject => destroy_texture_object(t: cudaTextureObject_t);
+    cudaGetChannelDesc => get_channel_desc(desc: *mut cudaChannelFormatDesc, a: cudaArray_t);
+    cudaMallocMipmappedArray => malloc_mipmapped_array(
+        m: *mut cudaMipmappedArray_t, desc: *const cudaChannelFormatDesc, e: cudaExtent, levels: c_uint, flags: c_uint);
+    cudaGetMipmappedArrayLevel => get_mipmapped_array_level(
+        level_array: *mut cudaArray_t, m: cudaMipmappedArray_t, level: c_uint);
+    cudaFreeMipmappedArray => free_mipmapped_array(m: cudaMipmappedArray_t);
     cudaGetTextureObjectResourceDesc => get_resource_desc(res: *mut cudaResourceDesc12, t: cudaTextureObject_t);
     cudaGetTextureObjectTextureDesc => get_texture_desc(desc: *mut cudaTextureDesc, t: cudaTextureObject_t);
 }
@@ -605,6 +704,9 @@ rt_variants! {
     cudaMemcpy2DFromArrayAsync / cudaMemcpy2DFromArrayAsync_ptsz => memcpy_2d_from_array_async(
         dst: *mut c_void, dpitch: usize, src: cudaArray_t, w: usize, h: usize, width: usize, height: usize, kind: K,
         s: CUstream);
+    cudaMemcpy2DArrayToArray / cudaMemcpy2DArrayToArray_ptds => memcpy_2d_array_to_array(
+        dst: cudaArray_t, wd: usize, hd: usize, src: cudaArray_t, ws: usize, hs: usize, width: usize, height: usize,
+        kind: K);
     cudaMemcpyToArray / cudaMemcpyToArray_ptds => memcpy_to_array(
         dst: cudaArray_t, w: usize, h: usize, src: *const c_void, n: usize, kind: K);
     cudaMemcpyFromArray / cudaMemcpyFromArray_ptds => memcpy_from_array(

@@ -7,8 +7,7 @@
 //!
 //! Families left out on purpose (see README "Runtime API"): explicit graph building and
 //! node parameters (capture, instantiate, upload, launch and destroy are in [`super::graph`]),
-//! mipmapped arrays and array-to-array copies (the rest of the array API is in
-//! [`super::array`]), surfaces,
+//! 1D array-to-array copies (the rest of the array API is in [`super::array`]), surfaces,
 //! managed memory, sharing memory pools (the pools themselves are in
 //! [`super::mempool`]), external memory and semaphores, graphics interop (GL, EGL,
 //! VDPAU), peer access control, and the runtime's own export table.
@@ -57,11 +56,10 @@ unsupported! {
     cudaEGLStreamConsumerDisconnect, cudaEGLStreamConsumerReleaseFrame, cudaEGLStreamProducerConnect,
     cudaEGLStreamProducerDisconnect, cudaEGLStreamProducerPresentFrame, cudaEGLStreamProducerReturnFrame,
     cudaEventCreateFromEGLSync, cudaExternalMemoryGetMappedBuffer, cudaExternalMemoryGetMappedMipmappedArray,
-    cudaFreeMipmappedArray, cudaFuncGetName, cudaFuncGetParamInfo, cudaFuncSetSharedMemConfig,
+    cudaFuncGetName, cudaFuncGetParamInfo, cudaFuncSetSharedMemConfig,
     cudaGLGetDevices, cudaGLMapBufferObject, cudaGLMapBufferObjectAsync, cudaGLRegisterBufferObject,
     cudaGLSetBufferObjectMapFlags, cudaGLSetGLDevice, cudaGLUnmapBufferObject, cudaGLUnmapBufferObjectAsync,
-    cudaGLUnregisterBufferObject, cudaGetChannelDesc, cudaGetExportTable, cudaGetMipmappedArrayLevel,
-    cudaGetSurfaceObjectResourceDesc, cudaGetTextureObjectResourceViewDesc,
+    cudaGLUnregisterBufferObject, cudaGetExportTable, cudaGetSurfaceObjectResourceDesc, cudaGetTextureObjectResourceViewDesc,
     cudaGraphAddChildGraphNode, cudaGraphAddDependencies,
     cudaGraphAddDependencies_v2, cudaGraphAddEmptyNode, cudaGraphAddEventRecordNode,
     cudaGraphAddEventWaitNode, cudaGraphAddExternalSemaphoresSignalNode,
@@ -103,7 +101,7 @@ unsupported! {
     cudaLibraryGetKernel, cudaLibraryGetKernelCount, cudaLibraryGetManaged, cudaLibraryGetUnifiedFunction,
     cudaLibraryLoadData, cudaLibraryLoadFromFile, cudaLibraryUnload, cudaLogsCurrent, cudaLogsDumpToFile,
     cudaLogsDumpToMemory, cudaLogsRegisterCallback, cudaLogsUnregisterCallback, cudaMalloc3D,
-    cudaMallocManaged, cudaMallocMipmappedArray, cudaMemAdvise, cudaMemAdvise_v2,
+    cudaMallocManaged, cudaMemAdvise, cudaMemAdvise_v2,
     cudaMemDiscardAndPrefetchBatchAsync, cudaMemDiscardAndPrefetchBatchAsync_ptsz, cudaMemDiscardBatchAsync,
     cudaMemDiscardBatchAsync_ptsz, cudaMemGetDefaultMemPool, cudaMemGetMemPool,
     cudaMemPoolExportPointer, cudaMemPoolExportToShareableHandle, cudaMemPoolGetAccess,
@@ -111,8 +109,7 @@ unsupported! {
     cudaMemPoolSetAccess, cudaMemPrefetchAsync,
     cudaMemPrefetchAsync_ptsz, cudaMemPrefetchAsync_v2, cudaMemPrefetchAsync_v2_ptsz,
     cudaMemPrefetchBatchAsync, cudaMemPrefetchBatchAsync_ptsz, cudaMemRangeGetAttribute,
-    cudaMemRangeGetAttributes, cudaMemSetMemPool, cudaMemcpy2DArrayToArray, cudaMemcpy2DArrayToArray_ptds,
-    cudaMemcpy3DBatchAsync, cudaMemcpy3DBatchAsync_ptsz, cudaMemcpy3DPeer,
+    cudaMemRangeGetAttributes, cudaMemSetMemPool, cudaMemcpy3DBatchAsync, cudaMemcpy3DBatchAsync_ptsz, cudaMemcpy3DPeer,
     cudaMemcpy3DPeerAsync, cudaMemcpy3DPeerAsync_ptsz, cudaMemcpy3DPeer_ptds, cudaMemcpyArrayToArray,
     cudaMemcpyArrayToArray_ptds, cudaMemcpyBatchAsync, cudaMemcpyBatchAsync_ptsz, cudaMemcpyFromArrayAsync, cudaMemcpyFromArrayAsync_ptsz, cudaMemcpyToArrayAsync, cudaMemcpyToArrayAsync_ptsz, cudaMipmappedArrayGetMemoryRequirements, cudaMipmappedArrayGetSparseProperties,
     cudaOccupancyMaxActiveClusters, cudaOccupancyMaxPotentialClusterSize, cudaSetDoubleForDevice,
