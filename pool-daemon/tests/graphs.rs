@@ -2,12 +2,13 @@
 //! program (tests/c/graph_client.c) captures kernels, copies, memsets and an event record into a graph
 //! and replays it 1,000 times under `gpupool run`, matching the eager run and the CPU; and, on the
 //! wire, graphs are ids of one session (another session's are refused and never reach the backend),
-//! a copy through the daemon's staging memory cannot be captured, and a session's graphs go with it.
+//! a copy through the daemon's staging memory cannot be captured, a memcpy node copies only the session's
+//! memory, and a session's graphs go with it.
 
 mod common;
 
 use common::{Client, Daemon, code, ensure_interposer};
-use gpupool_protocol::ops::{GraphExecId, GraphId, HostSrc, InlineBytes, KernelParams};
+use gpupool_protocol::ops::{Copy3D, Copy3DEnd, GraphExecId, GraphId, HostSrc, InlineBytes, KernelParams, MemSpace};
 use gpupool_protocol::{Reply, Request, StreamId};
 use std::path::PathBuf;
 use std::process::Command;
@@ -45,6 +46,7 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
         "the stream works after captures",
         "forged handles are refused",
         "graphs built node by node: dependencies, child graph, set params, update, clone, dot",
+        "memcpy nodes: page-locked host to device, 2D device to device, device to page-locked host",
         "graphs destroyed once",
     ] {
         assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
@@ -187,4 +189,56 @@ fn pageable_copies_cannot_be_captured_and_invalidate_the_capture() {
     assert_eq!(code(&c.call(Request::GraphExecDestroy { exec })), 0);
     assert_eq!(code(&c.call(Request::GraphDestroy { graph })), 0);
     assert_eq!(code(&c.call(Request::GraphDestroy { graph })), INVALID_VALUE);
+}
+
+fn d2d(src: gpupool_protocol::DevicePtr, dst: MemSpace, len: u64) -> Copy3D {
+    let end = |space| Copy3DEnd { space, x_bytes: 0, y: 0, z: 0, pitch: len, height: 1 };
+    Copy3D { src: end(MemSpace::Device(src)), dst: end(dst), width_bytes: len, height: 1, depth: 1 }
+}
+
+#[test]
+fn memcpy_nodes_copy_only_the_sessions_memory() {
+    let d = Daemon::start(None);
+    let Captured { mut c, stream, buf, graph } = capture_fill(&d);
+    let ctx = c.ctx(0);
+    let dst = c.alloc(ctx, 4096).unwrap();
+    let mut other = Client::connect(&d.socket);
+    let octx = other.ctx(0);
+    let theirs = other.alloc(octx, 4096).unwrap();
+    let set = gpupool_protocol::ops::Memset {
+        dst: theirs,
+        value: gpupool_protocol::ops::MemsetValue::U8(0x11),
+        width: 4096,
+        height: 1,
+        pitch: 0,
+    };
+    assert_eq!(code(&other.call(Request::Memset { set })), 0);
+    let Reply::Graph { graph: g } = c.call(Request::GraphCreate { ctx, flags: 0 }) else { panic!() };
+    let Reply::GraphNode { node: fill } = c.call(Request::GraphAddChildNode { graph: g, deps: vec![], child: graph })
+    else {
+        panic!("{}", d.log())
+    };
+    // Another session's memory at either end, the staging area, a copy past the end: refused.
+    for copy in [
+        d2d(theirs, MemSpace::Device(dst), 256),
+        d2d(buf, MemSpace::Device(theirs), 256),
+        d2d(buf, MemSpace::Staging(0), 256),
+        d2d(buf, MemSpace::Device(dst), 8192),
+    ] {
+        assert_eq!(code(&c.call(Request::GraphAddMemcpyNode { graph: g, deps: vec![fill], copy })), INVALID_VALUE);
+    }
+    // The session's own memory is copied when the graph runs.
+    let Reply::GraphNode { .. } =
+        c.call(Request::GraphAddMemcpyNode { graph: g, deps: vec![fill], copy: d2d(buf, MemSpace::Device(dst), 256) })
+    else {
+        panic!("{}", d.log())
+    };
+    let exec = instantiate(&mut c, g);
+    c.send_async(Request::GraphLaunch { exec, stream });
+    assert_eq!(code(&c.call(Request::StreamSynchronize { stream })), 0);
+    assert!(c.async_errors.is_empty(), "{:?}", c.async_errors);
+    let Reply::Bytes { data } = c.call(Request::MemcpyDtoHInline { src: dst, len: 256 }) else { panic!() };
+    assert!(data.0.chunks(4).all(|w| w == 7u32.to_le_bytes()), "{:?}", &data.0[..16]);
+    let Reply::Bytes { data } = other.call(Request::MemcpyDtoHInline { src: theirs, len: 256 }) else { panic!() };
+    assert!(data.0.iter().all(|&b| b == 0x11), "another session's memory was written");
 }

@@ -18,7 +18,10 @@
  * capture (cuStreamEndCapture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, NULL graph); in relaxed
  * mode cuMemAlloc is allowed; the stream works normally afterwards; forged handles are refused;
  * a graph built node by node (memset, kernel, child graph, event record; dependencies; parameter
- * change, update from a clone, DOT text) runs as the CPU says; host nodes are refused.
+ * change, update from a clone, DOT text) runs as the CPU says; host nodes are refused; a graph of
+ * memcpy (page-locked host to device), memset, kernel, a 2D device-to-device memcpy and a memcpy
+ * back to page-locked memory runs as the CPU says, and a memcpy node from pageable memory is
+ * refused.
  *
  * Output: "ok <check>" per check, "replays <n> ms <t>", "done"; a failure prints
  * "FAIL <check>: ..." on stderr and exits 1.
@@ -47,7 +50,7 @@
     X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuGraphAddKernelNode_v2) X(cuGraphAddMemsetNode)                        \
     X(cuGraphAddChildGraphNode) X(cuGraphAddEventRecordNode) X(cuGraphAddDependencies)                            \
     X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphClone) X(cuGraphExecUpdate_v2) X(cuGraphDebugDotPrint)       \
-    X(cuGraphAddHostNode)
+    X(cuGraphAddHostNode) X(cuGraphAddMemcpyNode)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -433,6 +436,72 @@ int main(int argc, char **argv) {
         CU(cuGraphDestroy, g9);
         (void)ne;
         ok("graphs built node by node: dependencies, child graph, set params, update, clone, dot");
+    }
+
+    /* Memcpy nodes: x = pinned (HtoD node, read when the graph runs), y = 2 (memset), then
+     * y = 3*y + x + 3 (kernel), rows 5..14 of y seen as 20 rows of 50 words go to rows 0..9 of z
+     * (a 2D device-to-device node), z goes back to page-locked `out` (DtoH node). */
+    {
+        enum { W = 50 };
+        CUgraph gm = NULL;
+        CUgraphExec xm = NULL;
+        CUgraphNode nh = NULL, nm = NULL, nk = NULL, nd = NULL, no = NULL, bad = NULL;
+        CUdeviceptr x = g[0], y = g[1], z = g[2];
+        uint32_t k = 3, n = N, *out = NULL;
+        void *sa[] = {&y, &x, &k, &n};
+        CU(cuMemHostAlloc, (void **)&out, N * 4, CU_MEMHOSTALLOC_PORTABLE);
+        memset(out, 0xee, N * 4);
+        CU(cuMemcpyHtoD_v2, x, zero, sizeof zero);
+        CU(cuMemcpyHtoD_v2, z, zero, sizeof zero);
+        CU(cuGraphCreate, &gm, 0);
+        CUDA_MEMCPY3D h2d;
+        memset(&h2d, 0, sizeof h2d);
+        h2d.srcMemoryType = CU_MEMORYTYPE_HOST, h2d.srcHost = pinned;
+        h2d.dstMemoryType = CU_MEMORYTYPE_DEVICE, h2d.dstDevice = x;
+        h2d.WidthInBytes = N * 4, h2d.Height = 1, h2d.Depth = 1;
+        CU(cuGraphAddMemcpyNode, &nh, gm, NULL, 0, &h2d, ctx);
+        CUDA_MEMSET_NODE_PARAMS mp = {.dst = y, .pitch = 0, .value = 2, .elementSize = 4, .width = N, .height = 1};
+        CU(cuGraphAddMemsetNode, &nm, gm, NULL, 0, &mp, ctx);
+        CUDA_KERNEL_NODE_PARAMS kp;
+        memset(&kp, 0, sizeof kp);
+        kp.func = f_step;
+        kp.gridDimX = (N + 127) / 128, kp.gridDimY = kp.gridDimZ = 1;
+        kp.blockDimX = 128, kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = sa;
+        CUgraphNode before[2] = {nh, nm};
+        CU(cuGraphAddKernelNode_v2, &nk, gm, before, 2, &kp);
+        CUDA_MEMCPY3D d2d;
+        memset(&d2d, 0, sizeof d2d);
+        d2d.srcMemoryType = CU_MEMORYTYPE_DEVICE, d2d.srcDevice = y, d2d.srcY = 5, d2d.srcPitch = W * 4;
+        d2d.dstMemoryType = CU_MEMORYTYPE_DEVICE, d2d.dstDevice = z, d2d.dstPitch = W * 4;
+        d2d.WidthInBytes = W * 4, d2d.Height = 10, d2d.Depth = 1;
+        CU(cuGraphAddMemcpyNode, &nd, gm, &nk, 1, &d2d, ctx);
+        CUDA_MEMCPY3D d2h;
+        memset(&d2h, 0, sizeof d2h);
+        d2h.srcMemoryType = CU_MEMORYTYPE_DEVICE, d2h.srcDevice = z;
+        d2h.dstMemoryType = CU_MEMORYTYPE_HOST, d2h.dstHost = out;
+        d2h.WidthInBytes = N * 4, d2h.Height = 1, d2h.Depth = 1;
+        CU(cuGraphAddMemcpyNode, &no, gm, &nd, 1, &d2h, ctx);
+        /* The daemon cannot read pageable memory when the graph runs. */
+        CUDA_MEMCPY3D pg = h2d;
+        pg.srcHost = zero;
+        CU_EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddMemcpyNode, &bad, gm, NULL, 0, &pg, ctx);
+        /* Past the end of y. */
+        CUDA_MEMCPY3D past = d2d;
+        past.srcY = 15;
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddMemcpyNode, &bad, gm, NULL, 0, &past, ctx);
+        CU(cuGraphInstantiateWithFlags, &xm, gm, 0);
+        set_x(4242);
+        CU(cuGraphLaunch, xm, s);
+        CU(cuStreamSynchronize, s);
+        for (int i = 0; i < N; i++) {
+            uint32_t want = i < 10 * W ? 3u * 2u + pinned[i + 5 * W] + 3u : 0u;
+            if (out[i] != want) fail("memcpy nodes", "index %ld: %ld", i, out[i]);
+        }
+        CU(cuGraphExecDestroy, xm);
+        CU(cuGraphDestroy, gm);
+        CU(cuMemFreeHost, out);
+        ok("memcpy nodes: page-locked host to device, 2D device to device, device to page-locked host");
     }
 
     CU(cuGraphExecDestroy, exec);

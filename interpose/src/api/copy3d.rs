@@ -136,6 +136,34 @@ fn ends(c: &Client, p: &CUDA_MEMCPY3D) -> R<(Shape, End, End)> {
     Ok((s, src, dst))
 }
 
+/// A graph memcpy node's copy, checked as a 3D copy is: device ends, and host ends that lie in
+/// one page-locked allocation the daemon maps. Pageable host memory is NOT_SUPPORTED with a
+/// log line: the daemon cannot read it when the graph runs, long after this call.
+pub(super) fn graph_node_copy(c: &Client, p: &CUDA_MEMCPY3D) -> R<Copy3D> {
+    let (s, src, dst) = ends(c, p)?;
+    if s.w == 0 || s.h == 0 || s.d == 0 {
+        return Err(INVALID);
+    }
+    let host = |e: &End| -> R<Copy3DEnd> {
+        e.in_region(c, s).ok_or_else(|| {
+            crate::util::log(
+                "a graph memcpy node's host memory must be page-locked (cuMemHostAlloc/cuMemHostRegister)",
+            );
+            CUresult::CUDA_ERROR_NOT_SUPPORTED
+        })
+    };
+    let (src, dst) = match (src.dev, dst.dev) {
+        (true, true) => (src.wire(0, 0, s.h), dst.wire(0, 0, s.h)),
+        (false, true) => (host(&src)?, dst.wire(0, 0, s.h)),
+        (true, false) => (src.wire(0, 0, s.h), host(&dst)?),
+        (false, false) => {
+            crate::util::log("a graph memcpy node from host to host memory is not forwarded through the pool");
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        }
+    };
+    Ok(Copy3D { src, dst, width_bytes: s.w, height: s.h, depth: s.d })
+}
+
 /// `stream`: the async variants' stream, already resolved.
 fn copy3d(c: &mut Client, p: &CUDA_MEMCPY3D, stream: Option<StreamId>) -> R<()> {
     let (s, src, dst) = ends(c, p)?;

@@ -443,6 +443,25 @@ pub(super) fn add_memset_node(
     add_node(out, graph, deps, n, |_, graph, deps| Ok(Request::GraphAddMemsetNode { graph, deps, set }))
 }
 
+/// `_ctx` is the graph's own context here: libgpupool.so's contexts all map to the session's.
+pub(super) fn add_memcpy_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const CUDA_MEMCPY3D,
+    _ctx: CUcontext,
+) -> R<()> {
+    if params.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the API's contract makes it point to the parameter struct.
+    let p = unsafe { params.read_unaligned() };
+    add_node(out, graph, deps, n, |c, graph, deps| {
+        Ok(Request::GraphAddMemcpyNode { graph, deps, copy: super::copy3d::graph_node_copy(c, &p)? })
+    })
+}
+
 pub(super) fn add_empty_node(out: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize) -> R<()> {
     add_node(out, graph, deps, n, |_, graph, deps| Ok(Request::GraphAddEmptyNode { graph, deps }))
 }
@@ -589,18 +608,16 @@ pub(super) fn debug_dot_print(graph: CUgraph, path: *const c_char, flags: c_uint
     })
 }
 
-/// Host and memcpy nodes are not forwarded yet (a host node must run the client's function in
-/// the client; a memcpy node may name the client's host memory): refused with
-/// CUDA_ERROR_NOT_SUPPORTED and a log line.
+/// Host nodes are not forwarded yet (a host node must run the client's function in the
+/// client): refused with CUDA_ERROR_NOT_SUPPORTED and a log line.
 macro_rules! refused {
     ($($f:ident($($t:ty),*);)*) => {$(
         pub(super) fn $f($(_: $t),*) -> R<()> {
-            log("graph host and memcpy nodes are not forwarded through the pool yet (capture a stream instead)");
+            log("graph host nodes are not forwarded through the pool yet (capture a stream instead)");
             Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
         }
     )*};
 }
 refused! {
-    add_memcpy_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_MEMCPY3D, CUcontext);
     add_host_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_HOST_NODE_PARAMS);
 }

@@ -137,6 +137,7 @@ driver_table! {
     cuGraphLaunch: fn(cu::CUgraphExec, cu::CUstream);
     cuGraphAddKernelNode_v2: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, *const cu::CUDA_KERNEL_NODE_PARAMS);
     cuGraphAddMemsetNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, *const cu::CUDA_MEMSET_NODE_PARAMS, CUcontext);
+    cuGraphAddMemcpyNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, *const cu::CUDA_MEMCPY3D, CUcontext);
     cuGraphAddEmptyNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize);
     cuGraphAddChildGraphNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUgraph);
     cuGraphAddEventRecordNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUevent);

@@ -115,10 +115,8 @@ impl Session {
         Ok(())
     }
 
-    pub(super) fn copy_3d(&mut self, c: Copy3D, stream: Option<StreamId>, staging: Option<&Staging>) -> Result<()> {
-        if c.width_bytes == 0 || c.height == 0 || c.depth == 0 {
-            return Ok(());
-        }
+    /// Both ends of a 3D copy of non-zero extent, each checked over its whole extent.
+    fn ends_3d(&self, c: &Copy3D, staging: Option<&Staging>) -> Result<(End, End)> {
         let end = |x: u64, y: u64, z: u64, pitch: u64, rows: u64| -> Result<(u64, u64)> {
             if (c.height > 1 || c.depth > 1) && pitch < c.width_bytes || c.depth > 1 && rows < c.height {
                 return Err(Fail::invalid_value("pitch or slice height smaller than the copy"));
@@ -137,12 +135,11 @@ impl Session {
         };
         let (ss, sn) = end(c.src.x_bytes, c.src.y, c.src.z, c.src.pitch, c.src.height)?;
         let (ds, dn) = end(c.dst.x_bytes, c.dst.y, c.dst.z, c.dst.pitch, c.dst.height)?;
-        let mut src = self.copy_end(c.src.space, ss, sn, staging)?;
-        let mut dst = self.copy_end(c.dst.space, ds, dn, staging)?;
-        let d = self.device_of(&src, &dst)?;
-        let s = stream.map(|id| self.copy_stream(id, d)).transpose()?;
-        self.enter_copy(s.map_or(d, |(_, sd)| sd), [&mut src, &mut dst])?;
-        let p = CUDA_MEMCPY3D {
+        Ok((self.copy_end(c.src.space, ss, sn, staging)?, self.copy_end(c.dst.space, ds, dn, staging)?))
+    }
+
+    fn params_3d(c: &Copy3D, src: &End, dst: &End) -> CUDA_MEMCPY3D {
+        CUDA_MEMCPY3D {
             srcMemoryType: src.kind,
             srcHost: src.host.cast_const().cast(),
             srcDevice: src.device,
@@ -157,11 +154,42 @@ impl Session {
             Height: c.height as usize,
             Depth: c.depth as usize,
             ..Default::default()
-        };
+        }
+    }
+
+    pub(super) fn copy_3d(&mut self, c: Copy3D, stream: Option<StreamId>, staging: Option<&Staging>) -> Result<()> {
+        if c.width_bytes == 0 || c.height == 0 || c.depth == 0 {
+            return Ok(());
+        }
+        let (mut src, mut dst) = self.ends_3d(&c, staging)?;
+        let d = self.device_of(&src, &dst)?;
+        let s = stream.map(|id| self.copy_stream(id, d)).transpose()?;
+        self.enter_copy(s.map_or(d, |(_, sd)| sd), [&mut src, &mut dst])?;
+        let p = Self::params_3d(&c, &src, &dst);
         match s {
             None => call!(self.shared.cuda, cuMemcpy3D_v2(&p))?,
             Some((s, _)) => call!(self.shared.cuda, cuMemcpy3DAsync_v2(&p, s.0))?,
         }
         Ok(())
+    }
+
+    /// A graph memcpy node's copy on device `d`, checked as `copy_3d` checks one: device ends
+    /// must be this session's memory on `d`, host ends page-locked regions (they stay mapped
+    /// while a graph exists, see [`super::graph`]); the staging area is refused, since it is
+    /// reused long before the graph runs. Leaves `d` entered.
+    pub(super) fn memcpy_node_params(&mut self, c: Copy3D, d: u32) -> Result<CUDA_MEMCPY3D> {
+        if c.width_bytes == 0 || c.height == 0 || c.depth == 0 {
+            return Err(Fail::invalid_value("a memcpy node of zero extent"));
+        }
+        if matches!(c.src.space, MemSpace::Staging(_)) || matches!(c.dst.space, MemSpace::Staging(_)) {
+            return Err(Fail::invalid_value("a memcpy node cannot copy through the staging area (pageable memory)"));
+        }
+        let (mut src, mut dst) = self.ends_3d(&c, None)?;
+        if [&src, &dst].iter().any(|e| e.device_ordinal.is_some_and(|o| o != d)) {
+            return Err(Fail::invalid_value("a memcpy node's device memory must be on the graph's device"));
+        }
+        self.device_of(&src, &dst)?;
+        self.enter_copy(d, [&mut src, &mut dst])?;
+        Ok(Self::params_3d(&c, &src, &dst))
     }
 }

@@ -38,8 +38,8 @@ use super::dispatch::{Fail, INVALID_HANDLE, INVALID_VALUE, Result};
 use super::session::Session;
 use crate::call;
 use gpupool_protocol::EventId;
+use gpupool_protocol::ops::{Copy3D, KernelNode, Memset, MemsetValue};
 use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
-use gpupool_protocol::ops::{KernelNode, Memset, MemsetValue};
 use gpupool_protocol::{CtxId, StreamId};
 use gpupool_shim::cuda::{
     CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphExecUpdateResult,
@@ -342,6 +342,16 @@ impl Session {
         let ctx = self.tenant_ctxs[&d].ctx.0;
         self.add_node(graph, deps, |me, g, deps, node| {
             Ok(call!(me.shared.cuda, cuGraphAddMemsetNode(node, g, deps.as_ptr(), deps.len(), &p, ctx))?)
+        })
+    }
+
+    /// The copy is checked and its host ends resolved by [`Session::memcpy_node_params`].
+    pub(super) fn add_memcpy_node(&mut self, graph: GraphId, deps: &[u64], copy: Copy3D) -> Result<answer::GraphNode> {
+        let (_, d) = self.graph(graph)?;
+        let p = self.memcpy_node_params(copy, d)?;
+        let ctx = self.tenant_ctxs[&d].ctx.0;
+        self.add_node(graph, deps, |me, g, deps, node| {
+            Ok(call!(me.shared.cuda, cuGraphAddMemcpyNode(node, g, deps.as_ptr(), deps.len(), &p, ctx))?)
         })
     }
 

@@ -816,6 +816,16 @@ impl Serve for Session {
         self.add_memset_node(graph, &deps, set)
     }
 
+    fn graph_add_memcpy_node(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        deps: Vec<u64>,
+        copy: Copy3D,
+    ) -> Result<answer::GraphNode> {
+        self.add_memcpy_node(graph, &deps, copy)
+    }
+
     fn graph_add_empty_node(&mut self, _cx: Cx<'_>, graph: GraphId, deps: Vec<u64>) -> Result<answer::GraphNode> {
         self.add_empty_node(graph, &deps)
     }

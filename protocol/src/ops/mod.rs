@@ -266,6 +266,9 @@ op_table! {
     0x0b12 GraphExecUpdate graph_exec_update { exec: GraphExecId, graph: GraphId } => ExecUpdate;
     /// `cuGraphDebugDotPrint`: the DOT text comes back; the client writes the file.
     0x0b13 GraphDot graph_dot { graph: GraphId, flags: u32 } => Bytes;
+    /// A memcpy node: device memory of this session on the graph's device, or page-locked host
+    /// regions (never the staging area).
+    0x0b14 GraphAddMemcpyNode graph_add_memcpy_node { graph: GraphId, deps: Vec<u64>, copy: Copy3D } => GraphNode;
 
     // ---- texture objects ----
     /// `cuTexObjectCreate` in `ctx` over memory the session owns; the answer is the backend's

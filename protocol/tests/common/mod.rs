@@ -265,6 +265,7 @@ pub fn all_request_examples() -> Vec<Request> {
         GraphClone { graph: GRAPH },
         GraphExecUpdate { exec: GRAPH_EXEC, graph: GRAPH },
         GraphDot { graph: GRAPH, flags: 1 },
+        GraphAddMemcpyNode { graph: GRAPH, deps: vec![5], copy: copy3d() },
         TexObjectCreate {
             ctx: CTX,
             resource: TexResource { ptr: PTR, format: 0x20, channels: 4, width: 640, height: 480, pitch: 10240 },
