@@ -105,22 +105,28 @@ fn read<T: Copy>(p: *const T) -> Rt<T> {
     Ok(unsafe { p.read_unaligned() })
 }
 
-/// `cudaMallocArray`'s and `cudaMalloc3DArray`'s flags are the driver's `CUDA_ARRAY3D_*`
-/// bits under other names (cudaArrayLayered = CUDA_ARRAY3D_LAYERED, ...).
-fn create(array: *mut cudaArray_t, desc: *const cudaChannelFormatDesc, e: cudaExtent, flags: c_uint) -> Rt<()> {
-    if array.is_null() {
-        return Err(cudaError::cudaErrorInvalidValue);
-    }
+/// The driver's descriptor for a runtime array (also each level of a mipmapped one), once the
+/// channel format is valid and the calling thread has a context.
+fn descriptor(desc: *const cudaChannelFormatDesc, e: cudaExtent, flags: c_uint) -> Rt<CUDA_ARRAY3D_DESCRIPTOR> {
     let (format, channels) = format_of(&read(desc)?)?;
     state::context()?;
-    let d = CUDA_ARRAY3D_DESCRIPTOR {
+    Ok(CUDA_ARRAY3D_DESCRIPTOR {
         Width: e.width,
         Height: e.height,
         Depth: e.depth,
         Format: format,
         NumChannels: channels,
         Flags: flags,
-    };
+    })
+}
+
+/// `cudaMallocArray`'s and `cudaMalloc3DArray`'s flags are the driver's `CUDA_ARRAY3D_*`
+/// bits under other names (cudaArrayLayered = CUDA_ARRAY3D_LAYERED, ...).
+fn create(array: *mut cudaArray_t, desc: *const cudaChannelFormatDesc, e: cudaExtent, flags: c_uint) -> Rt<()> {
+    if array.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    let d = descriptor(desc, e, flags)?;
     let mut h: CUarray = std::ptr::null_mut();
     // SAFETY: our own export with a valid out-pointer and descriptor.
     cu(unsafe { cuArray3DCreate_v2(&mut h, &d) })?;
@@ -358,16 +364,7 @@ fn malloc_mipmapped_array(
     if m.is_null() {
         return Err(cudaError::cudaErrorInvalidValue);
     }
-    let (format, channels) = format_of(&read(desc)?)?;
-    state::context()?;
-    let d = CUDA_ARRAY3D_DESCRIPTOR {
-        Width: e.width,
-        Height: e.height,
-        Depth: e.depth,
-        Format: format,
-        NumChannels: channels,
-        Flags: flags,
-    };
+    let d = descriptor(desc, e, flags)?;
     let mut h = std::ptr::null_mut();
     // SAFETY: our own export with a valid out-pointer and descriptor.
     cu(unsafe { cuMipmappedArrayCreate(&mut h, &d, levels) })?;
