@@ -127,8 +127,6 @@ macro_rules! driver_table {
             $( pub $name: Entry<unsafe extern "C" fn($($arg),*) -> CUresult>, )*
             /// Where the library was loaded from.
             pub path: PathBuf,
-            // Held so the library outlives every entry; only `Driver::export` also reads it.
-            #[allow(dead_code)]
             lib: libloading::Library,
         }
 
@@ -252,13 +250,6 @@ driver_table! {
     cuLogsRegisterCallback(cu::CUlogsCallback, *mut c_void, *mut cu::CUlogsCallbackHandle);
     cuLogsUnregisterCallback(cu::CUlogsCallbackHandle);
     cuMemcpy3DAsync_v2(*const cu::CUDA_MEMCPY3D, CUstream);
-}
-
-driver_table! {
-    /// CUDA arrays, textures and surfaces, in a table of their own so that [`Driver`] keeps
-    /// loading from libraries without them (libgpupool.so exports them since c382fe6, arrays
-    /// kept in linear memory and surface objects NOT_SUPPORTED). Only from [`arrays`].
-    SimOnlyDriver;
     cuArrayCreate_v2(*mut cu::CUarray, *const cu::CUDA_ARRAY_DESCRIPTOR);
     cuArray3DCreate_v2(*mut cu::CUarray, *const cu::CUDA_ARRAY3D_DESCRIPTOR);
     cuArray3DGetDescriptor_v2(*mut cu::CUDA_ARRAY3D_DESCRIPTOR, cu::CUarray);
@@ -335,13 +326,6 @@ pub fn cuda() -> &'static Driver {
     let d = driver();
     INIT.get_or_init(|| check(call!(d.cuInit(0))));
     d
-}
-
-/// The simulator's array, texture and surface entry points, after [`cuda`]'s `cuInit`.
-pub fn arrays() -> &'static SimOnlyDriver {
-    static TABLE: OnceLock<SimOnlyDriver> = OnceLock::new();
-    cuda();
-    TABLE.get_or_init(|| SimOnlyDriver::load(&sim_libdir().join("libcuda.so.1")).unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// The driver's name for a result code, e.g. `CUDA_ERROR_INVALID_VALUE (1)`.

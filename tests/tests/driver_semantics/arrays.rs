@@ -10,7 +10,7 @@ use gpupool_e2e::cu::{
     CUDA_ARRAY3D_SURFACE_LDST, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_RESOURCE_DESC, CUDA_TEXTURE_DESC, CUaddress_mode,
     CUarray, CUarray_format, CUfilter_mode, CUmemorytype, CUresourcetype, CUresult, CUstream_flags,
 };
-use gpupool_e2e::{Context, DeviceBuffer, Stream, arrays, call, check, cuda, expect, isolated_test, status};
+use gpupool_e2e::{Context, DeviceBuffer, Stream, call, check, cuda, expect, isolated_test, status};
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
@@ -108,7 +108,7 @@ fn desc3d(w: usize, h: usize, d: usize, f: CUarray_format, ch: u32, flags: u32) 
 
 fn array3d(d: &CUDA_ARRAY3D_DESCRIPTOR) -> CUarray {
     let mut a = null_mut();
-    check(call!(arrays().cuArray3DCreate_v2(&mut a, d)));
+    check(call!(cuda().cuArray3DCreate_v2(&mut a, d)));
     a
 }
 
@@ -145,11 +145,11 @@ isolated_test!(
         let a = array3d(&desc3d(1024, 512, 0, CUarray_format::CU_AD_FORMAT_FLOAT, 4, 0));
         assert!(before - free_bytes() >= 8 << 20, "an 8 MiB array is counted in the device's used memory");
         let mut got = CUDA_ARRAY3D_DESCRIPTOR::default();
-        check(call!(arrays().cuArray3DGetDescriptor_v2(&mut got, a)));
+        check(call!(cuda().cuArray3DGetDescriptor_v2(&mut got, a)));
         assert_eq!(got, desc3d(1024, 512, 0, CUarray_format::CU_AD_FORMAT_FLOAT, 4, 0));
-        check(call!(arrays().cuArrayDestroy(a)));
+        check(call!(cuda().cuArrayDestroy(a)));
         assert_eq!(free_bytes(), before, "cuArrayDestroy gives the memory back");
-        expect(call!(arrays().cuArrayDestroy(a)), status::INVALID_HANDLE, "destroying a destroyed array");
+        expect(call!(cuda().cuArrayDestroy(a)), status::INVALID_HANDLE, "destroying a destroyed array");
 
         let mut h = null_mut();
         let bad = [
@@ -159,41 +159,41 @@ isolated_test!(
             desc3d(1 << 20, 0, 0, CUarray_format::CU_AD_FORMAT_FLOAT, 1, 0),
         ];
         for b in &bad {
-            expect(call!(arrays().cuArray3DCreate_v2(&mut h, b)), status::INVALID_VALUE, &format!("{b:?}"));
+            expect(call!(cuda().cuArray3DCreate_v2(&mut h, b)), status::INVALID_VALUE, &format!("{b:?}"));
         }
-        expect(call!(arrays().cuArray3DCreate_v2(null_mut(), &bad[0])), status::INVALID_VALUE, "null handle pointer");
+        expect(call!(cuda().cuArray3DCreate_v2(null_mut(), &bad[0])), status::INVALID_VALUE, "null handle pointer");
         let two_d = CUDA_ARRAY_DESCRIPTOR {
             Width: 8,
             Height: 4,
             Format: CUarray_format::CU_AD_FORMAT_UNSIGNED_INT8,
             NumChannels: 1,
         };
-        check(call!(arrays().cuArrayCreate_v2(&mut h, &two_d)));
-        check(call!(arrays().cuArrayDestroy(h)));
+        check(call!(cuda().cuArrayCreate_v2(&mut h, &two_d)));
+        check(call!(cuda().cuArrayDestroy(h)));
 
         // A mipmapped array: each level half the one before, destroyed with the whole.
         let mut m = null_mut();
         let base = desc3d(64, 16, 0, CUarray_format::CU_AD_FORMAT_UNSIGNED_INT16, 2, 0);
         expect(
-            call!(arrays().cuMipmappedArrayCreate(&mut m, &base, 8)),
+            call!(cuda().cuMipmappedArrayCreate(&mut m, &base, 8)),
             status::INVALID_VALUE,
             "8 levels of a 64-wide array",
         );
-        check(call!(arrays().cuMipmappedArrayCreate(&mut m, &base, 7)));
+        check(call!(cuda().cuMipmappedArrayCreate(&mut m, &base, 7)));
         let mut extents = Vec::new();
         for l in 0..7 {
             let mut lv = null_mut();
-            check(call!(arrays().cuMipmappedArrayGetLevel(&mut lv, m, l)));
-            check(call!(arrays().cuArray3DGetDescriptor_v2(&mut got, lv)));
+            check(call!(cuda().cuMipmappedArrayGetLevel(&mut lv, m, l)));
+            check(call!(cuda().cuArray3DGetDescriptor_v2(&mut got, lv)));
             extents.push((got.Width, got.Height));
             if l == 0 {
-                expect(call!(arrays().cuArrayDestroy(lv)), status::INVALID_VALUE, "cuArrayDestroy of a mipmap level");
+                expect(call!(cuda().cuArrayDestroy(lv)), status::INVALID_VALUE, "cuArrayDestroy of a mipmap level");
             }
         }
         assert_eq!(extents, [(64, 16), (32, 8), (16, 4), (8, 2), (4, 1), (2, 1), (1, 1)]);
         let mut lv = null_mut();
-        expect(call!(arrays().cuMipmappedArrayGetLevel(&mut lv, m, 7)), status::INVALID_VALUE, "level past the last");
-        check(call!(arrays().cuMipmappedArrayDestroy(m)));
+        expect(call!(cuda().cuMipmappedArrayGetLevel(&mut lv, m, 7)), status::INVALID_VALUE, "level past the last");
+        check(call!(cuda().cuMipmappedArrayDestroy(m)));
         assert_eq!(free_bytes(), before, "cuMipmappedArrayDestroy frees every level");
     }
 );
@@ -267,18 +267,18 @@ fn copies_reach_boxes_of_arrays_in_every_direction() {
     expect(call!(d.cuMemcpy2D_v2(&wide)), status::INVALID_VALUE, "a box past the row's end");
     let bogus = CUDA_MEMCPY2D { srcArray: 0x1234 as CUarray, ..out };
     expect(call!(d.cuMemcpy2D_v2(&bogus)), status::INVALID_HANDLE, "a forged array handle");
-    check(call!(arrays().cuArrayDestroy(a)));
+    check(call!(cuda().cuArrayDestroy(a)));
 
     // cuMemcpyHtoA / AtoH on a 1D array, at a byte offset.
     let one = array3d(&desc3d(64, 0, 0, CUarray_format::CU_AD_FORMAT_UNSIGNED_INT8, 1, 0));
     let data: Vec<u8> = (0..40).collect();
-    check(call!(arrays().cuMemcpyHtoA_v2(one, 10, data.as_ptr().cast(), 40)));
+    check(call!(cuda().cuMemcpyHtoA_v2(one, 10, data.as_ptr().cast(), 40)));
     let mut got = vec![0u8; 64];
-    check(call!(arrays().cuMemcpyAtoH_v2(got.as_mut_ptr().cast(), one, 0, 64)));
+    check(call!(cuda().cuMemcpyAtoH_v2(got.as_mut_ptr().cast(), one, 0, 64)));
     assert_eq!(&got[10..50], &data[..]);
     assert!(got[..10].iter().chain(&got[50..]).all(|&b| b == 0), "bytes outside the copy stay 0");
-    expect(call!(arrays().cuMemcpyHtoA_v2(one, 30, data.as_ptr().cast(), 40)), status::INVALID_VALUE, "past the end");
-    check(call!(arrays().cuArrayDestroy(one)));
+    expect(call!(cuda().cuMemcpyHtoA_v2(one, 30, data.as_ptr().cast(), 40)), status::INVALID_VALUE, "past the end");
+    check(call!(cuda().cuArrayDestroy(one)));
 }
 
 /// What `tex.2d` with linear filtering returns at (x, y) in texel space (unnormalized,
@@ -335,7 +335,7 @@ fn kernels_sample_textures_with_the_documented_filtering_and_addressing() {
     let res = array_resource(a);
     let mut tex = 0u64;
     let linear = tex_desc(CUaddress_mode::CU_TR_ADDRESS_MODE_CLAMP, CUfilter_mode::CU_TR_FILTER_MODE_LINEAR, 0);
-    check(call!(arrays().cuTexObjectCreate(&mut tex, &res, &linear, std::ptr::null())));
+    check(call!(cuda().cuTexObjectCreate(&mut tex, &res, &linear, std::ptr::null())));
     let got = run(function(m, c"sample2d"), tex);
     for k in 0..n {
         let want = bilinear(&img, w, h, xy[2 * k], xy[2 * k + 1]);
@@ -346,10 +346,10 @@ fn kernels_sample_textures_with_the_documented_filtering_and_addressing() {
     let exact = 0.7 * img[0] + 0.3 * img[1];
     assert_ne!(got[0], exact, "the weights are quantized, not exact");
     let mut back = CUDA_RESOURCE_DESC::default();
-    check(call!(arrays().cuTexObjectGetResourceDesc(&mut back, tex)));
+    check(call!(cuda().cuTexObjectGetResourceDesc(&mut back, tex)));
     // SAFETY: resType is ARRAY, so `res.array` is the member filled in.
     assert_eq!(unsafe { back.res.array.hArray }, a);
-    check(call!(arrays().cuTexObjectDestroy(tex)));
+    check(call!(cuda().cuTexObjectDestroy(tex)));
 
     // Point sampling with normalized coordinates: wrap and mirror repeat the image.
     for (mode, fold) in [
@@ -360,7 +360,7 @@ fn kernels_sample_textures_with_the_documented_filtering_and_addressing() {
         }),
     ] {
         let desc = tex_desc(mode, CUfilter_mode::CU_TR_FILTER_MODE_POINT, CU_TRSF_NORMALIZED_COORDINATES);
-        check(call!(arrays().cuTexObjectCreate(&mut tex, &res, &desc, std::ptr::null())));
+        check(call!(cuda().cuTexObjectCreate(&mut tex, &res, &desc, std::ptr::null())));
         let norm: Vec<f32> = xy.chunks(2).flat_map(|c| [c[0] / w as f32, c[1] / h as f32]).collect();
         coords.write(&bytes(&norm));
         let got = run(function(m, c"sample2d"), tex);
@@ -369,41 +369,37 @@ fn kernels_sample_textures_with_the_documented_filtering_and_addressing() {
             let yj = fold((norm[2 * k + 1] * h as f32).floor() as i64, h as i64) as usize;
             assert_eq!(got[4 * k], img[yj * w + xi], "{mode:?} point sample {k}");
         }
-        check(call!(arrays().cuTexObjectDestroy(tex)));
+        check(call!(cuda().cuTexObjectDestroy(tex)));
         coords.write(&bytes(&xy));
     }
 
     // Border: outside the image reads the border color.
     let mut desc = tex_desc(CUaddress_mode::CU_TR_ADDRESS_MODE_BORDER, CUfilter_mode::CU_TR_FILTER_MODE_POINT, 0);
     desc.borderColor = [-1.0, -2.0, -3.0, -4.0];
-    check(call!(arrays().cuTexObjectCreate(&mut tex, &res, &desc, std::ptr::null())));
+    check(call!(cuda().cuTexObjectCreate(&mut tex, &res, &desc, std::ptr::null())));
     let got = run(function(m, c"sample2d"), tex);
     assert_eq!(&got[12..16], &[-1.0, -2.0, -3.0, -4.0], "x = -2 is outside");
     assert_eq!(&got[16..20], &[-1.0, -2.0, -3.0, -4.0], "y = 9 is outside");
     assert_eq!(got[4], img[2 * w + 3], "(3.3, 2.7) is texel (3, 2)");
-    check(call!(arrays().cuTexObjectDestroy(tex)));
+    check(call!(cuda().cuTexObjectDestroy(tex)));
 
     // tld4: the red channel of the four texels of the bilinear footprint.
-    check(call!(arrays().cuTexObjectCreate(&mut tex, &res, &linear, std::ptr::null())));
+    check(call!(cuda().cuTexObjectCreate(&mut tex, &res, &linear, std::ptr::null())));
     let got = run(function(m, c"gather"), tex);
     let (i, j) = (2usize, 2usize); // (3.3, 2.7) - 0.5 floors to (2, 2)
     assert_eq!(&got[4..8], &[img[(j + 1) * w + i], img[(j + 1) * w + i + 1], img[j * w + i + 1], img[j * w + i]]);
-    check(call!(arrays().cuTexObjectDestroy(tex)));
+    check(call!(cuda().cuTexObjectDestroy(tex)));
 
     // Bad descriptors.
     let bogus = tex_desc(CUaddress_mode(9), CUfilter_mode::CU_TR_FILTER_MODE_POINT, 0);
+    expect(call!(cuda().cuTexObjectCreate(&mut tex, &res, &bogus, std::ptr::null())), status::INVALID_VALUE, "mode 9");
     expect(
-        call!(arrays().cuTexObjectCreate(&mut tex, &res, &bogus, std::ptr::null())),
-        status::INVALID_VALUE,
-        "mode 9",
-    );
-    expect(
-        call!(arrays().cuTexObjectCreate(&mut tex, std::ptr::null(), &linear, std::ptr::null())),
+        call!(cuda().cuTexObjectCreate(&mut tex, std::ptr::null(), &linear, std::ptr::null())),
         status::INVALID_VALUE,
         "null resource",
     );
-    expect(call!(arrays().cuTexObjectDestroy(0x77)), status::INVALID_VALUE, "destroying a forged texture object");
-    check(call!(arrays().cuArrayDestroy(a)));
+    expect(call!(cuda().cuTexObjectDestroy(0x77)), status::INVALID_VALUE, "destroying a forged texture object");
+    check(call!(cuda().cuArrayDestroy(a)));
     check(call!(d.cuModuleUnload(m)));
 }
 
@@ -427,7 +423,7 @@ fn linear_memory_textures_fetch_by_index_and_read_zero_outside() {
         CU_TRSF_READ_AS_INTEGER,
     );
     let mut tex = 0u64;
-    check(call!(arrays().cuTexObjectCreate(&mut tex, &r, &desc, std::ptr::null())));
+    check(call!(cuda().cuTexObjectCreate(&mut tex, &r, &desc, std::ptr::null())));
     let out = DeviceBuffer::new(n * 4);
     let (mut t, mut o) = (tex, out.ptr);
     let mut args: [*mut c_void; 2] = [(&raw mut t).cast(), (&raw mut o).cast()];
@@ -438,11 +434,11 @@ fn linear_memory_textures_fetch_by_index_and_read_zero_outside() {
         let texel = if i < 40 { i as u32 * 300 } else { 0 };
         assert_eq!(*g, texel + 40, "texel {i} plus txq.width (40)");
     }
-    check(call!(arrays().cuTexObjectDestroy(tex)));
+    check(call!(cuda().cuTexObjectDestroy(tex)));
     // The base must be aligned to CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT (512).
     r.res.linear.devPtr = buf.ptr + 2;
     expect(
-        call!(arrays().cuTexObjectCreate(&mut tex, &r, &desc, std::ptr::null())),
+        call!(cuda().cuTexObjectCreate(&mut tex, &r, &desc, std::ptr::null())),
         status::INVALID_VALUE,
         "misaligned base",
     );
@@ -458,15 +454,15 @@ fn surfaces_load_and_store_bytes_and_trap_out_of_range() {
     let plain = array3d(&desc3d(w, h, 0, CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32, 1, 0));
     let mut s = 0u64;
     expect(
-        call!(arrays().cuSurfObjectCreate(&mut s, &array_resource(plain))),
+        call!(cuda().cuSurfObjectCreate(&mut s, &array_resource(plain))),
         status::INVALID_VALUE,
         "no SURFACE_LDST flag",
     );
     let a = array3d(&desc3d(w, h, 0, CUarray_format::CU_AD_FORMAT_UNSIGNED_INT32, 1, CUDA_ARRAY3D_SURFACE_LDST));
     let init: Vec<u32> = (0..(w * h) as u32).collect();
     let init_bytes: Vec<u8> = init.iter().flat_map(|v| v.to_le_bytes()).collect();
-    check(call!(arrays().cuMemcpyHtoA_v2(a, 0, init_bytes.as_ptr().cast(), init_bytes.len())));
-    check(call!(arrays().cuSurfObjectCreate(&mut s, &array_resource(a))));
+    check(call!(cuda().cuMemcpyHtoA_v2(a, 0, init_bytes.as_ptr().cast(), init_bytes.len())));
+    check(call!(cuda().cuSurfObjectCreate(&mut s, &array_resource(a))));
     let f = function(m, c"surf_add");
     let run = |bias: u32, block: [u32; 2]| {
         let (mut sv, mut b) = (s, bias);
@@ -476,7 +472,7 @@ fn surfaces_load_and_store_bytes_and_trap_out_of_range() {
     };
     check(run(0, [w as u32, h as u32]));
     let mut got = vec![0u8; init_bytes.len()];
-    check(call!(arrays().cuMemcpyAtoH_v2(got.as_mut_ptr().cast(), a, 0, got.len())));
+    check(call!(cuda().cuMemcpyAtoH_v2(got.as_mut_ptr().cast(), a, 0, got.len())));
     let want: Vec<u8> = init.iter().flat_map(|v| (v + 1000).to_le_bytes()).collect();
     assert_eq!(got, want, "every element read, plus 1000, written back");
     // x one row-width to the right: suld.zero reads 0 and sust.trap faults.
