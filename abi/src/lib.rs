@@ -4,8 +4,9 @@
 //!
 //! Owns: the one table of entry points ([`driver_entry_points!`]) and its lookup
 //! ([`proc::lookup`], [`proc::validate`]), [`errors`], the answers for features no
-//! device of ours has ([`absent`]), and NVML's shared answers ([`nvml`]: PCI identity,
-//! process lists, NVLink, fabric and peer-to-peer).
+//! device of ours has ([`absent`]), NVML's shared answers ([`nvml`]: PCI identity,
+//! process lists, NVLink, fabric and peer-to-peer), and the documented bookkeeping of a
+//! stream-ordered memory pool ([`mempool`]: reuse, release threshold, maxSize, attributes).
 //! Must not: implement any entry point; the crates that export them pass their own
 //! functions in (the table names them, and they resolve where the macro is invoked).
 
@@ -13,6 +14,7 @@ pub mod absent;
 pub mod errors;
 pub mod identity;
 pub mod launch;
+pub mod mempool;
 pub mod nvml;
 pub mod proc;
 

@@ -1,16 +1,7 @@
 //! Stream-ordered memory pools (`cuMemPoolCreate`, `cuMemAllocFromPoolAsync`, the
-//! per-device default and current pools), with the driver's documented bookkeeping.
-//!
-//! A pool reserves device memory in blocks, one per allocation it could not serve from
-//! what it holds. A block freed with `cuMemFreeAsync` goes back to the pool when its
-//! stream reaches the free, and stays reserved (charged to the device) for reuse: the
-//! pool gives memory back only when a synchronization (stream, event, context) finds it
-//! holding more than its release threshold, when it is trimmed (`cuMemPoolTrimTo`), or
-//! when an allocation would otherwise fail. Reuse follows the pool's policies: a block
-//! is always reusable on the stream that freed it; on another stream only with
-//! `REUSE_ALLOW_OPPORTUNISTIC` or `REUSE_ALLOW_INTERNAL_DEPENDENCIES` (the simulator
-//! does not track event dependencies between streams, so `REUSE_FOLLOW_EVENT_DEPENDENCIES`
-//! alone never allows it: it only reuses less than the driver would, never unsafely).
+//! per-device default and current pools), with the driver's documented bookkeeping
+//! (`gpupool_abi::mempool`: reuse policies, release threshold, maxSize, attributes) over
+//! blocks of the simulated device memory.
 //!
 //! A block lives in the address space of the context that allocated it (every pointer
 //! of the simulator names its context), so a block is reused only by allocations made
@@ -21,6 +12,7 @@ use crate::driver::Driver;
 use crate::error::{CuResult, fail};
 use crate::handles::{Kind, Registry};
 use crate::stream::Stream;
+use gpupool_abi::mempool::{Block, Policy, Room};
 use gpupool_shim::cuda::{
     CUmemAllocationHandleType, CUmemAllocationType, CUmemLocationType, CUmemPool_attribute as A, CUmemPoolProps,
     CUresult,
@@ -28,94 +20,57 @@ use gpupool_shim::cuda::{
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-/// One block of device memory a pool reserved.
-struct Block {
-    ctx: Weak<Context>,
-    base: u64,
-    size: u64,
-    /// The stream whose free returned it (0 while it is in use).
-    freed_on: u64,
+pub use gpupool_abi::mempool::is_u64_attribute;
+
+/// The context a block lives in (the same context is the same `Arc`).
+struct Ctx(Weak<Context>);
+
+impl PartialEq for Ctx {
+    fn eq(&self, other: &Ctx) -> bool {
+        Weak::ptr_eq(&self.0, &other.0)
+    }
 }
 
-impl Block {
-    fn alive(&self) -> bool {
-        self.ctx.upgrade().is_some_and(|c| !c.is_destroyed())
-    }
+fn alive(b: &Block<Ctx>) -> bool {
+    b.ctx.0.upgrade().is_some_and(|c| !c.is_destroyed())
+}
 
-    /// Gives the block's memory back to the device.
-    fn release(self) {
-        if let Some(ctx) = self.ctx.upgrade() {
-            let _ = ctx.memory.free(self.base);
+/// Gives blocks' memory back to the device.
+fn release(blocks: Vec<Block<Ctx>>) {
+    for b in blocks {
+        if let Some(ctx) = b.ctx.0.upgrade() {
+            let _ = ctx.memory.free(b.base);
         }
     }
 }
 
 struct State {
-    release_threshold: u64,
-    follow_event_deps: bool,
-    opportunistic: bool,
-    internal_deps: bool,
-    idle: Vec<Block>,
-    used: HashMap<u64, Block>,
-    reserved_high: u64,
-    used_high: u64,
+    policy: Policy<Ctx>,
     destroyed: bool,
 }
 
 impl State {
     /// Forgets the blocks of destroyed contexts (their memory went with the context).
     fn prune(&mut self) {
-        self.idle.retain(Block::alive);
-        self.used.retain(|_, b| b.alive());
-    }
-
-    fn used(&self) -> u64 {
-        self.used.values().map(|b| b.size).sum()
-    }
-
-    fn reserved(&self) -> u64 {
-        self.used() + self.idle.iter().map(|b| b.size).sum::<u64>()
+        self.policy.retain(alive);
     }
 
     /// Releases idle blocks, largest first, until at most `keep` bytes are reserved.
     fn release_down_to(&mut self, keep: u64) {
         self.prune();
-        self.idle.sort_by_key(|b| b.size);
-        let mut reserved = self.reserved();
-        while reserved > keep {
-            let Some(b) = self.idle.pop() else { break };
-            reserved -= b.size;
-            b.release();
-        }
+        release(self.policy.shed_down_to(keep));
     }
 }
 
 pub struct MemPool {
     pub device: i32,
     pub is_default: bool,
-    /// `maxSize` of the properties (0: no limit but the device's).
-    max_size: u64,
     state: Mutex<State>,
 }
 
 impl MemPool {
     fn new(device: i32, is_default: bool, max_size: u64) -> MemPool {
-        MemPool {
-            device,
-            is_default,
-            max_size,
-            state: Mutex::new(State {
-                release_threshold: 0,
-                follow_event_deps: true,
-                opportunistic: true,
-                internal_deps: true,
-                idle: Vec::new(),
-                used: HashMap::new(),
-                reserved_high: 0,
-                used_high: 0,
-                destroyed: false,
-            }),
-        }
+        MemPool { device, is_default, state: Mutex::new(State { policy: Policy::new(max_size), destroyed: false }) }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -123,36 +78,23 @@ impl MemPool {
     }
 
     /// Allocates `size` bytes for work on `stream` of `ctx`: an idle block of this
-    /// context that the reuse policies allow (the smallest that fits, at most twice the
-    /// size asked), else a new block reserved from the device.
+    /// context that the reuse policies allow, else a new block reserved from the device.
     pub fn alloc(self: &Arc<Self>, ctx: &Arc<Context>, stream: &Stream, size: u64) -> CuResult<u64> {
         if size == 0 {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "allocation of 0 bytes".into());
         }
         let mut st = self.state();
         st.prune();
-        let me = ctx.handle();
-        let s = stream.handle();
-        let any_stream = st.opportunistic || st.internal_deps;
-        let fit = st
-            .idle
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.size >= size && b.size / 2 <= size)
-            .filter(|(_, b)| b.ctx.upgrade().is_some_and(|c| c.handle() == me))
-            .filter(|(_, b)| b.freed_on == s || any_stream)
-            .min_by_key(|(_, b)| b.size)
-            .map(|(i, _)| i);
-        let block = match fit {
-            Some(i) => st.idle.swap_remove(i),
+        let me = Ctx(Arc::downgrade(ctx));
+        let block = match st.policy.take_reusable(&me, stream.handle(), size) {
+            Some(b) => b,
             None => {
-                if self.max_size != 0 && st.reserved().saturating_add(size) > self.max_size {
+                match st.policy.room_for(size) {
                     // Idle memory makes room before the pool's own limit refuses.
-                    st.release_down_to(self.max_size.saturating_sub(size));
-                    if st.reserved().saturating_add(size) > self.max_size {
-                        let reserved = st.reserved();
+                    Room::Reserve(shed) => release(shed),
+                    Room::OverMaxSize { asked, reserved, max_size } => {
                         return fail(CUresult::CUDA_ERROR_OUT_OF_MEMORY, || {
-                            format!("pool: {size} bytes asked, {reserved} of its maxSize {} reserved", self.max_size)
+                            format!("pool: {asked} bytes asked, {reserved} of its maxSize {max_size} reserved")
                         });
                     }
                 }
@@ -164,14 +106,11 @@ impl MemPool {
                         ctx.memory.alloc(size)?
                     }
                 };
-                Block { ctx: Arc::downgrade(ctx), base: a.base, size: a.size, freed_on: 0 }
+                Block { ctx: me, base: a.base, size: a.size, freed_on: 0 }
             }
         };
         let base = block.base;
-        st.used.insert(base, Block { freed_on: 0, ..block });
-        let (reserved, used) = (st.reserved(), st.used());
-        st.reserved_high = st.reserved_high.max(reserved);
-        st.used_high = st.used_high.max(used);
+        st.policy.insert_used(block);
         drop(st);
         owners().insert(base, Arc::clone(self));
         Ok(base)
@@ -181,14 +120,13 @@ impl MemPool {
     /// destroyed pool gives it back to the device at once.
     fn give_back(&self, base: u64, s: u64) {
         let mut st = self.state();
-        let Some(mut b) = st.used.remove(&base) else { return };
         if st.destroyed {
+            let b = st.policy.take_used(base);
             drop(st);
-            b.release();
+            release(b.into_iter().collect());
             return;
         }
-        b.freed_on = s;
-        st.idle.push(b);
+        st.policy.give_back(base, s);
     }
 
     pub fn trim_to(&self, keep: u64) {
@@ -199,63 +137,22 @@ impl MemPool {
     /// memory back down to it.
     fn release_over_threshold(&self) {
         let mut st = self.state();
-        let threshold = st.release_threshold;
-        if st.reserved() > threshold {
-            st.release_down_to(threshold);
-        }
+        st.prune();
+        release(st.policy.shed_over_threshold());
     }
 
     pub fn get_attribute(&self, attr: A) -> CuResult<u64> {
         let mut st = self.state();
         st.prune();
-        Ok(match attr {
-            A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES => st.follow_event_deps as u64,
-            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC => st.opportunistic as u64,
-            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => st.internal_deps as u64,
-            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => st.release_threshold,
-            A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => st.reserved(),
-            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => st.reserved_high,
-            A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT => st.used(),
-            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH => st.used_high,
-            other => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown pool attribute {}", other.0)),
-        })
+        st.policy.get_attribute(attr).or_else(|why| fail(CUresult::CUDA_ERROR_INVALID_VALUE, || why))
     }
 
     /// `value` is the attribute's int (reuse policies) or cuuint64_t, read by the caller.
     pub fn set_attribute(&self, attr: A, value: u64) -> CuResult<()> {
         let mut st = self.state();
         st.prune();
-        match attr {
-            A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES => st.follow_event_deps = value != 0,
-            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC => st.opportunistic = value != 0,
-            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => st.internal_deps = value != 0,
-            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => st.release_threshold = value,
-            // The high-water marks may only be reset (to the current value) by setting 0.
-            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH | A::CU_MEMPOOL_ATTR_USED_MEM_HIGH if value != 0 => {
-                return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-                    "a high-water mark can only be reset with 0".into()
-                });
-            }
-            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => st.reserved_high = st.reserved(),
-            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH => st.used_high = st.used(),
-            other => {
-                return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-                    format!("pool attribute {} is not settable", other.0)
-                });
-            }
-        }
-        Ok(())
+        st.policy.set_attribute(attr, value).or_else(|why| fail(CUresult::CUDA_ERROR_INVALID_VALUE, || why))
     }
-}
-
-/// Whether an attribute's value is a 64-bit `cuuint64_t` (otherwise an `int`).
-pub fn is_u64_attribute(attr: A) -> bool {
-    !matches!(
-        attr,
-        A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES
-            | A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC
-            | A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES
-    )
 }
 
 /// Process-wide pool state: the handles, each device's default and current pool, and
@@ -401,7 +298,7 @@ pub fn take(ptr: u64) -> Option<Arc<MemPool>> {
     let live = {
         let mut st = pool.state();
         st.prune();
-        st.used.contains_key(&ptr)
+        st.policy.is_used(ptr)
     };
     live.then_some(pool)
 }

@@ -7,16 +7,15 @@
 //! its release threshold) keeps them charged, and releasing or trimming them is a `MemFree`
 //! that gives the quota back. A client that dies leaves nothing behind, since the daemon frees
 //! its allocations at the session's end. The pool's bookkeeping is the driver's documented
-//! one, as the simulator keeps it (sim/src/mempool.rs): a free returns the block to its pool
-//! (here once its stream got there: the free synchronizes the stream); a synchronization
+//! one, kept for the simulator too (`gpupool_abi::mempool`): a free returns the block to its
+//! pool (here once its stream got there: the free synchronizes the stream); a synchronization
 //! (stream, event, context) finds pools above their release threshold and releases idle
 //! blocks down to it; an allocation the quota refuses first releases the pool's idle blocks.
-//! A block is reused only in the context that allocated it, on the stream that freed it or,
-//! when the reuse policies allow it, on any stream.
 
 use super::DefaultStream;
 use crate::client;
 use crate::util::{R, log};
+use gpupool_abi::mempool::{Policy, Room, is_u64_attribute as is_u64};
 use gpupool_protocol::{DevicePtr, Request};
 use gpupool_shim::cuda::{
     CUdevice, CUdeviceptr, CUmemAllocationHandleType, CUmemAllocationType, CUmemLocationType, CUmemPool_attribute as A,
@@ -29,66 +28,18 @@ use std::sync::Mutex;
 /// Pool handles: opaque values in a range of their own, looked up in [`POOLS`].
 const HANDLE_BASE: u64 = 0x7d00_0000_0000;
 
-struct Block {
-    /// The context handle it was allocated in.
-    ctx: u64,
-    base: u64,
-    size: u64,
-    /// The stream handle whose free returned it.
-    freed_on: u64,
-}
+/// A block's context handle.
+type Block = gpupool_abi::mempool::Block<u64>;
 
 struct Pool {
     device: i32,
     is_default: bool,
-    max_size: u64,
-    release_threshold: u64,
-    follow_event_deps: bool,
-    opportunistic: bool,
-    internal_deps: bool,
-    idle: Vec<Block>,
-    used: HashMap<u64, Block>,
-    reserved_high: u64,
-    used_high: u64,
+    policy: Policy<u64>,
 }
 
 impl Pool {
     fn new(device: i32, is_default: bool, max_size: u64) -> Pool {
-        Pool {
-            device,
-            is_default,
-            max_size,
-            release_threshold: 0,
-            follow_event_deps: true,
-            opportunistic: true,
-            internal_deps: true,
-            idle: Vec::new(),
-            used: HashMap::new(),
-            reserved_high: 0,
-            used_high: 0,
-        }
-    }
-
-    fn used(&self) -> u64 {
-        self.used.values().map(|b| b.size).sum()
-    }
-
-    fn reserved(&self) -> u64 {
-        self.used() + self.idle.iter().map(|b| b.size).sum::<u64>()
-    }
-
-    /// Takes idle blocks, largest first, until at most `keep` bytes stay reserved; the
-    /// caller frees them once the pool lock is dropped.
-    fn shed_down_to(&mut self, keep: u64) -> Vec<Block> {
-        self.idle.sort_by_key(|b| b.size);
-        let mut reserved = self.reserved();
-        let mut out = Vec::new();
-        while reserved > keep {
-            let Some(b) = self.idle.pop() else { break };
-            reserved -= b.size;
-            out.push(b);
-        }
-        out
+        Pool { device, is_default, policy: Policy::new(max_size) }
     }
 }
 
@@ -158,7 +109,7 @@ fn prune(p: &mut Pools) {
     let live = client::with(|c| {
         let mut keep = std::collections::HashSet::new();
         for pool in p.pools.values() {
-            for b in pool.idle.iter().chain(pool.used.values()) {
+            for b in pool.policy.blocks() {
                 if c.reg.allocs.contains_key(&(client::endpoint_of(b.ctx), b.base)) {
                     keep.insert(b.base);
                 }
@@ -168,8 +119,7 @@ fn prune(p: &mut Pools) {
     })
     .unwrap_or_default();
     for pool in p.pools.values_mut() {
-        pool.idle.retain(|b| live.contains(&b.base));
-        pool.used.retain(|base, _| live.contains(base));
+        pool.policy.retain(|b| live.contains(&b.base));
     }
     p.owners.retain(|base, _| live.contains(base));
 }
@@ -223,10 +173,10 @@ pub(super) fn destroy(pool: CUmemoryPool) -> R<()> {
             }
         }
         // Memory still allocated from it goes back when it is freed.
-        for (base, b) in &pl.used {
-            p.orphans.insert(*base, b.ctx);
+        for b in pl.policy.take_all_used() {
+            p.orphans.insert(b.base, b.ctx);
         }
-        Ok(pl.shed_down_to(0))
+        Ok(pl.policy.shed_down_to(0))
     })?;
     release(shed);
     Ok(())
@@ -235,19 +185,10 @@ pub(super) fn destroy(pool: CUmemoryPool) -> R<()> {
 pub(super) fn trim_to(pool: CUmemoryPool, keep: usize) -> R<()> {
     let shed = with_pools(|p| {
         prune(p);
-        p.pool(pool as u64).map(|pl| pl.shed_down_to(keep as u64))
+        p.pool(pool as u64).map(|pl| pl.policy.shed_down_to(keep as u64))
     })?;
     release(shed);
     Ok(())
-}
-
-fn is_u64(attr: A) -> bool {
-    !matches!(
-        attr,
-        A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES
-            | A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC
-            | A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES
-    )
 }
 
 pub(super) fn set_attribute(pool: CUmemoryPool, attr: A, value: *mut c_void) -> R<()> {
@@ -260,24 +201,10 @@ pub(super) fn set_attribute(pool: CUmemoryPool, attr: A, value: *mut c_void) -> 
     };
     with_pools(|p| {
         prune(p);
-        let pl = p.pool(pool as u64)?;
-        match attr {
-            A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES => pl.follow_event_deps = v != 0,
-            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC => pl.opportunistic = v != 0,
-            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => pl.internal_deps = v != 0,
-            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => pl.release_threshold = v,
-            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH | A::CU_MEMPOOL_ATTR_USED_MEM_HIGH if v != 0 => {
-                log("cuMemPoolSetAttribute: a high-water mark can only be reset with 0");
-                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-            }
-            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => pl.reserved_high = pl.reserved(),
-            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH => pl.used_high = pl.used(),
-            other => {
-                log(&format!("cuMemPoolSetAttribute: attribute {} is not settable", other.0));
-                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-            }
-        }
-        Ok(())
+        p.pool(pool as u64)?.policy.set_attribute(attr, v).map_err(|why| {
+            log(&format!("cuMemPoolSetAttribute: {why}"));
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        })
     })
 }
 
@@ -287,20 +214,9 @@ pub(super) fn get_attribute(pool: CUmemoryPool, attr: A, value: *mut c_void) -> 
     }
     let v = with_pools(|p| {
         prune(p);
-        let pl = p.pool(pool as u64)?;
-        Ok(match attr {
-            A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES => pl.follow_event_deps as u64,
-            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC => pl.opportunistic as u64,
-            A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => pl.internal_deps as u64,
-            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => pl.release_threshold,
-            A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => pl.reserved(),
-            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => pl.reserved_high,
-            A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT => pl.used(),
-            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH => pl.used_high,
-            other => {
-                log(&format!("cuMemPoolGetAttribute: unknown attribute {}", other.0));
-                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-            }
+        p.pool(pool as u64)?.policy.get_attribute(attr).map_err(|why| {
+            log(&format!("cuMemPoolGetAttribute: {why}"));
+            CUresult::CUDA_ERROR_INVALID_VALUE
         })
     })?;
     // SAFETY: non-null; the attribute names the value's type.
@@ -362,33 +278,18 @@ pub(super) fn alloc_from(bytesize: usize, pool: Option<u64>, h: CUstream, d: Def
             log(&format!("stream-ordered allocation: the pool is on device {}, the context on {device}", pl.device));
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let any_stream = pl.opportunistic || pl.internal_deps;
-        let fit = pl
-            .idle
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.ctx == ctx && b.size >= size && b.size / 2 <= size)
-            .filter(|(_, b)| b.freed_on == stream || any_stream)
-            .min_by_key(|(_, b)| b.size)
-            .map(|(i, _)| i);
-        if let Some(i) = fit {
-            let b = pl.idle.swap_remove(i);
+        if let Some(b) = pl.policy.take_reusable(&ctx, stream, size) {
             return Ok((handle, Some(b), Vec::new()));
         }
-        let mut shed = Vec::new();
-        if pl.max_size != 0 && pl.reserved().saturating_add(size) > pl.max_size {
-            shed = pl.shed_down_to(pl.max_size.saturating_sub(size));
-            if pl.reserved().saturating_add(size) > pl.max_size {
+        match pl.policy.room_for(size) {
+            Room::Reserve(shed) => Ok((handle, None, shed)),
+            Room::OverMaxSize { asked, reserved, max_size } => {
                 log(&format!(
-                    "stream-ordered allocation: {size} bytes asked, {} of the pool's maxSize {} reserved",
-                    pl.reserved(),
-                    pl.max_size
+                    "stream-ordered allocation: {asked} bytes asked, {reserved} of the pool's maxSize {max_size} reserved"
                 ));
-                pl.idle.append(&mut shed);
-                return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+                Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
             }
         }
-        Ok((handle, None, shed))
     })?;
     release(shed);
     let block = match reused {
@@ -399,7 +300,7 @@ pub(super) fn alloc_from(bytesize: usize, pool: Option<u64>, h: CUstream, d: Def
                 Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY) => {
                     // The quota refused: the pool's idle memory goes back first, as the
                     // driver releases a pool's unused memory before it fails.
-                    let shed = with_pools(|p| p.pool(handle).map(|pl| pl.shed_down_to(0)).unwrap_or_default());
+                    let shed = with_pools(|p| p.pool(handle).map(|pl| pl.policy.shed_down_to(0)).unwrap_or_default());
                     if shed.is_empty() {
                         return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
                     }
@@ -415,10 +316,7 @@ pub(super) fn alloc_from(bytesize: usize, pool: Option<u64>, h: CUstream, d: Def
     with_pools(|p| match p.pools.get_mut(&handle) {
         Some(pl) => {
             p.owners.insert(base, handle);
-            pl.used.insert(base, Block { freed_on: 0, ..block });
-            let (r, u) = (pl.reserved(), pl.used());
-            pl.reserved_high = pl.reserved_high.max(r);
-            pl.used_high = pl.used_high.max(u);
+            pl.policy.insert_used(block);
         }
         // Destroyed meanwhile by another thread: the memory is the caller's still.
         None => {
@@ -442,10 +340,10 @@ pub(super) fn free(ptr: CUdeviceptr, h: CUstream) -> R<bool> {
         }
         let Some(&pool) = p.owners.get(&ptr) else { return (false, None) };
         let Some(pl) = p.pools.get_mut(&pool) else { return (false, None) };
-        let Some(mut b) = pl.used.remove(&ptr) else { return (false, None) };
+        if !pl.policy.give_back(ptr, h as u64) {
+            return (false, None);
+        }
         p.owners.remove(&ptr);
-        b.freed_on = h as u64;
-        pl.idle.push(b);
         (true, None)
     });
     if let Some(b) = orphan {
@@ -463,18 +361,11 @@ pub fn pool_of(ptr: u64) -> Option<u64> {
 /// threshold give idle blocks back down to it.
 pub fn on_synchronize() {
     let shed = with_pools(|p| {
-        if p.pools.values().all(|pl| pl.idle.is_empty()) {
+        if !p.pools.values().any(|pl| pl.policy.has_idle()) {
             return Vec::new();
         }
         prune(p);
-        p.pools
-            .values_mut()
-            .filter(|pl| pl.reserved() > pl.release_threshold)
-            .flat_map(|pl| {
-                let t = pl.release_threshold;
-                pl.shed_down_to(t)
-            })
-            .collect()
+        p.pools.values_mut().flat_map(|pl| pl.policy.shed_over_threshold()).collect()
     });
     release(shed);
 }
