@@ -3,7 +3,9 @@
  * acl_base.h / acl_base_rt.h / acl_rt.h / error_codes/rt_error_codes.h scope) that gpupool
  * implements (the simulated NPU, sim-npu/) and forwards. Written from the documented ABI
  * (CANN runtime 8.x, AscendCL API version 1.17): names, values and prototypes are Huawei's,
- * the text is ours.
+ * the text is ours. `cargo xtask cann-check` compares every item the `cann-sys` crate also
+ * declares, with gpupool_aclnn.h's and gpupool_dcmi.h's (xtask/src/cann_check.rs records
+ * where that crate is wrong, and why).
  *
  * Not declared: aclrtLaunchKernel and the binary-loading API it needs (aclrtBinaryLoad...):
  * their payload is an Ascend C kernel binary, which the simulator cannot execute.

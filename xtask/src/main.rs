@@ -1,11 +1,13 @@
 //! Developer tasks for the gpupool workspace (`cargo xtask <task>`).
 //!
 //! Owns: regenerating the committed FFI bindings from `shim-headers/include`, checking
-//! that they are current, and the ABI conformance check against NVIDIA's headers.
+//! that they are current, the ABI conformance check against NVIDIA's headers, and the
+//! cross-check of our CANN declarations against the cann-sys crate.
 //! Must not: be a dependency of any shipped crate.
 
 mod abi_check;
 mod bindings;
+mod cann_check;
 
 use anyhow::{Result, bail};
 use std::path::PathBuf;
@@ -26,7 +28,10 @@ fn usage() -> &'static str {
        crt/host_defines.h it includes)\n                           \
        --nvml-include: nvml.h\n                           \
        --cudart13-include: CUDA 13 (cuda_runtime_api.h and what it includes)\n                           \
-       --cublas-include: CUDA 12's cublas_api.h and cublasLt.h and what they include"
+       --cublas-include: CUDA 12's cublas_api.h and cublasLt.h and what they include\n  \
+       cann-check [--cann-sys-src DIR]\n                           \
+       compare our CANN declarations with the cann-sys crate's (its src/, from cargo\n                           \
+       metadata unless DIR is given) and fail on any unrecorded disagreement"
 }
 
 fn main() -> Result<()> {
@@ -48,6 +53,10 @@ fn main() -> Result<()> {
                 &flag("--cudart13-include")?,
                 &flag("--cublas-include")?,
             )
+        }
+        Some("cann-check") => {
+            let pos = args.iter().position(|a| a == "--cann-sys-src");
+            cann_check::run(pos.and_then(|p| args.get(p + 1)).map(PathBuf::from))
         }
         _ => bail!("{}", usage()),
     }
