@@ -255,6 +255,11 @@ macro_rules! driver_entry_points {
         "cuMipmappedArrayDestroy" => [5000 => cuMipmappedArrayDestroy];
         "cuMemcpyHtoA" => [2000 => !, 3020 => cuMemcpyHtoA_v2 | cuMemcpyHtoA_v2_ptds];
         "cuMemcpyAtoH" => [2000 => !, 3020 => cuMemcpyAtoH_v2 | cuMemcpyAtoH_v2_ptds];
+        "cuMemcpyHtoAAsync" => [2000 => !, 3020 => cuMemcpyHtoAAsync_v2 | cuMemcpyHtoAAsync_v2_ptsz];
+        "cuMemcpyAtoHAsync" => [2000 => !, 3020 => cuMemcpyAtoHAsync_v2 | cuMemcpyAtoHAsync_v2_ptsz];
+        "cuMemcpyAtoD" => [2000 => !, 3020 => cuMemcpyAtoD_v2 | cuMemcpyAtoD_v2_ptds];
+        "cuMemcpyDtoA" => [2000 => !, 3020 => cuMemcpyDtoA_v2 | cuMemcpyDtoA_v2_ptds];
+        "cuMemcpyAtoA" => [2000 => !, 3020 => cuMemcpyAtoA_v2 | cuMemcpyAtoA_v2_ptds];
         "cuTexObjectCreate" => [5000 => cuTexObjectCreate];
         "cuTexObjectDestroy" => [5000 => cuTexObjectDestroy];
         "cuTexObjectGetResourceDesc" => [5000 => cuTexObjectGetResourceDesc];

@@ -21,7 +21,7 @@ fn arrays_and_textures_sample_right_and_are_held_to_the_quota() {
     let d = Daemon::start(Some(&tenant_config(&format!("{quota_mib}MiB"))));
     let mut cmd = gpupool_run_script(&d, &python, "texture_checks.py");
     cmd.args(["--quota", &quota_mib.to_string()]).env("GPUPOOL_LOG", "1");
-    run_checks(cmd, "texture_checks", 6, &d);
+    run_checks(cmd, "texture_checks", 14, &d);
     let t0 = std::time::Instant::now();
     while d.used("team", 0) != 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "array memory still held after exit: {}", d.status());
@@ -114,4 +114,85 @@ fn texture_objects_are_made_only_over_the_sessions_own_memory() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(matches!(other.call(Request::MemcpyDtoHInline { src: foreign, len: 8 }), Reply::Bytes { .. }));
+}
+
+/// Backend arrays on the wire: an array is in the tenant's ledger at its texels' bytes from
+/// creation to destruction (a mipmapped array at its levels'); another session's array and
+/// mipmapped array handles are CUDA_ERROR_INVALID_HANDLE wherever they are named (destroy,
+/// surface, texture, copy end, level), its surface objects INVALID_VALUE as the driver's;
+/// a level is not destroyed alone; a copy box past the array is INVALID_VALUE; the
+/// session's end destroys its surface, arrays and mipmapped array and gives the bytes back.
+#[test]
+fn backend_arrays_are_counted_exactly_and_only_the_sessions_own() {
+    use gpupool_protocol::ops::{ArrayDesc, Copy3D, Copy3DEnd, MemSpace, TexMipmap, TexSampler};
+    use gpupool_protocol::{Reply, Request};
+    let d = Daemon::start(Some(&tenant_config("64MiB")));
+    let mut other = common::Client::connect(&d.socket);
+    let octx = other.ctx(0);
+    // 100 x 30 float2 texels, surface load/store: 100 * 30 * 8 bytes.
+    let desc = ArrayDesc { width: 100, height: 30, depth: 0, format: 0x20, channels: 2, flags: 0x2 };
+    let Reply::Array { handle: foreign, bytes } = other.call(Request::ArrayCreate { ctx: octx, desc }) else {
+        panic!("the other session's array")
+    };
+    assert_eq!(bytes, 100 * 30 * 8);
+    assert_eq!(d.used("team", 0), 24_000, "{}", d.status());
+    let mut c = common::Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let code = |r: Reply| match r {
+        Reply::Error { code, .. } => code,
+        other => panic!("expected an error, got {other:?}"),
+    };
+    assert_eq!(code(c.call(Request::ArrayDestroy { array: foreign })), 400, "destroying another session's array");
+    assert_eq!(code(c.call(Request::SurfObjectCreate { ctx, array: foreign })), 400, "a surface over it");
+    let sampler = TexSampler { address: [1; 3], filter: 0, flags: 0, border: [0; 4] };
+    let mip = TexMipmap { filter: 0, bias: 0, min_clamp: 0, max_clamp: 0, max_anisotropy: 0 };
+    let tex = Request::TexObjectCreateArray { ctx, array: foreign, mipmapped: false, sampler, mipmap: mip, view: None };
+    assert_eq!(code(c.call(tex)), 400, "a texture over it");
+    let mine = c.alloc(ctx, 4096).expect("memory");
+    let end = |space| Copy3DEnd { space, x_bytes: 0, y: 0, z: 0, pitch: 800, height: 0 };
+    let copy = Copy3D {
+        src: end(MemSpace::Array(foreign)),
+        dst: end(MemSpace::Device(mine)),
+        width_bytes: 800,
+        height: 4,
+        depth: 1,
+    };
+    assert_eq!(code(c.call(Request::Memcpy3D { copy })), 400, "copying out of it");
+    // Its own: a mipmapped array of 64 x 64 x 4 levels of uchar (4096 + 1024 + 256 + 64).
+    let mdesc = ArrayDesc { width: 64, height: 64, depth: 0, format: 0x01, channels: 1, flags: 0 };
+    let Reply::Array { handle: mm, bytes } = c.call(Request::MipmappedArrayCreate { ctx, desc: mdesc, levels: 4 })
+    else {
+        panic!("a mipmapped array")
+    };
+    assert_eq!(bytes, 4096 + 1024 + 256 + 64);
+    assert_eq!(code(other.call(Request::MipmappedArrayLevel { mipmap: mm, level: 1 })), 400, "another's level");
+    let Reply::Array { handle: level, .. } = c.call(Request::MipmappedArrayLevel { mipmap: mm, level: 2 }) else {
+        panic!("level 2")
+    };
+    assert_eq!(code(c.call(Request::ArrayDestroy { array: level })), 1, "a level is not destroyed alone");
+    let Reply::Array { handle: a, .. } = c.call(Request::ArrayCreate { ctx, desc }) else { panic!("an array") };
+    assert_eq!(d.used("team", 0), 2 * 24_000 + 5440 + 4096, "{}", d.status());
+    // A box one row past the array.
+    let past = Copy3D {
+        src: Copy3DEnd { space: MemSpace::Array(a), x_bytes: 0, y: 27, z: 0, pitch: 0, height: 0 },
+        dst: end(MemSpace::Device(mine)),
+        width_bytes: 800,
+        height: 4,
+        depth: 1,
+    };
+    assert_eq!(code(c.call(Request::Memcpy3D { copy: past })), 1, "a box past the array");
+    let inside = Copy3D { src: Copy3DEnd { y: 26, ..past.src }, ..past };
+    assert!(matches!(c.call(Request::Memcpy3D { copy: inside }), Reply::Ok {}));
+    let Reply::TexObject { handle: s } = c.call(Request::SurfObjectCreate { ctx, array: a }) else {
+        panic!("a surface")
+    };
+    assert_eq!(code(other.call(Request::SurfObjectDestroy { handle: s })), 1, "another session's surface");
+    drop(c);
+    let t0 = std::time::Instant::now();
+    while d.used("team", 0) != 24_000 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the session's arrays still held: {}", d.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(matches!(other.call(Request::ArrayDestroy { array: foreign }), Reply::Ok {}));
+    assert_eq!(d.used("team", 0), 0);
 }

@@ -116,9 +116,10 @@ impl Sample for HostSrc {
 
 impl Sample for MemSpace {
     fn sample(g: &mut Gen) -> Self {
-        match g.next() % 3 {
+        match g.next() % 4 {
             0 => MemSpace::Device(Sample::sample(g)),
             1 => MemSpace::Staging(Sample::sample(g)),
+            2 => MemSpace::Array(Sample::sample(g)),
             _ => MemSpace::Region { id: Sample::sample(g), offset: Sample::sample(g) },
         }
     }

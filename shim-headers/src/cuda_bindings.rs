@@ -3861,6 +3861,92 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuMemcpyHtoAAsync_v2(
+        dstArray: CUarray,
+        dstOffset: usize,
+        srcHost: *const ::std::os::raw::c_void,
+        ByteCount: usize,
+        hStream: CUstream,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyHtoAAsync_v2_ptsz(
+        dstArray: CUarray,
+        dstOffset: usize,
+        srcHost: *const ::std::os::raw::c_void,
+        ByteCount: usize,
+        hStream: CUstream,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyAtoHAsync_v2(
+        dstHost: *mut ::std::os::raw::c_void,
+        srcArray: CUarray,
+        srcOffset: usize,
+        ByteCount: usize,
+        hStream: CUstream,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyAtoHAsync_v2_ptsz(
+        dstHost: *mut ::std::os::raw::c_void,
+        srcArray: CUarray,
+        srcOffset: usize,
+        ByteCount: usize,
+        hStream: CUstream,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyAtoD_v2(
+        dstDevice: CUdeviceptr,
+        srcArray: CUarray,
+        srcOffset: usize,
+        ByteCount: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyAtoD_v2_ptds(
+        dstDevice: CUdeviceptr,
+        srcArray: CUarray,
+        srcOffset: usize,
+        ByteCount: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyDtoA_v2(
+        dstArray: CUarray,
+        dstOffset: usize,
+        srcDevice: CUdeviceptr,
+        ByteCount: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyDtoA_v2_ptds(
+        dstArray: CUarray,
+        dstOffset: usize,
+        srcDevice: CUdeviceptr,
+        ByteCount: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyAtoA_v2(
+        dstArray: CUarray,
+        dstOffset: usize,
+        srcArray: CUarray,
+        srcOffset: usize,
+        ByteCount: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemcpyAtoA_v2_ptds(
+        dstArray: CUarray,
+        dstOffset: usize,
+        srcArray: CUarray,
+        srcOffset: usize,
+        ByteCount: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuTexObjectCreate(
         pTexObject: *mut CUtexObject,
         pResDesc: *const CUDA_RESOURCE_DESC,

@@ -1,6 +1,7 @@
-"""CUDA arrays and texture objects on the simulator through cuda-bindings: texture_checks.py
-(NVRTC kernels sampling 2D textures with linear filtering against the Programming Guide's
-8-bit-weight reference, box copies), run in a child process as it runs under `gpupool run`."""
+"""CUDA arrays, texture and surface objects on the simulator through cuda-bindings:
+texture_checks.py (NVRTC kernels sampling 2D and 3D textures with linear filtering against the
+Programming Guide's 8-bit-weight reference, writing and reading a surface, box copies and 1D
+copies with array ends), run in a child process as it runs under `gpupool run`."""
 
 import os
 import subprocess
@@ -16,4 +17,4 @@ def test_texture_checks_pass_on_the_simulator():
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "FAIL" not in out, out
-    assert "SUMMARY 3/3" in out, out
+    assert "SUMMARY 11/11" in out, out

@@ -8,6 +8,14 @@ test_textures.py on the simulator and under `gpupool run` by pool-daemon/tests/a
 - A uchar4 array read as normalized floats with linear filtering and normalized, wrapped
   coordinates (tex2D<float4>).
 - Array contents round-trip (cuMemcpy2D to and from a box of the array).
+- Surfaces: one kernel writes a 2D float array made with CUDA_ARRAY3D_SURFACE_LDST through a
+  surface object (surf2Dwrite, PTX sust), another reads it back (surf2Dread, suld) and a
+  texture object over the same array samples it with linear filtering; both against the CPU.
+- A 3D float array filled with cuMemcpy3D and sampled by tex3D<float> with linear filtering
+  against the trilinear 8-bit-weight reference.
+- 1D copies with array ends: device -> array (cuMemcpyDtoA) -> array at another offset and
+  row width (cuMemcpyAtoA, rows split differently) -> device (cuMemcpyAtoD), byte-exact; and
+  cuMemcpyHtoAAsync / cuMemcpyAtoHAsync on a stream.
 - With --quota MIB (a pool tenant's quota on device 0): an array of 3/4 of the quota is
   created, a second one is CUDA_ERROR_OUT_OF_MEMORY, destroying the first lets it be made;
   cuMemGetInfo's free memory drops by at least the array's bytes.
@@ -28,6 +36,21 @@ extern "C" __global__ void sample1(cudaTextureObject_t t, float *out, const floa
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = tex2D<float>(t, xy[i].x, xy[i].y);
+}
+extern "C" __global__ void surf_write(cudaSurfaceObject_t s, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < w && y < h) surf2Dwrite((float)((x * 7 + y * 13) % 17) * 1.5f + 0.25f * y, s, x * 4, y);
+}
+extern "C" __global__ void surf_read(cudaSurfaceObject_t s, float *out, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < w && y < h) out[y * w + x] = surf2Dread<float>(s, x * 4, y);
+}
+extern "C" __global__ void sample3d(cudaTextureObject_t t, float *out, const float4 *p, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = tex3D<float>(t, p[i].x, p[i].y, p[i].z);
 }
 extern "C" __global__ void sample4(cudaTextureObject_t t, float4 *out, const float2 *xy, int n)
 {
@@ -55,6 +78,30 @@ def quantized_bilinear(img, x, y, wrap_normalized=False):
     return (1 - a) * (1 - b) * at(i, j) + a * (1 - b) * at(i + 1, j) + (1 - a) * b * at(i, j + 1) + a * b * at(
         i + 1, j + 1
     )
+
+
+def quantized_trilinear(vol, x, y, z):
+    """tex3D with linear filtering and clamp at (x, y, z): vol is (d, h, w) float64."""
+    dd, h, w = vol.shape
+    xb, yb, zb = x - 0.5, y - 0.5, z - 0.5
+    i, j, k = int(np.floor(xb)), int(np.floor(yb)), int(np.floor(zb))
+    a, b, c = (np.round((v - np.floor(v)) * 256) / 256 for v in (xb, yb, zb))
+
+    def at(ii, jj, kk):
+        return vol[min(max(kk, 0), dd - 1), min(max(jj, 0), h - 1), min(max(ii, 0), w - 1)]
+
+    total = 0.0
+    for di, wa in ((0, 1 - a), (1, a)):
+        for dj, wb in ((0, 1 - b), (1, b)):
+            for dk, wc in ((0, 1 - c), (1, c)):
+                total += wa * wb * wc * at(i + di, j + dj, k + dk)
+    return total
+
+
+def make_array3d(d, w, h, depth, fmt, channels, flags=0):
+    desc = d.CUDA_ARRAY3D_DESCRIPTOR()
+    desc.Width, desc.Height, desc.Depth, desc.Format, desc.NumChannels, desc.Flags = w, h, depth, fmt, channels, flags
+    return check(d.cuArray3DCreate(desc))
 
 
 def make_array(d, w, h, fmt, channels):
@@ -155,6 +202,119 @@ def run_checks(report):
     check(d.cuArrayDestroy(arr))
 
 
+def backend_array_checks(report):
+    d = driver()
+    mod = load(SOURCE)
+    fmt = d.CUarray_format.CU_AD_FORMAT_FLOAT
+    clamp, linear = d.CUaddress_mode.CU_TR_ADDRESS_MODE_CLAMP, d.CUfilter_mode.CU_TR_FILTER_MODE_LINEAR
+
+    # 1. Surfaces: written by one kernel, read by another and by a texture.
+    w, h = 21, 9
+    arr = make_array3d(d, w, h, 0, fmt, 1, d.CUDA_ARRAY3D_SURFACE_LDST)
+    res = d.CUDA_RESOURCE_DESC()
+    res.resType = d.CUresourcetype.CU_RESOURCE_TYPE_ARRAY
+    res.res.array.hArray = arr
+    surf = check(d.cuSurfObjectCreate(res))
+    back = check(d.cuSurfObjectGetResourceDesc(surf))
+    report(
+        "cuSurfObjectGetResourceDesc gives the array back",
+        back.resType == d.CUresourcetype.CU_RESOURCE_TYPE_ARRAY and int(back.res.array.hArray) == int(arr),
+        f"{back.resType} {back.res.array.hArray}",
+    )
+    launch(mod.function("surf_write"), (3, 3), (8, 4), [ptr(int(surf)), i32(w), i32(h)])
+    dout = alloc(w * h * 4)
+    launch(mod.function("surf_read"), (3, 3), (8, 4), [ptr(int(surf)), ptr(dout), i32(w), i32(h)])
+    sync()
+    got = from_device(dout, w * h, np.float32).reshape(h, w)
+    ys, xs = np.mgrid[0:h, 0:w]
+    img = (((xs * 7 + ys * 13) % 17) * 1.5 + 0.25 * ys).astype(np.float32)
+    report("surf2Dwrite then surf2Dread (sust, suld) of a 2D surface", np.array_equal(got, img), f"{got} vs {img}")
+    t = texture(d, arr, clamp, linear, 0)
+    xy = np.array([[0.3, 0.5], [4.6, 2.2], [20.9, 8.7], [10.5, 4.5], [13.37, 6.01], [-1.0, 3.3]], np.float32)
+    n = len(xy)
+    dxy, dsample = to_device(xy), alloc(n * 4)
+    launch(mod.function("sample1"), (1,), (32,), [ptr(int(t)), ptr(dsample), ptr(dxy), i32(n)])
+    sync()
+    got = from_device(dsample, n, np.float32)
+    ref = np.array([quantized_bilinear(img.astype(np.float64)[..., None], x, y)[0] for x, y in xy], np.float32)
+    report(
+        "a texture over the surface-written array samples it with linear filtering",
+        np.allclose(got, ref, rtol=2e-6, atol=1e-4),
+        f"got {got}, reference {ref}",
+    )
+    check(d.cuTexObjectDestroy(t))
+    check(d.cuSurfObjectDestroy(surf))
+    check(d.cuArrayDestroy(arr))
+
+    # 2. A 3D texture.
+    rng = np.random.default_rng(5)
+    w, h, depth = 6, 5, 4
+    vol = (rng.random((depth, h, w)) * 100).astype(np.float32)
+    arr = make_array3d(d, w, h, depth, fmt, 1)
+    cp = d.CUDA_MEMCPY3D()
+    cp.srcMemoryType = d.CUmemorytype.CU_MEMORYTYPE_HOST
+    cp.srcHost = vol.ctypes.data
+    cp.srcPitch, cp.srcHeight = w * 4, h
+    cp.dstMemoryType = d.CUmemorytype.CU_MEMORYTYPE_ARRAY
+    cp.dstArray = arr
+    cp.WidthInBytes, cp.Height, cp.Depth = w * 4, h, depth
+    check(d.cuMemcpy3D(cp))
+    t = texture(d, arr, clamp, linear, 0)
+    pts = np.array(
+        [[0.5, 0.5, 0.5, 0], [2.3, 1.7, 2.9, 0], [5.9, 4.9, 3.9, 0], [3.14, 2.72, 1.41, 0], [-1, 2.2, 7.5, 0]],
+        np.float32,
+    )
+    n = len(pts)
+    dp, dsample = to_device(pts), alloc(n * 4)
+    launch(mod.function("sample3d"), (1,), (32,), [ptr(int(t)), ptr(dsample), ptr(dp), i32(n)])
+    sync()
+    got = from_device(dsample, n, np.float32)
+    ref = np.array([quantized_trilinear(vol.astype(np.float64), x, y, z) for x, y, z, _ in pts], np.float32)
+    report(
+        "tex3D<float> of a 3D array matches the trilinear 8-bit-weight reference",
+        np.allclose(got, ref, rtol=2e-6, atol=1e-4),
+        f"got {got}, reference {ref}",
+    )
+    check(d.cuTexObjectDestroy(t))
+    check(d.cuArrayDestroy(arr))
+
+    # 3. Device -> array -> array -> device, byte-exact (37 x 5 ushort2 rows of 148 bytes into
+    # 20 x 10 rows of 80 bytes at offset 36: every chunk is split differently at each end).
+    u16 = d.CUarray_format.CU_AD_FORMAT_UNSIGNED_INT16
+    data = rng.integers(0, 256, 740, dtype=np.uint8)
+    a = make_array3d(d, 37, 5, 0, u16, 2)
+    b = make_array3d(d, 20, 10, 0, u16, 2)
+    src, dst = to_device(data), alloc(740, fill=0)
+    check(d.cuMemcpyDtoA(a, 0, src, 740))
+    check(d.cuMemcpyAtoA(b, 36, a, 0, 740))
+    check(d.cuMemcpyAtoD(dst, b, 36, 740))
+    got = from_device(dst, 740, np.uint8)
+    report("cuMemcpyDtoA -> cuMemcpyAtoA -> cuMemcpyAtoD round trip is byte-exact", np.array_equal(got, data), "")
+    rows = np.zeros((10, 80), np.uint8)
+    cp = d.CUDA_MEMCPY2D()
+    cp.srcMemoryType, cp.srcArray = d.CUmemorytype.CU_MEMORYTYPE_ARRAY, b
+    cp.dstMemoryType, cp.dstHost, cp.dstPitch = d.CUmemorytype.CU_MEMORYTYPE_HOST, rows.ctypes.data, 80
+    cp.WidthInBytes, cp.Height = 80, 10
+    check(d.cuMemcpy2D(cp))
+    report(
+        "cuMemcpyAtoA lands at the offset in the array's rows",
+        np.array_equal(rows.reshape(-1)[36:776], data) and not rows.reshape(-1)[:36].any(),
+        f"{rows}",
+    )
+    stream = check(d.cuStreamCreate(0))
+    host = rng.integers(0, 256, 300, dtype=np.uint8)
+    out = np.zeros(300, np.uint8)
+    check(d.cuMemcpyHtoAAsync(a, 100, host.ctypes.data, 300, stream))
+    check(d.cuMemcpyAtoHAsync(out.ctypes.data, a, 100, 300, stream))
+    check(d.cuStreamSynchronize(stream))
+    report("cuMemcpyHtoAAsync then cuMemcpyAtoHAsync on a stream", np.array_equal(out, host), f"{out} vs {host}")
+    err, = d.cuMemcpyAtoD(dst, b, 100, 740)
+    report("a 1D copy past the array is CUDA_ERROR_INVALID_VALUE", err == d.CUresult.CUDA_ERROR_INVALID_VALUE, f"{err}")
+    check(d.cuStreamDestroy(stream))
+    for x in (a, b):
+        check(d.cuArrayDestroy(x))
+
+
 def quota_checks(report, quota_mib):
     d = driver()
     fmt = d.CUarray_format.CU_AD_FORMAT_FLOAT
@@ -190,6 +350,7 @@ def main():
 
     try:
         run_checks(report)
+        backend_array_checks(report)
         if "--quota" in sys.argv:
             quota_checks(report, int(sys.argv[sys.argv.index("--quota") + 1]))
     except Exception as e:  # a failed call is a failed check, reported with the rest

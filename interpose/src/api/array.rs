@@ -1,27 +1,28 @@
-//! CUDA arrays, mipmapped arrays and texture objects through the pool.
+//! CUDA arrays, mipmapped arrays, texture and surface objects through the pool.
 //!
-//! An array is kept here, in linear device memory of its own: one `MemAlloc` (so the
-//! tenant's ledger counts it, the quota refuses it with OUT_OF_MEMORY, and the session's end
-//! frees it) holding its rows `pitch` bytes apart (`pitch`: the row rounded up to the
-//! texture pitch alignment) from a base aligned for textures. Copies to and from an array
-//! are pitched copies of that memory ([`lower2d`], [`lower3d`]), and a texture object over a
-//! 2D array is the daemon's texture object over that pitched memory: its 64-bit handle is
-//! the backend's, which kernels receive unchanged. A mipmapped array is its levels, each
-//! such an array.
-//!
-//! Not served, each with a log line: texture objects over 1D, 3D, layered and mipmapped
-//! arrays (their sampling has no pitched-memory equivalent), resource views, and surface
-//! objects (CUDA defines them over arrays only): CUDA_ERROR_NOT_SUPPORTED.
+//! Every array is the daemon's backend array (`ArrayCreate`, `MipmappedArrayCreate`, see
+//! pool-daemon/src/daemon/array.rs): the daemon counts it in the tenant's ledger before the
+//! backend allocates it (past the quota: CUDA_ERROR_OUT_OF_MEMORY), destroys it with its
+//! context and at the session's end, and answers a handle that names it. This library keeps
+//! each handle's descriptor (the descriptor getters, the runtime's element sizes, and the box
+//! checks that give a log line before a copy is sent). Copies with array ends travel as 3D
+//! copies whose array end the daemon runs ([`super::copy3d`]); the 1D ones (`cuMemcpyHtoA`,
+//! `AtoH`, `AtoD`, `DtoA`, `AtoA` and the async forms) are cut into runs of whole rows and
+//! partial rows of such copies ([`linear`]). Texture objects over arrays and mipmapped arrays
+//! (with a resource view if given) and surface objects are the backend's, made by the daemon:
+//! their 64-bit handles go into kernel parameters unchanged. A handle that is not a live
+//! array of this process is CUDA_ERROR_INVALID_HANDLE here, and one of another session is the
+//! same at the daemon.
 
 use super::DefaultStream;
 use crate::client;
 use crate::util::{R, log};
 use gpupool_protocol::Request;
-use gpupool_protocol::ops::{TexResource, TexSampler, answer};
+use gpupool_protocol::ops::{ArrayDesc, ResourceView, TexMipmap, TexResource, TexSampler, answer};
 use gpupool_shim::cuda::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_CUBEMAP, CUDA_ARRAY3D_DESCRIPTOR, CUDA_ARRAY3D_LAYERED,
-    CUDA_ARRAY3D_SURFACE_LDST, CUDA_ARRAY3D_TEXTURE_GATHER, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_RESOURCE_DESC,
-    CUDA_RESOURCE_VIEW_DESC, CUDA_TEXTURE_DESC, CUarray, CUmemorytype, CUmipmappedArray, CUresourcetype, CUresult,
+    CUDA_ARRAY3D_SURFACE_LDST, CUDA_ARRAY3D_TEXTURE_GATHER, CUDA_MEMCPY3D, CUDA_RESOURCE_DESC, CUDA_RESOURCE_VIEW_DESC,
+    CUDA_TEXTURE_DESC, CUarray, CUdeviceptr, CUmemorytype, CUmipmappedArray, CUresourcetype, CUresult, CUstream,
     CUsurfObject, CUtexObject,
 };
 use std::collections::HashMap;
@@ -29,48 +30,39 @@ use std::os::raw::{c_uint, c_void};
 use std::sync::Mutex;
 
 const INVALID: CUresult = CUresult::CUDA_ERROR_INVALID_VALUE;
-const NOT_SUPPORTED: CUresult = CUresult::CUDA_ERROR_NOT_SUPPORTED;
-
-/// Array and mipmapped-array handles: opaque values in ranges of their own.
-const ARRAY_BASE: u64 = 0x7c00_0000_0000;
-const MIPMAP_BASE: u64 = 0x7c80_0000_0000;
-/// `CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT` and `_TEXTURE_PITCH_ALIGNMENT` of every GPU the
-/// pool serves (512 and 32 since Kepler).
-const TEXTURE_ALIGNMENT: u64 = 512;
-const PITCH_ALIGNMENT: u64 = 32;
+const INVALID_HANDLE: CUresult = CUresult::CUDA_ERROR_INVALID_HANDLE;
 
 #[derive(Clone, Copy)]
 struct Array {
-    /// The client context it was created in.
-    ctx: u64,
     desc: CUDA_ARRAY3D_DESCRIPTOR,
-    /// The allocation, and the aligned base of the texels inside it.
-    alloc: u64,
-    base: u64,
-    pitch: u64,
-    rows: u64,
-    slices: u64,
-    mip_level: bool,
+    /// The mipmapped array it is a level of.
+    level_of: Option<u64>,
 }
 
 impl Array {
     fn row_bytes(&self) -> u64 {
         self.desc.Width as u64 * elem_bytes(&self.desc)
     }
+    fn rows(&self) -> u64 {
+        (self.desc.Height as u64).max(1)
+    }
+    fn slices(&self) -> u64 {
+        (self.desc.Depth as u64).max(1)
+    }
 
     /// Whether a box of `w` bytes x `h` rows x `d` slices at (`x` bytes, `y`, `z`) lies
     /// inside; logs why not.
     fn check_box(&self, [x, y, z]: [u64; 3], [w, h, d]: [u64; 3], role: &str) -> R<()> {
         let inside = |o: u64, n: u64, lim: u64| o.checked_add(n).is_some_and(|end| end <= lim);
-        if inside(x, w, self.row_bytes()) && inside(y, h, self.rows) && inside(z, d, self.slices) {
+        if inside(x, w, self.row_bytes()) && inside(y, h, self.rows()) && inside(z, d, self.slices()) {
             return Ok(());
         }
         log(&format!(
             "CUDA_ERROR_INVALID_VALUE: {role}: {w} bytes x {h} rows x {d} slices at ({x}, {y}, {z}) run outside the \
              array ({} bytes x {} rows x {} slices)",
             self.row_bytes(),
-            self.rows,
-            self.slices
+            self.rows(),
+            self.slices()
         ));
         Err(INVALID)
     }
@@ -86,9 +78,10 @@ struct Texture {
 #[derive(Default)]
 struct State {
     arrays: HashMap<u64, Array>,
+    /// Mipmapped array → its descriptor and the level handles handed out.
     mipmaps: HashMap<u64, (CUDA_ARRAY3D_DESCRIPTOR, Vec<u64>)>,
     textures: HashMap<u64, Texture>,
-    next: u64,
+    surfaces: HashMap<u64, CUDA_RESOURCE_DESC>,
 }
 
 // SAFETY: the descriptors' pointer-typed fields (`CUarray`, `CUmipmappedArray` in the
@@ -129,9 +122,14 @@ fn check_desc(d: &CUDA_ARRAY3D_DESCRIPTOR) -> R<()> {
     if !matches!(d.NumChannels, 1 | 2 | 4) {
         return refuse(INVALID, &format!("NumChannels {} (must be 1, 2 or 4)", d.NumChannels));
     }
-    let known = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_TEXTURE_GATHER;
-    if d.Flags & CUDA_ARRAY3D_CUBEMAP != 0 || d.Flags & !known != 0 {
-        return refuse(NOT_SUPPORTED, &format!("array flags {:#x}: cubemaps and unknown flags", d.Flags));
+    // Cubemaps go to the backend, which decides; sparse and deferred-mapping arrays (no
+    // memory until mapped) and the graphics flags are not forwarded.
+    let known = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_TEXTURE_GATHER | CUDA_ARRAY3D_CUBEMAP;
+    if d.Flags & !known != 0 {
+        return refuse(
+            CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            &format!("array flags {:#x}: only layered, cubemap, surface and gather arrays are forwarded", d.Flags),
+        );
     }
     let (w, h, z) = (d.Width, d.Height, d.Depth);
     let layered = d.Flags & CUDA_ARRAY3D_LAYERED != 0;
@@ -149,51 +147,35 @@ fn check_desc(d: &CUDA_ARRAY3D_DESCRIPTOR) -> R<()> {
     Ok(())
 }
 
-/// Allocates an array's memory in the current context and registers it.
-fn make(desc: CUDA_ARRAY3D_DESCRIPTOR, mip_level: bool) -> R<u64> {
+fn wire_desc(d: &CUDA_ARRAY3D_DESCRIPTOR) -> ArrayDesc {
+    ArrayDesc {
+        width: d.Width as u64,
+        height: d.Height as u64,
+        depth: d.Depth as u64,
+        format: d.Format.0,
+        channels: d.NumChannels,
+        flags: d.Flags,
+    }
+}
+
+/// Makes a backend array in the current context: the daemon's quota answers (OUT_OF_MEMORY).
+fn make(desc: CUDA_ARRAY3D_DESCRIPTOR) -> R<u64> {
     check_desc(&desc)?;
-    let row = desc.Width as u64 * elem_bytes(&desc);
-    let pitch = row.next_multiple_of(PITCH_ALIGNMENT);
-    let (rows, slices) = ((desc.Height as u64).max(1), (desc.Depth as u64).max(1));
-    let bytes = pitch * rows * slices + TEXTURE_ALIGNMENT - 1;
-    let ctx = client::stack_top().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
-    // The daemon's quota answers this one: OUT_OF_MEMORY past it.
-    let alloc = super::memory::alloc(bytes as usize)?;
-    let base = alloc.next_multiple_of(TEXTURE_ALIGNMENT);
-    let a = Array { ctx, desc, alloc, base, pitch, rows, slices, mip_level };
+    let handle = client::call(|c| {
+        let (_, ctx, _) = c.current()?;
+        let answer::Array { handle, .. } = c.live()?.ask(Request::ArrayCreate { ctx, desc: wire_desc(&desc) })?;
+        Ok(handle)
+    })?;
     state(|s| {
-        s.next += 1;
-        let h = ARRAY_BASE + s.next * 16;
-        s.arrays.insert(h, a);
-        Ok(h)
+        s.arrays.insert(handle, Array { desc, level_of: None });
+        Ok(handle)
     })
 }
 
 fn array(h: CUarray) -> R<Array> {
     match state(|s| Ok(s.arrays.get(&(h as u64)).copied()))? {
         Some(a) => Ok(a),
-        None => refuse(CUresult::CUDA_ERROR_INVALID_HANDLE, &format!("{:#x} is not a live CUDA array", h as u64)),
-    }
-}
-
-/// Frees the memory of arrays already taken out of the registry.
-fn release(arrays: &[Array]) -> R<()> {
-    let mut r = Ok(());
-    for a in arrays {
-        if let Err(e) = super::memory::free(a.alloc) {
-            r = Err(e);
-        }
-    }
-    r
-}
-
-/// Refuses to destroy an array from another context than its own, whose memory the current
-/// context could not free.
-fn require_own_context(ctx: u64) -> R<()> {
-    if client::stack_top() == Some(ctx) {
-        Ok(())
-    } else {
-        refuse(CUresult::CUDA_ERROR_INVALID_CONTEXT, "an array is destroyed in the context that created it")
+        None => refuse(INVALID_HANDLE, &format!("{:#x} is not a live CUDA array", h as u64)),
     }
 }
 
@@ -206,11 +188,11 @@ pub(super) fn create(d: CUDA_ARRAY_DESCRIPTOR) -> R<CUarray> {
         NumChannels: d.NumChannels,
         Flags: 0,
     };
-    make(d3, false).map(|h| h as CUarray)
+    make(d3).map(|h| h as CUarray)
 }
 
 pub(super) fn create_3d(d: CUDA_ARRAY3D_DESCRIPTOR) -> R<CUarray> {
-    make(d, false).map(|h| h as CUarray)
+    make(d).map(|h| h as CUarray)
 }
 
 pub(super) fn descriptor(h: CUarray) -> R<CUDA_ARRAY_DESCRIPTOR> {
@@ -223,13 +205,11 @@ pub(super) fn descriptor_3d(h: CUarray) -> R<CUDA_ARRAY3D_DESCRIPTOR> {
 }
 
 pub(super) fn destroy(h: CUarray) -> R<()> {
-    let a = array(h)?;
-    if a.mip_level {
+    if array(h)?.level_of.is_some() {
         return refuse(INVALID, "a level of a mipmapped array goes with cuMipmappedArrayDestroy");
     }
-    require_own_context(a.ctx)?;
-    state(|s| Ok(s.arrays.remove(&(h as u64))))?;
-    release(&[a])
+    client::call(|c| c.live()?.call_ok(Request::ArrayDestroy { array: h as u64 }))?;
+    state(|s| Ok(s.arrays.remove(&(h as u64)))).map(|_| ())
 }
 
 /// How many levels a full mipmap chain of the descriptor has.
@@ -239,145 +219,207 @@ fn max_levels(d: &CUDA_ARRAY3D_DESCRIPTOR) -> u32 {
     64 - biggest.leading_zeros()
 }
 
+fn level_desc(d: &CUDA_ARRAY3D_DESCRIPTOR, l: u32) -> CUDA_ARRAY3D_DESCRIPTOR {
+    let half = |v: usize| if v == 0 { 0 } else { (v >> l).max(1) };
+    let layered = d.Flags & CUDA_ARRAY3D_LAYERED != 0;
+    CUDA_ARRAY3D_DESCRIPTOR {
+        Width: half(d.Width),
+        Height: half(d.Height),
+        Depth: if layered { d.Depth } else { half(d.Depth) },
+        ..*d
+    }
+}
+
 pub(super) fn mipmap_create(d: CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) -> R<CUmipmappedArray> {
     check_desc(&d)?;
     let most = max_levels(&d);
     if levels == 0 || levels > most {
         return refuse(INVALID, &format!("{levels} mipmap levels (this extent has 1..={most})"));
     }
-    let layered = d.Flags & CUDA_ARRAY3D_LAYERED != 0;
-    let half = |v: usize, l: u32| if v == 0 { 0 } else { (v >> l).max(1) };
-    let mut made = Vec::new();
-    for l in 0..levels {
-        let lv = CUDA_ARRAY3D_DESCRIPTOR {
-            Width: half(d.Width, l),
-            Height: half(d.Height, l),
-            Depth: if layered { d.Depth } else { half(d.Depth, l) },
-            ..d
-        };
-        match make(lv, true) {
-            Ok(h) => made.push(h),
-            Err(e) => {
-                let gone: Vec<Array> = state(|s| Ok(made.iter().filter_map(|h| s.arrays.remove(h)).collect()))?;
-                let _ = release(&gone);
-                return Err(e);
-            }
-        }
-    }
+    let handle = client::call(|c| {
+        let (_, ctx, _) = c.current()?;
+        let answer::Array { handle, .. } =
+            c.live()?.ask(Request::MipmappedArrayCreate { ctx, desc: wire_desc(&d), levels })?;
+        Ok(handle)
+    })?;
     state(|s| {
-        s.next += 1;
-        let h = MIPMAP_BASE + s.next * 16;
-        s.mipmaps.insert(h, (d, made));
-        Ok(h as CUmipmappedArray)
+        s.mipmaps.insert(handle, (d, Vec::new()));
+        Ok(handle as CUmipmappedArray)
     })
 }
 
-pub(super) fn mipmap_level(h: CUmipmappedArray, level: c_uint) -> R<CUarray> {
-    let levels = state(|s| Ok(s.mipmaps.get(&(h as u64)).map(|m| m.1.clone())))?;
-    let Some(levels) = levels else {
-        return refuse(CUresult::CUDA_ERROR_INVALID_HANDLE, &format!("{:#x} is not a mipmapped array", h as u64));
-    };
-    match levels.get(level as usize) {
-        Some(&l) => Ok(l as CUarray),
-        None => refuse(INVALID, &format!("level {level} of a mipmapped array of {} levels", levels.len())),
+fn mipmap(h: CUmipmappedArray) -> R<CUDA_ARRAY3D_DESCRIPTOR> {
+    match state(|s| Ok(s.mipmaps.get(&(h as u64)).map(|m| m.0)))? {
+        Some(d) => Ok(d),
+        None => refuse(INVALID_HANDLE, &format!("{:#x} is not a live mipmapped array", h as u64)),
     }
+}
+
+pub(super) fn mipmap_level(h: CUmipmappedArray, level: c_uint) -> R<CUarray> {
+    let d = mipmap(h)?;
+    let handle = client::call(|c| {
+        let answer::Array { handle, .. } = c.live()?.ask(Request::MipmappedArrayLevel { mipmap: h as u64, level })?;
+        Ok(handle)
+    })?;
+    state(|s| {
+        s.arrays.insert(handle, Array { desc: level_desc(&d, level), level_of: Some(h as u64) });
+        if let Some(m) = s.mipmaps.get_mut(&(h as u64))
+            && !m.1.contains(&handle)
+        {
+            m.1.push(handle);
+        }
+        Ok(handle as CUarray)
+    })
 }
 
 pub(super) fn mipmap_destroy(h: CUmipmappedArray) -> R<()> {
-    let levels = state(|s| Ok(s.mipmaps.get(&(h as u64)).map(|m| m.1.clone())))?;
-    let Some(levels) = levels else {
-        return refuse(CUresult::CUDA_ERROR_INVALID_HANDLE, &format!("{:#x} is not a mipmapped array", h as u64));
-    };
-    if let Some(first) = levels.first() {
-        require_own_context(array(*first as CUarray)?.ctx)?;
-    }
-    let gone: Vec<Array> = state(|s| {
-        s.mipmaps.remove(&(h as u64));
-        Ok(levels.iter().filter_map(|l| s.arrays.remove(l)).collect())
-    })?;
-    release(&gone)
-}
-
-/// A 2D copy with array ends turned into the pitched device memory that holds them.
-pub(super) fn lower2d(mut p: CUDA_MEMCPY2D) -> R<CUDA_MEMCPY2D> {
-    let (w, h) = (p.WidthInBytes as u64, p.Height as u64);
-    if p.srcMemoryType == CUmemorytype::CU_MEMORYTYPE_ARRAY {
-        let a = array(p.srcArray)?;
-        a.check_box([p.srcXInBytes as u64, p.srcY as u64, 0], [w, h, 1], "source")?;
-        (p.srcMemoryType, p.srcDevice, p.srcPitch) = (CUmemorytype::CU_MEMORYTYPE_DEVICE, a.base, a.pitch as usize);
-    }
-    if p.dstMemoryType == CUmemorytype::CU_MEMORYTYPE_ARRAY {
-        let a = array(p.dstArray)?;
-        a.check_box([p.dstXInBytes as u64, p.dstY as u64, 0], [w, h, 1], "destination")?;
-        (p.dstMemoryType, p.dstDevice, p.dstPitch) = (CUmemorytype::CU_MEMORYTYPE_DEVICE, a.base, a.pitch as usize);
-    }
-    Ok(p)
-}
-
-/// As [`lower2d`], for 3D copies (an array's slice height is its row count).
-pub(super) fn lower3d(mut p: CUDA_MEMCPY3D) -> R<CUDA_MEMCPY3D> {
-    let dims = [p.WidthInBytes as u64, p.Height as u64, p.Depth as u64];
-    if p.srcMemoryType == CUmemorytype::CU_MEMORYTYPE_ARRAY {
-        let a = array(p.srcArray)?;
-        a.check_box([p.srcXInBytes as u64, p.srcY as u64, p.srcZ as u64], dims, "source")?;
-        (p.srcMemoryType, p.srcDevice) = (CUmemorytype::CU_MEMORYTYPE_DEVICE, a.base);
-        (p.srcPitch, p.srcHeight) = (a.pitch as usize, a.rows as usize);
-    }
-    if p.dstMemoryType == CUmemorytype::CU_MEMORYTYPE_ARRAY {
-        let a = array(p.dstArray)?;
-        a.check_box([p.dstXInBytes as u64, p.dstY as u64, p.dstZ as u64], dims, "destination")?;
-        (p.dstMemoryType, p.dstDevice) = (CUmemorytype::CU_MEMORYTYPE_DEVICE, a.base);
-        (p.dstPitch, p.dstHeight) = (a.pitch as usize, a.rows as usize);
-    }
-    Ok(p)
-}
-
-/// `cuMemcpyHtoA` / `cuMemcpyAtoH`: `n` bytes at byte `offset` of the array's rows taken
-/// one after another: a partial first row, whole rows, a partial last row.
-fn linear(host: u64, h: CUarray, offset: usize, n: usize, to_array: bool, ds: DefaultStream) -> R<()> {
-    let a = array(h)?;
-    let (row, total) = (a.row_bytes(), a.row_bytes() * a.rows * a.slices);
-    let (mut off, mut left, mut host) = (offset as u64, n as u64, host);
-    if off.checked_add(left).is_none_or(|end| end > total) {
-        return refuse(INVALID, &format!("{n} bytes at offset {offset} run past the array's {total} bytes"));
-    }
-    while left > 0 {
-        let (r, x) = (off / row, off % row);
-        let (width, height) = if x == 0 && left >= row { (row, left / row) } else { ((row - x).min(left), 1) };
-        let dev = a.base + r * a.pitch + x;
-        let mut p = CUDA_MEMCPY2D { WidthInBytes: width as usize, Height: height as usize, ..Default::default() };
-        if to_array {
-            (p.srcMemoryType, p.srcHost, p.srcPitch) =
-                (CUmemorytype::CU_MEMORYTYPE_HOST, host as *const c_void, row as usize);
-            (p.dstMemoryType, p.dstDevice, p.dstPitch) = (CUmemorytype::CU_MEMORYTYPE_DEVICE, dev, a.pitch as usize);
-        } else {
-            (p.srcMemoryType, p.srcDevice, p.srcPitch) = (CUmemorytype::CU_MEMORYTYPE_DEVICE, dev, a.pitch as usize);
-            (p.dstMemoryType, p.dstHost, p.dstPitch) =
-                (CUmemorytype::CU_MEMORYTYPE_HOST, host as *mut c_void, row as usize);
+    mipmap(h)?;
+    client::call(|c| c.live()?.call_ok(Request::MipmappedArrayDestroy { mipmap: h as u64 }))?;
+    state(|s| {
+        if let Some((_, levels)) = s.mipmaps.remove(&(h as u64)) {
+            for l in levels {
+                s.arrays.remove(&l);
+            }
         }
-        super::copy::memcpy2d(p, ds)?;
-        let moved = width * height;
-        (off, left, host) = (off + moved, left - moved, host + moved);
+        Ok(())
+    })
+}
+
+/// Checks an array end of a copy: a box of `dims` (bytes, rows, slices) at `at` inside
+/// array `h` (the daemon checks it again against its own record).
+pub(super) fn check_end(h: CUarray, at: [u64; 3], dims: [u64; 3], role: &str) -> R<()> {
+    array(h)?.check_box(at, dims, role)
+}
+
+/// One end of a 1D copy: an array and a byte offset into its rows taken one after another
+/// (a partial first row, whole rows, a partial last row), or host or device memory.
+#[derive(Clone, Copy)]
+enum Lin {
+    Array(CUarray, u64),
+    Host(u64),
+    Device(u64),
+}
+
+/// A 1D copy of `n` bytes with an array at one end or both, as 3D copies of runs of rows.
+fn linear(dst: Lin, src: Lin, n: usize, stream: Option<CUstream>, ds: DefaultStream) -> R<()> {
+    let n = n as u64;
+    let mut ends = Vec::new();
+    for (e, role) in [(dst, "destination"), (src, "source")] {
+        match e {
+            Lin::Array(h, off) => {
+                let a = array(h)?;
+                let total = a.row_bytes() * a.rows() * a.slices();
+                if off.checked_add(n).is_none_or(|end| end > total) {
+                    return refuse(
+                        INVALID,
+                        &format!("{role}: {n} bytes at offset {off} run past the array's {total} bytes"),
+                    );
+                }
+                ends.push(Some(a));
+            }
+            Lin::Host(0) | Lin::Device(0) => return refuse(INVALID, &format!("NULL {role}")),
+            _ => ends.push(None),
+        }
+    }
+    let mut moved = 0u64;
+    while moved < n {
+        let left = n - moved;
+        // (x bytes, row, slice) of each array end at this point.
+        let at = |e: Lin, a: Option<Array>| match (e, a) {
+            (Lin::Array(_, off), Some(a)) => {
+                let (o, row) = (off + moved, a.row_bytes());
+                let r = o / row;
+                Some(([o % row, r % a.rows(), r / a.rows()], a))
+            }
+            _ => None,
+        };
+        let places = [at(dst, ends[0]), at(src, ends[1])];
+        let arrays: Vec<_> = places.iter().flatten().collect();
+        let row = arrays[0].1.row_bytes();
+        let whole = arrays.iter().all(|(p, a)| p[0] == 0 && a.row_bytes() == row) && left >= row;
+        let (w, h) = if whole {
+            let h = arrays.iter().map(|(p, a)| a.rows() - p[1]).min().unwrap_or(1).min(left / row);
+            (row, h)
+        } else {
+            (arrays.iter().map(|(p, a)| a.row_bytes() - p[0]).min().unwrap_or(left).min(left), 1)
+        };
+        let mut p = CUDA_MEMCPY3D { WidthInBytes: w as usize, Height: h as usize, Depth: 1, ..Default::default() };
+        for (i, e) in [dst, src].into_iter().enumerate() {
+            let (t, host, dev, arr, [x, y, z]) = match (e, places[i]) {
+                (Lin::Array(a, _), Some((xyz, _))) => (CUmemorytype::CU_MEMORYTYPE_ARRAY, 0, 0, a, xyz),
+                (Lin::Host(b), _) => (CUmemorytype::CU_MEMORYTYPE_HOST, b + moved, 0, std::ptr::null_mut(), [0; 3]),
+                (Lin::Device(b), _) => (CUmemorytype::CU_MEMORYTYPE_DEVICE, 0, b + moved, std::ptr::null_mut(), [0; 3]),
+                _ => unreachable!("an array end has its place"),
+            };
+            let (x, y, z) = (x as usize, y as usize, z as usize);
+            if i == 0 {
+                (p.dstMemoryType, p.dstHost, p.dstDevice, p.dstArray) = (t, host as *mut c_void, dev, arr);
+                (p.dstXInBytes, p.dstY, p.dstZ, p.dstPitch) = (x, y, z, if arr.is_null() { w as usize } else { 0 });
+            } else {
+                (p.srcMemoryType, p.srcHost, p.srcDevice, p.srcArray) = (t, host as *const c_void, dev, arr);
+                (p.srcXInBytes, p.srcY, p.srcZ, p.srcPitch) = (x, y, z, if arr.is_null() { w as usize } else { 0 });
+            }
+        }
+        match stream {
+            None => super::copy3d::memcpy3d(p, ds)?,
+            Some(s) => super::copy3d::memcpy3d_async(p, s, ds)?,
+        }
+        moved += w * h;
     }
     Ok(())
 }
 
 pub(super) fn htoa(dst: CUarray, offset: usize, src: *const c_void, n: usize, ds: DefaultStream) -> R<()> {
-    if src.is_null() {
-        return refuse(INVALID, "NULL source");
-    }
-    linear(src as u64, dst, offset, n, true, ds)
+    linear(Lin::Array(dst, offset as u64), Lin::Host(src as u64), n, None, ds)
 }
 
 pub(super) fn atoh(dst: *mut c_void, src: CUarray, offset: usize, n: usize, ds: DefaultStream) -> R<()> {
-    if dst.is_null() {
-        return refuse(INVALID, "NULL destination");
-    }
-    linear(dst as u64, src, offset, n, false, ds)
+    linear(Lin::Host(dst as u64), Lin::Array(src, offset as u64), n, None, ds)
 }
 
-/// The memory a resource descriptor names, as the daemon takes it.
-fn resource(r: &CUDA_RESOURCE_DESC) -> R<TexResource> {
+pub(super) fn htoa_async(
+    dst: CUarray,
+    offset: usize,
+    src: *const c_void,
+    n: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
+    linear(Lin::Array(dst, offset as u64), Lin::Host(src as u64), n, Some(s), ds)
+}
+
+pub(super) fn atoh_async(
+    dst: *mut c_void,
+    src: CUarray,
+    offset: usize,
+    n: usize,
+    s: CUstream,
+    ds: DefaultStream,
+) -> R<()> {
+    linear(Lin::Host(dst as u64), Lin::Array(src, offset as u64), n, Some(s), ds)
+}
+
+pub(super) fn atod(dst: CUdeviceptr, src: CUarray, offset: usize, n: usize, ds: DefaultStream) -> R<()> {
+    linear(Lin::Device(dst), Lin::Array(src, offset as u64), n, None, ds)
+}
+
+pub(super) fn dtoa(dst: CUarray, offset: usize, src: CUdeviceptr, n: usize, ds: DefaultStream) -> R<()> {
+    linear(Lin::Array(dst, offset as u64), Lin::Device(src), n, None, ds)
+}
+
+pub(super) fn atoa(dst: CUarray, doff: usize, src: CUarray, soff: usize, n: usize, ds: DefaultStream) -> R<()> {
+    linear(Lin::Array(dst, doff as u64), Lin::Array(src, soff as u64), n, None, ds)
+}
+
+/// What a texture object reads: memory as the daemon takes it, or an array or mipmapped
+/// array of this process (the bool: mipmapped).
+enum Source {
+    Memory(TexResource),
+    Array(u64, bool),
+}
+
+/// The memory or array a resource descriptor names.
+fn resource(r: &CUDA_RESOURCE_DESC) -> R<Source> {
     if r.flags != 0 {
         return refuse(INVALID, &format!("resource flags {:#x} (must be 0)", r.flags));
     }
@@ -389,26 +431,14 @@ fn resource(r: &CUDA_RESOURCE_DESC) -> R<TexResource> {
     // every member is plain data, so any bytes are a valid value of it.
     match r.resType {
         CUresourcetype::CU_RESOURCE_TYPE_ARRAY => {
-            let a = array(unsafe { r.res.array }.hArray)?;
-            let d = a.desc;
-            if d.Height == 0 || d.Depth != 0 || d.Flags & CUDA_ARRAY3D_LAYERED != 0 {
-                return refuse(
-                    NOT_SUPPORTED,
-                    "texture objects over 1D, 3D and layered arrays are not served by the pool",
-                );
-            }
-            let (format, channels) = (d.Format.0, d.NumChannels);
-            Ok(TexResource {
-                ptr: gpupool_protocol::DevicePtr(a.base),
-                format,
-                channels,
-                width: d.Width as u64,
-                height: d.Height as u64,
-                pitch: a.pitch,
-            })
+            let h = unsafe { r.res.array }.hArray;
+            array(h)?;
+            Ok(Source::Array(h as u64, false))
         }
         CUresourcetype::CU_RESOURCE_TYPE_MIPMAPPED_ARRAY => {
-            refuse(NOT_SUPPORTED, "texture objects over mipmapped arrays are not served by the pool")
+            let h = unsafe { r.res.mipmap }.hMipmappedArray;
+            mipmap(h)?;
+            Ok(Source::Array(h as u64, true))
         }
         CUresourcetype::CU_RESOURCE_TYPE_LINEAR => {
             let l = unsafe { r.res.linear };
@@ -418,7 +448,14 @@ fn resource(r: &CUDA_RESOURCE_DESC) -> R<TexResource> {
             }
             let width = l.sizeInBytes as u64 / e;
             let ptr = gpupool_protocol::DevicePtr(l.devPtr);
-            Ok(TexResource { ptr, format: l.format.0, channels: l.numChannels, width, height: 0, pitch: 0 })
+            Ok(Source::Memory(TexResource {
+                ptr,
+                format: l.format.0,
+                channels: l.numChannels,
+                width,
+                height: 0,
+                pitch: 0,
+            }))
         }
         CUresourcetype::CU_RESOURCE_TYPE_PITCH2D => {
             let p = unsafe { r.res.pitch2D };
@@ -428,7 +465,7 @@ fn resource(r: &CUDA_RESOURCE_DESC) -> R<TexResource> {
             }
             let ptr = gpupool_protocol::DevicePtr(p.devPtr);
             let (width, height, pitch) = (p.width as u64, p.height as u64, p.pitchInBytes as u64);
-            Ok(TexResource { ptr, format: p.format.0, channels: p.numChannels, width, height, pitch })
+            Ok(Source::Memory(TexResource { ptr, format: p.format.0, channels: p.numChannels, width, height, pitch }))
         }
         other => refuse(INVALID, &format!("resource type {}", other.0)),
     }
@@ -439,10 +476,20 @@ pub(super) fn tex_create(
     tex: CUDA_TEXTURE_DESC,
     view: *const CUDA_RESOURCE_VIEW_DESC,
 ) -> R<CUtexObject> {
-    if !view.is_null() {
-        return refuse(NOT_SUPPORTED, "resource views are not served by the pool");
-    }
-    let resource = resource(&res)?;
+    let source = resource(&res)?;
+    // SAFETY: a non-NULL view points to the application's CUDA_RESOURCE_VIEW_DESC; it is
+    // read once, unaligned, as plain data.
+    let view = (!view.is_null()).then(|| unsafe { view.read_unaligned() });
+    let view = view.map(|v| ResourceView {
+        format: v.format.0,
+        width: v.width as u64,
+        height: v.height as u64,
+        depth: v.depth as u64,
+        first_level: v.firstMipmapLevel,
+        last_level: v.lastMipmapLevel,
+        first_layer: v.firstLayer,
+        last_layer: v.lastLayer,
+    });
     let sampler = TexSampler {
         address: tex.addressMode.map(|m| m.0),
         filter: tex.filterMode.0,
@@ -451,7 +498,25 @@ pub(super) fn tex_create(
     };
     let handle = client::call(|c| {
         let (_, ctx, _) = c.current()?;
-        let answer::TexObject { handle } = c.live()?.ask(Request::TexObjectCreate { ctx, resource, sampler })?;
+        let request = match source {
+            Source::Memory(resource) => {
+                if view.is_some() {
+                    return refuse(INVALID, "a resource view needs an array or mipmapped array resource");
+                }
+                Request::TexObjectCreate { ctx, resource, sampler }
+            }
+            Source::Array(array, mipmapped) => {
+                let mipmap = TexMipmap {
+                    filter: tex.mipmapFilterMode.0,
+                    bias: tex.mipmapLevelBias.to_bits(),
+                    min_clamp: tex.minMipmapLevelClamp.to_bits(),
+                    max_clamp: tex.maxMipmapLevelClamp.to_bits(),
+                    max_anisotropy: tex.maxAnisotropy,
+                };
+                Request::TexObjectCreateArray { ctx, array, mipmapped, sampler, mipmap, view }
+            }
+        };
+        let answer::TexObject { handle } = c.live()?.ask(request)?;
         Ok(handle)
     })?;
     state(|s| {
@@ -481,20 +546,46 @@ pub(super) fn tex_descriptor(h: CUtexObject) -> R<CUDA_TEXTURE_DESC> {
     texture(h).map(|t| t.tex)
 }
 
-fn no_surfaces<T>() -> R<T> {
-    refuse(NOT_SUPPORTED, "surface objects need CUDA arrays in the backend; the pool keeps arrays in linear memory")
+/// `cuSurfObjectCreate`: over an array only (CUDA defines surfaces over arrays), made by the
+/// backend, which also requires `CUDA_ARRAY3D_SURFACE_LDST`.
+pub(super) fn surf_create(res: CUDA_RESOURCE_DESC) -> R<CUsurfObject> {
+    if res.resType != CUresourcetype::CU_RESOURCE_TYPE_ARRAY {
+        return refuse(INVALID, &format!("a surface object over resource type {} (must be an array)", res.resType.0));
+    }
+    if res.flags != 0 {
+        return refuse(INVALID, &format!("resource flags {:#x} (must be 0)", res.flags));
+    }
+    // SAFETY: resType is ARRAY, so `res.array` is the member the application filled.
+    let h = unsafe { res.res.array }.hArray;
+    if array(h)?.desc.Flags & CUDA_ARRAY3D_SURFACE_LDST == 0 {
+        return refuse(INVALID, "a surface object's array must be made with CUDA_ARRAY3D_SURFACE_LDST");
+    }
+    let handle = client::call(|c| {
+        let (_, ctx, _) = c.current()?;
+        let answer::TexObject { handle } = c.live()?.ask(Request::SurfObjectCreate { ctx, array: h as u64 })?;
+        Ok(handle)
+    })?;
+    state(|s| {
+        s.surfaces.insert(handle, res);
+        Ok(handle)
+    })
 }
 
-pub(super) fn surf_create(_res: CUDA_RESOURCE_DESC) -> R<CUsurfObject> {
-    no_surfaces()
+fn surface(h: CUsurfObject) -> R<CUDA_RESOURCE_DESC> {
+    match state(|s| Ok(s.surfaces.get(&h).copied()))? {
+        Some(r) => Ok(r),
+        None => refuse(INVALID, &format!("{h:#x} is not a live surface object")),
+    }
 }
 
-pub(super) fn surf_destroy(_h: CUsurfObject) -> R<()> {
-    no_surfaces()
+pub(super) fn surf_destroy(h: CUsurfObject) -> R<()> {
+    surface(h)?;
+    client::call(|c| c.live()?.call_ok(Request::SurfObjectDestroy { handle: h }))?;
+    state(|s| Ok(s.surfaces.remove(&h))).map(|_| ())
 }
 
-pub(super) fn surf_resource(_h: CUsurfObject) -> R<CUDA_RESOURCE_DESC> {
-    no_surfaces()
+pub(super) fn surf_resource(h: CUsurfObject) -> R<CUDA_RESOURCE_DESC> {
+    surface(h)
 }
 
 super::export::exports! { CUresult;
@@ -511,6 +602,16 @@ super::export::exports! { CUresult;
         n: val usize) = htoa;
     cuMemcpyAtoH_v2 | cuMemcpyAtoH_v2_ptds (dst: val *mut c_void, src: val CUarray, offset: val usize,
         n: val usize) = atoh;
+    cuMemcpyHtoAAsync_v2 | cuMemcpyHtoAAsync_v2_ptsz (dst: val CUarray, offset: val usize, src: val *const c_void,
+        n: val usize, s: val CUstream) = htoa_async;
+    cuMemcpyAtoHAsync_v2 | cuMemcpyAtoHAsync_v2_ptsz (dst: val *mut c_void, src: val CUarray, offset: val usize,
+        n: val usize, s: val CUstream) = atoh_async;
+    cuMemcpyAtoD_v2 | cuMemcpyAtoD_v2_ptds (dst: val CUdeviceptr, src: val CUarray, offset: val usize,
+        n: val usize) = atod;
+    cuMemcpyDtoA_v2 | cuMemcpyDtoA_v2_ptds (dst: val CUarray, offset: val usize, src: val CUdeviceptr,
+        n: val usize) = dtoa;
+    cuMemcpyAtoA_v2 | cuMemcpyAtoA_v2_ptds (dst: val CUarray, doff: val usize, src: val CUarray, soff: val usize,
+        n: val usize) = atoa;
     cuTexObjectCreate(p: out CUtexObject, res: read CUDA_RESOURCE_DESC, tex: read CUDA_TEXTURE_DESC,
         view: val *const CUDA_RESOURCE_VIEW_DESC) = tex_create;
     cuTexObjectDestroy(h: val CUtexObject) = tex_destroy;

@@ -456,8 +456,10 @@ fn copy2d(c: &mut Client, p: &CUDA_MEMCPY2D, stream: Option<StreamId>) -> R<()> 
     }
 }
 
-pub(super) fn memcpy2d(p: CUDA_MEMCPY2D, _ds: DefaultStream) -> R<()> {
-    let p = super::array::lower2d(p)?;
+pub(super) fn memcpy2d(p: CUDA_MEMCPY2D, ds: DefaultStream) -> R<()> {
+    if super::copy3d::has_array(&p) {
+        return super::copy3d::memcpy3d(super::copy3d::from_2d(&p), ds);
+    }
     client::call(|c| {
         require_ctx(c)?;
         copy2d(c, &p, None)
@@ -465,7 +467,9 @@ pub(super) fn memcpy2d(p: CUDA_MEMCPY2D, _ds: DefaultStream) -> R<()> {
 }
 
 pub(super) fn memcpy2d_async(p: CUDA_MEMCPY2D, s: CUstream, ds: DefaultStream) -> R<()> {
-    let p = super::array::lower2d(p)?;
+    if super::copy3d::has_array(&p) {
+        return super::copy3d::memcpy3d_async(super::copy3d::from_2d(&p), s, ds);
+    }
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         copy2d(c, &p, Some(stream))

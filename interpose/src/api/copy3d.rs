@@ -1,6 +1,6 @@
 //! 3D copies (`cuMemcpy3D_v2`, `cuMemcpy3DAsync_v2` and their per-thread twins) between
-//! host, device and unified memory, and CUDA arrays (kept in pitched device memory, see
-//! [`super::array`]). The
+//! host, device and unified memory, and CUDA arrays (the daemon's, see [`super::array`]:
+//! an array end travels as the array's handle and its box's origin, checked inside it). The
 //! arguments are checked as the driver does (LOD and reserved fields 0, pitches at least
 //! the width, slice heights at least `Height` when `Depth > 1`, a pitch or slice height of
 //! 0 meaning the width or `Height`), and each device end over its whole extent, locally.
@@ -22,7 +22,7 @@ use crate::client::{self, Client};
 use crate::util::{R, host_bytes, host_bytes_mut};
 use gpupool_protocol::ops::{Copy3D, Copy3DEnd, MemSpace};
 use gpupool_protocol::{DevicePtr, Request, StreamId};
-use gpupool_shim::cuda::{CUDA_MEMCPY3D, CUresult, CUstream};
+use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUarray, CUmemorytype, CUresult, CUstream};
 use std::os::raw::c_void;
 
 const INVALID: CUresult = CUresult::CUDA_ERROR_INVALID_VALUE;
@@ -35,6 +35,9 @@ struct End {
     org: u64,
     pitch: u64,
     rows: u64,
+    /// An array end: its handle and the box's origin (x in bytes, y, z). It goes where
+    /// device memory goes (the daemon holds both).
+    array: Option<(u64, [u64; 3])>,
 }
 
 impl End {
@@ -44,6 +47,9 @@ impl End {
     }
 
     fn wire(&self, z: u64, y: u64, height: u64) -> Copy3DEnd {
+        if let Some((h, [x0, y0, z0])) = self.array {
+            return Copy3DEnd { space: MemSpace::Array(h), x_bytes: x0, y: y0 + y, z: z0 + z, pitch: 0, height: 0 };
+        }
         self.wire_in(MemSpace::Device(DevicePtr(self.at(z, y))), height)
     }
 
@@ -75,14 +81,22 @@ struct Shape {
     d: u64,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn end(
     c: &Client,
     s: Shape,
     e: (gpupool_shim::cuda::CUmemorytype, u64, u64),
+    array: CUarray,
     at: (usize, usize, usize),
     pitch: usize,
     rows: usize,
+    role: &str,
 ) -> R<End> {
+    if e.0 == gpupool_shim::cuda::CUmemorytype::CU_MEMORYTYPE_ARRAY {
+        let at = [at.0 as u64, at.1 as u64, at.2 as u64];
+        super::array::check_end(array, at, [s.w, s.h, s.d], role)?;
+        return Ok(End { dev: true, org: 0, pitch: 0, rows: 0, array: Some((array as u64, at)) });
+    }
     let (dev, base) = end_of(c, e.0, e.1, e.2)?;
     if base == 0 {
         return Err(INVALID);
@@ -100,7 +114,7 @@ fn end(
         .and_then(|v| v.checked_add(x))
         .and_then(|v| v.checked_add(base))
         .ok_or(INVALID)?;
-    let e = End { dev, org, pitch, rows };
+    let e = End { dev, org, pitch, rows, array: None };
     if dev && s.w > 0 && s.h > 0 && s.d > 0 {
         let span = ((s.d - 1) * rows + s.h - 1).checked_mul(pitch).and_then(|v| v.checked_add(s.w)).ok_or(INVALID)?;
         check_dev(c, org, usize::try_from(span).map_err(|_| INVALID)?)?;
@@ -121,17 +135,21 @@ fn ends(c: &Client, p: &CUDA_MEMCPY3D) -> R<(Shape, End, End)> {
         c,
         s,
         (p.srcMemoryType, p.srcHost as u64, p.srcDevice),
+        p.srcArray,
         (p.srcXInBytes, p.srcY, p.srcZ),
         p.srcPitch,
         p.srcHeight,
+        "source",
     )?;
     let dst = end(
         c,
         s,
         (p.dstMemoryType, p.dstHost as u64, p.dstDevice),
+        p.dstArray,
         (p.dstXInBytes, p.dstY, p.dstZ),
         p.dstPitch,
         p.dstHeight,
+        "destination",
     )?;
     Ok((s, src, dst))
 }
@@ -280,7 +298,6 @@ fn staged(c: &mut Client, s: Shape, src: End, dst: End, stream: Option<StreamId>
 }
 
 pub(super) fn memcpy3d(p: CUDA_MEMCPY3D, _ds: DefaultStream) -> R<()> {
-    let p = super::array::lower3d(p)?;
     client::call(|c| {
         require_ctx(c)?;
         copy3d(c, &p, None)
@@ -288,9 +305,37 @@ pub(super) fn memcpy3d(p: CUDA_MEMCPY3D, _ds: DefaultStream) -> R<()> {
 }
 
 pub(super) fn memcpy3d_async(p: CUDA_MEMCPY3D, s: CUstream, ds: DefaultStream) -> R<()> {
-    let p = super::array::lower3d(p)?;
     client::call(|c| {
         let stream = resolve(c, s, ds)?;
         copy3d(c, &p, Some(stream))
     })
+}
+
+/// A 2D copy as a 3D copy of one slice (how a 2D copy with an array end is run).
+pub(super) fn from_2d(p: &CUDA_MEMCPY2D) -> CUDA_MEMCPY3D {
+    CUDA_MEMCPY3D {
+        srcXInBytes: p.srcXInBytes,
+        srcY: p.srcY,
+        srcMemoryType: p.srcMemoryType,
+        srcHost: p.srcHost,
+        srcDevice: p.srcDevice,
+        srcArray: p.srcArray,
+        srcPitch: p.srcPitch,
+        dstXInBytes: p.dstXInBytes,
+        dstY: p.dstY,
+        dstMemoryType: p.dstMemoryType,
+        dstHost: p.dstHost,
+        dstDevice: p.dstDevice,
+        dstArray: p.dstArray,
+        dstPitch: p.dstPitch,
+        WidthInBytes: p.WidthInBytes,
+        Height: p.Height,
+        Depth: 1,
+        ..Default::default()
+    }
+}
+
+/// Whether either end of a 2D copy is an array.
+pub(super) fn has_array(p: &CUDA_MEMCPY2D) -> bool {
+    p.srcMemoryType == CUmemorytype::CU_MEMORYTYPE_ARRAY || p.dstMemoryType == CUmemorytype::CU_MEMORYTYPE_ARRAY
 }

@@ -109,6 +109,15 @@ driver_table! {
     cuTexObjectCreate: fn(*mut u64, *const cu::CUDA_RESOURCE_DESC, *const cu::CUDA_TEXTURE_DESC,
         *const cu::CUDA_RESOURCE_VIEW_DESC);
     cuTexObjectDestroy: fn(u64);
+    // CUDA arrays and surfaces (pool-daemon/src/daemon/array.rs).
+    cuArray3DCreate_v2: fn(*mut cu::CUarray, *const cu::CUDA_ARRAY3D_DESCRIPTOR);
+    cuArray3DGetDescriptor_v2: fn(*mut cu::CUDA_ARRAY3D_DESCRIPTOR, cu::CUarray);
+    cuArrayDestroy: fn(cu::CUarray);
+    cuMipmappedArrayCreate: fn(*mut cu::CUmipmappedArray, *const cu::CUDA_ARRAY3D_DESCRIPTOR, u32);
+    cuMipmappedArrayGetLevel: fn(*mut cu::CUarray, cu::CUmipmappedArray, u32);
+    cuMipmappedArrayDestroy: fn(cu::CUmipmappedArray);
+    cuSurfObjectCreate: fn(*mut u64, *const cu::CUDA_RESOURCE_DESC);
+    cuSurfObjectDestroy: fn(u64);
     cuMemcpy2D_v2: fn(*const cu::CUDA_MEMCPY2D);
     cuMemcpy2DAsync_v2: fn(*const cu::CUDA_MEMCPY2D, cu::CUstream);
     cuMemcpy3D_v2: fn(*const cu::CUDA_MEMCPY3D);

@@ -33,6 +33,8 @@ pub struct Freed {
     pub vmm_mappings: usize,
     pub vmm_handles: usize,
     pub vmm_ranges: usize,
+    /// CUDA arrays and mipmapped arrays.
+    pub arrays: usize,
     /// Graphs and instantiated graphs (at session end).
     pub graphs: usize,
     /// Backend calls that failed (a poisoned context, say); the ledger is released anyway.
@@ -45,8 +47,10 @@ impl Session {
     pub fn free_owned(&mut self, only: Option<CtxId>) -> Freed {
         // BLAS handles first: before the memory they may use as workspace goes.
         let mut f = Freed { blas_handles: self.free_blas(only), ..Default::default() };
-        // Texture objects before the memory they read.
+        // Texture objects before the memory and arrays they read; surfaces and arrays
+        // before the memory (a queued copy from an array to memory finishes first).
         self.free_textures(only);
+        f.arrays = self.free_arrays(only);
         let owner = std::mem::take(&mut self.owner);
         let mine = |h: Handle| only.is_none_or(|c| owner.get(&h) == Some(&c));
         let shared = self.shared.clone();

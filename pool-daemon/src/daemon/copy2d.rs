@@ -1,15 +1,17 @@
-//! 2D and 3D strided copies between device memory this session owns, the staging area and
-//! the client's page-locked host regions. Each end is checked over its whole extent (first
-//! to last byte it touches), then normalised to its first byte with zero x/y/z offsets
-//! before it reaches the backend.
+//! 2D and 3D strided copies between device memory this session owns, its CUDA arrays
+//! ([`super::array`]), the staging area and the client's page-locked host regions. Each
+//! linear end is checked over its whole extent (first to last byte it touches), then
+//! normalised to its first byte with zero x/y/z offsets before it reaches the backend; an
+//! array end is checked as a box inside the array and keeps its offsets. A 2D copy with an
+//! array end is run as a 3D copy of one slice.
 
 use super::dispatch::{Fail, Result};
 use super::session::Session;
 use crate::call;
-use gpupool_protocol::ops::{Copy2D, Copy3D, MemSpace, RegionSlice};
+use gpupool_protocol::ops::{Copy2D, Copy2DEnd, Copy3D, Copy3DEnd, MemSpace, RegionSlice};
 use gpupool_protocol::transport::Staging;
 use gpupool_protocol::{DevicePtr, StreamId};
-use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUmemorytype};
+use gpupool_shim::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUarray, CUmemorytype};
 
 /// One end, checked: the memory type and its first byte (host or device address). A
 /// region end's address is found once the copy's device is entered (the region is
@@ -20,6 +22,8 @@ struct End {
     device: u64,
     device_ordinal: Option<u32>,
     region: Option<RegionSlice>,
+    /// An array end: the backend array and the box's origin (x in bytes, y, z).
+    array: Option<(u64, [u64; 3])>,
 }
 
 fn over() -> Fail {
@@ -39,12 +43,20 @@ impl Session {
                     device: first,
                     device_ordinal: Some(d),
                     region: None,
+                    array: None,
                 })
             }
             MemSpace::Staging(o) => {
                 let first = o.checked_add(skip).ok_or_else(over)?;
                 let host = Self::staging_ptr(staging, first, span)?;
-                Ok(End { kind: CUmemorytype::CU_MEMORYTYPE_HOST, host, device: 0, device_ordinal: None, region: None })
+                Ok(End {
+                    kind: CUmemorytype::CU_MEMORYTYPE_HOST,
+                    host,
+                    device: 0,
+                    device_ordinal: None,
+                    region: None,
+                    array: None,
+                })
             }
             MemSpace::Region { id, offset } => {
                 let offset = offset.checked_add(skip).ok_or_else(over)?;
@@ -54,9 +66,35 @@ impl Session {
                     device: 0,
                     device_ordinal: None,
                     region: Some(RegionSlice { id, offset, len: span }),
+                    array: None,
                 })
             }
+            MemSpace::Array(_) => Err(Fail::invalid_value("an array end where only memory is taken")),
         }
+    }
+
+    /// An array end: a box of `w` bytes x `h` rows x `d` slices at `at` inside array `a`.
+    fn array_end(&self, a: u64, at: [u64; 3], [w, h, d]: [u64; 3]) -> Result<End> {
+        let rec = self.array(a)?;
+        let inside = |o: u64, n: u64, lim: u64| o.checked_add(n).is_some_and(|end| end <= lim);
+        let [x, y, z] = at;
+        if !(inside(x, w, rec.row_bytes()) && inside(y, h, rec.rows()) && inside(z, d, rec.slices())) {
+            return Err(Fail::invalid_value(format!(
+                "{w} bytes x {h} rows x {d} slices at ({x}, {y}, {z}) run outside the array ({} bytes x {} rows x {} \
+                 slices)",
+                rec.row_bytes(),
+                rec.rows(),
+                rec.slices()
+            )));
+        }
+        Ok(End {
+            kind: CUmemorytype::CU_MEMORYTYPE_ARRAY,
+            host: std::ptr::null_mut(),
+            device: 0,
+            device_ordinal: Some(rec.device),
+            region: None,
+            array: Some((a, at)),
+        })
     }
 
     /// Enters the device that issues the copy (its stream's, else its memory's) and finds
@@ -87,6 +125,19 @@ impl Session {
         };
         if c.width_bytes == 0 || c.height == 0 {
             return Ok(());
+        }
+        if matches!(c.src.space, MemSpace::Array(_)) || matches!(c.dst.space, MemSpace::Array(_)) {
+            let end3 = |e: Copy2DEnd| Copy3DEnd {
+                space: e.space,
+                x_bytes: e.x_bytes,
+                y: e.y,
+                z: 0,
+                pitch: e.pitch,
+                height: 0,
+            };
+            let c3 =
+                Copy3D { src: end3(c.src), dst: end3(c.dst), width_bytes: c.width_bytes, height: c.height, depth: 1 };
+            return self.copy_3d(c3, stream, staging);
         }
         let (ss, sn) = end(c.src.x_bytes, c.src.y, c.src.pitch)?;
         let (ds, dn) = end(c.dst.x_bytes, c.dst.y, c.dst.pitch)?;
@@ -133,13 +184,18 @@ impl Session {
             let span = row(last_row).and_then(|v| v.checked_add(c.width_bytes)).ok_or_else(over)?;
             Ok((skip, span))
         };
-        let (ss, sn) = end(c.src.x_bytes, c.src.y, c.src.z, c.src.pitch, c.src.height)?;
-        let (ds, dn) = end(c.dst.x_bytes, c.dst.y, c.dst.z, c.dst.pitch, c.dst.height)?;
-        Ok((self.copy_end(c.src.space, ss, sn, staging)?, self.copy_end(c.dst.space, ds, dn, staging)?))
+        let one = |e: &Copy3DEnd| match e.space {
+            MemSpace::Array(a) => self.array_end(a, [e.x_bytes, e.y, e.z], [c.width_bytes, c.height, c.depth]),
+            space => {
+                let (skip, span) = end(e.x_bytes, e.y, e.z, e.pitch, e.height)?;
+                self.copy_end(space, skip, span, staging)
+            }
+        };
+        Ok((one(&c.src)?, one(&c.dst)?))
     }
 
     fn params_3d(c: &Copy3D, src: &End, dst: &End) -> CUDA_MEMCPY3D {
-        CUDA_MEMCPY3D {
+        let mut p = CUDA_MEMCPY3D {
             srcMemoryType: src.kind,
             srcHost: src.host.cast_const().cast(),
             srcDevice: src.device,
@@ -154,7 +210,16 @@ impl Session {
             Height: c.height as usize,
             Depth: c.depth as usize,
             ..Default::default()
+        };
+        if let Some((a, [x, y, z])) = src.array {
+            (p.srcArray, p.srcXInBytes, p.srcY, p.srcZ) = (a as CUarray, x as usize, y as usize, z as usize);
+            (p.srcPitch, p.srcHeight) = (0, 0);
         }
+        if let Some((a, [x, y, z])) = dst.array {
+            (p.dstArray, p.dstXInBytes, p.dstY, p.dstZ) = (a as CUarray, x as usize, y as usize, z as usize);
+            (p.dstPitch, p.dstHeight) = (0, 0);
+        }
+        p
     }
 
     pub(super) fn copy_3d(&mut self, c: Copy3D, stream: Option<StreamId>, staging: Option<&Staging>) -> Result<()> {

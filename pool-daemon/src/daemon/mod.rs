@@ -23,6 +23,7 @@
 //! and remove the sockets; SIGHUP reloads the quota config into the ledger.
 
 pub mod admission;
+pub mod array;
 pub mod blas;
 pub mod blas_lt;
 pub mod cleanup;

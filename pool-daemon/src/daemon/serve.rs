@@ -13,9 +13,9 @@ use super::session::{Func, Session};
 use super::streams::ready;
 use crate::call;
 use gpupool_protocol::ops::{
-    BlasHandleId, Copy2D, Copy3D, Gemm, GraphExecId, GraphId, HostSrc, InlineBytes, KernelNode, KernelParams,
-    MAX_INLINE_BYTES, Matmul, MemAccess, MemHandleId, MemSpace, Memset, RegionSlice, Serve, StagingRegion, Vector,
-    answer,
+    ArrayDesc, BlasHandleId, Copy2D, Copy3D, Gemm, GraphExecId, GraphId, HostSrc, InlineBytes, KernelNode,
+    KernelParams, MAX_INLINE_BYTES, Matmul, MemAccess, MemHandleId, MemSpace, Memset, RegionSlice, ResourceView, Serve,
+    StagingRegion, TexMipmap, TexSampler, Vector, answer,
 };
 use gpupool_protocol::{CtxId, DevicePtr, EventId, FuncId, ModuleId, StreamId};
 use gpupool_shim::cuda::{CUevent, CUfunction, CUfunction_attribute, CUmodule, CUstream};
@@ -899,5 +899,54 @@ impl Serve for Session {
 
     fn tex_object_destroy(&mut self, _cx: Cx<'_>, handle: u64) -> Result<answer::Ok> {
         self.tex_destroy(handle).map(|()| answer::Ok {})
+    }
+
+    // ---- CUDA arrays and surfaces ([`super::array`]) ----
+
+    fn array_create(&mut self, _cx: Cx<'_>, ctx: CtxId, desc: ArrayDesc) -> Result<answer::Array> {
+        self.array_create(ctx, desc).map(|(handle, bytes)| answer::Array { handle, bytes })
+    }
+
+    fn array_destroy(&mut self, _cx: Cx<'_>, array: u64) -> Result<answer::Ok> {
+        self.array_destroy(array).map(|()| answer::Ok {})
+    }
+
+    fn mipmapped_array_create(
+        &mut self,
+        _cx: Cx<'_>,
+        ctx: CtxId,
+        desc: ArrayDesc,
+        levels: u32,
+    ) -> Result<answer::Array> {
+        self.mipmap_create(ctx, desc, levels).map(|(handle, bytes)| answer::Array { handle, bytes })
+    }
+
+    fn mipmapped_array_level(&mut self, _cx: Cx<'_>, mipmap: u64, level: u32) -> Result<answer::Array> {
+        self.mipmap_level(mipmap, level).map(|handle| answer::Array { handle, bytes: 0 })
+    }
+
+    fn mipmapped_array_destroy(&mut self, _cx: Cx<'_>, mipmap: u64) -> Result<answer::Ok> {
+        self.mipmap_destroy(mipmap).map(|()| answer::Ok {})
+    }
+
+    fn tex_object_create_array(
+        &mut self,
+        _cx: Cx<'_>,
+        ctx: CtxId,
+        array: u64,
+        mipmapped: bool,
+        sampler: TexSampler,
+        mipmap: TexMipmap,
+        view: Option<ResourceView>,
+    ) -> Result<answer::TexObject> {
+        self.tex_create_array(ctx, array, mipmapped, sampler, mipmap, view).map(|handle| answer::TexObject { handle })
+    }
+
+    fn surf_object_create(&mut self, _cx: Cx<'_>, ctx: CtxId, array: u64) -> Result<answer::TexObject> {
+        self.surf_create(ctx, array).map(|handle| answer::TexObject { handle })
+    }
+
+    fn surf_object_destroy(&mut self, _cx: Cx<'_>, handle: u64) -> Result<answer::Ok> {
+        self.surf_destroy(handle).map(|()| answer::Ok {})
     }
 }

@@ -83,6 +83,8 @@ pub struct Session {
     pub graphs: super::graph::Graphs,
     /// Texture objects ([`super::texture`]).
     pub textures: super::texture::Textures,
+    /// CUDA arrays, mipmapped arrays and surface objects ([`super::array`]).
+    pub arrays: super::array::Arrays,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -289,6 +291,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         vmm: Default::default(),
         graphs: Default::default(),
         textures: Default::default(),
+        arrays: Default::default(),
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };

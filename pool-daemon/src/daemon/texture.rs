@@ -1,9 +1,7 @@
-//! Texture objects over the session's memory (`TexObjectCreate`, `TexObjectDestroy`).
-//!
-//! The client library keeps CUDA arrays in linear allocations of their own (so they are in
-//! the ledger like any allocation), and a texture object over an array reaches the daemon as
-//! one over pitched memory. The object is made in the tenant's context and its handle is the
-//! backend's: kernels receive it unchanged in their parameters. Texture objects belong to
+//! Texture objects over the session's linear and pitched memory (`TexObjectCreate`,
+//! `TexObjectDestroy`); those over its CUDA arrays are made in [`super::array`] and kept here
+//! too. The object is made in the tenant's context and its handle is the backend's: kernels
+//! receive it unchanged in their parameters. Texture objects belong to
 //! a context, so a handle of another tenant's context names nothing in this one; a
 //! session's objects are destroyed with the client context they were made through, and at
 //! the session's end, before its memory is freed.
@@ -86,6 +84,11 @@ impl Session {
         call!(self.shared.cuda, cuTexObjectCreate(&mut h, &res, &tex, std::ptr::null()))?;
         self.textures.live.insert(h, (d, ctx));
         Ok(h)
+    }
+
+    /// Records a texture object made in `ctx` on device `d`.
+    pub fn note_texture(&mut self, h: u64, d: u32, ctx: CtxId) {
+        self.textures.live.insert(h, (d, ctx));
     }
 
     pub fn tex_destroy(&mut self, handle: u64) -> Result<()> {

@@ -34,7 +34,7 @@
 //! | `0x0axx` | BLAS: cuBLAS and cuBLASLt, answered with `cublasStatus_t` codes ([`blas`]) |
 //! | `0x0bxx` | graphs and stream capture ([`graph`]) |
 //! | `0x0dxx` | IPC between a tenant's sessions (memory and event handles) |
-//! | `0x0exx` | texture objects over the session's memory ([`array`]) |
+//! | `0x0exx` | CUDA arrays, texture and surface objects ([`array`]) |
 //! | `0x8000..=0xffff` | replies, same family byte plus `0x80` |
 //!
 //! Requests must lie in `0x0001..=0x7fff` and replies in `0x8000..=0xffff`, and no opcode
@@ -53,7 +53,7 @@ pub mod graph;
 pub(crate) mod macros;
 mod types;
 
-pub use array::{TexResource, TexSampler};
+pub use array::{ArrayDesc, ResourceView, TexMipmap, TexResource, TexSampler};
 pub use blas::{BlasHandleId, BlasMat, BlasScalar, Gemm, LtDesc, LtLayout, Matmul, Vector};
 pub use graph::{GraphExecId, GraphId, KernelNode};
 pub use macros::{assert_opcodes_in, assert_unique_opcodes};
@@ -275,6 +275,21 @@ op_table! {
     /// handle, which the client passes to kernels unchanged.
     0x0e01 TexObjectCreate tex_object_create { ctx: CtxId, resource: TexResource, sampler: TexSampler } => TexObject;
     0x0e02 TexObjectDestroy tex_object_destroy { handle: u64 } => Ok;
+    /// `cuArray3DCreate` in `ctx`: a backend array, in the tenant's ledger at its bytes.
+    0x0e10 ArrayCreate array_create { ctx: CtxId, desc: ArrayDesc } => Array;
+    0x0e11 ArrayDestroy array_destroy { array: u64 } => Ok;
+    /// `cuMipmappedArrayCreate` in `ctx`: the levels' bytes are in the ledger.
+    0x0e12 MipmappedArrayCreate mipmapped_array_create { ctx: CtxId, desc: ArrayDesc, levels: u32 } => Array;
+    /// `cuMipmappedArrayGetLevel`: the level as an array handle (bytes 0: its mipmapped array's).
+    0x0e13 MipmappedArrayLevel mipmapped_array_level { mipmap: u64, level: u32 } => Array;
+    0x0e14 MipmappedArrayDestroy mipmapped_array_destroy { mipmap: u64 } => Ok;
+    /// `cuTexObjectCreate` over an array (`mipmapped`: a mipmapped array) of the session.
+    0x0e15 TexObjectCreateArray tex_object_create_array {
+        ctx: CtxId, array: u64, mipmapped: bool, sampler: TexSampler, mipmap: TexMipmap, view: Option<ResourceView>,
+    } => TexObject;
+    /// `cuSurfObjectCreate` over an array of the session.
+    0x0e16 SurfObjectCreate surf_object_create { ctx: CtxId, array: u64 } => TexObject;
+    0x0e17 SurfObjectDestroy surf_object_destroy { handle: u64 } => Ok;
 }
 
 op_table! {
@@ -346,6 +361,8 @@ op_table! {
     0x8b05 ExecUpdate { result: u32, node: u64 };
 
     0x8e01 TexObject { handle: u64 };
+    /// An array or mipmapped array, and the bytes counted for it in the ledger.
+    0x8e10 Array { handle: u64, bytes: u64 };
 }
 
 impl Request {

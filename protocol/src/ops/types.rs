@@ -132,6 +132,9 @@ pub enum MemSpace {
         id: u64,
         offset: u64,
     },
+    /// A CUDA array of the session (the handle [`super::array`]'s `ArrayCreate` answered);
+    /// the end's x (bytes), y and z place the copy in it, its pitch and height are unused.
+    Array(u64),
 }
 
 impl Encode for MemSpace {
@@ -150,6 +153,10 @@ impl Encode for MemSpace {
                 id.encode(w);
                 offset.encode(w);
             }
+            MemSpace::Array(h) => {
+                3u8.encode(w);
+                h.encode(w);
+            }
         }
     }
 }
@@ -160,13 +167,14 @@ impl Decode for MemSpace {
             0 => Ok(MemSpace::Device(Decode::decode(r)?)),
             1 => Ok(MemSpace::Staging(Decode::decode(r)?)),
             2 => Ok(MemSpace::Region { id: Decode::decode(r)?, offset: Decode::decode(r)? }),
+            3 => Ok(MemSpace::Array(Decode::decode(r)?)),
             tag => Err(DecodeError::InvalidTag { what: "memory space", tag: tag.into() }),
         }
     }
 }
 
 wire_struct! {
-    /// One end of a 2D copy (CUDA_MEMCPY2D's src*/dst* fields, arrays left out).
+    /// One end of a 2D copy (CUDA_MEMCPY2D's src*/dst* fields).
     #[derive(Copy)]
     pub struct Copy2DEnd { pub space: MemSpace, pub x_bytes: u64, pub y: u64, pub pitch: u64 }
 }

@@ -86,6 +86,10 @@ fn copy2d() -> Copy2D {
 fn end3(space: MemSpace) -> Copy3DEnd {
     Copy3DEnd { space, x_bytes: 0, y: 1, z: 2, pitch: 1024, height: 16 }
 }
+fn array_desc() -> ArrayDesc {
+    ArrayDesc { width: 64, height: 32, depth: 0, format: 0x20, channels: 4, flags: 2 }
+}
+
 fn copy3d() -> Copy3D {
     Copy3D {
         src: end3(MemSpace::Device(PTR)),
@@ -182,7 +186,19 @@ pub fn all_request_examples() -> Vec<Request> {
             copy: Copy2D { src: end2(MemSpace::Region { id: 3, offset: 64 }), ..copy2d() },
             stream: STREAM,
         },
-        Memcpy3D { copy: copy3d() },
+        Memcpy3D {
+            copy: Copy3D {
+                dst: Copy3DEnd {
+                    space: MemSpace::Array(0x7f00_0000_1000),
+                    x_bytes: 16,
+                    y: 2,
+                    z: 1,
+                    pitch: 0,
+                    height: 0,
+                },
+                ..copy3d()
+            },
+        },
         Memcpy3DAsync { copy: Copy3D { dst: end3(MemSpace::Region { id: 3, offset: 0 }), ..copy3d() }, stream: STREAM },
         Memset { set: memset(MemsetValue::U8(0xab)) },
         MemsetAsync { set: memset(MemsetValue::U32(0xdead_beef)), stream: STREAM },
@@ -272,6 +288,30 @@ pub fn all_request_examples() -> Vec<Request> {
             sampler: TexSampler { address: [1, 1, 3], filter: 1, flags: 2, border: [0.5f32.to_bits(), 0, 0, 0] },
         },
         TexObjectDestroy { handle: 0x1_0000_0001 },
+        ArrayCreate { ctx: CTX, desc: array_desc() },
+        ArrayDestroy { array: 0x7f00_0000_1000 },
+        MipmappedArrayCreate { ctx: CTX, desc: array_desc(), levels: 5 },
+        MipmappedArrayLevel { mipmap: 0x7f00_0000_2000, level: 2 },
+        MipmappedArrayDestroy { mipmap: 0x7f00_0000_2000 },
+        TexObjectCreateArray {
+            ctx: CTX,
+            array: 0x7f00_0000_2000,
+            mipmapped: true,
+            sampler: TexSampler { address: [0, 0, 0], filter: 1, flags: 2, border: [0; 4] },
+            mipmap: TexMipmap { filter: 1, bias: 0, min_clamp: 0, max_clamp: 4.0f32.to_bits(), max_anisotropy: 1 },
+            view: Some(ResourceView {
+                format: 0,
+                width: 64,
+                height: 32,
+                depth: 0,
+                first_level: 1,
+                last_level: 3,
+                first_layer: 0,
+                last_layer: 0,
+            }),
+        },
+        SurfObjectCreate { ctx: CTX, array: 0x7f00_0000_1000 },
+        SurfObjectDestroy { handle: 0x1_0000_0002 },
     ]
 }
 
@@ -333,5 +373,6 @@ pub fn all_reply_examples() -> Vec<Reply> {
         GraphNode { node: 9 },
         ExecUpdate { result: 2, node: 3 },
         TexObject { handle: 0x1_0000_0001 },
+        Array { handle: 0x7f00_0000_1000, bytes: 64 * 32 * 16 },
     ]
 }

@@ -514,30 +514,65 @@ fn copy3d_async(p: *const CUDA_MEMCPY3D, s: CUstream, d: DefaultStream) -> CuRes
 
 /// `cuMemcpyHtoA` / `cuMemcpyAtoH`: `n` bytes at byte `offset` of an array, its rows
 /// taken one after another (CUDA documents these for 1D arrays, where that is exact).
-fn array_linear(host: u64, array: CUarray, offset: usize, n: usize, to_array: bool, d: DefaultStream) -> CuResult<()> {
+/// One end of a 1D copy with an array at one or both ends (`cuMemcpyHtoA`, `AtoH`, `AtoD`,
+/// `DtoA`, `AtoA` and the async forms): an array and a byte offset into its rows taken one
+/// after another (CUDA's own reading of the offset), or a linear pointer.
+#[derive(Clone, Copy)]
+enum End1 {
+    Array(CUarray, usize),
+    Memory(u64, Expect),
+}
+
+#[allow(clippy::too_many_arguments)]
+fn array_linear(dst: End1, src: End1, n: usize, stream: CUstream, d: DefaultStream, mode: Mode) -> CuResult<()> {
     let driver = initialized()?;
-    let (ctx, s) = resolve_stream(driver, std::ptr::null_mut(), d)?;
-    let a = super::array::lookup(driver, array)?;
-    let (offset, n) = (offset as u64, n as u64);
-    if offset.checked_add(n).is_none_or(|end| end > a.extent.bytes()) {
-        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-            format!("{n} bytes at offset {offset} run past the array's {} bytes", a.extent.bytes())
-        });
-    }
+    let (ctx, s) = resolve_stream(driver, stream, d)?;
+    let n = n as u64;
+    let region = |e: End1, role: &str| -> CuResult<Region> {
+        match e {
+            End1::Array(array, offset) => {
+                let a = super::array::lookup(driver, array)?;
+                let offset = offset as u64;
+                if offset.checked_add(n).is_none_or(|end| end > a.extent.bytes()) {
+                    return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                        format!("{role}: {n} bytes at offset {offset} run past the array's {} bytes", a.extent.bytes())
+                    });
+                }
+                Ok(Region { host_addr: a.host_addr(0, 0, 0) + offset, keep: Keep::Array(a) })
+            }
+            End1::Memory(p, Expect::Host) => locate(driver, &ctx, p, n, Expect::Host, Scope::Process, role),
+            End1::Memory(p, expect) => locate(driver, &ctx, p, n, expect, Scope::Process, role),
+        }
+    };
+    let (dst, src) = (region(dst, "destination")?, region(src, "source")?);
     if n == 0 {
         return ctx.check_sticky();
     }
-    let role = if to_array { "source" } else { "destination" };
-    let h = locate(driver, &ctx, host, n, Expect::Host, Scope::Process, role)?;
-    let ar = Region { host_addr: a.host_addr(0, 0, 0) + offset, keep: Keep::Array(a) };
-    let (dst, src) = if to_array { (ar, h) } else { (h, ar) };
-    submit_copy(&ctx, &s, dst, src, Shape::linear(n), Mode::Sync)
+    submit_copy(&ctx, &s, dst, src, Shape::linear(n), mode)
+}
+fn sync_1d(dst: End1, src: End1, n: usize, d: DefaultStream) -> CuResult<()> {
+    array_linear(dst, src, n, std::ptr::null_mut(), d, Mode::Sync)
 }
 fn htoa(dst: CUarray, off: usize, src: *const c_void, n: usize, d: DefaultStream) -> CuResult<()> {
-    array_linear(src as u64, dst, off, n, true, d)
+    sync_1d(End1::Array(dst, off), End1::Memory(src as u64, Expect::Host), n, d)
 }
 fn atoh(dst: *mut c_void, src: CUarray, off: usize, n: usize, d: DefaultStream) -> CuResult<()> {
-    array_linear(dst as u64, src, off, n, false, d)
+    sync_1d(End1::Memory(dst as u64, Expect::Host), End1::Array(src, off), n, d)
+}
+fn htoa_async(dst: CUarray, off: usize, src: *const c_void, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    array_linear(End1::Array(dst, off), End1::Memory(src as u64, Expect::Host), n, s, d, Mode::Async)
+}
+fn atoh_async(dst: *mut c_void, src: CUarray, off: usize, n: usize, s: CUstream, d: DefaultStream) -> CuResult<()> {
+    array_linear(End1::Memory(dst as u64, Expect::Host), End1::Array(src, off), n, s, d, Mode::Async)
+}
+fn atod(dst: CUdeviceptr, src: CUarray, off: usize, n: usize, d: DefaultStream) -> CuResult<()> {
+    sync_1d(End1::Memory(dst, Expect::Device), End1::Array(src, off), n, d)
+}
+fn dtoa(dst: CUarray, off: usize, src: CUdeviceptr, n: usize, d: DefaultStream) -> CuResult<()> {
+    sync_1d(End1::Array(dst, off), End1::Memory(src, Expect::Device), n, d)
+}
+fn atoa(dst: CUarray, doff: usize, src: CUarray, soff: usize, n: usize, d: DefaultStream) -> CuResult<()> {
+    sync_1d(End1::Array(dst, doff), End1::Array(src, soff), n, d)
 }
 
 /// Checks a memset of `width` elements of `elem` bytes in `height` rows `pitch` apart and makes
@@ -693,6 +728,11 @@ stream_variants! {
     cuMemcpyPeerAsync / cuMemcpyPeerAsync_ptsz => peer_async(dst: CUdeviceptr, dctx: CUcontext, src: CUdeviceptr, sctx: CUcontext, n: usize, s: CUstream);
     cuMemcpyHtoA_v2 / cuMemcpyHtoA_v2_ptds => htoa(dst: CUarray, off: usize, src: *const c_void, n: usize);
     cuMemcpyAtoH_v2 / cuMemcpyAtoH_v2_ptds => atoh(dst: *mut c_void, src: CUarray, off: usize, n: usize);
+    cuMemcpyHtoAAsync_v2 / cuMemcpyHtoAAsync_v2_ptsz => htoa_async(dst: CUarray, off: usize, src: *const c_void, n: usize, s: CUstream);
+    cuMemcpyAtoHAsync_v2 / cuMemcpyAtoHAsync_v2_ptsz => atoh_async(dst: *mut c_void, src: CUarray, off: usize, n: usize, s: CUstream);
+    cuMemcpyAtoD_v2 / cuMemcpyAtoD_v2_ptds => atod(dst: CUdeviceptr, src: CUarray, off: usize, n: usize);
+    cuMemcpyDtoA_v2 / cuMemcpyDtoA_v2_ptds => dtoa(dst: CUarray, off: usize, src: CUdeviceptr, n: usize);
+    cuMemcpyAtoA_v2 / cuMemcpyAtoA_v2_ptds => atoa(dst: CUarray, doff: usize, src: CUarray, soff: usize, n: usize);
     cuMemcpy2D_v2 / cuMemcpy2D_v2_ptds => copy2d(p: *const CUDA_MEMCPY2D);
     cuMemcpy2DUnaligned_v2 / cuMemcpy2DUnaligned_v2_ptds => copy2d(p: *const CUDA_MEMCPY2D);
     cuMemcpy2DAsync_v2 / cuMemcpy2DAsync_v2_ptsz => copy2d_async(p: *const CUDA_MEMCPY2D, s: CUstream);
