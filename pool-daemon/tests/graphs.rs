@@ -60,6 +60,115 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
     assert!(c["kernels"].as_u64().unwrap() >= 3000, "{st}");
 }
 
+/// Graph memory nodes (pool-daemon/src/daemon/graph_mem.rs) under a 64 MiB quota: tests/c/graph_mem_client.c
+/// checks the addresses, the memory counted from instantiation, kept, reused and trimmed, CUDA's rules, and
+/// that an instantiation past the quota is CUDA_ERROR_OUT_OF_MEMORY; the refusal is in the daemon's log and the
+/// ledger is back to 0 after the program exits.
+#[test]
+fn a_graph_with_a_memory_node_is_held_to_the_quota() {
+    ensure_interposer();
+    let d = Daemon::start(None);
+    let exe = gpupool_e2e::compile_c("graph_mem_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
+    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["run", "--endpoint", &d.endpoint(), "--memory", "64MiB", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "graph_mem_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
+    for check in [
+        "allocation nodes: the address when added, the parameters back",
+        "graph memory is counted from instantiation and the graph runs in it",
+        "graph memory is kept after its instantiation, reused, and trimmed back; CUDA's rules",
+        "a graph with a memory node is held to the quota",
+        "an allocation not freed in its graph is freed by cuMemFree and cuMemFreeAsync",
+    ] {
+        assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
+    }
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+    let log = d.log();
+    assert!(
+        log.contains("GraphInstantiate") && log.contains("its allocation node of 50331648 bytes"),
+        "no log line for the refused instantiation:\n{log}"
+    );
+    let t0 = Instant::now();
+    while d.used("default", 0) != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the ledger is not back to 0: {}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// On the wire: graph memory belongs to its session. Another session cannot free a node's address, free it
+/// in a graph of its own, or trim it away; the owner's memory is counted until the session ends.
+#[test]
+fn graph_memory_belongs_to_its_session() {
+    let d = Daemon::start(None);
+    let mut c = Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let Reply::Graph { graph } = c.call(Request::GraphCreate { ctx, flags: 0 }) else { panic!() };
+    let mb = 1u64 << 20;
+    let Reply::GraphMemNode { node, ptr } =
+        c.call(Request::GraphAddMemAllocNode { graph, deps: vec![], device: 0, bytes: 3 * mb })
+    else {
+        panic!("{}", d.log())
+    };
+    assert_eq!(d.used("default", 0), 0, "an allocation node takes no memory");
+    assert_eq!(
+        code(&c.call(Request::GraphAddMemAllocNode { graph, deps: vec![], device: 0, bytes: 0 })),
+        INVALID_VALUE
+    );
+    assert_eq!(
+        code(&c.call(Request::GraphAddMemAllocNode { graph, deps: vec![], device: 9, bytes: mb })),
+        INVALID_VALUE
+    );
+    let exec = instantiate(&mut c, graph);
+    // Rounded up to the granularity (2 MiB on the simulator), exactly.
+    assert_eq!(d.used("default", 0), 4 * mb);
+    let Reply::Attribute { value } = c.call(Request::GraphMemAttribute { device: 0, attr: 0, reset: false }) else {
+        panic!()
+    };
+    assert_eq!(value, 4 << 20);
+
+    let mut other = Client::connect(&d.socket);
+    let octx = other.ctx(0);
+    let Reply::Graph { graph: og } = other.call(Request::GraphCreate { ctx: octx, flags: 0 }) else { panic!() };
+    assert_eq!(code(&other.call(Request::GraphMemFree { ptr })), INVALID_VALUE);
+    assert_eq!(code(&other.call(Request::GraphAddMemFreeNode { graph: og, deps: vec![], ptr })), INVALID_VALUE);
+    assert_eq!(code(&other.call(Request::GraphAddMemFreeNode { graph, deps: vec![node], ptr })), INVALID_VALUE);
+    assert_eq!(code(&other.call(Request::GraphMemTrim { device: 0 })), 0);
+    let Reply::Attribute { value } = other.call(Request::GraphMemAttribute { device: 0, attr: 2, reset: false }) else {
+        panic!()
+    };
+    assert_eq!(value, 0, "another session sees none of it");
+    assert_eq!(d.used("default", 0), 4 * mb, "another session's trim took the memory");
+    // A memset of the session's own graph memory is a node it may add; another session's is refused.
+    let set = |dst| gpupool_protocol::ops::Memset {
+        dst,
+        value: gpupool_protocol::ops::MemsetValue::U32(1),
+        width: 16,
+        height: 1,
+        pitch: 0,
+    };
+    assert_eq!(
+        code(&other.call(Request::GraphAddMemsetNode { graph: og, deps: vec![], set: set(ptr) })),
+        INVALID_VALUE
+    );
+    assert!(matches!(
+        c.call(Request::GraphAddMemsetNode { graph, deps: vec![node], set: set(ptr) }),
+        Reply::GraphNode { .. }
+    ));
+    drop(other);
+    // The session ends with the graph, its instantiation and the memory: all of it goes back.
+    let _ = exec;
+    drop(c);
+    let t0 = Instant::now();
+    while d.used("default", 0) != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the ledger is not back to 0: {}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A session with a stream and a captured graph that fills 64 words of `buf` with 7.
 struct Captured {
     c: Client,

@@ -5871,3 +5871,119 @@ unsafe extern "C" {
         flags: ::std::os::raw::c_uint,
     ) -> CUresult;
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    pub poolProps: CUmemPoolProps,
+    pub accessDescs: *const CUmemAccessDesc,
+    pub accessDescCount: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_MEM_ALLOC_NODE_PARAMS_v1_st",
+    ][::std::mem::size_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v1_st>() - 120usize];
+    [
+        "Alignment of CUDA_MEM_ALLOC_NODE_PARAMS_v1_st",
+    ][::std::mem::align_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v1_st>() - 8usize];
+    [
+        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::poolProps",
+    ][::std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, poolProps) - 0usize];
+    [
+        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::accessDescs",
+    ][::std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, accessDescs) - 88usize];
+    [
+        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::accessDescCount",
+    ][::std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, accessDescCount)
+        - 96usize];
+    [
+        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::bytesize",
+    ][::std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, bytesize) - 104usize];
+    [
+        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::dptr",
+    ][::std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, dptr) - 112usize];
+};
+impl Default for CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_MEM_ALLOC_NODE_PARAMS_v1 = CUDA_MEM_ALLOC_NODE_PARAMS_v1_st;
+pub type CUDA_MEM_ALLOC_NODE_PARAMS = CUDA_MEM_ALLOC_NODE_PARAMS_v1;
+impl CUgraphMem_attribute_enum {
+    pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: CUgraphMem_attribute_enum = CUgraphMem_attribute_enum(
+        0,
+    );
+}
+impl CUgraphMem_attribute_enum {
+    pub const CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: CUgraphMem_attribute_enum = CUgraphMem_attribute_enum(
+        1,
+    );
+}
+impl CUgraphMem_attribute_enum {
+    pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: CUgraphMem_attribute_enum = CUgraphMem_attribute_enum(
+        2,
+    );
+}
+impl CUgraphMem_attribute_enum {
+    pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: CUgraphMem_attribute_enum = CUgraphMem_attribute_enum(
+        3,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUgraphMem_attribute_enum(pub ::std::os::raw::c_uint);
+pub use self::CUgraphMem_attribute_enum as CUgraphMem_attribute;
+unsafe extern "C" {
+    pub fn cuGraphAddMemAllocNode(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        nodeParams: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphMemAllocNodeGetParams(
+        hNode: CUgraphNode,
+        params_out: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddMemFreeNode(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        dptr: CUdeviceptr,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphMemFreeNodeGetParams(
+        hNode: CUgraphNode,
+        dptr_out: *mut CUdeviceptr,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuDeviceGetGraphMemAttribute(
+        device: CUdevice,
+        attr: CUgraphMem_attribute,
+        value: *mut ::std::os::raw::c_void,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuDeviceSetGraphMemAttribute(
+        device: CUdevice,
+        attr: CUgraphMem_attribute,
+        value: *mut ::std::os::raw::c_void,
+    ) -> CUresult;
+}

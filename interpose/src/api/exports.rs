@@ -133,6 +133,18 @@ exports! { CUresult;
     cuGraphExecUpdate_v2(exec: val CUgraphExec, graph: val CUgraph, info: val *mut CUgraphExecUpdateResultInfo)
         = graph::exec_update;
     cuGraphClone(pclone: val *mut CUgraph, graph: val CUgraph) = graph::clone;
+    cuGraphAddMemAllocNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
+        params: val *mut CUDA_MEM_ALLOC_NODE_PARAMS) = graph_mem::add_alloc_node;
+    cuGraphAddMemFreeNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
+        dptr: val CUdeviceptr) = graph_mem::add_free_node;
+    cuGraphMemAllocNodeGetParams(node: val CUgraphNode, params: out CUDA_MEM_ALLOC_NODE_PARAMS)
+        = graph_mem::alloc_params;
+    cuGraphMemFreeNodeGetParams(node: val CUgraphNode, dptr: out CUdeviceptr) = graph_mem::free_params;
+    cuDeviceGraphMemTrim(dev: val CUdevice) = graph_mem::trim;
+    cuDeviceGetGraphMemAttribute(dev: val CUdevice, attr: val CUgraphMem_attribute, value: val *mut c_void)
+        = graph_mem::get_attribute;
+    cuDeviceSetGraphMemAttribute(dev: val CUdevice, attr: val CUgraphMem_attribute, value: val *mut c_void)
+        = graph_mem::set_attribute;
     cuGraphDebugDotPrint(graph: val CUgraph, path: val *const c_char, flags: val c_uint) = graph::debug_dot_print;
 }
 

@@ -160,7 +160,7 @@ pub fn unsafe_call(c: &mut Client, what: &str) -> R<()> {
 }
 
 /// The daemon's id in a handle of `kind`, with the endpoint that issued it.
-fn id_of(h: u64, kind: Kind) -> Option<(u64, usize)> {
+pub(super) fn id_of(h: u64, kind: Kind) -> Option<(u64, usize)> {
     (h & 0xff == kind as u64 && h != 0).then(|| ((h >> 8) & ((1 << 48) - 1), endpoint_of(h)))
 }
 
@@ -290,6 +290,7 @@ pub(super) fn graph_destroy(graph: CUgraph) -> R<()> {
     let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphDestroy { graph: GraphId(id) }))?;
     release_graph_memory(graph as u64);
+    super::graph_mem::forget_graph(graph as u64);
     Ok(())
 }
 

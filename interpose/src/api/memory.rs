@@ -63,6 +63,9 @@ pub(super) fn free(dptr: CUdeviceptr) -> R<()> {
             return Ok(());
         }
         super::graph::unsafe_call(c, "cuMemFree")?;
+        if super::graph_mem::free(c, dptr)? {
+            return Ok(());
+        }
         // Only the base of an allocation this client made in the current context.
         let key = (client::endpoint_of(cur), dptr);
         if c.reg.allocs.get(&key).is_none_or(|&(_, ctx)| ctx != cur) {

@@ -21,6 +21,7 @@ pub mod exports;
 pub mod extra;
 pub mod features;
 pub mod graph;
+pub mod graph_mem;
 pub mod init;
 pub mod ipc;
 pub mod launch;

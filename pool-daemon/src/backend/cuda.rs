@@ -134,6 +134,7 @@ driver_table! {
     cuMemUnmap: fn(CUdeviceptr, usize);
     cuMemSetAccess: fn(CUdeviceptr, usize, *const cu::CUmemAccessDesc, usize);
     cuMemGetAccess: fn(*mut u64, *const cu::CUmemLocation, CUdeviceptr);
+    cuMemGetAllocationGranularity: fn(*mut usize, *const cu::CUmemAllocationProp, cu::CUmemAllocationGranularity_flags);
     // Graphs and stream capture (pool-daemon/src/daemon/graph.rs).
     cuStreamBeginCapture_v2: fn(cu::CUstream, cu::CUstreamCaptureMode);
     cuStreamEndCapture: fn(cu::CUstream, *mut cu::CUgraph);

@@ -68,6 +68,8 @@ pub struct Graphs {
     captures: HashMap<StreamId, u64>,
     /// Host regions the client unmapped while a graph could name them.
     held_regions: Vec<super::regions::Region>,
+    /// Graph memory nodes' memory ([`super::graph_mem`]).
+    pub mem: super::graph_mem::GraphMem,
 }
 
 impl Graphs {
@@ -78,6 +80,11 @@ impl Graphs {
 
     pub fn hold(&mut self, r: super::regions::Region) {
         self.held_regions.push(r);
+    }
+
+    /// Whether an instantiation of `g` exists.
+    pub fn exec_graph_of(&self, g: GraphId) -> bool {
+        self.exec_graph.values().any(|&x| x == g)
     }
 }
 
@@ -172,7 +179,7 @@ impl Session {
 
     /// The driver documents CUDA_ERROR_INVALID_VALUE for a graph that is not one (destroy,
     /// instantiate) and CUDA_ERROR_INVALID_HANDLE for an executable graph launched or uploaded.
-    fn graph(&self, id: GraphId) -> Result<(Raw<CUgraph>, u32)> {
+    pub(super) fn graph(&self, id: GraphId) -> Result<(Raw<CUgraph>, u32)> {
         self.graphs.graphs.get(&id).map(|&(g, d)| (g, d)).ok_or_else(|| not_held("graph", id.0, INVALID_VALUE))
     }
 
@@ -186,18 +193,25 @@ impl Session {
         call!(self.shared.cuda, cuGraphDestroy(g.0))?;
         self.graphs.graphs.remove(&id);
         self.graphs.nodes.retain(|_, n| n.0 != id);
+        self.after_mem_graph_destroy(id);
         self.release_held_regions();
         Ok(())
     }
 
     pub(super) fn instantiate_graph(&mut self, id: GraphId, flags: u64) -> Result<answer::GraphExec> {
         let (g, d) = self.graph(id)?;
+        self.check_mem_instantiate(id)?;
         self.enter(d)?;
         let mut e: CUgraphExec = std::ptr::null_mut();
         call!(self.shared.cuda, cuGraphInstantiateWithFlags(&mut e, g.0, flags))?;
         let exec = GraphExecId(self.next_handle());
         self.graphs.execs.insert(exec, (Raw(e), d));
         self.graphs.exec_graph.insert(exec, id);
+        if let Err(err) = self.after_mem_instantiate(id, exec, flags) {
+            // Its memory refused (past the quota): no instantiation.
+            let _ = self.destroy_exec(exec);
+            return Err(err);
+        }
         Ok(answer::GraphExec { exec })
     }
 
@@ -206,7 +220,8 @@ impl Session {
         self.enter(d)?;
         call!(self.shared.cuda, cuGraphExecDestroy(e.0))?;
         self.graphs.execs.remove(&id);
-        self.graphs.exec_graph.remove(&id);
+        let graph = self.graphs.exec_graph.remove(&id);
+        self.after_mem_exec_destroy(id, graph);
         self.release_held_regions();
         Ok(())
     }
@@ -224,6 +239,9 @@ impl Session {
     pub(super) fn launch_exec(&mut self, id: GraphExecId, stream: StreamId) -> Result<()> {
         let (e, d) = self.exec(id, INVALID_HANDLE)?;
         let (s, _) = self.stream(stream, Some(d))?;
+        if let Some(&graph) = self.graphs.exec_graph.get(&id) {
+            self.before_mem_launch(id, graph)?;
+        }
         self.enter(d)?;
         let shared = self.shared.clone();
         let go = || call!(shared.cuda, cuGraphLaunch(e.0, s.0)).map_err(Fail::from);
@@ -323,6 +341,7 @@ impl Session {
             .checked_mul(h - 1)
             .and_then(|x| x.checked_add(w * es))
             .ok_or_else(|| Fail::invalid_value("memset extent overflows"))?;
+        self.map_for_node(set.dst.0)?;
         if pitch < w * es || self.owned(set.dst, extent)? != d {
             return Err(Fail::invalid_value("a memset node's memory must be this session's, on the graph's device"));
         }
@@ -348,6 +367,11 @@ impl Session {
     /// The copy is checked and its host ends resolved by [`Session::memcpy_node_params`].
     pub(super) fn add_memcpy_node(&mut self, graph: GraphId, deps: &[u64], copy: Copy3D) -> Result<answer::GraphNode> {
         let (_, d) = self.graph(graph)?;
+        for end in [&copy.src, &copy.dst] {
+            if let gpupool_protocol::ops::MemSpace::Device(p) = end.space {
+                self.map_for_node(p.0)?;
+            }
+        }
         let p = self.memcpy_node_params(copy, d)?;
         let ctx = self.tenant_ctxs[&d].ctx.0;
         self.add_node(graph, deps, |me, g, deps, node| {
@@ -365,6 +389,9 @@ impl Session {
         let (c, cd) = self.graph(child)?;
         if cd != self.graph(graph)?.1 || child == graph {
             return Err(Fail::invalid_value("a child graph must be another graph of the same device"));
+        }
+        if self.graphs.mem.has_nodes(child) || self.graphs.mem.has_nodes(graph) {
+            return Err(Fail::invalid_value("a graph with memory nodes cannot be, or have, a child graph"));
         }
         self.add_node(graph, deps, |me, g, deps, node| {
             Ok(call!(me.shared.cuda, cuGraphAddChildGraphNode(node, g, deps.as_ptr(), deps.len(), c.0))?)
@@ -416,6 +443,9 @@ impl Session {
 
     pub(super) fn clone_graph(&mut self, graph: GraphId) -> Result<answer::Graph> {
         let (g, d) = self.graph(graph)?;
+        if self.graphs.mem.has_nodes(graph) {
+            return Err(Fail::invalid_value("a graph with memory nodes cannot be cloned"));
+        }
         self.enter(d)?;
         let mut c: CUgraph = std::ptr::null_mut();
         call!(self.shared.cuda, cuGraphClone(&mut c, g.0))?;
@@ -429,6 +459,12 @@ impl Session {
         let (g, gd) = self.graph(graph)?;
         if gd != d {
             return Ok(answer::ExecUpdate { result: 1, node: 0 });
+        }
+        let from = self.graphs.exec_graph.get(&exec).copied();
+        if self.graphs.mem.has_nodes(graph) || from.is_some_and(|f| self.graphs.mem.has_nodes(f)) {
+            tracing::info!(session = self.id, "cuGraphExecUpdate: graphs with memory nodes cannot be updated");
+            // CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED
+            return Ok(answer::ExecUpdate { result: 6, node: 0 });
         }
         self.enter(d)?;
         let mut info = CUgraphExecUpdateResultInfo {
@@ -495,6 +531,7 @@ impl Session {
         }
         self.graphs.captures.clear();
         self.graphs.nodes.clear();
+        self.graphs.mem.clear();
         self.graphs.exec_graph.clear();
         self.release_held_regions();
         n

@@ -34,6 +34,7 @@ pub mod copy2d;
 pub mod dispatch;
 pub mod exec;
 pub mod graph;
+pub mod graph_mem;
 pub mod ipc;
 pub mod listener;
 pub mod malloc;

@@ -830,6 +830,41 @@ impl Serve for Session {
         self.add_empty_node(graph, &deps)
     }
 
+    fn graph_add_mem_alloc_node(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        deps: Vec<u64>,
+        device: u32,
+        bytes: u64,
+    ) -> Result<answer::GraphMemNode> {
+        self.add_mem_alloc_node(graph, &deps, device, bytes)
+    }
+
+    fn graph_add_mem_free_node(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        deps: Vec<u64>,
+        ptr: DevicePtr,
+    ) -> Result<answer::GraphNode> {
+        self.add_mem_free_node(graph, &deps, ptr.0)
+    }
+
+    fn graph_mem_free(&mut self, _cx: Cx<'_>, ptr: DevicePtr) -> Result<answer::Ok> {
+        self.graph_mem_free(ptr.0)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_mem_trim(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::Ok> {
+        self.graph_mem_trim(device)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_mem_attribute(&mut self, _cx: Cx<'_>, device: u32, attr: u32, reset: bool) -> Result<answer::Attribute> {
+        self.graph_mem_attribute(device, attr, reset)
+    }
+
     fn graph_add_child_node(
         &mut self,
         _cx: Cx<'_>,

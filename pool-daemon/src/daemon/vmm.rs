@@ -280,6 +280,11 @@ impl Session {
         addr: u64,
     ) -> Result<u64> {
         let d = self.ctx_device(ctx)?;
+        self.vmm_reserve_on(d, size, align, addr)
+    }
+
+    /// `cuMemAddressReserve` on device `d` (also graph memory's addresses, [`super::graph_mem`]).
+    pub(super) fn vmm_reserve_on(&mut self, d: u32, size: u64, align: u64, addr: u64) -> Result<u64> {
         let dev_total = self.shared.devices[d as usize].total_memory;
         let seen = self.shared.ledger.mem_info(&self.quota, d, dev_total, dev_total).total;
         let held: u64 = self.vmm.reserved.values().filter(|r| r.device == d).map(|r| r.size).sum();

@@ -269,6 +269,16 @@ op_table! {
     /// A memcpy node: device memory of this session on the graph's device, or page-locked host
     /// regions (never the staging area).
     0x0b14 GraphAddMemcpyNode graph_add_memcpy_node { graph: GraphId, deps: Vec<u64>, copy: Copy3D } => GraphNode;
+    /// Graph memory (pool-daemon's daemon/graph_mem.rs): an allocation node on `device` (its
+    /// pool's location), answered with its fixed address; memory is mapped, and charged, when
+    /// the graph is instantiated.
+    0x0b20 GraphAddMemAllocNode graph_add_mem_alloc_node { graph: GraphId, deps: Vec<u64>, device: u32, bytes: u64 } => GraphMemNode;
+    0x0b21 GraphAddMemFreeNode graph_add_mem_free_node { graph: GraphId, deps: Vec<u64>, ptr: DevicePtr } => GraphNode;
+    /// `cuMemFree`/`cuMemFreeAsync` of a graph allocation a launch left to the application.
+    0x0b22 GraphMemFree graph_mem_free { ptr: DevicePtr } => Ok;
+    0x0b23 GraphMemTrim graph_mem_trim { device: u32 } => Ok;
+    /// A `CUgraphMem_attribute`'s value; with `reset`, a high-water mark set to the current value.
+    0x0b24 GraphMemAttribute graph_mem_attribute { device: u32, attr: u32, reset: bool } => Attribute;
 
     // ---- texture objects ----
     /// `cuTexObjectCreate` in `ctx` over memory the session owns; the answer is the backend's
@@ -359,6 +369,8 @@ op_table! {
     0x8b04 GraphNode { node: u64 };
     /// The update's `CUgraphExecUpdateResult` and the node that stopped it (0: none).
     0x8b05 ExecUpdate { result: u32, node: u64 };
+    /// An allocation node and its address.
+    0x8b20 GraphMemNode { node: u64, ptr: DevicePtr };
 
     0x8e01 TexObject { handle: u64 };
     /// An array or mipmapped array, and the bytes counted for it in the ledger.

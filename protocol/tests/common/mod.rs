@@ -282,6 +282,11 @@ pub fn all_request_examples() -> Vec<Request> {
         GraphExecUpdate { exec: GRAPH_EXEC, graph: GRAPH },
         GraphDot { graph: GRAPH, flags: 1 },
         GraphAddMemcpyNode { graph: GRAPH, deps: vec![5], copy: copy3d() },
+        GraphAddMemAllocNode { graph: GRAPH, deps: vec![6], device: 0, bytes: 3 << 20 },
+        GraphAddMemFreeNode { graph: GRAPH, deps: vec![7], ptr: PTR },
+        GraphMemFree { ptr: PTR },
+        GraphMemTrim { device: 0 },
+        GraphMemAttribute { device: 0, attr: 3, reset: true },
         TexObjectCreate {
             ctx: CTX,
             resource: TexResource { ptr: PTR, format: 0x20, channels: 4, width: 640, height: 480, pitch: 10240 },
@@ -372,6 +377,7 @@ pub fn all_reply_examples() -> Vec<Reply> {
         CaptureInfo { status: 1, id: 42 },
         GraphNode { node: 9 },
         ExecUpdate { result: 2, node: 3 },
+        GraphMemNode { node: 8, ptr: PTR },
         TexObject { handle: 0x1_0000_0001 },
         Array { handle: 0x7f00_0000_1000, bytes: 64 * 32 * 16 },
     ]

@@ -1,0 +1,330 @@
+/*
+ * tests/c/graph_mem_client.c - graph memory nodes through the driver API, under a memory quota
+ * (run by pool-daemon/tests/graphs.rs under `gpupool run --memory 64MiB`):
+ *
+ *   cc -std=c11 -Wall -Wextra -I shim-headers/include tests/c/graph_mem_client.c -o graph_mem_client -ldl
+ *
+ * An allocation node's address is returned when the node is added and is the same for every
+ * instantiation; its memory is counted (cuMemGetInfo, the graph memory attributes) from
+ * instantiation, kept for reuse after the instantiated graph is destroyed, and returned by
+ * cuDeviceGraphMemTrim. A memset node and a kernel reading the allocation run at each launch.
+ * A graph whose allocation would take the tenant past its quota fails to instantiate with
+ * CUDA_ERROR_OUT_OF_MEMORY, and instantiates once memory is freed. CUDA's rules: one
+ * instantiation at a time, no clone, no child-graph use, a free node frees an allocation node's
+ * address once. An allocation not freed in its graph is the application's after a launch and is
+ * freed with cuMemFree or cuMemFreeAsync.
+ *
+ * Output: "ok <check>" per check, then "done"; a failure prints "FAIL ..." on stderr, exits 1.
+ */
+#define _GNU_SOURCE
+#include "gpupool_cuda.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FUNCS(X)                                                                                            \
+    X(cuInit) X(cuGetErrorName) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)               \
+    X(cuModuleLoadData) X(cuModuleGetFunction) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemcpyHtoD_v2)          \
+    X(cuMemcpyDtoH_v2) X(cuStreamCreate) X(cuStreamSynchronize) X(cuMemGetInfo_v2) X(cuGraphCreate)        \
+    X(cuGraphDestroy) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy)                 \
+    X(cuGraphAddKernelNode_v2) X(cuGraphAddMemsetNode) X(cuGraphAddChildGraphNode) X(cuGraphClone)          \
+    X(cuGraphAddMemAllocNode) X(cuGraphAddMemFreeNode) X(cuGraphMemAllocNodeGetParams)                      \
+    X(cuGraphMemFreeNodeGetParams) X(cuDeviceGraphMemTrim) X(cuDeviceGetGraphMemAttribute)                  \
+    X(cuDeviceSetGraphMemAttribute) X(cuMemFreeAsync)
+
+#define DECLARE(name) static __typeof__(name) *p_##name;
+FUNCS(DECLARE)
+
+static const char *err_name(CUresult rc) {
+    const char *n = NULL;
+    if (!p_cuGetErrorName || p_cuGetErrorName(rc, &n) != CUDA_SUCCESS || !n) n = "?";
+    return n;
+}
+
+#define CU(name, ...)                                                                                        \
+    do {                                                                                                     \
+        CUresult rc_ = p_##name(__VA_ARGS__);                                                                \
+        if (rc_ != CUDA_SUCCESS) {                                                                           \
+            fflush(stdout);                                                                                  \
+            fprintf(stderr, "FAIL %s:%d %s: %d %s\n", __FILE__, __LINE__, #name, (int)rc_, err_name(rc_));   \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+#define CU_EXPECT(want, name, ...)                                                                           \
+    do {                                                                                                     \
+        CUresult rc_ = p_##name(__VA_ARGS__);                                                                \
+        if (rc_ != (want)) {                                                                                 \
+            fflush(stdout);                                                                                  \
+            fprintf(stderr, "FAIL %s:%d %s returned %d, expected %d\n", __FILE__, __LINE__, #name, (int)rc_, \
+                    (int)(want));                                                                            \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+#define CHECK(cond, what, a, b)                                                                              \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fflush(stdout);                                                                                  \
+            fprintf(stderr, "FAIL %s:%d %s (%lld, %lld)\n", __FILE__, __LINE__, what, (long long)(a),        \
+                    (long long)(b));                                                                         \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+/* addto(w, y, n): w[i] += y[i] (u32, wrapping).  fill(w, v, n): w[i] = v. */
+static const char k_ptx[] =
+    ".version 7.0\n.target sm_50\n.address_size 64\n"
+    ".visible .entry addto(.param .u64 w, .param .u64 y, .param .u32 n)\n{\n"
+    "  .reg .pred %p<2>;\n  .reg .b32 %r<10>;\n  .reg .b64 %rd<8>;\n"
+    "  ld.param.u64 %rd1, [w];\n  ld.param.u64 %rd2, [y];\n  ld.param.u32 %r2, [n];\n"
+    "  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n  mad.lo.s32 %r6, %r3, %r4, %r5;\n"
+    "  setp.ge.u32 %p1, %r6, %r2;\n  @%p1 bra DONE;\n"
+    "  cvta.to.global.u64 %rd1, %rd1;\n  cvta.to.global.u64 %rd2, %rd2;\n"
+    "  mul.wide.u32 %rd3, %r6, 4;\n  add.s64 %rd4, %rd1, %rd3;\n  add.s64 %rd5, %rd2, %rd3;\n"
+    "  ld.global.u32 %r7, [%rd4];\n  ld.global.u32 %r8, [%rd5];\n"
+    "  add.s32 %r9, %r7, %r8;\n  st.global.u32 [%rd4], %r9;\n"
+    "DONE:\n  ret;\n}\n"
+    ".visible .entry fill(.param .u64 w, .param .u32 v, .param .u32 n)\n{\n"
+    "  .reg .pred %p<2>;\n  .reg .b32 %r<10>;\n  .reg .b64 %rd<8>;\n"
+    "  ld.param.u64 %rd1, [w];\n  ld.param.u32 %r1, [v];\n  ld.param.u32 %r2, [n];\n"
+    "  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n  mad.lo.s32 %r6, %r3, %r4, %r5;\n"
+    "  setp.ge.u32 %p1, %r6, %r2;\n  @%p1 bra DONE;\n"
+    "  cvta.to.global.u64 %rd1, %rd1;\n  mul.wide.u32 %rd3, %r6, 4;\n  add.s64 %rd4, %rd1, %rd3;\n"
+    "  st.global.u32 [%rd4], %r1;\n"
+    "DONE:\n  ret;\n}\n";
+
+enum { N = 4096 };
+static const size_t MiB = 1 << 20;
+static CUdevice dev;
+static CUfunction f_addto, f_fill;
+static CUstream s;
+
+static size_t free_now(void) {
+    size_t f, t;
+    CU(cuMemGetInfo_v2, &f, &t);
+    return f;
+}
+
+static uint64_t graph_attr(CUgraphMem_attribute a) {
+    uint64_t v = 0;
+    CU(cuDeviceGetGraphMemAttribute, dev, a, &v);
+    return v;
+}
+
+static CUDA_MEM_ALLOC_NODE_PARAMS alloc_params(size_t bytes) {
+    static CUmemAccessDesc rw;
+    rw.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    rw.location.id = (int)dev;
+    rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.poolProps.location.id = (int)dev;
+    p.accessDescs = &rw;
+    p.accessDescCount = 1;
+    p.bytesize = bytes;
+    return p;
+}
+
+/* alloc(bytes) -> fill(alloc, 0x11111111) -> out += alloc -> [free] (kernel nodes: the memory is
+ * mapped at instantiation). Returns the allocation node. */
+static CUgraphNode build(CUgraph g, size_t bytes, CUdeviceptr out, int with_free, CUdeviceptr *dptr,
+                         CUgraphNode *free_node) {
+    CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(bytes);
+    CUgraphNode na, nm, nk;
+    CU(cuGraphAddMemAllocNode, &na, g, NULL, 0, &ap);
+    CHECK(ap.dptr != 0, "the allocation node returns its address", ap.dptr, 0);
+    *dptr = ap.dptr;
+    uint32_t n = N, v = 0x11111111u;
+    CUdeviceptr y = ap.dptr;
+    void *fargs[] = {&y, &v, &n};
+    void *args[] = {&out, &y, &n};
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = f_fill;
+    kp.gridDimX = N / 128, kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = 128, kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = fargs;
+    CU(cuGraphAddKernelNode_v2, &nm, g, &na, 1, &kp);
+    kp.func = f_addto;
+    kp.kernelParams = args;
+    CU(cuGraphAddKernelNode_v2, &nk, g, &nm, 1, &kp);
+    if (with_free) CU(cuGraphAddMemFreeNode, free_node, g, &nk, 1, ap.dptr);
+    return na;
+}
+
+static uint32_t out_host[N];
+
+static void expect_out(CUdeviceptr out, uint32_t want, const char *what) {
+    CU(cuStreamSynchronize, s);
+    CU(cuMemcpyDtoH_v2, out_host, out, sizeof out_host);
+    for (int i = 0; i < N; i++) CHECK(out_host[i] == want, what, out_host[i], want);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) {
+        fprintf(stderr, "FAIL dlopen: %s\n", dlerror());
+        return 1;
+    }
+#define RESOLVE(name)                                                                                        \
+    if (!(p_##name = (__typeof__(name) *)dlsym(lib, #name))) {                                               \
+        fprintf(stderr, "FAIL dlsym %s\n", #name);                                                           \
+        return 1;                                                                                            \
+    }
+    FUNCS(RESOLVE)
+
+    CUcontext ctx;
+    CUmodule mod;
+    CU(cuInit, 0);
+    CU(cuDeviceGet, &dev, 0);
+    CU(cuDevicePrimaryCtxRetain, &ctx, dev);
+    CU(cuCtxSetCurrent, ctx);
+    CU(cuModuleLoadData, &mod, k_ptx);
+    CU(cuModuleGetFunction, &f_addto, mod, "addto");
+    CU(cuModuleGetFunction, &f_fill, mod, "fill");
+    CU(cuStreamCreate, &s, 0);
+    static const uint32_t zero[N];
+    CUdeviceptr out;
+    CU(cuMemAlloc_v2, &out, sizeof zero);
+    CU(cuMemcpyHtoD_v2, out, zero, sizeof zero);
+    size_t total;
+    size_t free0;
+    CU(cuMemGetInfo_v2, &free0, &total);
+
+    /* 1. Address at add time, memory at instantiation, reuse, trim. */
+    {
+        const size_t bytes = 16 * MiB;
+        CUgraph g;
+        CUgraphExec e, e2;
+        CUdeviceptr p;
+        CUgraphNode fnode;
+        CU(cuGraphCreate, &g, 0);
+        CUgraphNode na = build(g, bytes, out, 1, &p, &fnode);
+        CHECK(free_now() == free0, "adding an allocation node takes no memory", free_now(), free0);
+        CUDA_MEM_ALLOC_NODE_PARAMS got;
+        CU(cuGraphMemAllocNodeGetParams, na, &got);
+        CHECK(got.dptr == p && got.bytesize == bytes, "cuGraphMemAllocNodeGetParams", got.dptr, got.bytesize);
+        CHECK(got.poolProps.location.id == (int)dev && got.accessDescCount == 1, "pool props", got.accessDescCount, 1);
+        CUdeviceptr fp = 0;
+        CU(cuGraphMemFreeNodeGetParams, fnode, &fp);
+        CHECK(fp == p, "cuGraphMemFreeNodeGetParams", fp, p);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphMemFreeNodeGetParams, na, &fp);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphMemAllocNodeGetParams, fnode, &got);
+        printf("ok allocation nodes: the address when added, the parameters back\n");
+
+        CU(cuGraphInstantiateWithFlags, &e, g, 0);
+        CHECK(free0 - free_now() == bytes, "instantiation maps the graph's memory", free0 - free_now(), bytes);
+        CHECK(graph_attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) == bytes, "used", graph_attr(0), bytes);
+        CHECK(graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) == bytes, "reserved", graph_attr(2), bytes);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphInstantiateWithFlags, &e2, g, 0);
+        CU(cuGraphLaunch, e, s);
+        CU(cuGraphLaunch, e, s);
+        expect_out(out, 2 * 0x11111111u, "two launches: fill then addto through graph memory");
+        printf("ok graph memory is counted from instantiation and the graph runs in it\n");
+
+        CU(cuGraphExecDestroy, e);
+        CHECK(free0 - free_now() == bytes, "a destroyed instantiation's memory is kept", free0 - free_now(), bytes);
+        CHECK(graph_attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) == 0, "used after destroy", graph_attr(0), 0);
+        CHECK(graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) == bytes, "kept", graph_attr(2), bytes);
+        CU(cuGraphInstantiateWithFlags, &e, g, 0);
+        CHECK(free0 - free_now() == bytes, "reinstantiation reuses the kept memory", free0 - free_now(), bytes);
+        CU(cuGraphLaunch, e, s);
+        expect_out(out, 3 * 0x11111111u, "a launch of the second instantiation");
+        CU(cuGraphExecDestroy, e);
+        CU(cuDeviceGraphMemTrim, dev);
+        CHECK(free_now() == free0, "trim returns the memory", free_now(), free0);
+        CHECK(graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) == 0, "reserved after trim", graph_attr(2), 0);
+        CHECK(graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) == bytes, "high", graph_attr(3), bytes);
+        uint64_t zero64 = 0, one = 1;
+        CU(cuDeviceSetGraphMemAttribute, dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &zero64);
+        CHECK(graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) == 0, "high reset", graph_attr(3), 0);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuDeviceSetGraphMemAttribute, dev, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &one);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuDeviceSetGraphMemAttribute, dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+                  &zero64);
+
+        /* CUDA's rules for graphs with memory nodes. */
+        CUgraph c, parent;
+        CUgraphNode nn;
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphClone, &c, g);
+        CU(cuGraphCreate, &parent, 0);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddChildGraphNode, &nn, parent, NULL, 0, g);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddMemFreeNode, &nn, g, NULL, 0, p);     /* twice */
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddMemFreeNode, &nn, g, NULL, 0, out);   /* not a node's */
+        CUDA_MEM_ALLOC_NODE_PARAMS bad = alloc_params(0);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddMemAllocNode, &nn, g, NULL, 0, &bad);
+        bad = alloc_params(MiB);
+        bad.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_INVALID;
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddMemAllocNode, &nn, g, NULL, 0, &bad);
+        CU(cuGraphDestroy, parent);
+        CU(cuGraphDestroy, g);
+        CHECK(free_now() == free0, "nothing left after the graph", free_now(), free0);
+        printf("ok graph memory is kept after its instantiation, reused, and trimmed back; CUDA's rules\n");
+    }
+
+    /* 2. Held to the quota: an allocation past it fails the instantiation. */
+    {
+        size_t big = (total * 3 / 4) & ~(2 * MiB - 1), held = total / 2;
+        CUdeviceptr hold, p;
+        CUgraph g;
+        CUgraphExec e;
+        CUgraphNode fnode;
+        CU(cuMemAlloc_v2, &hold, held);
+        size_t before = free_now();
+        CU(cuGraphCreate, &g, 0);
+        build(g, big, out, 1, &p, &fnode);
+        CU_EXPECT(CUDA_ERROR_OUT_OF_MEMORY, cuGraphInstantiateWithFlags, &e, g, 0);
+        CHECK(free_now() == before, "a refused instantiation holds nothing", free_now(), before);
+        CU(cuMemFree_v2, hold);
+        CU(cuGraphInstantiateWithFlags, &e, g, 0);
+        CHECK(free0 - free_now() == big, "the instantiation holds the graph's memory", free0 - free_now(), big);
+        CU(cuGraphLaunch, e, s);
+        expect_out(out, 4 * 0x11111111u, "the graph runs once memory was freed");
+        CU(cuGraphExecDestroy, e);
+        CU(cuGraphDestroy, g);
+        CU(cuDeviceGraphMemTrim, dev);
+        CHECK(free_now() == free0, "trim returns it", free_now(), free0);
+        printf("ok a graph with a memory node is held to the quota\n");
+    }
+
+    /* 3. An allocation not freed in its graph is the application's after a launch. */
+    {
+        CUdeviceptr p;
+        CUgraph g;
+        CUgraphExec e;
+        CU(cuGraphCreate, &g, 0);
+        CUgraphNode na = build(g, 4 * MiB, out, 0, &p, NULL), nm;
+        CHECK(free_now() == free0, "kernel nodes map nothing", free_now(), free0);
+        /* A memset node naming the allocation maps it when added (the backend checks its memory). */
+        CUDA_MEMSET_NODE_PARAMS mp = {.dst = p + 4 * N, .pitch = 0, .value = 0x22u, .elementSize = 1, .width = 4 * N,
+                                      .height = 1};
+        CU(cuGraphAddMemsetNode, &nm, g, &na, 1, &mp, NULL);
+        CHECK(free0 - free_now() == 4 * MiB, "a memset node maps graph memory", free0 - free_now(), 4 * MiB);
+        CU(cuGraphInstantiateWithFlags, &e, g, 0);
+        CHECK(free0 - free_now() == 4 * MiB, "mapped once", free0 - free_now(), 4 * MiB);
+        CU(cuGraphLaunch, e, s);
+        CU(cuStreamSynchronize, s);
+        static uint32_t two[2 * N];
+        CU(cuMemcpyDtoH_v2, two, p, sizeof two);
+        CHECK(two[7] == 0x11111111u, "the allocation outlives the launch", two[7], 0x11111111u);
+        CHECK(two[N + 7] == 0x22222222u, "the memset node ran", two[N + 7], 0x22222222u);
+        CU(cuMemFree_v2, p);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemFree_v2, p);
+        CU(cuGraphLaunch, e, s);
+        CU(cuMemFreeAsync, p, s);
+        CU(cuGraphExecDestroy, e);
+        CU(cuGraphDestroy, g);
+        CU(cuDeviceGraphMemTrim, dev);
+        CHECK(free_now() == free0, "freed and trimmed", free_now(), free0);
+        printf("ok an allocation not freed in its graph is freed by cuMemFree and cuMemFreeAsync\n");
+    }
+    CU(cuMemFree_v2, out);
+    printf("done\n");
+    return 0;
+}
