@@ -149,7 +149,7 @@ unsafe fn sym<F: Copy>(handle: *mut c_void, name: &str) -> F {
 /// and the last error (the parent checks stderr).
 fn unsupported_child() {
     type GraphClone = unsafe extern "C" fn(*mut *mut c_void, *mut c_void) -> c_int;
-    type GetSurfaceDesc = unsafe extern "C" fn(*mut c_void, u64) -> c_int;
+    type GetViewDesc = unsafe extern "C" fn(*mut c_void, u64) -> c_int;
     type LastError = unsafe extern "C" fn() -> c_int;
 
     let path = CString::new(interposer().as_os_str().as_encoded_bytes()).unwrap();
@@ -157,11 +157,11 @@ fn unsupported_child() {
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     assert!(!handle.is_null(), "dlopen({}) failed", interposer().display());
     // SAFETY: the types are the CUDA runtime's declarations (cudaGraph_t and cudaArray_t are
-    // pointers, cudaSurfaceObject_t is 64 bits, cudaResourceDesc is only passed by pointer here).
-    let (graph_clone, get_surface_desc, get_last, peek_last) = unsafe {
+    // pointers, cudaTextureObject_t is 64 bits, cudaResourceViewDesc is only passed by pointer here).
+    let (graph_clone, get_view_desc, get_last, peek_last) = unsafe {
         (
             sym::<GraphClone>(handle, "cudaGraphClone"),
-            sym::<GetSurfaceDesc>(handle, "cudaGetSurfaceObjectResourceDesc"),
+            sym::<GetViewDesc>(handle, "cudaGetTextureObjectResourceViewDesc"),
             sym::<LastError>(handle, "cudaGetLastError"),
             sym::<LastError>(handle, "cudaPeekAtLastError"),
         )
@@ -182,18 +182,18 @@ fn unsupported_child() {
         assert_eq!(get_last(), NOT_SUPPORTED, "cudaGetLastError after cudaGraphClone");
         assert_eq!(get_last(), SUCCESS, "cudaGetLastError resets the last error");
 
-        let mut desc = [0xA5u8; 144]; // cudaResourceDesc
+        let mut desc = [0xA5u8; 144]; // cudaResourceViewDesc (112 bytes in CUDA 13)
         assert_eq!(
-            get_surface_desc(desc.as_mut_ptr().cast(), 0x1234),
+            get_view_desc(desc.as_mut_ptr().cast(), 0x1234),
             NOT_SUPPORTED,
-            "cudaGetSurfaceObjectResourceDesc"
+            "cudaGetTextureObjectResourceViewDesc"
         );
-        assert!(desc.iter().all(|&b| b == 0xA5), "cudaGetSurfaceObjectResourceDesc wrote through its out-pointer");
+        assert!(desc.iter().all(|&b| b == 0xA5), "cudaGetTextureObjectResourceViewDesc wrote through its out-pointer");
 
         // The last error is per thread: another thread has none, this one keeps 801.
         let other = std::thread::spawn(move || get_last()).join().unwrap();
         assert_eq!(other, SUCCESS, "cudaGetLastError on a thread that made no call");
-        assert_eq!(get_last(), NOT_SUPPORTED, "cudaGetLastError after cudaGetSurfaceObjectResourceDesc");
+        assert_eq!(get_last(), NOT_SUPPORTED, "cudaGetLastError after cudaGetTextureObjectResourceViewDesc");
         assert_eq!(get_last(), SUCCESS, "cudaGetLastError resets the last error");
     }
 }
@@ -235,9 +235,9 @@ fn unsupported_runtime_function_returns_801_logs_once_and_sets_the_last_error() 
         "want one stderr line naming cudaGraphClone (called twice) {context}"
     );
     assert_eq!(
-        lines_naming("cudaGetSurfaceObjectResourceDesc"),
+        lines_naming("cudaGetTextureObjectResourceViewDesc"),
         1,
-        "want one stderr line naming cudaGetSurfaceObjectResourceDesc {context}"
+        "want one stderr line naming cudaGetTextureObjectResourceViewDesc {context}"
     );
     let unsupported_lines: Vec<&str> = stderr.lines().filter(|l| l.contains("not supported")).collect();
     assert_eq!(unsupported_lines.len(), 2, "want exactly the two lines {context}");

@@ -56,7 +56,7 @@ fn runtime_texture_checks(cudart13: bool) {
     if cudart13 {
         cmd.arg("--cudart13");
     }
-    run_checks(cmd, "runtime_texture_checks", if cudart13 { 15 } else { 14 }, &d);
+    run_checks(cmd, "runtime_texture_checks", if cudart13 { 19 } else { 18 }, &d);
     let t0 = std::time::Instant::now();
     while d.used("team", 0) != 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "array memory still held after exit: {}", d.status());

@@ -12,6 +12,10 @@ API in the primary context, the one the runtime uses.
 - cudaGetChannelDesc; cudaMemcpy2DFromArray, cudaMemcpy3D and cudaMemcpy2DArrayToArray of a box;
   a mipmapped array's level has half the size; cudaMemcpyFromArray across rows, a box past the array
   refused with cudaErrorInvalidValue.
+- Surfaces: cudaMalloc3DArray with cudaArraySurfaceLoadStore, cudaCreateSurfaceObject; one
+  kernel writes it (surf2Dwrite), another reads it back (surf2Dread), against the CPU;
+  cudaGetSurfaceObjectResourceDesc gives the array back; cudaDestroySurfaceObject. The
+  deprecated 1D cudaMemcpyArrayToArray copies a run across rows to another array's offset.
 - With --quota MIB: an array of 3/4 of the quota fits, a second is cudaErrorMemoryAllocation
   until cudaFreeArray gives the first back.
 - With --cudart13: all of it through libcudart.so.13 (CUDA 13's longer cudaResourceDesc),
@@ -116,6 +120,12 @@ rt.cudaFreeMipmappedArray.argtypes = [C.c_void_p]
 rt.cudaDestroyTextureObject.argtypes = [C.c_uint64]
 rt.cudaGetTextureObjectResourceDesc.argtypes = [C.POINTER(ResourceDesc), C.c_uint64]
 rt.cudaGetTextureObjectTextureDesc.argtypes = [C.POINTER(TextureDesc), C.c_uint64]
+rt.cudaMalloc3DArray.argtypes = [C.POINTER(C.c_void_p), C.POINTER(ChannelDesc), Extent, C.c_uint]
+rt.cudaCreateSurfaceObject.argtypes = [C.POINTER(C.c_uint64), C.POINTER(ResourceDesc)]
+rt.cudaDestroySurfaceObject.argtypes = [C.c_uint64]
+rt.cudaGetSurfaceObjectResourceDesc.argtypes = [C.POINTER(ResourceDesc), C.c_uint64]
+rt.cudaMemcpyArrayToArray.argtypes = [C.c_void_p, C.c_size_t, C.c_size_t, C.c_void_p] + [C.c_size_t] * 3 + [C.c_int]
+rt.cudaMemcpyToArray.argtypes = [C.c_void_p, C.c_size_t, C.c_size_t, C.c_void_p, C.c_size_t, C.c_int]
 
 
 def ok(r, what):
@@ -250,6 +260,47 @@ def mipmap_checks(report):
     ok(rt.cudaFreeMipmappedArray(m), "cudaFreeMipmappedArray")
 
 
+def surface_checks(report):
+    mod = load(SOURCE)
+    w, h = 19, 6
+    fdesc = rt.cudaCreateChannelDesc(32, 0, 0, 0, KIND_FLOAT)
+    arr = C.c_void_p()
+    ok(rt.cudaMalloc3DArray(C.byref(arr), C.byref(fdesc), Extent(w, h, 0), 2), "cudaMalloc3DArray (surface)")
+    s = C.c_uint64()
+    ok(rt.cudaCreateSurfaceObject(C.byref(s), C.byref(ResourceDesc(resType=0, array=arr))), "cudaCreateSurfaceObject")
+    res = ResourceDesc()
+    ok(rt.cudaGetSurfaceObjectResourceDesc(C.byref(res), s.value), "cudaGetSurfaceObjectResourceDesc")
+    report(
+        "cudaGetSurfaceObjectResourceDesc gives the array back",
+        res.resType == 0 and res.array == arr.value,
+        f"{res.resType} {res.array} vs {arr.value}",
+    )
+    launch(mod.function("surf_write"), (3, 2), (8, 4), [ptr(s.value), i32(w), i32(h)])
+    dout = alloc(w * h * 4)
+    launch(mod.function("surf_read"), (3, 2), (8, 4), [ptr(s.value), ptr(dout), i32(w), i32(h)])
+    sync()
+    got = from_device(dout, w * h, np.float32).reshape(h, w)
+    ys, xs = np.mgrid[0:h, 0:w]
+    img = (((xs * 7 + ys * 13) % 17) * 1.5 + 0.25 * ys).astype(np.float32)
+    report("cudaCreateSurfaceObject: surf2Dwrite then surf2Dread", np.array_equal(got, img), f"{got} vs {img}")
+    ok(rt.cudaDestroySurfaceObject(s.value), "cudaDestroySurfaceObject")
+    # 30 floats from (3, row 1) of the surface array to (2, row 2) of a 7-wide one.
+    other = C.c_void_p()
+    ok(rt.cudaMallocArray(C.byref(other), C.byref(fdesc), 7, 8, 0), "cudaMallocArray (array to array)")
+    ok(rt.cudaMemcpyArrayToArray(other, 2 * 4, 2, arr, 3 * 4, 1, 30 * 4, 3), "cudaMemcpyArrayToArray")
+    back = np.zeros((8, 7), np.float32)
+    ok(rt.cudaMemcpy2DFromArray(back.ctypes.data, 7 * 4, other, 0, 0, 7 * 4, 8, D2H), "cudaMemcpy2DFromArray")
+    report(
+        "cudaMemcpyArrayToArray of a run across rows",
+        np.array_equal(back.ravel()[2 * 7 + 2 : 2 * 7 + 32], img.ravel()[w + 3 : w + 33]),
+        f"{back}",
+    )
+    err = rt.cudaMemcpyArrayToArray(other, 0, 7, arr, 0, 0, 8 * 4, 3)
+    report("cudaMemcpyArrayToArray past the array is cudaErrorInvalidValue", err == 1, f"got {err}")
+    ok(rt.cudaFreeArray(other), "cudaFreeArray (array to array)")
+    ok(rt.cudaFreeArray(arr), "cudaFreeArray (surface)")
+
+
 def quota_checks(report, quota_mib):
     f4 = rt.cudaCreateChannelDesc(32, 32, 32, 32, KIND_FLOAT)
     rows = quota_mib * 3 // 4 * 16  # float4 rows of 4096 texels: 64 KiB each
@@ -278,6 +329,7 @@ def main():
     try:
         run_checks(report)
         mipmap_checks(report)
+        surface_checks(report)
         if "--quota" in sys.argv:
             quota_checks(report, int(sys.argv[sys.argv.index("--quota") + 1]))
     except Exception as e:  # a failed call is a failed check, reported with the rest

@@ -1,7 +1,8 @@
 //! The runtime's CUDA arrays and texture objects (`cudaMallocArray`, `cudaMalloc3DArray`,
 //! `cudaFreeArray`, `cudaArrayGetInfo`, `cudaGetChannelDesc`, mipmapped arrays,
 //! `cudaMemcpy2DToArray` / `FromArray` / `ArrayToArray` and the 1D `cudaMemcpyToArray` /
-//! `FromArray`, `cudaCreateTextureObject` and its getters) over the
+//! `FromArray` / `ArrayToArray`, `cudaCreateTextureObject` and its getters,
+//! `cudaCreateSurfaceObject`, `cudaDestroySurfaceObject`, `cudaGetSurfaceObjectResourceDesc`) over the
 //! driver's ([`crate::api::array`]): the runtime describes a texel by a channel
 //! descriptor (bits per channel and a kind) where the driver has a format and a channel
 //! count, and its resource and texture descriptors are the driver's with other fields,
@@ -12,8 +13,9 @@
 
 use super::{NullStream, Rt, cu, memory::direction, out, rt_exports, rt_variants, state};
 use crate::api::array::{
-    cuArray3DCreate_v2, cuArray3DGetDescriptor_v2, cuArrayDestroy, cuMipmappedArrayCreate, cuMipmappedArrayDestroy,
-    cuMipmappedArrayGetLevel, cuTexObjectCreate, cuTexObjectDestroy, cuTexObjectGetResourceDesc,
+    cuArray3DCreate_v2, cuArray3DGetDescriptor_v2, cuArrayDestroy, cuMemcpyAtoA_v2, cuMemcpyAtoA_v2_ptds,
+    cuMipmappedArrayCreate, cuMipmappedArrayDestroy, cuMipmappedArrayGetLevel, cuSurfObjectCreate, cuSurfObjectDestroy,
+    cuSurfObjectGetResourceDesc, cuTexObjectCreate, cuTexObjectDestroy, cuTexObjectGetResourceDesc,
     cuTexObjectGetTextureDesc,
 };
 use crate::api::exports::{cuMemcpy2D_v2, cuMemcpy2DAsync_v2};
@@ -21,7 +23,7 @@ use gpupool_shim::cuda::{
     CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION, CU_TRSF_NORMALIZED_COORDINATES, CU_TRSF_READ_AS_INTEGER,
     CU_TRSF_SEAMLESS_CUBEMAP, CU_TRSF_SRGB, CUDA_ARRAY3D_DESCRIPTOR, CUDA_MEMCPY2D, CUDA_RESOURCE_DESC,
     CUDA_TEXTURE_DESC, CUaddress_mode, CUarray, CUarray_format as F, CUdeviceptr, CUfilter_mode, CUmemorytype as MT,
-    CUresourcetype, CUstream, CUtexObject,
+    CUresourcetype, CUstream, CUsurfObject, CUtexObject,
 };
 use gpupool_shim::cudart::{
     cudaArray_t, cudaChannelFormatDesc, cudaChannelFormatKind as Kind, cudaError, cudaExtent, cudaMemcpyKind as K,
@@ -516,6 +518,21 @@ fn channel_desc_to_12(d: cudaChannelFormatDesc) -> gpupool_shim::cudart12::cudaC
     }
 }
 
+/// The application's `cudaResourceDesc`, in the layout of the runtime it loaded: CUDA 13's
+/// `flags` must be 0.
+fn read_resource(res: *const cudaResourceDesc12) -> Rt<cudaResourceDesc12> {
+    let r = read(res)?;
+    if super::runtime_major() >= 13 {
+        // SAFETY: non-null (read above); a CUDA 13 program passes CUDA 13's struct.
+        let flags = unsafe { res.cast::<cudaResourceDesc>().read_unaligned() }.flags;
+        if flags != 0 {
+            crate::util::log(&format!("cudaErrorInvalidValue: cudaResourceDesc.flags is {flags}, must be 0"));
+            return Err(cudaError::cudaErrorInvalidValue);
+        }
+    }
+    Ok(r)
+}
+
 fn create_texture_object(
     tex: *mut cudaTextureObject_t,
     res: *const cudaResourceDesc12,
@@ -587,6 +604,12 @@ fn get_resource_desc(res: *mut cudaResourceDesc12, t: cudaTextureObject_t) -> Rt
     let mut d = CUDA_RESOURCE_DESC::default();
     // SAFETY: our own export with a valid out-pointer; it looks the handle up.
     cu(unsafe { cuTexObjectGetResourceDesc(&mut d, t) })?;
+    write_resource(res, d)
+}
+
+/// Writes the driver's resource descriptor as the runtime's, in the layout of the runtime
+/// the program loaded.
+fn write_resource(res: *mut cudaResourceDesc12, d: CUDA_RESOURCE_DESC) -> Rt<()> {
     let mut r = cudaResourceDesc12::default();
     // SAFETY (the union reads): `resType` says which member the driver filled.
     match d.resType {
@@ -632,6 +655,82 @@ fn get_resource_desc(res: *mut cudaResourceDesc12, t: cudaTextureObject_t) -> Rt
     } else {
         out(res, r)
     }
+}
+
+/// `cudaCreateSurfaceObject`: over an array made with `cudaArraySurfaceLoadStore`, as the
+/// driver's `cuSurfObjectCreate` (a backend surface through the pool).
+fn create_surface_object(surf: *mut u64, res: *const cudaResourceDesc12) -> Rt<()> {
+    if surf.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    let r = read_resource(res)?;
+    if cudaResourceType(r.resType.0) != cudaResourceType::cudaResourceTypeArray {
+        crate::util::log(&format!("cudaErrorInvalidValue: a surface object over resource type {}", r.resType.0));
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    state::context()?;
+    let (rd, _) = resource_to_driver(&r)?;
+    let mut h: CUsurfObject = 0;
+    // SAFETY: our own export with a valid out-pointer and a filled descriptor.
+    cu(unsafe { cuSurfObjectCreate(&mut h, &rd) })?;
+    out(surf, h)
+}
+
+fn destroy_surface_object(s: u64) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it looks the handle up.
+    cu(unsafe { cuSurfObjectDestroy(s) })
+}
+
+fn get_surface_resource_desc(res: *mut cudaResourceDesc12, s: u64) -> Rt<()> {
+    if res.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    state::context()?;
+    let mut d = CUDA_RESOURCE_DESC::default();
+    // SAFETY: our own export with a valid out-pointer; it looks the handle up.
+    cu(unsafe { cuSurfObjectGetResourceDesc(&mut d, s) })?;
+    write_resource(res, d)
+}
+
+/// The deprecated 1D `cudaMemcpyArrayToArray`: `n` bytes from (`ws` bytes, row `hs`) of
+/// `src`, its rows taken one after another, to (`wd`, `hd`) of `dst`: the driver's
+/// `cuMemcpyAtoA` at those byte offsets.
+#[allow(clippy::too_many_arguments)]
+fn memcpy_array_to_array(
+    dst: cudaArray_t,
+    wd: usize,
+    hd: usize,
+    src: cudaArray_t,
+    ws: usize,
+    hs: usize,
+    n: usize,
+    kind: K,
+    ns: NullStream,
+) -> Rt<()> {
+    if !matches!(kind, K::cudaMemcpyDeviceToDevice | K::cudaMemcpyDefault) {
+        return Err(cudaError::cudaErrorInvalidMemcpyDirection);
+    }
+    state::context()?;
+    let offset = |a: cudaArray_t, w: usize, h: usize| -> Rt<usize> {
+        let mut d = CUDA_ARRAY3D_DESCRIPTOR::default();
+        // SAFETY: our own export with a valid out-pointer; it looks the handle up.
+        cu(unsafe { cuArray3DGetDescriptor_v2(&mut d, a.cast()) })?;
+        let row = d.Width * element_bytes(a)?;
+        if w >= row.max(1) && n > 0 {
+            return Err(cudaError::cudaErrorInvalidValue);
+        }
+        h.checked_mul(row).and_then(|o| o.checked_add(w)).ok_or(cudaError::cudaErrorInvalidValue)
+    };
+    let (doff, soff) = (offset(dst, wd, hd)?, offset(src, ws, hs)?);
+    // SAFETY: our own exports; they look the handles up.
+    cu(unsafe {
+        if ns == NullStream::PerThread {
+            cuMemcpyAtoA_v2_ptds(dst.cast(), doff, src.cast(), soff, n)
+        } else {
+            cuMemcpyAtoA_v2(dst.cast(), doff, src.cast(), soff, n)
+        }
+    })
 }
 
 fn get_texture_desc(desc: *mut cudaTextureDesc, t: cudaTextureObject_t) -> Rt<()> {
@@ -688,6 +787,9 @@ rt_exports! {
     cudaFreeMipmappedArray => free_mipmapped_array(m: cudaMipmappedArray_t);
     cudaGetTextureObjectResourceDesc => get_resource_desc(res: *mut cudaResourceDesc12, t: cudaTextureObject_t);
     cudaGetTextureObjectTextureDesc => get_texture_desc(desc: *mut cudaTextureDesc, t: cudaTextureObject_t);
+    cudaCreateSurfaceObject => create_surface_object(surf: *mut u64, res: *const cudaResourceDesc12);
+    cudaDestroySurfaceObject => destroy_surface_object(s: u64);
+    cudaGetSurfaceObjectResourceDesc => get_surface_resource_desc(res: *mut cudaResourceDesc12, s: u64);
 }
 
 rt_variants! {
@@ -706,6 +808,8 @@ rt_variants! {
         kind: K);
     cudaMemcpyToArray / cudaMemcpyToArray_ptds => memcpy_to_array(
         dst: cudaArray_t, w: usize, h: usize, src: *const c_void, n: usize, kind: K);
+    cudaMemcpyArrayToArray / cudaMemcpyArrayToArray_ptds => memcpy_array_to_array(
+        dst: cudaArray_t, wd: usize, hd: usize, src: cudaArray_t, ws: usize, hs: usize, n: usize, kind: K);
     cudaMemcpyFromArray / cudaMemcpyFromArray_ptds => memcpy_from_array(
         dst: *mut c_void, src: cudaArray_t, w: usize, h: usize, n: usize, kind: K);
 }

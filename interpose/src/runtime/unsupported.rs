@@ -45,8 +45,8 @@ macro_rules! unsupported {
 
 unsupported! {
     __cudaGetProcAddress, __cudaRegisterHostVar, __cudaRegisterUnifiedTable, cudaArrayGetMemoryRequirements,
-    cudaArrayGetPlane, cudaArrayGetSparseProperties, cudaCreateSurfaceObject, cudaCtxResetPersistingL2Cache,
-    cudaDestroyExternalMemory, cudaDestroyExternalSemaphore, cudaDestroySurfaceObject,
+    cudaArrayGetPlane, cudaArrayGetSparseProperties, cudaCtxResetPersistingL2Cache,
+    cudaDestroyExternalMemory, cudaDestroyExternalSemaphore,
     cudaDeviceDisablePeerAccess, cudaDeviceEnablePeerAccess, cudaDeviceFlushGPUDirectRDMAWrites,
     cudaDeviceGetGraphMemAttribute, cudaDeviceGetHostAtomicCapabilities, cudaDeviceGetNvSciSyncAttributes,
     cudaDeviceGetP2PAtomicCapabilities, cudaDeviceGetP2PAttribute, cudaDeviceGetSharedMemConfig,
@@ -59,7 +59,7 @@ unsupported! {
     cudaFuncGetName, cudaFuncGetParamInfo, cudaFuncSetSharedMemConfig, cudaGLGetDevices, cudaGLMapBufferObject,
     cudaGLMapBufferObjectAsync, cudaGLRegisterBufferObject, cudaGLSetBufferObjectMapFlags, cudaGLSetGLDevice,
     cudaGLUnmapBufferObject, cudaGLUnmapBufferObjectAsync, cudaGLUnregisterBufferObject, cudaGetExportTable,
-    cudaGetSurfaceObjectResourceDesc, cudaGetTextureObjectResourceViewDesc, cudaGraphAddChildGraphNode,
+    cudaGetTextureObjectResourceViewDesc, cudaGraphAddChildGraphNode,
     cudaGraphAddDependencies, cudaGraphAddDependencies_v2, cudaGraphAddEmptyNode, cudaGraphAddEventRecordNode,
     cudaGraphAddEventWaitNode, cudaGraphAddExternalSemaphoresSignalNode, cudaGraphAddExternalSemaphoresWaitNode,
     cudaGraphAddHostNode, cudaGraphAddKernelNode, cudaGraphAddMemAllocNode, cudaGraphAddMemFreeNode,
@@ -105,7 +105,7 @@ unsupported! {
     cudaMemPrefetchAsync_v2, cudaMemPrefetchAsync_v2_ptsz, cudaMemPrefetchBatchAsync,
     cudaMemPrefetchBatchAsync_ptsz, cudaMemRangeGetAttribute, cudaMemRangeGetAttributes, cudaMemSetMemPool,
     cudaMemcpy3DBatchAsync, cudaMemcpy3DBatchAsync_ptsz, cudaMemcpy3DPeer, cudaMemcpy3DPeerAsync,
-    cudaMemcpy3DPeerAsync_ptsz, cudaMemcpy3DPeer_ptds, cudaMemcpyArrayToArray, cudaMemcpyArrayToArray_ptds,
+    cudaMemcpy3DPeerAsync_ptsz, cudaMemcpy3DPeer_ptds,
     cudaMemcpyBatchAsync, cudaMemcpyBatchAsync_ptsz, cudaMemcpyFromArrayAsync, cudaMemcpyFromArrayAsync_ptsz,
     cudaMemcpyToArrayAsync, cudaMemcpyToArrayAsync_ptsz, cudaMipmappedArrayGetMemoryRequirements,
     cudaMipmappedArrayGetSparseProperties, cudaOccupancyMaxActiveClusters, cudaOccupancyMaxPotentialClusterSize,
