@@ -44,8 +44,15 @@ pub const LIBDIR_ENV: &str = "GPUPOOL_SIM_LIBDIR";
 /// Set in a child started by [`isolated_test!`]: the full name of the test it must run.
 pub const CHILD_ENV: &str = "GPUPOOL_E2E_CHILD";
 /// The simulator's configuration variables; children start with none of them but their own.
-pub const SIM_ENV: &[&str] =
-    &["GPUPOOL_SIM_DEVICES", "GPUPOOL_SIM_MEMORY", "GPUPOOL_SIM_DRIVER_VERSION", "GPUPOOL_SIM_CONFIG"];
+pub const SIM_ENV: &[&str] = &[
+    "GPUPOOL_SIM_DEVICES",
+    "GPUPOOL_SIM_MEMORY",
+    "GPUPOOL_SIM_DRIVER_VERSION",
+    "GPUPOOL_SIM_CONFIG",
+    "GPUPOOL_SIM_NPU_DEVICES",
+    "GPUPOOL_SIM_NPU_MEMORY",
+    "GPUPOOL_SIM_NPU_CONFIG",
+];
 
 /// Result codes, short names for the ones tests compare against.
 pub mod status {
