@@ -319,6 +319,9 @@ macro_rules! driver_entry_points {
         "cuGraphAddKernelNode" => [10000 => !, 12000 => cuGraphAddKernelNode_v2];
         "cuGraphAddMemsetNode" => [10000 => cuGraphAddMemsetNode];
         "cuGraphAddHostNode" => [10000 => cuGraphAddHostNode];
+        "cuGraphHostNodeGetParams" => [10000 => cuGraphHostNodeGetParams];
+        "cuGraphHostNodeSetParams" => [10000 => cuGraphHostNodeSetParams];
+        "cuGraphExecHostNodeSetParams" => [10020 => cuGraphExecHostNodeSetParams];
         "cuGraphAddEmptyNode" => [10000 => cuGraphAddEmptyNode];
         "cuGraphAddChildGraphNode" => [10000 => cuGraphAddChildGraphNode];
         "cuGraphAddEventRecordNode" => [11010 => cuGraphAddEventRecordNode];

@@ -47,11 +47,15 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
         "forged handles are refused",
         "graphs built node by node: dependencies, child graph, set params, update, clone, dot",
         "memcpy nodes: page-locked host to device, 2D device to device, device to page-locked host",
+        "host functions in a capture run in order, once per replay, off the main thread",
+        "cuStreamAddCallback on a capturing stream is refused and invalidates the capture",
+        "host nodes: parameters read back and changed on the graph and on an instantiated graph",
         "graphs destroyed once",
     ] {
         assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
     }
     assert!(stdout.contains("replays 1000 "), "{stdout}");
+    assert!(stdout.contains("host replays 100\n"), "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
     // Graph launches went through the compute scheduler: 1,000 of them, plus 1,000 eager rounds of two
     // kernels, and the two empty graphs.

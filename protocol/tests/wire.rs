@@ -80,6 +80,7 @@ fn async_operations_are_exactly_these() {
         StagingWrite,
         GraphUpload,
         GraphLaunch,
+        LaunchHostFunc,
     ]
     .into();
     let actual: BTreeSet<RequestOp> = RequestOp::ALL.iter().copied().filter(|o| o.is_async()).collect();

@@ -5786,6 +5786,25 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuGraphHostNodeGetParams(
+        hNode: CUgraphNode,
+        nodeParams: *mut CUDA_HOST_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphHostNodeSetParams(
+        hNode: CUgraphNode,
+        nodeParams: *const CUDA_HOST_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphExecHostNodeSetParams(
+        hGraphExec: CUgraphExec,
+        hNode: CUgraphNode,
+        nodeParams: *const CUDA_HOST_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuGraphAddEmptyNode(
         phGraphNode: *mut CUgraphNode,
         hGraph: CUgraph,

@@ -26,6 +26,29 @@ pub struct KernelLaunch {
     pub params: Vec<u8>,
 }
 
+/// A host node's function and argument (the application's addresses), kept so that
+/// `cuGraphHostNodeGetParams` can answer them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct HostFn {
+    pub f: usize,
+    pub user: usize,
+}
+
+impl HostFn {
+    /// The node's work: the function called with its argument on the stream's worker (each stream
+    /// has its own, so a host function that blocks holds back its stream only, as on a GPU).
+    pub fn job(self) -> Job {
+        Arc::new(move || {
+            // SAFETY: `f` is the CUhostFn the application passed (non-null, checked when the node
+            // was made or changed), restored to its type.
+            let f: unsafe extern "C" fn(*mut std::ffi::c_void) = unsafe { std::mem::transmute(self.f) };
+            // SAFETY: the application's function with its own argument, each time the graph runs.
+            unsafe { f(self.user as *mut std::ffi::c_void) };
+            Ok(())
+        })
+    }
+}
+
 #[derive(Clone)]
 pub enum Op {
     /// Captured work.
@@ -33,7 +56,7 @@ pub enum Op {
     Kernel(KernelLaunch, Job),
     Memset(Job),
     Memcpy(Job),
-    Host(Job),
+    Host(HostFn, Job),
     EventRecord(Arc<Event>),
     EventWait(Arc<Event>),
     /// A copy of the child graph's nodes, made when the node was added (as CUDA clones it).
@@ -48,7 +71,7 @@ impl Op {
             Op::Captured(Work::Kernel, _) | Op::Kernel(..) => "KERNEL",
             Op::Captured(Work::Memory, _) | Op::Memcpy(_) => "MEMCPY",
             Op::Memset(_) => "MEMSET",
-            Op::Captured(Work::Control, _) | Op::Host(_) => "HOST",
+            Op::Captured(Work::Control, _) | Op::Host(..) => "HOST",
             Op::EventRecord(_) => "EVENT_RECORD",
             Op::EventWait(_) => "WAIT_EVENT",
             Op::Child(_) => "CHILD_GRAPH",
@@ -144,7 +167,7 @@ fn order(nodes: &[Node]) -> CuResult<Vec<usize>> {
 }
 
 /// The steps of `nodes` in dependency order, child graphs inlined; `top` gets, for each top-level
-/// kernel node, the index of its step (its parameters can be changed there).
+/// kernel or host node, the index of its step (its parameters can be changed there).
 fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Option<usize>>>) -> CuResult<()> {
     if let Some(t) = top.as_deref_mut() {
         t.resize(nodes.len(), None);
@@ -155,15 +178,15 @@ fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Optio
             Op::Captured(w, j) => steps.push(Step::Run(*w, j.clone())),
             Op::Kernel(_, j) => steps.push(Step::Run(Work::Kernel, j.clone())),
             Op::Memset(j) | Op::Memcpy(j) => steps.push(Step::Run(Work::Memory, j.clone())),
-            Op::Host(j) => steps.push(Step::Run(Work::Control, j.clone())),
+            Op::Host(_, j) => steps.push(Step::Run(Work::Control, j.clone())),
             Op::EventRecord(e) => steps.push(Step::Record(e.clone())),
             Op::EventWait(e) => steps.push(Step::Wait(e.clone())),
             Op::Child(c) => flatten(c, steps, None)?,
             Op::Empty => {}
         }
-        let kernel = matches!(nodes[i].op, Op::Kernel(..) | Op::Captured(Work::Kernel, _));
+        let settable = matches!(nodes[i].op, Op::Kernel(..) | Op::Captured(Work::Kernel, _) | Op::Host(..));
         if let Some(t) = top.as_deref_mut()
-            && kernel
+            && settable
         {
             t[i] = Some(at);
         }
@@ -223,7 +246,7 @@ pub struct GraphExec {
     /// The graph it was made from (nodes are named by that graph's node handles).
     pub graph: u64,
     steps: Mutex<Vec<Step>>,
-    /// Per node of the graph: its step, if it is a kernel node.
+    /// Per node of the graph: its step, if it is a kernel or host node.
     top: Vec<Option<usize>>,
     topology: Topology,
 }
@@ -258,15 +281,18 @@ impl GraphExec {
         self.steps.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Replaces the job of kernel node `index`'s step.
-    pub fn set_job(&self, index: usize, job: Job) -> CuResult<()> {
-        let Some(Some(at)) = self.top.get(index) else {
-            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-                "not a kernel node of the graph this was instantiated from".into()
-            });
-        };
+    /// Replaces the job of node `index`'s step, which must be a `work` step (a kernel node's is
+    /// `Work::Kernel`, a host node's `Work::Control`).
+    pub fn set_job(&self, index: usize, work: Work, job: Job) -> CuResult<()> {
         let mut steps = self.steps.lock().unwrap_or_else(|e| e.into_inner());
-        steps[*at] = Step::Run(Work::Kernel, job);
-        Ok(())
+        match self.top.get(index) {
+            Some(&Some(at)) if matches!(steps[at], Step::Run(w, _) if w == work) => {
+                steps[at] = Step::Run(work, job);
+                Ok(())
+            }
+            _ => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("not a {work:?} node of the graph this was instantiated from")
+            }),
+        }
     }
 }

@@ -18,10 +18,19 @@
  * capture (cuStreamEndCapture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, NULL graph); in relaxed
  * mode cuMemAlloc is allowed; the stream works normally afterwards; forged handles are refused;
  * a graph built node by node (memset, kernel, child graph, event record; dependencies; parameter
- * change, update from a clone, DOT text) runs as the CPU says; host nodes are refused; a graph of
- * memcpy (page-locked host to device), memset, kernel, a 2D device-to-device memcpy and a memcpy
- * back to page-locked memory runs as the CPU says, and a memcpy node from pageable memory is
- * refused.
+ * change, update from a clone, DOT text) runs as the CPU says; a host node without a function is
+ * refused; a graph of memcpy (page-locked host to device), memset, kernel, a 2D device-to-device
+ * memcpy and a memcpy back to page-locked memory runs as the CPU says, and a memcpy node from
+ * pageable memory is refused.
+ *
+ * Host functions: a capture of kernel -> memcpy to page-locked `hin` -> cuLaunchHostFunc(relay)
+ * -> memcpy from page-locked `hout` -> kernel, where relay reads hin and writes hout; replayed
+ * --host-replays times [100], every result checked against the CPU (which it only matches if
+ * each host call ran after the copy before it and before the copy after it) and every call
+ * counted, on a thread other than main's, where a CUDA call is CUDA_ERROR_NOT_PERMITTED;
+ * cuStreamAddCallback on a capturing stream is refused and invalidates the capture; an explicit
+ * host node's parameters read back, changed on the graph (instantiated graphs keep theirs) and
+ * on an instantiated graph.
  *
  * Output: "ok <check>" per check, "replays <n> ms <t>", "done"; a failure prints
  * "FAIL <check>: ..." on stderr and exits 1.
@@ -30,6 +39,7 @@
 #include "gpupool_cuda.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +60,8 @@
     X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuGraphAddKernelNode_v2) X(cuGraphAddMemsetNode)                        \
     X(cuGraphAddChildGraphNode) X(cuGraphAddEventRecordNode) X(cuGraphAddDependencies)                            \
     X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphClone) X(cuGraphExecUpdate_v2) X(cuGraphDebugDotPrint)       \
-    X(cuGraphAddHostNode) X(cuGraphAddMemcpyNode)
+    X(cuGraphAddHostNode) X(cuGraphAddMemcpyNode) X(cuLaunchHostFunc) X(cuStreamAddCallback)                 \
+    X(cuGraphHostNodeGetParams) X(cuGraphHostNodeSetParams) X(cuGraphExecHostNodeSetParams) X(cuMemcpyDtoHAsync_v2)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -138,6 +149,31 @@ static void set_x(int r) {
 
 static void read_back(uint32_t *dst, CUdeviceptr src) { CU(cuMemcpyDtoH_v2, dst, src, N * 4); }
 
+/* ---- host functions ---- */
+static pthread_t main_thread;
+static uint32_t *hin, *hout; /* page-locked */
+static int relay_calls, relay_on_main, relay_cuda_rc;
+
+/* hout = 2 * hin + (calls so far): what the next copy sends to the device. */
+static void relay(void *user) {
+    (void)user;
+    if (pthread_equal(pthread_self(), main_thread)) relay_on_main++;
+    for (int i = 0; i < N; i++) hout[i] = 2u * hin[i] + (uint32_t)relay_calls;
+    relay_cuda_rc = (int)p_cuCtxSynchronize();
+    relay_calls++;
+}
+
+/* Counts into the int it is given. */
+static void mark(void *user) {
+    if (pthread_equal(pthread_self(), main_thread)) relay_on_main++;
+    ++*(int *)user;
+}
+
+static void a_callback(CUstream hs, CUresult status, void *user) {
+    (void)hs, (void)status;
+    ++*(int *)user;
+}
+
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -146,9 +182,12 @@ static uint64_t now_ns(void) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int replays = 1000;
-    for (int i = 1; i + 1 < argc; i += 2)
+    int replays = 1000, host_replays = 100;
+    for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--replays") == 0) replays = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--host-replays") == 0) host_replays = atoi(argv[i + 1]);
+    }
+    main_thread = pthread_self();
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!lib) {
         fprintf(stderr, "FAIL dlopen: %s\n", dlerror());
@@ -389,7 +428,7 @@ int main(int argc, char **argv) {
         CU(cuGraphAddEventRecordNode, &ne, gb, &nc, 1, ev);
         CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddDependencies, gb, &nm, &na, 1); /* a node of another graph */
         CUDA_HOST_NODE_PARAMS hp = {0};
-        CU_EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddHostNode, &bad, gb, NULL, 0, &hp);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddHostNode, &bad, gb, NULL, 0, &hp); /* no function */
         CU(cuGraphClone, &cl, gb);
         CU(cuGraphInstantiateWithFlags, &xb, gb, 0);
         CU(cuGraphLaunch, xb, s);
@@ -502,6 +541,98 @@ int main(int argc, char **argv) {
         CU(cuGraphDestroy, gm);
         CU(cuMemFreeHost, out);
         ok("memcpy nodes: page-locked host to device, 2D device to device, device to page-locked host");
+    }
+
+    /* Host functions in a capture: y = 3y + x + k; hin = y; relay: hout = 2 hin + c; x = hout;
+     * y = 3y + x + k; the CPU follows, replay by replay. */
+    {
+        CUgraph gh = NULL;
+        CUgraphExec xh = NULL;
+        CUdeviceptr x = g[0], y = g[1];
+        uint32_t k = 9, n = N, cx[N], cyy[N], res[N];
+        void *sa[] = {&y, &x, &k, &n};
+        CU(cuMemHostAlloc, (void **)&hin, N * 4, CU_MEMHOSTALLOC_PORTABLE);
+        CU(cuMemHostAlloc, (void **)&hout, N * 4, CU_MEMHOSTALLOC_PORTABLE);
+        set_x(99);
+        for (int i = 0; i < N; i++) cx[i] = pinned[i], cyy[i] = 0;
+        CU(cuMemcpyHtoD_v2, x, pinned, N * 4);
+        CU(cuMemcpyHtoD_v2, y, zero, sizeof zero);
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CU(cuLaunchKernel, f_step, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, sa, NULL);
+        CU(cuMemcpyDtoHAsync_v2, hin, y, N * 4, s);
+        CU(cuLaunchHostFunc, s, relay, NULL);
+        CU(cuMemcpyHtoDAsync_v2, x, hout, N * 4, s);
+        CU(cuLaunchKernel, f_step, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, sa, NULL);
+        CU(cuStreamEndCapture, s, &gh);
+        if (relay_calls != 0) fail("captured host function", "ran %ld times during capture %ld", relay_calls, 0);
+        CU(cuGraphInstantiateWithFlags, &xh, gh, 0);
+        for (int r = 0; r < host_replays; r++) {
+            CU(cuGraphLaunch, xh, s);
+            CU(cuStreamSynchronize, s);
+            if (relay_calls != r + 1) fail("host function once per replay", "replay %ld: %ld calls", r, relay_calls);
+            read_back(res, y);
+            for (int i = 0; i < N; i++) {
+                cyy[i] = 3u * cyy[i] + cx[i] + k;
+                cx[i] = 2u * cyy[i] + (uint32_t)r;
+                cyy[i] = 3u * cyy[i] + cx[i] + k;
+                if (res[i] != cyy[i]) fail("host function in order", "replay %ld index %ld", r, i);
+            }
+        }
+        if (relay_on_main) fail("host function thread", "%ld calls on the main thread %ld", relay_on_main, 0);
+        if (relay_cuda_rc != CUDA_ERROR_NOT_PERMITTED)
+            fail("CUDA in a host function", "returned %ld, expected %ld", relay_cuda_rc, CUDA_ERROR_NOT_PERMITTED);
+        CU(cuGraphExecDestroy, xh);
+        CU(cuGraphDestroy, gh);
+        printf("host replays %d\n", host_replays);
+        ok("host functions in a capture run in order, once per replay, off the main thread");
+
+        int cb_calls = 0;
+        CUgraph gi = NULL;
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuStreamAddCallback, s, a_callback, &cb_calls, 0);
+        CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture, s, &gi);
+        if (gi != NULL || cb_calls != 0) fail("callback in a capture", "graph %ld calls %ld", gi != NULL, cb_calls);
+        ok("cuStreamAddCallback on a capturing stream is refused and invalidates the capture");
+
+        /* An explicit host node: its parameters read back, changed on the graph (an instantiated
+         * graph keeps its own) and on an instantiated graph. */
+        int a = 0, b = 0, c = 0;
+        CUgraph gn = NULL;
+        CUgraphExec x1 = NULL, x2 = NULL;
+        CUgraphNode hn = NULL, en = NULL;
+        CUDA_HOST_NODE_PARAMS hp = {.fn = mark, .userData = &a}, got_p;
+        CU(cuGraphCreate, &gn, 0);
+        CU(cuGraphAddEmptyNode, &en, gn, NULL, 0);
+        CU(cuGraphAddHostNode, &hn, gn, &en, 1, &hp);
+        CU(cuGraphInstantiateWithFlags, &x1, gn, 0);
+        CU(cuGraphLaunch, x1, s);
+        CU(cuStreamSynchronize, s);
+        CU(cuGraphHostNodeGetParams, hn, &got_p);
+        if (got_p.fn != mark || got_p.userData != &a || a != 1) fail("host node", "params read back %ld, a = %ld", got_p.userData == &a, a);
+        hp.userData = &b;
+        CU(cuGraphHostNodeSetParams, hn, &hp);
+        CU(cuGraphLaunch, x1, s);
+        CU(cuGraphInstantiateWithFlags, &x2, gn, 0);
+        CU(cuGraphLaunch, x2, s);
+        CU(cuStreamSynchronize, s);
+        if (a != 2 || b != 1) fail("host node set params", "a = %ld, b = %ld", a, b);
+        hp.userData = &c;
+        CU(cuGraphExecHostNodeSetParams, x1, hn, &hp);
+        for (int r = 0; r < 3; r++) CU(cuGraphLaunch, x1, s);
+        CU(cuStreamSynchronize, s);
+        CU(cuGraphHostNodeGetParams, hn, &got_p);
+        if (a != 2 || b != 1 || c != 3 || got_p.userData != &b)
+            fail("exec host node set params", "a = %ld, c = %ld", a, c);
+        hp.fn = NULL;
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphHostNodeSetParams, hn, &hp);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphHostNodeGetParams, en, &got_p); /* not a host node */
+        if (relay_on_main) fail("host node thread", "%ld calls on the main thread %ld", relay_on_main, 0);
+        CU(cuGraphExecDestroy, x1);
+        CU(cuGraphExecDestroy, x2);
+        CU(cuGraphDestroy, gn);
+        CU(cuMemFreeHost, hin);
+        CU(cuMemFreeHost, hout);
+        ok("host nodes: parameters read back and changed on the graph and on an instantiated graph");
     }
 
     CU(cuGraphExecDestroy, exec);

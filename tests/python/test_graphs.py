@@ -294,3 +294,76 @@ def test_memcpy_nodes_and_exec_update(cuda, gctx):
         check(cuda.cuGraphDestroy(g))
     check(cuda.cuStreamDestroy(stream))
     del keep3, keep5
+
+
+def test_host_node_parameters_and_no_callbacks_in_a_capture(cuda, gctx):
+    """cuGraphHostNodeGetParams/SetParams change the graph's node only (graphs instantiated before
+    keep theirs), cuGraphExecHostNodeSetParams one instantiated graph; host functions run on a
+    thread other than the caller's; cuStreamAddCallback cannot be captured (NVIDIA: "not supported
+    with cuStreamBeginCapture and cuStreamEndCapture, unlike cuLaunchHostFunc") and invalidates
+    the capture, while cuLaunchHostFunc becomes a host node."""
+    import ctypes
+    import threading
+
+    hits, threads = {}, set()
+
+    def host(user):
+        hits[user] = hits.get(user, 0) + 1
+        threads.add(threading.get_ident())
+
+    cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(host)
+    fn = ctypes.cast(cb, ctypes.c_void_p).value
+
+    def params(user):
+        hp = cuda.CUDA_HOST_NODE_PARAMS()
+        hp.fn = cuda.CUhostFn(fn)
+        hp.userData = user
+        return hp
+
+    graph = check(cuda.cuGraphCreate(0))
+    node = check(cuda.cuGraphAddHostNode(graph, None, 0, params(1)))
+    assert int(check(cuda.cuGraphHostNodeGetParams(node)).userData) == 1
+    stream = check(cuda.cuStreamCreate(0))
+    e1 = check(cuda.cuGraphInstantiate(graph, 0))
+    check(cuda.cuGraphHostNodeSetParams(node, params(2)))
+    e2 = check(cuda.cuGraphInstantiate(graph, 0))
+    check(cuda.cuGraphLaunch(e1, stream))
+    check(cuda.cuStreamSynchronize(stream))
+    assert hits == {1: 1}
+    check(cuda.cuGraphExecHostNodeSetParams(e1, node, params(3)))
+    check(cuda.cuGraphLaunch(e1, stream))
+    check(cuda.cuGraphLaunch(e2, stream))
+    check(cuda.cuStreamSynchronize(stream))
+    assert hits == {1: 1, 3: 1, 2: 1}
+    assert int(check(cuda.cuGraphHostNodeGetParams(node)).userData) == 2
+    assert threading.get_ident() not in threads
+
+    empty = check(cuda.cuGraphAddEmptyNode(graph, None, 0))
+    (err, _) = cuda.cuGraphHostNodeGetParams(empty)
+    assert err == cuda.CUresult.CUDA_ERROR_INVALID_VALUE, "an empty node is not a host node"
+    (err,) = cuda.cuGraphExecHostNodeSetParams(e1, empty, params(4))
+    assert err == cuda.CUresult.CUDA_ERROR_INVALID_VALUE
+
+    check(cuda.cuStreamBeginCapture(stream, cuda.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL))
+    check(cuda.cuLaunchHostFunc(stream, cuda.CUhostFn(fn), 5))
+    captured = check(cuda.cuStreamEndCapture(stream))
+    assert 5 not in hits
+    e3 = check(cuda.cuGraphInstantiate(captured, 0))
+    # Once: cuda-bindings wraps the function in a record of its own that it frees after one call.
+    check(cuda.cuGraphLaunch(e3, stream))
+    check(cuda.cuStreamSynchronize(stream))
+    assert hits[5] == 1
+
+    scb = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)(lambda s, st, u: host(6))
+    check(cuda.cuStreamBeginCapture(stream, cuda.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL))
+    (err,) = cuda.cuStreamAddCallback(stream, cuda.CUstreamCallback(ctypes.cast(scb, ctypes.c_void_p).value), 0, 0)
+    assert err == cuda.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+    (err, g) = cuda.cuStreamEndCapture(stream)
+    assert err == cuda.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    check(cuda.cuStreamSynchronize(stream))
+    assert 6 not in hits
+    for e in (e1, e2, e3):
+        check(cuda.cuGraphExecDestroy(e))
+    check(cuda.cuGraphDestroy(graph))
+    check(cuda.cuGraphDestroy(captured))
+    check(cuda.cuStreamDestroy(stream))

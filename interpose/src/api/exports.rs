@@ -107,13 +107,19 @@ exports! { CUresult;
     cuStreamEndCapture | cuStreamEndCapture_ptsz (h: val CUstream, pgraph: val *mut CUgraph) = graph::end_capture;
     cuGraphLaunch | cuGraphLaunch_ptsz (exec: val CUgraphExec, h: val CUstream) = graph::graph_launch;
     cuGraphUpload | cuGraphUpload_ptsz (exec: val CUgraphExec, h: val CUstream) = graph::graph_upload;
-    // Built node by node (host and memcpy nodes refused).
+    // Built node by node.
     cuGraphAddKernelNode_v2(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
         params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::add_kernel_node;
     cuGraphAddMemsetNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
         params: val *const CUDA_MEMSET_NODE_PARAMS, ctx: val CUcontext) = graph::add_memset_node;
     cuGraphAddHostNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
         params: val *const CUDA_HOST_NODE_PARAMS) = graph::add_host_node;
+    cuGraphHostNodeGetParams(node: val CUgraphNode, params: val *mut CUDA_HOST_NODE_PARAMS)
+        = graph::host_node_get_params;
+    cuGraphHostNodeSetParams(node: val CUgraphNode, params: val *const CUDA_HOST_NODE_PARAMS)
+        = graph::host_node_set_params;
+    cuGraphExecHostNodeSetParams(exec: val CUgraphExec, node: val CUgraphNode,
+        params: val *const CUDA_HOST_NODE_PARAMS) = graph::exec_host_node_set_params;
     cuGraphAddEmptyNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize)
         = graph::add_empty_node;
     cuGraphAddChildGraphNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode,

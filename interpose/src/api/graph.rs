@@ -609,16 +609,95 @@ pub(super) fn debug_dot_print(graph: CUgraph, path: *const c_char, flags: c_uint
     })
 }
 
-/// Host nodes are not forwarded yet (a host node must run the client's function in the
-/// client): refused with CUDA_ERROR_NOT_SUPPORTED and a log line.
-macro_rules! refused {
-    ($($f:ident($($t:ty),*);)*) => {$(
-        pub(super) fn $f($(_: $t),*) -> R<()> {
-            log("graph host nodes are not forwarded through the pool yet (capture a stream instead)");
-            Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
-        }
-    )*};
+// ---- host functions: run in this process by the host-function channel ----
+
+/// The application's function and argument from a host node's parameters, as the daemon carries
+/// them (addresses it hands back, never uses).
+fn host_fn(p: *const CUDA_HOST_NODE_PARAMS) -> R<(u64, u64)> {
+    if p.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the API's contract makes it point to the parameter struct.
+    let p = unsafe { p.read_unaligned() };
+    let f = p.fn_.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    Ok((f as usize as u64, p.userData as usize as u64))
 }
-refused! {
-    add_host_node(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *const CUDA_HOST_NODE_PARAMS);
+
+/// A host node: the daemon's graph runs `fn(userData)` here, on the channel's thread.
+pub(super) fn add_host_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const CUDA_HOST_NODE_PARAMS,
+) -> R<()> {
+    let (func, user) = host_fn(params)?;
+    let ep = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?.1;
+    add_node(out, graph, deps, n, |c, graph, deps| {
+        client::host_channel::ensure(c, ep, func)?;
+        Ok(Request::GraphAddHostNode { graph, deps, func, user })
+    })
+}
+
+pub(super) fn host_node_get_params(node: CUgraphNode, params: *mut CUDA_HOST_NODE_PARAMS) -> R<()> {
+    if params.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (id, ep) = id_of(node as u64, Kind::GraphNode).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let answer::HostFn { func, user } =
+        client::call(|c| c.conn_at(ep)?.ask(Request::GraphHostNodeGetParams { node: id }))?;
+    if func == 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the daemon hands back the CUhostFn this process gave it for the node (never NULL).
+    let f: unsafe extern "C" fn(*mut std::os::raw::c_void) = unsafe { std::mem::transmute(func as usize) };
+    crate::api::export::put(params, CUDA_HOST_NODE_PARAMS { fn_: Some(f), userData: user as usize as *mut _ });
+    Ok(())
+}
+
+pub(super) fn host_node_set_params(node: CUgraphNode, params: *const CUDA_HOST_NODE_PARAMS) -> R<()> {
+    let (func, user) = host_fn(params)?;
+    let (id, ep) = id_of(node as u64, Kind::GraphNode).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    client::call(|c| {
+        client::host_channel::ensure(c, ep, func)?;
+        c.conn_at(ep)?.call_ok(Request::GraphHostNodeSetParams { node: id, func, user })
+    })
+}
+
+pub(super) fn exec_host_node_set_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_HOST_NODE_PARAMS,
+) -> R<()> {
+    let (func, user) = host_fn(params)?;
+    let (eid, ep) = id_of(exec as u64, Kind::GraphExec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let (id, nep) = id_of(node as u64, Kind::GraphNode).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if nep != ep {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::call(|c| {
+        client::host_channel::ensure(c, ep, func)?;
+        let req = Request::GraphExecHostNodeSetParams { exec: GraphExecId(eid), node: id, func, user };
+        c.conn_at(ep)?.call_ok(req)
+    })
+}
+
+/// `cuLaunchHostFunc` on `stream` of endpoint `ep`: on a capturing stream a host node of the
+/// capture (true); on any other, `false` (the caller runs it).
+pub fn capture_host_func(c: &mut Client, stream: StreamId, ep: usize, func: u64, user: u64) -> R<bool> {
+    if !capturing(stream, ep) {
+        return Ok(false);
+    }
+    client::host_channel::ensure(c, ep, func)?;
+    c.conn_at(ep)?.post(Request::LaunchHostFunc { stream, func, user })?;
+    Ok(true)
+}
+
+/// `cuStreamAddCallback` on a capturing stream: NVIDIA documents it as not supported with stream
+/// capture (unlike `cuLaunchHostFunc`), so it fails and invalidates the capture.
+pub fn refuse_captured_callback(c: &mut Client, stream: StreamId, ep: usize) -> R<()> {
+    if !capturing(stream, ep) {
+        return Ok(());
+    }
+    Err(invalidate(c, stream, ep, "cuStreamAddCallback cannot be captured (cuLaunchHostFunc can)"))
 }

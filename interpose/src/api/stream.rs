@@ -164,9 +164,18 @@ pub(super) fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultS
     })
 }
 
-/// Host functions run on the calling thread once the stream's earlier work is done.
+/// On a capturing stream, a host node of the capture (run in this process by the daemon's graph,
+/// `super::graph::capture_host_func`); on any other, the function runs on the calling thread once
+/// the stream's earlier work is done.
 pub(super) fn launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void, d: DefaultStream) -> R<()> {
     let f = f.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let captured = client::call(|c| {
+        let (stream, ep) = resolve_any(c, h, d)?;
+        super::graph::capture_host_func(c, stream, ep, f as usize as u64, user as usize as u64)
+    })?;
+    if captured {
+        return Ok(());
+    }
     synchronize(h, d)?;
     // SAFETY: the application's callback with its own user data, as CUDA would call it.
     unsafe { f(user) };
@@ -184,6 +193,10 @@ pub(super) fn add_callback(
     if flags != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
+    client::call(|c| {
+        let (stream, ep) = resolve_any(c, h, d)?;
+        super::graph::refuse_captured_callback(c, stream, ep)
+    })?;
     let status = synchronize(h, d).err().unwrap_or(CUresult::CUDA_SUCCESS);
     // SAFETY: the application's callback with its own arguments, as CUDA would call it.
     unsafe { cb(h, status, user) };

@@ -56,6 +56,8 @@ pub struct Conn {
     pub broken: bool,
     /// Asynchronous requests posted since the last look for failure frames.
     posted: u32,
+    /// This session's host-function channel is attached ([`super::host_channel`]).
+    pub host_channel: bool,
 }
 
 /// Every this many async posts, failure frames the daemon queued are collected, so a
@@ -87,15 +89,7 @@ impl Conn {
     /// Connects and says hello. Errors name the endpoint and the reason; the caller picks
     /// the CUresult.
     pub fn open(ep: &Endpoint, settings: &mut NetSettings) -> Result<Conn, String> {
-        let t = match ep {
-            Endpoint::Unix(path) => {
-                let sock = UnixStream::connect(path).map_err(|e| format!("connecting to {}: {e}", path.display()))?;
-                let t = ShmTransport::connect(sock, WaitPolicy::default())
-                    .map_err(|e| format!("attaching to {}: {e}", path.display()))?;
-                Link::Shm(t)
-            }
-            Endpoint::Net { .. } => Link::Net(super::endpoint::dial(ep, settings)?),
-        };
+        let mut c = Conn::connect(ep, settings)?;
         let pid = std::process::id();
         let memory_limit = env_size("GPUPOOL_MEMORY").or_else(|| env_size("CUDA_DEVICE_MEMORY_LIMIT"));
         let compute_percent = std::env::var("GPUPOOL_COMPUTE")
@@ -105,18 +99,6 @@ impl Conn {
         let client_name = std::env::args().next().unwrap_or_default();
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let mut c = Conn {
-            t,
-            endpoint: ep.to_string(),
-            next_id: 1,
-            buf: Vec::new(),
-            out: Vec::new(),
-            pending: None,
-            driver_version: 0,
-            devices: Vec::new(),
-            broken: false,
-            posted: 0,
-        };
         let hello = Request::Hello {
             pid,
             uid,
@@ -137,6 +119,66 @@ impl Conn {
             Ok(other) => Err(format!("unexpected hello reply {:?}", other.op())),
             Err(code) => Err(format!("hello failed ({})", code.0)),
         }
+    }
+
+    /// A second connection to `ep`, attached as `session`'s host-function channel.
+    pub fn open_host_channel(
+        ep: &Endpoint,
+        settings: &mut NetSettings,
+        session: u64,
+        secret: [u8; 16],
+    ) -> Result<Conn, String> {
+        let mut c = Conn::connect(ep, settings)?;
+        match c.call_raw(Request::HostChannelAttach { session, secret }) {
+            Ok(Reply::Ok {}) => Ok(c),
+            Ok(Reply::Error { code, message }) => {
+                Err(format!("{ep} refused the host-function channel ({code}): {message}"))
+            }
+            Ok(other) => Err(format!("unexpected reply {:?} to the host-function channel", other.op())),
+            Err(code) => Err(format!("attaching the host-function channel failed ({})", code.0)),
+        }
+    }
+
+    /// On a host-function channel: reports call `done` (0: none) returned and waits for the next
+    /// function to run: (call, function, argument).
+    pub fn next_host_call(&mut self, done: u64) -> R<(u64, u64, u64)> {
+        match self.call_raw(Request::HostCallNext { done })? {
+            Reply::HostCall { call, func, user } => Ok((call, func, user)),
+            Reply::Error { code, message } => {
+                log(&message);
+                Err(CUresult(code))
+            }
+            other => {
+                log(&format!("unexpected reply {:?} on the host-function channel", other.op()));
+                Err(CUresult::CUDA_ERROR_UNKNOWN)
+            }
+        }
+    }
+
+    /// The transport to `ep`, not yet greeted.
+    fn connect(ep: &Endpoint, settings: &mut NetSettings) -> Result<Conn, String> {
+        let t = match ep {
+            Endpoint::Unix(path) => {
+                let sock = UnixStream::connect(path).map_err(|e| format!("connecting to {}: {e}", path.display()))?;
+                let t = ShmTransport::connect(sock, WaitPolicy::default())
+                    .map_err(|e| format!("attaching to {}: {e}", path.display()))?;
+                Link::Shm(t)
+            }
+            Endpoint::Net { .. } => Link::Net(super::endpoint::dial(ep, settings)?),
+        };
+        Ok(Conn {
+            t,
+            endpoint: ep.to_string(),
+            next_id: 1,
+            buf: Vec::new(),
+            out: Vec::new(),
+            pending: None,
+            driver_version: 0,
+            devices: Vec::new(),
+            broken: false,
+            posted: 0,
+            host_channel: false,
+        })
     }
 
     fn t(&mut self) -> &mut dyn Transport {
@@ -618,7 +660,7 @@ impl Conn {
         matches!(self.t, Link::Net(_))
     }
 
-    fn raw_fd(&self) -> RawFd {
+    pub fn raw_fd(&self) -> RawFd {
         match &self.t {
             Link::Shm(t) => t.socket().as_raw_fd(),
             Link::Net(t) => t.socket().as_raw_fd(),

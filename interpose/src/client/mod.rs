@@ -10,6 +10,7 @@ pub mod conn;
 pub mod endpoint;
 mod flusher;
 mod handles;
+pub mod host_channel;
 
 pub use handles::*;
 
@@ -125,6 +126,7 @@ extern "C" fn after_fork() {
 }
 extern "C" fn after_fork_child() {
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
+    host_channel::after_fork_child();
     after_fork();
 }
 
@@ -156,6 +158,10 @@ pub fn ever_connected() -> bool {
 
 /// Runs `f` with the client state locked (created on first use; reset in a forked child).
 pub fn with<T>(f: impl FnOnce(&mut Client) -> R<T>) -> R<T> {
+    if host_channel::in_host_fn() {
+        log("CUDA_ERROR_NOT_PERMITTED: a host function must not call CUDA");
+        return Err(CUresult::CUDA_ERROR_NOT_PERMITTED);
+    }
     let mut g = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
     let generation = FORK_GEN.load(Ordering::Relaxed);
     let c = g.get_or_insert_with(|| Client { generation, ..Default::default() });

@@ -5,10 +5,11 @@
 
 use super::{NullStream, Rt, cu, rt_exports, rt_variants, state};
 use crate::api::exports::{
-    cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy, cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphUpload,
+    cuGraphAddHostNode, cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy, cuGraphExecHostNodeSetParams,
+    cuGraphHostNodeGetParams, cuGraphHostNodeSetParams, cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphUpload,
     cuStreamBeginCapture_v2, cuStreamEndCapture,
 };
-use gpupool_shim::cuda::{CUgraph, CUgraphExec, CUstream, CUstreamCaptureMode};
+use gpupool_shim::cuda::{CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphNode, CUstream, CUstreamCaptureMode};
 use gpupool_shim::cudart::cudaError;
 use std::os::raw::{c_int, c_uint};
 
@@ -62,7 +63,45 @@ fn upload(exec: CUgraphExec, s: CUstream, ns: NullStream) -> Rt<()> {
     cu(unsafe { cuGraphUpload(exec, ns.resolve(s)) })
 }
 
+// Host nodes: `cudaHostNodeParams` is `CUDA_HOST_NODE_PARAMS` (a function and its argument), and
+// a `cudaGraphNode_t` a `CUgraphNode`.
+
+fn add_host_node(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const CUDA_HOST_NODE_PARAMS,
+) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the pointers and handles.
+    cu(unsafe { cuGraphAddHostNode(node, graph, deps, n, params) })
+}
+
+fn host_node_get_params(node: CUgraphNode, params: *mut CUDA_HOST_NODE_PARAMS) -> Rt<()> {
+    // SAFETY: our own export; it checks the pointer and the handle.
+    cu(unsafe { cuGraphHostNodeGetParams(node, params) })
+}
+
+fn host_node_set_params(node: CUgraphNode, params: *const CUDA_HOST_NODE_PARAMS) -> Rt<()> {
+    // SAFETY: our own export; it checks the pointer and the handle.
+    cu(unsafe { cuGraphHostNodeSetParams(node, params) })
+}
+
+fn exec_host_node_set_params(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_HOST_NODE_PARAMS) -> Rt<()> {
+    // SAFETY: our own export; it checks the pointer and the handles.
+    cu(unsafe { cuGraphExecHostNodeSetParams(exec, node, params) })
+}
+
 rt_exports! {
+    cudaGraphAddHostNode => add_host_node(
+        node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, params: *const CUDA_HOST_NODE_PARAMS,
+    );
+    cudaGraphHostNodeGetParams => host_node_get_params(node: CUgraphNode, params: *mut CUDA_HOST_NODE_PARAMS);
+    cudaGraphHostNodeSetParams => host_node_set_params(node: CUgraphNode, params: *const CUDA_HOST_NODE_PARAMS);
+    cudaGraphExecHostNodeSetParams => exec_host_node_set_params(
+        exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_HOST_NODE_PARAMS,
+    );
     cudaGraphCreate => graph_create(graph: *mut CUgraph, flags: c_uint);
     // CUDA 12 and 13 export the three-argument form under both names.
     cudaGraphInstantiate => instantiate(exec: *mut CUgraphExec, graph: CUgraph, flags: u64);

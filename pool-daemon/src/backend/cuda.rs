@@ -157,6 +157,11 @@ driver_table! {
     cuGraphClone: fn(*mut cu::CUgraph, cu::CUgraph);
     cuGraphExecUpdate_v2: fn(cu::CUgraphExec, cu::CUgraph, *mut cu::CUgraphExecUpdateResultInfo);
     cuGraphDebugDotPrint: fn(cu::CUgraph, *const c_char, u32);
+    // Host functions (pool-daemon/src/daemon/host_fn.rs).
+    cuGraphAddHostNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, *const cu::CUDA_HOST_NODE_PARAMS);
+    cuGraphHostNodeSetParams: fn(cu::CUgraphNode, *const cu::CUDA_HOST_NODE_PARAMS);
+    cuGraphExecHostNodeSetParams: fn(cu::CUgraphExec, cu::CUgraphNode, *const cu::CUDA_HOST_NODE_PARAMS);
+    cuLaunchHostFunc: fn(cu::CUstream, cu::CUhostFn, *mut c_void);
 }
 
 impl Cuda {

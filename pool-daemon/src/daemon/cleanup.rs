@@ -139,6 +139,9 @@ pub fn end(s: Session, reason: &str) {
 /// it when this returns, before [`end`] trims the heap.
 fn release(mut s: Session) -> (Freed, usize) {
     let shared = s.shared.clone();
+    // Host functions first: a stream blocked in one of the client's host functions drains once
+    // its channel is closed, so the synchronisations below cannot wait on a dead client.
+    super::host_fn::end_session(s.id);
     // Before its memory goes: no other session may open or use it any more.
     super::ipc::revoke_session(s.id);
     // Graphs first: they may name the memory, modules and host regions freed below.

@@ -70,6 +70,10 @@ pub struct Graphs {
     held_regions: Vec<super::regions::Region>,
     /// Graph memory nodes' memory ([`super::graph_mem`]).
     pub mem: super::graph_mem::GraphMem,
+    /// Host nodes of graphs (not instantiated ones): id -> the client's (function, argument).
+    host_nodes: HashMap<u64, (u64, u64)>,
+    /// The session's host-function keys ([`super::host_fn`]).
+    pub host: super::host_fn::HostFns,
 }
 
 impl Graphs {
@@ -194,6 +198,8 @@ impl Session {
         self.graphs.graphs.remove(&id);
         self.graphs.nodes.retain(|_, n| n.0 != id);
         self.after_mem_graph_destroy(id);
+        let nodes = &self.graphs.nodes;
+        self.graphs.host_nodes.retain(|n, _| nodes.contains_key(n));
         self.release_held_regions();
         Ok(())
     }
@@ -419,6 +425,75 @@ impl Session {
         })
     }
 
+    /// A host node running the client's `func(user)` ([`super::host_fn`]).
+    pub(super) fn add_host_node(
+        &mut self,
+        graph: GraphId,
+        deps: &[u64],
+        func: u64,
+        user: u64,
+    ) -> Result<answer::GraphNode> {
+        self.graph(graph)?;
+        let p = self.host_params(func, user)?;
+        let added = self.add_node(graph, deps, |me, g, deps, node| {
+            Ok(call!(me.shared.cuda, cuGraphAddHostNode(node, g, deps.as_ptr(), deps.len(), &p))?)
+        })?;
+        self.graphs.host_nodes.insert(added.node, (func, user));
+        Ok(added)
+    }
+
+    /// A host node of this session's graphs: (graph, backend node).
+    fn host_node(&self, node: u64) -> Result<(GraphId, Raw<CUgraphNode>)> {
+        match (self.graphs.host_nodes.contains_key(&node), self.graphs.nodes.get(&node)) {
+            (true, Some(&n)) => Ok(n),
+            _ => Err(Fail::invalid_value(format!("node {node} is not a host node this session holds"))),
+        }
+    }
+
+    pub(super) fn host_node_params(&self, node: u64) -> Result<answer::HostFn> {
+        self.host_node(node)?;
+        let (func, user) = self.graphs.host_nodes[&node];
+        Ok(answer::HostFn { func, user })
+    }
+
+    /// Changes the graph's node; graphs instantiated from it keep what they had, as in CUDA.
+    pub(super) fn host_node_set_params(&mut self, node: u64, func: u64, user: u64) -> Result<()> {
+        let (graph, n) = self.host_node(node)?;
+        let (_, d) = self.graph(graph)?;
+        let p = self.host_params(func, user)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuGraphHostNodeSetParams(n.0, &p))?;
+        self.graphs.host_nodes.insert(node, (func, user));
+        Ok(())
+    }
+
+    pub(super) fn exec_host_node_set_params(
+        &mut self,
+        exec: GraphExecId,
+        node: u64,
+        func: u64,
+        user: u64,
+    ) -> Result<()> {
+        let (e, d) = self.exec(exec, INVALID_VALUE)?;
+        let (graph, n) = self.host_node(node)?;
+        if self.graphs.exec_graph.get(&exec) != Some(&graph) {
+            return Err(Fail::invalid_value(format!("node {node} is not a node of the instantiated graph")));
+        }
+        let p = self.host_params(func, user)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuGraphExecHostNodeSetParams(e.0, n.0, &p))?;
+        Ok(())
+    }
+
+    /// `cuLaunchHostFunc` through the backend: on a capturing stream, a host node of the capture.
+    pub(super) fn launch_host_func(&mut self, stream: StreamId, func: u64, user: u64) -> Result<()> {
+        let (s, d) = self.stream(stream, None)?;
+        let p = self.host_params(func, user)?;
+        self.enter(d)?;
+        call!(self.shared.cuda, cuLaunchHostFunc(s.0, p.fn_, p.userData))?;
+        Ok(())
+    }
+
     pub(super) fn add_dependencies(&mut self, graph: GraphId, from: &[u64], to: &[u64]) -> Result<()> {
         if from.len() != to.len() {
             return Err(Fail::invalid_value("as many dependents as dependencies"));
@@ -532,6 +607,7 @@ impl Session {
         self.graphs.captures.clear();
         self.graphs.nodes.clear();
         self.graphs.mem.clear();
+        self.graphs.host_nodes.clear();
         self.graphs.exec_graph.clear();
         self.release_held_regions();
         n

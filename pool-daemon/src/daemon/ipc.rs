@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 const INVALID_CONTEXT: u32 = 201;
 
 /// 128 bits from the kernel's random source.
-fn random_secret() -> Result<[u8; 16]> {
+pub(super) fn random_secret() -> Result<[u8; 16]> {
     use std::io::Read as _;
     let mut b = [0u8; 16];
     std::fs::File::open("/dev/urandom")

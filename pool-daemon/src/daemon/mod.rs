@@ -35,6 +35,7 @@ pub mod dispatch;
 pub mod exec;
 pub mod graph;
 pub mod graph_mem;
+pub mod host_fn;
 pub mod ipc;
 pub mod listener;
 pub mod malloc;

@@ -920,6 +920,57 @@ impl Serve for Session {
         Ok(answer::Bytes { data: InlineBytes(self.dot_text(graph, flags)?) })
     }
 
+    // ---- host functions ([`super::host_fn`], nodes in [`super::graph`]) ----
+
+    fn host_channel_open(&mut self, _cx: Cx<'_>) -> Result<answer::HostChannelKey> {
+        self.open_host_channel()
+    }
+
+    fn host_channel_attach(&mut self, _cx: Cx<'_>, _session: u64, _secret: [u8; 16]) -> Result<answer::Ok> {
+        Err(Fail::invalid_value("HostChannelAttach is the first frame of a connection of its own"))
+    }
+
+    fn host_call_next(&mut self, _cx: Cx<'_>, _done: u64) -> Result<answer::HostCall> {
+        Err(Fail::invalid_value("HostCallNext goes on an attached host-function channel"))
+    }
+
+    fn graph_add_host_node(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        deps: Vec<u64>,
+        func: u64,
+        user: u64,
+    ) -> Result<answer::GraphNode> {
+        self.add_host_node(graph, &deps, func, user)
+    }
+
+    fn graph_host_node_get_params(&mut self, _cx: Cx<'_>, node: u64) -> Result<answer::HostFn> {
+        self.host_node_params(node)
+    }
+
+    fn graph_host_node_set_params(&mut self, _cx: Cx<'_>, node: u64, func: u64, user: u64) -> Result<answer::Ok> {
+        self.host_node_set_params(node, func, user)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_exec_host_node_set_params(
+        &mut self,
+        _cx: Cx<'_>,
+        exec: GraphExecId,
+        node: u64,
+        func: u64,
+        user: u64,
+    ) -> Result<answer::Ok> {
+        self.exec_host_node_set_params(exec, node, func, user)?;
+        Ok(answer::Ok {})
+    }
+
+    fn launch_host_func(&mut self, _cx: Cx<'_>, stream: StreamId, func: u64, user: u64) -> Result<answer::Ok> {
+        Session::launch_host_func(self, stream, func, user)?;
+        Ok(answer::Ok {})
+    }
+
     // ---- texture objects ([`super::texture`]) ----
 
     fn tex_object_create(

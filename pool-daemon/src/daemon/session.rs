@@ -167,8 +167,14 @@ fn run_link(shared: Arc<Shared>, mut link: Link, origin: Origin, t0: Instant, ti
     let hello = hello(&shared, &mut link, &origin, t0);
     drop(ticket);
     let mut session = match hello {
-        Ok(Some(s)) => s,
-        Ok(None) => {
+        Ok(Opened::Session(s)) => *s,
+        Ok(Opened::Answered) => {
+            link.t.close();
+            return;
+        }
+        Ok(Opened::HostChannel(ch, session)) => {
+            let why = super::host_fn::serve(&ch, &mut *link.t, link.peer.as_ref());
+            tracing::debug!(session, "host-function channel closed: {why}");
             link.t.close();
             return;
         }
@@ -189,9 +195,17 @@ fn run_link(shared: Arc<Shared>, mut link: Link, origin: Origin, t0: Instant, ti
     super::cleanup::end(session, &reason);
 }
 
-/// The session a hello opens, or `None` for a connection that asked for the status
-/// document instead ([`super::status_view::connection`]; answered, no session).
-fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) -> Result<Option<Session>, String> {
+/// What a connection's first frame opened.
+enum Opened {
+    Session(Box<Session>),
+    /// The status document was asked for and answered ([`super::status_view::connection`]).
+    Answered,
+    /// A session's host-function channel (of the session named), attached ([`super::host_fn`]).
+    HostChannel(Arc<super::host_fn::Channel>, u64),
+}
+
+/// The session a hello opens, or what else the first frame asked for.
+fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) -> Result<Opened, String> {
     let t = &mut *link.t;
     // The hello must come within HELLO_TIMEOUT (checking for shutdown meanwhile).
     let mut frame = Vec::new();
@@ -210,7 +224,10 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
             Origin::Container(c, ep) => (Some(ep.tenant.clone()), format!("pid {} in container {}", c.pid, ep.id)),
         };
         super::status_view::connection(shared, t, *id, token.as_deref(), own.as_ref(), &who);
-        return Ok(None);
+        return Ok(Opened::Answered);
+    }
+    if let Message::Request { id, op: Request::HostChannelAttach { session, secret }, .. } = &msg {
+        return super::host_fn::attach(t, *id, *session, *secret).map(|ch| Opened::HostChannel(ch, *session));
     }
     let Message::Request {
         id,
@@ -326,7 +343,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         clamped = limits.clamped.len(), hello_us = t0.elapsed().as_micros() as u64,
         "session start"
     );
-    Ok(Some(session))
+    Ok(Opened::Session(Box::new(session)))
 }
 
 impl Session {

@@ -279,6 +279,22 @@ op_table! {
     0x0b23 GraphMemTrim graph_mem_trim { device: u32 } => Ok;
     /// A `CUgraphMem_attribute`'s value; with `reset`, a high-water mark set to the current value.
     0x0b24 GraphMemAttribute graph_mem_attribute { device: u32, attr: u32, reset: bool } => Attribute;
+    // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
+    // own addresses, never used by the daemon, only handed back when the function must run.
+    /// Mints the secret that attaches a second connection of this process as its host-function
+    /// channel.
+    0x0b40 HostChannelOpen host_channel_open {} => HostChannelKey;
+    /// The first frame of that second connection instead of a hello.
+    0x0b41 HostChannelAttach host_channel_attach { session: u64, secret: [u8; 16] } => Ok;
+    /// On the attached channel: call `done` (0: none) has returned; the answer is the next
+    /// function to run, when one is due.
+    0x0b42 HostCallNext host_call_next { done: u64 } => HostCall;
+    0x0b43 GraphAddHostNode graph_add_host_node { graph: GraphId, deps: Vec<u64>, func: u64, user: u64 } => GraphNode;
+    0x0b44 GraphHostNodeGetParams graph_host_node_get_params { node: u64 } => HostFn;
+    0x0b45 GraphHostNodeSetParams graph_host_node_set_params { node: u64, func: u64, user: u64 } => Ok;
+    0x0b46 GraphExecHostNodeSetParams graph_exec_host_node_set_params { exec: GraphExecId, node: u64, func: u64, user: u64 } => Ok;
+    /// `cuLaunchHostFunc` on a capturing stream: a host node of the capture.
+    0x0b47 LaunchHostFunc launch_host_func { stream: StreamId, func: u64, user: u64 } => Ok, async;
 
     // ---- texture objects ----
     /// `cuTexObjectCreate` in `ctx` over memory the session owns; the answer is the backend's
@@ -371,6 +387,11 @@ op_table! {
     0x8b05 ExecUpdate { result: u32, node: u64 };
     /// An allocation node and its address.
     0x8b20 GraphMemNode { node: u64, ptr: DevicePtr };
+    /// The session and the secret a host-function channel attaches with.
+    0x8b40 HostChannelKey { session: u64, secret: [u8; 16] };
+    /// A host function to run now, as call `call`.
+    0x8b41 HostCall { call: u64, func: u64, user: u64 };
+    0x8b42 HostFn { func: u64, user: u64 };
 
     0x8e01 TexObject { handle: u64 };
     /// An array or mipmapped array, and the bytes counted for it in the ledger.

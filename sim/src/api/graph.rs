@@ -4,7 +4,7 @@ use super::{DefaultStream, out, resolve_stream, stream_variants};
 use crate::context::current_healthy;
 use crate::driver::initialized;
 use crate::error::{CuResult, cuda_entry, fail};
-use crate::graph::{Graph, GraphExec, KernelLaunch, Node, Op, Step};
+use crate::graph::{Graph, GraphExec, HostFn, KernelLaunch, Node, Op, Step};
 use crate::stream::{Capture, StreamKind, Work};
 use gpupool_shim::cuda::{
     CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent,
@@ -288,8 +288,25 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     })
 }
 
-/// A host function pointer and its argument, carried to the stream's worker.
-struct HostCall(usize, usize);
+/// A host node's parameters, checked: the function must not be NULL.
+fn host_fn(params: *const CUDA_HOST_NODE_PARAMS) -> CuResult<HostFn> {
+    let p = super::read(params, "host node parameters")?;
+    match p.fn_ {
+        Some(f) => Ok(HostFn { f: f as usize, user: p.userData as usize }),
+        None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null host function".into()),
+    }
+}
+
+/// The graph a node handle names and the node's index there (see [`node_handle`]).
+fn node_in_graph(node: CUgraphNode) -> CuResult<(Arc<Graph>, usize)> {
+    let graph = node as u64 & ((1 << 48) - 1);
+    let g = graph_of(graph as CUgraph)?;
+    let i = node_of(graph, node)?;
+    if i >= g.nodes().len() {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a node"));
+    }
+    Ok((g, i))
+}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddHostNode(
@@ -300,19 +317,52 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
     params: *const CUDA_HOST_NODE_PARAMS,
 ) -> CUresult {
     cuda_entry(|| {
-        let p = super::read(params, "host node parameters")?;
-        let Some(f) = p.fn_ else {
-            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null host function".into());
+        let h = host_fn(params)?;
+        add_node(node, graph, deps, n, Op::Host(h, h.job()))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphHostNodeGetParams(node: CUgraphNode, params: *mut CUDA_HOST_NODE_PARAMS) -> CUresult {
+    cuda_entry(|| {
+        let (g, i) = node_in_graph(node)?;
+        let Op::Host(h, _) = g.nodes()[i].op else {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a host node"));
         };
-        let call = HostCall(f as usize, p.userData as usize);
-        let job: crate::stream::Job = Arc::new(move || {
-            // SAFETY: `call.0` is the CUhostFn the application passed, restored to its type.
-            let f: unsafe extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(call.0) };
-            // SAFETY: the application's callback with its own argument, each time the graph runs.
-            unsafe { f(call.1 as *mut c_void) };
-            Ok(())
-        });
-        add_node(node, graph, deps, n, Op::Host(job))
+        // SAFETY: `h.f` came from a non-null CUhostFn.
+        let f: unsafe extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(h.f) };
+        out(params, CUDA_HOST_NODE_PARAMS { fn_: Some(f), userData: h.user as *mut c_void })
+    })
+}
+
+/// Changes the graph's node; graphs instantiated from it before keep what they had.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphHostNodeSetParams(node: CUgraphNode, params: *const CUDA_HOST_NODE_PARAMS) -> CUresult {
+    cuda_entry(|| {
+        let h = host_fn(params)?;
+        let (g, i) = node_in_graph(node)?;
+        let mut nodes = g.nodes();
+        if !matches!(nodes[i].op, Op::Host(..)) {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a host node"));
+        }
+        nodes[i].op = Op::Host(h, h.job());
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecHostNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_HOST_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| {
+        let Some(e) = initialized()?.graph_execs.get(exec as u64) else {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{exec:?} is not an instantiated graph"));
+        };
+        let index = node_of(e.graph, node)?;
+        let h = host_fn(params)?;
+        e.set_job(index, Work::Control, h.job())
     })
 }
 
@@ -443,7 +493,7 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
         // The launch is checked in the graph's context, which the exec shares.
         let g = Graph::new(e.ctx_handle, Vec::new());
         let (_, job) = kernel_launch(&g, &p)?;
-        e.set_job(index, job)
+        e.set_job(index, Work::Kernel, job)
     })
 }
 

@@ -146,6 +146,9 @@ fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_u
     let Some(cb) = cb else {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null callback".into());
     };
+    // NVIDIA: "not supported with cuStreamBeginCapture and cuStreamEndCapture, unlike
+    // cuLaunchHostFunc"; refused as other calls a capture cannot hold are.
+    s.refuse_if_capturing("cuStreamAddCallback")?;
     let call = HostCall(cb as usize, user as usize);
     let stream_handle = h as usize;
     let ctx2 = ctx.clone();
