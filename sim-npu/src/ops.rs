@@ -203,8 +203,8 @@ struct Bound {
 fn bind(t: &Tensor, device: u32, what: &str) -> Result<Option<Bound>, Code> {
     let Some((lo, hi)) = t.touched() else { return Ok(None) };
     let es = t.elem_size() as u64;
-    let start = t.data + lo as u64 * es;
-    let len = (hi - lo + 1) as u64 * es;
+    let start = (lo as u64).checked_mul(es).and_then(|o| t.data.checked_add(o)).unwrap_or(u64::MAX);
+    let len = ((hi - lo) as u64).saturating_add(1).saturating_mul(es);
     match memory::find(start, len) {
         Some((region, off)) if region.device == device => {
             let mut bytes = vec![0u8; len as usize];
@@ -411,6 +411,9 @@ pub extern "C" fn aclCreateTensor(
     tensorData: *mut c_void,
 ) -> *mut aclTensor {
     let made = std::panic::catch_unwind(|| {
+        if viewDimsNum > tensor::MAX_CREATE_DIMS || storageDimsNum > tensor::MAX_CREATE_DIMS {
+            return Err(format!("{viewDimsNum} view or {storageDimsNum} storage dimensions"));
+        }
         let (Some(dims), Some(storage)) = (copy_in(viewDims, viewDimsNum), copy_in(storageDims, storageDimsNum)) else {
             return Err("viewDims or storageDims is NULL".to_string());
         };
@@ -455,6 +458,10 @@ const _: unsafe extern "C" fn(*mut c_void, aclDataType) -> *mut aclScalar = gpup
 
 #[unsafe(no_mangle)]
 pub extern "C" fn aclCreateIntArray(value: *const i64, size: u64) -> *mut aclIntArray {
+    if size > 1 << 20 {
+        let _ = fail::<()>(INVALID, || format!("aclCreateIntArray of {size} values"));
+        return std::ptr::null_mut();
+    }
     match copy_in(value, size) {
         Some(v) => int_arrays().insert(v) as *mut aclIntArray,
         None => std::ptr::null_mut(),

@@ -12,6 +12,14 @@ use std::sync::{Arc, Mutex};
 /// At most this many dimensions (CANN's operators take up to 8).
 pub const MAX_DIMS: usize = 8;
 
+/// `aclCreateTensor` refuses more dimensions than this (it copies what it is given).
+pub const MAX_CREATE_DIMS: u64 = 64;
+
+/// The most elements one operand may have: the simulator computes on host memory, and an
+/// operand beyond this (possible with zero strides over a small allocation) would exhaust the
+/// host running it (a pool daemon, for instance) rather than fail one call.
+pub const MAX_ELEMENTS: u64 = 1 << 28;
+
 #[derive(Clone, Debug)]
 pub struct Tensor {
     pub dims: Vec<i64>,
@@ -57,8 +65,8 @@ impl Tensor {
         if self.numel() == 0 {
             return None;
         }
-        let span: i64 = self.dims.iter().zip(&self.strides).map(|(&d, &s)| (d - 1) * s).sum();
-        Some((self.offset, self.offset + span))
+        let span: i128 = self.dims.iter().zip(&self.strides).map(|(&d, &s)| (d as i128 - 1) * s as i128).sum();
+        Some((self.offset, i64::try_from(self.offset as i128 + span).unwrap_or(i64::MAX)))
     }
 }
 
@@ -149,8 +157,8 @@ pub fn contiguous(dims: &[i64]) -> Vec<i64> {
 }
 
 /// The checks every operand gets when an operator is set up: a float type the simulator
-/// computes (fp32, fp16), at most [`MAX_DIMS`] dimensions, non-negative strides, a view inside
-/// its storage shape, and an address when it has elements.
+/// computes (fp32, fp16), at most [`MAX_DIMS`] dimensions and [`MAX_ELEMENTS`] elements,
+/// non-negative strides, a view inside its storage shape, and an address when it has elements.
 pub fn check_operand(t: &Tensor, what: &str) -> Res<()> {
     let invalid = code::ACLNN_PARAM_INVALID;
     if !matches!(t.dtype.0, 0 | 1) {
@@ -161,11 +169,16 @@ pub fn check_operand(t: &Tensor, what: &str) -> Res<()> {
     if t.dims.len() > MAX_DIMS {
         return fail(invalid, || format!("{what}: {} dimensions (at most {MAX_DIMS})", t.dims.len()));
     }
+    if t.dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64)).is_none_or(|n| n > MAX_ELEMENTS) {
+        return fail(invalid, || {
+            format!("{what}: shape {:?} has more than {MAX_ELEMENTS} elements (a simulator limit)", t.dims)
+        });
+    }
     if t.strides.len() != t.dims.len() || t.strides.iter().any(|&s| s < 0) {
         return fail(invalid, || format!("{what}: strides {:?} for shape {:?}", t.strides, t.dims));
     }
     if let Some((_, hi)) = t.touched() {
-        let storage: i64 = t.storage.iter().product();
+        let storage = t.storage.iter().try_fold(1i64, |n, &d| n.checked_mul(d)).unwrap_or(i64::MAX);
         if hi >= storage {
             return fail(invalid, || {
                 format!(

@@ -14,6 +14,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -335,6 +336,13 @@ static void errors(aclrtStream stream) {
            ACLNN_ERR_PARAM_INVALID);
     expect("errors.aclnn_create_tensor_negative_dim", aclCreateTensor((int64_t[]){-1}, 1, ACL_FLOAT, NULL, 0,
                                                                       ACL_FORMAT_ND, d4, 1, p) == NULL, 1);
+    int64_t huge[1] = {(int64_t)1 << 29}, zero_stride[1] = {0}, one_elem[1] = {1};
+    aclTensor *wide = aclCreateTensor(huge, 1, ACL_FLOAT, zero_stride, 0, ACL_FORMAT_ND, one_elem, 1, p);
+    expect("errors.aclnn_too_many_elements", aclnnMulGetWorkspaceSize(wide, t1, wide, &ws, &ex), ACLNN_ERR_PARAM_INVALID);
+    aclDestroyTensor(wide);
+    int64_t many[100] = {0};
+    expect("errors.aclnn_create_tensor_100_dims", aclCreateTensor(many, 100, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, many,
+                                                                  100, p) == NULL, 1);
     expect("errors.aclnn_setup", aclnnMulGetWorkspaceSize(t4, t4, t4, &ws, &ex), ACLNN_SUCCESS);
     expect("errors.aclnn_executor_of_another_op", aclnnAdd(NULL, 0, ex, stream), ACLNN_ERR_PARAM_INVALID);
     expect("errors.aclnn_run", aclnnMul(NULL, 0, ex, stream), ACLNN_SUCCESS);
@@ -492,6 +500,61 @@ static void sticky_fault(void) {
     aclrtFree(small), aclrtFree(outp);
 }
 
+/* Two threads, each with a context of its own on device 0, as a pool serves two tenants: one
+ * faults, the other keeps computing right answers in a healthy context. */
+struct worker {
+    int faulty;
+    int ok;
+};
+
+static void *worker_main(void *arg) {
+    struct worker *w = arg;
+    aclrtContext ctx = NULL;
+    aclrtStream s = NULL;
+    w->ok = aclrtCreateContext(&ctx, 0) == ACL_SUCCESS && aclrtCreateStream(&s) == ACL_SUCCESS;
+    enum { n = 256 };
+    float host[n], back[n];
+    for (int i = 0; i < n; i++) host[i] = (float)i;
+    void *d = dev_copy_of(host, sizeof host), *small = NULL;
+    aclrtMalloc(&small, 16, ACL_MEM_MALLOC_HUGE_FIRST);
+    int64_t dn[1] = {n};
+    aclTensor *t = tensor(dn, 1, ACL_FLOAT, w->faulty ? small : d);
+    float one = 1.0f;
+    aclScalar *alpha = aclCreateScalar(&one, ACL_FLOAT);
+    for (int round = 0; round < 20 && w->ok; round++) {
+        uint64_t ws;
+        aclOpExecutor *ex;
+        aclnnAddGetWorkspaceSize(t, t, alpha, t, &ws, &ex); /* t = 2t */
+        aclnnAdd(NULL, ws, ex, s);
+        aclError e = aclrtSynchronizeStream(s);
+        if (w->faulty) {
+            w->ok = e == ACL_ERROR_RT_AICORE_EXCEPTION;
+            break;
+        }
+        w->ok = e == ACL_SUCCESS &&
+                aclrtMemcpy(back, sizeof back, d, sizeof back, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS;
+        for (int i = 0; i < n && w->ok; i++) w->ok = back[i] == host[i] * (float)(2 << round);
+    }
+    aclDestroyTensor(t);
+    aclDestroyScalar(alpha);
+    aclrtFree(small);
+    if (!w->faulty) aclrtFree(d);
+    w->ok &= aclrtDestroyContext(ctx) == ACL_SUCCESS;
+    return NULL;
+}
+
+static void threads(void) {
+    struct worker good = {0, 0}, bad = {1, 0};
+    pthread_t a, b;
+    pthread_create(&a, NULL, worker_main, &good);
+    pthread_create(&b, NULL, worker_main, &bad);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    check("threads.faulting_context_faults", bad.ok);
+    check("threads.other_context_unaffected", good.ok);
+    expect("threads.main_context_unaffected", aclrtSynchronizeDevice(), ACL_SUCCESS);
+}
+
 /* The default context of a device faults and aclrtResetDevice clears it. */
 static void reset_clears_fault(int device) {
     aclrtContext main_ctx = NULL;
@@ -551,6 +614,7 @@ int main(void) {
     utilization(stream, devices);
     oom(dev_mem);
     sticky_fault();
+    threads();
     if (devices > 1) reset_clears_fault(1);
 
     expect("teardown.destroy_stream", aclrtDestroyStream(stream), ACL_SUCCESS);

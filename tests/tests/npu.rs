@@ -67,6 +67,8 @@ fn npu_quickstart_default_sim() {
             "oom.larger_than_the_device",
             "fault.synchronize_reports_aicore_exception",
             "fault.nothing_written",
+            "threads.other_context_unaffected",
+            "errors.aclnn_too_many_elements",
             "reset.healthy_again",
         ],
     );
