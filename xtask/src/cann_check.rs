@@ -270,10 +270,14 @@ pub struct Report {
     pub fns_compared: usize,
     pub consts_compared: usize,
     pub mismatches: Vec<Mismatch>,
+    /// Agreements at the ABI that are spelled differently (a C enum where cann-sys has an
+    /// integer): not failures, but said.
+    pub notes: Vec<String>,
 }
 
 pub fn compare(ours: &Decls, theirs: &Decls) -> Report {
     let mut mismatches = Vec::new();
+    let mut notes = Vec::new();
     let mut fns_compared = 0;
     for (name, o) in &ours.fns {
         let Some(t) = theirs.fns.get(name) else { continue };
@@ -287,11 +291,15 @@ pub fn compare(ours: &Decls, theirs: &Decls) -> Report {
             continue;
         }
         for (i, (a, b)) in o.args.iter().zip(&t.args).enumerate() {
+            let (ca, cb) = (canon(ours, a, 0), canon(theirs, b, 0));
             if !same(ours, a, theirs, b) {
                 mismatches.push(Mismatch {
                     item: item.clone(),
-                    detail: format!("parameter {i}: ours `{}`, cann-sys `{}`", canon(ours, a, 0), canon(theirs, b, 0)),
+                    detail: format!("parameter {i}: ours `{ca}`, cann-sys `{cb}`"),
                 });
+            } else if ca != cb {
+                notes
+                    .push(format!("{item} parameter {i}: ours `{ca}`, cann-sys `{cb}` (a C enum is a 32-bit integer)"));
             }
         }
         let unit: syn::Type = syn::parse_quote!(());
@@ -311,7 +319,7 @@ pub fn compare(ours: &Decls, theirs: &Decls) -> Report {
             mismatches.push(Mismatch { item: format!("const {name}"), detail: format!("ours {v}, cann-sys {w}") });
         }
     }
-    Report { fns_compared, consts_compared, mismatches }
+    Report { fns_compared, consts_compared, mismatches, notes }
 }
 
 /// Our side: the committed bindings of the three CANN headers.
@@ -428,6 +436,9 @@ pub fn run(cann_sys_src_override: Option<PathBuf>) -> Result<()> {
         );
     }
     let (unexpected, stale) = judge(&report, KNOWN);
+    for n in &report.notes {
+        println!("note: {n}");
+    }
     for m in &report.mismatches {
         if let Some(k) = KNOWN.iter().find(|k| k.item == m.item) {
             println!("known: {}: {}\n       right: {}", m.item, m.detail, k.verdict);
@@ -503,6 +514,7 @@ mod tests {
         assert_eq!(report.fns_compared, 2);
         assert_eq!(report.consts_compared, 3);
         assert_eq!(report.mismatches, vec![], "typedefs, opaque handles and enum spellings agree");
+        assert_eq!(report.notes.len(), 1, "the enum spelled as c_int is said: {:?}", report.notes);
     }
 
     #[test]
