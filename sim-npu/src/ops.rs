@@ -194,10 +194,9 @@ fn launch(
 /// allocation of `device`, else the AI Core exception.
 struct Bound {
     region: Arc<memory::Region>,
-    /// Offset in the region of element index 0 of the view (`data`).
-    base: u64,
-    lo: u64,
-    bytes: Vec<u8>,
+    /// Offset in the region of the lowest element the view touches, element index `lo`.
+    off: u64,
+    lo: i64,
 }
 
 fn bind(t: &Tensor, device: u32, what: &str) -> Result<Option<Bound>, Code> {
@@ -206,11 +205,7 @@ fn bind(t: &Tensor, device: u32, what: &str) -> Result<Option<Bound>, Code> {
     let start = (lo as u64).checked_mul(es).and_then(|o| t.data.checked_add(o)).unwrap_or(u64::MAX);
     let len = ((hi - lo) as u64).saturating_add(1).saturating_mul(es);
     match memory::find(start, len) {
-        Some((region, off)) if region.device == device => {
-            let mut bytes = vec![0u8; len as usize];
-            region.read(off, &mut bytes);
-            Ok(Some(Bound { base: off - lo as u64 * es, lo: lo as u64, region, bytes }))
-        }
+        Some((region, off)) if region.device == device => Ok(Some(Bound { region, off, lo })),
         _ => fail(code::RT_AICORE_EXCEPTION, || {
             format!("{what}: [{start:#x}, +{len}) is not inside one allocation of device {device}: AI Core exception")
         }),
@@ -235,12 +230,21 @@ fn offsets(dims: &[i64], strides: &[i64], base: i64) -> Vec<i64> {
     v
 }
 
+/// Element by element, not the whole extent at once: a sparse view (large strides) over a large
+/// allocation touches a few elements, and copying its extent could exhaust the host.
 fn get(t: &Tensor, b: &Bound, elem: i64) -> f32 {
-    let es = t.elem_size();
-    let at = (elem as u64 - b.lo) as usize * es;
+    let at = b.off + (elem - b.lo) as u64 * t.elem_size() as u64;
     match t.dtype.0 {
-        1 => half::f16::from_le_bytes([b.bytes[at], b.bytes[at + 1]]).to_f32(),
-        _ => f32::from_le_bytes([b.bytes[at], b.bytes[at + 1], b.bytes[at + 2], b.bytes[at + 3]]),
+        1 => {
+            let mut x = [0u8; 2];
+            b.region.read(at, &mut x);
+            half::f16::from_le_bytes(x).to_f32()
+        }
+        _ => {
+            let mut x = [0u8; 4];
+            b.region.read(at, &mut x);
+            f32::from_le_bytes(x)
+        }
     }
 }
 
@@ -255,16 +259,15 @@ fn load_own(t: &Tensor, device: u32, what: &str) -> Result<Vec<f32>, Code> {
 }
 
 fn store(t: &Tensor, device: u32, values: &[f32]) -> Result<(), Code> {
-    let Some(mut b) = bind(t, device, "out")? else { return Ok(()) };
-    let es = t.elem_size();
+    let Some(b) = bind(t, device, "out")? else { return Ok(()) };
+    let es = t.elem_size() as u64;
     for (e, v) in offsets(&t.dims, &t.strides, t.offset).into_iter().zip(values) {
-        let at = (e as u64 - b.lo) as usize * es;
+        let at = b.off + (e - b.lo) as u64 * es;
         match t.dtype.0 {
-            1 => b.bytes[at..at + 2].copy_from_slice(&half::f16::from_f32(*v).to_le_bytes()),
-            _ => b.bytes[at..at + 4].copy_from_slice(&v.to_le_bytes()),
+            1 => b.region.write(at, &half::f16::from_f32(*v).to_le_bytes()),
+            _ => b.region.write(at, &v.to_le_bytes()),
         }
     }
-    b.region.write(b.base + b.lo * es as u64, &b.bytes);
     Ok(())
 }
 

@@ -217,6 +217,49 @@ static void fp16_ops(aclrtStream stream) {
     aclrtFree(da), aclrtFree(db), aclrtFree(dbias), aclrtFree(dc), aclrtFree(dd);
 }
 
+/* Views: a transposed operand by its strides, and a sparse view (two floats 64 MiB apart) of a
+ * large allocation, written into an offset view of its output. */
+static void strided_views(aclrtStream stream) {
+    float a[6] = {1, 2, 3, 4, 5, 6}; /* 2x3, row-major */
+    float b[6] = {1, 0, 2, 1, 0, 3}; /* 2x3, row-major */
+    void *da = dev_copy_of(a, sizeof a), *db = dev_copy_of(b, sizeof b), *dout = NULL;
+    aclrtMalloc(&dout, 9 * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST);
+    /* a^T (3x2, strides {1, 3}) @ b (2x3) = 3x3 */
+    int64_t d32[2] = {3, 2}, s32[2] = {1, 3}, d23[2] = {2, 3}, d33[2] = {3, 3}, st6[1] = {6};
+    aclTensor *at = aclCreateTensor(d32, 2, ACL_FLOAT, s32, 0, ACL_FORMAT_ND, st6, 1, da);
+    aclTensor *tb = tensor(d23, 2, ACL_FLOAT, db), *to = tensor(d33, 2, ACL_FLOAT, dout);
+    uint64_t ws;
+    aclOpExecutor *ex;
+    expect("views.transposed_matmul", aclnnMatmulGetWorkspaceSize(at, tb, to, 0, &ws, &ex) == ACLNN_SUCCESS &&
+                                          aclnnMatmul(NULL, ws, ex, stream) == ACLNN_SUCCESS, 1);
+    aclrtSynchronizeStream(stream);
+    float got[9], want[9] = {0};
+    aclrtMemcpy(got, sizeof got, dout, sizeof got, ACL_MEMCPY_DEVICE_TO_HOST);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            for (int k = 0; k < 2; k++) want[i * 3 + j] += a[k * 3 + i] * b[k * 3 + j];
+    check("views.transposed_matmul_matches_cpu", close_all(got, want, 9, 1e-6f));
+
+    size_t big_bytes = (64u << 20) + 64;
+    void *big = NULL;
+    expect("views.large_allocation", aclrtMalloc(&big, big_bytes, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    float x0 = 3, x1 = -4;
+    aclrtMemcpy(big, 4, &x0, 4, ACL_MEMCPY_HOST_TO_DEVICE);
+    aclrtMemcpy((char *)big + (64u << 20), 4, &x1, 4, ACL_MEMCPY_HOST_TO_DEVICE);
+    int64_t d2[1] = {2}, sparse_stride[1] = {(int64_t)16 << 20}, sparse_storage[1] = {((int64_t)16 << 20) + 1};
+    aclTensor *sparse = aclCreateTensor(d2, 1, ACL_FLOAT, sparse_stride, 0, ACL_FORMAT_ND, sparse_storage, 1, big);
+    /* the output: elements 5 and 6 of dout (offset 5) */
+    int64_t one[1] = {1}, nine[1] = {9};
+    aclTensor *out2 = aclCreateTensor(d2, 1, ACL_FLOAT, one, 5, ACL_FORMAT_ND, nine, 1, dout);
+    expect("views.sparse_mul", aclnnMulGetWorkspaceSize(sparse, sparse, out2, &ws, &ex) == ACLNN_SUCCESS &&
+                                   aclnnMul(NULL, ws, ex, stream) == ACLNN_SUCCESS, 1);
+    expect("views.sparse_sync", aclrtSynchronizeStream(stream), ACL_SUCCESS);
+    aclrtMemcpy(got, sizeof got, dout, sizeof got, ACL_MEMCPY_DEVICE_TO_HOST);
+    check("views.sparse_and_offset_views", got[5] == 9 && got[6] == 16 && got[4] == want[4] && got[7] == want[7]);
+    aclDestroyTensor(at), aclDestroyTensor(tb), aclDestroyTensor(to), aclDestroyTensor(sparse), aclDestroyTensor(out2);
+    aclrtFree(da), aclrtFree(db), aclrtFree(dout), aclrtFree(big);
+}
+
 /* Streams run in order and asynchronously; events time them and order other streams. */
 static void streams_and_events(aclrtStream s1) {
     aclrtStream s2 = NULL;
@@ -608,6 +651,7 @@ int main(void) {
 
     quickstart(stream);
     fp16_ops(stream);
+    strided_views(stream);
     streams_and_events(stream);
     errors(stream);
     meminfo_and_dcmi(dev_mem, devices);

@@ -60,6 +60,8 @@ fn npu_quickstart_default_sim() {
             "quickstart.add_matches_cpu",
             "quickstart.matmul_matches_cpu",
             "fp16.matmul_then_add_match_cpu",
+            "views.transposed_matmul_matches_cpu",
+            "views.sparse_and_offset_views",
             "events.ordered_across_streams",
             "errors.aclnn_executor_runs_once",
             "dcmi.hbm_usage_is_used",
