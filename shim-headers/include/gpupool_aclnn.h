@@ -1,7 +1,8 @@
 /*
  * gpupool_aclnn.h - gpupool's own declaration of the CANN single-operator API subset
- * (aclnn/acl_meta.h and the aclnn_add.h, aclnn_mul.h, aclnn_matmul.h, aclnn_softmax.h,
- * aclnn_reduce_sum.h operator headers, in libopapi.so) that the simulated NPU implements.
+ * (aclnn/acl_meta.h, whose calls CANN ships in libnnopbase.so, and the aclnn_add.h, aclnn_mul.h,
+ * aclnn_matmul.h, aclnn_softmax.h, aclnn_reduce_sum.h operator headers, in libopapi.so) that the
+ * simulated NPU implements. CANN programs link -lascendcl -lnnopbase -lopapi.
  * Written from the documented ABI (CANN 8.x "aclnn API" reference): names, values and
  * prototypes are Huawei's, the text is ours.
  *

@@ -1,7 +1,7 @@
 /*
  * A plain CANN client, compiled against gpupool's own headers (gpupool_acl.h, gpupool_aclnn.h,
- * gpupool_dcmi.h) and linked with -lascendcl -lopapi -ldcmi: run on the simulated NPU it
- * goes through AscendCL's quickstart sequence (aclInit -> aclrtSetDevice -> aclrtCreateStream
+ * gpupool_dcmi.h) and linked with -lascendcl -lnnopbase -lopapi -ldcmi, as CANN's samples link:
+ * run on the simulated NPU it goes through AscendCL's quickstart sequence (aclInit -> aclrtSetDevice -> aclrtCreateStream
  * -> aclrtMalloc -> aclrtMemcpy -> aclnnAdd / aclnnMul / aclnnMatmul / aclnnSoftmax /
  * aclnnReduceSum -> aclrtSynchronizeStream -> aclrtMemcpy back -> aclrtFree -> ... ->
  * aclFinalize) checked against the CPU, then the documented errors, out of memory at the

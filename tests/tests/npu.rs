@@ -1,5 +1,5 @@
 //! The simulated NPU (sim-npu) driven by a plain C client (tests/c/npu_quickstart.c) compiled
-//! against gpupool's CANN headers and linked with -lascendcl -lopapi -ldcmi against the
+//! against gpupool's CANN headers and linked with -lascendcl -lnnopbase -lopapi -ldcmi against the
 //! simulator's libdir, exactly as a CANN program links against CANN: the quickstart sequence
 //! with aclnnAdd/Mul/Matmul/Softmax/ReduceSum checked against the CPU, fp16, streams and
 //! events, the documented errors, out of memory at the device's size (207001), the sticky
@@ -25,7 +25,11 @@ fn exe() -> &'static Path {
             libdir.display()
         );
         let l = format!("-L{}", libdir.display());
-        gpupool_e2e::compile_c_into("npu_quickstart.c", &exe, &[&l, "-lascendcl", "-lopapi", "-ldcmi", "-lm"]);
+        gpupool_e2e::compile_c_into(
+            "npu_quickstart.c",
+            &exe,
+            &[&l, "-lascendcl", "-lnnopbase", "-lopapi", "-ldcmi", "-lm"],
+        );
         exe
     })
 }
@@ -89,4 +93,81 @@ fn npu_small_devices_run_out_of_memory_exactly() {
             "oom.fits_again",
         ],
     );
+}
+
+/// A pool daemon loads CANN's libraries one by one with libloading: under the simulator the four
+/// names are one library, so each handle reaches the same runtime (an operator from libopapi.so
+/// over memory from libascendcl.so, DCMI from libdcmi.so counting that memory).
+mod loaded_by_name {
+    use gpupool_shim::acl::{aclError, aclrtMemMallocPolicy, aclrtMemcpyKind, aclrtStream};
+    use gpupool_shim::aclnn::{aclDataType, aclFormat, aclOpExecutor, aclScalar, aclTensor, aclnnStatus};
+    use gpupool_shim::dcmi::dcmi_hbm_info;
+    use std::ffi::{c_char, c_int, c_void};
+
+    fn open(name: &str) -> libloading::Library {
+        let path = gpupool_e2e::sim_libdir().join(name);
+        // SAFETY: the simulator's library has no initialisers that depend on the loading program.
+        unsafe { libloading::Library::new(&path) }.unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+    }
+
+    /// A function of `lib` by name, as the C ABI declares it (`T` is its fn-pointer type).
+    fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> T {
+        // SAFETY: every caller names a symbol whose C type is `T` (gpupool-shim's declaration).
+        *unsafe { lib.get::<T>(name.as_bytes()) }.unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    gpupool_e2e::isolated_test!(fn four_names_one_runtime() env("GPUPOOL_SIM_NPU_MEMORY" => "1GiB") {
+        let (acl, base, opapi, dcmi) =
+            (open("libascendcl.so"), open("libnnopbase.so"), open("libopapi.so"), open("libdcmi.so"));
+        type Add = unsafe extern "C" fn(*mut c_void, u64, *mut aclOpExecutor, aclrtStream) -> aclnnStatus;
+        assert_eq!(sym::<Add>(&opapi, "aclnnAdd") as usize, sym::<Add>(&acl, "aclnnAdd") as usize, "one library");
+
+        let init: unsafe extern "C" fn(*const c_char) -> aclError = sym(&acl, "aclInit");
+        let set_device: unsafe extern "C" fn(i32) -> aclError = sym(&acl, "aclrtSetDevice");
+        let malloc: unsafe extern "C" fn(*mut *mut c_void, usize, aclrtMemMallocPolicy) -> aclError =
+            sym(&acl, "aclrtMalloc");
+        let memcpy: unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, aclrtMemcpyKind) -> aclError =
+            sym(&acl, "aclrtMemcpy");
+        let sync: unsafe extern "C" fn(aclrtStream) -> aclError = sym(&acl, "aclrtSynchronizeStream");
+        let create_tensor: unsafe extern "C" fn(
+            *const i64, u64, aclDataType, *const i64, i64, aclFormat, *const i64, u64, *mut c_void,
+        ) -> *mut aclTensor = sym(&base, "aclCreateTensor");
+        let create_scalar: unsafe extern "C" fn(*mut c_void, aclDataType) -> *mut aclScalar =
+            sym(&base, "aclCreateScalar");
+        let add_ws: unsafe extern "C" fn(
+            *const aclTensor, *const aclTensor, *const aclScalar, *mut aclTensor, *mut u64, *mut *mut aclOpExecutor,
+        ) -> aclnnStatus = sym(&opapi, "aclnnAddGetWorkspaceSize");
+        let add: Add = sym(&opapi, "aclnnAdd");
+        let hbm: unsafe extern "C" fn(c_int, c_int, *mut dcmi_hbm_info) -> c_int = sym(&dcmi, "dcmi_get_device_hbm_info");
+
+        let host: Vec<f32> = (0..1024).map(|i| i as f32).collect();
+        let bytes = host.len() * 4;
+        let mut back = vec![0f32; host.len()];
+        let mut d: *mut c_void = std::ptr::null_mut();
+        let (mut ws, mut ex) = (0u64, std::ptr::null_mut());
+        let mut alpha = 0.5f32;
+        let dims = [1024i64];
+        let strides = [1i64];
+        let mut info = dcmi_hbm_info::default();
+        // SAFETY: each call passes what its C prototype asks for, with live buffers of the sizes given.
+        unsafe {
+            assert_eq!(init(std::ptr::null()), 0);
+            assert_eq!(set_device(0), 0);
+            assert_eq!(malloc(&mut d, 256 << 20, aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST), 0);
+            assert_eq!(memcpy(d, bytes, host.as_ptr().cast(), bytes, aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE), 0);
+            let t = create_tensor(
+                dims.as_ptr(), 1, aclDataType::ACL_FLOAT, strides.as_ptr(), 0, aclFormat::ACL_FORMAT_ND,
+                dims.as_ptr(), 1, d,
+            );
+            let a = create_scalar((&mut alpha as *mut f32).cast(), aclDataType::ACL_FLOAT);
+            assert!(!t.is_null() && !a.is_null());
+            assert_eq!(add_ws(t, t, a, t, &mut ws, &mut ex), 0);
+            assert_eq!(add(std::ptr::null_mut(), ws, ex, std::ptr::null_mut()), 0);
+            assert_eq!(sync(std::ptr::null_mut()), 0);
+            assert_eq!(memcpy(back.as_mut_ptr().cast(), bytes, d, bytes, aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST), 0);
+            assert_eq!(hbm(0, 0, &mut info), 0);
+        }
+        assert!(back.iter().zip(&host).all(|(b, h)| *b == h * 1.5), "t + 0.5 t through three handles");
+        assert_eq!((info.memory_size, info.memory_usage), (1024, 256), "DCMI counts the 256 MiB (+32 bytes) in MB");
+    });
 }
