@@ -169,10 +169,46 @@ impl Sampler {
 /// A texture object.
 pub struct TexObject {
     pub ctx_handle: u64,
+    /// What a fetch without a level reads (a mipmapped array's level 0).
     pub texels: Texels,
     pub sampler: Sampler,
+    /// A mipmapped array's levels, for `tex.level` (empty otherwise).
+    pub levels: Vec<Texels>,
     pub res_desc: CUDA_RESOURCE_DESC,
     pub tex_desc: CUDA_TEXTURE_DESC,
+}
+
+impl TexObject {
+    /// `tex.level`: a fetch at mipmap level `lod` plus `mipmapLevelBias` (NVIDIA: the bias
+    /// "added to the specified mipmap level"), clamped to the descriptor's
+    /// `minMipmapLevelClamp`..`maxMipmapLevelClamp` and to the levels there are. Point mipmap filtering reads the nearest level;
+    /// linear blends the two around `lod` with the weight in 9-bit fixed point, as texel
+    /// weights are (integer reads take the nearest level). Coordinates address each level
+    /// as its own texture: normalized ones cover every level whole. Without levels (not a
+    /// mipmapped array) the texture's one level is read.
+    pub fn fetch_level(&self, coords: [f32; 3], lod: f32) -> [u32; 4] {
+        if self.levels.is_empty() {
+            return fetch(&self.texels, &self.sampler, coords, None);
+        }
+        let top = (self.levels.len() - 1) as f32;
+        let d = &self.tex_desc;
+        let lod = if lod.is_nan() { 0.0 } else { lod };
+        let l = (lod + d.mipmapLevelBias).max(d.minMipmapLevelClamp).min(d.maxMipmapLevelClamp).clamp(0.0, top);
+        let at = |i: f32| fetch(&self.levels[i as usize], &self.sampler, coords, None);
+        let linear = d.mipmapFilterMode == CUfilter_mode::CU_TR_FILTER_MODE_LINEAR
+            && self.sampler.returns_float(self.texels.channel);
+        if !linear {
+            return at((l + 0.5).floor().min(top));
+        }
+        let lo = l.floor();
+        let w = quantized_weight(l - lo);
+        let (a, b) = (at(lo), at((lo + 1.0).min(top)));
+        let mut out = [0u32; 4];
+        for c in 0..4 {
+            out[c] = ((1.0 - w) * f32::from_bits(a[c]) + w * f32::from_bits(b[c])).to_bits();
+        }
+        out
+    }
 }
 
 /// A surface object.

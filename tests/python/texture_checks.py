@@ -16,6 +16,11 @@ test_textures.py on the simulator and under `gpupool run` by pool-daemon/tests/a
 - 1D copies with array ends: device -> array (cuMemcpyDtoA) -> array at another offset and
   row width (cuMemcpyAtoA, rows split differently) -> device (cuMemcpyAtoD), byte-exact; and
   cuMemcpyHtoAAsync / cuMemcpyAtoHAsync on a stream.
+- A mipmapped 16x16 float array, each level filled with its own values, sampled by
+  tex2DLod<float> (PTX tex.level) with normalized coordinates: point mipmap filtering reads the
+  nearest level, mipmapLevelBias is added, the level clamps to maxMipmapLevelClamp and to 0;
+  linear mipmap filtering blends
+  the two levels around the LOD with an 8-bit weight.
 - With --quota MIB (a pool tenant's quota on device 0): an array of 3/4 of the quota is
   created, a second one is CUDA_ERROR_OUT_OF_MEMORY, destroying the first lets it be made;
   cuMemGetInfo's free memory drops by at least the array's bytes.
@@ -51,6 +56,11 @@ extern "C" __global__ void sample3d(cudaTextureObject_t t, float *out, const flo
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = tex3D<float>(t, p[i].x, p[i].y, p[i].z);
+}
+extern "C" __global__ void sample_lod(cudaTextureObject_t t, float *out, const float4 *p, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = tex2DLod<float>(t, p[i].x, p[i].y, p[i].z);
 }
 extern "C" __global__ void sample4(cudaTextureObject_t t, float4 *out, const float2 *xy, int n)
 {
@@ -315,6 +325,74 @@ def backend_array_checks(report):
         check(d.cuArrayDestroy(x))
 
 
+def mipmap_checks(report):
+    d = driver()
+    mod = load(SOURCE)
+    desc = d.CUDA_ARRAY3D_DESCRIPTOR()
+    desc.Width, desc.Height, desc.Depth = 16, 16, 0
+    desc.Format, desc.NumChannels = d.CUarray_format.CU_AD_FORMAT_FLOAT, 1
+    mm = check(d.cuMipmappedArrayCreate(desc, 5))
+    levels = []
+    for lv in range(5):
+        n = 16 >> lv
+        img = (100 * lv + np.arange(n * n, dtype=np.float32)).reshape(n, n)
+        levels.append(img)
+        copy_to_array(d, check(d.cuMipmappedArrayGetLevel(mm, lv)), img, n * 4, n)
+    res = d.CUDA_RESOURCE_DESC()
+    res.resType = d.CUresourcetype.CU_RESOURCE_TYPE_MIPMAPPED_ARRAY
+    res.res.mipmap.hMipmappedArray = mm
+
+    def lod_texture(mip_filter, bias=0.0):
+        tex = d.CUDA_TEXTURE_DESC()
+        tex.addressMode = [d.CUaddress_mode.CU_TR_ADDRESS_MODE_CLAMP] * 3
+        tex.filterMode = d.CUfilter_mode.CU_TR_FILTER_MODE_POINT
+        tex.mipmapFilterMode = mip_filter
+        tex.flags = d.CU_TRSF_NORMALIZED_COORDINATES
+        tex.maxMipmapLevelClamp = 3.0
+        tex.mipmapLevelBias = bias
+        return check(d.cuTexObjectCreate(res, tex, None))
+
+    def point(lv, u, v):
+        img = levels[lv]
+        n = img.shape[0]
+        return img[min(int(np.floor(v * n)), n - 1), min(int(np.floor(u * n)), n - 1)]
+
+    def sample(t, pts):
+        pts = np.array(pts, np.float32)
+        dp, dout = to_device(pts), alloc(len(pts) * 4)
+        launch(mod.function("sample_lod"), (1,), (32,), [ptr(int(t)), ptr(dout), ptr(dp), i32(len(pts))])
+        sync()
+        return from_device(dout, len(pts), np.float32)
+
+    pts = [[0.3, 0.6, 0.0, 0], [0.3, 0.6, 1.2, 0], [0.8, 0.1, 1.6, 0], [0.55, 0.95, 2.49, 0], [0.3, 0.6, 7.0, 0],
+           [0.3, 0.6, -2.0, 0]]
+    t = lod_texture(d.CUfilter_mode.CU_TR_FILTER_MODE_POINT)
+    got = sample(t, pts)
+    nearest = [0, 1, 2, 2, 3, 0]  # round(lod), clamped to [0, maxMipmapLevelClamp = 3]
+    ref = np.array([point(lv, u, v) for lv, (u, v, _, _) in zip(nearest, pts)], np.float32)
+    report("tex2DLod with point mipmap filtering reads the nearest level, clamped", np.array_equal(got, ref),
+           f"got {got}, reference {ref}")
+    check(d.cuTexObjectDestroy(t))
+    t = lod_texture(d.CUfilter_mode.CU_TR_FILTER_MODE_POINT, bias=1.0)
+    got = sample(t, [[0.3, 0.6, 0.2, 0], [0.3, 0.6, -0.9, 0]])
+    ref = np.array([point(1, 0.3, 0.6), point(0, 0.3, 0.6)], np.float32)
+    report("mipmapLevelBias is added to tex2DLod's level", np.array_equal(got, ref), f"got {got}, reference {ref}")
+    check(d.cuTexObjectDestroy(t))
+    t = lod_texture(d.CUfilter_mode.CU_TR_FILTER_MODE_LINEAR)
+    pts = [[0.3, 0.6, 1.25, 0], [0.8, 0.1, 0.7, 0], [0.55, 0.95, 2.0, 0]]
+    got = sample(t, pts)
+    ref = []
+    for u, v, lod, _ in pts:
+        lo = int(np.floor(lod))
+        w = np.round((lod - lo) * 256) / 256
+        ref.append((1 - w) * point(lo, u, v) + w * point(min(lo + 1, 4), u, v))
+    ref = np.array(ref, np.float32)
+    report("tex2DLod with linear mipmap filtering blends the two levels", np.allclose(got, ref, rtol=1e-6),
+           f"got {got}, reference {ref}")
+    check(d.cuTexObjectDestroy(t))
+    check(d.cuMipmappedArrayDestroy(mm))
+
+
 def quota_checks(report, quota_mib):
     d = driver()
     fmt = d.CUarray_format.CU_AD_FORMAT_FLOAT
@@ -351,6 +429,7 @@ def main():
     try:
         run_checks(report)
         backend_array_checks(report)
+        mipmap_checks(report)
         if "--quota" in sys.argv:
             quota_checks(report, int(sys.argv[sys.argv.index("--quota") + 1]))
     except Exception as e:  # a failed call is a failed check, reported with the rest

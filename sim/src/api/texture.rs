@@ -53,8 +53,8 @@ fn texels(r: &CUDA_RESOURCE_DESC) -> CuResult<Texels> {
             let Some(m) = driver.mipmapped_arrays.get(h) else {
                 return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || format!("{h:#x} is not a live mipmapped array"));
             };
-            // Kernels sample without derivatives (no `tex.level`/`tex.grad`), which
-            // selects level 0.
+            // A fetch without `tex.level` (no derivatives are simulated) reads level 0;
+            // `tex.level` reads [`levels`].
             Ok(Texels::of_array(array_of(driver, m.level_handles[0])?))
         }
         CUresourcetype::CU_RESOURCE_TYPE_LINEAR => {
@@ -96,6 +96,20 @@ fn texels(r: &CUDA_RESOURCE_DESC) -> CuResult<Texels> {
     }
 }
 
+/// A mipmapped array resource's levels, for `tex.level` (empty for other resources).
+fn levels(r: &CUDA_RESOURCE_DESC) -> CuResult<Vec<Texels>> {
+    if r.resType != CUresourcetype::CU_RESOURCE_TYPE_MIPMAPPED_ARRAY {
+        return Ok(Vec::new());
+    }
+    let driver = initialized()?;
+    // SAFETY: resType is MIPMAPPED_ARRAY, so `res.mipmap` is the member the application filled.
+    let h = unsafe { r.res.mipmap }.hMipmappedArray as u64;
+    let Some(m) = driver.mipmapped_arrays.get(h) else {
+        return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || format!("{h:#x} is not a live mipmapped array"));
+    };
+    m.level_handles.iter().map(|&l| Ok(Texels::of_array(array_of(driver, l)?))).collect()
+}
+
 /// Device memory of the current context as texels.
 fn memory(ptr: u64, footprint: u64, fmt: (Channel, u32), w: u64, h: u64, pitch: u64) -> CuResult<Texels> {
     let ctx = current_healthy()?;
@@ -135,7 +149,8 @@ pub unsafe extern "C" fn cuTexObjectCreate(
             sampler.border = [0.0; 4];
             sampler.normalized = false;
         }
-        let obj = TexObject { ctx_handle: ctx.handle(), texels, sampler, res_desc: r, tex_desc: t };
+        let levels = levels(&r)?;
+        let obj = TexObject { ctx_handle: ctx.handle(), texels, sampler, levels, res_desc: r, tex_desc: t };
         out(p, driver.textures.insert(Arc::new(obj)))
     })
 }

@@ -925,8 +925,8 @@ impl<'a> Decoder<'a> {
         }
         match name {
             "tex" | "tld4" => {
-                if has("level") || has("grad") || has("base") {
-                    return bad(format!("{name} with explicit mipmap levels or gradients is not simulated"));
+                if has("grad") || has("base") || (has("level") && name == "tld4") {
+                    return bad(format!("{name} with gradients, a base level or tld4 with a level is not simulated"));
                 }
                 let [dty, cty] = types[..] else { return bad(format!("{name} needs a result and a coordinate type")) };
                 if !has("v4") || !matches!(dty, Ty::F32 | Ty::U32 | Ty::S32) || !matches!(cty, Ty::F32 | Ty::S32) {
@@ -935,7 +935,13 @@ impl<'a> Decoder<'a> {
                 let (handle, coords) = self.resource(ops[1], cty)?;
                 let d = self.operand(ops[0], dty)?;
                 if name == "tex" {
-                    return Ok(Op::Tex { rank: rank()?, int_coords: cty == Ty::S32, d, handle, coords });
+                    let lod = if has("level") {
+                        let Some(l) = ops.get(2) else { return bad("tex.level needs a level operand") };
+                        Some(self.operand(l, Ty::F32)?)
+                    } else {
+                        None
+                    };
+                    return Ok(Op::Tex { rank: rank()?, int_coords: cty == Ty::S32, d, handle, coords, lod });
                 }
                 if rank()? != 2 || cty != Ty::F32 {
                     return bad("tld4 is defined for .2d textures and .f32 coordinates");

@@ -396,13 +396,15 @@ pub enum Op {
         d: Operand,
         a: Operand,
     },
-    /// `tex.{1d,2d,3d}.v4`: `int_coords` for `.s32` coordinates (texel indices).
+    /// `tex.{1d,2d,3d}.v4`: `int_coords` for `.s32` coordinates (texel indices); `lod`:
+    /// `tex.level`'s explicit mipmap level (an `.f32` operand).
     Tex {
         rank: u8,
         int_coords: bool,
         d: Operand,
         handle: Operand,
         coords: Operand,
+        lod: Option<Operand>,
     },
     /// `tld4.{r,g,b,a}.2d.v4`: one channel of the four bilinear texels.
     Tld4 {

@@ -49,7 +49,7 @@ impl Block<'_> {
     fn texture_one(&mut self, op: &Op, t: usize) -> Result<(), Fault> {
         let memory = self.l.memory;
         match op {
-            Op::Tex { rank: _, int_coords, d, handle, coords } => {
+            Op::Tex { rank: _, int_coords, d, handle, coords, lod } => {
                 let h = self.rd(handle, t);
                 let tex = memory.textures.get(&h).ok_or_else(|| self.bad_object(h, false, t))?;
                 let c = self.coords(coords, t);
@@ -58,7 +58,10 @@ impl Block<'_> {
                     texture::fetch(&tex.texels, &tex.sampler, [0.0; 3], Some(ic))
                 } else {
                     let fc = [c[0], c[1], c[2]].map(|v| f32::from_bits(v as u32));
-                    texture::fetch(&tex.texels, &tex.sampler, fc, None)
+                    match lod {
+                        Some(l) => tex.fetch_level(fc, f32::from_bits(self.rd(l, t) as u32)),
+                        None => texture::fetch(&tex.texels, &tex.sampler, fc, None),
+                    }
                 };
                 self.write4(d, t, v);
             }
