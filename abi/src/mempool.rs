@@ -82,6 +82,11 @@ impl<C: PartialEq> Policy<C> {
         self.used.contains_key(&base)
     }
 
+    /// The block in use at `base`.
+    pub fn used_block(&self, base: u64) -> Option<&Block<C>> {
+        self.used.get(&base)
+    }
+
     /// Keeps only the blocks `live` accepts (the others' memory went with their context).
     pub fn retain(&mut self, mut live: impl FnMut(&Block<C>) -> bool) {
         self.idle.retain(&mut live);

@@ -239,6 +239,10 @@ macro_rules! driver_entry_points {
         "cuDeviceGetDefaultMemPool" => [11020 => cuDeviceGetDefaultMemPool];
         "cuDeviceGetMemPool" => [11020 => cuDeviceGetMemPool];
         "cuDeviceSetMemPool" => [11020 => cuDeviceSetMemPool];
+        "cuMemPoolExportToShareableHandle" => [11020 => cuMemPoolExportToShareableHandle];
+        "cuMemPoolImportFromShareableHandle" => [11020 => cuMemPoolImportFromShareableHandle];
+        "cuMemPoolExportPointer" => [11020 => cuMemPoolExportPointer];
+        "cuMemPoolImportPointer" => [11020 => cuMemPoolImportPointer];
         "cuMemAllocManaged" => [6000 => cuMemAllocManaged];
         "cuIpcGetMemHandle" => [4010 => cuIpcGetMemHandle];
         "cuIpcOpenMemHandle" => [4010 => !, 11000 => cuIpcOpenMemHandle_v2];

@@ -53,6 +53,9 @@
 //!   mapped, accessible run is an allocation of the context that reserved its range, and a
 //!   shareable handle is a sealed memfd naming the allocation to processes of the same
 //!   tenant, valid while the allocation lives rather than while the descriptor is open;
+//! - memory pools are kept here over the daemon's allocations (`api/mempool.rs`); an
+//!   exportable pool's shareable handle is likewise a sealed memfd naming the pool to the
+//!   same tenant, and imported pointers are opened as IPC handles are;
 //! - 2D and 3D copies with a pageable host end go through staging (a row wider than the
 //!   staging area is `CUDA_ERROR_NOT_SUPPORTED` there); a page-locked end is named in
 //!   place, like a linear copy's;

@@ -2845,6 +2845,34 @@ impl Default for CUmemPoolProps_st {
 }
 pub type CUmemPoolProps_v1 = CUmemPoolProps_st;
 pub type CUmemPoolProps = CUmemPoolProps_v1;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUmemPoolPtrExportData_st {
+    pub reserved: [::std::os::raw::c_uchar; 64usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUmemPoolPtrExportData_st",
+    ][::std::mem::size_of::<CUmemPoolPtrExportData_st>() - 64usize];
+    [
+        "Alignment of CUmemPoolPtrExportData_st",
+    ][::std::mem::align_of::<CUmemPoolPtrExportData_st>() - 1usize];
+    [
+        "Offset of field: CUmemPoolPtrExportData_st::reserved",
+    ][::std::mem::offset_of!(CUmemPoolPtrExportData_st, reserved) - 0usize];
+};
+impl Default for CUmemPoolPtrExportData_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUmemPoolPtrExportData_v1 = CUmemPoolPtrExportData_st;
+pub type CUmemPoolPtrExportData = CUmemPoolPtrExportData_v1;
 unsafe extern "C" {
     pub fn cuMemPoolTrimTo(pool: CUmemoryPool, minBytesToKeep: usize) -> CUresult;
 }
@@ -2898,6 +2926,35 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemPoolExportToShareableHandle(
+        handle_out: *mut ::std::os::raw::c_void,
+        pool: CUmemoryPool,
+        handleType: CUmemAllocationHandleType,
+        flags: ::std::os::raw::c_ulonglong,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemPoolImportFromShareableHandle(
+        pool_out: *mut CUmemoryPool,
+        handle: *mut ::std::os::raw::c_void,
+        handleType: CUmemAllocationHandleType,
+        flags: ::std::os::raw::c_ulonglong,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemPoolExportPointer(
+        shareData_out: *mut CUmemPoolPtrExportData,
+        ptr: CUdeviceptr,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemPoolImportPointer(
+        ptr_out: *mut CUdeviceptr,
+        pool: CUmemoryPool,
+        shareData: *mut CUmemPoolPtrExportData,
+    ) -> CUresult;
 }
 unsafe extern "C" {
     pub fn cuMemAllocManaged(

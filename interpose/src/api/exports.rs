@@ -420,6 +420,13 @@ exports! { CUresult;
     cuDeviceGetDefaultMemPool(pool: out CUmemoryPool, dev: val CUdevice) = mempool::default_pool;
     cuDeviceGetMemPool(pool: out CUmemoryPool, dev: val CUdevice) = mempool::current_pool;
     cuDeviceSetMemPool(dev: val CUdevice, pool: val CUmemoryPool) = mempool::set_current_pool;
+    cuMemPoolExportToShareableHandle(handle_out: val *mut c_void, pool: val CUmemoryPool,
+        kind: val CUmemAllocationHandleType, flags: val c_ulonglong) = mempool::export_to_shareable;
+    cuMemPoolImportFromShareableHandle(pool_out: out CUmemoryPool, handle: val *mut c_void,
+        kind: val CUmemAllocationHandleType, flags: val c_ulonglong) = mempool::import_from_shareable;
+    cuMemPoolExportPointer(data: out CUmemPoolPtrExportData, ptr: val CUdeviceptr) = mempool::export_pointer;
+    cuMemPoolImportPointer(ptr_out: out CUdeviceptr, pool: val CUmemoryPool, data: val *mut CUmemPoolPtrExportData)
+        = mempool::import_pointer;
 }
 
 exports! { CUresult;

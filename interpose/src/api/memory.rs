@@ -55,6 +55,9 @@ pub(super) fn alloc_pitch(width_bytes: usize, height: usize, element_size: c_uin
 }
 
 pub(super) fn free(dptr: CUdeviceptr) -> R<()> {
+    if dptr != 0 && super::mempool::free_imported(dptr)? {
+        return Ok(());
+    }
     client::call(|c| {
         let (cur, ..) = c.current()?;
         // NULL is a no-op that succeeds, as on NVIDIA's driver (its runtime's `cudaFree(0)`,

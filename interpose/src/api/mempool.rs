@@ -11,18 +11,30 @@
 //! pool (here once its stream got there: the free synchronizes the stream); a synchronization
 //! (stream, event, context) finds pools above their release threshold and releases idle
 //! blocks down to it; an allocation the quota refuses first releases the pool's idle blocks.
+//!
+//! Pools created with `handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR` are shared with
+//! other processes of the same tenant. The shareable handle is a sealed memfd holding a tag and
+//! the daemon's 128-bit secret for the pool (pool-daemon/src/daemon/ipc.rs): the program passes
+//! it itself (SCM_RIGHTS), and the daemon lets only a session of the pool's tenant import it, so
+//! the descriptor leaking to another tenant gives nothing. `CUmemPoolPtrExportData` holds a tag
+//! and the daemon's secret for one allocation of the pool, importable only through the imported
+//! pool. An imported pointer is the exporter's allocation, counted once, in the exporter's
+//! ledger; `cuMemFree`/`cuMemFreeAsync` in the importer close it; the exporter's free (the block
+//! going back to its pool) ends every importer's view, and the session's end closes them all.
+//! An imported pool does not allocate (as NVIDIA documents).
 
 use super::DefaultStream;
 use crate::client;
 use crate::util::{R, log};
 use gpupool_abi::mempool::{Policy, Room, is_u64_attribute as is_u64};
+use gpupool_protocol::ops::answer;
 use gpupool_protocol::{DevicePtr, Request};
 use gpupool_shim::cuda::{
     CUdevice, CUdeviceptr, CUmemAllocationHandleType, CUmemAllocationType, CUmemLocationType, CUmemPool_attribute as A,
-    CUmemPoolProps, CUmemoryPool, CUresult, CUstream,
+    CUmemPoolProps, CUmemPoolPtrExportData, CUmemoryPool, CUresult, CUstream,
 };
-use std::collections::HashMap;
-use std::os::raw::{c_int, c_void};
+use std::collections::{HashMap, HashSet};
+use std::os::raw::{c_int, c_ulonglong, c_void};
 use std::sync::Mutex;
 
 /// Pool handles: opaque values in a range of their own, looked up in [`POOLS`].
@@ -31,16 +43,46 @@ const HANDLE_BASE: u64 = 0x7d00_0000_0000;
 /// A block's context handle.
 type Block = gpupool_abi::mempool::Block<u64>;
 
+/// Tags a pool's shareable descriptor, and a pointer's export data; the secret follows.
+const POOL_MAGIC: &[u8; 8] = b"GPPOOLX1";
+const PTR_MAGIC: &[u8; 8] = b"GPPOOLP1";
+const POSIX_FD: u32 = CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0;
+
 struct Pool {
     device: i32,
     is_default: bool,
     policy: Policy<u64>,
+    /// Created with `handleTypes` POSIX_FD.
+    exportable: bool,
+    /// Imported from another process: it holds no blocks and does not allocate.
+    imported: bool,
+    /// The daemon's secret for the pool: once exported, or the one it was imported with.
+    secret: Option<[u8; 16]>,
+    /// Pointers of this pool exported (their export ends when they are freed).
+    exported: HashSet<u64>,
 }
 
 impl Pool {
     fn new(device: i32, is_default: bool, max_size: u64) -> Pool {
-        Pool { device, is_default, policy: Policy::new(max_size) }
+        Pool {
+            device,
+            is_default,
+            policy: Policy::new(max_size),
+            exportable: false,
+            imported: false,
+            secret: None,
+            exported: HashSet::new(),
+        }
     }
+}
+
+/// A pointer imported from another process's pool.
+struct ImportedPtr {
+    pool: u64,
+    /// The context handle it was imported in.
+    ctx: u64,
+    /// Times imported, each undone by a free.
+    count: u32,
 }
 
 #[derive(Default)]
@@ -54,6 +96,8 @@ struct Pools {
     /// Allocations of destroyed pools, still live: base -> context handle (given back to the
     /// daemon when freed).
     orphans: HashMap<u64, u64>,
+    /// Pointers imported from other processes: base -> import.
+    imported: HashMap<u64, ImportedPtr>,
 }
 
 static POOLS: Mutex<Option<Pools>> = Mutex::new(None);
@@ -146,16 +190,20 @@ pub(super) fn create(props: CUmemPoolProps) -> R<CUmemoryPool> {
         log("cuMemPoolCreate: only device-located pools are served through the pool");
         return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
     }
-    if props.handleTypes != CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE {
-        log("cuMemPoolCreate: exportable pools (handleTypes) are not served through the pool");
-        return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
-    }
+    let exportable = match props.handleTypes.0 {
+        0 => false,
+        POSIX_FD => true,
+        other => {
+            log(&format!("cuMemPoolCreate: handleTypes {other:#x}: only POSIX file descriptors are shareable here"));
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        }
+    };
     if check_device(props.location.id).is_err() {
         log(&format!("cuMemPoolCreate: location id {} is not a device", props.location.id));
         return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
     }
-    let h = with_pools(|p| p.insert(Pool::new(props.location.id, false, props.maxSize as u64)));
-    Ok(h as CUmemoryPool)
+    let pool = Pool { exportable, ..Pool::new(props.location.id, false, props.maxSize as u64) };
+    Ok(with_pools(|p| p.insert(pool)) as CUmemoryPool)
 }
 
 pub(super) fn destroy(pool: CUmemoryPool) -> R<()> {
@@ -176,9 +224,14 @@ pub(super) fn destroy(pool: CUmemoryPool) -> R<()> {
         for b in pl.policy.take_all_used() {
             p.orphans.insert(b.base, b.ctx);
         }
-        Ok(pl.policy.shed_down_to(0))
+        Ok((pl.policy.shed_down_to(0), pl.secret.filter(|_| !pl.imported)))
     })?;
+    let (shed, exported) = shed;
     release(shed);
+    if let Some(pool) = exported {
+        // No new imports of it; pointers already imported live until freed.
+        client::call(|c| c.live()?.call_ok(Request::MemPoolUnexport { pool }))?;
+    }
     Ok(())
 }
 
@@ -244,7 +297,12 @@ pub(super) fn set_current_pool(dev: CUdevice, pool: CUmemoryPool) -> R<()> {
     check_device(dev)?;
     with_pools(|p| {
         p.device(dev);
-        let device = p.pool(pool as u64)?.device;
+        let pl = p.pool(pool as u64)?;
+        if pl.imported {
+            log("cuDeviceSetMemPool: an imported pool does not allocate, so it cannot be a current pool");
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let device = pl.device;
         if device != dev {
             log(&format!("cuDeviceSetMemPool: the pool is on device {device}, not device {dev}"));
             return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
@@ -274,6 +332,10 @@ pub(super) fn alloc_from(bytesize: usize, pool: Option<u64>, h: CUstream, d: Def
             None => p.device(device).1,
         };
         let pl = p.pool(handle)?;
+        if pl.imported {
+            log("stream-ordered allocation: an imported pool does not allocate");
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
         if pl.device != device {
             log(&format!("stream-ordered allocation: the pool is on device {}, the context on {device}", pl.device));
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -333,28 +395,168 @@ pub(super) fn alloc_from_pool(bytesize: usize, pool: CUmemoryPool, h: CUstream, 
 /// Frees a pool allocation whose free was reached on stream `h`: back to its pool (a
 /// destroyed pool's memory to the daemon). `false`: `ptr` is no pool allocation.
 pub(super) fn free(ptr: CUdeviceptr, h: CUstream) -> R<bool> {
-    let (found, orphan) = with_pools(|p| {
+    if free_imported(ptr)? {
+        return Ok(true);
+    }
+    let (found, orphan, revoke) = with_pools(|p| {
         prune(p);
         if let Some(ctx) = p.orphans.remove(&ptr) {
-            return (true, Some(Block { ctx, base: ptr, size: 0, freed_on: 0 }));
+            return (true, Some(Block { ctx, base: ptr, size: 0, freed_on: 0 }), None);
         }
-        let Some(&pool) = p.owners.get(&ptr) else { return (false, None) };
-        let Some(pl) = p.pools.get_mut(&pool) else { return (false, None) };
+        let Some(&pool) = p.owners.get(&ptr) else { return (false, None, None) };
+        let Some(pl) = p.pools.get_mut(&pool) else { return (false, None, None) };
+        let ctx = pl.policy.used_block(ptr).map(|b| b.ctx);
         if !pl.policy.give_back(ptr, h as u64) {
-            return (false, None);
+            return (false, None, None);
         }
         p.owners.remove(&ptr);
-        (true, None)
+        (true, None, ctx.filter(|_| pl.exported.remove(&ptr)))
     });
     if let Some(b) = orphan {
         release(vec![b]);
     }
+    if let Some(ctx) = revoke {
+        // The block stays allocated for reuse: its export ends here, and the importers' views.
+        client::call(|c| c.conn_of(ctx)?.call_ok(Request::MemPoolRevokePointer { ptr: DevicePtr(ptr) }))?;
+    }
     Ok(found)
+}
+
+/// `cuMemFree`/`cuMemFreeAsync` of a pointer imported from another process's pool: closes this
+/// process's view of it (the exporter's memory stays). `false`: `ptr` was not imported.
+pub(super) fn free_imported(ptr: CUdeviceptr) -> R<bool> {
+    let Some((ctx, last)) = with_pools(|p| {
+        let e = p.imported.get_mut(&ptr)?;
+        e.count -= 1;
+        let (ctx, last) = (e.ctx, e.count == 0);
+        if last {
+            p.imported.remove(&ptr);
+        }
+        Some((ctx, last))
+    }) else {
+        return Ok(false);
+    };
+    client::call(|c| {
+        c.conn_of(ctx)?.call_ok(Request::IpcCloseMemHandle { ptr: DevicePtr(ptr) })?;
+        if last {
+            c.reg.allocs.remove(&(client::endpoint_of(ctx), ptr));
+        }
+        Ok(true)
+    })
+}
+
+fn invalid<T>(why: &str) -> R<T> {
+    log(why);
+    Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+}
+
+/// The daemon's secret for exportable pool `h`, asked for at its first export.
+fn pool_secret(h: u64, what: &str) -> R<[u8; 16]> {
+    let known = with_pools(|p| {
+        let pl = p.pool(h)?;
+        if pl.imported {
+            return invalid(&format!("{what}: the pool was imported; only its exporter exports it"));
+        }
+        if !pl.exportable {
+            return invalid(&format!("{what}: the pool was not created with handleTypes POSIX_FILE_DESCRIPTOR"));
+        }
+        Ok(pl.secret)
+    })?;
+    if let Some(s) = known {
+        return Ok(s);
+    }
+    let answer::MemExported { secret } = client::call(|c| c.live()?.ask(Request::MemPoolExport {}))?;
+    // Another thread may have exported it meanwhile: the first secret stays.
+    with_pools(|p| Ok(*p.pool(h)?.secret.get_or_insert(secret)))
+}
+
+pub(super) fn export_to_shareable(
+    handle_out: *mut c_void,
+    pool: CUmemoryPool,
+    kind: CUmemAllocationHandleType,
+    flags: c_ulonglong,
+) -> R<()> {
+    let what = "cuMemPoolExportToShareableHandle";
+    if handle_out.is_null() || kind.0 != POSIX_FD || flags != 0 {
+        return invalid(&format!("{what}: a non-null handle_out, handle type POSIX_FILE_DESCRIPTOR and flags 0"));
+    }
+    let secret = pool_secret(pool as u64, what)?;
+    let fd = super::vmm::sealed_descriptor(POOL_MAGIC, &secret, what)?;
+    crate::util::out(handle_out.cast::<c_int>(), fd)
+}
+
+pub(super) fn import_from_shareable(
+    handle: *mut c_void,
+    kind: CUmemAllocationHandleType,
+    flags: c_ulonglong,
+) -> R<CUmemoryPool> {
+    let what = "cuMemPoolImportFromShareableHandle";
+    if kind.0 != POSIX_FD || flags != 0 {
+        return invalid(&format!("{what}: handle type POSIX_FILE_DESCRIPTOR and flags 0"));
+    }
+    let (_, device) = current()?;
+    // For POSIX file descriptors the descriptor travels in the pointer's value.
+    let secret = super::vmm::read_secret(handle as usize as c_int, POOL_MAGIC, what)?;
+    client::call(|c| c.live()?.call_ok(Request::MemPoolImport { pool: secret }))?;
+    let pool = Pool { imported: true, secret: Some(secret), ..Pool::new(device, false, 0) };
+    Ok(with_pools(|p| p.insert(pool)) as CUmemoryPool)
+}
+
+pub(super) fn export_pointer(ptr: CUdeviceptr) -> R<CUmemPoolPtrExportData> {
+    let what = "cuMemPoolExportPointer";
+    let (pool, ctx) = with_pools(|p| {
+        prune(p);
+        let pool = p.owners.get(&ptr).copied();
+        let ctx = pool.and_then(|h| p.pools.get(&h)).and_then(|pl| pl.policy.used_block(ptr)).map(|b| b.ctx);
+        match (pool, ctx) {
+            (Some(pool), Some(ctx)) => Ok((pool, ctx)),
+            _ => invalid(&format!("{what}: {ptr:#x} is not the base of a live allocation of a pool")),
+        }
+    })?;
+    let secret = pool_secret(pool, what)?;
+    let answer::MemExported { secret: mine } =
+        client::call(|c| c.conn_of(ctx)?.ask(Request::MemPoolExportPointer { pool: secret, ptr: DevicePtr(ptr) }))?;
+    with_pools(|p| p.pools.get_mut(&pool).map(|pl| pl.exported.insert(ptr)));
+    let mut data = CUmemPoolPtrExportData::default();
+    for (i, b) in PTR_MAGIC.iter().chain(mine.iter()).enumerate() {
+        data.reserved[i] = *b;
+    }
+    Ok(data)
+}
+
+pub(super) fn import_pointer(pool: CUmemoryPool, data: *mut CUmemPoolPtrExportData) -> R<CUdeviceptr> {
+    let what = "cuMemPoolImportPointer";
+    if data.is_null() {
+        return invalid(&format!("{what}: null shareData"));
+    }
+    // SAFETY: non-null; the caller passes export data (64 bytes, any alignment).
+    let data = unsafe { data.read_unaligned() };
+    if &data.reserved[..8] != PTR_MAGIC {
+        return invalid(&format!("{what}: not export data made through the pool"));
+    }
+    let mut mine = [0u8; 16];
+    mine.copy_from_slice(&data.reserved[8..24]);
+    let secret = with_pools(|p| {
+        let pl = p.pool(pool as u64)?;
+        match pl.secret {
+            Some(s) if pl.imported => Ok(s),
+            _ => invalid(&format!("{what}: the pool was not imported (cuMemPoolImportFromShareableHandle)")),
+        }
+    })?;
+    let (base, ctx) = client::call(|c| {
+        let (cur, ..) = c.current()?;
+        let answer::AddressRange { base, size } =
+            c.live()?.ask(Request::MemPoolImportPointer { pool: secret, secret: mine })?;
+        c.reg.allocs.insert((client::endpoint_of(cur), base.0), (size, cur));
+        Ok((base.0, cur))
+    })?;
+    with_pools(|p| p.imported.entry(base).or_insert(ImportedPtr { pool: pool as u64, ctx, count: 0 }).count += 1);
+    Ok(base)
 }
 
 /// The pool an allocation came from (`CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE`).
 pub fn pool_of(ptr: u64) -> Option<u64> {
-    with_pools(|p| p.owners.get(&ptr).copied())
+    with_pools(|p| p.owners.get(&ptr).copied().or_else(|| p.imported.get(&ptr).map(|e| e.pool)))
 }
 
 /// Called after every synchronization (stream, event, context): pools above their release

@@ -210,28 +210,28 @@ pub(super) fn retain(addr: *mut c_void) -> R<CUmemGenericAllocationHandle> {
     })
 }
 
-/// A sealed memfd holding the magic and `secret`: the descriptor the program owns.
-fn sealed_descriptor(secret: &[u8; 16]) -> R<c_int> {
+/// A sealed memfd holding `magic` and `secret`: the descriptor the program owns (`what`
+/// names the caller in log lines).
+pub(super) fn sealed_descriptor(magic: &[u8; 8], secret: &[u8; 16], what: &str) -> R<c_int> {
     // SAFETY: a NUL-terminated name; the kernel returns a new descriptor or -1.
-    let raw =
-        unsafe { libc::memfd_create(c"gpupool-vmm-export".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    let raw = unsafe { libc::memfd_create(c"gpupool-export".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if raw < 0 {
-        log(&format!("cuMemExportToShareableHandle: memfd_create: {}", std::io::Error::last_os_error()));
+        log(&format!("{what}: memfd_create: {}", std::io::Error::last_os_error()));
         return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     }
     // SAFETY: `raw` is the descriptor just created, owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let mut bytes = EXPORT_MAGIC.to_vec();
+    let mut bytes = magic.to_vec();
     bytes.extend_from_slice(secret);
     let mut file = std::fs::File::from(fd);
     std::io::Write::write_all(&mut file, &bytes).map_err(|e| {
-        log(&format!("cuMemExportToShareableHandle: writing the descriptor: {e}"));
+        log(&format!("{what}: writing the descriptor: {e}"));
         CUresult::CUDA_ERROR_OUT_OF_MEMORY
     })?;
     let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
     // SAFETY: fcntl on our own open descriptor with an integer argument.
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-        log(&format!("cuMemExportToShareableHandle: sealing: {}", std::io::Error::last_os_error()));
+        log(&format!("{what}: sealing: {}", std::io::Error::last_os_error()));
         return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     }
     Ok(file.into_raw_fd())
@@ -254,21 +254,22 @@ pub(super) fn export(
         let answer::MemExported { secret } = c.conn_of(h)?.ask(Request::MemExport { handle, handle_type: POSIX_FD })?;
         Ok(secret)
     })?;
-    let fd = sealed_descriptor(&secret)?;
+    let fd = sealed_descriptor(EXPORT_MAGIC, &secret, "cuMemExportToShareableHandle")?;
     out(shareable.cast::<c_int>(), fd)
 }
 
-/// The secret an exported descriptor holds; anything else is not ours to import.
-fn read_secret(fd: c_int) -> R<[u8; 16]> {
+/// The secret a descriptor made by [`sealed_descriptor`] with `magic` holds; anything else is
+/// not ours to import (`what` names the caller in the log line).
+pub(super) fn read_secret(fd: c_int, magic: &[u8; 8], what: &str) -> R<[u8; 16]> {
     let mut buf = [0u8; 32];
     // SAFETY: pread into our own buffer of its length; a bad descriptor fails with -1.
     let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-    let want = EXPORT_MAGIC.len() + 16;
-    if n != want as isize || &buf[..EXPORT_MAGIC.len()] != EXPORT_MAGIC {
-        return invalid(&format!("cuMemImportFromShareableHandle: descriptor {fd} is not an export of the pool"));
+    let want = magic.len() + 16;
+    if n != want as isize || &buf[..magic.len()] != magic {
+        return invalid(&format!("{what}: descriptor {fd} is not an export of the pool"));
     }
     let mut secret = [0u8; 16];
-    secret.copy_from_slice(&buf[EXPORT_MAGIC.len()..want]);
+    secret.copy_from_slice(&buf[magic.len()..want]);
     Ok(secret)
 }
 
@@ -277,7 +278,7 @@ pub(super) fn import(os: *mut c_void, kind: HandleType) -> R<CUmemGenericAllocat
         return invalid("cuMemImportFromShareableHandle: only POSIX file descriptors");
     }
     // For POSIX file descriptors the descriptor travels in the pointer's value.
-    let secret = read_secret(os as usize as c_int)?;
+    let secret = read_secret(os as usize as c_int, EXPORT_MAGIC, "cuMemImportFromShareableHandle")?;
     client::call(|c| {
         c.current()?;
         let answer::MemHandle { handle } = c.live()?.ask(Request::MemImport { secret })?;

@@ -15,10 +15,20 @@
 //! A handle is a 128-bit secret from the kernel's random source; a secret of another
 //! tenant is answered as an unknown one (CUDA_ERROR_INVALID_HANDLE, as NVIDIA documents
 //! for a handle that cannot be opened), with a log line naming both tenants.
+//!
+//! Exported stream-ordered pools (`cuMemPoolExportToShareableHandle`, `cuMemPoolExportPointer`
+//! and their imports) ride on the same exports. The pool itself is kept by the client
+//! (interpose/src/api/mempool.rs), each of its blocks one allocation of the session, so the
+//! daemon knows a pool only as a secret of the exporting session ([`PoolExport`]): a session
+//! of the same tenant that presents it may import pointers exported from that pool, each an
+//! [`Export`] tagged with the pool, opened as an IPC handle is. Since an exporter's pool keeps
+//! a freed block allocated for reuse, its free revokes the pointer's export explicitly
+//! (`MemPoolRevokePointer`). Refusals are INVALID_VALUE, the only failure NVIDIA documents for
+//! these calls besides out-of-memory, with a log line naming both tenants.
 
 use super::dispatch::{Fail, INVALID_HANDLE, OUT_OF_MEMORY, Result};
 use super::session::Session;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -44,13 +54,22 @@ pub struct Export {
     device: u32,
     secret: [u8; 16],
     live: AtomicBool,
+    /// The exported pool it came from (`cuMemPoolExportPointer`); `None`: an IPC handle.
+    pool: Option<[u8; 16]>,
 }
 
-/// The daemon's live exports, by secret and by (session, pointer).
+/// An exported memory pool: whose it is.
+pub struct PoolExport {
+    tenant: String,
+    session: u64,
+}
+
+/// The daemon's live exports, by secret and by (session, pointer), and exported pools.
 #[derive(Default)]
 struct Table {
     by_secret: HashMap<[u8; 16], Arc<Export>>,
     by_alloc: HashMap<(u64, u64), Arc<Export>>,
+    pools: HashMap<[u8; 16], PoolExport>,
 }
 
 fn table() -> std::sync::MutexGuard<'static, Table> {
@@ -58,10 +77,11 @@ fn table() -> std::sync::MutexGuard<'static, Table> {
     T.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// What a session opened: base -> (export, times opened).
+/// What a session opened: base -> (export, times opened); the pools it imported.
 #[derive(Default)]
 pub struct Imports {
     open: BTreeMap<u64, (Arc<Export>, u32)>,
+    pools: HashSet<[u8; 16]>,
 }
 
 impl Imports {
@@ -94,6 +114,7 @@ pub fn revoke_session(session: u64) {
     for e in mine {
         revoke_export(&e, &mut t);
     }
+    t.pools.retain(|_, p| p.session != session);
 }
 
 /// An exported event: the backend event, its device and owner tenant, and how many
@@ -186,7 +207,16 @@ impl Session {
             )));
         };
         let (size, device) = (a.size, a.device);
+        self.export_alloc(ptr, size, device, None)
+    }
+
+    /// The export of this session's allocation at `ptr` (made once, until it ends), as an IPC
+    /// handle (`pool` `None`) or from an exported pool; one allocation is exported one way.
+    fn export_alloc(&self, ptr: u64, size: u64, device: u32, pool: Option<[u8; 16]>) -> Result<[u8; 16]> {
         if let Some(e) = table().by_alloc.get(&(self.id, ptr)) {
+            if e.pool != pool {
+                return Err(Fail::invalid_value(format!("{ptr:#x} is exported already, by another kind of handle")));
+            }
             return Ok(e.secret);
         }
         let secret = random_secret()?;
@@ -198,6 +228,7 @@ impl Session {
             device,
             secret,
             live: AtomicBool::new(true),
+            pool,
         });
         let mut t = table();
         t.by_secret.insert(secret, e.clone());
@@ -219,6 +250,14 @@ impl Session {
             }
             None => return Err(Fail::new(INVALID_HANDLE, "no live IPC memory handle matches (freed, or never made)")),
         };
+        if e.pool.is_some() {
+            return Err(Fail::new(INVALID_HANDLE, "the secret names a pointer of an exported pool, not an IPC handle"));
+        }
+        self.open_export(e)
+    }
+
+    /// Adds the allocation of export `e` to this session's view (once more).
+    fn open_export(&mut self, e: Arc<Export>) -> Result<(u64, u64)> {
         if e.session == self.id {
             return Err(Fail::new(INVALID_CONTEXT, "cuIpcOpenMemHandle: a process cannot open its own IPC handle"));
         }
@@ -243,6 +282,89 @@ impl Session {
         if entry.1 == 0 {
             self.ipc.open.remove(&ptr);
         }
+        Ok(())
+    }
+
+    pub(super) fn pool_export(&mut self) -> Result<[u8; 16]> {
+        let secret = random_secret()?;
+        table().pools.insert(secret, PoolExport { tenant: self.tenant().to_string(), session: self.id });
+        Ok(secret)
+    }
+
+    pub(super) fn pool_export_pointer(&mut self, pool: [u8; 16], ptr: u64) -> Result<[u8; 16]> {
+        if table().pools.get(&pool).is_none_or(|p| p.session != self.id) {
+            return Err(Fail::invalid_value("cuMemPoolExportPointer: not a pool this session exported"));
+        }
+        let Some(a) = self.allocs.get(&ptr) else {
+            return Err(Fail::invalid_value(format!(
+                "cuMemPoolExportPointer: {ptr:#x} is not the base of an allocation of this session"
+            )));
+        };
+        let (size, device) = (a.size, a.device);
+        self.export_alloc(ptr, size, device, Some(pool))
+    }
+
+    pub(super) fn pool_import(&mut self, pool: [u8; 16]) -> Result<()> {
+        let t = table();
+        match t.pools.get(&pool) {
+            Some(p) if p.tenant != self.tenant() => {
+                tracing::warn!(
+                    session = self.id, tenant = %self.tenant(), owner = %p.tenant,
+                    "cuMemPoolImportFromShareableHandle refused: the handle names a pool of another tenant"
+                );
+                Err(Fail::invalid_value("no exported memory pool of this tenant matches"))
+            }
+            Some(p) if p.session == self.id => {
+                Err(Fail::invalid_value("a process imports pools of other processes, not its own"))
+            }
+            Some(_) => {
+                drop(t);
+                self.ipc.pools.insert(pool);
+                Ok(())
+            }
+            None => Err(Fail::invalid_value("no live exported memory pool matches (destroyed, or never made)")),
+        }
+    }
+
+    pub(super) fn pool_import_pointer(&mut self, pool: [u8; 16], secret: [u8; 16]) -> Result<(u64, u64)> {
+        if !self.ipc.pools.contains(&pool) {
+            return Err(Fail::invalid_value("cuMemPoolImportPointer: not a pool this session imported"));
+        }
+        let found = table().by_secret.get(&secret).cloned();
+        let e = match found {
+            Some(e) if e.tenant != self.tenant() => {
+                tracing::warn!(
+                    session = self.id, tenant = %self.tenant(), owner = %e.tenant,
+                    "cuMemPoolImportPointer refused: the export data names memory of another tenant"
+                );
+                return Err(Fail::invalid_value("no exported pointer of this tenant matches"));
+            }
+            Some(e) if e.pool != Some(pool) => {
+                return Err(Fail::invalid_value("cuMemPoolImportPointer: the pointer was not exported from this pool"));
+            }
+            Some(e) => e,
+            None => return Err(Fail::invalid_value("no live exported pointer matches (freed, or never made)")),
+        };
+        self.open_export(e)
+    }
+
+    pub(super) fn pool_revoke_pointer(&mut self, ptr: u64) -> Result<()> {
+        let mut t = table();
+        match t.by_alloc.get(&(self.id, ptr)).cloned() {
+            Some(e) if e.pool.is_some() => {
+                revoke_export(&e, &mut t);
+                Ok(())
+            }
+            _ => Err(Fail::invalid_value(format!("{ptr:#x} is no pointer this session exported from a pool"))),
+        }
+    }
+
+    pub(super) fn pool_unexport(&mut self, pool: [u8; 16]) -> Result<()> {
+        let mut t = table();
+        if t.pools.get(&pool).is_none_or(|p| p.session != self.id) {
+            return Err(Fail::invalid_value("not a pool this session exported"));
+        }
+        t.pools.remove(&pool);
         Ok(())
     }
 }

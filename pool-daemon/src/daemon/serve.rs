@@ -290,6 +290,39 @@ impl Serve for Session {
         Ok(answer::Event { event: self.ipc_open_event(ctx, secret)? })
     }
 
+    fn mem_pool_export(&mut self, _cx: Cx<'_>) -> Result<answer::MemExported> {
+        Ok(answer::MemExported { secret: self.pool_export()? })
+    }
+
+    fn mem_pool_export_pointer(&mut self, _cx: Cx<'_>, pool: [u8; 16], ptr: DevicePtr) -> Result<answer::MemExported> {
+        Ok(answer::MemExported { secret: self.pool_export_pointer(pool, ptr.0)? })
+    }
+
+    fn mem_pool_import(&mut self, _cx: Cx<'_>, pool: [u8; 16]) -> Result<answer::Ok> {
+        self.pool_import(pool)?;
+        Ok(answer::Ok {})
+    }
+
+    fn mem_pool_import_pointer(
+        &mut self,
+        _cx: Cx<'_>,
+        pool: [u8; 16],
+        secret: [u8; 16],
+    ) -> Result<answer::AddressRange> {
+        let (base, size) = self.pool_import_pointer(pool, secret)?;
+        Ok(answer::AddressRange { base: DevicePtr(base), size })
+    }
+
+    fn mem_pool_revoke_pointer(&mut self, _cx: Cx<'_>, ptr: DevicePtr) -> Result<answer::Ok> {
+        self.pool_revoke_pointer(ptr.0)?;
+        Ok(answer::Ok {})
+    }
+
+    fn mem_pool_unexport(&mut self, _cx: Cx<'_>, pool: [u8; 16]) -> Result<answer::Ok> {
+        self.pool_unexport(pool)?;
+        Ok(answer::Ok {})
+    }
+
     // ---- copies and memset ----
 
     fn memcpy_htod(&mut self, cx: Cx<'_>, dst: DevicePtr, src: HostSrc) -> Result<answer::Ok> {

@@ -33,7 +33,7 @@
 //! | `0x09xx` | management (NVML-like) |
 //! | `0x0axx` | BLAS: cuBLAS and cuBLASLt, answered with `cublasStatus_t` codes ([`blas`]) |
 //! | `0x0bxx` | graphs and stream capture ([`graph`]) |
-//! | `0x0dxx` | IPC between a tenant's sessions (memory and event handles) |
+//! | `0x0dxx` | IPC between a tenant's sessions (memory and event handles, exported memory pools) |
 //! | `0x0exx` | CUDA arrays, texture and surface objects ([`array`]) |
 //! | `0x8000..=0xffff` | replies, same family byte plus `0x80` |
 //!
@@ -150,6 +150,23 @@ op_table! {
     0x0d04 IpcGetEventHandle ipc_get_event_handle { event: EventId } => MemExported;
     /// `cuIpcOpenEventHandle` in `ctx`: a new event id of this session for the same event.
     0x0d05 IpcOpenEventHandle ipc_open_event_handle { ctx: CtxId, secret: [u8; 16] } => Event;
+    /// `cuMemPoolExportToShareableHandle`: a secret naming an exportable pool of this session
+    /// (its allocations are the session's; the pool itself is kept by the client).
+    0x0d10 MemPoolExport mem_pool_export {} => MemExported;
+    /// `cuMemPoolExportPointer`: the base of this session's allocation, from the pool `pool`
+    /// names; the answer names it to sessions that imported that pool.
+    0x0d11 MemPoolExportPointer mem_pool_export_pointer { pool: [u8; 16], ptr: DevicePtr } => MemExported;
+    /// `cuMemPoolImportFromShareableHandle`: this session may import pointers of the pool.
+    /// Another tenant's pool, or a stale one, is INVALID_VALUE.
+    0x0d12 MemPoolImport mem_pool_import { pool: [u8; 16] } => Ok;
+    /// `cuMemPoolImportPointer`: the exported allocation, from a pool this session imported,
+    /// in its view as `IpcOpenMemHandle` opens (closed with `IpcCloseMemHandle`).
+    0x0d13 MemPoolImportPointer mem_pool_import_pointer { pool: [u8; 16], secret: [u8; 16] } => AddressRange;
+    /// The exporter freed its pointer into the pool (the block stays allocated for reuse): the
+    /// export ends, and every importer's view of it.
+    0x0d14 MemPoolRevokePointer mem_pool_revoke_pointer { ptr: DevicePtr } => Ok;
+    /// The exporter destroyed the pool: no new imports of it.
+    0x0d15 MemPoolUnexport mem_pool_unexport { pool: [u8; 16] } => Ok;
 
     // ---- copies and memset ----
     0x0401 MemcpyHtoD memcpy_htod { dst: DevicePtr, src: HostSrc } => Ok;

@@ -6,9 +6,10 @@ use crate::driver::initialized;
 use crate::error::{CuResult, cuda_entry, fail};
 use crate::mempool;
 use gpupool_shim::cuda::{
-    CUdevice, CUdeviceptr, CUmemPool_attribute, CUmemPoolProps, CUmemoryPool, CUresult, CUstream,
+    CUdevice, CUdeviceptr, CUmemAllocationHandleType, CUmemPool_attribute, CUmemPoolProps, CUmemPoolPtrExportData,
+    CUmemoryPool, CUresult, CUstream,
 };
-use std::os::raw::{c_int, c_uint, c_void};
+use std::os::raw::{c_int, c_uint, c_ulonglong, c_void};
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult {
@@ -96,6 +97,72 @@ pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevi
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> CUresult {
     cuda_entry(|| mempool::set_current_pool(initialized()?, dev, pool as u64))
+}
+
+// Pool sharing between processes. The simulator creates no exportable pool (`cuMemPoolCreate`
+// refuses `handleTypes` with CUDA_ERROR_NOT_SUPPORTED), so every pool and pool allocation
+// it holds is not IPC capable and no descriptor names one of its pools: these answer what
+// NVIDIA documents for such arguments, CUDA_ERROR_INVALID_VALUE, saying why. Through the
+// pool, exported pools are served by libgpupool.so and the daemon over plain allocations,
+// never by the backend (interpose/src/api/mempool.rs).
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
+    _handle_out: *mut c_void,
+    pool: CUmemoryPool,
+    _handle_type: CUmemAllocationHandleType,
+    _flags: c_ulonglong,
+) -> CUresult {
+    cuda_entry(|| {
+        initialized()?;
+        mempool::lookup(pool as u64)?;
+        fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            format!("pool {:#x} is not IPC capable (created without handleTypes)", pool as u64)
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
+    _pool_out: *mut CUmemoryPool,
+    handle: *mut c_void,
+    _handle_type: CUmemAllocationHandleType,
+    _flags: c_ulonglong,
+) -> CUresult {
+    cuda_entry(|| {
+        initialized()?;
+        fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            format!("handle {:#x} names no exported pool (the simulator exports none)", handle as usize)
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolExportPointer(_data: *mut CUmemPoolPtrExportData, ptr: CUdeviceptr) -> CUresult {
+    cuda_entry(|| {
+        initialized()?;
+        match mempool::pool_of(ptr) {
+            Some(pool) => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("{ptr:#x} is from pool {pool:#x}, which is not IPC capable")
+            }),
+            None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{ptr:#x} is not a pool allocation")),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolImportPointer(
+    _ptr_out: *mut CUdeviceptr,
+    pool: CUmemoryPool,
+    _data: *mut CUmemPoolPtrExportData,
+) -> CUresult {
+    cuda_entry(|| {
+        initialized()?;
+        mempool::lookup(pool as u64)?;
+        fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            format!("pool {:#x} was not imported from another process", pool as u64)
+        })
+    })
 }
 
 /// Stream-ordered allocation from `pool` (`None`: the current pool of the stream's device).
