@@ -161,6 +161,11 @@ fn elapsed(ms: *mut f32, start: u64, end: u64) -> Res<()> {
     }
     let (a, b) = (runtime::event(start)?, runtime::event(end)?);
     for e in [&a, &b] {
+        if e.flags & gpupool_shim::acl::ACL_EVENT_TIME_LINE == 0 {
+            return fail(gpupool_shim::acl::ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID as Code, || {
+                format!("aclrtEventElapsedTime: an event made without ACL_EVENT_TIME_LINE (flags {:#x})", e.flags)
+            });
+        }
         if e.recorded() == 0 {
             return fail(P, || "aclrtEventElapsedTime: an event was never recorded".into());
         }
@@ -225,8 +230,16 @@ fn aclrtGetRunMode(runMode: *mut aclrtRunMode) {
 }
 
 fn aclrtSynchronizeDevice() {
-    let (_, streams) = runtime::streams_of_current()?;
-    streams.iter().try_for_each(|s| sync_stream(s, None))
+    // The whole device's work, but only the caller's own context's fault: another context's is
+    // that context's to report (as each tenant of a pool sees only its own).
+    let (ctx, streams) = runtime::streams_of_device()?;
+    for st in &streams {
+        st.wait(None);
+    }
+    match ctx.fault.get() {
+        Some(c) => fail(c, || format!("context {:#x} has faulted ({c})", ctx.id)),
+        None => Ok(()),
+    }
 }
 
 fn aclrtGetDeviceCount(count: *mut u32) {

@@ -295,12 +295,13 @@ pub fn remove_stream(handle: u64) -> Res<Arc<Stream>> {
 }
 
 /// Every stream of the current context, its default one first.
-pub fn streams_of_current() -> Res<(Arc<Context>, Vec<Arc<Stream>>)> {
+/// Every stream on the current context's device, in every context of the process (what
+/// `aclrtSynchronizeDevice` waits for).
+pub fn streams_of_device() -> Res<(Arc<Context>, Vec<Arc<Stream>>)> {
     let ctx = current()?;
-    let mut v = vec![ctx.default_stream.clone()];
-    with(|s| {
-        v.extend(s.streams.values().filter(|st| st.ctx == ctx.id).cloned());
-        Ok(())
+    let v = with(|s| {
+        let defaults = s.contexts.values().filter(|c| c.device == ctx.device).map(|c| c.default_stream.clone());
+        Ok(defaults.chain(s.streams.values().filter(|st| st.device == ctx.device).cloned()).collect())
     })?;
     Ok((ctx, v))
 }

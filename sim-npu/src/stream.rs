@@ -20,8 +20,9 @@ pub type Job = Box<dyn FnOnce(&JobEnv) -> Result<(), Code> + Send>;
 
 enum Task {
     Work(Job),
-    /// An event record: completed after the stream counts it done, so whoever the event wakes
-    /// finds the stream idle if nothing follows it.
+    /// An event record: completed as the stream counts it done, so whoever the event wakes
+    /// finds the stream idle if nothing follows it, and whoever the stream wakes finds the
+    /// event complete.
     Record(Arc<Event>, u64),
 }
 
@@ -93,11 +94,15 @@ impl Stream {
                 }
                 Task::Record(ev, generation) => Some((ev, generation)),
             };
-            self.lock().done += 1;
-            self.cv.notify_all();
+            // Counted done and the event completed under the queue's lock (the event's lock
+            // inside it, the only order the two are taken in): whoever sees one sees the other.
+            let mut q = self.lock();
+            q.done += 1;
             if let Some((ev, generation)) = record {
                 ev.complete(generation, env.fault);
             }
+            drop(q);
+            self.cv.notify_all();
         }
     }
 

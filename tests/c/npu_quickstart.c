@@ -297,6 +297,13 @@ static void streams_and_events(aclrtStream s1) {
     aclrtCreateEventWithFlag(&fresh, ACL_EVENT_TIME_LINE);
     expect("events.elapsed_of_unrecorded_event", aclrtEventElapsedTime(&ms, fresh, end), ACL_ERROR_INVALID_PARAM);
     expect("events.unknown_flag", aclrtCreateEventWithFlag(&fresh, 0x80000000u), ACL_ERROR_INVALID_PARAM);
+    aclrtEvent untimed = NULL;
+    aclrtCreateEventWithFlag(&untimed, ACL_EVENT_SYNC);
+    aclrtRecordEvent(untimed, s1);
+    aclrtSynchronizeEvent(untimed);
+    expect("events.elapsed_needs_time_line", aclrtEventElapsedTime(&ms, start, untimed),
+           ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID);
+    aclrtDestroyEvent(untimed);
     /* memcpy device to device on the stream, then a synchronous read */
     void *d2 = NULL;
     aclrtMalloc(&d2, n, ACL_MEM_MALLOC_HUGE_FIRST);
@@ -598,6 +605,32 @@ static void threads(void) {
     expect("threads.main_context_unaffected", aclrtSynchronizeDevice(), ACL_SUCCESS);
 }
 
+/* aclrtSynchronizeDevice waits for the device's work in every context, not just the caller's. */
+static void device_sync_covers_other_contexts(void) {
+    aclrtContext main_ctx = NULL, other = NULL;
+    aclrtGetCurrentContext(&main_ctx);
+    aclrtCreateContext(&other, 0);
+    aclrtStream s = NULL;
+    aclrtEvent done = NULL;
+    aclrtCreateStream(&s);
+    aclrtCreateEvent(&done);
+    size_t n = 64u << 20;
+    void *d = NULL;
+    aclrtMalloc(&d, n, ACL_MEM_MALLOC_HUGE_FIRST);
+    for (int i = 0; i < 8; i++) aclrtMemsetAsync(d, n, i, n, s);
+    aclrtRecordEvent(done, s);
+    aclrtSetCurrentContext(main_ctx);
+    expect("device_sync.other_context", aclrtSynchronizeDevice(), ACL_SUCCESS);
+    aclrtEventStatus st = ACL_EVENT_STATUS_NOT_READY;
+    aclrtQueryEvent(done, &st);
+    expect("device_sync.waited_for_the_other_contexts_stream", st, ACL_EVENT_STATUS_COMPLETE);
+    aclrtSetCurrentContext(other);
+    aclrtFree(d);
+    aclrtDestroyEvent(done);
+    aclrtDestroyContext(other);
+    aclrtSetCurrentContext(main_ctx);
+}
+
 /* The default context of a device faults and aclrtResetDevice clears it. */
 static void reset_clears_fault(int device) {
     aclrtContext main_ctx = NULL;
@@ -659,6 +692,7 @@ int main(void) {
     oom(dev_mem);
     sticky_fault();
     threads();
+    device_sync_covers_other_contexts();
     if (devices > 1) reset_clears_fault(1);
 
     expect("teardown.destroy_stream", aclrtDestroyStream(stream), ACL_SUCCESS);
