@@ -193,3 +193,30 @@ pub unsafe fn write_host(ptr: u64, data: &[u8]) {
     // SAFETY: guaranteed by the caller.
     unsafe { std::ptr::copy(data.as_ptr(), ptr as *mut u8, data.len()) };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charges_follow_cann_and_ranges_stay_inside_one_allocation() {
+        assert_eq!((charge_of(1, true), charge_of(32, true), charge_of(33, true)), (64, 64, 96));
+        assert_eq!((charge_of(1, false), charge_of(64, false)), (32, 64));
+        let dev = 900; // a device no other test uses: the ledger is the process's
+        let p = alloc(dev, 1 << 20, 100, true).unwrap();
+        assert_eq!(used(dev), 160);
+        assert!(find(p, 100).is_some() && find(p + 99, 1).is_some());
+        assert!(find(p + 50, 51).is_none(), "past the requested size, inside the padding");
+        assert!(is_device(p + 99) && !is_device(p + 100));
+        assert_eq!(device_range(p, 8, dev + 1, "x", 7).err(), Some(7), "memory of another device");
+        assert_eq!(alloc(dev, 1 << 20, 1 << 20, true).err(), Some(code::RT_MEMORY_ALLOCATION));
+        let (r, off) = find(p + 10, 4).unwrap();
+        free(p).unwrap();
+        assert_eq!(used(dev), 0);
+        assert_eq!(free(p).err(), Some(code::INVALID_PARAM), "freed twice");
+        r.write(off, &[1, 2, 3, 4]);
+        let mut back = [0u8; 4];
+        r.read(off, &mut back);
+        assert_eq!(back, [1, 2, 3, 4], "a region held by queued work outlives its aclrtFree");
+    }
+}

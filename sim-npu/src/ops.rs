@@ -385,6 +385,12 @@ fn copy_in<T: Copy>(p: *const T, n: u64) -> Option<Vec<T>> {
     }
 }
 
+/// Runs a creating export's body: a panic is NULL (CANN's answer for a failed creation), never
+/// an unwind across `extern "C"`.
+fn guarded<T>(body: impl FnOnce() -> *mut T) -> *mut T {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(std::ptr::null_mut())
+}
+
 /// Hands an array back to the caller in malloc'd memory (theirs to free with free()).
 fn copy_out(v: &[i64], ptr: *mut *mut i64, num: *mut u64) -> Res<()> {
     if ptr.is_null() || num.is_null() {
@@ -446,29 +452,33 @@ const _: unsafe extern "C" fn(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn aclCreateScalar(value: *mut c_void, dataType: aclDataType) -> *mut aclScalar {
-    let Some(size) = tensor::dtype_size(dataType) else {
-        let _ = fail::<()>(INVALID, || format!("aclCreateScalar: data type {}", dataType.0));
-        return std::ptr::null_mut();
-    };
-    match copy_in(value as *const u8, size as u64) {
-        Some(bytes) if !value.is_null() => {
-            scalars().insert(tensor::Scalar { dtype: dataType, bytes }) as *mut aclScalar
+    guarded(|| {
+        let Some(size) = tensor::dtype_size(dataType) else {
+            let _ = fail::<()>(INVALID, || format!("aclCreateScalar: data type {}", dataType.0));
+            return std::ptr::null_mut();
+        };
+        match copy_in(value as *const u8, size as u64) {
+            Some(bytes) if !value.is_null() => {
+                scalars().insert(tensor::Scalar { dtype: dataType, bytes }) as *mut aclScalar
+            }
+            _ => std::ptr::null_mut(),
         }
-        _ => std::ptr::null_mut(),
-    }
+    })
 }
 const _: unsafe extern "C" fn(*mut c_void, aclDataType) -> *mut aclScalar = gpupool_shim::aclnn::aclCreateScalar;
 
 #[unsafe(no_mangle)]
 pub extern "C" fn aclCreateIntArray(value: *const i64, size: u64) -> *mut aclIntArray {
-    if size > 1 << 20 {
-        let _ = fail::<()>(INVALID, || format!("aclCreateIntArray of {size} values"));
-        return std::ptr::null_mut();
-    }
-    match copy_in(value, size) {
-        Some(v) => int_arrays().insert(v) as *mut aclIntArray,
-        None => std::ptr::null_mut(),
-    }
+    guarded(|| {
+        if size > 1 << 20 {
+            let _ = fail::<()>(INVALID, || format!("aclCreateIntArray of {size} values"));
+            return std::ptr::null_mut();
+        }
+        match copy_in(value, size) {
+            Some(v) => int_arrays().insert(v) as *mut aclIntArray,
+            None => std::ptr::null_mut(),
+        }
+    })
 }
 const _: unsafe extern "C" fn(*const i64, u64) -> *mut aclIntArray = gpupool_shim::aclnn::aclCreateIntArray;
 
