@@ -156,4 +156,13 @@ fn the_daemon_imports_pool_pointers_only_within_the_tenant_and_the_pool() {
     wait_for("the exporter's end", 5, || d.used("team", 0) == 0);
     assert_eq!(code(&c.call(Request::MemPoolImport { pool: second_pool })), 1);
     assert!(d.log().contains("cuMemPoolImportFromShareableHandle refused"), "{}", d.log());
+
+    // Pool exports are bounded per session (OUT_OF_MEMORY past it), and end with it.
+    for _ in 0..1024 {
+        secret(c.call(Request::MemPoolExport {}));
+    }
+    assert_eq!(code(&c.call(Request::MemPoolExport {})), 2);
+    drop(c);
+    let mut e = Client::connect(&d.socket);
+    assert_eq!(code(&e.call(Request::MemPoolExport {})), 0);
 }

@@ -153,6 +153,15 @@ if role == "exporter":
     mark("freed")
     wait("done")
     ok(d.cuMemPoolTrimTo(pool, 0))
+    # An exported block given back with cuMemFree ends its export with it; memory the pool
+    # reserves later, at that address or another, frees as any other.
+    q = ok(d.cuMemAllocFromPoolAsync(N, pool, s))
+    ok(d.cuMemPoolExportPointer(q))
+    ok(d.cuMemFree(q))
+    q2 = ok(d.cuMemAllocFromPoolAsync(N, pool, s))
+    ok(d.cuMemFreeAsync(q2, s))
+    ok(d.cuStreamSynchronize(s))
+    ok(d.cuMemPoolTrimTo(pool, 0))
     ok(d.cuMemPoolDestroy(pool))
     print("exporter ok")
 

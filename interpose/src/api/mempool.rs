@@ -378,6 +378,9 @@ pub(super) fn alloc_from(bytesize: usize, pool: Option<u64>, h: CUstream, d: Def
     with_pools(|p| match p.pools.get_mut(&handle) {
         Some(pl) => {
             p.owners.insert(base, handle);
+            // A block just put in use has no live export (one at this address, of memory since
+            // given back with cuMemFree, ended with it).
+            pl.exported.remove(&base);
             pl.policy.insert_used(block);
         }
         // Destroyed meanwhile by another thread: the memory is the caller's still.

@@ -35,6 +35,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// CUDA_ERROR_INVALID_CONTEXT.
 const INVALID_CONTEXT: u32 = 201;
 
+/// Exported pools one session may hold (each is a live `cuMemPoolCreate` pool of the client).
+pub const MAX_POOL_EXPORTS: usize = 1024;
+
 /// 128 bits from the kernel's random source.
 pub(super) fn random_secret() -> Result<[u8; 16]> {
     use std::io::Read as _;
@@ -285,9 +288,18 @@ impl Session {
         Ok(())
     }
 
+    /// A client exports each pool once; the bound keeps a client that asks in a loop from
+    /// growing the table without end while its session lives.
     pub(super) fn pool_export(&mut self) -> Result<[u8; 16]> {
         let secret = random_secret()?;
-        table().pools.insert(secret, PoolExport { tenant: self.tenant().to_string(), session: self.id });
+        let mut t = table();
+        if t.pools.values().filter(|p| p.session == self.id).count() >= MAX_POOL_EXPORTS {
+            return Err(Fail::new(
+                OUT_OF_MEMORY,
+                format!("cuMemPoolExportToShareableHandle: this process has {MAX_POOL_EXPORTS} exported pools"),
+            ));
+        }
+        t.pools.insert(secret, PoolExport { tenant: self.tenant().to_string(), session: self.id });
         Ok(secret)
     }
 
