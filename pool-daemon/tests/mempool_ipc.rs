@@ -144,8 +144,11 @@ fn the_daemon_imports_pool_pointers_only_within_the_tenant_and_the_pool() {
     assert_eq!(code(&bytes(&mut a)), 0, "the exporter's allocation lives on");
     assert_eq!(code(&b.call(Request::MemPoolImportPointer { pool, secret: exported })), 1);
     assert_eq!(code(&b.call(Request::IpcCloseMemHandle { ptr })), 0);
-    // Exported again (a reused block): a new secret.
-    assert_ne!(secret(a.call(Request::MemPoolExportPointer { pool, ptr })), exported);
+    // Exported again (a reused block): a new secret, imported while the exporter ends.
+    let again = secret(a.call(Request::MemPoolExportPointer { pool, ptr }));
+    assert_ne!(again, exported);
+    assert_eq!(code(&b.call(Request::MemPoolImportPointer { pool, secret: again })), 0);
+    assert_eq!(code(&bytes(&mut b)), 0);
     // A destroyed pool imports no more; the exporter's end ends its exports.
     assert_eq!(code(&other.call(Request::MemPoolUnexport { pool })), 1);
     assert_eq!(code(&a.call(Request::MemPoolUnexport { pool })), 0);
@@ -154,6 +157,8 @@ fn the_daemon_imports_pool_pointers_only_within_the_tenant_and_the_pool() {
     assert_eq!(code(&c.call(Request::MemPoolImport { pool })), 1);
     drop(a);
     wait_for("the exporter's end", 5, || d.used("team", 0) == 0);
+    assert_eq!(code(&bytes(&mut b)), 1, "the importer's view ends with the exporter's session");
+    assert_eq!(code(&b.call(Request::IpcCloseMemHandle { ptr })), 0);
     assert_eq!(code(&c.call(Request::MemPoolImport { pool: second_pool })), 1);
     assert!(d.log().contains("cuMemPoolImportFromShareableHandle refused"), "{}", d.log());
 
