@@ -95,40 +95,19 @@ fn plan_copy(ctx: &Context, dst: u64, dest_max: usize, src: u64, count: usize, k
     })
 }
 
-/// Moves the bytes. Host ends are the program's memory, valid by the API's contract.
+/// Moves the bytes, in one copy (no bounce buffer). Host ends are the program's memory, valid
+/// by the API's contract; device ends are spans of regions the plan holds.
 fn run_copy(plan: &Plan, count: usize) {
-    const CHUNK: usize = 16 << 20;
-    let mut buf = vec![0u8; count.min(CHUNK)];
-    let mut done = 0usize;
-    while done < count {
-        let n = (count - done).min(CHUNK);
-        let b = &mut buf[..n];
-        let at = done as u64;
-        match plan {
-            Plan::HostToDevice { src, dst } => {
-                // SAFETY: the program passed `src` as `count` readable bytes.
-                unsafe { memory::read_host(src + at, b) };
-                dst.0.write(dst.1 + at, b);
-            }
-            Plan::DeviceToHost { src, dst } => {
-                src.0.read(src.1 + at, b);
-                // SAFETY: the program passed `dst` as `count` writable bytes.
-                unsafe { memory::write_host(dst + at, b) };
-            }
-            Plan::DeviceToDevice { src, dst } => {
-                src.0.read(src.1 + at, b);
-                dst.0.write(dst.1 + at, b);
-            }
-            Plan::HostToHost { src, dst } => {
-                // SAFETY: as above, for both ends.
-                unsafe {
-                    memory::read_host(src + at, b);
-                    memory::write_host(dst + at, b);
-                }
-            }
-        }
-        done += n;
-    }
+    let (dst, src): (*mut u8, *const u8) = match plan {
+        Plan::HostToDevice { src, dst } => (dst.0.span(dst.1, count), *src as *const u8),
+        Plan::DeviceToHost { src, dst } => (*dst as *mut u8, src.0.span(src.1, count)),
+        Plan::DeviceToDevice { src, dst } => (dst.0.span(dst.1, count), src.0.span(src.1, count)),
+        Plan::HostToHost { src, dst } => (*dst as *mut u8, *src as *const u8),
+    };
+    // SAFETY: each device end lies inside a live mapping (`span` checks the range; the plan's Arcs
+    // keep the regions mapped), each host end is `count` bytes the program passed for this copy;
+    // `copy` allows the two to overlap.
+    unsafe { std::ptr::copy(src, dst, count) };
 }
 
 fn memset_range(ctx: &Context, ptr: u64, max: usize, count: usize) -> Res<(Arc<Region>, u64)> {

@@ -43,6 +43,13 @@ impl Region {
         (p != libc::MAP_FAILED).then_some(p as u64)
     }
 
+    /// The host address of `[offset, offset + len)`, which must lie within the region (for a
+    /// copy straight from or to the program's memory).
+    pub fn span(&self, offset: u64, len: usize) -> *mut u8 {
+        assert!(offset.checked_add(len as u64).is_some_and(|e| e <= self.size), "span outside the region");
+        (self.base + offset) as *mut u8
+    }
+
     /// Copies `out.len()` bytes from `offset`; `offset + len` must lie within the region.
     pub fn read(&self, offset: u64, out: &mut [u8]) {
         assert!(offset.checked_add(out.len() as u64).is_some_and(|e| e <= self.size), "read outside the region");
@@ -175,23 +182,6 @@ pub fn free_host(ptr: u64) -> Res<()> {
     // SAFETY: the mapping was made by `alloc_host` with this length and is no longer tracked.
     unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
     Ok(())
-}
-
-/// Reads host memory the program named (a copy's host end): its validity is the program's
-/// contract, as with the real runtime.
-///
-/// # Safety
-/// `[ptr, ptr + out.len())` must be readable host memory.
-pub unsafe fn read_host(ptr: u64, out: &mut [u8]) {
-    // SAFETY: guaranteed by the caller.
-    unsafe { std::ptr::copy(ptr as *const u8, out.as_mut_ptr(), out.len()) };
-}
-
-/// # Safety
-/// `[ptr, ptr + data.len())` must be writable host memory.
-pub unsafe fn write_host(ptr: u64, data: &[u8]) {
-    // SAFETY: guaranteed by the caller.
-    unsafe { std::ptr::copy(data.as_ptr(), ptr as *mut u8, data.len()) };
 }
 
 #[cfg(test)]
