@@ -5,7 +5,10 @@
  * (CANN runtime 8.x, AscendCL API version 1.17): names, values and prototypes are Huawei's,
  * the text is ours. `cargo xtask cann-check` compares every item the `cann-sys` crate also
  * declares, with gpupool_aclnn.h's and gpupool_dcmi.h's (xtask/src/cann_check.rs records
- * where that crate is wrong, and why).
+ * where that crate is wrong, and why). Once, on 2026-11-27, its 48 prototypes and 315 values were
+ * also compiled as C++ against the CANN runtime's own include/external/acl headers (the public
+ * hicann/runtime mirror at 681ef7610: redeclarations and static_asserts) and all agreed; that
+ * check is not in CI, as those headers' licence limits them to Huawei hardware.
  *
  * Not declared: aclrtLaunchKernel and the binary-loading API it needs (aclrtBinaryLoad...):
  * their payload is an Ascend C kernel binary, which the simulator cannot execute.
