@@ -336,6 +336,13 @@ macro_rules! driver_entry_points {
         "cuGraphExecUpdate" => [10020 => !, 12000 => cuGraphExecUpdate_v2];
         "cuGraphClone" => [10000 => cuGraphClone];
         "cuGraphDebugDotPrint" => [11030 => cuGraphDebugDotPrint];
+        "cuGraphAddMemAllocNode" => [11040 => cuGraphAddMemAllocNode];
+        "cuGraphAddMemFreeNode" => [11040 => cuGraphAddMemFreeNode];
+        "cuGraphMemAllocNodeGetParams" => [11040 => cuGraphMemAllocNodeGetParams];
+        "cuGraphMemFreeNodeGetParams" => [11040 => cuGraphMemFreeNodeGetParams];
+        "cuDeviceGraphMemTrim" => [11040 => cuDeviceGraphMemTrim];
+        "cuDeviceGetGraphMemAttribute" => [11040 => cuDeviceGetGraphMemAttribute];
+        "cuDeviceSetGraphMemAttribute" => [11040 => cuDeviceSetGraphMemAttribute];
         "cuLaunchHostFunc" => [10000 => cuLaunchHostFunc | cuLaunchHostFunc_ptsz];
         "cuEventCreate" => [2000 => cuEventCreate];
         "cuEventRecord" => [2000 => cuEventRecord | cuEventRecord_ptsz];

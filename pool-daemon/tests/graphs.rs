@@ -103,6 +103,24 @@ fn a_graph_with_a_memory_node_is_held_to_the_quota() {
     }
 }
 
+/// The runtime's graph memory calls (tests/python/runtime_graph_checks.py, ctypes on libcudart.so.12) under a
+/// 64 MiB tenant quota: cudaGraphAddMemAllocNode/FreeNode and their parameters, the memory counted from
+/// cudaGraphInstantiate, kept and trimmed, and cudaErrorMemoryAllocation past the quota; the ledger is 0 after.
+#[test]
+fn runtime_graph_memory_nodes_are_held_to_the_quota() {
+    ensure_interposer();
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
+    assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
+    let d = Daemon::start(Some(&common::tenant_config("64MiB")));
+    let cmd = common::gpupool_run_script(&d, &python, "runtime_graph_checks.py");
+    common::run_checks(cmd, "runtime_graph_checks", 6, &d);
+    let t0 = Instant::now();
+    while d.used("team", 0) != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "graph memory still held after exit: {}", d.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// On the wire: graph memory belongs to its session. Another session cannot free a node's address, free it
 /// in a graph of its own, or trim it away; the owner's memory is counted until the session ends.
 #[test]

@@ -62,6 +62,10 @@ pub enum Op {
     /// A copy of the child graph's nodes, made when the node was added (as CUDA clones it).
     Child(Vec<Node>),
     Empty,
+    /// Graph memory ([`crate::graph_mem`]): allocated when the graph is uploaded or launched,
+    /// so nothing runs at the node itself.
+    MemAlloc(Arc<crate::graph_mem::AllocParams>),
+    MemFree(u64),
 }
 
 impl Op {
@@ -76,6 +80,8 @@ impl Op {
             Op::EventWait(_) => "WAIT_EVENT",
             Op::Child(_) => "CHILD_GRAPH",
             Op::Empty => "EMPTY",
+            Op::MemAlloc(_) => "MEM_ALLOC",
+            Op::MemFree(_) => "MEM_FREE",
         }
     }
 }
@@ -182,7 +188,7 @@ fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Optio
             Op::EventRecord(e) => steps.push(Step::Record(e.clone())),
             Op::EventWait(e) => steps.push(Step::Wait(e.clone())),
             Op::Child(c) => flatten(c, steps, None)?,
-            Op::Empty => {}
+            Op::Empty | Op::MemAlloc(_) | Op::MemFree(_) => {}
         }
         let settable = matches!(nodes[i].op, Op::Kernel(..) | Op::Captured(Work::Kernel, _) | Op::Host(..));
         if let Some(t) = top.as_deref_mut()

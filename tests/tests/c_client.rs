@@ -129,3 +129,21 @@ fn c_driver_api_single_device() {
     assert_ran(&run, "oom.fill");
     assert!(!run.stdout.contains("device1."), "checks ran against a second device that should not exist");
 }
+
+/// Graph memory nodes on the simulator (tests/c/graph_mem_client.c --sim, a 64 MiB device): the
+/// address when the node is added, memory allocated at upload or launch and counted by
+/// cuMemGetInfo and the graph memory attributes, kept after the instantiated graph and reused,
+/// freed by cuDeviceGraphMemTrim; an allocation past the device's memory fails the upload with
+/// CUDA_ERROR_OUT_OF_MEMORY; CUDA's rules for graphs with memory nodes.
+#[test]
+fn c_graph_memory_nodes_on_the_simulator() {
+    let exe = gpupool_e2e::compile_c("graph_mem_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client"));
+    let mut cmd = Command::new(exe);
+    cmd.arg("--sim").env("LD_LIBRARY_PATH", sim_libdir());
+    let env = [("GPUPOOL_SIM_MEMORY", "64MiB"), ("GPUPOOL_SIM_DEVICES", "1")];
+    let out = output_with_sim_env(cmd, &env, Duration::from_secs(120)).expect("graph_mem_client did not finish");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.matches("\nok ").count() + usize::from(stdout.starts_with("ok ")), 5, "{stdout}");
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+}

@@ -7,9 +7,9 @@ use crate::error::{CuResult, cuda_entry, fail};
 use crate::graph::{Graph, GraphExec, HostFn, KernelLaunch, Node, Op, Step};
 use crate::stream::{Capture, StreamKind, Work};
 use gpupool_shim::cuda::{
-    CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent,
-    CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult,
-    CUstream, CUstreamCaptureMode,
+    CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS,
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult,
+    CUgraphExecUpdateResultInfo, CUgraphMem_attribute, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode,
 };
 use std::os::raw::{c_char, c_uint, c_void};
 use std::sync::Arc;
@@ -63,6 +63,7 @@ fn graph_launch(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> CuResult<()
     if g.ctx_handle != ctx.handle() {
         return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || "the graph belongs to another context".into());
     }
+    crate::graph_mem::before_run(exec as u64, true)?;
     for step in g.steps() {
         match step {
             Step::Run(work, job) => {
@@ -91,7 +92,7 @@ fn graph_upload(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> CuResult<()
     if g.ctx_handle != ctx.handle() {
         return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || "the graph belongs to another context".into());
     }
-    Ok(())
+    crate::graph_mem::before_run(exec as u64, false)
 }
 
 #[unsafe(no_mangle)]
@@ -109,7 +110,10 @@ pub unsafe extern "C" fn cuGraphCreate(pgraph: *mut CUgraph, flags: c_uint) -> C
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
     cuda_entry(|| match initialized()?.graphs.remove(graph as u64) {
-        Some(_) => Ok(()),
+        Some(_) => {
+            crate::graph_mem::graph_destroyed(graph as u64);
+            Ok(())
+        }
         None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{graph:?} is not a graph")),
     })
 }
@@ -124,9 +128,10 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(pexec: *mut CUgraphExec, gr
         let Some(g) = driver.graphs.get(graph as u64) else {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{graph:?} is not a graph"));
         };
-        // Flags (auto-free on launch, upload, device launch, priority) change nothing here.
-        let _ = flags;
+        crate::graph_mem::check_instantiate(graph as u64)?;
+        // Other flags (upload, device launch, priority) change nothing here.
         let h = driver.graph_execs.insert(Arc::new(GraphExec::new(&g, graph as u64)?));
+        crate::graph_mem::instantiated(graph as u64, h, flags);
         out(pexec, h as CUgraphExec)
     })
 }
@@ -134,7 +139,10 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(pexec: *mut CUgraphExec, gr
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
     cuda_entry(|| match initialized()?.graph_execs.remove(exec as u64) {
-        Some(_) => Ok(()),
+        Some(_) => {
+            crate::graph_mem::exec_destroyed(exec as u64);
+            Ok(())
+        }
         None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{exec:?} is not an instantiated graph")),
     })
 }
@@ -261,8 +269,20 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
                 "memset nodes take an element size of 1, 2 or 4 and a non-empty extent".into()
             });
         }
-        let job = super::copy::memset_job(&c, p.dst, p.pitch, p.value, p.elementSize.into(), p.width, p.height)?
-            .unwrap_or_else(|| Arc::new(|| Ok(())));
+        let rows = (p.height as u64).saturating_sub(1).saturating_mul(p.pitch as u64);
+        let span = rows.saturating_add(p.width as u64 * u64::from(p.elementSize));
+        let job = if crate::graph_mem::holds(p.dst, span) {
+            // Graph memory is allocated when the graph runs: the memset is checked then.
+            Arc::new(move || {
+                match super::copy::memset_job(&c, p.dst, p.pitch, p.value, p.elementSize.into(), p.width, p.height)? {
+                    Some(j) => j(),
+                    None => Ok(()),
+                }
+            })
+        } else {
+            super::copy::memset_job(&c, p.dst, p.pitch, p.value, p.elementSize.into(), p.width, p.height)?
+                .unwrap_or_else(|| Arc::new(|| Ok(())))
+        };
         add_node(node, graph, deps, n, Op::Memset(job))
     })
 }
@@ -283,10 +303,36 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
         if !ctx.is_null() && ctx as u64 != g.ctx_handle {
             return fail(CUresult::CUDA_ERROR_INVALID_CONTEXT, || "the copy's context is not the graph's".into());
         }
-        let job = super::copy::memcpy_node_job(&c, &p)?.unwrap_or_else(|| Arc::new(|| Ok(())));
+        let device_end = |t: gpupool_shim::cuda::CUmemorytype, d: u64| {
+            matches!(t, gpupool_shim::cuda::CUmemorytype::CU_MEMORYTYPE_DEVICE) && crate::graph_mem::holds(d, 1)
+        };
+        let job: crate::stream::Job =
+            if device_end(p.srcMemoryType, p.srcDevice) || device_end(p.dstMemoryType, p.dstDevice) {
+                // Graph memory is allocated when the graph runs: the copy is checked then.
+                let p = CopyParams(p);
+                Arc::new(move || match super::copy::memcpy_node_job(&c, p.get())? {
+                    Some(j) => j(),
+                    None => Ok(()),
+                })
+            } else {
+                super::copy::memcpy_node_job(&c, &p)?.unwrap_or_else(|| Arc::new(|| Ok(())))
+            };
         add_node(node, graph, deps, n, Op::Memcpy(job))
     })
 }
+
+/// A copy's parameters, carried to the stream's worker when the copy is checked as it runs.
+struct CopyParams(CUDA_MEMCPY3D);
+impl CopyParams {
+    fn get(&self) -> &CUDA_MEMCPY3D {
+        &self.0
+    }
+}
+// SAFETY: the host pointers in it are the application's, which it keeps valid for the graph's runs
+// (as CUDA requires of a memcpy node's host memory); nothing here writes the struct.
+unsafe impl Send for CopyParams {}
+// SAFETY: as above.
+unsafe impl Sync for CopyParams {}
 
 /// A host node's parameters, checked: the function must not be NULL.
 fn host_fn(params: *const CUDA_HOST_NODE_PARAMS) -> CuResult<HostFn> {
@@ -389,6 +435,9 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a graph cannot be its own child".into());
         }
         let c = graph_of(child)?;
+        if crate::graph_mem::has_nodes(child as u64) {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a graph with memory nodes cannot be a child".into());
+        }
         if c.ctx_handle != graph_of(graph)?.ctx_handle {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the child graph belongs to another context".into());
         }
@@ -504,6 +553,9 @@ pub unsafe extern "C" fn cuGraphClone(pclone: *mut CUgraph, graph: CUgraph) -> C
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null output pointer".into());
         }
         let g = graph_of(graph)?;
+        if crate::graph_mem::has_nodes(graph as u64) {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a graph with memory nodes cannot be cloned".into());
+        }
         let copy = Graph::new(g.ctx_handle, g.nodes().clone());
         out(pclone, initialized()?.graphs.insert(Arc::new(copy)) as CUgraph)
     })
@@ -567,7 +619,8 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{exec:?} is not an instantiated graph"));
         };
         let g = graph_of(graph)?;
-        let (result, node) = match e.update(&g) {
+        let mem = crate::graph_mem::has_nodes(graph as u64) || crate::graph_mem::has_nodes(e.graph);
+        let (result, node) = match if mem { Err((6, None)) } else { e.update(&g) } {
             Ok(()) => (0, None),
             Err(why) => why,
         };
@@ -586,5 +639,114 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
             });
         }
         Ok(())
+    })
+}
+
+// ---- graph memory nodes ([`crate::graph_mem`]) ----
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemAllocNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| {
+        let p = super::read(params.cast_const(), "allocation node parameters")?;
+        let g = graph_of(graph)?;
+        let ctx = graph_ctx(&g)?;
+        if node.is_null() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null node output pointer".into());
+        }
+        let a = crate::graph_mem::add_alloc(&ctx, graph as u64, &p)?;
+        let base = a.params.dptr;
+        if let Err(e) = add_node(node, graph, deps, n, Op::MemAlloc(a)) {
+            crate::graph_mem::undo_alloc(base);
+            return Err(e);
+        }
+        // SAFETY: non-null (read above) and writable, as the API documents: the address goes there.
+        unsafe { std::ptr::addr_of_mut!((*params).dptr).write_unaligned(base) };
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemFreeNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    cuda_entry(|| {
+        graph_of(graph)?;
+        crate::graph_mem::add_free(graph as u64, dptr, false)?;
+        add_node(node, graph, deps, n, Op::MemFree(dptr))?;
+        crate::graph_mem::add_free(graph as u64, dptr, true)
+    })
+}
+
+/// The operation of the node `node` names.
+fn node_op(node: CUgraphNode) -> CuResult<Op> {
+    let (g, i) = node_in_graph(node)?;
+    Ok(g.nodes()[i].op.clone())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(
+    node: CUgraphNode,
+    out_p: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| match node_op(node)? {
+        Op::MemAlloc(a) => out(out_p, a.params),
+        _ => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "not an allocation node".into()),
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(node: CUgraphNode, dptr: *mut CUdeviceptr) -> CUresult {
+    cuda_entry(|| match node_op(node)? {
+        Op::MemFree(p) => out(dptr, p),
+        _ => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "not a free node".into()),
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
+    cuda_entry(|| {
+        let d = initialized()?.device(device)?.ordinal;
+        crate::graph_mem::trim(d);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetGraphMemAttribute(
+    device: CUdevice,
+    attr: CUgraphMem_attribute,
+    value: *mut c_void,
+) -> CUresult {
+    cuda_entry(|| {
+        let d = initialized()?.device(device)?.ordinal;
+        let v = crate::graph_mem::attribute(d, attr.0, false)?;
+        out(value.cast::<u64>(), v)
+    })
+}
+
+/// Only a high-water mark can be set, and only to 0 (reset to the current amount).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
+    device: CUdevice,
+    attr: CUgraphMem_attribute,
+    value: *mut c_void,
+) -> CUresult {
+    cuda_entry(|| {
+        let d = initialized()?.device(device)?.ordinal;
+        let v = super::read(value.cast_const().cast::<u64>(), "attribute value")?;
+        if v != 0 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a high-water mark can only be reset with 0".into());
+        }
+        crate::graph_mem::attribute(d, attr.0, true).map(|_| ())
     })
 }

@@ -78,6 +78,9 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         if dptr == 0 {
             return Ok(());
         }
+        if crate::graph_mem::app_free(dptr)? {
+            return Ok(());
+        }
         // Queued kernels address memory by value, so nothing short of waiting keeps a
         // kernel queued before the free from faulting on (or writing into) memory that
         // is gone or reallocated; NVIDIA's cuMemFree waits for the device as well.
@@ -215,6 +218,9 @@ fn free_async(ptr: CUdeviceptr, h: CUstream, d: DefaultStream) -> CuResult<()> {
     let (ctx, s) = resolve_stream(initialized()?, h, d)?;
     ctx.check_sticky()?;
     s.refuse_if_capturing("cuMemFreeAsync (free nodes)")?;
+    if crate::graph_mem::app_free(ptr)? {
+        return Ok(());
+    }
     match ctx.memory.find(ptr) {
         Some(a) if a.base == ptr => {}
         _ => {

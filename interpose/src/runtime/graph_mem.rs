@@ -1,0 +1,81 @@
+//! The runtime's graph memory nodes (`cudaGraphAddMemAllocNode`, `cudaGraphAddMemFreeNode`, their
+//! `GetParams`, `cudaDeviceGraphMemTrim`, `cudaDeviceGet/SetGraphMemAttribute`): the driver's calls
+//! (`crate::api::graph_mem`) once the runtime's context is current. `cudaMemAllocNodeParams` has the
+//! layout of `CUDA_MEM_ALLOC_NODE_PARAMS` (its `cudaMemPoolProps` and `cudaMemAccessDesc` are the
+//! driver's structs under other names, as `super::mempool` relies on too) and
+//! `cudaGraphMemAttributeType` the values of `CUgraphMem_attribute`.
+
+use super::{Rt, cu, rt_exports, state};
+use crate::api::exports::{
+    cuDeviceGetGraphMemAttribute, cuDeviceGraphMemTrim, cuDeviceSetGraphMemAttribute, cuGraphAddMemAllocNode,
+    cuGraphAddMemFreeNode, cuGraphMemAllocNodeGetParams, cuGraphMemFreeNodeGetParams,
+};
+use gpupool_shim::cuda::{CUDA_MEM_ALLOC_NODE_PARAMS, CUgraph, CUgraphMem_attribute, CUgraphNode};
+use gpupool_shim::cudart::cudaError;
+use std::os::raw::{c_int, c_void};
+
+fn add_mem_alloc_node(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the pointers (the layouts are the driver's, see above).
+    cu(unsafe { cuGraphAddMemAllocNode(node, graph, deps, n, params) })
+}
+
+fn add_mem_free_node(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    p: *mut c_void,
+) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the pointers and the address.
+    cu(unsafe { cuGraphAddMemFreeNode(node, graph, deps, n, p as u64) })
+}
+
+fn mem_alloc_node_params(node: CUgraphNode, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> Rt<()> {
+    // SAFETY: our own export; it checks the out-pointer.
+    cu(unsafe { cuGraphMemAllocNodeGetParams(node, params) })
+}
+
+fn mem_free_node_params(node: CUgraphNode, dptr: *mut c_void) -> Rt<()> {
+    // SAFETY: our own export; the runtime's `void *` out-parameter holds a device address.
+    cu(unsafe { cuGraphMemFreeNodeGetParams(node, dptr.cast::<u64>()) })
+}
+
+fn graph_mem_trim(device: c_int) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the device.
+    cu(unsafe { cuDeviceGraphMemTrim(device) })
+}
+
+fn graph_mem_get(device: c_int, attr: c_int, value: *mut c_void) -> Rt<()> {
+    state::context()?;
+    let attr = CUgraphMem_attribute(u32::try_from(attr).map_err(|_| cudaError::cudaErrorInvalidValue)?);
+    // SAFETY: our own export; it checks the device, the attribute and the pointer.
+    cu(unsafe { cuDeviceGetGraphMemAttribute(device, attr, value) })
+}
+
+fn graph_mem_set(device: c_int, attr: c_int, value: *mut c_void) -> Rt<()> {
+    state::context()?;
+    let attr = CUgraphMem_attribute(u32::try_from(attr).map_err(|_| cudaError::cudaErrorInvalidValue)?);
+    // SAFETY: as above.
+    cu(unsafe { cuDeviceSetGraphMemAttribute(device, attr, value) })
+}
+
+rt_exports! {
+    cudaGraphAddMemAllocNode => add_mem_alloc_node(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
+        n: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS);
+    cudaGraphAddMemFreeNode => add_mem_free_node(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
+        n: usize, p: *mut c_void);
+    cudaGraphMemAllocNodeGetParams => mem_alloc_node_params(node: CUgraphNode, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS);
+    cudaGraphMemFreeNodeGetParams => mem_free_node_params(node: CUgraphNode, dptr: *mut c_void);
+    cudaDeviceGraphMemTrim => graph_mem_trim(device: c_int);
+    cudaDeviceGetGraphMemAttribute => graph_mem_get(device: c_int, attr: c_int, value: *mut c_void);
+    cudaDeviceSetGraphMemAttribute => graph_mem_set(device: c_int, attr: c_int, value: *mut c_void);
+}

@@ -1,0 +1,170 @@
+"""The CUDA runtime's graph calls through the pool (ctypes on libcudart.so.12, which under
+`gpupool run` is the pool's runtime): run by pool-daemon/tests/graphs.rs under
+`gpupool run --memory 64MiB`.
+
+- Graph memory nodes: cudaGraphAddMemAllocNode returns the address, cudaGraphAddMemFreeNode
+  frees it, cudaGraphMemAllocNodeGetParams / MemFreeNodeGetParams give the parameters back;
+  cudaMemGetInfo and cudaDeviceGetGraphMemAttribute count the memory from cudaGraphInstantiate;
+  after cudaGraphExecDestroy it is kept until cudaDeviceGraphMemTrim; a high-water mark resets
+  with cudaDeviceSetGraphMemAttribute.
+- Held to the quota: with 1/2 of it allocated, a graph allocating 3/4 of it fails
+  cudaGraphInstantiate with cudaErrorMemoryAllocation, and instantiates once that is freed.
+
+Prints PASS/FAIL lines and SUMMARY passed/total; exits 1 on any failure.
+"""
+
+import ctypes as C
+import sys
+
+MIB = 1 << 20
+PINNED, LOC_DEVICE, READWRITE = 1, 1, 3
+USED_CURRENT, USED_HIGH, RESERVED_CURRENT, RESERVED_HIGH = 0, 1, 2, 3
+MEMORY_ALLOCATION, INVALID_VALUE = 2, 1
+
+
+class Location(C.Structure):
+    _fields_ = [("type", C.c_int), ("id", C.c_int)]
+
+
+class PoolProps(C.Structure):
+    _fields_ = [
+        ("allocType", C.c_int),
+        ("handleTypes", C.c_int),
+        ("location", Location),
+        ("win32SecurityAttributes", C.c_void_p),
+        ("maxSize", C.c_size_t),
+        ("usage", C.c_ushort),
+        ("reserved", C.c_ubyte * 54),
+    ]
+
+
+class AccessDesc(C.Structure):
+    _fields_ = [("location", Location), ("flags", C.c_int)]
+
+
+class AllocNodeParams(C.Structure):
+    _fields_ = [
+        ("poolProps", PoolProps),
+        ("accessDescs", C.POINTER(AccessDesc)),
+        ("accessDescCount", C.c_size_t),
+        ("bytesize", C.c_size_t),
+        ("dptr", C.c_void_p),
+    ]
+
+
+rt = C.CDLL("libcudart.so.12")
+results = []
+
+
+def record(name, ok, why=""):
+    results.append(ok)
+    print(f"PASS {name}" if ok else f"FAIL {name}: {why}", flush=True)
+
+
+def call(name, *args):
+    rc = getattr(rt, name)(*args)
+    if rc != 0:
+        raise RuntimeError(f"{name} returned {rc}")
+
+
+def free_now():
+    f, t = C.c_size_t(), C.c_size_t()
+    call("cudaMemGetInfo", C.byref(f), C.byref(t))
+    return f.value, t.value
+
+
+def attr(a):
+    v = C.c_uint64()
+    call("cudaDeviceGetGraphMemAttribute", 0, a, C.byref(v))
+    return v.value
+
+
+def alloc_params(nbytes, access):
+    p = AllocNodeParams()
+    p.poolProps.allocType = PINNED
+    p.poolProps.location = Location(LOC_DEVICE, 0)
+    p.accessDescs = C.pointer(access)
+    p.accessDescCount = 1
+    p.bytesize = nbytes
+    return p
+
+
+def graph_with_memory(nbytes, access):
+    """A graph that allocates `nbytes` and frees them: (graph, alloc node, free node, address)."""
+    g, na, nf = C.c_void_p(), C.c_void_p(), C.c_void_p()
+    call("cudaGraphCreate", C.byref(g), 0)
+    p = alloc_params(nbytes, access)
+    call("cudaGraphAddMemAllocNode", C.byref(na), g, None, C.c_size_t(0), C.byref(p))
+    call("cudaGraphAddMemFreeNode", C.byref(nf), g, C.byref(na), C.c_size_t(1), C.c_void_p(p.dptr))
+    return g, na, nf, p.dptr
+
+
+def main():
+    call("cudaSetDevice", 0)
+    call("cudaFree", None)
+    access = AccessDesc(Location(LOC_DEVICE, 0), READWRITE)
+    free0, total = free_now()
+
+    nbytes = 8 * MIB
+    g, na, nf, dptr = graph_with_memory(nbytes, access)
+    got = AllocNodeParams()
+    call("cudaGraphMemAllocNodeGetParams", na, C.byref(got))
+    freed = C.c_void_p()
+    call("cudaGraphMemFreeNodeGetParams", nf, C.byref(freed))
+    record(
+        "cudaGraphAddMemAllocNode returns an address; the nodes' parameters come back",
+        dptr and got.dptr == dptr and got.bytesize == nbytes and freed.value == dptr and free_now()[0] == free0,
+        f"dptr {dptr} got {got.dptr} {got.bytesize} freed {freed.value}",
+    )
+    e = C.c_void_p()
+    call("cudaGraphInstantiate", C.byref(e), g, C.c_ulonglong(0))
+    held = free0 - free_now()[0]
+    record(
+        "the graph's memory is counted from cudaGraphInstantiate",
+        held == nbytes and attr(USED_CURRENT) == nbytes,
+        f"held {held}, used {attr(USED_CURRENT)}",
+    )
+    e2 = C.c_void_p()
+    rc = rt.cudaGraphInstantiate(C.byref(e2), g, C.c_ulonglong(0))
+    record("a second instantiation is cudaErrorInvalidValue", rc == INVALID_VALUE, f"rc {rc}")
+    rt.cudaGetLastError()
+    call("cudaGraphLaunch", e, None)
+    call("cudaDeviceSynchronize")
+    call("cudaGraphExecDestroy", e)
+    kept = free0 - free_now()[0]
+    call("cudaDeviceGraphMemTrim", 0)
+    record(
+        "kept after cudaGraphExecDestroy, returned by cudaDeviceGraphMemTrim",
+        kept == nbytes and free_now()[0] == free0 and attr(RESERVED_CURRENT) == 0 and attr(RESERVED_HIGH) == nbytes,
+        f"kept {kept}, free {free_now()[0]} of {free0}",
+    )
+    zero = C.c_uint64(0)
+    call("cudaDeviceSetGraphMemAttribute", 0, RESERVED_HIGH, C.byref(zero))
+    record("cudaDeviceSetGraphMemAttribute resets a high-water mark", attr(RESERVED_HIGH) == 0, str(attr(3)))
+    call("cudaGraphDestroy", g)
+
+    big = (total * 3 // 4) & ~(2 * MIB - 1)
+    hold = C.c_void_p()
+    call("cudaMalloc", C.byref(hold), C.c_size_t(total // 2))
+    g, _, _, _ = graph_with_memory(big, access)
+    rc = rt.cudaGraphInstantiate(C.byref(e), g, C.c_ulonglong(0))
+    rt.cudaGetLastError()
+    call("cudaFree", hold)
+    call("cudaGraphInstantiate", C.byref(e), g, C.c_ulonglong(0))
+    held = free0 - free_now()[0]
+    record(
+        "a graph allocating past the quota is cudaErrorMemoryAllocation at cudaGraphInstantiate",
+        rc == MEMORY_ALLOCATION and held == big,
+        f"rc {rc}, held {held} of {big}",
+    )
+    call("cudaGraphExecDestroy", e)
+    call("cudaGraphDestroy", g)
+    call("cudaDeviceGraphMemTrim", 0)
+    record("nothing left", free_now()[0] == free0, f"{free_now()[0]} of {free0}")
+
+    print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
