@@ -605,6 +605,66 @@ static void threads(void) {
     expect("threads.main_context_unaffected", aclrtSynchronizeDevice(), ACL_SUCCESS);
 }
 
+/* Churn: threads that each, 30 times over, make a context, streams and events, queue copies, a
+ * cross-stream wait and an operator, and tear it all down in a varying order while work may still
+ * be queued. Nothing may hang, fail or compute wrong. */
+static void *churn_main(void *arg) {
+    long seed = (long)(intptr_t)arg;
+    int ok = 1;
+    for (int it = 0; it < 30 && ok; it++) {
+        aclrtContext ctx = NULL;
+        aclrtStream s1 = NULL, s2 = NULL;
+        aclrtEvent ev = NULL;
+        ok &= aclrtCreateContext(&ctx, 0) == ACL_SUCCESS;
+        ok &= aclrtCreateStream(&s1) == ACL_SUCCESS && aclrtCreateStream(&s2) == ACL_SUCCESS;
+        ok &= aclrtCreateEvent(&ev) == ACL_SUCCESS;
+        enum { n = 4096 };
+        float host[n], back[n];
+        for (int i = 0; i < n; i++) host[i] = (float)(i + it);
+        void *d = NULL;
+        ok &= aclrtMalloc(&d, sizeof host, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS;
+        aclrtMemcpyAsync(d, sizeof host, host, sizeof host, ACL_MEMCPY_HOST_TO_DEVICE, s1);
+        aclrtRecordEvent(ev, s1);
+        aclrtStreamWaitEvent(s2, ev);
+        int64_t dn[1] = {n};
+        aclTensor *t = tensor(dn, 1, ACL_FLOAT, d);
+        uint64_t ws;
+        aclOpExecutor *ex;
+        ok &= aclnnMulGetWorkspaceSize(t, t, t, &ws, &ex) == ACLNN_SUCCESS && aclnnMul(NULL, ws, ex, s2) == ACLNN_SUCCESS;
+        aclrtMemcpyAsync(back, sizeof back, d, sizeof back, ACL_MEMCPY_DEVICE_TO_HOST, s2);
+        if ((seed + it) % 3 == 0) {
+            /* tear down with the work still queued: destroying waits for it */
+            ok &= aclrtDestroyStream(s2) == ACL_SUCCESS;
+        } else {
+            ok &= aclrtSynchronizeStream(s2) == ACL_SUCCESS;
+            ok &= aclrtDestroyStream(s2) == ACL_SUCCESS;
+        }
+        for (int i = 0; i < n && ok; i++) ok = back[i] == host[i] * host[i];
+        aclDestroyTensor(t);
+        ok &= aclrtDestroyEvent(ev) == ACL_SUCCESS;
+        ok &= aclrtFree(d) == ACL_SUCCESS;
+        if (it % 2) ok &= aclrtDestroyStream(s1) == ACL_SUCCESS; /* else the context takes it */
+        ok &= aclrtDestroyContext(ctx) == ACL_SUCCESS;
+    }
+    return (void *)(intptr_t)ok;
+}
+
+static void churn(void) {
+    size_t f0, f1, t;
+    aclrtGetMemInfo(ACL_HBM_MEM, &f0, &t);
+    pthread_t th[4];
+    for (long i = 0; i < 4; i++) pthread_create(&th[i], NULL, churn_main, (void *)(intptr_t)i);
+    int ok = 1;
+    for (int i = 0; i < 4; i++) {
+        void *r = NULL;
+        pthread_join(th[i], &r);
+        ok &= r != NULL;
+    }
+    check("churn.four_threads_thirty_rounds", ok);
+    aclrtGetMemInfo(ACL_HBM_MEM, &f1, &t);
+    expect("churn.memory_back", (long long)f1, (long long)f0);
+}
+
 /* aclrtSynchronizeDevice waits for the device's work in every context, not just the caller's. */
 static void device_sync_covers_other_contexts(void) {
     aclrtContext main_ctx = NULL, other = NULL;
@@ -693,6 +753,7 @@ int main(void) {
     sticky_fault();
     threads();
     device_sync_covers_other_contexts();
+    churn();
     if (devices > 1) reset_clears_fault(1);
 
     expect("teardown.destroy_stream", aclrtDestroyStream(stream), ACL_SUCCESS);

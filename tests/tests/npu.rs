@@ -74,6 +74,7 @@ fn npu_quickstart_default_sim() {
             "fault.synchronize_reports_aicore_exception",
             "fault.nothing_written",
             "threads.other_context_unaffected",
+            "churn.four_threads_thirty_rounds",
             "device_sync.waited_for_the_other_contexts_stream",
             "events.elapsed_needs_time_line",
             "errors.aclnn_too_many_elements",
