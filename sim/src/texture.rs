@@ -37,9 +37,12 @@ pub struct Texels {
 }
 
 impl Texels {
+    /// An array's texels; a layered array's layers are its slices, each addressed with the
+    /// rank of one layer.
     pub fn of_array(a: Arc<Array>) -> Texels {
         let e = a.extent;
-        let rank = if e.depth > 0 {
+        let layered = e.flags & gpupool_shim::cuda::CUDA_ARRAY3D_LAYERED != 0;
+        let rank = if e.depth > 0 && !layered {
             3
         } else if e.height > 0 {
             2
@@ -186,15 +189,15 @@ impl TexObject {
     /// weights are (integer reads take the nearest level). Coordinates address each level
     /// as its own texture: normalized ones cover every level whole. Without levels (not a
     /// mipmapped array) the texture's one level is read.
-    pub fn fetch_level(&self, coords: [f32; 3], lod: f32) -> [u32; 4] {
+    pub fn fetch_level(&self, coords: [f32; 3], lod: f32, layer: u64) -> [u32; 4] {
         if self.levels.is_empty() {
-            return fetch(&self.texels, &self.sampler, coords, None);
+            return fetch_in(&self.texels, &self.sampler, coords, None, layer);
         }
         let top = (self.levels.len() - 1) as f32;
         let d = &self.tex_desc;
         let lod = if lod.is_nan() { 0.0 } else { lod };
         let l = (lod + d.mipmapLevelBias).max(d.minMipmapLevelClamp).min(d.maxMipmapLevelClamp).clamp(0.0, top);
-        let at = |i: f32| fetch(&self.levels[i as usize], &self.sampler, coords, None);
+        let at = |i: f32| fetch_in(&self.levels[i as usize], &self.sampler, coords, None, layer);
         let linear = d.mipmapFilterMode == CUfilter_mode::CU_TR_FILTER_MODE_LINEAR
             && self.sampler.returns_float(self.texels.channel);
         if !linear {
@@ -323,9 +326,14 @@ fn scaled(t: &Texels, s: &Sampler, a: usize, c: f32) -> f32 {
 /// indices, as `.s32` coordinates are, fetched without filtering or scaling). Returns
 /// four channel bit patterns (f32 bits for float reads).
 pub fn fetch(t: &Texels, s: &Sampler, coords: [f32; 3], int_coords: Option<[i32; 3]>) -> [u32; 4] {
+    fetch_in(t, s, coords, int_coords, 0)
+}
+
+/// [`fetch`] in layer `layer` of a layered texture (the slice past the fetch's rank).
+pub fn fetch_in(t: &Texels, s: &Sampler, coords: [f32; 3], int_coords: Option<[i32; 3]>, layer: u64) -> [u32; 4] {
     let rank = t.rank as usize;
     if let Some(ic) = int_coords {
-        let mut at = [0u64; 3];
+        let mut at = [0, 0, layer];
         for a in 0..rank {
             match resolve(ic[a] as i64, t.dims[a], s.address[a], false) {
                 Some(v) => at[a] = v,
@@ -335,7 +343,7 @@ pub fn fetch(t: &Texels, s: &Sampler, coords: [f32; 3], int_coords: Option<[i32;
         return texel(t, s, Some(at));
     }
     if !s.linear || !s.returns_float(t.channel) {
-        let mut at = [0u64; 3];
+        let mut at = [0, 0, layer];
         for a in 0..rank {
             let i = scaled(t, s, a, coords[a]).floor() as i64;
             match resolve(i, t.dims[a], s.address[a], s.normalized) {
@@ -357,7 +365,7 @@ pub fn fetch(t: &Texels, s: &Sampler, coords: [f32; 3], int_coords: Option<[i32;
     let mut acc = [0f32; 4];
     for corner in 0..(1usize << rank) {
         let mut weight = 1.0f32;
-        let mut at = Some([0u64; 3]);
+        let mut at = Some([0, 0, layer]);
         for a in 0..rank {
             let hi = corner >> a & 1 == 1;
             weight *= if hi { w[a] } else { 1.0 - w[a] };

@@ -13,6 +13,8 @@ test_textures.py on the simulator and under `gpupool run` by pool-daemon/tests/a
   texture object over the same array samples it with linear filtering; both against the CPU.
 - A 3D float array filled with cuMemcpy3D and sampled by tex3D<float> with linear filtering
   against the trilinear 8-bit-weight reference.
+- A 2D layered float array (3 layers) filled with cuMemcpy3D and sampled by
+  tex2DLayered<float> (PTX tex.a2d) with linear filtering within the layer named.
 - 1D copies with array ends: device -> array (cuMemcpyDtoA) -> array at another offset and
   row width (cuMemcpyAtoA, rows split differently) -> device (cuMemcpyAtoD), byte-exact; and
   cuMemcpyHtoAAsync / cuMemcpyAtoHAsync on a stream.
@@ -61,6 +63,11 @@ extern "C" __global__ void sample_lod(cudaTextureObject_t t, float *out, const f
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = tex2DLod<float>(t, p[i].x, p[i].y, p[i].z);
+}
+extern "C" __global__ void sample_layered(cudaTextureObject_t t, float *out, const float4 *p, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = tex2DLayered<float>(t, p[i].x, p[i].y, (int)p[i].z);
 }
 extern "C" __global__ void sample4(cudaTextureObject_t t, float4 *out, const float2 *xy, int n)
 {
@@ -282,6 +289,28 @@ def backend_array_checks(report):
     ref = np.array([quantized_trilinear(vol.astype(np.float64), x, y, z) for x, y, z, _ in pts], np.float32)
     report(
         "tex3D<float> of a 3D array matches the trilinear 8-bit-weight reference",
+        np.allclose(got, ref, rtol=2e-6, atol=1e-4),
+        f"got {got}, reference {ref}",
+    )
+    check(d.cuTexObjectDestroy(t))
+    check(d.cuArrayDestroy(arr))
+
+    # 2b. A layered 2D texture: the same volume as 4 layers of 6 x 5.
+    arr = make_array3d(d, w, h, depth, fmt, 1, d.CUDA_ARRAY3D_LAYERED)
+    cp.dstArray = arr
+    check(d.cuMemcpy3D(cp))
+    t = texture(d, arr, clamp, linear, 0)
+    pts = np.array([[0.5, 0.5, 0, 0], [2.3, 1.7, 2, 0], [5.9, 4.9, 3, 0], [3.14, 2.72, 1, 0], [-1, 2.2, 2, 0]], np.float32)
+    n = len(pts)
+    dp, dsample = to_device(pts), alloc(n * 4)
+    launch(mod.function("sample_layered"), (1,), (32,), [ptr(int(t)), ptr(dsample), ptr(dp), i32(n)])
+    sync()
+    got = from_device(dsample, n, np.float32)
+    ref = np.array(
+        [quantized_bilinear(vol[int(z)].astype(np.float64)[..., None], x, y)[0] for x, y, z, _ in pts], np.float32
+    )
+    report(
+        "tex2DLayered<float> samples the layer named with linear filtering",
         np.allclose(got, ref, rtol=2e-6, atol=1e-4),
         f"got {got}, reference {ref}",
     )

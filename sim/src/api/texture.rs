@@ -28,10 +28,11 @@ fn format(f: CUarray_format, channels: u32) -> CuResult<(Channel, u32)> {
     Ok((c, channels))
 }
 
-fn array_of(driver: &Driver, h: u64) -> CuResult<Arc<Array>> {
+/// An array a texture (`layered_ok`) or a surface reads: layered surfaces are not simulated.
+fn array_of(driver: &Driver, h: u64, layered_ok: bool) -> CuResult<Arc<Array>> {
     let a = super::array::lookup(driver, h as gpupool_shim::cuda::CUarray)?;
-    if a.extent.flags & CUDA_ARRAY3D_LAYERED != 0 {
-        return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || "layered arrays are not simulated as textures".into());
+    if a.extent.flags & CUDA_ARRAY3D_LAYERED != 0 && !layered_ok {
+        return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || "layered arrays are not simulated as surfaces".into());
     }
     Ok(a)
 }
@@ -46,7 +47,7 @@ fn texels(r: &CUDA_RESOURCE_DESC) -> CuResult<Texels> {
     // filled; every member is plain data, so any bytes are a valid value.
     match r.resType {
         CUresourcetype::CU_RESOURCE_TYPE_ARRAY => {
-            Ok(Texels::of_array(array_of(driver, unsafe { r.res.array }.hArray as u64)?))
+            Ok(Texels::of_array(array_of(driver, unsafe { r.res.array }.hArray as u64, true)?))
         }
         CUresourcetype::CU_RESOURCE_TYPE_MIPMAPPED_ARRAY => {
             let h = unsafe { r.res.mipmap }.hMipmappedArray as u64;
@@ -55,7 +56,7 @@ fn texels(r: &CUDA_RESOURCE_DESC) -> CuResult<Texels> {
             };
             // A fetch without `tex.level` (no derivatives are simulated) reads level 0;
             // `tex.level` reads [`levels`].
-            Ok(Texels::of_array(array_of(driver, m.level_handles[0])?))
+            Ok(Texels::of_array(array_of(driver, m.level_handles[0], true)?))
         }
         CUresourcetype::CU_RESOURCE_TYPE_LINEAR => {
             let l = unsafe { r.res.linear };
@@ -107,7 +108,7 @@ fn levels(r: &CUDA_RESOURCE_DESC) -> CuResult<Vec<Texels>> {
     let Some(m) = driver.mipmapped_arrays.get(h) else {
         return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || format!("{h:#x} is not a live mipmapped array"));
     };
-    m.level_handles.iter().map(|&l| Ok(Texels::of_array(array_of(driver, l)?))).collect()
+    m.level_handles.iter().map(|&l| Ok(Texels::of_array(array_of(driver, l, true)?))).collect()
 }
 
 /// Device memory of the current context as texels.
@@ -196,7 +197,7 @@ pub unsafe extern "C" fn cuSurfObjectCreate(p: *mut CUsurfObject, res: *const CU
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a surface object's resource must be an array".into());
         }
         // SAFETY: resType is ARRAY, so `res.array` is the member the application filled.
-        let a = array_of(driver, unsafe { r.res.array }.hArray as u64)?;
+        let a = array_of(driver, unsafe { r.res.array }.hArray as u64, false)?;
         if a.extent.flags & CUDA_ARRAY3D_SURFACE_LDST == 0 {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
                 "the array was created without CUDA_ARRAY3D_SURFACE_LDST".into()

@@ -900,21 +900,29 @@ impl<'a> Decoder<'a> {
 
     fn decode_texture(&self, name: &str, mods: &[&str], ops: &[&[Tok]]) -> DResult<Op> {
         let has = |m: &str| mods.contains(&m);
-        let rank = || -> DResult<u8> {
+        // The geometry: how many coordinates address a layer, and whether a layer index
+        // comes first (`.a1d`, `.a2d`: layered textures).
+        let geometry = || -> DResult<(u8, bool)> {
             for m in mods {
                 match *m {
-                    "1d" => return Ok(1),
-                    "2d" => return Ok(2),
-                    "3d" => return Ok(3),
-                    "a1d" | "a2d" | "cube" | "acube" | "2dms" | "a2dms" => {
-                        return bad(format!(
-                            "{name}.{m}: layered, cubemap and multisample geometries are not simulated"
-                        ));
+                    "1d" => return Ok((1, false)),
+                    "2d" => return Ok((2, false)),
+                    "3d" => return Ok((3, false)),
+                    "a1d" => return Ok((1, true)),
+                    "a2d" => return Ok((2, true)),
+                    "cube" | "acube" | "2dms" | "a2dms" => {
+                        return bad(format!("{name}.{m}: cubemap and multisample geometries are not simulated"));
                     }
                     _ => {}
                 }
             }
             bad(format!("{name} without a geometry"))
+        };
+        let rank = || -> DResult<u8> {
+            match geometry()? {
+                (r, false) => Ok(r),
+                (_, true) => bad(format!("{name} on a layered geometry is not simulated (only tex is)")),
+            }
         };
         let types: Vec<Ty> = mods.iter().filter_map(|m| parse_ty(m)).collect();
         if ops.len() < 2 {
@@ -941,7 +949,8 @@ impl<'a> Decoder<'a> {
                     } else {
                         None
                     };
-                    return Ok(Op::Tex { rank: rank()?, int_coords: cty == Ty::S32, d, handle, coords, lod });
+                    let (rank, layered) = geometry()?;
+                    return Ok(Op::Tex { rank, layered, int_coords: cty == Ty::S32, d, handle, coords, lod });
                 }
                 if rank()? != 2 || cty != Ty::F32 {
                     return bad("tld4 is defined for .2d textures and .f32 coordinates");

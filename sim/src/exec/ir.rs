@@ -396,10 +396,12 @@ pub enum Op {
         d: Operand,
         a: Operand,
     },
-    /// `tex.{1d,2d,3d}.v4`: `int_coords` for `.s32` coordinates (texel indices); `lod`:
-    /// `tex.level`'s explicit mipmap level (an `.f32` operand).
+    /// `tex.{1d,2d,3d,a1d,a2d}.v4`: `int_coords` for `.s32` coordinates (texel indices);
+    /// `layered`: the first coordinate is a layer index; `lod`: `tex.level`'s explicit mipmap
+    /// level (an `.f32` operand).
     Tex {
         rank: u8,
+        layered: bool,
         int_coords: bool,
         d: Operand,
         handle: Operand,

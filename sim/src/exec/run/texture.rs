@@ -49,18 +49,27 @@ impl Block<'_> {
     fn texture_one(&mut self, op: &Op, t: usize) -> Result<(), Fault> {
         let memory = self.l.memory;
         match op {
-            Op::Tex { rank: _, int_coords, d, handle, coords, lod } => {
+            Op::Tex { rank: _, layered, int_coords, d, handle, coords, lod } => {
                 let h = self.rd(handle, t);
                 let tex = memory.textures.get(&h).ok_or_else(|| self.bad_object(h, false, t))?;
-                let c = self.coords(coords, t);
+                let mut c = self.coords(coords, t);
+                // A layered fetch names its layer first (an integer), then its coordinates;
+                // a layer outside the array reads the nearest one.
+                let layer = if *layered {
+                    let l = (c[0] as u32 as i32).clamp(0, tex.texels.dims[2] as i32 - 1) as u64;
+                    c = [c[1], c[2], 0, 0];
+                    l
+                } else {
+                    0
+                };
                 let v = if *int_coords {
                     let ic = [c[0] as u32 as i32, c[1] as u32 as i32, c[2] as u32 as i32];
-                    texture::fetch(&tex.texels, &tex.sampler, [0.0; 3], Some(ic))
+                    texture::fetch_in(&tex.texels, &tex.sampler, [0.0; 3], Some(ic), layer)
                 } else {
                     let fc = [c[0], c[1], c[2]].map(|v| f32::from_bits(v as u32));
                     match lod {
-                        Some(l) => tex.fetch_level(fc, f32::from_bits(self.rd(l, t) as u32)),
-                        None => texture::fetch(&tex.texels, &tex.sampler, fc, None),
+                        Some(l) => tex.fetch_level(fc, f32::from_bits(self.rd(l, t) as u32), layer),
+                        None => texture::fetch_in(&tex.texels, &tex.sampler, fc, None, layer),
                     }
                 };
                 self.write4(d, t, v);
