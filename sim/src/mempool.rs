@@ -6,6 +6,11 @@
 //! A block lives in the address space of the context that allocated it (every pointer
 //! of the simulator names its context), so a block is reused only by allocations made
 //! through that same context; the blocks of a destroyed context leave the pool with it.
+//!
+//! A pool created with `handleTypes` POSIX_FILE_DESCRIPTOR is shared with other processes
+//! (sim/src/api/mempool.rs): its descriptor names the exporting process and pool, and an
+//! exported pointer is the block's IPC export ([`crate::memory::ipc`]), mapped by the
+//! importer through an imported pool, which holds no blocks and does not allocate.
 
 use crate::context::Context;
 use crate::driver::Driver;
@@ -65,12 +70,22 @@ impl State {
 pub struct MemPool {
     pub device: i32,
     pub is_default: bool,
+    /// Created with `handleTypes` POSIX_FILE_DESCRIPTOR.
+    pub exportable: bool,
+    /// Imported: (the exporting process, its pool handle).
+    pub imported: Option<(u32, u64)>,
     state: Mutex<State>,
 }
 
 impl MemPool {
     fn new(device: i32, is_default: bool, max_size: u64) -> MemPool {
-        MemPool { device, is_default, state: Mutex::new(State { policy: Policy::new(max_size), destroyed: false }) }
+        MemPool {
+            device,
+            is_default,
+            exportable: false,
+            imported: None,
+            state: Mutex::new(State { policy: Policy::new(max_size), destroyed: false }),
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -82,6 +97,9 @@ impl MemPool {
     pub fn alloc(self: &Arc<Self>, ctx: &Arc<Context>, stream: &Stream, size: u64) -> CuResult<u64> {
         if size == 0 {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "allocation of 0 bytes".into());
+        }
+        if self.imported.is_some() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "an imported pool does not allocate".into());
         }
         let mut st = self.state();
         st.prune();
@@ -217,6 +235,11 @@ pub fn current_pool(driver: &Driver, device: i32) -> CuResult<u64> {
 pub fn set_current_pool(driver: &Driver, device: i32, handle: u64) -> CuResult<()> {
     let pool = lookup(handle)?;
     device_pools(driver, device)?;
+    if pool.imported.is_some() {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            "an imported pool cannot be a device's current pool".into()
+        });
+    }
     if pool.device != device {
         return fail(CUresult::CUDA_ERROR_INVALID_DEVICE, || {
             format!("pool {handle:#x} is on device {}, not device {device}", pool.device)
@@ -229,8 +252,8 @@ pub fn set_current_pool(driver: &Driver, device: i32, handle: u64) -> CuResult<(
     Ok(())
 }
 
-/// `cuMemPoolCreate`: device-located, pinned pools; no shareable handle types (pools are
-/// not exported between processes by the simulator).
+/// `cuMemPoolCreate`: device-located, pinned pools, shareable as POSIX file descriptors or
+/// not at all.
 pub fn create(driver: &Driver, props: &CUmemPoolProps) -> CuResult<u64> {
     if props.allocType != CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("allocType {} is not PINNED", props.allocType.0));
@@ -244,16 +267,28 @@ pub fn create(driver: &Driver, props: &CUmemPoolProps) -> CuResult<u64> {
         }
         other => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("location type {} is invalid", other.0)),
     }
-    if props.handleTypes != CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE {
-        return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || {
-            format!("handleTypes {:#x}: exportable pools are not simulated", props.handleTypes.0)
-        });
-    }
+    let exportable = match props.handleTypes {
+        CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE => false,
+        CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR => true,
+        other => {
+            return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || {
+                format!("handleTypes {:#x}: only POSIX file descriptors are simulated", other.0)
+            });
+        }
+    };
     let device = props.location.id;
     if driver.device(device).is_err() {
         return fail(CUresult::CUDA_ERROR_INVALID_DEVICE, || format!("location id {device} is not a device"));
     }
-    Ok(pools().registry.insert(Arc::new(MemPool::new(device, false, props.maxSize as u64))))
+    let pool = MemPool { exportable, ..MemPool::new(device, false, props.maxSize as u64) };
+    Ok(pools().registry.insert(Arc::new(pool)))
+}
+
+/// `cuMemPoolImportFromShareableHandle`: a pool of this process standing for pool `handle` of
+/// process `pid`, on `device`.
+pub fn import(device: i32, pid: u32, handle: u64) -> u64 {
+    let pool = MemPool { imported: Some((pid, handle)), ..MemPool::new(device, false, 0) };
+    pools().registry.insert(Arc::new(pool))
 }
 
 /// `cuMemPoolDestroy`: idle memory goes back now, memory still allocated when it is freed.

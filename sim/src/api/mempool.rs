@@ -99,69 +99,165 @@ pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -
     cuda_entry(|| mempool::set_current_pool(initialized()?, dev, pool as u64))
 }
 
-// Pool sharing between processes. The simulator creates no exportable pool (`cuMemPoolCreate`
-// refuses `handleTypes` with CUDA_ERROR_NOT_SUPPORTED), so every pool and pool allocation
-// it holds is not IPC capable and no descriptor names one of its pools: these answer what
-// NVIDIA documents for such arguments, CUDA_ERROR_INVALID_VALUE, saying why. Through the
-// pool, exported pools are served by libgpupool.so and the daemon over plain allocations,
-// never by the backend (interpose/src/api/mempool.rs).
+// Pool sharing between processes. A pool's shareable handle is a sealed memfd holding
+// [`POOL_MAGIC`], the exporting process and its pool handle; a pointer's export data holds
+// [`PTR_MAGIC`], the block's IPC export (process, fd, size, base: crate::memory::ipc moves its
+// bytes into shared memory), and the exporter's pool handle. The importer maps the block
+// through its imported pool of the same exporter and pool, uncharged (the memory is counted
+// where it was allocated), and frees the mapping with cuMemFree/cuMemFreeAsync. As NVIDIA
+// documents, the importer frees before the exporter does; the simulator does not enforce it.
+
+const POOL_MAGIC: &[u8; 8] = b"gpupoolM";
+const PTR_MAGIC: &[u8; 8] = b"gpupoolQ";
+const POSIX_FD: CUmemAllocationHandleType = CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+
+fn le(b: &[u8]) -> u64 {
+    b.iter().rev().fold(0u64, |v, &x| (v << 8) | x as u64)
+}
+
+/// A sealed memfd holding `bytes`.
+fn sealed_fd(bytes: &[u8]) -> CuResult<c_int> {
+    // SAFETY: a NUL-terminated name; the kernel returns a new descriptor or -1.
+    let raw = unsafe { libc::memfd_create(c"gpupool-sim-pool".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if raw < 0 {
+        return fail(CUresult::CUDA_ERROR_OUT_OF_MEMORY, || "memfd_create failed".into());
+    }
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+    // SAFETY: our own fresh descriptor; `bytes` is readable for its length.
+    let ok = unsafe {
+        libc::pwrite(raw, bytes.as_ptr().cast(), bytes.len(), 0) == bytes.len() as isize
+            && libc::fcntl(raw, libc::F_ADD_SEALS, seals) == 0
+    };
+    if !ok {
+        // SAFETY: closing our own descriptor once.
+        unsafe { libc::close(raw) };
+        return fail(CUresult::CUDA_ERROR_OUT_OF_MEMORY, || "cannot write the pool's descriptor".into());
+    }
+    Ok(raw)
+}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
-    _handle_out: *mut c_void,
+    handle_out: *mut c_void,
     pool: CUmemoryPool,
-    _handle_type: CUmemAllocationHandleType,
-    _flags: c_ulonglong,
+    handle_type: CUmemAllocationHandleType,
+    flags: c_ulonglong,
 ) -> CUresult {
     cuda_entry(|| {
         initialized()?;
-        mempool::lookup(pool as u64)?;
-        fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-            format!("pool {:#x} is not IPC capable (created without handleTypes)", pool as u64)
-        })
+        let p = mempool::lookup(pool as u64)?;
+        if handle_out.is_null() || handle_type != POSIX_FD || flags != 0 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                "a non-null handle_out, handle type POSIX_FILE_DESCRIPTOR and flags 0".into()
+            });
+        }
+        if !p.exportable || p.imported.is_some() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("pool {:#x} is not IPC capable (created without handleTypes, or imported)", pool as u64)
+            });
+        }
+        let mut bytes = POOL_MAGIC.to_vec();
+        bytes.extend_from_slice(&std::process::id().to_le_bytes());
+        bytes.extend_from_slice(&(pool as u64).to_le_bytes());
+        out(handle_out.cast::<c_int>(), sealed_fd(&bytes)?)
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
-    _pool_out: *mut CUmemoryPool,
+    pool_out: *mut CUmemoryPool,
     handle: *mut c_void,
-    _handle_type: CUmemAllocationHandleType,
-    _flags: c_ulonglong,
+    handle_type: CUmemAllocationHandleType,
+    flags: c_ulonglong,
 ) -> CUresult {
     cuda_entry(|| {
         initialized()?;
-        fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-            format!("handle {:#x} names no exported pool (the simulator exports none)", handle as usize)
-        })
+        let ctx = crate::context::current()?;
+        if pool_out.is_null() || handle_type != POSIX_FD || flags != 0 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                "a non-null pool_out, handle type POSIX_FILE_DESCRIPTOR and flags 0".into()
+            });
+        }
+        // For POSIX file descriptors the descriptor travels in the pointer's value.
+        let fd = handle as usize as c_int;
+        let mut b = [0u8; 24];
+        // SAFETY: pread into our own buffer of its length; a bad descriptor fails with -1.
+        let n = unsafe { libc::pread(fd, b.as_mut_ptr().cast(), b.len(), 0) };
+        if n != 20 || &b[..8] != POOL_MAGIC {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("descriptor {fd} is no pool of the simulator"));
+        }
+        let (pid, h) = (le(&b[8..12]) as u32, le(&b[12..20]));
+        if pid == std::process::id() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a process imports pools of other processes".into());
+        }
+        out(pool_out, mempool::import(ctx.device.ordinal, pid, h) as CUmemoryPool)
     })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPoolExportPointer(_data: *mut CUmemPoolPtrExportData, ptr: CUdeviceptr) -> CUresult {
+pub unsafe extern "C" fn cuMemPoolExportPointer(data: *mut CUmemPoolPtrExportData, ptr: CUdeviceptr) -> CUresult {
     cuda_entry(|| {
         initialized()?;
-        match mempool::pool_of(ptr) {
-            Some(pool) => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-                format!("{ptr:#x} is from pool {pool:#x}, which is not IPC capable")
-            }),
-            None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{ptr:#x} is not a pool allocation")),
+        let ctx = crate::context::current()?;
+        let Some(handle) = mempool::pool_of(ptr) else {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{ptr:#x} is not a pool allocation"));
+        };
+        if !mempool::lookup(handle)?.exportable {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("{ptr:#x} is from pool {handle:#x}, which is not IPC capable")
+            });
         }
+        let Some(a) = ctx.memory.find(ptr).filter(|a| a.base == ptr) else {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("{ptr:#x} is not the base of an allocation of the current context")
+            });
+        };
+        // Work queued on the block finishes before its bytes move.
+        ctx.drain();
+        let fd = crate::memory::ipc::export(&a)?;
+        let mut d = CUmemPoolPtrExportData::default();
+        d.reserved[..8].copy_from_slice(PTR_MAGIC);
+        d.reserved[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+        d.reserved[12..16].copy_from_slice(&fd.to_le_bytes());
+        d.reserved[16..24].copy_from_slice(&a.size.to_le_bytes());
+        d.reserved[24..32].copy_from_slice(&a.base.to_le_bytes());
+        d.reserved[32..40].copy_from_slice(&handle.to_le_bytes());
+        out(data, d)
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolImportPointer(
-    _ptr_out: *mut CUdeviceptr,
+    ptr_out: *mut CUdeviceptr,
     pool: CUmemoryPool,
-    _data: *mut CUmemPoolPtrExportData,
+    data: *mut CUmemPoolPtrExportData,
 ) -> CUresult {
     cuda_entry(|| {
         initialized()?;
-        mempool::lookup(pool as u64)?;
-        fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-            format!("pool {:#x} was not imported from another process", pool as u64)
-        })
+        let ctx = crate::context::current()?;
+        let p = mempool::lookup(pool as u64)?;
+        let d = read(data.cast_const(), "export data")?;
+        if ptr_out.is_null() || &d.reserved[..8] != PTR_MAGIC {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                "null ptr_out, or not export data of the simulator".into()
+            });
+        }
+        let (pid, fd, size, h) = (
+            le(&d.reserved[8..12]) as u32,
+            le(&d.reserved[12..16]) as i32,
+            le(&d.reserved[16..24]),
+            le(&d.reserved[32..40]),
+        );
+        if p.imported != Some((pid, h)) {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!(
+                    "the pointer is of pool {h:#x} of process {pid}, not of the pool imported as {:#x}",
+                    pool as u64
+                )
+            });
+        }
+        let a = ctx.memory.import(pid, fd, size).map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        out(ptr_out, a.base)
     })
 }
 
