@@ -17,7 +17,8 @@ test_textures.py on the simulator and under `gpupool run` by pool-daemon/tests/a
   tex2DLayered<float> (PTX tex.a2d) with linear filtering within the layer named.
 - 1D copies with array ends: device -> array (cuMemcpyDtoA) -> array at another offset and
   row width (cuMemcpyAtoA, rows split differently) -> device (cuMemcpyAtoD), byte-exact; and
-  cuMemcpyHtoAAsync / cuMemcpyAtoHAsync on a stream.
+  cuMemcpyHtoAAsync / cuMemcpyAtoHAsync on a stream; and a CUDA graph of two memcpy nodes,
+  device -> array -> device, launched and compared byte for byte.
 - A mipmapped 16x16 float array, each level filled with its own values, sampled by
   tex2DLod<float> (PTX tex.level) with normalized coordinates: point mipmap filtering reads the
   nearest level, mipmapLevelBias is added, the level clamps to maxMipmapLevelClamp and to 0;
@@ -349,6 +350,35 @@ def backend_array_checks(report):
     report("cuMemcpyHtoAAsync then cuMemcpyAtoHAsync on a stream", np.array_equal(out, host), f"{out} vs {host}")
     err, = d.cuMemcpyAtoD(dst, b, 100, 740)
     report("a 1D copy past the array is CUDA_ERROR_INVALID_VALUE", err == d.CUresult.CUDA_ERROR_INVALID_VALUE, f"{err}")
+
+    # A graph of two memcpy nodes with array ends: device -> b's box at (8 bytes, row 3),
+    # then that box -> device.
+    out2 = alloc(60 * 4, fill=0)
+    ctx = check(d.cuCtxGetCurrent())
+
+    def node_copy(to_array):
+        p = d.CUDA_MEMCPY3D()
+        dev = d.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        arr_t = d.CUmemorytype.CU_MEMORYTYPE_ARRAY
+        if to_array:
+            p.srcMemoryType, p.srcDevice, p.srcPitch = dev, src, 60
+            p.dstMemoryType, p.dstArray, p.dstXInBytes, p.dstY = arr_t, b, 8, 3
+        else:
+            p.srcMemoryType, p.srcArray, p.srcXInBytes, p.srcY = arr_t, b, 8, 3
+            p.dstMemoryType, p.dstDevice, p.dstPitch = dev, out2, 60
+        p.WidthInBytes, p.Height, p.Depth = 60, 4, 1
+        return p
+
+    g = check(d.cuGraphCreate(0))
+    first = check(d.cuGraphAddMemcpyNode(g, None, 0, node_copy(True), ctx))
+    check(d.cuGraphAddMemcpyNode(g, [first], 1, node_copy(False), ctx))
+    exe = check(d.cuGraphInstantiate(g, 0))
+    check(d.cuGraphLaunch(exe, stream))
+    check(d.cuStreamSynchronize(stream))
+    got = from_device(out2, 240, np.uint8)
+    report("graph memcpy nodes device -> array -> device", np.array_equal(got, data[:240]), f"{got} vs {data[:240]}")
+    check(d.cuGraphExecDestroy(exe))
+    check(d.cuGraphDestroy(g))
     check(d.cuStreamDestroy(stream))
     for x in (a, b):
         check(d.cuArrayDestroy(x))
