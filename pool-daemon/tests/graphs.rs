@@ -50,6 +50,7 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
         "host functions in a capture run in order, once per replay, off the main thread",
         "cuStreamAddCallback on a capturing stream is refused and invalidates the capture",
         "host nodes: parameters read back and changed on the graph and on an instantiated graph",
+        "a forked child runs host nodes of its own; the parent's still run",
         "graphs destroyed once",
     ] {
         assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
@@ -372,4 +373,189 @@ fn memcpy_nodes_copy_only_the_sessions_memory() {
     assert!(data.0.chunks(4).all(|w| w == 7u32.to_le_bytes()), "{:?}", &data.0[..16]);
     let Reply::Bytes { data } = other.call(Request::MemcpyDtoHInline { src: theirs, len: 256 }) else { panic!() };
     assert!(data.0.iter().all(|&b| b == 0x11), "another session's memory was written");
+}
+
+/// A client SIGKILLed while the daemon's graph waits in its host function (tests/c/host_fn_hang.c,
+/// whose function never returns): meanwhile another tenant launches, synchronises and reads back on
+/// its own stream; after the kill the daemon's host node is released, the session ends, and the
+/// sessions list and the ledger are empty.
+#[test]
+fn a_client_killed_in_its_host_function_leaves_nothing_behind() {
+    use std::io::{BufRead, BufReader};
+    ensure_interposer();
+    let config = format!(
+        "[[tenant]]\nname = \"a\"\ntoken_sha256 = \"{}\"\n\n[[tenant]]\nname = \"b\"\ntoken_sha256 = \"{}\"\n",
+        gpupool_quota::hash_token("token-a"),
+        gpupool_quota::hash_token("token-b")
+    );
+    let d = Daemon::start(Some(&config));
+    let exe = gpupool_e2e::compile_c("host_fn_hang", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
+    let mut child = Command::new(&exe)
+        .env("LD_PRELOAD", PathBuf::from(env!("CARGO_BIN_EXE_gpupool")).with_file_name("libgpupool.so"))
+        .env("GPUPOOL_ENDPOINT", d.endpoint())
+        .env("GPUPOOL_TOKEN", "token-a")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // In either order: the host function runs on the library's thread as soon as the daemon gets there.
+    let mut lines: Vec<String> =
+        BufReader::new(child.stdout.take().unwrap()).lines().take(2).map(Result::unwrap).collect();
+    lines.sort();
+    assert_eq!(lines, ["in host function", "launched"], "{}", d.log());
+    assert_eq!(d.used("a", 0), 16 << 20);
+
+    // Tenant b works while a's stream is held in its host function.
+    let t0 = Instant::now();
+    let mut b = Client::connect_as(&d.socket, None, Some("token-b")).unwrap();
+    let ctx = b.ctx(0);
+    let buf = b.alloc(ctx, 4096).unwrap();
+    let (func, packed) = b.fill_kernel(ctx, buf, 7);
+    let Reply::Stream { stream } = b.call(Request::StreamCreate { ctx, flags: 0, priority: 0 }) else { panic!() };
+    b.send_async(Request::LaunchKernel {
+        func,
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        shared_mem_bytes: 0,
+        stream,
+        params: KernelParams(packed),
+        cooperative: false,
+    });
+    assert_eq!(code(&b.call(Request::StreamSynchronize { stream })), 0, "{}", d.log());
+    let back = gpupool_protocol::ops::StagingRegion { offset: 0, len: 256 };
+    assert_eq!(code(&b.call(Request::MemcpyDtoH { src: buf, dst: back })), 0);
+    let mut got = vec![0u8; 256];
+    gpupool_protocol::transport::Transport::staging(&b.t).unwrap().read(0, &mut got).unwrap();
+    assert!(got.chunks(4).all(|w| w == 7u32.to_le_bytes()), "{got:?}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "tenant b waited {:?}", t0.elapsed());
+    assert_eq!(d.status()["sessions"].as_array().unwrap().len(), 2);
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    while d.used("a", 0) != 0 || d.status()["sessions"].as_array().unwrap().len() != 1 {
+        assert!(killed.elapsed() < Duration::from_secs(5), "a's session is still there: {}", d.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!("session and memory gone {} ms after SIGKILL in a host function", killed.elapsed().as_millis());
+    // The daemon keeps serving b; b's end leaves nothing either.
+    assert_eq!(code(&b.call(Request::StreamSynchronize { stream })), 0);
+    drop(b);
+    while !d.status()["sessions"].as_array().unwrap().is_empty() || d.used("b", 0) != 0 {
+        assert!(killed.elapsed() < Duration::from_secs(10), "b's session is still there: {}", d.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let log = d.log();
+    assert!(log.contains("client gone"), "{log}");
+}
+
+/// A second connection of the test, not greeted: the host-function channel's side.
+fn raw_connection(d: &Daemon) -> gpupool_protocol::transport::shm::ShmTransport {
+    use gpupool_protocol::transport::shm::{ShmTransport, WaitPolicy};
+    let s = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+    ShmTransport::connect(s, WaitPolicy::default()).unwrap()
+}
+
+/// Sends `op` as request `id` on `t`; its reply, if one comes within `wait`.
+fn ask_raw(
+    t: &mut gpupool_protocol::transport::shm::ShmTransport,
+    id: u64,
+    op: Request,
+    wait: Duration,
+) -> Option<Reply> {
+    use gpupool_protocol::Message;
+    use gpupool_protocol::transport::{Transport, TransportError};
+    t.send(&Message::Request { id, no_reply: false, op }.encode().unwrap()).unwrap();
+    match t.recv(Some(wait)) {
+        Ok(f) => match Message::decode(&f).unwrap().0 {
+            Message::Reply { id: rid, op } if rid == id => Some(op),
+            other => panic!("unexpected {other:?}"),
+        },
+        Err(TransportError::Timeout) => None,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// On the wire: a session's host-function channel attaches only with its own session's secret, once;
+/// host nodes need it; a launched graph's host node waits for the channel's answer (the stream is not
+/// ready until then) and its successor runs after; another session cannot name the node.
+#[test]
+fn host_nodes_wait_for_their_sessions_channel() {
+    let d = Daemon::start(None);
+    let mut c = Client::connect(&d.socket);
+    let mut other = Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let buf = c.alloc(ctx, 4096).unwrap();
+    let (func, packed) = c.fill_kernel(ctx, buf, 9);
+    let Reply::Stream { stream } = c.call(Request::StreamCreate { ctx, flags: 0, priority: 0 }) else { panic!() };
+    let Reply::Graph { graph } = c.call(Request::GraphCreate { ctx, flags: 0 }) else { panic!() };
+    let host = |deps: Vec<u64>| Request::GraphAddHostNode { graph, deps, func: 0x1000, user: 0x2000 };
+    assert_eq!(code(&c.call(host(vec![]))), 801, "no channel yet: NOT_SUPPORTED");
+    assert_eq!(code(&c.call(Request::HostCallNext { done: 0 })), INVALID_VALUE);
+    let Reply::HostChannelKey { session, secret } = c.call(Request::HostChannelOpen {}) else { panic!() };
+    let Reply::HostChannelKey { session: s2, secret: again } = c.call(Request::HostChannelOpen {}) else { panic!() };
+    assert_eq!((s2, again), (session, secret), "the same secret until a connection attaches");
+    let Reply::HostChannelKey { session: other_session, .. } = other.call(Request::HostChannelOpen {}) else {
+        panic!()
+    };
+    let mut wrong = secret;
+    wrong[0] ^= 1;
+    for (s, k) in [(session, wrong), (other_session, secret)] {
+        let mut t = raw_connection(&d);
+        let r = ask_raw(&mut t, 1, Request::HostChannelAttach { session: s, secret: k }, Duration::from_secs(5));
+        assert_eq!(r.as_ref().map(code), Some(800), "{r:?}");
+    }
+    let mut ch = raw_connection(&d);
+    let r = ask_raw(&mut ch, 1, Request::HostChannelAttach { session, secret }, Duration::from_secs(5));
+    assert_eq!(r, Some(Reply::Ok {}));
+    let mut twice = raw_connection(&d);
+    let r = ask_raw(&mut twice, 1, Request::HostChannelAttach { session, secret }, Duration::from_secs(5));
+    assert_eq!(r.as_ref().map(code), Some(800), "attached once only: {r:?}");
+
+    // memset(buf, 1) -> host node -> fill(buf, 9)
+    let set = gpupool_protocol::ops::Memset {
+        dst: buf,
+        value: gpupool_protocol::ops::MemsetValue::U32(1),
+        width: 64,
+        height: 1,
+        pitch: 0,
+    };
+    let Reply::GraphNode { node: m } = c.call(Request::GraphAddMemsetNode { graph, deps: vec![], set }) else {
+        panic!("{}", d.log())
+    };
+    let Reply::GraphNode { node: h } = c.call(host(vec![m])) else { panic!("{}", d.log()) };
+    let kernel = gpupool_protocol::ops::KernelNode {
+        func,
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        shared_mem_bytes: 0,
+        params: KernelParams(packed),
+    };
+    let Reply::GraphNode { .. } = c.call(Request::GraphAddKernelNode { graph, deps: vec![h], kernel }) else {
+        panic!("{}", d.log())
+    };
+    assert_eq!(c.call(Request::GraphHostNodeGetParams { node: h }), Reply::HostFn { func: 0x1000, user: 0x2000 });
+    assert_eq!(code(&other.call(Request::GraphHostNodeGetParams { node: h })), INVALID_VALUE);
+    assert_eq!(code(&other.call(Request::GraphHostNodeSetParams { node: h, func: 1, user: 2 })), INVALID_VALUE);
+    let exec = instantiate(&mut c, graph);
+    c.send_async(Request::GraphLaunch { exec, stream });
+    // The host call comes, and until it is answered the stream is not done and buf holds the memset.
+    let r = ask_raw(&mut ch, 2, Request::HostCallNext { done: 0 }, Duration::from_secs(10));
+    let Some(Reply::HostCall { call, func: 0x1000, user: 0x2000 }) = r else { panic!("{r:?} {}", d.log()) };
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(c.call(Request::StreamQuery { stream }), Reply::Ready { ready: false });
+    // Answered: the next poll waits (nothing due) while the graph finishes.
+    let r = ask_raw(&mut ch, 3, Request::HostCallNext { done: call }, Duration::from_millis(300));
+    assert_eq!(r, None, "no second call is due");
+    assert_eq!(code(&c.call(Request::StreamSynchronize { stream })), 0, "{}", d.log());
+    let back = gpupool_protocol::ops::StagingRegion { offset: 0, len: 256 };
+    assert_eq!(code(&c.call(Request::MemcpyDtoH { src: buf, dst: back })), 0);
+    let mut got = vec![0u8; 256];
+    gpupool_protocol::transport::Transport::staging(&c.t).unwrap().read(0, &mut got).unwrap();
+    assert!(got.chunks(4).all(|w| w == 9u32.to_le_bytes()), "the kernel ran after the host node: {got:?}");
+    // The channel going away releases what waits on it: a second launch's host node is skipped.
+    drop(ch);
+    c.send_async(Request::GraphLaunch { exec, stream });
+    let t0 = Instant::now();
+    assert_eq!(code(&c.call(Request::StreamSynchronize { stream })), 0, "{}", d.log());
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
 }

@@ -533,12 +533,20 @@ impl DeviceScheduler {
 
     /// A granted kernel finished after `charged` ns of measured device time.
     pub fn complete(&mut self, tenant: &str, client: u64, kind: u64, est: u64, charged: u64, now: Nanos) {
+        self.settle(tenant, client, est, now);
+        self.charge(tenant, client, kind, charged, now);
+    }
+
+    /// Charges `charged` ns of measured device time for work no longer in flight here: a grant
+    /// settled with [`Self::abandon`] when it was dispatched, because its length is not the
+    /// device's (a graph that waits on its client's host function), measured once it ended.
+    pub fn charge(&mut self, tenant: &str, client: u64, kind: u64, charged: u64, now: Nanos) {
         let cap = self.tuning.burst_ns;
         if let Some(c) = self.clients.get_mut(&client) {
             c.accrue(now, cap);
             c.balance -= charged as i64;
         }
-        if let Some(a) = self.settle(tenant, client, est, now) {
+        if let Some(a) = self.accounts.get_mut(tenant) {
             a.credit.accrue(now, cap);
             a.credit.balance -= charged as i64;
             a.vtime += charged as f64 * 100.0 / a.weight();

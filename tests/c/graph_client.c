@@ -30,7 +30,8 @@
  * counted, on a thread other than main's, where a CUDA call is CUDA_ERROR_NOT_PERMITTED;
  * cuStreamAddCallback on a capturing stream is refused and invalidates the capture; an explicit
  * host node's parameters read back, changed on the graph (instantiated graphs keep theirs) and
- * on an instantiated graph.
+ * on an instantiated graph; a forked child (a session of its own) runs a host node of its own
+ * graph, and the parent's graph still runs its host node after the child exited.
  *
  * Output: "ok <check>" per check, "replays <n> ms <t>", "done"; a failure prints
  * "FAIL <check>: ..." on stderr and exits 1.
@@ -40,6 +41,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -623,6 +626,31 @@ int main(int argc, char **argv) {
         CU(cuGraphHostNodeGetParams, hn, &got_p);
         if (a != 2 || b != 1 || c != 3 || got_p.userData != &b)
             fail("exec host node set params", "a = %ld, c = %ld", a, c);
+        ok("host nodes: parameters read back and changed on the graph and on an instantiated graph");
+        /* A forked child has its own session and host-function channel. */
+        pid_t child = fork();
+        if (child == 0) {
+            int mine = 0;
+            CUdevice cd;
+            CUcontext cc;
+            CUstream cs;
+            CUgraph cg;
+            CUgraphExec cx;
+            CUgraphNode cn;
+            CUDA_HOST_NODE_PARAMS cp = {.fn = mark, .userData = &mine};
+            main_thread = pthread_self();
+            if (p_cuInit(0) || p_cuDeviceGet(&cd, 0) || p_cuDevicePrimaryCtxRetain(&cc, cd) || p_cuCtxSetCurrent(cc) ||
+                p_cuStreamCreate(&cs, 0) || p_cuGraphCreate(&cg, 0) || p_cuGraphAddHostNode(&cn, cg, NULL, 0, &cp) ||
+                p_cuGraphInstantiateWithFlags(&cx, cg, 0) || p_cuGraphLaunch(cx, cs) || p_cuStreamSynchronize(cs))
+                _exit(2);
+            _exit(mine == 1 && relay_on_main == 0 ? 0 : 3);
+        }
+        int wst = 0;
+        if (child < 0 || waitpid(child, &wst, 0) != child || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0)
+            fail("host node in a forked child", "child status %ld %ld", (long)wst, (long)child);
+        CU(cuGraphLaunch, x1, s);
+        CU(cuStreamSynchronize, s);
+        if (c != 4) fail("host node after fork", "c = %ld %ld", c, 0);
         hp.fn = NULL;
         CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphHostNodeSetParams, hn, &hp);
         CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphHostNodeGetParams, en, &got_p); /* not a host node */
@@ -632,7 +660,7 @@ int main(int argc, char **argv) {
         CU(cuGraphDestroy, gn);
         CU(cuMemFreeHost, hin);
         CU(cuMemFreeHost, hout);
-        ok("host nodes: parameters read back and changed on the graph and on an instantiated graph");
+        ok("a forked child runs host nodes of its own; the parent's still run");
     }
 
     CU(cuGraphExecDestroy, exec);

@@ -7,6 +7,12 @@
 //! (`cuStreamWaitEvent`, across contexts) for the end events of the other tenants' kernels still in
 //! flight, so each kernel's start event is stamped after the device is really its own. Copies are not
 //! scheduled (quota/README.md, "Compute").
+//!
+//! Except for a graph with host functions ([`Compute::dispatch_loose`]): it may wait in its client's
+//! host function for as long as the client likes (or until the client dies), which is not the
+//! device's time. Such a launch is admitted and charged its measured time like any other, but
+//! nobody fences on it, it leaves the in-flight count when dispatched, and the monitor polls for its
+//! end instead of waiting in order, so a blocked host function holds back its own stream only.
 
 use super::dispatch::{Fail, Result};
 use super::{Raw, Shared, TenantCtx};
@@ -35,6 +41,8 @@ struct InFlight {
 struct State {
     policy: DeviceScheduler,
     queue: VecDeque<InFlight>,
+    /// Launches dispatched with [`Compute::dispatch_loose`], until they end and are charged.
+    loose: Vec<InFlight>,
     /// The end event of the last kernel dispatched on each stream, while it is in flight: (the
     /// tenant's context, event, sequence number).
     tails: HashMap<usize, (Arc<TenantCtx>, Raw<CUevent>, u64)>,
@@ -81,6 +89,7 @@ impl Compute {
                     state: Mutex::new(State {
                         policy: DeviceScheduler::new(Tuning::default()),
                         queue: VecDeque::new(),
+                        loose: Vec::new(),
                         tails: HashMap::new(),
                         synced: HashMap::new(),
                         seq: 0,
@@ -228,6 +237,89 @@ impl Compute {
         grant: Grant,
         launch: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
+        let est = grant.est;
+        let (start, end) = self.bracket(shared, device, tc, session, stream, grant, launch)?;
+        let dev = &self.devices[device as usize];
+        let skey = Self::stream_key(tc, stream);
+        let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.loose.iter().any(|k| k.stream == skey) {
+            // Queued behind a loose launch (its host function may never return): loose too.
+            self.settle_loose(st, dev, tc, session, kind, est, start, end, skey);
+            return Ok(());
+        }
+        st.seq += 1;
+        let seq = st.seq;
+        let replaced = st.tails.insert(skey, (tc.clone(), end, seq));
+        st.queue.push_back(InFlight { client: session, kind, est, start, end, stream: skey, seq, tc: tc.clone() });
+        let asleep = st.monitor_asleep;
+        drop(st);
+        if asleep {
+            dev.dispatched.notify_one();
+        }
+        if let Some((owner, ..)) = replaced {
+            shared.release_ctx(owner);
+        }
+        Ok(())
+    }
+
+    /// [`Self::dispatch`] for a launch whose length is not the device's (a graph with host
+    /// functions, see the module's comment): settled at once, charged when the monitor sees its end.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dispatch_loose(
+        &self,
+        shared: &Shared,
+        device: u32,
+        tc: &Arc<TenantCtx>,
+        session: u64,
+        kind: u64,
+        stream: Raw<CUstream>,
+        grant: Grant,
+        launch: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let est = grant.est;
+        let (start, end) = self.bracket(shared, device, tc, session, stream, grant, launch)?;
+        let dev = &self.devices[device as usize];
+        let st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.settle_loose(st, dev, tc, session, kind, est, start, end, Self::stream_key(tc, stream));
+        Ok(())
+    }
+
+    /// Settles a dispatched launch at once and leaves its charge to [`poll_loose`].
+    #[allow(clippy::too_many_arguments)]
+    fn settle_loose(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        dev: &Device,
+        tc: &Arc<TenantCtx>,
+        session: u64,
+        kind: u64,
+        est: u64,
+        start: Raw<CUevent>,
+        end: Raw<CUevent>,
+        stream: usize,
+    ) {
+        st.policy.abandon(tc.tenant.as_str(), session, est, self.now());
+        st.loose.push(InFlight { client: session, kind, est, start, end, stream, seq: 0, tc: tc.clone() });
+        let waiters = st.waiters;
+        drop(st);
+        if waiters > 0 {
+            dev.changed.notify_all();
+        }
+    }
+
+    /// Waits for the grant's fences and runs `launch` between two events of `tc` on `stream`; a
+    /// failure gives the grant back.
+    #[allow(clippy::too_many_arguments)]
+    fn bracket(
+        &self,
+        shared: &Shared,
+        device: u32,
+        tc: &Arc<TenantCtx>,
+        session: u64,
+        stream: Raw<CUstream>,
+        grant: Grant,
+        launch: impl FnOnce() -> Result<()>,
+    ) -> Result<(Raw<CUevent>, Raw<CUevent>)> {
         let cuda = &shared.cuda;
         let dev = &self.devices[device as usize];
         let tenant = tc.tenant.as_str();
@@ -263,30 +355,7 @@ impl Compute {
             abandon(&[start, end]);
             return Err(e);
         }
-        let skey = Self::stream_key(tc, stream);
-        let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.seq += 1;
-        let seq = st.seq;
-        let replaced = st.tails.insert(skey, (tc.clone(), end, seq));
-        st.queue.push_back(InFlight {
-            client: session,
-            kind,
-            est: grant.est,
-            start,
-            end,
-            stream: skey,
-            seq,
-            tc: tc.clone(),
-        });
-        let asleep = st.monitor_asleep;
-        drop(st);
-        if asleep {
-            dev.dispatched.notify_one();
-        }
-        if let Some((owner, ..)) = replaced {
-            shared.release_ctx(owner);
-        }
-        Ok(())
+        Ok((start, end))
     }
 
     /// The key of a stream for fences (stream handles of different contexts may be equal: NULL).
@@ -349,6 +418,7 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
         }
     };
     loop {
+        poll_loose(shared, device);
         {
             let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
             while st.queue.is_empty() {
@@ -358,6 +428,9 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
                 st.monitor_asleep = true;
                 st = dev.dispatched.wait_timeout(st, MAX_NAP).unwrap_or_else(|e| e.into_inner()).0;
                 st.monitor_asleep = false;
+                if !st.loose.is_empty() {
+                    break;
+                }
             }
             batch.extend(st.queue.drain(..));
         }
@@ -384,6 +457,51 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
         if all_short {
             std::thread::sleep(COALESCE);
         }
+    }
+}
+
+/// Charges the loose launches ([`Compute::dispatch_loose`]) that have ended; the others stay.
+fn poll_loose(shared: &Arc<Shared>, device: u32) {
+    let compute = &shared.compute;
+    let dev = &compute.devices[device as usize];
+    let cuda = &shared.cuda;
+    let items = std::mem::take(&mut dev.state.lock().unwrap_or_else(|e| e.into_inner()).loose);
+    if items.is_empty() {
+        return;
+    }
+    let (mut left, mut done) = (Vec::new(), Vec::new());
+    for k in items {
+        match super::streams::ready(call!(cuda, cuEventQuery(k.end.0))) {
+            Ok(false) => left.push(k),
+            Ok(true) => {
+                let mut ms = 0f32;
+                let charged = match call!(cuda, cuEventElapsedTime(&mut ms, k.start.0, k.end.0)) {
+                    Ok(()) => (f64::from(ms) * 1e6).max(0.0) as u64,
+                    Err(_) => 0,
+                };
+                done.push((k, charged));
+            }
+            Err(e) => {
+                tracing::debug!(tenant = k.tc.tenant.as_str(), "graph time unknown, charged 0: {}", e.message);
+                done.push((k, 0));
+            }
+        }
+    }
+    let waiters = {
+        let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.loose.extend(left);
+        let now = compute.now();
+        for (k, charged) in &done {
+            st.policy.charge(k.tc.tenant.as_str(), k.client, k.kind, *charged, now);
+        }
+        st.waiters
+    };
+    if waiters > 0 && !done.is_empty() {
+        dev.changed.notify_all();
+    }
+    for (k, _) in done {
+        k.tc.give_events(&[k.start, k.end]);
+        shared.release_ctx(k.tc);
     }
 }
 

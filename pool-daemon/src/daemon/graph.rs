@@ -72,6 +72,11 @@ pub struct Graphs {
     pub mem: super::graph_mem::GraphMem,
     /// Host nodes of graphs (not instantiated ones): id -> the client's (function, argument).
     host_nodes: HashMap<u64, (u64, u64)>,
+    /// Graphs, instantiated graphs and captures with host functions: their launches are
+    /// dispatched loose ([`super::compute::Compute::dispatch_loose`]).
+    host_graphs: std::collections::HashSet<GraphId>,
+    host_execs: std::collections::HashSet<GraphExecId>,
+    host_captures: std::collections::HashSet<StreamId>,
     /// The session's host-function keys ([`super::host_fn`]).
     pub host: super::host_fn::HostFns,
 }
@@ -145,11 +150,16 @@ impl Session {
         let r = call!(self.shared.cuda, cuStreamEndCapture(s.0, &mut g));
         // Ended, whatever the answer (an invalidated capture ends with its error).
         self.graphs.captures.remove(&stream);
+        let host = self.graphs.host_captures.remove(&stream);
         if let Err(e) = r {
             self.release_held_regions();
             return Err(e.into());
         }
-        Ok(answer::Graph { graph: self.keep_graph(g, d) })
+        let graph = self.keep_graph(g, d);
+        if host {
+            self.graphs.host_graphs.insert(graph);
+        }
+        Ok(answer::Graph { graph })
     }
 
     fn keep_graph(&mut self, g: CUgraph, d: u32) -> GraphId {
@@ -198,6 +208,7 @@ impl Session {
         self.graphs.graphs.remove(&id);
         self.graphs.nodes.retain(|_, n| n.0 != id);
         self.after_mem_graph_destroy(id);
+        self.graphs.host_graphs.remove(&id);
         let nodes = &self.graphs.nodes;
         self.graphs.host_nodes.retain(|n, _| nodes.contains_key(n));
         self.release_held_regions();
@@ -213,6 +224,9 @@ impl Session {
         let exec = GraphExecId(self.next_handle());
         self.graphs.execs.insert(exec, (Raw(e), d));
         self.graphs.exec_graph.insert(exec, id);
+        if self.graphs.host_graphs.contains(&id) {
+            self.graphs.host_execs.insert(exec);
+        }
         if let Err(err) = self.after_mem_instantiate(id, exec, flags) {
             // Its memory refused (past the quota): no instantiation.
             let _ = self.destroy_exec(exec);
@@ -226,6 +240,7 @@ impl Session {
         self.enter(d)?;
         call!(self.shared.cuda, cuGraphExecDestroy(e.0))?;
         self.graphs.execs.remove(&id);
+        self.graphs.host_execs.remove(&id);
         let graph = self.graphs.exec_graph.remove(&id);
         self.after_mem_exec_destroy(id, graph);
         self.release_held_regions();
@@ -251,7 +266,14 @@ impl Session {
         self.enter(d)?;
         let shared = self.shared.clone();
         let go = || call!(shared.cuda, cuGraphLaunch(e.0, s.0)).map_err(Fail::from);
-        if !shared.compute.enabled || self.capturing(s) {
+        let host = self.graphs.host_execs.contains(&id);
+        if self.capturing(s) {
+            if host {
+                self.graphs.host_captures.insert(stream);
+            }
+            return go();
+        }
+        if !shared.compute.enabled {
             return go();
         }
         let tc = self.tenant_ctxs[&d].clone();
@@ -259,6 +281,10 @@ impl Session {
         // The graph's own kind: the scheduler estimates each graph's length from its past launches.
         let kind = id.0 | 1 << 63;
         let grant = shared.compute.admit(&shared, d, &tc, self.id, kind, key, self.peer.as_ref())?;
+        if host {
+            // Its host functions' time is its client's, not the device's: see compute.rs.
+            return shared.compute.dispatch_loose(&shared, d, &tc, self.id, kind, s, grant, go);
+        }
         shared.compute.dispatch(&shared, d, &tc, self.id, kind, s, grant, go)
     }
 
@@ -399,9 +425,13 @@ impl Session {
         if self.graphs.mem.has_nodes(child) || self.graphs.mem.has_nodes(graph) {
             return Err(Fail::invalid_value("a graph with memory nodes cannot be, or have, a child graph"));
         }
-        self.add_node(graph, deps, |me, g, deps, node| {
+        let added = self.add_node(graph, deps, |me, g, deps, node| {
             Ok(call!(me.shared.cuda, cuGraphAddChildGraphNode(node, g, deps.as_ptr(), deps.len(), c.0))?)
-        })
+        })?;
+        if self.graphs.host_graphs.contains(&child) {
+            self.graphs.host_graphs.insert(graph);
+        }
+        Ok(added)
     }
 
     pub(super) fn add_event_node(
@@ -439,6 +469,7 @@ impl Session {
             Ok(call!(me.shared.cuda, cuGraphAddHostNode(node, g, deps.as_ptr(), deps.len(), &p))?)
         })?;
         self.graphs.host_nodes.insert(added.node, (func, user));
+        self.graphs.host_graphs.insert(graph);
         Ok(added)
     }
 
@@ -491,6 +522,9 @@ impl Session {
         let p = self.host_params(func, user)?;
         self.enter(d)?;
         call!(self.shared.cuda, cuLaunchHostFunc(s.0, p.fn_, p.userData))?;
+        if self.capturing(s) {
+            self.graphs.host_captures.insert(stream);
+        }
         Ok(())
     }
 
@@ -524,7 +558,11 @@ impl Session {
         self.enter(d)?;
         let mut c: CUgraph = std::ptr::null_mut();
         call!(self.shared.cuda, cuGraphClone(&mut c, g.0))?;
-        Ok(answer::Graph { graph: self.keep_graph(c, d) })
+        let clone = self.keep_graph(c, d);
+        if self.graphs.host_graphs.contains(&graph) {
+            self.graphs.host_graphs.insert(clone);
+        }
+        Ok(answer::Graph { graph: clone })
     }
 
     /// The result is the answer, not an error: the client returns
@@ -608,6 +646,9 @@ impl Session {
         self.graphs.nodes.clear();
         self.graphs.mem.clear();
         self.graphs.host_nodes.clear();
+        self.graphs.host_graphs.clear();
+        self.graphs.host_execs.clear();
+        self.graphs.host_captures.clear();
         self.graphs.exec_graph.clear();
         self.release_held_regions();
         n

@@ -37,7 +37,12 @@
 //! attached channel returns at once without running anything. The number in the backend's node is
 //! only a key: a graph outliving its session (work queued on a tenant's shared stream) finds no
 //! entry, never a dangling pointer. What a blocked host function holds is its own stream: the
-//! simulator runs every stream on a thread of its own, and tenants never share a context.
+//! simulator runs every stream on a thread of its own, tenants never share a context, and the
+//! compute scheduler dispatches a graph with host functions, and what its stream queues behind it,
+//! "loose" (charged its measured time, but nobody fences on it and the scheduler's monitor does not
+//! wait for it; [`super::compute`]). On hardware the driver may run host functions of different
+//! streams on one thread of its own, so there a hung client's host function can delay another host
+//! function of the same daemon (never kernels or copies) until the client dies or its session ends.
 
 use super::Shared;
 use super::dispatch::{Fail, NOT_PERMITTED, NOT_SUPPORTED, OUT_OF_MEMORY, Result};
