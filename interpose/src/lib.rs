@@ -71,6 +71,7 @@
 //!   private `cuGetExportTable` tables served in `api/export_tables` (EXPORT_TABLES.md).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod acl;
 mod api;
 mod blas;
 mod client;

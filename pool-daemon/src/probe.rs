@@ -33,8 +33,9 @@ trait WithSim {
 }
 
 impl WithSim for DriverSource {
-    /// Lays out the simulator under both vendor sonames in the chosen directory, and its
-    /// cuBLAS (`libgpupool_sim_blas.so`, when built beside it) under cuBLAS's.
+    /// Lays out the simulator under both vendor sonames in the chosen directory, its
+    /// cuBLAS (`libgpupool_sim_blas.so`, when built beside it) under cuBLAS's, and the
+    /// simulated NPU (`libgpupool_sim_npu.so`, when built beside it) under CANN's.
     fn with_sim(self, lib: &std::path::Path) -> Self {
         if let DriverSource::Dir(dir) = &self {
             let _ = std::fs::create_dir_all(dir);
@@ -42,7 +43,12 @@ impl WithSim for DriverSource {
             let blas = blas.exists().then_some(blas);
             let names = ["libcuda.so.1", "libnvidia-ml.so.1"].map(|n| (n, lib));
             let blas_names = ["libcublas.so.13", "libcublasLt.so.13"].map(|n| (n, blas.as_deref()));
-            for (name, lib) in names.into_iter().chain(blas_names.into_iter().filter_map(|(n, l)| Some((n, l?)))) {
+            // The simulated NPU (sim-npu), when built beside it, as CANN's three libraries.
+            let npu = lib.with_file_name("libgpupool_sim_npu.so");
+            let npu = npu.exists().then_some(npu);
+            let npu_names = ["libascendcl.so", "libopapi.so", "libdcmi.so"].map(|n| (n, npu.as_deref()));
+            let optional = blas_names.into_iter().chain(npu_names).filter_map(|(n, l)| Some((n, l?)));
+            for (name, lib) in names.into_iter().chain(optional) {
                 // Atomically (a fresh link renamed over the old one): concurrent
                 // processes never see the name missing.
                 let link = dir.join(name);

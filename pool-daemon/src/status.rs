@@ -123,11 +123,12 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
         v % 1000 / 10,
         d["config"].as_str().unwrap_or("built-in default")
     );
-    println!("\nDEVICE  NAME                                 MEMORY");
+    println!("\nDEVICE  KIND  NAME                                 MEMORY");
     for dev in doc["devices"].as_array().into_iter().flatten() {
         println!(
-            "{:<7} {:<36} {}",
+            "{:<7} {:<5} {:<36} {}",
             txt(&dev["ordinal"]),
+            dev["kind"].as_str().unwrap_or("gpu"),
             dev["name"].as_str().unwrap_or("?"),
             mib(&dev["total_memory"])
         );

@@ -87,7 +87,7 @@ pub fn htod(c: &mut Client, dst: u64, src: &[u8], stream: Option<StreamId>) -> R
 
 /// Host to device, synchronous, from memory the daemon cannot see: inline when short,
 /// through the two halves of the staging area locally, streamed in chunks over the network.
-fn write_device(conn: &mut Conn, dst: u64, src: &[u8]) -> R<()> {
+pub(crate) fn write_device(conn: &mut Conn, dst: u64, src: &[u8]) -> R<()> {
     if conn.is_network() {
         conn.write_device_streamed(dst, src)
     } else if src.len() > client::conn::INLINE_MAX {
@@ -101,7 +101,7 @@ fn write_device(conn: &mut Conn, dst: u64, src: &[u8]) -> R<()> {
 
 /// Device to host, synchronous, into memory the daemon cannot see: inline when short,
 /// through the two halves of the staging area locally, pipelined in chunks over the network.
-fn read_device(conn: &mut Conn, dst: &mut [u8], src: u64) -> R<()> {
+pub(crate) fn read_device(conn: &mut Conn, dst: &mut [u8], src: u64) -> R<()> {
     if conn.is_network() {
         conn.read_device_pipelined(dst, src)
     } else if dst.len() > client::conn::INLINE_MAX {

@@ -44,6 +44,8 @@ pub struct Client {
     /// The fork generation this state belongs to.
     pub generation: u32,
     pub reg: Registry,
+    /// What the AscendCL front-end holds ([`crate::acl`]).
+    pub acl: crate::acl::State,
 }
 
 /// What this process holds, by the handle values the application sees.
@@ -217,8 +219,10 @@ impl Client {
         }
         self.devices.clear();
         self.routes.clear();
+        // The CUDA front-end's list is every daemon's GPUs; NPUs (VENDOR_ASCEND) are the ACL
+        // front-end's ([`crate::acl`]), which finds them in the daemons' lists.
         for (e, conn) in conns.iter().enumerate() {
-            for d in &conn.devices {
+            for d in conn.devices.iter().filter(|d| d.vendor == gpupool_protocol::ops::VENDOR_CUDA) {
                 self.routes.push((e, d.ordinal));
                 let mut d = d.clone();
                 d.ordinal = self.devices.len() as u32;
@@ -279,6 +283,14 @@ impl Client {
     pub fn device_list(&mut self) -> R<&[gpupool_protocol::ops::DeviceInfo]> {
         self.connect()?;
         Ok(&self.devices)
+    }
+
+    /// Every daemon's devices of `vendor`, in endpoint order, each with its endpoint (the
+    /// device's `ordinal` is then that daemon's own).
+    pub fn devices_of(&mut self, vendor: u8) -> R<Vec<(usize, gpupool_protocol::ops::DeviceInfo)>> {
+        self.connect()?;
+        let all = self.conns.iter().enumerate().flat_map(|(e, c)| c.devices.iter().map(move |d| (e, d)));
+        Ok(all.filter(|(_, d)| d.vendor == vendor).map(|(e, d)| (e, d.clone())).collect())
     }
 
     pub fn devices(&mut self) -> R<&[gpupool_protocol::ops::DeviceInfo]> {

@@ -1,11 +1,14 @@
 //! The vendor libraries, loaded at run time with libloading: NVIDIA's
 //! `libcuda.so.1` and `libnvidia-ml.so.1` on a GPU host, the simulator everywhere
-//! else, through the same code; cuBLAS / cuBLASLt from the same directory, on first use.
+//! else, through the same code; cuBLAS / cuBLASLt from the same directory, on first use;
+//! AscendCL (`libascendcl.so`, [`acl`]) from the same directory when it is there.
 
+mod acl;
 mod cublas;
 mod cuda;
 mod nvml;
 
+pub use acl::{Acl, AclError};
 pub use cublas::{Blas, Cublas, CublasLt};
 pub use cuda::{Cuda, CudaError};
 pub use nvml::Nvml;

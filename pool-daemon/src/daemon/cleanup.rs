@@ -66,7 +66,9 @@ impl Session {
         for k in streams {
             let (st, d) = self.streams.remove(&k).expect("listed");
             f.streams += 1;
-            if self.enter(d).is_ok() {
+            if self.is_npu(d) {
+                f.errors += usize::from(!self.npu_release_stream(st, d));
+            } else if self.enter(d).is_ok() {
                 let _ = call!(cuda, cuStreamSynchronize(st.0));
                 note(call!(cuda, cuStreamDestroy_v2(st.0)), &mut f.errors);
             }
@@ -85,7 +87,9 @@ impl Session {
             let a = self.allocs.remove(&ptr).expect("listed");
             f.allocations += 1;
             f.bytes += a.size;
-            if self.enter(a.device).is_ok() {
+            if self.is_npu(a.device) {
+                f.errors += usize::from(!self.npu_release_alloc(ptr, a.device));
+            } else if self.enter(a.device).is_ok() {
                 // Work still queued on the default stream may use this memory.
                 if synced.insert(a.device) {
                     let _ = call!(cuda, cuCtxSynchronize());

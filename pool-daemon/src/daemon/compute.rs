@@ -119,6 +119,11 @@ impl Compute {
             return Ok(());
         }
         for d in 0..shared.compute.devices.len() {
+            // An NPU runs no kernels of ours to bracket with events (its operators are timed
+            // where they run), so it needs no monitor.
+            if shared.npu(d as u32).is_some() {
+                continue;
+            }
             let s = shared.clone();
             std::thread::Builder::new().name(format!("gpupool-compute-{d}")).spawn(move || monitor(&s, d as u32))?;
         }

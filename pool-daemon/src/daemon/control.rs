@@ -26,6 +26,7 @@ pub fn status_document(shared: &Shared) -> Value {
             let utilization = compute.get(i).map_or(0.0, |u| u.iter().fold(0.0, |a, t| a + t.share_1s)).min(1.0);
             json!({
                 "ordinal": i,
+                "kind": if d.vendor == gpupool_protocol::ops::VENDOR_ASCEND { "npu" } else { "gpu" },
                 "name": d.name,
                 "uuid": gpupool_abi::identity::uuid_string(&d.uuid),
                 "total_memory": d.total_memory,

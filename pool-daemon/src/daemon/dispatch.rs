@@ -69,6 +69,17 @@ impl From<CudaError> for Fail {
     }
 }
 
+/// An NPU's failure answers AscendCL's own code (the ACL front-end passes codes of 100000 and
+/// above through, and maps the generic refusals' CUDA numbers, dispatch's, to ACL's).
+impl From<crate::backend::AclError> for Fail {
+    fn from(e: crate::backend::AclError) -> Fail {
+        match e {
+            crate::backend::AclError::Call { code, .. } => Fail { code, message: e.to_string() },
+            crate::backend::AclError::Load { .. } => Fail::new(NOT_SUPPORTED, e.to_string()),
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, Fail>;
 
 impl Session {
@@ -87,7 +98,10 @@ impl Session {
             }
         };
         if self.current != ctx {
-            call!(self.shared.cuda, cuCtxSetCurrent(ctx.0))?;
+            match self.shared.npu(device) {
+                Some(acl) => Self::enter_npu(acl, &self.shared.cuda, ctx)?,
+                None => call!(self.shared.cuda, cuCtxSetCurrent(ctx.0))?,
+            }
             self.current = ctx;
         }
         Ok(())
@@ -170,6 +184,9 @@ impl Session {
 
     /// Reserve in the ledger, then allocate; over quota: OUT_OF_MEMORY and nothing changes.
     pub(super) fn alloc(&mut self, d: u32, bytes: u64) -> Result<DevicePtr> {
+        if self.is_npu(d) {
+            return self.npu_alloc(d, bytes);
+        }
         if bytes == 0 {
             return Err(Fail::invalid_value("cuMemAlloc of 0 bytes"));
         }
@@ -229,6 +246,9 @@ impl Session {
             return Err(Fail::invalid_value(format!("{:#x} is not the start of an allocation of this session", ptr.0)));
         };
         let (d, size) = (a.device, a.size);
+        if self.is_npu(d) {
+            return self.npu_free(ptr, d, size);
+        }
         self.enter(d)?;
         call!(self.shared.cuda, cuMemFree_v2(ptr.0))?;
         self.allocs.remove(&ptr.0);

@@ -22,6 +22,11 @@ impl Session {
     /// decoded or read in place).
     pub(super) fn htod_from_bytes(&mut self, dst: DevicePtr, bytes: &[u8]) -> Result<answer::Ok> {
         let d = self.owned(dst, bytes.len() as u64)?;
+        if self.is_npu(d) {
+            let src = HostSrc::Inline(gpupool_protocol::ops::InlineBytes(bytes.to_vec()));
+            self.npu_htod(d, dst, &src, None, None)?;
+            return Ok(answer::Ok {});
+        }
         if !bytes.is_empty() {
             self.enter(d)?;
             call!(self.shared.cuda, cuMemcpyHtoD_v2(dst.0, bytes.as_ptr().cast(), bytes.len()))?;
@@ -118,6 +123,9 @@ impl Session {
             .and_then(|x| x.checked_add(w * es))
             .ok_or_else(|| Fail::invalid_value("memset extent overflows"))?;
         let d = self.owned(set.dst, extent)?;
+        if self.is_npu(d) {
+            return self.npu_memset(d, &set, stream);
+        }
         let s = match stream {
             Some(id) => Some(self.stream(id, Some(d))?.0),
             None => None,

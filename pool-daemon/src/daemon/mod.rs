@@ -11,6 +11,8 @@
 //!   owns, and the quota reservation before an allocation.
 //! - [`vmm`]: virtual memory management (reservations, physical allocations, mappings,
 //!   exports between sessions of one tenant) with the ledger's books and the ownership checks.
+//! - [`npu`]: the same operations for a device of the list that is an NPU (AscendCL): the
+//!   session, ledger and cleanup are shared; only the backend call and its error codes differ.
 //! - [`cleanup`]: everything a session owned is freed when it ends, however it ends;
 //!   [`malloc`]: the daemon's own heap given back after each session, its arenas capped.
 //! - [`containers`]: per-container endpoints (a socket bound to one tenant and narrowed
@@ -40,6 +42,7 @@ pub mod ipc;
 pub mod listener;
 pub mod malloc;
 pub mod metrics;
+pub mod npu;
 pub mod regions;
 pub mod remote;
 pub mod serve;
@@ -49,8 +52,8 @@ pub mod streams;
 pub mod texture;
 pub mod vmm;
 
-use crate::backend::{Cuda, DriverSource, Nvml};
-use crate::call;
+use crate::backend::{Acl, Cuda, DriverSource, Nvml};
+use crate::{acl_call, call};
 use anyhow::{Context as _, Result};
 use gpupool_protocol::ops::DeviceAttribute;
 use gpupool_quota::{Config, Ledger, TenantId};
@@ -86,9 +89,13 @@ unsafe impl<T> Send for Raw<*mut T> {}
 // SAFETY: as above; sharing the token itself involves no access.
 unsafe impl<T> Sync for Raw<*mut T> {}
 
-/// One device as the daemon found it at start-up.
+/// One device as the daemon found it at start-up: GPUs first, then NPUs, one ordinal space
+/// (the protocol's device numbers, the ledger's and the compute scheduler's).
 pub struct Device {
+    /// The vendor's own number for it: a `CUdevice`, or an AscendCL device id.
     pub cu: CUdevice,
+    /// `gpupool_protocol::ops::VENDOR_CUDA` or `VENDOR_ASCEND`.
+    pub vendor: u8,
     pub name: String,
     pub uuid: [u8; 16],
     pub total_memory: u64,
@@ -98,6 +105,9 @@ pub struct Device {
 
 /// A tenant's own backend context on one device, shared by that tenant's sessions.
 pub struct TenantCtx {
+    /// The device's vendor's context: a `CUcontext`, or for an NPU an `aclrtContext` (both
+    /// opaque tokens the daemon never dereferences, kept in one field so that sessions,
+    /// cleanup and the compute scheduler hold contexts the same way for every vendor).
     pub ctx: Raw<CUcontext>,
     pub device: u32,
     pub tenant: TenantId,
@@ -141,6 +151,8 @@ pub struct SessionInfo {
 /// State shared by every thread of the daemon.
 pub struct Shared {
     pub cuda: Cuda,
+    /// AscendCL, when `libascendcl.so` was found beside the driver and has devices.
+    pub acl: Option<Acl>,
     pub nvml: Option<Nvml>,
     pub ledger: Ledger,
     pub devices: Vec<Device>,
@@ -174,6 +186,12 @@ impl Shared {
         self.shutdown.load(Ordering::Acquire)
     }
 
+    /// AscendCL when `device` is one of its NPUs.
+    pub fn npu(&self, device: u32) -> Option<&Acl> {
+        let d = self.devices.get(device as usize)?;
+        (d.vendor == gpupool_protocol::ops::VENDOR_ASCEND).then_some(self.acl.as_ref()).flatten()
+    }
+
     /// The tenant's context on `device`, created (cuCtxCreate_v2) on first use. Tenants
     /// never share a context; sessions of one tenant do.
     pub fn tenant_ctx(&self, tenant: &TenantId, device: u32) -> Result<Arc<TenantCtx>, dispatch::Fail> {
@@ -184,7 +202,13 @@ impl Shared {
             return Ok(tc);
         }
         let mut ctx: CUcontext = std::ptr::null_mut();
-        call!(self.cuda, cuCtxCreate_v2(&mut ctx, 0, dev.cu))?;
+        if let Some(acl) = self.npu(device) {
+            let mut a: gpupool_shim::acl::aclrtContext = std::ptr::null_mut();
+            acl_call!(acl, aclrtCreateContext(&mut a, dev.cu))?;
+            ctx = a.cast();
+        } else {
+            call!(self.cuda, cuCtxCreate_v2(&mut ctx, 0, dev.cu))?;
+        }
         tracing::debug!(tenant = %tenant.as_str(), device, "created the tenant's context");
         let tc = Arc::new(TenantCtx { ctx: Raw(ctx), device, tenant: tenant.clone(), events: Mutex::new(Vec::new()) });
         map.insert(key, Arc::downgrade(&tc));
@@ -202,6 +226,12 @@ impl Shared {
         }
         map.remove(&(tc.tenant.clone(), tc.device));
         drop(map);
+        if let Some(acl) = self.npu(tc.device) {
+            if let Err(e) = acl_call!(acl, aclrtDestroyContext(tc.ctx.0.cast())) {
+                tracing::warn!(tenant = %tc.tenant.as_str(), device = tc.device, "destroying the tenant's context: {e}");
+            }
+            return;
+        }
         for e in tc.events.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             let _ = call!(self.cuda, cuEventDestroy_v2(e.0));
         }
@@ -266,6 +296,7 @@ fn discover(cuda: &Cuda) -> Result<(u32, Vec<Device>)> {
         let compute_capability = [get(75), get(76)];
         devices.push(Device {
             cu: dev,
+            vendor: gpupool_protocol::ops::VENDOR_CUDA,
             name,
             uuid: uuid.bytes.map(|b| b as u8),
             total_memory: total as u64,
@@ -274,6 +305,57 @@ fn discover(cuda: &Cuda) -> Result<(u32, Vec<Device>)> {
         });
     }
     Ok((version as u32, devices))
+}
+
+/// The NPUs of `libascendcl.so` in the driver's directory (or on the loader's path), after the
+/// GPUs: each device is set once for the daemon's lifetime (so tenants' explicit contexts can be
+/// made on it) and measured with `aclrtGetMemInfo`. No library, or no device: no NPUs, and the
+/// daemon serves GPUs as before.
+fn discover_npus(src: &DriverSource, first: u32) -> (Option<Acl>, Vec<Device>) {
+    let path = src.library("libascendcl.so");
+    let acl = match Acl::load(&path) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::info!("no NPUs: {e}");
+            return (None, Vec::new());
+        }
+    };
+    let found = || -> Result<Vec<Device>, crate::backend::AclError> {
+        acl_call!(acl, aclInit(std::ptr::null()))?;
+        let mut count = 0u32;
+        acl_call!(acl, aclrtGetDeviceCount(&mut count))?;
+        let mut devices = Vec::new();
+        for i in 0..count as i32 {
+            acl_call!(acl, aclrtSetDevice(i))?;
+            let (mut free, mut total) = (0usize, 0usize);
+            acl_call!(acl, aclrtGetMemInfo(gpupool_shim::acl::aclrtMemAttr::ACL_HBM_MEM, &mut free, &mut total))?;
+            let name = acl.soc_name().unwrap_or_else(|| "Ascend NPU".into());
+            // No UUID in AscendCL: a stable one from the pool's ordinal, marked as an NPU's.
+            let mut uuid = *b"NPU-\0\0\0\0\0\0\0\0\0\0\0\0";
+            uuid[4..8].copy_from_slice(&(first + i as u32).to_be_bytes());
+            devices.push(Device {
+                cu: i,
+                vendor: gpupool_protocol::ops::VENDOR_ASCEND,
+                name,
+                uuid,
+                total_memory: total as u64,
+                compute_capability: [0, 0],
+                attributes: Vec::new(),
+            });
+        }
+        Ok(devices)
+    };
+    match found() {
+        Ok(d) if !d.is_empty() => {
+            tracing::info!(npus = d.len(), path = %path.display(), "serving NPUs through AscendCL");
+            (Some(acl), d)
+        }
+        Ok(_) => (None, Vec::new()),
+        Err(e) => {
+            tracing::warn!("{} loaded but unusable, serving no NPUs: {e}", path.display());
+            (None, Vec::new())
+        }
+    }
 }
 
 pub fn run(opts: Options) -> Result<()> {
@@ -298,7 +380,9 @@ pub fn run(opts: Options) -> Result<()> {
             None
         }
     };
-    let (driver_version, devices) = discover(&cuda)?;
+    let (driver_version, mut devices) = discover(&cuda)?;
+    let (acl, npus) = discover_npus(&src, devices.len() as u32);
+    devices.extend(npus);
     let config = load_config(opts.config.as_ref())?;
     let endpoints = if opts.listen.is_empty() { vec![listener::default_socket_path()] } else { opts.listen.clone() };
     let devices_len = devices.len();
@@ -306,6 +390,7 @@ pub fn run(opts: Options) -> Result<()> {
     let remote_listeners = remote::bind(&opts.remote, &opts.net)?;
     let shared = Arc::new(Shared {
         cuda,
+        acl,
         nvml,
         ledger: Ledger::new(config),
         devices,

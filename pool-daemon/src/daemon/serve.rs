@@ -61,6 +61,9 @@ impl Serve for Session {
 
     fn mem_get_info(&mut self, _cx: Cx<'_>, ctx: CtxId) -> Result<answer::MemInfo> {
         let d = self.ctx_device(ctx)?;
+        if self.is_npu(d) {
+            return self.npu_mem_info(d);
+        }
         self.enter(d)?;
         let (mut free, mut total) = (0usize, 0usize);
         call!(self.shared.cuda, cuMemGetInfo_v2(&mut free, &mut total))?;
@@ -120,6 +123,10 @@ impl Serve for Session {
 
     fn ctx_synchronize(&mut self, _cx: Cx<'_>, ctx: CtxId) -> Result<answer::Ok> {
         let d = self.ctx_device(ctx)?;
+        if self.is_npu(d) {
+            self.npu_synchronize(d)?;
+            return Ok(answer::Ok {});
+        }
         self.enter(d)?;
         call!(self.shared.cuda, cuCtxSynchronize())?;
         Ok(answer::Ok {})
@@ -330,6 +337,10 @@ impl Serve for Session {
             return self.htod_from_bytes(dst, &bytes.0);
         }
         let d = self.owned(dst, src.len())?;
+        if self.is_npu(d) {
+            self.npu_htod(d, dst, &src, cx.staging, None)?;
+            return Ok(answer::Ok {});
+        }
         if src.is_empty() {
             return Ok(answer::Ok {});
         }
@@ -341,6 +352,10 @@ impl Serve for Session {
 
     fn memcpy_htod_async(&mut self, cx: Cx<'_>, dst: DevicePtr, src: HostSrc, stream: StreamId) -> Result<answer::Ok> {
         let d = self.owned(dst, src.len())?;
+        if self.is_npu(d) {
+            self.npu_htod(d, dst, &src, cx.staging, Some(stream))?;
+            return Ok(answer::Ok {});
+        }
         if src.is_empty() {
             return Ok(answer::Ok {});
         }
@@ -356,6 +371,10 @@ impl Serve for Session {
 
     fn memcpy_dtoh(&mut self, cx: Cx<'_>, src: DevicePtr, dst: StagingRegion) -> Result<answer::Ok> {
         let d = self.owned(src, dst.len)?;
+        if self.is_npu(d) {
+            self.npu_dtoh(d, src, dst, cx.staging, None)?;
+            return Ok(answer::Ok {});
+        }
         let p = Self::staging_ptr(cx.staging, dst.offset, dst.len)?;
         self.enter(d)?;
         call!(self.shared.cuda, cuMemcpyDtoH_v2(p.cast(), src.0, dst.len as usize))?;
@@ -367,6 +386,9 @@ impl Serve for Session {
             return Err(Fail::invalid_value("inline copy larger than the inline cap"));
         }
         let d = self.owned(src, len.into())?;
+        if self.is_npu(d) {
+            return self.npu_dtoh_inline(d, src, len);
+        }
         self.enter(d)?;
         let mut out = vec![0u8; len as usize];
         call!(self.shared.cuda, cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src.0, out.len()))?;
@@ -381,6 +403,10 @@ impl Serve for Session {
         stream: StreamId,
     ) -> Result<answer::Ok> {
         let d = self.owned(src, dst.len)?;
+        if self.is_npu(d) {
+            self.npu_dtoh(d, src, dst, cx.staging, Some(stream))?;
+            return Ok(answer::Ok {});
+        }
         let (s, sd) = self.copy_stream(stream, d)?;
         self.no_pageable_capture(s)?;
         let p = Self::staging_ptr(cx.staging, dst.offset, dst.len)?;
@@ -415,6 +441,10 @@ impl Serve for Session {
     fn memcpy_dtod(&mut self, _cx: Cx<'_>, dst: DevicePtr, src: DevicePtr, len: u64) -> Result<answer::Ok> {
         let d = self.owned(dst, len)?;
         let sd = self.owned(src, len)?;
+        if self.is_npu(d) || self.is_npu(sd) {
+            self.npu_dtod(d, sd, dst, src, len, None)?;
+            return Ok(answer::Ok {});
+        }
         if d != sd {
             let (dc, sc) = self.peer_contexts(d, sd)?;
             call!(self.shared.cuda, cuMemcpyPeer(dst.0, dc, src.0, sc, len as usize))?;
@@ -435,6 +465,10 @@ impl Serve for Session {
     ) -> Result<answer::Ok> {
         let d = self.owned(dst, len)?;
         let sd = self.owned(src, len)?;
+        if self.is_npu(d) || self.is_npu(sd) {
+            self.npu_dtod(d, sd, dst, src, len, Some(stream))?;
+            return Ok(answer::Ok {});
+        }
         let (s, issuer) = self.copy_stream(stream, d)?;
         if d != sd {
             let (dc, sc) = self.peer_contexts(d, sd)?;
@@ -586,6 +620,9 @@ impl Serve for Session {
 
     fn stream_create(&mut self, _cx: Cx<'_>, ctx: CtxId, flags: u32, priority: i32) -> Result<answer::Stream> {
         let d = self.ctx_device(ctx)?;
+        if self.is_npu(d) {
+            return self.npu_stream_create(d, ctx);
+        }
         self.enter(d)?;
         let mut s: CUstream = std::ptr::null_mut();
         call!(self.shared.cuda, cuStreamCreateWithPriority(&mut s, flags, priority))?;
@@ -597,6 +634,10 @@ impl Serve for Session {
 
     fn stream_destroy(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::Ok> {
         let &(s, d) = self.streams.get(&stream).ok_or_else(|| Fail::invalid_handle("stream", stream.0))?;
+        if self.is_npu(d) {
+            self.npu_stream_destroy(stream, s, d)?;
+            return Ok(answer::Ok {});
+        }
         self.enter(d)?;
         call!(self.shared.cuda, cuStreamDestroy_v2(s.0))?;
         self.streams.remove(&stream);
@@ -607,11 +648,19 @@ impl Serve for Session {
     fn stream_synchronize(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::Ok> {
         if stream == StreamId::NULL {
             for d in self.tenant_ctxs.keys().copied().collect::<Vec<_>>() {
+                if self.is_npu(d) {
+                    self.npu_synchronize(d)?;
+                    continue;
+                }
                 self.enter(d)?;
                 call!(self.shared.cuda, cuStreamSynchronize(std::ptr::null_mut()))?;
             }
         } else {
             let (s, d) = self.stream(stream, None)?;
+            if self.is_npu(d) {
+                self.npu_stream_synchronize(s, d)?;
+                return Ok(answer::Ok {});
+            }
             self.enter(d)?;
             call!(self.shared.cuda, cuStreamSynchronize(s.0))?;
         }

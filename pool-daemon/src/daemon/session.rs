@@ -358,6 +358,7 @@ impl Session {
             total_memory: seen.total,
             compute_capability: dev.compute_capability,
             attributes: dev.attributes.clone(),
+            vendor: dev.vendor,
         }
     }
 }

@@ -30,6 +30,13 @@ impl Daemon {
     }
 
     pub fn start_with(config: Option<&str>, extra: &[&str]) -> Daemon {
+        Self::start_env(config, extra, &[])
+    }
+
+    /// As [`Self::start_with`], with `env` set for the daemon last. The simulated NPU (sim-npu,
+    /// in the same library directory) is configured with no devices unless `env` gives some
+    /// (`GPUPOOL_SIM_NPU_DEVICES`), so only the NPU tests see NPUs.
+    pub fn start_env(config: Option<&str>, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("gpupool-test-{}-{n}", std::process::id()));
@@ -46,6 +53,8 @@ impl Daemon {
         }
         cmd.args(extra);
         cmd.env("GPUPOOL_SIM_DEVICES", "2").env("GPUPOOL_SIM_MEMORY", "1GiB").env("GPUPOOL_LOG", "info");
+        cmd.env("GPUPOOL_SIM_NPU_DEVICES", "0");
+        cmd.envs(env.iter().copied());
         cmd.stdout(Stdio::null()).stderr(std::fs::File::create(dir.join("daemon.log")).unwrap());
         let child = cmd.spawn().expect("starting gpupool daemon");
         let mut d = Daemon { child, dir, socket };

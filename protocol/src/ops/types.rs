@@ -269,9 +269,18 @@ wire_struct! {
         pub total_memory: u64,
         pub compute_capability: [u32; 2],
         pub attributes: Vec<DeviceAttribute>,
+        /// Whose device it is: [`VENDOR_CUDA`] or [`VENDOR_ASCEND`]. One list holds every
+        /// vendor's devices (GPUs first, then NPUs) and one ordinal space; each front-end
+        /// presents its own vendor's devices, numbered from 0 in this order.
+        pub vendor: u8,
     }
     max_count = MAX_DEVICES;
 }
+
+/// [`DeviceInfo::vendor`] of an NVIDIA GPU (the CUDA driver API's devices).
+pub const VENDOR_CUDA: u8 = 0;
+/// [`DeviceInfo::vendor`] of a Huawei Ascend NPU (AscendCL's devices).
+pub const VENDOR_ASCEND: u8 = 1;
 
 wire_struct! {
     /// Where one kernel parameter lives in the packed parameter bytes.

@@ -117,6 +117,7 @@ pub fn device_info() -> DeviceInfo {
         total_memory: 4 << 30,
         compute_capability: [9, 0],
         attributes: vec![DeviceAttribute { attribute: 16, value: 132 }, DeviceAttribute { attribute: 1, value: 1024 }],
+        vendor: gpupool_protocol::ops::VENDOR_CUDA,
     }
 }
 

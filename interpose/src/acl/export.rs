@@ -1,0 +1,195 @@
+//! The exported AscendCL functions: CANN's names, each signature checked at compile time
+//! against bindgen's declaration in `gpupool_shim::acl`, each body run under `catch_unwind`
+//! (a panic answers ACL_ERROR_INTERNAL_ERROR and crosses nothing).
+
+use super::*;
+use std::sync::OnceLock;
+
+macro_rules! exports {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> aclError {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> aclError { $body }))
+                .unwrap_or(acl::ACL_ERROR_INTERNAL_ERROR)
+        }
+        const _: unsafe extern "C" fn($($ty),*) -> aclError = gpupool_shim::acl::$name;
+    )*};
+}
+
+/// The NPUs' names, NUL-terminated, for `aclrtGetSocName` (fixed once the list is known).
+static SOC_NAMES: OnceLock<Vec<std::ffi::CString>> = OnceLock::new();
+
+exports! {
+    fn aclInit(_config_path: *const c_char) {
+        status(with("aclInit", |c| {
+            init(c)?;
+            let npus = c.devices_of(VENDOR_ASCEND).map_err(acl_code)?;
+            c.acl.npus.clear();
+            c.acl.names.clear();
+            for (ep, d) in npus {
+                c.acl.npus.push(Npu { ep, ordinal: d.ordinal, name_index: c.acl.names.len() });
+                c.acl.names.push(d.name);
+            }
+            let _ = SOC_NAMES.set(c.acl.names.iter().map(|n| std::ffi::CString::new(n.as_str()).unwrap_or_default()).collect());
+            Ok(())
+        }))
+    }
+    fn aclFinalize() {
+        status(with("aclFinalize", |c| {
+            if !c.acl.initialized {
+                return Err(acl::ACL_ERROR_REPEAT_FINALIZE);
+            }
+            c.acl.initialized = false;
+            Ok(())
+        }))
+    }
+    fn aclrtGetDeviceCount(count: *mut u32) {
+        status(with("aclrtGetDeviceCount", |c| {
+            initialized(c)?;
+            out(count, c.acl.npus.len() as u32)
+        }))
+    }
+    fn aclrtSetDevice(device_id: i32) {
+        status(with("aclrtSetDevice", |c| set_device(c, device_id)))
+    }
+    fn aclrtResetDevice(device_id: i32) {
+        status(with("aclrtResetDevice", |c| reset_device(c, device_id)))
+    }
+    fn aclrtGetDevice(device_id: *mut i32) {
+        status(with("aclrtGetDevice", |c| {
+            let (_, x) = current(c)?;
+            out(device_id, x.device)
+        }))
+    }
+    fn aclrtGetRunMode(run_mode: *mut aclrtRunMode) {
+        // The program runs on the host, its NPU reached through the pool.
+        out(run_mode, aclrtRunMode::ACL_HOST).err().unwrap_or(SUCCESS)
+    }
+    fn aclrtCreateContext(context: *mut aclrtContext, device_id: i32) {
+        status(with("aclrtCreateContext", |c| {
+            if context.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let h = create_context(c, device_id)?;
+            out(context, h)
+        }))
+    }
+    fn aclrtDestroyContext(context: aclrtContext) {
+        status(with("aclrtDestroyContext", |c| destroy_context(c, context as u64)))
+    }
+    fn aclrtSetCurrentContext(context: aclrtContext) {
+        status(with("aclrtSetCurrentContext", |c| {
+            initialized(c)?;
+            if !c.acl.ctxs.contains_key(&(context as u64)) {
+                return Err(INVALID_PARAM);
+            }
+            CURRENT.with(|x| *x.borrow_mut() = Some(context as u64));
+            Ok(())
+        }))
+    }
+    fn aclrtGetCurrentContext(context: *mut aclrtContext) {
+        status(with("aclrtGetCurrentContext", |c| {
+            let (h, _) = current(c)?;
+            out(context, h as aclrtContext)
+        }))
+    }
+    fn aclrtMalloc(dev_ptr: *mut *mut c_void, size: usize, _policy: acl::aclrtMemMallocPolicy) {
+        status(with("aclrtMalloc", |c| {
+            if dev_ptr.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let p = malloc(c, size)?;
+            out(dev_ptr, p)
+        }))
+    }
+    fn aclrtFree(dev_ptr: *mut c_void) {
+        status(with("aclrtFree", |c| free(c, dev_ptr as u64)))
+    }
+    fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize) {
+        if host_ptr.is_null() || size == 0 {
+            return note_error(INVALID_PARAM, "aclrtMallocHost: NULL or 0 bytes");
+        }
+        // Host memory stays the process's own: copies from it travel as pageable ones do.
+        // SAFETY: plain malloc of a positive size.
+        let p = unsafe { libc::malloc(size) };
+        if p.is_null() {
+            return note_error(acl::ACL_ERROR_BAD_ALLOC, "aclrtMallocHost: out of host memory");
+        }
+        status(out(host_ptr, p))
+    }
+    fn aclrtFreeHost(host_ptr: *mut c_void) {
+        if host_ptr.is_null() {
+            return note_error(INVALID_PARAM, "aclrtFreeHost: NULL");
+        }
+        // SAFETY: memory aclrtMallocHost returned, by the API's contract.
+        unsafe { libc::free(host_ptr) };
+        SUCCESS
+    }
+    fn aclrtMemcpy(dst: *mut c_void, dest_max: usize, src: *const c_void, count: usize, kind: aclrtMemcpyKind) {
+        status(with("aclrtMemcpy", |c| memcpy(c, dst, dest_max, src, count, kind, None)))
+    }
+    fn aclrtMemcpyAsync(dst: *mut c_void, dest_max: usize, src: *const c_void, count: usize, kind: aclrtMemcpyKind, stream: aclrtStream) {
+        status(with("aclrtMemcpyAsync", |c| memcpy(c, dst, dest_max, src, count, kind, Some(stream))))
+    }
+    fn aclrtMemset(dev_ptr: *mut c_void, max_count: usize, value: i32, count: usize) {
+        status(with("aclrtMemset", |c| memset(c, dev_ptr, max_count, value, count, None)))
+    }
+    fn aclrtMemsetAsync(dev_ptr: *mut c_void, max_count: usize, value: i32, count: usize, stream: aclrtStream) {
+        status(with("aclrtMemsetAsync", |c| memset(c, dev_ptr, max_count, value, count, Some(stream))))
+    }
+    fn aclrtGetMemInfo(_attr: aclrtMemAttr, free: *mut usize, total: *mut usize) {
+        status(with("aclrtGetMemInfo", |c| {
+            if free.is_null() || total.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let (f, t) = mem_info(c)?;
+            out(free, f)?;
+            out(total, t)
+        }))
+    }
+    fn aclrtCreateStream(stream: *mut aclrtStream) {
+        status(with("aclrtCreateStream", |c| {
+            if stream.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let s = create_stream(c)?;
+            out(stream, s)
+        }))
+    }
+    fn aclrtDestroyStream(stream: aclrtStream) {
+        status(with("aclrtDestroyStream", |c| destroy_stream(c, stream)))
+    }
+    fn aclrtSynchronizeStream(stream: aclrtStream) {
+        status(with("aclrtSynchronizeStream", |c| synchronize_stream(c, stream)))
+    }
+    fn aclrtSynchronizeDevice() {
+        status(with("aclrtSynchronizeDevice", synchronize_device))
+    }
+}
+
+/// `aclrtGetSocName`: the current device's name (NULL before `aclInit` or without a device).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetSocName() -> *const c_char {
+    std::panic::catch_unwind(|| {
+        let i = client::with(|c| {
+            Ok(current(c).ok().and_then(|(_, x)| c.acl.npus.get(x.device as usize).map(|n| n.name_index)))
+        })
+        .ok()
+        .flatten();
+        i.and_then(|i| SOC_NAMES.get()?.get(i)).map_or(std::ptr::null(), |n| n.as_ptr())
+    })
+    .unwrap_or(std::ptr::null())
+}
+const _: unsafe extern "C" fn() -> *const c_char = gpupool_shim::acl::aclrtGetSocName;
+
+/// `aclGetRecentErrMsg`: the calling thread's last failure, or NULL when there was none.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclGetRecentErrMsg() -> *const c_char {
+    LAST_ERROR
+        .try_with(|e| {
+            let e = e.borrow();
+            if e.as_bytes().is_empty() { std::ptr::null() } else { e.as_ptr() }
+        })
+        .unwrap_or(std::ptr::null())
+}
+const _: unsafe extern "C" fn() -> *const c_char = gpupool_shim::acl::aclGetRecentErrMsg;

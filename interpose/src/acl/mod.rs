@@ -1,0 +1,389 @@
+//! The AscendCL runtime (`libascendcl.so`) answered by `libgpupool.so`: each call forwarded to
+//! the daemon as the protocol's vendor-neutral operation (contexts, memory, copies, memset,
+//! streams, memory info), the NPUs being the devices of the one device list whose vendor is
+//! `VENDOR_ASCEND`, numbered from 0 for the program. Exports are CANN's names and signatures,
+//! checked at compile time against bindgen's declarations of our CANN header.
+//!
+//! Owns: this process's ACL handles ([`State`], in the client state so a forked child starts
+//! over): contexts (`aclrtSetDevice`'s default one per device, counted, and explicit ones),
+//! streams, allocations, the calling thread's current context, and the thread's last error
+//! message (`aclGetRecentErrMsg`). Host memory (`aclrtMallocHost`) is the process's own.
+//!
+//! Errors: the daemon answers an NPU backend's failure with AscendCL's code (passed through);
+//! its generic refusals (an unowned pointer or handle, a quota) come in CUDA's numbering, the
+//! wire's, and are mapped here ([`acl_code`]): past the quota ACL_ERROR_RT_MEMORY_ALLOCATION
+//! 207001. Not yet forwarded: events, operators (`aclnn*`), DCMI.
+//!
+//! Must not: touch the CUDA front-end's context stack or registry.
+
+use crate::api::copy::{read_device, write_device};
+use crate::client::{self, Client};
+use gpupool_protocol::ops::{Memset, MemsetValue, VENDOR_ASCEND, answer};
+use gpupool_protocol::{CtxId, DevicePtr, Request, StreamId};
+use gpupool_shim::acl::{
+    self as acl, aclError, aclrtContext, aclrtMemAttr, aclrtMemcpyKind, aclrtRunMode, aclrtStream,
+};
+use gpupool_shim::cuda::CUresult;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::os::raw::{c_char, c_void};
+
+/// An NPU of the one list: its endpoint and that daemon's ordinal.
+#[derive(Clone, Copy)]
+pub struct Npu {
+    pub ep: usize,
+    pub ordinal: u32,
+    pub name_index: usize,
+}
+
+#[derive(Clone, Copy)]
+struct Ctx {
+    ep: usize,
+    id: CtxId,
+    device: i32,
+}
+
+/// What this process holds through AscendCL.
+#[derive(Default)]
+pub struct State {
+    /// The NPUs, in the one list's order (the program's device ids).
+    pub npus: Vec<Npu>,
+    pub names: Vec<String>,
+    initialized: bool,
+    ctxs: HashMap<u64, Ctx>,
+    /// Per device id: the default context's handle and `aclrtSetDevice`'s count.
+    defaults: HashMap<i32, (u64, u32)>,
+    streams: HashMap<u64, (usize, StreamId, u64)>,
+    /// (endpoint, base) -> (size, context handle).
+    allocs: BTreeMap<(usize, u64), (u64, u64)>,
+    next: u64,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<u64>> = const { RefCell::new(None) };
+    static LAST_ERROR: RefCell<std::ffi::CString> = RefCell::new(std::ffi::CString::default());
+}
+
+type A<T> = Result<T, aclError>;
+
+const SUCCESS: aclError = acl::ACL_SUCCESS;
+const INVALID_PARAM: aclError = acl::ACL_ERROR_INVALID_PARAM;
+
+/// A CUDA-numbered refusal from the daemon or the client as AscendCL's code.
+fn acl_code(r: CUresult) -> aclError {
+    let c = r.0;
+    if c >= 100_000 {
+        return c as aclError;
+    }
+    (match r {
+        CUresult::CUDA_ERROR_INVALID_VALUE => acl::ACL_ERROR_RT_PARAM_INVALID,
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY => acl::ACL_ERROR_RT_MEMORY_ALLOCATION,
+        CUresult::CUDA_ERROR_INVALID_DEVICE => acl::ACL_ERROR_RT_INVALID_DEVICEID,
+        CUresult::CUDA_ERROR_INVALID_HANDLE | CUresult::CUDA_ERROR_INVALID_CONTEXT => acl::ACL_ERROR_RT_INVALID_HANDLE,
+        CUresult::CUDA_ERROR_NOT_INITIALIZED => acl::ACL_ERROR_UNINITIALIZE as u32,
+        CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE => acl::ACL_ERROR_RT_LOST_HEARTBEAT,
+        _ => acl::ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+    }) as aclError
+}
+
+fn note_error(code: aclError, why: &str) -> aclError {
+    let msg = format!("EE{code}: {why}");
+    crate::util::log(&msg);
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = std::ffi::CString::new(msg).unwrap_or_default());
+    code
+}
+
+/// Runs `f` with the client state, connected, the way every ACL export does: its failure
+/// recorded for `aclGetRecentErrMsg`.
+fn with<T>(what: &str, f: impl FnOnce(&mut Client) -> A<T>) -> A<T> {
+    client::with(|c| Ok(f(c))).unwrap_or_else(|e| Err(acl_code(e))).map_err(|code| note_error(code, what))
+}
+
+/// A daemon call's CUDA-numbered failure as ACL's.
+fn ask<R: gpupool_protocol::ops::Answer>(c: &mut Client, ep: usize, op: Request) -> A<R> {
+    let r = c.conn_at(ep).and_then(|conn| conn.ask(op));
+    r.map_err(|e| acl_code(c.note(e)))
+}
+
+fn call_ok(c: &mut Client, ep: usize, op: Request) -> A<()> {
+    let r = c.conn_at(ep).and_then(|conn| conn.call_ok(op).and_then(|()| conn.take_pending()));
+    r.map_err(|e| acl_code(c.note(e)))
+}
+
+fn initialized(c: &Client) -> A<()> {
+    if c.acl.initialized { Ok(()) } else { Err(acl::ACL_ERROR_UNINITIALIZE) }
+}
+
+fn current(c: &Client) -> A<(u64, Ctx)> {
+    initialized(c)?;
+    let h = CURRENT.with(|x| *x.borrow()).ok_or(acl::ACL_ERROR_RT_CONTEXT_NULL as aclError)?;
+    c.acl.ctxs.get(&h).map(|x| (h, *x)).ok_or(acl::ACL_ERROR_RT_CONTEXT_NULL as aclError)
+}
+
+fn npu(c: &Client, device: i32) -> A<Npu> {
+    initialized(c)?;
+    usize::try_from(device)
+        .ok()
+        .and_then(|i| c.acl.npus.get(i).copied())
+        .ok_or(acl::ACL_ERROR_RT_INVALID_DEVICEID as aclError)
+}
+
+fn new_handle(c: &mut Client) -> u64 {
+    c.acl.next += 1;
+    0x6163_6c00_0000 + c.acl.next * 16
+}
+
+fn out<T>(p: *mut T, v: T) -> A<()> {
+    if p.is_null() {
+        return Err(INVALID_PARAM);
+    }
+    // SAFETY: non-null, and the caller's out-pointer for this value by the API's contract.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+fn status(r: A<()>) -> aclError {
+    r.err().unwrap_or(SUCCESS)
+}
+
+/// The device allocation of this process holding `[p, p + n)` on endpoint `ep`.
+fn owned(c: &Client, ep: usize, p: u64, n: usize) -> bool {
+    c.acl.allocs.range((ep, 0)..=(ep, p)).next_back().is_some_and(|(&(e, base), &(size, _))| {
+        e == ep && p.checked_add(n as u64).is_some_and(|end| end <= base + size)
+    })
+}
+
+fn init(c: &mut Client) -> A<()> {
+    if c.acl.initialized {
+        return Err(acl::ACL_ERROR_REPEAT_INITIALIZE);
+    }
+    c.device_list().map_err(acl_code)?;
+    // The pool's connection is the process's, shared with the CUDA front-end (whose own
+    // `cuInit` state this leaves alone).
+    c.acl.initialized = true;
+    Ok(())
+}
+
+fn set_device(c: &mut Client, device: i32) -> A<()> {
+    let n = npu(c, device)?;
+    let h = match c.acl.defaults.get_mut(&device) {
+        Some((h, count)) => {
+            *count += 1;
+            *h
+        }
+        None => {
+            let answer::Context { ctx } = ask(c, n.ep, Request::PrimaryCtxRetain { device: n.ordinal })?;
+            let h = new_handle(c);
+            c.acl.ctxs.insert(h, Ctx { ep: n.ep, id: ctx, device });
+            c.acl.defaults.insert(device, (h, 1));
+            h
+        }
+    };
+    CURRENT.with(|x| *x.borrow_mut() = Some(h));
+    Ok(())
+}
+
+fn forget_ctx(c: &mut Client, h: u64) {
+    c.acl.ctxs.remove(&h);
+    c.acl.streams.retain(|_, s| s.2 != h);
+    c.acl.allocs.retain(|_, a| a.1 != h);
+    let _ = CURRENT.try_with(|x| {
+        let mut x = x.borrow_mut();
+        if *x == Some(h) {
+            *x = None;
+        }
+    });
+}
+
+/// The last `aclrtResetDevice` frees what the default context holds (the daemon's reset).
+fn reset_device(c: &mut Client, device: i32) -> A<()> {
+    let n = npu(c, device)?;
+    let Some((h, count)) = c.acl.defaults.get(&device).copied() else {
+        return Ok(());
+    };
+    if count > 1 {
+        c.acl.defaults.insert(device, (h, count - 1));
+        return Ok(());
+    }
+    call_ok(c, n.ep, Request::PrimaryCtxReset { device: n.ordinal })?;
+    c.acl.defaults.remove(&device);
+    forget_ctx(c, h);
+    Ok(())
+}
+
+fn create_context(c: &mut Client, device: i32) -> A<aclrtContext> {
+    let n = npu(c, device)?;
+    let answer::Context { ctx } = ask(c, n.ep, Request::CtxCreate { device: n.ordinal, flags: 0 })?;
+    let h = new_handle(c);
+    c.acl.ctxs.insert(h, Ctx { ep: n.ep, id: ctx, device });
+    CURRENT.with(|x| *x.borrow_mut() = Some(h));
+    Ok(h as aclrtContext)
+}
+
+fn destroy_context(c: &mut Client, h: u64) -> A<()> {
+    initialized(c)?;
+    let Some(x) = c.acl.ctxs.get(&h).copied() else { return Err(INVALID_PARAM) };
+    if c.acl.defaults.values().any(|&(d, _)| d == h) {
+        return Err(INVALID_PARAM);
+    }
+    call_ok(c, x.ep, Request::CtxDestroy { ctx: x.id })?;
+    forget_ctx(c, h);
+    Ok(())
+}
+
+fn malloc(c: &mut Client, size: usize) -> A<*mut c_void> {
+    let (h, x) = current(c)?;
+    if size == 0 {
+        return Err(INVALID_PARAM);
+    }
+    let answer::MemPtr { ptr } = ask(c, x.ep, Request::MemAlloc { ctx: x.id, bytes: size as u64 })?;
+    c.acl.allocs.insert((x.ep, ptr.0), (size as u64, h));
+    Ok(ptr.0 as *mut c_void)
+}
+
+fn free(c: &mut Client, p: u64) -> A<()> {
+    let (_, x) = current(c)?;
+    if !c.acl.allocs.contains_key(&(x.ep, p)) {
+        return Err(INVALID_PARAM);
+    }
+    call_ok(c, x.ep, Request::MemFree { ptr: DevicePtr(p) })?;
+    c.acl.allocs.remove(&(x.ep, p));
+    Ok(())
+}
+
+fn stream_of(c: &Client, s: aclrtStream, ep: usize) -> A<StreamId> {
+    if s.is_null() {
+        return Ok(StreamId::NULL);
+    }
+    match c.acl.streams.get(&(s as u64)) {
+        Some(&(e, id, _)) if e == ep => Ok(id),
+        _ => Err(acl::ACL_ERROR_RT_INVALID_HANDLE as aclError),
+    }
+}
+
+/// A copy of `count` bytes; `stream`: queued after the stream's earlier work (a host end is
+/// copied once the stream has drained, so the program may reuse its buffer at once).
+fn memcpy(
+    c: &mut Client,
+    dst: *mut c_void,
+    max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: aclrtMemcpyKind,
+    stream: Option<aclrtStream>,
+) -> A<()> {
+    let (_, x) = current(c)?;
+    if count > max || (count > 0 && (dst.is_null() || src.is_null())) {
+        return Err(INVALID_PARAM);
+    }
+    let stream = stream.map(|s| stream_of(c, s, x.ep)).transpose()?;
+    let (d, s) = (dst as u64, src as u64);
+    let kind = if kind == aclrtMemcpyKind::ACL_MEMCPY_DEFAULT {
+        match (owned(c, x.ep, d, count), owned(c, x.ep, s, count)) {
+            (true, true) => aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_DEVICE,
+            (true, false) => aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
+            (false, true) => aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+            (false, false) => aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_HOST,
+        }
+    } else {
+        kind
+    };
+    if count == 0 {
+        return Ok(());
+    }
+    let drain = |c: &mut Client| match stream {
+        Some(stream) => call_ok(c, x.ep, Request::StreamSynchronize { stream }),
+        None => Ok(()),
+    };
+    match kind {
+        aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_HOST => {
+            drain(c)?;
+            // SAFETY: the program passes `count` readable bytes at src and writable at dst.
+            unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), count) };
+            Ok(())
+        }
+        aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE => {
+            drain(c)?;
+            // SAFETY: as above, `count` readable bytes at src.
+            let bytes = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), count) };
+            let r = c.conn_at(x.ep).and_then(|conn| write_device(conn, d, bytes));
+            r.map_err(|e| acl_code(c.note(e)))
+        }
+        aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST => {
+            drain(c)?;
+            // SAFETY: as above, `count` writable bytes at dst.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), count) };
+            let r = c.conn_at(x.ep).and_then(|conn| read_device(conn, bytes, s));
+            r.map_err(|e| acl_code(c.note(e)))
+        }
+        aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_DEVICE => {
+            let (dst, src, len) = (DevicePtr(d), DevicePtr(s), count as u64);
+            match stream {
+                None => call_ok(c, x.ep, Request::MemcpyDtoD { dst, src, len }),
+                Some(stream) => {
+                    let r =
+                        c.conn_at(x.ep).and_then(|conn| conn.post(Request::MemcpyDtoDAsync { dst, src, len, stream }));
+                    r.map_err(|e| acl_code(c.note(e)))
+                }
+            }
+        }
+        _ => Err(INVALID_PARAM),
+    }
+}
+
+fn memset(c: &mut Client, p: *mut c_void, max: usize, value: i32, count: usize, stream: Option<aclrtStream>) -> A<()> {
+    let (_, x) = current(c)?;
+    if count > max || p.is_null() {
+        return Err(INVALID_PARAM);
+    }
+    let set = Memset {
+        dst: DevicePtr(p as u64),
+        value: MemsetValue::U8(value as u8),
+        width: count as u64,
+        height: 1,
+        pitch: 0,
+    };
+    match stream {
+        None => call_ok(c, x.ep, Request::Memset { set }),
+        Some(s) => {
+            let stream = stream_of(c, s, x.ep)?;
+            let r = c.conn_at(x.ep).and_then(|conn| conn.post(Request::MemsetAsync { set, stream }));
+            r.map_err(|e| acl_code(c.note(e)))
+        }
+    }
+}
+
+fn mem_info(c: &mut Client) -> A<(usize, usize)> {
+    let (_, x) = current(c)?;
+    let answer::MemInfo { free, total } = ask(c, x.ep, Request::MemGetInfo { ctx: x.id })?;
+    Ok((free as usize, total as usize))
+}
+
+fn create_stream(c: &mut Client) -> A<aclrtStream> {
+    let (h, x) = current(c)?;
+    let answer::Stream { stream } = ask(c, x.ep, Request::StreamCreate { ctx: x.id, flags: 0, priority: 0 })?;
+    let sh = new_handle(c);
+    c.acl.streams.insert(sh, (x.ep, stream, h));
+    Ok(sh as aclrtStream)
+}
+
+fn destroy_stream(c: &mut Client, s: aclrtStream) -> A<()> {
+    initialized(c)?;
+    let &(ep, id, _) = c.acl.streams.get(&(s as u64)).ok_or(acl::ACL_ERROR_RT_INVALID_HANDLE as aclError)?;
+    call_ok(c, ep, Request::StreamDestroy { stream: id })?;
+    c.acl.streams.remove(&(s as u64));
+    Ok(())
+}
+
+fn synchronize_stream(c: &mut Client, s: aclrtStream) -> A<()> {
+    let (_, x) = current(c)?;
+    let stream = stream_of(c, s, x.ep)?;
+    call_ok(c, x.ep, Request::StreamSynchronize { stream })
+}
+
+fn synchronize_device(c: &mut Client) -> A<()> {
+    let (_, x) = current(c)?;
+    call_ok(c, x.ep, Request::CtxSynchronize { ctx: x.id })
+}
+
+mod export;

@@ -1,0 +1,98 @@
+//! The AscendCL runtime as the daemon calls it (`libascendcl.so`, CANN's or the simulated
+//! NPU's): each entry point resolved once by name, typed with the signatures bindgen generated
+//! from our CANN declarations (shim-headers/include/gpupool_acl.h, cross-checked against
+//! cann-sys by `cargo xtask cann-check`). Loaded beside the CUDA driver when present; a host
+//! without it serves GPUs alone.
+
+use gpupool_shim::acl::{self as acl, aclError, aclrtContext, aclrtMemAttr, aclrtMemcpyKind, aclrtStream};
+use libloading::Library;
+use std::os::raw::{c_char, c_int, c_void};
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AclError {
+    #[error("cannot load {path}: {source}")]
+    Load { path: String, source: libloading::Error },
+    #[error("{call} failed: aclError {code}")]
+    Call { call: &'static str, code: u32 },
+}
+
+macro_rules! acl_table {
+    ($($name:ident: fn($($arg:ty),*);)*) => {
+        /// A loaded AscendCL runtime. Keeps the library mapped while any pointer is held.
+        #[allow(non_snake_case)]
+        pub struct Acl {
+            $(pub $name: unsafe extern "C" fn($($arg),*) -> aclError,)*
+            pub aclrtGetSocName: unsafe extern "C" fn() -> *const c_char,
+            _lib: Library,
+        }
+
+        impl Acl {
+            pub fn load(path: &Path) -> Result<Acl, AclError> {
+                let err = |source| AclError::Load { path: path.display().to_string(), source };
+                // SAFETY: loading the vendor runtime runs its initialisers; that is the
+                // documented way to use it.
+                let lib = unsafe { Library::new(path) }.map_err(err)?;
+                // SAFETY: each symbol is typed with the signature our header declares for that
+                // exported name (the const checks below tie both to bindgen's declarations).
+                unsafe {
+                    Ok(Acl {
+                        $($name: *lib.get(concat!(stringify!($name), "\0").as_bytes()).map_err(err)?,)*
+                        aclrtGetSocName: *lib.get(b"aclrtGetSocName\0").map_err(err)?,
+                        _lib: lib,
+                    })
+                }
+            }
+        }
+        $(const _: unsafe extern "C" fn($($arg),*) -> aclError = acl::$name;)*
+    };
+}
+
+acl_table! {
+    aclInit: fn(*const c_char);
+    aclrtGetDeviceCount: fn(*mut u32);
+    aclrtSetDevice: fn(i32);
+    aclrtCreateContext: fn(*mut aclrtContext, i32);
+    aclrtDestroyContext: fn(aclrtContext);
+    aclrtSetCurrentContext: fn(aclrtContext);
+    aclrtSynchronizeDevice: fn();
+    aclrtMalloc: fn(*mut *mut c_void, usize, acl::aclrtMemMallocPolicy);
+    aclrtFree: fn(*mut c_void);
+    aclrtGetMemInfo: fn(aclrtMemAttr, *mut usize, *mut usize);
+    aclrtMemcpy: fn(*mut c_void, usize, *const c_void, usize, aclrtMemcpyKind);
+    aclrtMemset: fn(*mut c_void, usize, i32, usize);
+    aclrtMemcpyAsync: fn(*mut c_void, usize, *const c_void, usize, aclrtMemcpyKind, aclrtStream);
+    aclrtMemsetAsync: fn(*mut c_void, usize, i32, usize, aclrtStream);
+    aclrtCreateStream: fn(*mut aclrtStream);
+    aclrtDestroyStream: fn(aclrtStream);
+    aclrtSynchronizeStream: fn(aclrtStream);
+}
+
+impl Acl {
+    /// Turns a status into a `Result`, naming the call.
+    pub fn check(&self, call: &'static str, res: aclError) -> Result<(), AclError> {
+        if res == acl::ACL_SUCCESS as c_int { Ok(()) } else { Err(AclError::Call { call, code: res as u32 }) }
+    }
+
+    /// The SoC name of the calling thread's current device (`aclrtGetSocName`).
+    pub fn soc_name(&self) -> Option<String> {
+        // SAFETY: aclrtGetSocName takes nothing and returns a static NUL-terminated string or NULL.
+        let p = unsafe { (self.aclrtGetSocName)() };
+        // SAFETY: non-null: a NUL-terminated string the runtime owns for its lifetime.
+        (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+}
+
+/// Calls an AscendCL entry point and converts its status: `acl_call!(acl, aclrtSetDevice(0))?`.
+#[macro_export]
+macro_rules! acl_call {
+    ($acl:expr, $name:ident($($arg:expr),* $(,)?)) => {{
+        let acl = &$acl;
+        // SAFETY: the arguments follow the entry point's documented contract; every pointer
+        // passed is to a live local or buffer of the right size, or device memory the session
+        // owns (checked by dispatch before the call).
+        #[allow(clippy::macro_metavars_in_unsafe)]
+        let res = unsafe { (acl.$name)($($arg),*) };
+        acl.check(stringify!($name), res)
+    }};
+}

@@ -1,0 +1,295 @@
+//! NPUs (Huawei Ascend, through AscendCL) served by the same session, ledger and cleanup as
+//! GPUs: the protocol's vendor-neutral operations (contexts, memory, copies, memset, streams)
+//! arrive for a device of the one device list, and where that device is an NPU
+//! [`super::serve`] hands them here, after the same ownership checks ([`Session::owned`],
+//! the session's stream table) and the same ledger reservation.
+//!
+//! What differs is only the backend call and the error numbering: an NPU's failure answers
+//! AscendCL's code (e.g. 207001 ACL_ERROR_RT_MEMORY_ALLOCATION past the quota), which the ACL
+//! front-end hands to the program unchanged. A tenant's NPU context is an `aclrtContext` held
+//! in [`super::TenantCtx`] like a CUDA context; entering it also clears the thread's current
+//! CUDA context, so a CUDA-only operation sent for an NPU context fails in the CUDA driver
+//! (no context) instead of running in another device's context.
+//!
+//! Must not: hold NPU objects anywhere but the session's own tables (`allocs`, `streams`),
+//! which cleanup walks for every vendor.
+
+use super::dispatch::{Fail, Result};
+use super::session::{Alloc, Session};
+use super::{Raw, cleanup::Handle};
+use crate::backend::Acl;
+use crate::{acl_call, call};
+use gpupool_protocol::ops::{HostSrc, MemsetValue, StagingRegion, answer};
+use gpupool_protocol::transport::Staging;
+use gpupool_protocol::{CtxId, DevicePtr, StreamId};
+use gpupool_shim::acl::{ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID, aclrtMemcpyKind as K};
+use std::os::raw::c_void;
+use std::sync::Arc;
+
+/// An NPU call failing with ACL's "parameter invalid" and why.
+fn param_invalid(why: impl Into<String>) -> Fail {
+    Fail::new(ACL_ERROR_RT_PARAM_INVALID, why)
+}
+
+impl Session {
+    /// Whether `device` is an NPU.
+    pub fn is_npu(&self, device: u32) -> bool {
+        self.shared.npu(device).is_some()
+    }
+
+    /// AscendCL, for a device known to be an NPU (the `Arc` keeps it while `self` is borrowed).
+    fn acl(&self) -> Result<Arc<super::Shared>> {
+        if self.shared.acl.is_some() {
+            Ok(self.shared.clone())
+        } else {
+            Err(Fail::new(super::dispatch::NOT_SUPPORTED, "no AscendCL loaded"))
+        }
+    }
+
+    /// Makes the tenant's NPU context current: `aclrtSetCurrentContext`, and no CUDA context.
+    pub(super) fn enter_npu(
+        acl: &Acl,
+        cuda: &crate::backend::Cuda,
+        ctx: Raw<gpupool_shim::cuda::CUcontext>,
+    ) -> Result<()> {
+        call!(cuda, cuCtxSetCurrent(std::ptr::null_mut()))?;
+        acl_call!(acl, aclrtSetCurrentContext(ctx.0.cast()))?;
+        Ok(())
+    }
+
+    /// `aclrtGetMemInfo` in the context's device, as the tenant sees it (its quota the total).
+    pub(super) fn npu_mem_info(&mut self, d: u32) -> Result<answer::MemInfo> {
+        let shared = self.acl()?;
+        let acl = shared.acl.as_ref().expect("checked by acl()");
+        self.enter(d)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        acl_call!(acl, aclrtGetMemInfo(gpupool_shim::acl::aclrtMemAttr::ACL_HBM_MEM, &mut free, &mut total))?;
+        let m = shared.ledger.mem_info(&self.quota, d, total as u64, free as u64);
+        Ok(answer::MemInfo { free: m.free, total: m.total })
+    }
+
+    pub(super) fn npu_synchronize(&mut self, d: u32) -> Result<()> {
+        let shared = self.acl()?;
+        self.enter(d)?;
+        acl_call!(shared.acl.as_ref().expect("checked"), aclrtSynchronizeDevice())?;
+        Ok(())
+    }
+
+    /// Reserve in the ledger, then `aclrtMalloc`; past the quota ACL_ERROR_RT_MEMORY_ALLOCATION
+    /// (207001) with a log line, and nothing changes.
+    pub(super) fn npu_alloc(&mut self, d: u32, bytes: u64) -> Result<DevicePtr> {
+        let shared = self.acl()?;
+        let acl = shared.acl.as_ref().expect("checked");
+        if bytes == 0 {
+            return Err(param_invalid("aclrtMalloc of 0 bytes"));
+        }
+        self.enter(d)?;
+        let r = shared.ledger.reserve(&self.quota, d, bytes).map_err(|e| {
+            tracing::info!(session = self.id, tenant = %self.tenant(), device = d, bytes, "NPU allocation refused: {e}");
+            Fail::new(ACL_ERROR_RT_MEMORY_ALLOCATION, format!("aclrtMalloc of {bytes} bytes on device {d}: {e}"))
+        })?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        let policy = gpupool_shim::acl::aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST;
+        if let Err(e) = acl_call!(acl, aclrtMalloc(&mut p, bytes as usize, policy)) {
+            r.cancel();
+            return Err(e.into());
+        }
+        r.commit();
+        self.allocs.insert(p as u64, Alloc { size: bytes, device: d });
+        Ok(DevicePtr(p as u64))
+    }
+
+    /// `aclrtFree` of an allocation of this session, and its bytes back to the ledger.
+    pub(super) fn npu_free(&mut self, ptr: DevicePtr, a_device: u32, size: u64) -> Result<()> {
+        let shared = self.acl()?;
+        self.enter(a_device)?;
+        acl_call!(shared.acl.as_ref().expect("checked"), aclrtFree(ptr.0 as *mut c_void))?;
+        self.allocs.remove(&ptr.0);
+        self.owner.remove(&Handle::Alloc(ptr.0));
+        if let Err(e) = shared.ledger.release(&self.quota, a_device, size) {
+            tracing::error!(session = self.id, "ledger out of step on free: {e}");
+        }
+        Ok(())
+    }
+
+    /// A synchronous copy whose device ends were checked by the caller; on `stream` (an async
+    /// request) it first drains the stream, so it stays in the stream's order and the host bytes
+    /// (the staging area, the client's again once this returns) are used before the reply.
+    fn npu_copy(
+        &mut self,
+        d: u32,
+        stream: Option<StreamId>,
+        dst: *mut c_void,
+        src: *const c_void,
+        len: usize,
+        kind: K,
+    ) -> Result<()> {
+        let shared = self.acl()?;
+        let acl = shared.acl.as_ref().expect("checked");
+        let s = match stream {
+            Some(id) => Some(self.stream(id, Some(d))?.0),
+            None => None,
+        };
+        self.enter(d)?;
+        if let Some(s) = s {
+            acl_call!(acl, aclrtSynchronizeStream(s.0.cast()))?;
+        }
+        if len > 0 {
+            acl_call!(acl, aclrtMemcpy(dst, len, src, len, kind))?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn npu_htod(
+        &mut self,
+        d: u32,
+        dst: DevicePtr,
+        src: &HostSrc,
+        staging: Option<&Staging>,
+        stream: Option<StreamId>,
+    ) -> Result<()> {
+        let (p, len) = match src {
+            HostSrc::Inline(b) => (b.0.as_ptr().cast::<c_void>(), b.0.len()),
+            HostSrc::Staging(r) => (Self::staging_ptr(staging, r.offset, r.len)?.cast_const().cast(), r.len as usize),
+            HostSrc::Region(_) => return Err(param_invalid("page-locked host regions are not served for NPUs")),
+        };
+        self.npu_copy(d, stream, dst.0 as *mut c_void, p, len, K::ACL_MEMCPY_HOST_TO_DEVICE)
+    }
+
+    pub(super) fn npu_dtoh(
+        &mut self,
+        d: u32,
+        src: DevicePtr,
+        dst: StagingRegion,
+        staging: Option<&Staging>,
+        stream: Option<StreamId>,
+    ) -> Result<()> {
+        let p = Self::staging_ptr(staging, dst.offset, dst.len)?;
+        self.npu_copy(d, stream, p.cast(), src.0 as *const c_void, dst.len as usize, K::ACL_MEMCPY_DEVICE_TO_HOST)
+    }
+
+    pub(super) fn npu_dtoh_inline(&mut self, d: u32, src: DevicePtr, len: u32) -> Result<answer::Bytes> {
+        let mut out = vec![0u8; len as usize];
+        self.npu_copy(
+            d,
+            None,
+            out.as_mut_ptr().cast(),
+            src.0 as *const c_void,
+            out.len(),
+            K::ACL_MEMCPY_DEVICE_TO_HOST,
+        )?;
+        Ok(answer::Bytes { data: gpupool_protocol::ops::InlineBytes(out) })
+    }
+
+    /// Device to device on one NPU (queued on `stream` when given); across devices or vendors
+    /// it is refused: no peer copies are served for NPUs.
+    pub(super) fn npu_dtod(
+        &mut self,
+        d: u32,
+        sd: u32,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        stream: Option<StreamId>,
+    ) -> Result<()> {
+        if d != sd {
+            return Err(param_invalid(format!("copy between device {sd} and device {d}: no peer copies for NPUs")));
+        }
+        let Some(id) = stream else {
+            return self.npu_copy(
+                d,
+                None,
+                dst.0 as *mut c_void,
+                src.0 as *const c_void,
+                len as usize,
+                K::ACL_MEMCPY_DEVICE_TO_DEVICE,
+            );
+        };
+        let shared = self.acl()?;
+        let (s, _) = self.stream(id, Some(d))?;
+        self.enter(d)?;
+        let (dp, sp, n) = (dst.0 as *mut c_void, src.0 as *const c_void, len as usize);
+        acl_call!(
+            shared.acl.as_ref().expect("checked"),
+            aclrtMemcpyAsync(dp, n, sp, n, K::ACL_MEMCPY_DEVICE_TO_DEVICE, s.0.cast())
+        )?;
+        Ok(())
+    }
+
+    /// `aclrtMemset(Async)`: bytes only (AscendCL has no wider or 2D memset).
+    pub(super) fn npu_memset(
+        &mut self,
+        d: u32,
+        set: &gpupool_protocol::ops::Memset,
+        stream: Option<StreamId>,
+    ) -> Result<()> {
+        let MemsetValue::U8(v) = set.value else {
+            return Err(param_invalid("an NPU memset sets bytes"));
+        };
+        if set.height > 1 {
+            return Err(param_invalid("an NPU memset is one-dimensional"));
+        }
+        let shared = self.acl()?;
+        let acl = shared.acl.as_ref().expect("checked");
+        let s = match stream {
+            Some(id) => Some(self.stream(id, Some(d))?.0),
+            None => None,
+        };
+        self.enter(d)?;
+        let (p, n) = (set.dst.0 as *mut c_void, set.width as usize);
+        match s {
+            Some(s) => acl_call!(acl, aclrtMemsetAsync(p, n, i32::from(v), n, s.0.cast()))?,
+            None => acl_call!(acl, aclrtMemset(p, n, i32::from(v), n))?,
+        }
+        Ok(())
+    }
+
+    pub(super) fn npu_stream_create(&mut self, d: u32, ctx: CtxId) -> Result<answer::Stream> {
+        let shared = self.acl()?;
+        self.enter(d)?;
+        let mut s: gpupool_shim::acl::aclrtStream = std::ptr::null_mut();
+        acl_call!(shared.acl.as_ref().expect("checked"), aclrtCreateStream(&mut s))?;
+        let id = StreamId(self.next_handle());
+        self.streams.insert(id, (Raw(s.cast()), d));
+        self.owner.insert(Handle::Stream(id), ctx);
+        Ok(answer::Stream { stream: id })
+    }
+
+    pub(super) fn npu_stream_destroy(
+        &mut self,
+        id: StreamId,
+        s: Raw<gpupool_shim::cuda::CUstream>,
+        d: u32,
+    ) -> Result<()> {
+        let shared = self.acl()?;
+        self.enter(d)?;
+        acl_call!(shared.acl.as_ref().expect("checked"), aclrtDestroyStream(s.0.cast()))?;
+        self.streams.remove(&id);
+        self.owner.remove(&Handle::Stream(id));
+        Ok(())
+    }
+
+    pub(super) fn npu_stream_synchronize(&mut self, s: Raw<gpupool_shim::cuda::CUstream>, d: u32) -> Result<()> {
+        let shared = self.acl()?;
+        self.enter(d)?;
+        acl_call!(shared.acl.as_ref().expect("checked"), aclrtSynchronizeStream(s.0.cast()))?;
+        Ok(())
+    }
+
+    /// Cleanup of one NPU stream (drained first) or allocation: errors are counted, never fatal.
+    pub(super) fn npu_release_stream(&mut self, s: Raw<gpupool_shim::cuda::CUstream>, d: u32) -> bool {
+        let shared = self.shared.clone();
+        let Some(acl) = shared.acl.as_ref() else { return false };
+        self.enter(d).is_ok()
+            && acl_call!(acl, aclrtSynchronizeStream(s.0.cast())).is_ok()
+            && acl_call!(acl, aclrtDestroyStream(s.0.cast())).is_ok()
+    }
+
+    pub(super) fn npu_release_alloc(&mut self, ptr: u64, d: u32) -> bool {
+        let shared = self.shared.clone();
+        let Some(acl) = shared.acl.as_ref() else { return false };
+        self.enter(d).is_ok()
+            && acl_call!(acl, aclrtSynchronizeDevice()).is_ok()
+            && acl_call!(acl, aclrtFree(ptr as *mut c_void)).is_ok()
+    }
+}

@@ -1,0 +1,137 @@
+//! NPUs through the pool (pool-daemon/src/daemon/npu.rs, interpose/src/acl): a daemon over the
+//! simulated GPU and the simulated NPU (sim-npu) serves both from one device list, one ledger
+//! and one session type. tests/c/npu_pool_client.c, built against our CANN header and linked
+//! with -lascendcl, runs unmodified under `gpupool run --memory 1536MiB`: the runtime sequence
+//! against the CPU, aclrtGetMemInfo equal to the quota, 207001 exactly at it, foreign handles
+//! refused. A client killed while copying leaves no session and no bytes; on the wire, another
+//! session's NPU memory is refused; `gpupool status` lists the NPUs.
+
+mod common;
+
+use common::{Client, Daemon, code, ensure_interposer};
+use gpupool_protocol::ops::{VENDOR_ASCEND, VENDOR_CUDA};
+use gpupool_protocol::{DevicePtr, Reply, Request};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NPU_ENV: [(&str, &str); 2] = [("GPUPOOL_SIM_NPU_DEVICES", "2"), ("GPUPOOL_SIM_NPU_MEMORY", "4GiB")];
+
+fn client_exe() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("npu-pool");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("npu_pool_client");
+    let libdir = gpupool_e2e::sim_libdir();
+    // Linked as a CANN program links against CANN (here the simulator's libdir); at run time
+    // `gpupool run` puts its own libascendcl.so first.
+    gpupool_e2e::compile_c_into("npu_pool_client.c", &exe, &[&format!("-L{}", libdir.display()), "-lascendcl"]);
+    exe
+}
+
+fn gpupool(d: &Daemon) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(["run", "--endpoint", &d.endpoint(), "--memory", "1536MiB", "--"]);
+    cmd
+}
+
+fn wait_idle(d: &Daemon) {
+    let t0 = Instant::now();
+    loop {
+        let doc = d.status();
+        let sessions = doc["sessions"].as_array().map_or(0, |s| s.len());
+        let used: u64 = (0..4).map(|dev| d.used("team", dev)).sum();
+        if sessions == 0 && used == 0 {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "sessions {sessions}, used {used}: {doc:#}\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_acl_program_runs_unmodified_under_gpupool_run_held_to_its_quota() {
+    ensure_interposer();
+    let d = Daemon::start_env(Some(&common::tenant_config("8GiB")), &[], &NPU_ENV);
+    let out = gpupool(&d).arg(client_exe()).arg("1536").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "npu_pool_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
+    for check in [
+        "devices, contexts and the SoC name through the pool",
+        "aclrtGetMemInfo shows the quota",
+        "copies both ways, device to device and memset match the CPU",
+        "stream-ordered copies and memset match the CPU",
+        "a 24 MiB round trip is byte-exact",
+        "out of memory exactly at the quota with 207001",
+        "handles and memory not this process's are refused",
+        "teardown",
+    ] {
+        assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
+    }
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+    assert!(d.log().contains("NPU allocation refused"), "no log line for the refusal:\n{}", d.log());
+    wait_idle(&d);
+}
+
+#[test]
+fn a_tenant_killed_mid_copy_leaves_nothing() {
+    ensure_interposer();
+    let d = Daemon::start_env(Some(&common::tenant_config("8GiB")), &[], &NPU_ENV);
+    let mut child =
+        gpupool(&d).arg(client_exe()).args(["--copy-forever", "256"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    // The client itself (not `gpupool run`, which waits for it) dies.
+    let pid: i32 =
+        line.strip_prefix("copying ").and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
+    // Several round trips of 256 MiB are under way by now.
+    std::thread::sleep(Duration::from_millis(300));
+    let npu = d.status()["devices"].as_array().unwrap().iter().position(|x| x["kind"] == "npu").unwrap() as u64;
+    assert_eq!(d.used("team", npu), 256 << 20, "{}", d.log());
+    let pid = rustix::process::Pid::from_raw(pid).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    let st = child.wait().unwrap();
+    assert!(!st.success(), "{st}");
+    wait_idle(&d);
+}
+
+#[test]
+fn npus_follow_the_gpus_in_one_list_and_another_sessions_memory_is_refused() {
+    let d = Daemon::start_env(Some(&common::tenant_config("8GiB")), &[], &NPU_ENV);
+    let mut a = Client::connect(&d.socket);
+    let Reply::HelloReply { devices, .. } = a.hello.clone() else { unreachable!() };
+    let vendors: Vec<u8> = devices.iter().map(|x| x.vendor).collect();
+    assert_eq!(vendors, [VENDOR_CUDA, VENDOR_CUDA, VENDOR_ASCEND, VENDOR_ASCEND], "{devices:?}");
+    assert!(devices[2].name.contains("Ascend"), "{devices:?}");
+    let npu = devices[2].ordinal;
+    let Reply::Context { ctx } = a.call(Request::PrimaryCtxRetain { device: npu }) else { panic!("{}", d.log()) };
+    let Reply::MemPtr { ptr } = a.call(Request::MemAlloc { ctx, bytes: 1 << 20 }) else { panic!("{}", d.log()) };
+    assert_eq!(d.used("team", npu.into()), 1 << 20);
+    let mut b = Client::connect(&d.socket);
+    let Reply::Context { ctx: bctx } = b.call(Request::PrimaryCtxRetain { device: npu }) else { panic!() };
+    for op in [
+        Request::MemFree { ptr },
+        Request::MemcpyDtoHInline { src: ptr, len: 16 },
+        Request::MemcpyDtoD { dst: ptr, src: ptr, len: 16 },
+    ] {
+        assert_eq!(code(&b.call(op.clone())), 1, "{op:?} from another session");
+    }
+    // A CUDA-only operation in an NPU context never runs in another device's context.
+    let r = b.call(Request::EventCreate { ctx: bctx, flags: 0 });
+    assert!(matches!(r, Reply::Error { .. }), "{r:?}");
+    // The owner's memory is intact and its own.
+    let Reply::Bytes { data } = a.call(Request::MemcpyDtoHInline { src: DevicePtr(ptr.0), len: 4 }) else { panic!() };
+    assert_eq!(data.0.len(), 4);
+    // The status lists the NPUs after the GPUs.
+    let kinds: Vec<String> =
+        d.status()["devices"].as_array().unwrap().iter().map(|x| x["kind"].as_str().unwrap().to_string()).collect();
+    assert_eq!(kinds, ["gpu", "gpu", "npu", "npu"]);
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_gpupool")).args(["status", "--endpoint", &d.endpoint()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.lines().filter(|l| l.contains(" npu ")).count(), 2, "{text}");
+    drop(a);
+    drop(b);
+    wait_idle(&d);
+}

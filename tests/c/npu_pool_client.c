@@ -1,0 +1,184 @@
+/* An AscendCL program built against gpupool's CANN header and linked with -lascendcl, run
+ * unmodified under `gpupool run` (pool-daemon/tests/npu.rs): the quickstart's runtime sequence
+ * (devices, a context, a stream, memory, copies both ways, device to device, memset, async
+ * copies) checked against the CPU, aclrtGetMemInfo equal to the tenant's quota, out of memory
+ * exactly at the quota with ACL_ERROR_RT_MEMORY_ALLOCATION, and handles this process never
+ * made refused.
+ *   npu_pool_client QUOTA_MIB            the checks; prints "ok <check>" lines, then "done"
+ *   npu_pool_client --copy-forever MIB   allocates MIB, prints "copying PID" and copies to and
+ *                                        from it until killed
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "gpupool_acl.h"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MIB ((size_t)1 << 20)
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                         \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                          \
+            printf(__VA_ARGS__);                                                                 \
+            printf("\n");                                                                        \
+            failures++;                                                                          \
+        }                                                                                        \
+    } while (0)
+
+#define ACL(call)                                                                                \
+    do {                                                                                         \
+        aclError e_ = (call);                                                                    \
+        if (e_ != ACL_SUCCESS) {                                                                 \
+            printf("FAIL %s:%d: %s = %d\n", __FILE__, __LINE__, #call, e_);                      \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+static void ok(const char *check) {
+    if (failures == 0) printf("ok %s\n", check);
+    fflush(stdout);
+}
+
+static int copy_forever(size_t mib) {
+    ACL(aclInit(NULL));
+    ACL(aclrtSetDevice(0));
+    void *dev = NULL;
+    size_t n = mib * MIB;
+    ACL(aclrtMalloc(&dev, n, ACL_MEM_MALLOC_HUGE_FIRST));
+    unsigned char *host = malloc(n);
+    memset(host, 7, n);
+    printf("copying %d\n", (int)getpid());
+    fflush(stdout);
+    for (;;) {
+        ACL(aclrtMemcpy(dev, n, host, n, ACL_MEMCPY_HOST_TO_DEVICE));
+        ACL(aclrtMemcpy(host, n, dev, n, ACL_MEMCPY_DEVICE_TO_HOST));
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--copy-forever") == 0) return copy_forever((size_t)atol(argv[2]));
+    if (argc != 2) {
+        fprintf(stderr, "usage: npu_pool_client QUOTA_MIB | --copy-forever MIB\n");
+        return 2;
+    }
+    size_t quota = (size_t)atol(argv[1]) * MIB;
+
+    ACL(aclInit(NULL));
+    CHECK(aclInit(NULL) == ACL_ERROR_REPEAT_INITIALIZE, "a second aclInit");
+    uint32_t count = 0;
+    ACL(aclrtGetDeviceCount(&count));
+    CHECK(count == 2, "%u NPUs, want 2", count);
+    ACL(aclrtSetDevice(0));
+    aclrtContext ctx = NULL;
+    ACL(aclrtCreateContext(&ctx, 0));
+    aclrtContext cur = NULL;
+    ACL(aclrtGetCurrentContext(&cur));
+    CHECK(cur == ctx, "the new context is current");
+    int32_t dev_id = -1;
+    ACL(aclrtGetDevice(&dev_id));
+    CHECK(dev_id == 0, "device %d", dev_id);
+    const char *soc = aclrtGetSocName();
+    CHECK(soc != NULL && strstr(soc, "Ascend") != NULL, "SoC name %s", soc ? soc : "(null)");
+    aclrtRunMode mode;
+    ACL(aclrtGetRunMode(&mode));
+    CHECK(mode == ACL_HOST, "run mode %d", (int)mode);
+    ok("devices, contexts and the SoC name through the pool");
+
+    size_t free_b = 0, total_b = 0;
+    ACL(aclrtGetMemInfo(ACL_HBM_MEM, &free_b, &total_b));
+    CHECK(total_b == quota && free_b == quota, "free %zu total %zu, quota %zu", free_b, total_b, quota);
+    ok("aclrtGetMemInfo shows the quota");
+
+    aclrtStream stream = NULL;
+    ACL(aclrtCreateStream(&stream));
+    /* The quickstart's runtime sequence: x and y to the device, y <- x (device to device) then
+     * x <- 3 bytes everywhere, both back; a large buffer both ways through the staging area. */
+    const size_t n = 1 << 16;
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float)), *back = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)i * 0.5f - 7.0f, y[i] = 1.0f;
+    void *dx = NULL, *dy = NULL;
+    ACL(aclrtMalloc(&dx, n * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL(aclrtMalloc(&dy, n * sizeof(float), ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL(aclrtMemcpy(dx, n * sizeof(float), x, n * sizeof(float), ACL_MEMCPY_HOST_TO_DEVICE));
+    ACL(aclrtMemcpy(dy, n * sizeof(float), y, n * sizeof(float), ACL_MEMCPY_HOST_TO_DEVICE));
+    ACL(aclrtMemcpy(dy, n * sizeof(float), dx, n * sizeof(float), ACL_MEMCPY_DEVICE_TO_DEVICE));
+    ACL(aclrtMemset(dx, n * sizeof(float), 3, n * sizeof(float)));
+    ACL(aclrtMemcpy(back, n * sizeof(float), dy, n * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK(memcmp(back, x, n * sizeof(float)) == 0, "device-to-device copy differs from the CPU's x");
+    unsigned char *bytes = (unsigned char *)back;
+    ACL(aclrtMemcpy(back, n * sizeof(float), dx, n * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST));
+    int all3 = 1;
+    for (size_t i = 0; i < n * sizeof(float); i++) all3 &= bytes[i] == 3;
+    CHECK(all3, "aclrtMemset did not set every byte");
+    ok("copies both ways, device to device and memset match the CPU");
+
+    /* Stream-ordered: x doubled on the CPU, to the device on the stream, device to device,
+     * back on the stream; right after aclrtSynchronizeStream. */
+    for (size_t i = 0; i < n; i++) x[i] *= 2.0f;
+    ACL(aclrtMemcpyAsync(dx, n * sizeof(float), x, n * sizeof(float), ACL_MEMCPY_HOST_TO_DEVICE, stream));
+    ACL(aclrtMemcpyAsync(dy, n * sizeof(float), dx, n * sizeof(float), ACL_MEMCPY_DEVICE_TO_DEVICE, stream));
+    ACL(aclrtMemsetAsync(dx, n * sizeof(float), 0, n * sizeof(float), stream));
+    ACL(aclrtMemcpyAsync(back, n * sizeof(float), dy, n * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST, stream));
+    ACL(aclrtSynchronizeStream(stream));
+    CHECK(memcmp(back, x, n * sizeof(float)) == 0, "stream-ordered copies differ from the CPU");
+    ok("stream-ordered copies and memset match the CPU");
+
+    const size_t big = 24 * MIB;
+    unsigned char *h = malloc(big), *hb = malloc(big);
+    for (size_t i = 0; i < big; i++) h[i] = (unsigned char)(i * 131 + (i >> 12));
+    void *db = NULL;
+    ACL(aclrtMalloc(&db, big, ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL(aclrtMemcpy(db, big, h, big, ACL_MEMCPY_HOST_TO_DEVICE));
+    ACL(aclrtMemcpy(hb, big, db, big, ACL_MEMCPY_DEVICE_TO_HOST));
+    CHECK(memcmp(h, hb, big) == 0, "a 24 MiB round trip differs");
+    ok("a 24 MiB round trip is byte-exact");
+
+    /* The quota: what is held, then exactly the rest fits, and one more MiB does not. */
+    size_t held = 2 * n * sizeof(float) + big;
+    ACL(aclrtGetMemInfo(ACL_HBM_MEM, &free_b, &total_b));
+    CHECK(total_b == quota && free_b == quota - held, "free %zu total %zu after %zu held", free_b, total_b, held);
+    void *rest = NULL;
+    aclError e = aclrtMalloc(&rest, quota - held, ACL_MEM_MALLOC_HUGE_FIRST);
+    CHECK(e == ACL_SUCCESS, "the rest of the quota: %d", e);
+    void *more = NULL;
+    e = aclrtMalloc(&more, MIB, ACL_MEM_MALLOC_HUGE_FIRST);
+    CHECK(e == ACL_ERROR_RT_MEMORY_ALLOCATION, "one MiB past the quota: %d, want 207001", e);
+    const char *msg = aclGetRecentErrMsg();
+    CHECK(msg != NULL && strstr(msg, "aclrtMalloc") != NULL, "error message %s", msg ? msg : "(null)");
+    ACL(aclrtGetMemInfo(ACL_HBM_MEM, &free_b, &total_b));
+    CHECK(free_b == 0, "free %zu at the quota", free_b);
+    ACL(aclrtFree(rest));
+    e = aclrtMalloc(&more, MIB, ACL_MEM_MALLOC_HUGE_FIRST);
+    CHECK(e == ACL_SUCCESS, "one MiB once freed: %d", e);
+    ACL(aclrtFree(more));
+    ok("out of memory exactly at the quota with 207001");
+
+    /* Handles this process never made: refused, nothing sent for them. */
+    CHECK(aclrtDestroyStream((aclrtStream)(uintptr_t)0x5000) == (aclError)ACL_ERROR_RT_INVALID_HANDLE, "foreign stream");
+    CHECK(aclrtFree((void *)(uintptr_t)0x7f0000001000) == ACL_ERROR_INVALID_PARAM, "foreign pointer");
+    CHECK(aclrtSetCurrentContext((aclrtContext)(uintptr_t)0x9000) == ACL_ERROR_INVALID_PARAM, "foreign context");
+    /* Past the allocation's end: the daemon refuses it (it is not this session's memory). */
+    e = aclrtMemcpy(back, 2 * n * sizeof(float), dx, 2 * n * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST);
+    CHECK(e == (aclError)ACL_ERROR_RT_PARAM_INVALID, "a copy past the allocation: %d", e);
+    CHECK(aclrtSetDevice(7) == (aclError)ACL_ERROR_RT_INVALID_DEVICEID, "device 7");
+    ok("handles and memory not this process's are refused");
+
+    ACL(aclrtFree(dx));
+    ACL(aclrtFree(dy));
+    ACL(aclrtFree(db));
+    ACL(aclrtDestroyStream(stream));
+    ACL(aclrtSynchronizeDevice());
+    ACL(aclrtDestroyContext(ctx));
+    ACL(aclrtResetDevice(0));
+    ACL(aclFinalize());
+    CHECK(aclFinalize() == ACL_ERROR_REPEAT_FINALIZE, "a second aclFinalize");
+    ok("teardown");
+    free(x), free(y), free(back), free(h), free(hb);
+    printf(failures ? "FAILED %d\n" : "done\n", failures);
+    return failures != 0;
+}
