@@ -18,7 +18,8 @@ test_textures.py on the simulator and under `gpupool run` by pool-daemon/tests/a
 - 1D copies with array ends: device -> array (cuMemcpyDtoA) -> array at another offset and
   row width (cuMemcpyAtoA, rows split differently) -> device (cuMemcpyAtoD), byte-exact; and
   cuMemcpyHtoAAsync / cuMemcpyAtoHAsync on a stream; and a CUDA graph of two memcpy nodes,
-  device -> array -> device, launched and compared byte for byte.
+  device -> array -> device, launched and compared byte for byte. An array made in a context
+  that is then destroyed is CUDA_ERROR_INVALID_HANDLE.
 - A mipmapped 16x16 float array, each level filled with its own values, sampled by
   tex2DLod<float> (PTX tex.level) with normalized coordinates: point mipmap filtering reads the
   nearest level, mipmapLevelBias is added, the level clamps to maxMipmapLevelClamp and to 0;
@@ -382,6 +383,20 @@ def backend_array_checks(report):
     check(d.cuStreamDestroy(stream))
     for x in (a, b):
         check(d.cuArrayDestroy(x))
+
+    # An array goes with the context it was made in: its handle names nothing afterwards.
+    primary = check(d.cuCtxGetCurrent())
+    dev = check(d.cuCtxGetDevice())
+    ctx = check(d.cuCtxCreate(0, dev))
+    gone = make_array3d(d, 8, 8, 0, fmt, 1)
+    check(d.cuCtxDestroy(ctx))
+    check(d.cuCtxSetCurrent(primary))
+    err, _ = d.cuArray3DGetDescriptor(gone)
+    report(
+        "an array of a destroyed context is CUDA_ERROR_INVALID_HANDLE",
+        err == d.CUresult.CUDA_ERROR_INVALID_HANDLE,
+        f"got {err}",
+    )
 
 
 def mipmap_checks(report):

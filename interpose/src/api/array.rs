@@ -34,6 +34,8 @@ const INVALID_HANDLE: CUresult = CUresult::CUDA_ERROR_INVALID_HANDLE;
 
 #[derive(Clone, Copy)]
 struct Array {
+    /// The client context it was made through (the daemon destroys it with that context).
+    ctx: u64,
     desc: CUDA_ARRAY3D_DESCRIPTOR,
     /// The mipmapped array it is a level of.
     level_of: Option<u64>,
@@ -71,6 +73,7 @@ impl Array {
 /// A texture object's descriptors, as the application gave them.
 #[derive(Clone, Copy)]
 struct Texture {
+    ctx: u64,
     res: CUDA_RESOURCE_DESC,
     tex: CUDA_TEXTURE_DESC,
 }
@@ -78,10 +81,10 @@ struct Texture {
 #[derive(Default)]
 struct State {
     arrays: HashMap<u64, Array>,
-    /// Mipmapped array → its descriptor and the level handles handed out.
-    mipmaps: HashMap<u64, (CUDA_ARRAY3D_DESCRIPTOR, Vec<u64>)>,
+    /// Mipmapped array → its context, descriptor and the level handles handed out.
+    mipmaps: HashMap<u64, (u64, CUDA_ARRAY3D_DESCRIPTOR, Vec<u64>)>,
     textures: HashMap<u64, Texture>,
-    surfaces: HashMap<u64, CUDA_RESOURCE_DESC>,
+    surfaces: HashMap<u64, (u64, CUDA_RESOURCE_DESC)>,
 }
 
 // SAFETY: the descriptors' pointer-typed fields (`CUarray`, `CUmipmappedArray` in the
@@ -161,13 +164,13 @@ fn wire_desc(d: &CUDA_ARRAY3D_DESCRIPTOR) -> ArrayDesc {
 /// Makes a backend array in the current context: the daemon's quota answers (OUT_OF_MEMORY).
 fn make(desc: CUDA_ARRAY3D_DESCRIPTOR) -> R<u64> {
     check_desc(&desc)?;
-    let handle = client::call(|c| {
-        let (_, ctx, _) = c.current()?;
+    let (handle, ctx) = client::call(|c| {
+        let (h, ctx, _) = c.current()?;
         let answer::Array { handle, .. } = c.live()?.ask(Request::ArrayCreate { ctx, desc: wire_desc(&desc) })?;
-        Ok(handle)
+        Ok((handle, h))
     })?;
     state(|s| {
-        s.arrays.insert(handle, Array { desc, level_of: None });
+        s.arrays.insert(handle, Array { ctx, desc, level_of: None });
         Ok(handle)
     })
 }
@@ -236,37 +239,37 @@ pub(super) fn mipmap_create(d: CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) -> R<CUm
     if levels == 0 || levels > most {
         return refuse(INVALID, &format!("{levels} mipmap levels (this extent has 1..={most})"));
     }
-    let handle = client::call(|c| {
-        let (_, ctx, _) = c.current()?;
+    let (handle, ctx) = client::call(|c| {
+        let (h, ctx, _) = c.current()?;
         let answer::Array { handle, .. } =
             c.live()?.ask(Request::MipmappedArrayCreate { ctx, desc: wire_desc(&d), levels })?;
-        Ok(handle)
+        Ok((handle, h))
     })?;
     state(|s| {
-        s.mipmaps.insert(handle, (d, Vec::new()));
+        s.mipmaps.insert(handle, (ctx, d, Vec::new()));
         Ok(handle as CUmipmappedArray)
     })
 }
 
-fn mipmap(h: CUmipmappedArray) -> R<CUDA_ARRAY3D_DESCRIPTOR> {
-    match state(|s| Ok(s.mipmaps.get(&(h as u64)).map(|m| m.0)))? {
+fn mipmap(h: CUmipmappedArray) -> R<(u64, CUDA_ARRAY3D_DESCRIPTOR)> {
+    match state(|s| Ok(s.mipmaps.get(&(h as u64)).map(|m| (m.0, m.1))))? {
         Some(d) => Ok(d),
         None => refuse(INVALID_HANDLE, &format!("{:#x} is not a live mipmapped array", h as u64)),
     }
 }
 
 pub(super) fn mipmap_level(h: CUmipmappedArray, level: c_uint) -> R<CUarray> {
-    let d = mipmap(h)?;
+    let (ctx, d) = mipmap(h)?;
     let handle = client::call(|c| {
         let answer::Array { handle, .. } = c.live()?.ask(Request::MipmappedArrayLevel { mipmap: h as u64, level })?;
         Ok(handle)
     })?;
     state(|s| {
-        s.arrays.insert(handle, Array { desc: level_desc(&d, level), level_of: Some(h as u64) });
+        s.arrays.insert(handle, Array { ctx, desc: level_desc(&d, level), level_of: Some(h as u64) });
         if let Some(m) = s.mipmaps.get_mut(&(h as u64))
-            && !m.1.contains(&handle)
+            && !m.2.contains(&handle)
         {
-            m.1.push(handle);
+            m.2.push(handle);
         }
         Ok(handle as CUarray)
     })
@@ -276,13 +279,25 @@ pub(super) fn mipmap_destroy(h: CUmipmappedArray) -> R<()> {
     mipmap(h)?;
     client::call(|c| c.live()?.call_ok(Request::MipmappedArrayDestroy { mipmap: h as u64 }))?;
     state(|s| {
-        if let Some((_, levels)) = s.mipmaps.remove(&(h as u64)) {
+        if let Some((_, _, levels)) = s.mipmaps.remove(&(h as u64)) {
             for l in levels {
                 s.arrays.remove(&l);
             }
         }
         Ok(())
     })
+}
+
+/// Client context `h` was destroyed or reset: the daemon destroyed the arrays, mipmapped
+/// arrays, texture and surface objects made through it, so their handles name nothing now.
+pub(crate) fn forget_context(h: u64) {
+    let _ = state(|s| {
+        s.arrays.retain(|_, a| a.ctx != h);
+        s.mipmaps.retain(|_, m| m.0 != h);
+        s.textures.retain(|_, t| t.ctx != h);
+        s.surfaces.retain(|_, e| e.0 != h);
+        Ok(())
+    });
 }
 
 /// Checks an array end of a copy: a box of `dims` (bytes, rows, slices) at `at` inside
@@ -496,8 +511,8 @@ pub(super) fn tex_create(
         flags: tex.flags,
         border: tex.borderColor.map(f32::to_bits),
     };
-    let handle = client::call(|c| {
-        let (_, ctx, _) = c.current()?;
+    let (handle, ctx) = client::call(|c| {
+        let (h, ctx, _) = c.current()?;
         let request = match source {
             Source::Memory(resource) => {
                 if view.is_some() {
@@ -517,10 +532,10 @@ pub(super) fn tex_create(
             }
         };
         let answer::TexObject { handle } = c.live()?.ask(request)?;
-        Ok(handle)
+        Ok((handle, h))
     })?;
     state(|s| {
-        s.textures.insert(handle, Texture { res, tex });
+        s.textures.insert(handle, Texture { ctx, res, tex });
         Ok(handle)
     })
 }
@@ -560,19 +575,19 @@ pub(super) fn surf_create(res: CUDA_RESOURCE_DESC) -> R<CUsurfObject> {
     if array(h)?.desc.Flags & CUDA_ARRAY3D_SURFACE_LDST == 0 {
         return refuse(INVALID, "a surface object's array must be made with CUDA_ARRAY3D_SURFACE_LDST");
     }
-    let handle = client::call(|c| {
-        let (_, ctx, _) = c.current()?;
+    let (handle, ctx) = client::call(|c| {
+        let (cur, ctx, _) = c.current()?;
         let answer::TexObject { handle } = c.live()?.ask(Request::SurfObjectCreate { ctx, array: h as u64 })?;
-        Ok(handle)
+        Ok((handle, cur))
     })?;
     state(|s| {
-        s.surfaces.insert(handle, res);
+        s.surfaces.insert(handle, (ctx, res));
         Ok(handle)
     })
 }
 
 fn surface(h: CUsurfObject) -> R<CUDA_RESOURCE_DESC> {
-    match state(|s| Ok(s.surfaces.get(&h).copied()))? {
+    match state(|s| Ok(s.surfaces.get(&h).map(|e| e.1)))? {
         Some(r) => Ok(r),
         None => refuse(INVALID, &format!("{h:#x} is not a live surface object")),
     }

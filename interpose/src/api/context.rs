@@ -120,8 +120,10 @@ pub(super) fn get_current() -> R<CUcontext> {
 }
 
 /// Context `h` was destroyed or reset: what NVIDIA's runtime kept with it (its storage
-/// slots, whose destructors run now; the modules its libraries had there) goes with it.
+/// slots, whose destructors run now; the modules its libraries had there) goes with it, and
+/// so do the handles of the arrays, textures and surfaces the daemon destroyed with it.
 fn context_gone(h: u64) {
+    crate::api::array::forget_context(h);
     crate::api::export_tables::context_reset(h);
     crate::api::library::forget_context(h);
 }
