@@ -9,12 +9,18 @@
   with cudaDeviceSetGraphMemAttribute.
 - Held to the quota: with 1/2 of it allocated, a graph allocating 3/4 of it fails
   cudaGraphInstantiate with cudaErrorMemoryAllocation, and instantiates once that is freed.
+- Host functions: cudaGraphAddHostNode runs a Python function in this process at every launch,
+  on a thread other than the caller's; cudaGraphHostNodeGetParams gives the parameters back,
+  cudaGraphHostNodeSetParams changes the graph's node (an instantiated graph keeps its own) and
+  cudaGraphExecHostNodeSetParams one instantiated graph's; cudaLaunchHostFunc in a capture is a
+  host node of the captured graph, run at each of its launches and not during the capture.
 
 Prints PASS/FAIL lines and SUMMARY passed/total; exits 1 on any failure.
 """
 
 import ctypes as C
 import sys
+import threading
 
 MIB = 1 << 20
 PINNED, LOC_DEVICE, READWRITE = 1, 1, 3
@@ -51,6 +57,12 @@ class AllocNodeParams(C.Structure):
         ("dptr", C.c_void_p),
     ]
 
+
+class HostNodeParams(C.Structure):
+    _fields_ = [("fn", C.c_void_p), ("userData", C.c_void_p)]
+
+
+HOST_FN = C.CFUNCTYPE(None, C.c_void_p)
 
 rt = C.CDLL("libcudart.so.12")
 results = []
@@ -162,8 +174,65 @@ def main():
     call("cudaDeviceGraphMemTrim", 0)
     record("nothing left", free_now()[0] == free0, f"{free_now()[0]} of {free0}")
 
+    host_checks()
     print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
     return 0 if all(results) else 1
+
+
+def host_checks():
+    calls, threads = [], set()
+
+    def on_host(user):
+        calls.append(user or 0)
+        threads.add(threading.get_ident())
+
+    cb = HOST_FN(on_host)
+    fn = C.cast(cb, C.c_void_p).value
+    g, n, s, e, e2 = C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_void_p()
+    call("cudaStreamCreate", C.byref(s))
+    call("cudaGraphCreate", C.byref(g), 0)
+    call("cudaGraphAddHostNode", C.byref(n), g, None, C.c_size_t(0), C.byref(HostNodeParams(fn, 1)))
+    call("cudaGraphInstantiate", C.byref(e), g, C.c_ulonglong(0))
+    call("cudaGraphLaunch", e, s)
+    call("cudaStreamSynchronize", s)
+    got = HostNodeParams()
+    call("cudaGraphHostNodeGetParams", n, C.byref(got))
+    record(
+        "cudaGraphAddHostNode runs the function at launch, off the caller's thread; its parameters come back",
+        calls == [1] and threading.get_ident() not in threads and got.fn == fn and got.userData == 1,
+        f"calls {calls}, params {got.fn} {got.userData}",
+    )
+    call("cudaGraphHostNodeSetParams", n, C.byref(HostNodeParams(fn, 2)))
+    call("cudaGraphExecHostNodeSetParams", e, n, C.byref(HostNodeParams(fn, 3)))
+    call("cudaGraphInstantiate", C.byref(e2), g, C.c_ulonglong(0))
+    call("cudaGraphLaunch", e, s)
+    call("cudaGraphLaunch", e2, s)
+    call("cudaStreamSynchronize", s)
+    call("cudaGraphHostNodeGetParams", n, C.byref(got))
+    record(
+        "cudaGraphHostNodeSetParams changes the graph's node, cudaGraphExecHostNodeSetParams one instantiated graph's",
+        calls == [1, 3, 2] and got.userData == 2,
+        f"calls {calls}, params {got.userData}",
+    )
+    g2, e3 = C.c_void_p(), C.c_void_p()
+    call("cudaStreamBeginCapture", s, 0)
+    call("cudaLaunchHostFunc", s, cb, C.c_void_p(4))
+    call("cudaStreamEndCapture", s, C.byref(g2))
+    during = list(calls)
+    call("cudaGraphInstantiate", C.byref(e3), g2, C.c_ulonglong(0))
+    for _ in range(3):
+        call("cudaGraphLaunch", e3, s)
+    call("cudaStreamSynchronize", s)
+    record(
+        "cudaLaunchHostFunc in a capture is a host node of the graph, run at each launch",
+        during == [1, 3, 2] and calls[3:] == [4, 4, 4] and threading.get_ident() not in threads,
+        f"calls {calls}",
+    )
+    for x in (e, e2, e3):
+        call("cudaGraphExecDestroy", x)
+    for x in (g, g2):
+        call("cudaGraphDestroy", x)
+    call("cudaStreamDestroy", s)
 
 
 if __name__ == "__main__":
