@@ -56,8 +56,9 @@ pub struct Conn {
     pub broken: bool,
     /// Asynchronous requests posted since the last look for failure frames.
     posted: u32,
-    /// This session's host-function channel is attached ([`super::host_channel`]).
-    pub host_channel: bool,
+    /// This session's host-function channel is attached; its thread clears it when the channel
+    /// ends ([`super::host_channel`]).
+    pub host_channel: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Every this many async posts, failure frames the daemon queued are collected, so a
@@ -177,7 +178,7 @@ impl Conn {
             devices: Vec::new(),
             broken: false,
             posted: 0,
-            host_channel: false,
+            host_channel: Default::default(),
         })
     }
 

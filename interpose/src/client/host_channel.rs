@@ -69,9 +69,10 @@ pub fn after_fork_child() {
 pub fn ensure(c: &mut Client, ep: usize, func: u64) -> R<()> {
     known().get_or_insert_with(HashSet::new).insert(func);
     let conn = c.conn_at(ep)?;
-    if conn.host_channel {
+    if conn.host_channel.load(Ordering::Acquire) {
         return Ok(());
     }
+    let attached = conn.host_channel.clone();
     let answer::HostChannelKey { session, secret } = conn.ask(Request::HostChannelOpen {})?;
     let eps = endpoint::configured().map_err(|why| {
         warn(&why);
@@ -87,8 +88,11 @@ pub fn ensure(c: &mut Client, ep: usize, func: u64) -> R<()> {
                 if let Some(s) = slot {
                     s.store(conn.raw_fd(), Ordering::Release);
                 }
+                attached.store(true, Ordering::Release);
                 let _ = tx.send(Ok(()));
                 serve(conn, slot);
+                // A later host node opens a new channel (if the daemon is still there).
+                attached.store(false, Ordering::Release);
             }
             Err(why) => {
                 let _ = tx.send(Err(why));
@@ -100,10 +104,7 @@ pub fn ensure(c: &mut Client, ep: usize, func: u64) -> R<()> {
         return Err(CUresult::CUDA_ERROR_OPERATING_SYSTEM);
     }
     match rx.recv_timeout(ATTACH_TIMEOUT) {
-        Ok(Ok(())) => {
-            c.conn_at(ep)?.host_channel = true;
-            Ok(())
-        }
+        Ok(Ok(())) => Ok(()),
         Ok(Err(why)) => {
             warn(&format!("host functions cannot run: {why}"));
             Err(CUresult::CUDA_ERROR_OPERATING_SYSTEM)
