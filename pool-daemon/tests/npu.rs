@@ -18,6 +18,12 @@ use std::time::{Duration, Instant};
 const NPU_ENV: [(&str, &str); 2] = [("GPUPOOL_SIM_NPU_DEVICES", "2"), ("GPUPOOL_SIM_NPU_MEMORY", "4GiB")];
 
 fn client_exe() -> PathBuf {
+    // Compiled once: the tests run in parallel and must not write the executable twice.
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(compile_client).clone()
+}
+
+fn compile_client() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("npu-pool");
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join("npu_pool_client");
@@ -52,7 +58,34 @@ fn wait_idle(d: &Daemon) {
 fn an_acl_program_runs_unmodified_under_gpupool_run_held_to_its_quota() {
     ensure_interposer();
     let d = Daemon::start_env(Some(&common::tenant_config("8GiB")), &[], &NPU_ENV);
-    let out = gpupool(&d).arg(client_exe()).arg("1536").output().unwrap();
+    let mut cmd = gpupool(&d);
+    cmd.arg(client_exe()).arg("1536");
+    run_client(&d, cmd);
+}
+
+/// The quota from the config's per-vendor key (`npu0`, the NPU after the two GPUs), and from
+/// hami-vnpu-core's `NPU_MEM_QUOTA` (MB) as a client's request, narrowing it.
+#[test]
+fn npu_quotas_from_the_config_and_from_npu_mem_quota() {
+    ensure_interposer();
+    let config =
+        format!("[[tenant]]\nname = \"team\"\nuids = [{}]\nmemory = {{ npu0 = \"1536MiB\" }}\n", common::uid());
+    let d = Daemon::start_env(Some(&config), &[], &NPU_ENV);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(["run", "--endpoint", &d.endpoint(), "--"]).arg(client_exe()).arg("1536");
+    run_client(&d, cmd);
+    // The GPUs and the second NPU are not in the tenant's quota: nothing fits there.
+    let mut c = Client::connect(&d.socket);
+    let Reply::Context { ctx } = c.call(Request::PrimaryCtxRetain { device: 3 }) else { panic!("{}", d.log()) };
+    assert_eq!(code(&c.call(Request::MemAlloc { ctx, bytes: 1 << 20 })), 207001);
+    drop(c);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(["run", "--endpoint", &d.endpoint(), "--"]).arg(client_exe()).arg("1024").env("NPU_MEM_QUOTA", "1024");
+    run_client(&d, cmd);
+}
+
+fn run_client(d: &Daemon, mut cmd: Command) {
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "npu_pool_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
@@ -70,7 +103,7 @@ fn an_acl_program_runs_unmodified_under_gpupool_run_held_to_its_quota() {
     }
     assert!(stdout.ends_with("done\n"), "{stdout}");
     assert!(d.log().contains("NPU allocation refused"), "no log line for the refusal:\n{}", d.log());
-    wait_idle(&d);
+    wait_idle(d);
 }
 
 #[test]

@@ -99,6 +99,26 @@ impl MemoryQuota {
     }
 }
 
+/// Where a per-vendor key (`memory = { npu0 = "8GiB" }`) waits in [`MemoryQuota::devices`]: the
+/// config alone cannot know how many GPUs precede the NPUs in the daemon's one device list, so
+/// NPU `n` is held at `NPU_KEY_BASE + n`, which names no device, until the daemon, knowing that
+/// number, calls [`Config::place_npus`].
+pub const NPU_KEY_BASE: u32 = 0x8000_0000;
+
+impl MemoryQuota {
+    /// Moves `npu<n>` entries to device `first_npu + n`; an entry for an NPU also given by its
+    /// device index keeps the `npu<n>` value.
+    fn place_npus(&mut self, first_npu: u32) {
+        let npus: Vec<(u32, u64)> = self.devices.range(NPU_KEY_BASE..).map(|(&k, &v)| (k, v)).collect();
+        for (k, v) in npus {
+            self.devices.remove(&k);
+            if let Some(d) = first_npu.checked_add(k - NPU_KEY_BASE) {
+                self.devices.insert(d, v);
+            }
+        }
+    }
+}
+
 /// The page-locked host memory quota of a tenant whose config does not set `pinned`: 4 GiB.
 /// Page-locked memory cannot be swapped or reclaimed, so an unbounded default would let any
 /// client take the daemon's host down; a fixed figure (not a share of this host's RAM) keeps a
@@ -274,9 +294,17 @@ fn memory_quota(tenant: &str, raw: &Option<RawMemory>) -> Result<MemoryQuota, Co
                     q.default = Some(bytes);
                     continue;
                 }
-                let dev: u32 = key.parse().map_err(|_| {
-                    field_err(tenant, &field, format!("`{key}` is not a device index (0, 1, ...) or `*`"))
-                })?;
+                let npu = key.strip_prefix("npu").and_then(|n| n.parse::<u32>().ok()).filter(|&n| n < NPU_KEY_BASE);
+                let dev: u32 = match npu {
+                    Some(n) => NPU_KEY_BASE + n,
+                    None => key.parse().ok().filter(|&d| d < NPU_KEY_BASE).ok_or_else(|| {
+                        field_err(
+                            tenant,
+                            &field,
+                            format!("`{key}` is not a device index (0, 1, ...), an NPU (npu0, npu1, ...) or `*`"),
+                        )
+                    })?,
+                };
                 q.devices.insert(dev, bytes);
             }
             Ok(q)
@@ -423,6 +451,14 @@ impl Config {
     /// The `[[tenant]]` entries, in file order (the default tenant is not among them).
     pub fn tenants(&self) -> &[TenantSpec] {
         &self.tenants
+    }
+
+    /// Places every tenant's `npu<n>` memory keys at device `first_npu + n` of the daemon's
+    /// device list (the NPUs follow its `first_npu` GPUs).
+    pub fn place_npus(&mut self, first_npu: u32) {
+        for t in self.tenants.iter_mut().chain(std::iter::once(&mut self.default)) {
+            t.memory.place_npus(first_npu);
+        }
     }
 
     /// The `[default]` tenant.

@@ -175,3 +175,24 @@ fn pinned_quota_parses_defaults_and_refuses_bad_sizes() {
     let e = err("[default]\npinned = { 0 = \"1GiB\" }\n");
     assert!(e.contains("pinned"), "{e}");
 }
+
+#[test]
+fn npu_keys_are_placed_after_the_gpus() {
+    let text = "[[tenant]]\nname = \"a\"\nuids = [1]\nmemory = { 0 = \"2GiB\", npu0 = \"8GiB\", npu1 = \"1536MiB\", \"*\" = \"1GiB\" }\n";
+    let mut c = Config::from_toml_str(text).unwrap();
+    let q = |c: &Config, d: u32| c.tenant(&TenantId::new("a")).unwrap().memory.for_device(d);
+    // Before the daemon places them, npu keys name no device: every device but 0 gets "*".
+    assert_eq!(
+        (q(&c, 0), q(&c, 1), q(&c, 2), q(&c, 3)),
+        (Some(2048 * MIB), Some(1024 * MIB), Some(1024 * MIB), Some(1024 * MIB))
+    );
+    // Two GPUs precede the NPUs: npu0 is device 2, npu1 device 3.
+    c.place_npus(2);
+    assert_eq!(
+        (q(&c, 0), q(&c, 1), q(&c, 2), q(&c, 3)),
+        (Some(2048 * MIB), Some(1024 * MIB), Some(8192 * MIB), Some(1536 * MIB))
+    );
+    let (tenant, field, message) = field_err("[[tenant]]\nname = \"b\"\nuids = [2]\nmemory = { npux = \"1GiB\" }\n");
+    assert_eq!((tenant.as_str(), field.as_str()), ("b", "memory.npux"));
+    assert!(message.contains("npu0"), "{message}");
+}

@@ -203,7 +203,7 @@ fn reload(shared: &Shared) {
         tracing::info!("SIGHUP: no config file to reload (built-in default config)");
         return;
     };
-    match super::load_config(Some(path)) {
+    match super::load_config(Some(path), shared.first_npu()) {
         Ok(cfg) => {
             shared.compute.apply_config(&cfg);
             shared.ledger.apply(cfg);

@@ -242,14 +242,23 @@ impl Shared {
 }
 
 /// Reads the quota config: the file given, or the built-in default (one unrestricted
-/// default tenant).
-pub fn load_config(path: Option<&PathBuf>) -> Result<Config> {
-    match path {
-        None => Ok(Config::unrestricted()),
+/// default tenant); its `npu<n>` memory keys placed after the `first_npu` GPUs.
+pub fn load_config(path: Option<&PathBuf>, first_npu: u32) -> Result<Config> {
+    let mut config = match path {
+        None => Config::unrestricted(),
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Config::from_toml_str(&text).with_context(|| format!("quota config {}", p.display()))
+            Config::from_toml_str(&text).with_context(|| format!("quota config {}", p.display()))?
         }
+    };
+    config.place_npus(first_npu);
+    Ok(config)
+}
+
+impl Shared {
+    /// How many GPUs precede the NPUs in the device list.
+    pub fn first_npu(&self) -> u32 {
+        self.devices.iter().take_while(|d| d.vendor != gpupool_protocol::ops::VENDOR_ASCEND).count() as u32
     }
 }
 
@@ -381,9 +390,10 @@ pub fn run(opts: Options) -> Result<()> {
         }
     };
     let (driver_version, mut devices) = discover(&cuda)?;
-    let (acl, npus) = discover_npus(&src, devices.len() as u32);
+    let first_npu = devices.len() as u32;
+    let (acl, npus) = discover_npus(&src, first_npu);
     devices.extend(npus);
-    let config = load_config(opts.config.as_ref())?;
+    let config = load_config(opts.config.as_ref(), first_npu)?;
     let endpoints = if opts.listen.is_empty() { vec![listener::default_socket_path()] } else { opts.listen.clone() };
     let devices_len = devices.len();
     // Bound early: a bad certificate or an insecure address fails before any device work.
