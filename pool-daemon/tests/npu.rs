@@ -1,16 +1,16 @@
 //! NPUs through the pool (pool-daemon/src/daemon/npu.rs, interpose/src/acl): a daemon over the
 //! simulated GPU and the simulated NPU (sim-npu) serves both from one device list, one ledger
 //! and one session type. tests/c/npu_pool_client.c, built against our CANN header and linked
-//! with -lascendcl, runs unmodified under `gpupool run --memory 1536MiB`: the runtime sequence
-//! against the CPU, aclrtGetMemInfo equal to the quota, 207001 exactly at it, foreign handles
+//! with -lascendcl -lopapi, runs unmodified under `gpupool run --memory 1536MiB`: the runtime
+//! sequence and aclnnAdd/Mul/Matmul against the CPU, operands past their memory refused, aclrtGetMemInfo equal to the quota, 207001 exactly at it, foreign handles
 //! refused. A client killed while copying leaves no session and no bytes; on the wire, another
 //! session's NPU memory is refused; `gpupool status` lists the NPUs.
 
 mod common;
 
 use common::{Client, Daemon, code, ensure_interposer};
-use gpupool_protocol::ops::{VENDOR_ASCEND, VENDOR_CUDA};
-use gpupool_protocol::{DevicePtr, Reply, Request};
+use gpupool_protocol::ops::{NPU_OP_MUL, NpuTensor, VENDOR_ASCEND, VENDOR_CUDA};
+use gpupool_protocol::{DevicePtr, Reply, Request, StreamId};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,7 +30,11 @@ fn compile_client() -> PathBuf {
     let libdir = gpupool_e2e::sim_libdir();
     // Linked as a CANN program links against CANN (here the simulator's libdir); at run time
     // `gpupool run` puts its own libascendcl.so first.
-    gpupool_e2e::compile_c_into("npu_pool_client.c", &exe, &[&format!("-L{}", libdir.display()), "-lascendcl"]);
+    gpupool_e2e::compile_c_into(
+        "npu_pool_client.c",
+        &exe,
+        &[&format!("-L{}", libdir.display()), "-lascendcl", "-lopapi", "-lm"],
+    );
     exe
 }
 
@@ -94,6 +98,8 @@ fn run_client(d: &Daemon, mut cmd: Command) {
         "aclrtGetMemInfo shows the quota",
         "copies both ways, device to device and memset match the CPU",
         "stream-ordered copies and memset match the CPU",
+        "aclnnAdd, aclnnMul and aclnnMatmul through the pool match the CPU",
+        "operands past their memory and foreign tensors are refused",
         "a 24 MiB round trip is byte-exact",
         "out of memory exactly at the quota with 207001",
         "handles and memory not this process's are refused",
@@ -149,6 +155,24 @@ fn npus_follow_the_gpus_in_one_list_and_another_sessions_memory_is_refused() {
     ] {
         assert_eq!(code(&b.call(op.clone())), 1, "{op:?} from another session");
     }
+    // An operator naming another session's memory is refused before the backend sees it, and
+    // another session's executor is no handle of this one.
+    let tensor = |data: DevicePtr| NpuTensor {
+        data,
+        dtype: 0,
+        format: 2,
+        offset: 0,
+        view: vec![4],
+        strides: vec![1],
+        storage: vec![4],
+    };
+    let prepare =
+        |ctx, p| Request::NpuOpPrepare { ctx, op: NPU_OP_MUL, tensors: vec![tensor(p); 3], alpha: None, param: 0 };
+    assert_eq!(code(&b.call(prepare(bctx, ptr))), 161002);
+    let Reply::NpuExecutor { exec, .. } = a.call(prepare(ctx, ptr)) else { panic!("{}", d.log()) };
+    let run = Request::NpuOpRun { exec, workspace: DevicePtr(0), workspace_bytes: 0, stream: StreamId::NULL };
+    assert_eq!(code(&b.call(run.clone())), 400);
+    assert_eq!(a.call(run), Reply::Ok {});
     // A CUDA-only operation in an NPU context never runs in another device's context.
     let r = b.call(Request::EventCreate { ctx: bctx, flags: 0 });
     assert!(matches!(r, Reply::Error { .. }), "{r:?}");

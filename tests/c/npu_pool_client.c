@@ -1,7 +1,8 @@
 /* An AscendCL program built against gpupool's CANN header and linked with -lascendcl, run
  * unmodified under `gpupool run` (pool-daemon/tests/npu.rs): the quickstart's runtime sequence
  * (devices, a context, a stream, memory, copies both ways, device to device, memset, async
- * copies) checked against the CPU, aclrtGetMemInfo equal to the tenant's quota, out of memory
+ * copies) and the operators aclnnAdd, aclnnMul and aclnnMatmul checked against the CPU, an
+ * operand past its allocation refused, aclrtGetMemInfo equal to the tenant's quota, out of memory
  * exactly at the quota with ACL_ERROR_RT_MEMORY_ALLOCATION, and handles this process never
  * made refused.
  *   npu_pool_client QUOTA_MIB            the checks; prints "ok <check>" lines, then "done"
@@ -10,6 +11,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "gpupool_acl.h"
+#include "gpupool_aclnn.h"
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +130,81 @@ int main(int argc, char **argv) {
     ACL(aclrtSynchronizeStream(stream));
     CHECK(memcmp(back, x, n * sizeof(float)) == 0, "stream-ordered copies differ from the CPU");
     ok("stream-ordered copies and memset match the CPU");
+
+    /* Operators: out = a + 0.5 * b, prod = a * b, c = A @ B, against the CPU. */
+    {
+        enum { M = 4, K = 5, N = 3 };
+        float a[M * K], b[M * K], mb[K * N], out[M * K], prod[M * K], mc[M * N];
+        for (int i = 0; i < M * K; i++) a[i] = (float)(i % 7) - 2.5f, b[i] = (float)(i * 3 % 11) * 0.25f;
+        for (int i = 0; i < K * N; i++) mb[i] = (float)((i * 5) % 9) - 4.0f;
+        void *da, *db2, *dout, *dprod, *dmb, *dmc;
+        ACL(aclrtMalloc(&da, sizeof a, ACL_MEM_MALLOC_HUGE_FIRST));
+        ACL(aclrtMalloc(&db2, sizeof b, ACL_MEM_MALLOC_HUGE_FIRST));
+        ACL(aclrtMalloc(&dout, sizeof out, ACL_MEM_MALLOC_HUGE_FIRST));
+        ACL(aclrtMalloc(&dprod, sizeof prod, ACL_MEM_MALLOC_HUGE_FIRST));
+        ACL(aclrtMalloc(&dmb, sizeof mb, ACL_MEM_MALLOC_HUGE_FIRST));
+        ACL(aclrtMalloc(&dmc, sizeof mc, ACL_MEM_MALLOC_HUGE_FIRST));
+        ACL(aclrtMemcpy(da, sizeof a, a, sizeof a, ACL_MEMCPY_HOST_TO_DEVICE));
+        ACL(aclrtMemcpy(db2, sizeof b, b, sizeof b, ACL_MEMCPY_HOST_TO_DEVICE));
+        ACL(aclrtMemcpy(dmb, sizeof mb, mb, sizeof mb, ACL_MEMCPY_HOST_TO_DEVICE));
+        int64_t mk[2] = {M, K}, kn[2] = {K, N}, mn[2] = {M, N};
+        int64_t s_mk[2] = {K, 1}, s_kn[2] = {N, 1}, s_mn[2] = {N, 1};
+        int64_t st_mk[1] = {M * K}, st_kn[1] = {K * N}, st_mn[1] = {M * N};
+        aclTensor *ta = aclCreateTensor(mk, 2, ACL_FLOAT, s_mk, 0, ACL_FORMAT_ND, st_mk, 1, da);
+        aclTensor *tb = aclCreateTensor(mk, 2, ACL_FLOAT, s_mk, 0, ACL_FORMAT_ND, st_mk, 1, db2);
+        aclTensor *tout = aclCreateTensor(mk, 2, ACL_FLOAT, s_mk, 0, ACL_FORMAT_ND, st_mk, 1, dout);
+        aclTensor *tprod = aclCreateTensor(mk, 2, ACL_FLOAT, s_mk, 0, ACL_FORMAT_ND, st_mk, 1, dprod);
+        aclTensor *tmb = aclCreateTensor(kn, 2, ACL_FLOAT, s_kn, 0, ACL_FORMAT_ND, st_kn, 1, dmb);
+        aclTensor *tmc = aclCreateTensor(mn, 2, ACL_FLOAT, s_mn, 0, ACL_FORMAT_ND, st_mn, 1, dmc);
+        float half = 0.5f;
+        aclScalar *alpha = aclCreateScalar(&half, ACL_FLOAT);
+        CHECK(ta && tb && tout && tprod && tmb && tmc && alpha, "tensor descriptions");
+        uint64_t ws = 0;
+        aclOpExecutor *ex = NULL;
+        ACL(aclnnAddGetWorkspaceSize(ta, tb, alpha, tout, &ws, &ex));
+        CHECK(ws == 0, "aclnnAdd workspace %llu", (unsigned long long)ws);
+        ACL(aclnnAdd(NULL, 0, ex, stream));
+        CHECK(aclnnAdd(NULL, 0, ex, stream) == ACLNN_ERR_PARAM_INVALID, "an executor runs once");
+        ACL(aclnnMulGetWorkspaceSize(ta, tb, tprod, &ws, &ex));
+        ACL(aclnnMul(NULL, 0, ex, stream));
+        ACL(aclnnMatmulGetWorkspaceSize(ta, tmb, tmc, 0, &ws, &ex));
+        ACL(aclnnMatmul(NULL, 0, ex, stream));
+        ACL(aclrtSynchronizeStream(stream));
+        ACL(aclrtMemcpy(out, sizeof out, dout, sizeof out, ACL_MEMCPY_DEVICE_TO_HOST));
+        ACL(aclrtMemcpy(prod, sizeof prod, dprod, sizeof prod, ACL_MEMCPY_DEVICE_TO_HOST));
+        ACL(aclrtMemcpy(mc, sizeof mc, dmc, sizeof mc, ACL_MEMCPY_DEVICE_TO_HOST));
+        int add_ok = 1, mul_ok = 1, mm_ok = 1;
+        for (int i = 0; i < M * K; i++) {
+            add_ok &= fabsf(out[i] - (a[i] + 0.5f * b[i])) < 1e-5f;
+            mul_ok &= fabsf(prod[i] - a[i] * b[i]) < 1e-5f;
+        }
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float want = 0;
+                for (int k = 0; k < K; k++) want += a[i * K + k] * mb[k * N + j];
+                mm_ok &= fabsf(mc[i * N + j] - want) < 1e-4f;
+            }
+        CHECK(add_ok && mul_ok && mm_ok, "add %d mul %d matmul %d", add_ok, mul_ok, mm_ok);
+        ok("aclnnAdd, aclnnMul and aclnnMatmul through the pool match the CPU");
+
+        /* A view whose storage reaches past its allocation, and a tensor this process never
+         * made: refused before anything runs. */
+        int64_t st_big[1] = {M * K * 4};
+        aclTensor *past = aclCreateTensor(mk, 2, ACL_FLOAT, s_mk, 0, ACL_FORMAT_ND, st_big, 1, da);
+        CHECK(aclnnAddGetWorkspaceSize(past, tb, alpha, tout, &ws, &ex) == ACLNN_ERR_PARAM_INVALID, "past the allocation");
+        int64_t far[2] = {M, K * 2};
+        aclTensor *wide = aclCreateTensor(far, 2, ACL_FLOAT, s_mk, 0, ACL_FORMAT_ND, st_mk, 1, da);
+        CHECK(aclnnMulGetWorkspaceSize(wide, tb, tprod, &ws, &ex) == ACLNN_ERR_PARAM_INVALID, "a view past its storage");
+        CHECK(aclnnMulGetWorkspaceSize((aclTensor *)(uintptr_t)0x4000, tb, tprod, &ws, &ex) == ACLNN_ERR_PARAM_INVALID,
+              "a foreign tensor");
+        CHECK(aclnnMulGetWorkspaceSize(ta, tb, tprod, NULL, &ex) == ACLNN_ERR_PARAM_NULLPTR, "NULL workspace size");
+        ok("operands past their memory and foreign tensors are refused");
+        aclDestroyTensor(past), aclDestroyTensor(wide);
+        aclDestroyTensor(ta), aclDestroyTensor(tb), aclDestroyTensor(tout), aclDestroyTensor(tprod);
+        aclDestroyTensor(tmb), aclDestroyTensor(tmc), aclDestroyScalar(alpha);
+        void *bufs[] = {da, db2, dout, dprod, dmb, dmc};
+        for (int i = 0; i < 6; i++) ACL(aclrtFree(bufs[i]));
+    }
 
     const size_t big = 24 * MIB;
     unsigned char *h = malloc(big), *hb = malloc(big);

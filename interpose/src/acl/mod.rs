@@ -12,7 +12,7 @@
 //! Errors: the daemon answers an NPU backend's failure with AscendCL's code (passed through);
 //! its generic refusals (an unowned pointer or handle, a quota) come in CUDA's numbering, the
 //! wire's, and are mapped here ([`acl_code`]): past the quota ACL_ERROR_RT_MEMORY_ALLOCATION
-//! 207001. Not yet forwarded: events, operators (`aclnn*`), DCMI.
+//! 207001. Operators: [`aclnn`]. Not yet forwarded: events, DCMI.
 //!
 //! Must not: touch the CUDA front-end's context stack or registry.
 
@@ -57,6 +57,8 @@ pub struct State {
     /// (endpoint, base) -> (size, context handle).
     allocs: BTreeMap<(usize, u64), (u64, u64)>,
     next: u64,
+    /// Tensors, scalars and executors of the operator API ([`aclnn`]).
+    ops: aclnn::Ops,
 }
 
 thread_local! {
@@ -386,4 +388,5 @@ fn synchronize_device(c: &mut Client) -> A<()> {
     call_ok(c, x.ep, Request::CtxSynchronize { ctx: x.id })
 }
 
+mod aclnn;
 mod export;

@@ -5,6 +5,7 @@
 //! without it serves GPUs alone.
 
 use gpupool_shim::acl::{self as acl, aclError, aclrtContext, aclrtMemAttr, aclrtMemcpyKind, aclrtStream};
+use gpupool_shim::aclnn;
 use libloading::Library;
 use std::os::raw::{c_char, c_int, c_void};
 use std::path::Path;
@@ -96,3 +97,122 @@ macro_rules! acl_call {
         acl.check(stringify!($name), res)
     }};
 }
+
+/// The operators' library (`libopapi.so`, beside `libascendcl.so`): the tensor descriptions of
+/// `acl_meta.h` and the two-phase operators the pool forwards.
+#[allow(non_snake_case)]
+pub struct Opapi {
+    pub aclCreateTensor: unsafe extern "C" fn(
+        *const i64,
+        u64,
+        aclnn::aclDataType,
+        *const i64,
+        i64,
+        aclnn::aclFormat,
+        *const i64,
+        u64,
+        *mut c_void,
+    ) -> *mut aclnn::aclTensor,
+    pub aclDestroyTensor: unsafe extern "C" fn(*const aclnn::aclTensor) -> aclnn::aclnnStatus,
+    pub aclCreateScalar: unsafe extern "C" fn(*mut c_void, aclnn::aclDataType) -> *mut aclnn::aclScalar,
+    pub aclDestroyScalar: unsafe extern "C" fn(*const aclnn::aclScalar) -> aclnn::aclnnStatus,
+    pub aclnnAddGetWorkspaceSize: unsafe extern "C" fn(
+        *const aclnn::aclTensor,
+        *const aclnn::aclTensor,
+        *const aclnn::aclScalar,
+        *mut aclnn::aclTensor,
+        *mut u64,
+        *mut *mut aclnn::aclOpExecutor,
+    ) -> aclnn::aclnnStatus,
+    pub aclnnMulGetWorkspaceSize: unsafe extern "C" fn(
+        *const aclnn::aclTensor,
+        *const aclnn::aclTensor,
+        *mut aclnn::aclTensor,
+        *mut u64,
+        *mut *mut aclnn::aclOpExecutor,
+    ) -> aclnn::aclnnStatus,
+    pub aclnnMatmulGetWorkspaceSize: unsafe extern "C" fn(
+        *const aclnn::aclTensor,
+        *const aclnn::aclTensor,
+        *mut aclnn::aclTensor,
+        i8,
+        *mut u64,
+        *mut *mut aclnn::aclOpExecutor,
+    ) -> aclnn::aclnnStatus,
+    pub aclnnAdd: RunFn,
+    pub aclnnMul: RunFn,
+    pub aclnnMatmul: RunFn,
+    _lib: Library,
+}
+
+/// Phase two of every operator: workspace, its size, the executor, the stream.
+pub type RunFn = unsafe extern "C" fn(*mut c_void, u64, *mut aclnn::aclOpExecutor, aclrtStream) -> aclnn::aclnnStatus;
+
+const _: RunFn = aclnn::aclnnAdd;
+const _: RunFn = aclnn::aclnnMul;
+const _: RunFn = aclnn::aclnnMatmul;
+
+impl Opapi {
+    pub fn load(path: &Path) -> Result<Opapi, AclError> {
+        let err = |source| AclError::Load { path: path.display().to_string(), source };
+        // SAFETY: loading the vendor library runs its initialisers, as CANN documents its use.
+        let lib = unsafe { Library::new(path) }.map_err(err)?;
+        // SAFETY: each symbol is typed as bindgen declares that name (the consts below check the
+        // field types against gpupool_shim::aclnn's declarations).
+        unsafe {
+            let o = Opapi {
+                aclCreateTensor: *lib.get(b"aclCreateTensor\0").map_err(err)?,
+                aclDestroyTensor: *lib.get(b"aclDestroyTensor\0").map_err(err)?,
+                aclCreateScalar: *lib.get(b"aclCreateScalar\0").map_err(err)?,
+                aclDestroyScalar: *lib.get(b"aclDestroyScalar\0").map_err(err)?,
+                aclnnAddGetWorkspaceSize: *lib.get(b"aclnnAddGetWorkspaceSize\0").map_err(err)?,
+                aclnnMulGetWorkspaceSize: *lib.get(b"aclnnMulGetWorkspaceSize\0").map_err(err)?,
+                aclnnMatmulGetWorkspaceSize: *lib.get(b"aclnnMatmulGetWorkspaceSize\0").map_err(err)?,
+                aclnnAdd: *lib.get(b"aclnnAdd\0").map_err(err)?,
+                aclnnMul: *lib.get(b"aclnnMul\0").map_err(err)?,
+                aclnnMatmul: *lib.get(b"aclnnMatmul\0").map_err(err)?,
+                _lib: lib,
+            };
+            Ok(o)
+        }
+    }
+}
+
+// The hand-written field types above, checked against bindgen's declarations of the same names.
+const _: unsafe extern "C" fn(
+    *const i64,
+    u64,
+    aclnn::aclDataType,
+    *const i64,
+    i64,
+    aclnn::aclFormat,
+    *const i64,
+    u64,
+    *mut c_void,
+) -> *mut aclnn::aclTensor = aclnn::aclCreateTensor;
+const _: unsafe extern "C" fn(*const aclnn::aclTensor) -> aclnn::aclnnStatus = aclnn::aclDestroyTensor;
+const _: unsafe extern "C" fn(*mut c_void, aclnn::aclDataType) -> *mut aclnn::aclScalar = aclnn::aclCreateScalar;
+const _: unsafe extern "C" fn(*const aclnn::aclScalar) -> aclnn::aclnnStatus = aclnn::aclDestroyScalar;
+const _: unsafe extern "C" fn(
+    *const aclnn::aclTensor,
+    *const aclnn::aclTensor,
+    *const aclnn::aclScalar,
+    *mut aclnn::aclTensor,
+    *mut u64,
+    *mut *mut aclnn::aclOpExecutor,
+) -> aclnn::aclnnStatus = aclnn::aclnnAddGetWorkspaceSize;
+const _: unsafe extern "C" fn(
+    *const aclnn::aclTensor,
+    *const aclnn::aclTensor,
+    *mut aclnn::aclTensor,
+    *mut u64,
+    *mut *mut aclnn::aclOpExecutor,
+) -> aclnn::aclnnStatus = aclnn::aclnnMulGetWorkspaceSize;
+const _: unsafe extern "C" fn(
+    *const aclnn::aclTensor,
+    *const aclnn::aclTensor,
+    *mut aclnn::aclTensor,
+    i8,
+    *mut u64,
+    *mut *mut aclnn::aclOpExecutor,
+) -> aclnn::aclnnStatus = aclnn::aclnnMatmulGetWorkspaceSize;

@@ -8,7 +8,7 @@ mod cublas;
 mod cuda;
 mod nvml;
 
-pub use acl::{Acl, AclError};
+pub use acl::{Acl, AclError, Opapi};
 pub use cublas::{Blas, Cublas, CublasLt};
 pub use cuda::{Cuda, CudaError};
 pub use nvml::Nvml;

@@ -51,6 +51,8 @@ impl Session {
         // before the memory (a queued copy from an array to memory finishes first).
         self.free_textures(only);
         f.arrays = self.free_arrays(only);
+        // NPU executors before the memory their operands name.
+        self.free_npu_execs(only);
         let owner = std::mem::take(&mut self.owner);
         let mine = |h: Handle| only.is_none_or(|c| owner.get(&h) == Some(&c));
         let shared = self.shared.clone();

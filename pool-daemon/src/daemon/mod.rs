@@ -153,6 +153,8 @@ pub struct Shared {
     pub cuda: Cuda,
     /// AscendCL, when `libascendcl.so` was found beside the driver and has devices.
     pub acl: Option<Acl>,
+    /// The operators (`libopapi.so` beside it), when AscendCL was loaded and it is there.
+    pub opapi: Option<crate::backend::Opapi>,
     pub nvml: Option<Nvml>,
     pub ledger: Ledger,
     pub devices: Vec<Device>,
@@ -393,6 +395,13 @@ pub fn run(opts: Options) -> Result<()> {
     let first_npu = devices.len() as u32;
     let (acl, npus) = discover_npus(&src, first_npu);
     devices.extend(npus);
+    let opapi = acl.as_ref().and_then(|_| match crate::backend::Opapi::load(&src.library("libopapi.so")) {
+        Ok(o) => Some(o),
+        Err(e) => {
+            tracing::warn!("NPUs without operators: {e}");
+            None
+        }
+    });
     let config = load_config(opts.config.as_ref(), first_npu)?;
     let endpoints = if opts.listen.is_empty() { vec![listener::default_socket_path()] } else { opts.listen.clone() };
     let devices_len = devices.len();
@@ -401,6 +410,7 @@ pub fn run(opts: Options) -> Result<()> {
     let shared = Arc::new(Shared {
         cuda,
         acl,
+        opapi,
         nvml,
         ledger: Ledger::new(config),
         devices,

@@ -293,3 +293,232 @@ impl Session {
             && acl_call!(acl, aclrtFree(ptr as *mut c_void)).is_ok()
     }
 }
+
+/// An operator's executor held between its two phases, with what must be checked again and
+/// destroyed when it runs (or when its context or session ends).
+pub struct Exec {
+    op: u32,
+    exec: Raw<*mut gpupool_shim::aclnn::aclOpExecutor>,
+    device: u32,
+    ctx: CtxId,
+    /// Each operand's storage: (first byte, bytes), checked again before the run.
+    operands: Vec<(u64, u64)>,
+    tensors: Vec<Raw<*mut gpupool_shim::aclnn::aclTensor>>,
+    scalar: Option<Raw<*mut gpupool_shim::aclnn::aclScalar>>,
+}
+
+/// The session's executors, by the id the client holds.
+#[derive(Default)]
+pub struct Execs(std::collections::HashMap<u64, Exec>);
+
+/// An operator refused before it reaches the backend: ACLNN_ERR_PARAM_INVALID and why.
+fn op_invalid(why: impl Into<String>) -> Fail {
+    let why = why.into();
+    tracing::info!("NPU operator refused: {why}");
+    Fail::new(gpupool_shim::aclnn::ACLNN_ERR_PARAM_INVALID, why)
+}
+
+/// Bytes of one element of an `aclDataType` the pool forwards (fp32, fp16).
+fn element_bytes(dtype: u32) -> Option<u64> {
+    match dtype {
+        0 => Some(4),
+        1 => Some(2),
+        _ => None,
+    }
+}
+
+/// The storage `[data, data + bytes)` a tensor may touch, after checking its view lies inside
+/// it: every dimension and stride non-negative, `offset + sum((view[i] - 1) * strides[i])`
+/// below the storage's element count, all without overflow.
+fn tensor_extent(t: &gpupool_protocol::ops::NpuTensor) -> Result<(u64, u64)> {
+    let es = element_bytes(t.dtype).ok_or_else(|| op_invalid(format!("data type {} is not fp32 or fp16", t.dtype)))?;
+    if t.view.len() != t.strides.len() || t.view.len() > 8 || t.storage.len() > 8 {
+        return Err(op_invalid("a view needs one stride per dimension, at most 8 dimensions"));
+    }
+    let nonneg = |v: &[i64]| v.iter().all(|&x| x >= 0);
+    if !nonneg(&t.view) || !nonneg(&t.strides) || !nonneg(&t.storage) || t.offset < 0 {
+        return Err(op_invalid("negative dimension, stride, storage size or offset"));
+    }
+    let storage = t.storage.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+    let storage = storage.ok_or_else(|| op_invalid("the storage size overflows"))?;
+    let bytes = storage.checked_mul(es).ok_or_else(|| op_invalid("the storage size overflows"))?;
+    if t.view.contains(&0) {
+        return Ok((t.data.0, bytes));
+    }
+    let last =
+        t.view.iter().zip(&t.strides).try_fold(t.offset as u64, |a, (&d, &s)| {
+            (d as u64 - 1).checked_mul(s as u64).and_then(|x| a.checked_add(x))
+        });
+    match last {
+        Some(last) if last < storage => Ok((t.data.0, bytes)),
+        _ => Err(op_invalid(format!("a view reaches past its storage of {storage} elements"))),
+    }
+}
+
+impl Session {
+    /// Phase one: every operand the session's memory on the context's NPU, in bounds; then the
+    /// backend's tensors and `aclnn<Op>GetWorkspaceSize`, its executor held for the session.
+    pub(super) fn npu_op_prepare(
+        &mut self,
+        ctx: CtxId,
+        op: u32,
+        tensors: &[gpupool_protocol::ops::NpuTensor],
+        alpha: Option<gpupool_protocol::ops::NpuScalar>,
+        param: i64,
+    ) -> Result<answer::NpuExecutor> {
+        use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL};
+        let d = self.ctx_device(ctx)?;
+        if !self.is_npu(d) {
+            return Err(op_invalid(format!("context {} is not on an NPU", ctx.0)));
+        }
+        let shared = self.acl()?;
+        let o = shared.opapi.as_ref().ok_or_else(|| Fail::new(super::dispatch::NOT_SUPPORTED, "no libopapi.so"))?;
+        let want = match op {
+            NPU_OP_ADD | NPU_OP_MUL | NPU_OP_MATMUL => 3,
+            _ => return Err(op_invalid(format!("operator {op} is not forwarded"))),
+        };
+        if tensors.len() != want || (op == NPU_OP_ADD) != alpha.is_some() {
+            return Err(op_invalid(format!("operator {op}: {} tensors, alpha {}", tensors.len(), alpha.is_some())));
+        }
+        let mut operands = Vec::new();
+        for t in tensors {
+            let (p, n) = tensor_extent(t)?;
+            match self.owned(t.data, n) {
+                Ok(od) if od == d => operands.push((p, n)),
+                _ => return Err(op_invalid(format!("operand {p:#x}+{n} is not this session's memory on device {d}"))),
+            }
+        }
+        self.enter(d)?;
+        let mut made = Vec::new();
+        for t in tensors {
+            // SAFETY: the arrays live through the call (the backend copies them); the data pointer
+            // is the session's memory, checked above.
+            let h = unsafe {
+                (o.aclCreateTensor)(
+                    t.view.as_ptr(),
+                    t.view.len() as u64,
+                    gpupool_shim::aclnn::aclDataType(t.dtype as i32),
+                    t.strides.as_ptr(),
+                    t.offset,
+                    gpupool_shim::aclnn::aclFormat(t.format as i32),
+                    t.storage.as_ptr(),
+                    t.storage.len() as u64,
+                    t.data.0 as *mut c_void,
+                )
+            };
+            if h.is_null() {
+                self.npu_destroy(&made, None);
+                return Err(op_invalid("the backend refused a tensor description"));
+            }
+            made.push(Raw(h));
+        }
+        let scalar = match alpha {
+            Some(a) => {
+                let mut bits = a.bits;
+                // SAFETY: `bits` holds the value's bytes and outlives the call (the backend copies them).
+                let h = unsafe {
+                    (o.aclCreateScalar)(
+                        (&mut bits as *mut u64).cast(),
+                        gpupool_shim::aclnn::aclDataType(a.dtype as i32),
+                    )
+                };
+                if h.is_null() {
+                    self.npu_destroy(&made, None);
+                    return Err(op_invalid("the backend refused the scalar"));
+                }
+                Some(Raw(h))
+            }
+            None => None,
+        };
+        let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
+        let [a, b, out] = [made[0].0, made[1].0, made[2].0];
+        // SAFETY: the tensors and scalar were just made by the backend; the out-pointers are locals.
+        let status = unsafe {
+            match op {
+                NPU_OP_ADD => (o.aclnnAddGetWorkspaceSize)(
+                    a,
+                    b,
+                    scalar.map_or(std::ptr::null_mut(), |s| s.0),
+                    out,
+                    &mut ws,
+                    &mut exec,
+                ),
+                NPU_OP_MUL => (o.aclnnMulGetWorkspaceSize)(a, b, out, &mut ws, &mut exec),
+                _ => (o.aclnnMatmulGetWorkspaceSize)(a, b, out, param as i8, &mut ws, &mut exec),
+            }
+        };
+        if status != 0 || exec.is_null() {
+            self.npu_destroy(&made, scalar);
+            return Err(Fail::new(status as u32, format!("aclnn operator {op}: GetWorkspaceSize failed ({status})")));
+        }
+        let id = self.next_handle();
+        self.npu_execs.0.insert(id, Exec { op, exec: Raw(exec), device: d, ctx, operands, tensors: made, scalar });
+        Ok(answer::NpuExecutor { exec: id, workspace_bytes: ws })
+    }
+
+    fn npu_destroy(
+        &self,
+        tensors: &[Raw<*mut gpupool_shim::aclnn::aclTensor>],
+        scalar: Option<Raw<*mut gpupool_shim::aclnn::aclScalar>>,
+    ) {
+        let Some(o) = self.shared.opapi.as_ref() else { return };
+        for t in tensors {
+            // SAFETY: made by this backend's aclCreateTensor, destroyed once.
+            unsafe { (o.aclDestroyTensor)(t.0) };
+        }
+        if let Some(s) = scalar {
+            // SAFETY: as above, for the scalar.
+            unsafe { (o.aclDestroyScalar)(s.0) };
+        }
+    }
+
+    /// Phase two: the executor (once) on a stream of the session on its device, after the
+    /// operands and the workspace are checked to be still the session's memory.
+    pub(super) fn npu_op_run(&mut self, id: u64, workspace: DevicePtr, ws_bytes: u64, stream: StreamId) -> Result<()> {
+        let e = self.npu_execs.0.remove(&id).ok_or_else(|| Fail::invalid_handle("NPU executor", id))?;
+        let r = self.npu_op_run_checked(&e, workspace, ws_bytes, stream);
+        self.npu_destroy(&e.tensors, e.scalar);
+        r
+    }
+
+    fn npu_op_run_checked(&mut self, e: &Exec, workspace: DevicePtr, ws_bytes: u64, stream: StreamId) -> Result<()> {
+        use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MUL};
+        for &(p, n) in &e.operands {
+            if self.owned(DevicePtr(p), n).ok() != Some(e.device) {
+                return Err(op_invalid(format!("operand {p:#x}+{n} was freed before the operator ran")));
+            }
+        }
+        if ws_bytes > 0 && self.owned(workspace, ws_bytes).ok() != Some(e.device) {
+            return Err(op_invalid(format!("workspace {:#x}+{ws_bytes} is not this session's memory", workspace.0)));
+        }
+        let (s, _) = self.stream(stream, Some(e.device))?;
+        let shared = self.acl()?;
+        let o = shared.opapi.as_ref().ok_or_else(|| Fail::new(super::dispatch::NOT_SUPPORTED, "no libopapi.so"))?;
+        self.enter(e.device)?;
+        let run = match e.op {
+            NPU_OP_ADD => o.aclnnAdd,
+            NPU_OP_MUL => o.aclnnMul,
+            _ => o.aclnnMatmul,
+        };
+        let ws = if ws_bytes > 0 { workspace.0 as *mut c_void } else { std::ptr::null_mut() };
+        // SAFETY: the executor was made by this backend for this session and runs once; the
+        // workspace and operands are the session's memory (checked above); the stream is its own.
+        let status = unsafe { run(ws, ws_bytes, e.exec.0, s.0.cast()) };
+        if status != 0 {
+            return Err(Fail::new(status as u32, format!("aclnn operator {}: run failed ({status})", e.op)));
+        }
+        Ok(())
+    }
+
+    /// Cleanup: executors made through `only` (all: `None`) are dropped unrun with their tensors.
+    pub(super) fn free_npu_execs(&mut self, only: Option<CtxId>) -> usize {
+        let ids: Vec<u64> =
+            self.npu_execs.0.iter().filter(|(_, e)| only.is_none_or(|c| c == e.ctx)).map(|(&k, _)| k).collect();
+        for id in &ids {
+            if let Some(e) = self.npu_execs.0.remove(id) {
+                self.npu_destroy(&e.tensors, e.scalar);
+            }
+        }
+        ids.len()
+    }
+}

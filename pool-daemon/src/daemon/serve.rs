@@ -1117,4 +1117,30 @@ impl Serve for Session {
     fn surf_object_destroy(&mut self, _cx: Cx<'_>, handle: u64) -> Result<answer::Ok> {
         self.surf_destroy(handle).map(|()| answer::Ok {})
     }
+
+    // ---- NPU operators ([`super::npu`]) ----
+
+    fn npu_op_prepare(
+        &mut self,
+        _cx: Cx<'_>,
+        ctx: CtxId,
+        op: u32,
+        tensors: Vec<gpupool_protocol::ops::NpuTensor>,
+        alpha: Option<gpupool_protocol::ops::NpuScalar>,
+        param: i64,
+    ) -> Result<answer::NpuExecutor> {
+        self.npu_op_prepare(ctx, op, &tensors, alpha, param)
+    }
+
+    fn npu_op_run(
+        &mut self,
+        _cx: Cx<'_>,
+        exec: u64,
+        workspace: DevicePtr,
+        workspace_bytes: u64,
+        stream: StreamId,
+    ) -> Result<answer::Ok> {
+        self.npu_op_run(exec, workspace, workspace_bytes, stream)?;
+        Ok(answer::Ok {})
+    }
 }

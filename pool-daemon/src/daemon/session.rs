@@ -85,6 +85,8 @@ pub struct Session {
     pub textures: super::texture::Textures,
     /// CUDA arrays, mipmapped arrays and surface objects ([`super::array`]).
     pub arrays: super::array::Arrays,
+    /// NPU operators' executors between their two phases ([`super::npu`]).
+    pub npu_execs: super::npu::Execs,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -309,6 +311,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         graphs: Default::default(),
         textures: Default::default(),
         arrays: Default::default(),
+        npu_execs: Default::default(),
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };

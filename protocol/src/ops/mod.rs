@@ -35,6 +35,7 @@
 //! | `0x0bxx` | graphs and stream capture ([`graph`]) |
 //! | `0x0dxx` | IPC between a tenant's sessions (memory and event handles, exported memory pools) |
 //! | `0x0exx` | CUDA arrays, texture and surface objects ([`array`]) |
+//! | `0x10xx` | NPU operators: AscendCL's `aclnn*` two-phase calls ([`npu`]) |
 //! | `0x8000..=0xffff` | replies, same family byte plus `0x80` |
 //!
 //! Requests must lie in `0x0001..=0x7fff` and replies in `0x8000..=0xffff`, and no opcode
@@ -50,12 +51,14 @@
 pub mod array;
 pub mod blas;
 pub mod graph;
+pub mod npu;
 pub(crate) mod macros;
 mod types;
 
 pub use array::{ArrayDesc, ResourceView, TexMipmap, TexResource, TexSampler};
 pub use blas::{BlasHandleId, BlasMat, BlasScalar, Gemm, LtDesc, LtLayout, Matmul, Vector};
 pub use graph::{GraphExecId, GraphId, KernelNode};
+pub use npu::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NpuScalar, NpuTensor};
 pub use macros::{assert_opcodes_in, assert_unique_opcodes};
 pub use types::*;
 
@@ -333,6 +336,16 @@ op_table! {
     /// `cuSurfObjectCreate` over an array of the session.
     0x0e16 SurfObjectCreate surf_object_create { ctx: CtxId, array: u64 } => TexObject;
     0x0e17 SurfObjectDestroy surf_object_destroy { handle: u64 } => Ok;
+
+    // ---- NPU operators (AscendCL's aclnn two-phase calls; errors are aclnnStatus codes) ----
+    /// `aclnn<Op>GetWorkspaceSize` in `ctx` (an NPU's): every operand must be the session's memory
+    /// on that device, in bounds; the answer names the executor, held for this session.
+    0x1001 NpuOpPrepare npu_op_prepare {
+        ctx: CtxId, op: u32, tensors: Vec<crate::ops::NpuTensor>, alpha: Option<crate::ops::NpuScalar>, param: i64,
+    } => NpuExecutor;
+    /// `aclnn<Op>`: the executor run once on `stream`, with `workspace_bytes` of the session's
+    /// memory at `workspace` (operands checked again: memory freed since is refused).
+    0x1002 NpuOpRun npu_op_run { exec: u64, workspace: DevicePtr, workspace_bytes: u64, stream: StreamId } => Ok;
 }
 
 op_table! {
@@ -413,6 +426,9 @@ op_table! {
     0x8e01 TexObject { handle: u64 };
     /// An array or mipmapped array, and the bytes counted for it in the ledger.
     0x8e10 Array { handle: u64, bytes: u64 };
+
+    /// An NPU operator's executor of this session and the workspace it needs.
+    0x9001 NpuExecutor { exec: u64, workspace_bytes: u64 };
 }
 
 impl Request {

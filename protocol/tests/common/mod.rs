@@ -332,6 +332,22 @@ pub fn all_request_examples() -> Vec<Request> {
         },
         SurfObjectCreate { ctx: CTX, array: 0x7f00_0000_1000 },
         SurfObjectDestroy { handle: 0x1_0000_0002 },
+        NpuOpPrepare {
+            ctx: CTX,
+            op: gpupool_protocol::ops::NPU_OP_ADD,
+            tensors: vec![gpupool_protocol::ops::NpuTensor {
+                data: DevicePtr(0x7f00_0000_0000),
+                dtype: 0,
+                format: 2,
+                offset: 0,
+                view: vec![2, 3],
+                strides: vec![3, 1],
+                storage: vec![6],
+            }],
+            alpha: Some(gpupool_protocol::ops::NpuScalar { bits: 1.0f32.to_bits().into(), dtype: 0 }),
+            param: 0,
+        },
+        NpuOpRun { exec: 7, workspace: DevicePtr(0), workspace_bytes: 0, stream: STREAM },
     ]
 }
 
@@ -398,5 +414,6 @@ pub fn all_reply_examples() -> Vec<Reply> {
         HostFn { func: 0x7f00_1234_5678, user: 0 },
         TexObject { handle: 0x1_0000_0001 },
         Array { handle: 0x7f00_0000_1000, bytes: 64 * 32 * 16 },
+        NpuExecutor { exec: 7, workspace_bytes: 4096 },
     ]
 }
