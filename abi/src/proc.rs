@@ -268,6 +268,7 @@ macro_rules! driver_entry_points {
         "cuTexObjectDestroy" => [5000 => cuTexObjectDestroy];
         "cuTexObjectGetResourceDesc" => [5000 => cuTexObjectGetResourceDesc];
         "cuTexObjectGetTextureDesc" => [5000 => cuTexObjectGetTextureDesc];
+        "cuTexObjectGetResourceViewDesc" => [5000 => cuTexObjectGetResourceViewDesc];
         "cuSurfObjectCreate" => [5000 => cuSurfObjectCreate];
         "cuSurfObjectDestroy" => [5000 => cuSurfObjectDestroy];
         "cuSurfObjectGetResourceDesc" => [5000 => cuSurfObjectGetResourceDesc];

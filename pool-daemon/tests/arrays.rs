@@ -21,7 +21,7 @@ fn arrays_and_textures_sample_right_and_are_held_to_the_quota() {
     let d = Daemon::start(Some(&tenant_config(&format!("{quota_mib}MiB"))));
     let mut cmd = gpupool_run_script(&d, &python, "texture_checks.py");
     cmd.args(["--quota", &quota_mib.to_string()]).env("GPUPOOL_LOG", "1");
-    run_checks(cmd, "texture_checks", 20, &d);
+    run_checks(cmd, "texture_checks", 21, &d);
     let t0 = std::time::Instant::now();
     while d.used("team", 0) != 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "array memory still held after exit: {}", d.status());

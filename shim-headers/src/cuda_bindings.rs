@@ -4027,6 +4027,12 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuTexObjectGetResourceViewDesc(
+        pResViewDesc: *mut CUDA_RESOURCE_VIEW_DESC,
+        texObject: CUtexObject,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuSurfObjectCreate(
         pSurfObject: *mut CUsurfObject,
         pResDesc: *const CUDA_RESOURCE_DESC,

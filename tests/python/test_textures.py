@@ -17,4 +17,4 @@ def test_texture_checks_pass_on_the_simulator():
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "FAIL" not in out, out
-    assert "SUMMARY 17/17" in out, out
+    assert "SUMMARY 18/18" in out, out

@@ -176,6 +176,12 @@ def run_checks(report):
         np.allclose(got, ref, rtol=2e-6, atol=1e-4) and not np.isclose(got[0], exact, rtol=1e-7, atol=0),
         f"got {got}, reference {ref}, exact-weight value at x=0.8 {exact}",
     )
+    err, _ = d.cuTexObjectGetResourceViewDesc(t)
+    report(
+        "cuTexObjectGetResourceViewDesc of a texture made without a view is CUDA_ERROR_INVALID_VALUE",
+        err == d.CUresult.CUDA_ERROR_INVALID_VALUE,
+        f"got {err}",
+    )
     check(d.cuTexObjectDestroy(t))
 
     # 2. The array's bytes round-trip through a box copy.

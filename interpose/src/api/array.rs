@@ -76,6 +76,7 @@ struct Texture {
     ctx: u64,
     res: CUDA_RESOURCE_DESC,
     tex: CUDA_TEXTURE_DESC,
+    view: Option<CUDA_RESOURCE_VIEW_DESC>,
 }
 
 #[derive(Default)]
@@ -494,8 +495,8 @@ pub(super) fn tex_create(
     let source = resource(&res)?;
     // SAFETY: a non-NULL view points to the application's CUDA_RESOURCE_VIEW_DESC; it is
     // read once, unaligned, as plain data.
-    let view = (!view.is_null()).then(|| unsafe { view.read_unaligned() });
-    let view = view.map(|v| ResourceView {
+    let view_desc = (!view.is_null()).then(|| unsafe { view.read_unaligned() });
+    let view = view_desc.map(|v| ResourceView {
         format: v.format.0,
         width: v.width as u64,
         height: v.height as u64,
@@ -535,7 +536,7 @@ pub(super) fn tex_create(
         Ok((handle, h))
     })?;
     state(|s| {
-        s.textures.insert(handle, Texture { ctx, res, tex });
+        s.textures.insert(handle, Texture { ctx, res, tex, view: view_desc });
         Ok(handle)
     })
 }
@@ -559,6 +560,15 @@ pub(super) fn tex_resource(h: CUtexObject) -> R<CUDA_RESOURCE_DESC> {
 
 pub(super) fn tex_descriptor(h: CUtexObject) -> R<CUDA_TEXTURE_DESC> {
     texture(h).map(|t| t.tex)
+}
+
+/// The view the texture object was made with; one made without is INVALID_VALUE (NVIDIA's
+/// documented answer).
+pub(super) fn tex_view(h: CUtexObject) -> R<CUDA_RESOURCE_VIEW_DESC> {
+    match texture(h)?.view {
+        Some(v) => Ok(v),
+        None => refuse(INVALID, &format!("texture object {h:#x} was made without a resource view")),
+    }
 }
 
 /// `cuSurfObjectCreate`: over an array only (CUDA defines surfaces over arrays), made by the
@@ -632,6 +642,7 @@ super::export::exports! { CUresult;
     cuTexObjectDestroy(h: val CUtexObject) = tex_destroy;
     cuTexObjectGetResourceDesc(d: out CUDA_RESOURCE_DESC, h: val CUtexObject) = tex_resource;
     cuTexObjectGetTextureDesc(d: out CUDA_TEXTURE_DESC, h: val CUtexObject) = tex_descriptor;
+    cuTexObjectGetResourceViewDesc(d: out CUDA_RESOURCE_VIEW_DESC, h: val CUtexObject) = tex_view;
     cuSurfObjectCreate(p: out CUsurfObject, res: read CUDA_RESOURCE_DESC) = surf_create;
     cuSurfObjectDestroy(h: val CUsurfObject) = surf_destroy;
     cuSurfObjectGetResourceDesc(d: out CUDA_RESOURCE_DESC, h: val CUsurfObject) = surf_resource;

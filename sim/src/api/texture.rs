@@ -184,6 +184,19 @@ pub unsafe extern "C" fn cuTexObjectGetTextureDesc(d: *mut CUDA_TEXTURE_DESC, h:
     cuda_entry(|| out(d, texture(initialized()?, h)?.tex_desc))
 }
 
+/// Views are not simulated, so no texture object has one: INVALID_VALUE, as NVIDIA documents
+/// for a texture object made without a view.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuTexObjectGetResourceViewDesc(d: *mut CUDA_RESOURCE_VIEW_DESC, h: CUtexObject) -> CUresult {
+    cuda_entry(|| {
+        texture(initialized()?, h)?;
+        if d.is_null() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null resource view pointer".into());
+        }
+        fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("texture object {h:#x} was made without a resource view"))
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSurfObjectCreate(p: *mut CUsurfObject, res: *const CUDA_RESOURCE_DESC) -> CUresult {
     cuda_entry(|| {
