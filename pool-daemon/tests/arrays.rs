@@ -121,7 +121,8 @@ fn texture_objects_are_made_only_over_the_sessions_own_memory() {
 /// mipmapped array handles are CUDA_ERROR_INVALID_HANDLE wherever they are named (destroy,
 /// surface, texture, copy end, level), its surface objects INVALID_VALUE as the driver's;
 /// a level is not destroyed alone; a copy box past the array is INVALID_VALUE; the
-/// session's end destroys its surface, arrays and mipmapped array and gives the bytes back.
+/// session's end destroys its surface, array and mipmapped array (its log line says so) and
+/// gives the bytes back.
 #[test]
 fn backend_arrays_are_counted_exactly_and_only_the_sessions_own() {
     use gpupool_protocol::ops::{ArrayDesc, Copy3D, Copy3DEnd, MemSpace, TexMipmap, TexSampler};
@@ -191,6 +192,11 @@ fn backend_arrays_are_counted_exactly_and_only_the_sessions_own() {
     let t0 = std::time::Instant::now();
     while d.used("team", 0) != 24_000 {
         assert!(t0.elapsed() < Duration::from_secs(5), "the session's arrays still held: {}", d.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The log line comes once the whole session is freed, after the ledger.
+    while !d.log().contains("arrays=2") {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no session end naming 2 arrays: {}", d.log());
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(matches!(other.call(Request::ArrayDestroy { array: foreign }), Reply::Ok {}));

@@ -135,7 +135,7 @@ pub fn end(s: Session, reason: &str) {
         session = id, pid = cred.pid, uid = cred.uid, remote = ?remote, tenant = %tenant, reason,
         allocations = freed.allocations, bytes = freed.bytes, streams = freed.streams, events = freed.events,
         modules = freed.modules, blas_handles = freed.blas_handles, vmm_mappings = freed.vmm_mappings,
-        vmm_handles = freed.vmm_handles, vmm_ranges = freed.vmm_ranges, graphs = freed.graphs, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
+        vmm_handles = freed.vmm_handles, vmm_ranges = freed.vmm_ranges, graphs = freed.graphs, arrays = freed.arrays, regions, errors = freed.errors, cleanup_us = took.as_micros() as u64,
         trim_us = trim.as_micros() as u64,
         "session end"
     );
