@@ -314,6 +314,12 @@ macro_rules! driver_entry_points {
         "cuStreamIsCapturing" => [10000 => cuStreamIsCapturing | cuStreamIsCapturing_ptsz];
         "cuStreamBeginCapture" => [10000 => !, 10010 => cuStreamBeginCapture_v2 | cuStreamBeginCapture_v2_ptsz];
         "cuStreamEndCapture" => [10000 => cuStreamEndCapture | cuStreamEndCapture_ptsz];
+        "cuStreamBeginCaptureToGraph" => [12030 => cuStreamBeginCaptureToGraph | cuStreamBeginCaptureToGraph_ptsz];
+        "cuStreamGetCaptureInfo" => [10010 => !, 11030 => cuStreamGetCaptureInfo_v2 | cuStreamGetCaptureInfo_v2_ptsz,
+            12030 => cuStreamGetCaptureInfo_v3 | cuStreamGetCaptureInfo_v3_ptsz];
+        "cuStreamUpdateCaptureDependencies" => [11030 => cuStreamUpdateCaptureDependencies
+            | cuStreamUpdateCaptureDependencies_ptsz, 12030 => cuStreamUpdateCaptureDependencies_v2
+            | cuStreamUpdateCaptureDependencies_v2_ptsz];
         "cuGraphCreate" => [10000 => cuGraphCreate];
         "cuGraphDestroy" => [10000 => cuGraphDestroy];
         "cuGraphInstantiate" => [10000 => !, 11000 => !, 12000 => cuGraphInstantiateWithFlags];

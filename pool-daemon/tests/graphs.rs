@@ -108,6 +108,7 @@ fn a_graph_with_a_memory_node_is_held_to_the_quota() {
 /// 64 MiB tenant quota: cudaGraphAddMemAllocNode/FreeNode and their parameters, the memory counted from
 /// cudaGraphInstantiate, kept and trimmed, and cudaErrorMemoryAllocation past the quota; the ledger is 0 after.
 /// Also the runtime's host nodes and a captured cudaLaunchHostFunc (the function runs in the client).
+/// And the runtime's capture into an existing graph with its dependencies read and set.
 #[test]
 fn runtime_graph_memory_nodes_are_held_to_the_quota() {
     ensure_interposer();
@@ -115,12 +116,73 @@ fn runtime_graph_memory_nodes_are_held_to_the_quota() {
     assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
     let d = Daemon::start(Some(&common::tenant_config("64MiB")));
     let cmd = common::gpupool_run_script(&d, &python, "runtime_graph_checks.py");
-    common::run_checks(cmd, "runtime_graph_checks", 9, &d);
+    common::run_checks(cmd, "runtime_graph_checks", 12, &d);
     let t0 = Instant::now();
     while d.used("team", 0) != 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "graph memory still held after exit: {}", d.status());
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Capture into an existing graph and a capture's dependencies (pool-daemon/src/daemon/graph_capture.rs):
+/// tests/c/graph_capture_client.c under gpupool run captures after an explicit node, reads the capture's
+/// graph and dependencies with cuStreamGetCaptureInfo_v2, sets and adds dependencies, and the replay gives
+/// the CPU's result.
+#[test]
+fn capture_into_a_graph_with_updated_dependencies_replays_right() {
+    ensure_interposer();
+    let d = Daemon::start(None);
+    let exe =
+        gpupool_e2e::compile_c("graph_capture_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
+    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["run", "--endpoint", &d.endpoint(), "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "graph_capture_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 3, "{stdout}");
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+}
+
+/// On the wire: a capture into a graph takes only the session's own graph and nodes; another session's graph,
+/// or a node of another graph as a dependency, is INVALID_VALUE and never reaches the backend.
+#[test]
+fn capture_graphs_and_dependencies_belong_to_their_session() {
+    let d = Daemon::start(None);
+    let mut c = Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let Reply::Stream { stream } = c.call(Request::StreamCreate { ctx, flags: 0, priority: 0 }) else { panic!() };
+    let Reply::Graph { graph } = c.call(Request::GraphCreate { ctx, flags: 0 }) else { panic!() };
+    let Reply::GraphNode { node } = c.call(Request::GraphAddEmptyNode { graph, deps: vec![] }) else { panic!() };
+    let Reply::Graph { graph: g2 } = c.call(Request::GraphCreate { ctx, flags: 0 }) else { panic!() };
+    let Reply::GraphNode { node: n2 } = c.call(Request::GraphAddEmptyNode { graph: g2, deps: vec![] }) else {
+        panic!()
+    };
+    // Another session holds a context and a stream only: the graph's and nodes' ids name nothing of its own.
+    let mut other = Client::connect(&d.socket);
+    let octx = other.ctx(0);
+    let Reply::Stream { stream: os } = other.call(Request::StreamCreate { ctx: octx, flags: 0, priority: 0 }) else {
+        panic!()
+    };
+    let to_graph = |stream, graph, deps| Request::StreamBeginCaptureToGraph { stream, graph, deps, mode: 2 };
+    assert_eq!(code(&other.call(to_graph(os, g2, vec![]))), INVALID_VALUE, "another session's graph");
+    assert_eq!(code(&c.call(to_graph(stream, graph, vec![n2]))), INVALID_VALUE, "another graph's node");
+    assert_eq!(code(&c.call(Request::StreamUpdateCaptureDependencies { stream, deps: vec![node], set: true })), 401);
+    assert_eq!(code(&c.call(to_graph(stream, graph, vec![node]))), 0, "{}", d.log());
+    let Reply::CaptureGraph { status: 1, id, graph: cg, deps } = c.call(Request::StreamCaptureGraph { stream }) else {
+        panic!("{}", d.log())
+    };
+    assert!(id != 0 && cg == graph && deps == [node], "{id} {cg:?} {deps:?}");
+    let update = |stream, deps| Request::StreamUpdateCaptureDependencies { stream, deps, set: false };
+    assert_eq!(code(&c.call(update(stream, vec![n2]))), INVALID_VALUE);
+    assert_eq!(code(&other.call(update(os, vec![node]))), 401, "the other session's stream is not capturing");
+    let Reply::CaptureGraph { status: 0, .. } = other.call(Request::StreamCaptureGraph { stream: os }) else {
+        panic!()
+    };
+    let Reply::Graph { graph: ended } = c.call(Request::StreamEndCapture { stream }) else { panic!("{}", d.log()) };
+    assert_eq!(ended, graph, "the capture ends in the graph it captured into");
 }
 
 /// On the wire: graph memory belongs to its session. Another session cannot free a node's address, free it

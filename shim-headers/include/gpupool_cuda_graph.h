@@ -131,4 +131,27 @@ CUresult cuDeviceGraphMemTrim(CUdevice device);
 CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
 CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
 
+/* Capture into an existing graph, and a capture's dependencies (cuda.h 12.9). */
+typedef enum CUstreamUpdateCaptureDependencies_flags_enum {
+    CU_STREAM_ADD_CAPTURE_DEPENDENCIES = 0x0,
+    CU_STREAM_SET_CAPTURE_DEPENDENCIES = 0x1
+} CUstreamUpdateCaptureDependencies_flags;
+
+CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                     const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                     CUstreamCaptureMode mode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                          const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                          CUstreamCaptureMode mode);
+CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies,
+                                           unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *dependencies,
+                                                size_t numDependencies, unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies,
+                                              const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                              unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream, CUgraphNode *dependencies,
+                                                   const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                                   unsigned int flags);
+
 #endif

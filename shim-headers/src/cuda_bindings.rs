@@ -6069,3 +6069,71 @@ unsafe extern "C" {
         value: *mut ::std::os::raw::c_void,
     ) -> CUresult;
 }
+impl CUstreamUpdateCaptureDependencies_flags_enum {
+    pub const CU_STREAM_ADD_CAPTURE_DEPENDENCIES: CUstreamUpdateCaptureDependencies_flags_enum = CUstreamUpdateCaptureDependencies_flags_enum(
+        0,
+    );
+}
+impl CUstreamUpdateCaptureDependencies_flags_enum {
+    pub const CU_STREAM_SET_CAPTURE_DEPENDENCIES: CUstreamUpdateCaptureDependencies_flags_enum = CUstreamUpdateCaptureDependencies_flags_enum(
+        1,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUstreamUpdateCaptureDependencies_flags_enum(pub ::std::os::raw::c_uint);
+pub use self::CUstreamUpdateCaptureDependencies_flags_enum as CUstreamUpdateCaptureDependencies_flags;
+unsafe extern "C" {
+    pub fn cuStreamBeginCaptureToGraph(
+        hStream: CUstream,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        dependencyData: *const CUgraphEdgeData,
+        numDependencies: usize,
+        mode: CUstreamCaptureMode,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamBeginCaptureToGraph_ptsz(
+        hStream: CUstream,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        dependencyData: *const CUgraphEdgeData,
+        numDependencies: usize,
+        mode: CUstreamCaptureMode,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamUpdateCaptureDependencies(
+        hStream: CUstream,
+        dependencies: *mut CUgraphNode,
+        numDependencies: usize,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamUpdateCaptureDependencies_ptsz(
+        hStream: CUstream,
+        dependencies: *mut CUgraphNode,
+        numDependencies: usize,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamUpdateCaptureDependencies_v2(
+        hStream: CUstream,
+        dependencies: *mut CUgraphNode,
+        dependencyData: *const CUgraphEdgeData,
+        numDependencies: usize,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuStreamUpdateCaptureDependencies_v2_ptsz(
+        hStream: CUstream,
+        dependencies: *mut CUgraphNode,
+        dependencyData: *const CUgraphEdgeData,
+        numDependencies: usize,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}

@@ -104,16 +104,6 @@ impl Graph {
         Graph { ctx_handle, nodes: Mutex::new(nodes) }
     }
 
-    /// A captured chain: each node depends on the one before.
-    pub fn chain(ctx_handle: u64, work: Vec<(Work, Job)>) -> Graph {
-        let nodes = work
-            .into_iter()
-            .enumerate()
-            .map(|(i, (w, j))| Node { op: Op::Captured(w, j), deps: i.checked_sub(1).into_iter().collect() })
-            .collect();
-        Graph::new(ctx_handle, nodes)
-    }
-
     pub fn nodes(&self) -> MutexGuard<'_, Vec<Node>> {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -37,16 +37,33 @@ pub enum Work {
 /// graph replays the same work at every launch.
 pub type Job = Arc<dyn Fn() -> CuResult<()> + Send + Sync>;
 
-/// Stream capture (`cuStreamBeginCapture`): work is recorded into a graph instead of
-/// running.
+/// Stream capture (`cuStreamBeginCapture`, `cuStreamBeginCaptureToGraph`): work is recorded
+/// into a graph instead of running, each node after the capture's current dependencies, which it
+/// then replaces (`cuStreamUpdateCaptureDependencies` changes them).
 #[derive(Default)]
 pub enum Capture {
     #[default]
     None,
-    Active(Vec<(Work, Job)>),
+    Active(ActiveCapture),
     /// A call not allowed during capture was made; `cuStreamEndCapture` will fail.
     Invalidated,
 }
+
+pub struct ActiveCapture {
+    pub graph: Arc<crate::graph::Graph>,
+    /// The graph's handle (registered when the capture began).
+    pub handle: u64,
+    /// Whether the capture made the graph (not `cuStreamBeginCaptureToGraph`'s).
+    pub owned: bool,
+    pub id: u64,
+    /// Indices of the nodes the next captured node depends on.
+    pub deps: Vec<usize>,
+    /// The dependencies as node handles, for `cuStreamGetCaptureInfo` (valid until the next call).
+    pub dep_handles: Vec<gpupool_shim::cuda::CUgraphNode>,
+}
+
+// SAFETY: `dep_handles` are handle values, never dereferenced.
+unsafe impl Send for ActiveCapture {}
 
 struct Pending {
     seq: u64,
@@ -134,8 +151,15 @@ impl Stream {
         {
             let mut cap = self.capture.lock().unwrap_or_else(|e| e.into_inner());
             match &mut *cap {
-                Capture::Active(nodes) => {
-                    nodes.push((work, job));
+                Capture::Active(a) => {
+                    match a.graph.add(crate::graph::Op::Captured(work, job), a.deps.clone()) {
+                        Ok(i) => a.deps = vec![i],
+                        Err(_) => {
+                            let gone = std::mem::take(&mut *cap);
+                            drop_capture_graph(gone);
+                            *cap = Capture::Invalidated;
+                        }
+                    }
                     return 0;
                 }
                 Capture::Invalidated => return 0,
@@ -274,7 +298,7 @@ impl Stream {
         if matches!(*cap, Capture::None) {
             return Ok(());
         }
-        *cap = Capture::Invalidated;
+        drop_capture_graph(std::mem::replace(&mut *cap, Capture::Invalidated));
         crate::error::fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, || {
             format!("{what} is not allowed on a capturing stream; the capture is invalidated")
         })
@@ -375,4 +399,14 @@ pub fn is_sticky(code: CUresult) -> bool {
             | CUresult::CUDA_ERROR_ASSERT
             | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
     )
+}
+
+/// An invalidated capture's graph goes, if the capture made it.
+pub fn drop_capture_graph(c: Capture) {
+    if let Capture::Active(a) = c
+        && a.owned
+        && let Ok(d) = crate::driver::initialized()
+    {
+        d.graphs.remove(a.handle);
+    }
 }

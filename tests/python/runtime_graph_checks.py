@@ -14,6 +14,12 @@
   cudaGraphHostNodeSetParams changes the graph's node (an instantiated graph keeps its own) and
   cudaGraphExecHostNodeSetParams one instantiated graph's; cudaLaunchHostFunc in a capture is a
   host node of the captured graph, run at each of its launches and not during the capture.
+- Capture into an existing graph: after an empty node (added with the driver's
+  cuGraphAddEmptyNode), cudaStreamBeginCaptureToGraph captures a memset; cudaStreamGetCaptureInfo_v2
+  answers the graph and the memset as the dependency; cudaStreamUpdateCaptureDependencies_v2 sets
+  the empty node instead; a second memset is captured; cudaStreamEndCapture answers the same
+  graph, whose launch writes both buffers; the plain cudaStreamGetCaptureInfo (CUDA 12's three
+  arguments) then says the stream is not capturing.
 
 Prints PASS/FAIL lines and SUMMARY passed/total; exits 1 on any failure.
 """
@@ -175,6 +181,8 @@ def main():
     record("nothing left", free_now()[0] == free0, f"{free_now()[0]} of {free0}")
 
     host_checks()
+    capture_checks()
+
     print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
     return 0 if all(results) else 1
 
@@ -233,6 +241,58 @@ def host_checks():
     for x in (g, g2):
         call("cudaGraphDestroy", x)
     call("cudaStreamDestroy", s)
+
+
+def capture_checks():
+    cu = C.CDLL("libcuda.so.1")
+    g, empty, s = C.c_void_p(), C.c_void_p(), C.c_void_p()
+    call("cudaGraphCreate", C.byref(g), 0)
+    rc = cu.cuGraphAddEmptyNode(C.byref(empty), g, None, C.c_size_t(0))
+    if rc != 0:
+        raise RuntimeError(f"cuGraphAddEmptyNode returned {rc}")
+    call("cudaStreamCreate", C.byref(s))
+    nbytes = 4096
+    bufs = [C.c_void_p(), C.c_void_p()]
+    for b in bufs:
+        call("cudaMalloc", C.byref(b), C.c_size_t(nbytes))
+    relaxed = 2
+    call("cudaStreamBeginCaptureToGraph", s, g, C.byref(empty), None, C.c_size_t(1), relaxed)
+    call("cudaMemsetAsync", bufs[0], 7, C.c_size_t(nbytes), s)
+    st, cid, cg, deps, n = C.c_int(), C.c_ulonglong(), C.c_void_p(), C.POINTER(C.c_void_p)(), C.c_size_t()
+    call("cudaStreamGetCaptureInfo_v2", s, C.byref(st), C.byref(cid), C.byref(cg), C.byref(deps), C.byref(n))
+    first = deps[0] if n.value else None
+    record(
+        "cudaStreamBeginCaptureToGraph; cudaStreamGetCaptureInfo_v2 answers the graph and the captured node",
+        st.value == 1 and cid.value != 0 and cg.value == g.value and n.value == 1 and first != empty.value,
+        f"status {st.value} graph {cg.value} vs {g.value} deps {n.value}",
+    )
+    call("cudaStreamUpdateCaptureDependencies_v2", s, C.byref(empty), None, C.c_size_t(1), C.c_uint(1))
+    call("cudaStreamGetCaptureInfo_v2", s, C.byref(st), C.byref(cid), C.byref(cg), C.byref(deps), C.byref(n))
+    record(
+        "cudaStreamUpdateCaptureDependencies_v2 sets the dependencies",
+        n.value == 1 and deps[0] == empty.value,
+        f"{n.value} deps",
+    )
+    call("cudaMemsetAsync", bufs[1], 9, C.c_size_t(nbytes), s)
+    out = C.c_void_p()
+    call("cudaStreamEndCapture", s, C.byref(out))
+    e = C.c_void_p()
+    call("cudaGraphInstantiate", C.byref(e), g, C.c_ulonglong(0))
+    call("cudaGraphLaunch", e, s)
+    call("cudaStreamSynchronize", s)
+    got = []
+    for b in bufs:
+        host = (C.c_ubyte * nbytes)()
+        call("cudaMemcpy", host, b, C.c_size_t(nbytes), 2)
+        got.append(set(host))
+    call("cudaStreamGetCaptureInfo", s, C.byref(st), C.byref(cid))
+    record(
+        "cudaStreamEndCapture answers the graph captured into, which runs both memsets",
+        out.value == g.value and got == [{7}, {9}] and st.value == 0,
+        f"graph {out.value} vs {g.value}, bytes {got}, status {st.value}",
+    )
+    call("cudaGraphExecDestroy", e)
+    call("cudaGraphDestroy", g)
 
 
 if __name__ == "__main__":

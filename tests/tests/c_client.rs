@@ -147,3 +147,19 @@ fn c_graph_memory_nodes_on_the_simulator() {
     assert_eq!(stdout.matches("\nok ").count() + usize::from(stdout.starts_with("ok ")), 5, "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }
+
+/// Capture into an existing graph on the simulator (tests/c/graph_capture_client.c): after an
+/// explicit node, cuStreamGetCaptureInfo_v2's graph and dependencies, dependencies set and added
+/// with cuStreamUpdateCaptureDependencies, the replay in dependency order.
+#[test]
+fn c_capture_to_graph_on_the_simulator() {
+    let exe =
+        gpupool_e2e::compile_c("graph_capture_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client"));
+    let mut cmd = Command::new(exe);
+    cmd.env("LD_LIBRARY_PATH", sim_libdir());
+    let out = output_with_sim_env(cmd, &[], Duration::from_secs(120)).expect("graph_capture_client did not finish");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 3, "{stdout}");
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+}

@@ -180,6 +180,14 @@ exports! { CUresult;
     cuStreamGetCaptureInfo_v3 | cuStreamGetCaptureInfo_v3_ptsz (h: val CUstream, status: out CUstreamCaptureStatus,
         id: opt cuuint64_t, graph: val *mut CUgraph, deps: val *mut *const CUgraphNode,
         edges: val *mut *const CUgraphEdgeData, num_deps: val *mut usize) = graph::capture_info_v3;
+    cuStreamBeginCaptureToGraph | cuStreamBeginCaptureToGraph_ptsz (h: val CUstream, graph: val CUgraph,
+        deps: val *const CUgraphNode, edges: val *const CUgraphEdgeData, n: val usize, mode: val CUstreamCaptureMode)
+        = graph::begin_capture_to_graph;
+    cuStreamUpdateCaptureDependencies | cuStreamUpdateCaptureDependencies_ptsz (h: val CUstream,
+        deps: val *mut CUgraphNode, n: val usize, flags: val c_uint) = graph::update_capture_dependencies_v1;
+    cuStreamUpdateCaptureDependencies_v2 | cuStreamUpdateCaptureDependencies_v2_ptsz (h: val CUstream,
+        deps: val *mut CUgraphNode, edges: val *const CUgraphEdgeData, n: val usize, flags: val c_uint)
+        = graph::update_capture_dependencies;
 
     // ---- events ----
     cuEventCreate(ph: out CUevent, flags: val c_uint) = event::create;

@@ -165,6 +165,75 @@ pub(super) fn id_of(h: u64, kind: Kind) -> Option<(u64, usize)> {
 }
 
 pub(super) fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream) -> R<()> {
+    begin(h, mode, d, |stream| Ok(Request::StreamBeginCapture { stream, mode: mode.0 }))
+}
+
+/// `cuStreamBeginCaptureToGraph`: into `graph`, after `deps` (its nodes; default edges only).
+pub(super) fn begin_capture_to_graph(
+    h: CUstream,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+    mode: CUstreamCaptureMode,
+    d: DefaultStream,
+) -> R<()> {
+    default_edges(edges, n)?;
+    let (gid, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if ep != client::current_endpoint() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let deps = node_ids(deps, n, ep)?;
+    begin(h, mode, d, move |stream| {
+        Ok(Request::StreamBeginCaptureToGraph { stream, graph: GraphId(gid), deps, mode: mode.0 })
+    })
+}
+
+/// Edge data other than the default (type 0, ports 0) is not forwarded.
+fn default_edges(edges: *const CUgraphEdgeData, n: usize) -> R<()> {
+    if !edges.is_null() && n > 0 {
+        // SAFETY: `n` edge records at `edges`, as the API documents.
+        let list = unsafe { std::slice::from_raw_parts(edges, n) };
+        if list.iter().any(|e| e.type_ != 0 || e.from_port != 0 || e.to_port != 0) {
+            log("programmatic graph edges are not forwarded through the pool");
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        }
+    }
+    Ok(())
+}
+
+/// `cuStreamUpdateCaptureDependencies` (`_v2` with default edges): `flags` 0 adds the nodes to
+/// the capture's dependencies, 1 replaces them.
+pub(super) fn update_capture_dependencies(
+    h: CUstream,
+    deps: *mut CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+    flags: c_uint,
+    d: DefaultStream,
+) -> R<()> {
+    default_edges(edges, n)?;
+    if flags > 1 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    client::call(|c| {
+        let stream = resolve(c, h, d)?;
+        let deps = node_ids(deps, n, client::current_endpoint())?;
+        c.live()?.call_ok(Request::StreamUpdateCaptureDependencies { stream, deps, set: flags == 1 })
+    })
+}
+
+pub(super) fn update_capture_dependencies_v1(
+    h: CUstream,
+    deps: *mut CUgraphNode,
+    n: usize,
+    flags: c_uint,
+    d: DefaultStream,
+) -> R<()> {
+    update_capture_dependencies(h, deps, std::ptr::null(), n, flags, d)
+}
+
+fn begin(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream, req: impl FnOnce(StreamId) -> R<Request>) -> R<()> {
     if mode.0 > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -175,7 +244,7 @@ pub(super) fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultSt
             return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         }
         let endpoint = client::current_endpoint();
-        c.live()?.call_ok(Request::StreamBeginCapture { stream, mode: mode.0 })?;
+        c.live()?.call_ok(req(stream)?)?;
         let thread = std::thread::current().id();
         captures().push(Capture { stream, endpoint, thread, mode, allocs: Vec::new(), freed: Vec::new() });
         Ok(())
@@ -244,9 +313,14 @@ pub(super) fn is_capturing(h: CUstream, d: DefaultStream) -> R<CUstreamCaptureSt
     Ok(capture_info(h, d)?.0)
 }
 
-/// (status, id). The graph under construction and its dependency set stay in the daemon: `graph`
-/// is NULL and there are no dependencies (the driver's answer for a stream not capturing; what
-/// frameworks read of a capturing one is its status and id).
+thread_local! {
+    /// The last dependency list `cuStreamGetCaptureInfo` answered on this thread (the driver's
+    /// stays valid until the next call on the stream).
+    static CAPTURE_DEPS: std::cell::RefCell<Vec<CUgraphNode>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// (status, id); while capturing, the capture's graph and its current dependency nodes as
+/// handles of this process (the daemon names them, pool-daemon's `daemon/graph_capture.rs`).
 pub(super) fn capture_info_v2(
     h: CUstream,
     graph: *mut CUgraph,
@@ -254,10 +328,24 @@ pub(super) fn capture_info_v2(
     num_deps: *mut usize,
     d: DefaultStream,
 ) -> R<(CUstreamCaptureStatus, u64)> {
-    let info = capture_info(h, d)?;
-    crate::api::export::put(graph, std::ptr::null_mut());
-    crate::api::export::put(deps, std::ptr::null());
-    crate::api::export::put(num_deps, 0);
+    let (info, g, nodes) = client::call(|c| {
+        let stream = resolve(c, h, d)?;
+        let ep = client::current_endpoint();
+        let answer::CaptureGraph { status, id, graph, deps } = c.live()?.ask(Request::StreamCaptureGraph { stream })?;
+        let g = if graph.0 == 0 { 0 } else { make(Kind::Graph, ep, graph.0)? };
+        let nodes =
+            deps.into_iter().map(|n| make(Kind::GraphNode, ep, n).map(|h| h as CUgraphNode)).collect::<R<Vec<_>>>()?;
+        Ok(((CUstreamCaptureStatus(status), id), g, nodes))
+    })?;
+    let n = nodes.len();
+    let p = CAPTURE_DEPS.with(|cell| {
+        let mut v = cell.borrow_mut();
+        *v = nodes;
+        if v.is_empty() { std::ptr::null() } else { v.as_ptr() }
+    });
+    crate::api::export::put(graph, g as CUgraph);
+    crate::api::export::put(deps, p);
+    crate::api::export::put(num_deps, n);
     Ok(info)
 }
 

@@ -30,6 +30,7 @@ pub mod array;
 pub mod device;
 pub mod errors;
 pub mod graph;
+pub mod graph_capture;
 pub mod graph_mem;
 pub mod ipc;
 pub mod launch;

@@ -9,8 +9,7 @@ use crate::api::exports::{
 };
 use crate::api::exports::{
     cuLaunchHostFunc, cuStreamAddCallback, cuStreamCreate, cuStreamCreateWithPriority, cuStreamDestroy_v2,
-    cuStreamGetCaptureInfo_v2, cuStreamGetFlags, cuStreamGetPriority, cuStreamIsCapturing, cuStreamQuery,
-    cuStreamSynchronize, cuStreamWaitEvent,
+    cuStreamGetFlags, cuStreamGetPriority, cuStreamIsCapturing, cuStreamQuery, cuStreamSynchronize, cuStreamWaitEvent,
 };
 use gpupool_shim::cuda::{CUevent, CUhostFn, CUstream, CUstreamCallback, CUstreamCaptureStatus};
 use gpupool_shim::cudart::{cudaError, cudaHostFn_t, cudaStreamCallback_t, cudaStreamCaptureStatus};
@@ -65,28 +64,6 @@ fn stream_is_capturing(s: CUstream, status: *mut cudaStreamCaptureStatus, ns: Nu
     state::context()?;
     // SAFETY: our own export; the capture-status enums share numbers and size.
     cu(unsafe { cuStreamIsCapturing(ns.resolve(s), status.cast::<CUstreamCaptureStatus>()) })
-}
-
-/// The status and the capture's id (CUDA 12's plain export takes three arguments where `_v2`
-/// takes six and `_v3` / CUDA 13's seven; the first three are the same in all, so nothing past
-/// the id is touched).
-fn stream_capture_info(s: CUstream, status: *mut cudaStreamCaptureStatus, id: *mut u64, ns: NullStream) -> Rt<()> {
-    if status.is_null() {
-        return Err(cudaError::cudaErrorInvalidValue);
-    }
-    state::context()?;
-    let (null_graph, null_deps, null_n) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
-    // SAFETY: our own export; the status enums share numbers and size, `id` may be NULL.
-    cu(unsafe {
-        cuStreamGetCaptureInfo_v2(
-            ns.resolve(s),
-            status.cast::<CUstreamCaptureStatus>(),
-            id,
-            null_graph,
-            null_deps,
-            null_n,
-        )
-    })
 }
 
 fn stream_get_flags(s: CUstream, flags: *mut c_uint, ns: NullStream) -> Rt<()> {
@@ -191,9 +168,6 @@ rt_variants! {
     cudaStreamQuery / cudaStreamQuery_ptsz => stream_query(s: CUstream);
     cudaStreamWaitEvent / cudaStreamWaitEvent_ptsz => stream_wait_event(s: CUstream, e: CUevent, flags: c_uint);
     cudaStreamIsCapturing / cudaStreamIsCapturing_ptsz => stream_is_capturing(s: CUstream, status: *mut cudaStreamCaptureStatus);
-    cudaStreamGetCaptureInfo / cudaStreamGetCaptureInfo_ptsz => stream_capture_info(s: CUstream, status: *mut cudaStreamCaptureStatus, id: *mut u64);
-    cudaStreamGetCaptureInfo_v2 / cudaStreamGetCaptureInfo_v2_ptsz => stream_capture_info(s: CUstream, status: *mut cudaStreamCaptureStatus, id: *mut u64);
-    cudaStreamGetCaptureInfo_v3 / cudaStreamGetCaptureInfo_v3_ptsz => stream_capture_info(s: CUstream, status: *mut cudaStreamCaptureStatus, id: *mut u64);
     cudaStreamGetFlags / cudaStreamGetFlags_ptsz => stream_get_flags(s: CUstream, flags: *mut c_uint);
     cudaStreamGetPriority / cudaStreamGetPriority_ptsz => stream_get_priority(s: CUstream, priority: *mut c_int);
     cudaStreamAddCallback / cudaStreamAddCallback_ptsz => stream_add_callback(

@@ -139,6 +139,9 @@ driver_table! {
     cuStreamBeginCapture_v2: fn(cu::CUstream, cu::CUstreamCaptureMode);
     cuStreamEndCapture: fn(cu::CUstream, *mut cu::CUgraph);
     cuStreamIsCapturing: fn(cu::CUstream, *mut cu::CUstreamCaptureStatus);
+    cuStreamBeginCaptureToGraph: fn(cu::CUstream, cu::CUgraph, *const cu::CUgraphNode, *const cu::CUgraphEdgeData, usize, cu::CUstreamCaptureMode);
+    cuStreamGetCaptureInfo_v2: fn(cu::CUstream, *mut cu::CUstreamCaptureStatus, *mut u64, *mut cu::CUgraph, *mut *const cu::CUgraphNode, *mut usize);
+    cuStreamUpdateCaptureDependencies: fn(cu::CUstream, *mut cu::CUgraphNode, usize, u32);
     cuGraphCreate: fn(*mut cu::CUgraph, u32);
     cuGraphDestroy: fn(cu::CUgraph);
     cuGraphInstantiateWithFlags: fn(*mut cu::CUgraphExec, cu::CUgraph, u64);

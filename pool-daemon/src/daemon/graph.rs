@@ -58,14 +58,17 @@ fn not_held(what: &str, id: u64, code: u32) -> Fail {
 /// What a session holds of graphs.
 #[derive(Default)]
 pub struct Graphs {
-    graphs: HashMap<GraphId, (Raw<CUgraph>, u32)>,
+    pub(super) graphs: HashMap<GraphId, (Raw<CUgraph>, u32)>,
     execs: HashMap<GraphExecId, (Raw<CUgraphExec>, u32)>,
     /// The graph each instantiated graph was made from (its nodes name that graph's).
     exec_graph: HashMap<GraphExecId, GraphId>,
     /// Nodes of graphs built node by node: id -> (graph, backend node).
-    nodes: HashMap<u64, (GraphId, Raw<CUgraphNode>)>,
+    pub(super) nodes: HashMap<u64, (GraphId, Raw<CUgraphNode>)>,
     /// Streams capturing, with their capture's id.
-    captures: HashMap<StreamId, u64>,
+    pub(super) captures: HashMap<StreamId, u64>,
+    /// The graph a capture records into, once named (`cuStreamBeginCaptureToGraph`'s, or
+    /// the capture's own named by `cuStreamGetCaptureInfo`; `true`: the capture's own).
+    pub(super) capture_graphs: HashMap<StreamId, (GraphId, bool)>,
     /// Host regions the client unmapped while a graph could name them.
     held_regions: Vec<super::regions::Region>,
     /// Graph memory nodes' memory ([`super::graph_mem`]).
@@ -99,6 +102,10 @@ impl Graphs {
 
 /// Capture ids: unique in the daemon, as CUDA's are in a process.
 static NEXT_CAPTURE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+pub(super) fn next_capture_id() -> u64 {
+    NEXT_CAPTURE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
 
 impl Session {
     /// Whether work sent to `s` is being captured (no capture in this session: no backend call).
@@ -151,18 +158,26 @@ impl Session {
         // Ended, whatever the answer (an invalidated capture ends with its error).
         self.graphs.captures.remove(&stream);
         let host = self.graphs.host_captures.remove(&stream);
+        let named = self.graphs.capture_graphs.remove(&stream);
         if let Err(e) = r {
+            // An invalidated capture's own graph is gone with it.
+            if let Some((id, true)) = named {
+                self.graphs.graphs.remove(&id);
+                self.graphs.nodes.retain(|_, n| n.0 != id);
+            }
             self.release_held_regions();
             return Err(e.into());
         }
-        let graph = self.keep_graph(g, d);
+        // The graph captured into may have an id already (see `capture_graphs`).
+        let known = self.graphs.graphs.iter().find(|(_, (x, _))| x.0 == g).map(|(id, _)| *id);
+        let graph = known.unwrap_or_else(|| self.keep_graph(g, d));
         if host {
             self.graphs.host_graphs.insert(graph);
         }
         Ok(answer::Graph { graph })
     }
 
-    fn keep_graph(&mut self, g: CUgraph, d: u32) -> GraphId {
+    pub(super) fn keep_graph(&mut self, g: CUgraph, d: u32) -> GraphId {
         let id = GraphId(self.next_handle());
         self.graphs.graphs.insert(id, (Raw(g), d));
         id
@@ -643,6 +658,7 @@ impl Session {
             }
         }
         self.graphs.captures.clear();
+        self.graphs.capture_graphs.clear();
         self.graphs.nodes.clear();
         self.graphs.mem.clear();
         self.graphs.host_nodes.clear();

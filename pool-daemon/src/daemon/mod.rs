@@ -37,6 +37,7 @@ pub mod dispatch;
 pub mod exec;
 pub mod graph;
 pub mod graph_mem;
+pub mod graph_capture;
 pub mod host_fn;
 pub mod ipc;
 pub mod listener;

@@ -933,6 +933,33 @@ impl Serve for Session {
         self.add_mem_free_node(graph, &deps, ptr.0)
     }
 
+    fn stream_begin_capture_to_graph(
+        &mut self,
+        _cx: Cx<'_>,
+        stream: StreamId,
+        graph: GraphId,
+        deps: Vec<u64>,
+        mode: u32,
+    ) -> Result<answer::Ok> {
+        self.begin_capture_to_graph(stream, graph, &deps, mode)?;
+        Ok(answer::Ok {})
+    }
+
+    fn stream_capture_graph(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::CaptureGraph> {
+        self.capture_graph(stream)
+    }
+
+    fn stream_update_capture_dependencies(
+        &mut self,
+        _cx: Cx<'_>,
+        stream: StreamId,
+        deps: Vec<u64>,
+        set: bool,
+    ) -> Result<answer::Ok> {
+        self.update_capture_dependencies(stream, &deps, set)?;
+        Ok(answer::Ok {})
+    }
+
     fn graph_mem_free(&mut self, _cx: Cx<'_>, ptr: DevicePtr) -> Result<answer::Ok> {
         self.graph_mem_free(ptr.0)?;
         Ok(answer::Ok {})

@@ -299,6 +299,12 @@ op_table! {
     0x0b23 GraphMemTrim graph_mem_trim { device: u32 } => Ok;
     /// A `CUgraphMem_attribute`'s value; with `reset`, a high-water mark set to the current value.
     0x0b24 GraphMemAttribute graph_mem_attribute { device: u32, attr: u32, reset: bool } => Attribute;
+    /// `cuStreamBeginCaptureToGraph`: capture into `graph` of this session, after `deps` (its nodes).
+    0x0b25 StreamBeginCaptureToGraph stream_begin_capture_to_graph { stream: StreamId, graph: GraphId, deps: Vec<u64>, mode: u32 } => Ok;
+    /// The capture's status and, while capturing, its id, graph and current dependency nodes.
+    0x0b26 StreamCaptureGraph stream_capture_graph { stream: StreamId } => CaptureGraph;
+    /// `cuStreamUpdateCaptureDependencies`: add `deps` (or with `set`, replace the dependencies).
+    0x0b27 StreamUpdateCaptureDependencies stream_update_capture_dependencies { stream: StreamId, deps: Vec<u64>, set: bool } => Ok;
     // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
     // own addresses, never used by the daemon, only handed back when the function must run.
     /// Mints the secret that attaches a second connection of this process as its host-function
@@ -417,6 +423,8 @@ op_table! {
     0x8b05 ExecUpdate { result: u32, node: u64 };
     /// An allocation node and its address.
     0x8b20 GraphMemNode { node: u64, ptr: DevicePtr };
+    /// A `CUstreamCaptureStatus`; while capturing, the capture's id, graph and dependencies.
+    0x8b21 CaptureGraph { status: u32, id: u64, graph: crate::ops::GraphId, deps: Vec<u64> };
     /// The session and the secret a host-function channel attaches with.
     0x8b40 HostChannelKey { session: u64, secret: [u8; 16] };
     /// A host function to run now, as call `call`.

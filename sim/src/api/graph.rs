@@ -10,12 +10,24 @@ use gpupool_shim::cuda::{
     CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS,
     CUcontext, CUdevice, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult,
     CUgraphExecUpdateResultInfo, CUgraphMem_attribute, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode,
+    CUstreamCaptureStatus,
 };
 use std::os::raw::{c_char, c_uint, c_void};
 use std::sync::Arc;
 
-fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream) -> CuResult<()> {
-    let (ctx, s) = resolve_stream(initialized()?, h, d)?;
+/// Capture ids: unique in the process, as CUDA's are.
+static NEXT_CAPTURE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Begins a capture into `into` (`cuStreamBeginCaptureToGraph`: an existing graph and the nodes
+/// the first captured node depends on) or into a new graph.
+fn begin(
+    h: CUstream,
+    mode: CUstreamCaptureMode,
+    d: DefaultStream,
+    into: Option<(CUgraph, Vec<usize>)>,
+) -> CuResult<()> {
+    let driver = initialized()?;
+    let (ctx, s) = resolve_stream(driver, h, d)?;
     ctx.check_sticky()?;
     if mode.0 > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown capture mode {}", mode.0));
@@ -29,13 +41,59 @@ fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream) -> Cu
     if !matches!(*cap, Capture::None) {
         return fail(CUresult::CUDA_ERROR_ILLEGAL_STATE, || "the stream is already capturing".into());
     }
-    *cap = Capture::Active(Vec::new());
+    let (graph, handle, owned, deps) = match into {
+        Some((g, deps)) => {
+            let graph = graph_of(g)?;
+            if graph.ctx_handle != ctx.handle() {
+                return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the graph belongs to another context".into());
+            }
+            (graph, g as u64, false, deps)
+        }
+        None => {
+            let graph = Arc::new(Graph::new(ctx.handle(), Vec::new()));
+            let handle = driver.graphs.insert(graph.clone());
+            (graph, handle, true, Vec::new())
+        }
+    };
+    let id = NEXT_CAPTURE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    *cap = Capture::Active(crate::stream::ActiveCapture { graph, handle, owned, id, deps, dep_handles: Vec::new() });
     Ok(())
+}
+
+fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream) -> CuResult<()> {
+    begin(h, mode, d, None)
+}
+
+/// Edge data other than the default (type 0, ports 0) is not simulated.
+fn default_edges(edges: *const CUgraphEdgeData, n: usize) -> CuResult<()> {
+    if !edges.is_null() && n > 0 {
+        // SAFETY: `n` edge records at `edges`, as the API documents.
+        let list = unsafe { std::slice::from_raw_parts(edges, n) };
+        if list.iter().any(|e| e.type_ != 0 || e.from_port != 0 || e.to_port != 0) {
+            return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || "programmatic edges are not simulated".into());
+        }
+    }
+    Ok(())
+}
+
+fn begin_capture_to_graph(
+    h: CUstream,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+    mode: CUstreamCaptureMode,
+    d: DefaultStream,
+) -> CuResult<()> {
+    default_edges(edges, n)?;
+    graph_of(graph)?;
+    let deps = deps_of(graph as u64, deps, n)?;
+    begin(h, mode, d, Some((graph, deps)))
 }
 
 fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -> CuResult<()> {
     let driver = initialized()?;
-    let (ctx, s) = resolve_stream(driver, h, d)?;
+    let (_, s) = resolve_stream(driver, h, d)?;
     if pgraph.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null graph output pointer".into());
     }
@@ -46,11 +104,118 @@ fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -> CuResult<
             out(pgraph, std::ptr::null_mut())?;
             fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, || "the capture was invalidated".into())
         }
-        Capture::Active(nodes) => {
-            let h = driver.graphs.insert(Arc::new(Graph::chain(ctx.handle(), nodes)));
-            out(pgraph, h as CUgraph)
+        Capture::Active(a) => out(pgraph, a.handle as CUgraph),
+    }
+}
+
+/// `cuStreamGetCaptureInfo_v2/_v3`: the status, and while capturing the capture's id, its graph
+/// and its current dependencies (an array valid until the next call on the stream).
+#[allow(clippy::too_many_arguments)]
+fn capture_info(
+    h: CUstream,
+    status: *mut CUstreamCaptureStatus,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const CUgraphEdgeData,
+    n: *mut usize,
+    d: DefaultStream,
+) -> CuResult<()> {
+    let (_, s) = resolve_stream(initialized()?, h, d)?;
+    if status.is_null() {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null status pointer".into());
+    }
+    let mut cap = s.capture.lock().unwrap_or_else(|e| e.into_inner());
+    let put = |p: *mut u64, v: u64| if p.is_null() { Ok(()) } else { out(p, v) };
+    match &mut *cap {
+        Capture::Active(a) => {
+            a.dep_handles = a.deps.iter().map(|&i| node_handle(a.handle, i)).collect();
+            out(status, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE)?;
+            put(id, a.id)?;
+            if !graph.is_null() {
+                out(graph, a.handle as CUgraph)?;
+            }
+            if !deps.is_null() {
+                out(deps, a.dep_handles.as_ptr())?;
+            }
+            if !edges.is_null() {
+                out(edges, std::ptr::null())?;
+            }
+            put(n.cast(), a.dep_handles.len() as u64)
+        }
+        other => {
+            let st = if matches!(other, Capture::Invalidated) {
+                CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
+            } else {
+                CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+            };
+            out(status, st)
         }
     }
+}
+
+fn capture_info_v2(
+    h: CUstream,
+    status: *mut CUstreamCaptureStatus,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    n: *mut usize,
+    d: DefaultStream,
+) -> CuResult<()> {
+    capture_info(h, status, id, graph, deps, std::ptr::null_mut(), n, d)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn capture_info_v3(
+    h: CUstream,
+    status: *mut CUstreamCaptureStatus,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const CUgraphEdgeData,
+    n: *mut usize,
+    d: DefaultStream,
+) -> CuResult<()> {
+    capture_info(h, status, id, graph, deps, edges, n, d)
+}
+
+/// `cuStreamUpdateCaptureDependencies`: `flags` 0 adds `deps` to the capture's dependencies,
+/// 1 replaces them; the nodes must be of the capture's graph.
+fn update_deps(h: CUstream, deps: *mut CUgraphNode, n: usize, flags: c_uint, d: DefaultStream) -> CuResult<()> {
+    let (_, s) = resolve_stream(initialized()?, h, d)?;
+    if flags > 1 {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown flags {flags}"));
+    }
+    let mut cap = s.capture.lock().unwrap_or_else(|e| e.into_inner());
+    let Capture::Active(a) = &mut *cap else {
+        return fail(CUresult::CUDA_ERROR_ILLEGAL_STATE, || "the stream is not capturing".into());
+    };
+    let list = deps_of(a.handle, deps.cast_const(), n)?;
+    if list.iter().any(|&i| i >= a.graph.nodes().len()) {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a dependency is not a node of the capture's graph".into());
+    }
+    if flags == 1 {
+        a.deps.clear();
+    }
+    for i in list {
+        if !a.deps.contains(&i) {
+            a.deps.push(i);
+        }
+    }
+    Ok(())
+}
+
+fn update_deps_v2(
+    h: CUstream,
+    deps: *mut CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+    flags: c_uint,
+    d: DefaultStream,
+) -> CuResult<()> {
+    default_edges(edges, n)?;
+    update_deps(h, deps, n, flags, d)
 }
 
 fn graph_launch(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> CuResult<()> {
@@ -149,6 +314,18 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
 
 stream_variants! {
     cuStreamBeginCapture_v2 / cuStreamBeginCapture_v2_ptsz => begin_capture(h: CUstream, mode: CUstreamCaptureMode);
+    cuStreamBeginCaptureToGraph / cuStreamBeginCaptureToGraph_ptsz => begin_capture_to_graph(h: CUstream,
+        graph: CUgraph, deps: *const CUgraphNode, edges: *const CUgraphEdgeData, n: usize, mode: CUstreamCaptureMode);
+    cuStreamGetCaptureInfo_v2 / cuStreamGetCaptureInfo_v2_ptsz => capture_info_v2(h: CUstream,
+        status: *mut CUstreamCaptureStatus, id: *mut u64, graph: *mut CUgraph, deps: *mut *const CUgraphNode,
+        n: *mut usize);
+    cuStreamGetCaptureInfo_v3 / cuStreamGetCaptureInfo_v3_ptsz => capture_info_v3(h: CUstream,
+        status: *mut CUstreamCaptureStatus, id: *mut u64, graph: *mut CUgraph, deps: *mut *const CUgraphNode,
+        edges: *mut *const CUgraphEdgeData, n: *mut usize);
+    cuStreamUpdateCaptureDependencies / cuStreamUpdateCaptureDependencies_ptsz => update_deps(h: CUstream,
+        deps: *mut CUgraphNode, n: usize, flags: c_uint);
+    cuStreamUpdateCaptureDependencies_v2 / cuStreamUpdateCaptureDependencies_v2_ptsz => update_deps_v2(h: CUstream,
+        deps: *mut CUgraphNode, edges: *const CUgraphEdgeData, n: usize, flags: c_uint);
     cuStreamEndCapture / cuStreamEndCapture_ptsz => end_capture(h: CUstream, pgraph: *mut CUgraph);
     cuGraphLaunch / cuGraphLaunch_ptsz => graph_launch(exec: CUgraphExec, h: CUstream);
     cuGraphUpload / cuGraphUpload_ptsz => graph_upload(exec: CUgraphExec, h: CUstream);

@@ -1,0 +1,131 @@
+//! A capture's graph and dependencies (`cuStreamBeginCaptureToGraph`, `cuStreamGetCaptureInfo`
+//! v2/v3, `cuStreamUpdateCaptureDependencies`), held by the daemon with the rest of a session's
+//! graphs ([`super::graph`]).
+//!
+//! The graph a capture records into and its dependency nodes are named to the client with the
+//! session's ids: a capture's own graph gets an id when it is first asked for (it is the graph
+//! `cuStreamEndCapture` then answers; an invalidated capture's goes with it), and each backend
+//! node the first time it is named. Dependencies the client names must be nodes of the capture's
+//! graph (INVALID_VALUE otherwise, with a log line), so nothing of another session's reaches the
+//! backend.
+
+use super::Raw;
+use super::dispatch::{Fail, Result};
+use super::graph::STREAM_CAPTURE_UNSUPPORTED;
+use super::session::Session;
+use crate::call;
+use gpupool_protocol::StreamId;
+use gpupool_protocol::ops::{GraphId, answer};
+use gpupool_shim::cuda::{CUgraph, CUgraphNode, CUstreamCaptureMode, CUstreamCaptureStatus};
+
+/// CUDA_ERROR_ILLEGAL_STATE: a capture call on a stream that is not capturing.
+const ILLEGAL_STATE: u32 = 401;
+
+impl Session {
+    /// The session's id of backend node `n` of graph `g` (a new id the first time).
+    fn node_id(&mut self, g: GraphId, n: CUgraphNode) -> u64 {
+        if let Some((&id, _)) = self.graphs.nodes.iter().find(|(_, (x, m))| *x == g && m.0 == n) {
+            return id;
+        }
+        let id = self.next_handle();
+        self.graphs.nodes.insert(id, (g, Raw(n)));
+        id
+    }
+
+    /// `cuStreamBeginCaptureToGraph` into `graph`, the first node after `deps` (nodes of it).
+    pub(super) fn begin_capture_to_graph(
+        &mut self,
+        stream: StreamId,
+        graph: GraphId,
+        deps: &[u64],
+        mode: u32,
+    ) -> Result<()> {
+        if mode > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
+            return Err(Fail::invalid_value(format!("unknown capture mode {mode}")));
+        }
+        if stream == StreamId::NULL {
+            return Err(Fail::new(STREAM_CAPTURE_UNSUPPORTED, "the legacy default stream cannot be captured"));
+        }
+        let (g, gd) = self.graph(graph)?;
+        if self.graphs.mem.has_nodes(graph) {
+            return Err(Fail::invalid_value("a graph with memory nodes cannot be captured into through the pool"));
+        }
+        let nodes = self.capture_deps(graph, deps)?;
+        let (s, d) = self.stream(stream, None)?;
+        if d != gd {
+            return Err(Fail::invalid_value("the graph is on another device than the stream"));
+        }
+        self.enter(d)?;
+        // Relaxed, as every capture of the backend (graph.rs says why).
+        let relaxed = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        let edges = std::ptr::null();
+        call!(self.shared.cuda, cuStreamBeginCaptureToGraph(s.0, g.0, nodes.as_ptr(), edges, nodes.len(), relaxed))?;
+        let id = super::graph::next_capture_id();
+        self.graphs.captures.insert(stream, id);
+        self.graphs.capture_graphs.insert(stream, (graph, false));
+        Ok(())
+    }
+
+    /// The backend nodes of `deps`, which must be nodes of `graph`.
+    fn capture_deps(&self, graph: GraphId, deps: &[u64]) -> Result<Vec<CUgraphNode>> {
+        deps.iter()
+            .map(|d| match self.graphs.nodes.get(d) {
+                Some((g, n)) if *g == graph => Ok(n.0),
+                _ => Err(Fail::invalid_value(format!("node {d} is not a node of the capture's graph {}", graph.0))),
+            })
+            .collect()
+    }
+
+    /// `cuStreamGetCaptureInfo_v2`: the status, and while capturing the capture's id, its graph
+    /// and its current dependencies, as the session's ids.
+    pub(super) fn capture_graph(&mut self, stream: StreamId) -> Result<answer::CaptureGraph> {
+        let (s, d) = self.stream(stream, None)?;
+        self.enter(d)?;
+        let mut st = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let (mut id, mut deps, mut n) = (0u64, std::ptr::null(), 0usize);
+        let mut g: CUgraph = std::ptr::null_mut();
+        call!(self.shared.cuda, cuStreamGetCaptureInfo_v2(s.0, &mut st, &mut id, &mut g, &mut deps, &mut n))?;
+        let none = answer::CaptureGraph { status: st.0, id: 0, graph: GraphId(0), deps: Vec::new() };
+        if st != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
+            return Ok(none);
+        }
+        let capture = self.graphs.captures.get(&stream).copied().unwrap_or(0);
+        let graph = match self.graphs.capture_graphs.get(&stream) {
+            Some(&(graph, _)) => graph,
+            None => {
+                let graph = self.keep_graph(g, d);
+                self.graphs.capture_graphs.insert(stream, (graph, true));
+                graph
+            }
+        };
+        let backend: Vec<CUgraphNode> = if n == 0 || deps.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the backend answered `n` node handles at `deps`, valid until its next call.
+            unsafe { std::slice::from_raw_parts(deps, n) }.to_vec()
+        };
+        let deps = backend.into_iter().map(|x| self.node_id(graph, x)).collect();
+        Ok(answer::CaptureGraph { status: st.0, id: capture, graph, deps })
+    }
+
+    /// `cuStreamUpdateCaptureDependencies`: `deps` (nodes of the capture's graph) added to the
+    /// capture's dependencies, or with `set` replacing them.
+    pub(super) fn update_capture_dependencies(&mut self, stream: StreamId, deps: &[u64], set: bool) -> Result<()> {
+        let (s, d) = self.stream(stream, None)?;
+        if !self.graphs.captures.contains_key(&stream) {
+            return Err(Fail::new(ILLEGAL_STATE, "cuStreamUpdateCaptureDependencies: the stream is not capturing"));
+        }
+        let Some(&(graph, _)) = self.graphs.capture_graphs.get(&stream) else {
+            return Err(Fail::invalid_value(
+                "cuStreamUpdateCaptureDependencies: no node of this capture's graph was named yet",
+            ));
+        };
+        let mut nodes = self.capture_deps(graph, deps)?;
+        self.enter(d)?;
+        call!(
+            self.shared.cuda,
+            cuStreamUpdateCaptureDependencies(s.0, nodes.as_mut_ptr(), nodes.len(), u32::from(set))
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,200 @@
+/*
+ * tests/c/graph_capture_client.c - capture into an existing graph and a capture's dependencies
+ * through the driver API (run by pool-daemon/tests/graphs.rs under `gpupool run`, and by
+ * tests/tests/c_client.rs on the simulator):
+ *
+ *   cc -std=c11 -Wall -Wextra -I shim-headers/include tests/c/graph_capture_client.c -o graph_capture_client -ldl
+ *
+ * A graph gets an explicit kernel node fill(a, 5); cuStreamBeginCaptureToGraph captures after it
+ * K1: b += a; cuStreamGetCaptureInfo_v2 answers the graph and K1 as the one dependency;
+ * cuStreamUpdateCaptureDependencies sets the dependencies to the fill node, K2: c += a is captured
+ * after it, then adds K1 back, and K3: d += b is captured after both (two dependencies);
+ * cuStreamEndCapture answers the same graph. Two launches give a = 5, b = c = 10, d = 15.
+ * Errors: a node of another graph is CUDA_ERROR_INVALID_VALUE, a stream not capturing
+ * CUDA_ERROR_ILLEGAL_STATE and status NONE.
+ *
+ * Output: "ok <check>" per check, then "done"; a failure prints "FAIL ..." on stderr, exits 1.
+ */
+#define _GNU_SOURCE
+#include "gpupool_cuda.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FUNCS(X)                                                                                            \
+    X(cuInit) X(cuGetErrorName) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)               \
+    X(cuModuleLoadData) X(cuModuleGetFunction) X(cuMemAlloc_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)       \
+    X(cuStreamCreate) X(cuStreamSynchronize) X(cuLaunchKernel) X(cuGraphCreate) X(cuGraphDestroy)           \
+    X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphAddKernelNode_v2)        \
+    X(cuGraphAddEmptyNode) X(cuStreamBeginCaptureToGraph) X(cuStreamGetCaptureInfo_v2)                     \
+    X(cuStreamUpdateCaptureDependencies) X(cuStreamEndCapture)
+
+#define DECLARE(name) static __typeof__(name) *p_##name;
+FUNCS(DECLARE)
+
+static const char *err_name(CUresult rc) {
+    const char *n = NULL;
+    if (!p_cuGetErrorName || p_cuGetErrorName(rc, &n) != CUDA_SUCCESS || !n) n = "?";
+    return n;
+}
+
+#define CU(name, ...)                                                                                        \
+    do {                                                                                                     \
+        CUresult rc_ = p_##name(__VA_ARGS__);                                                                \
+        if (rc_ != CUDA_SUCCESS) {                                                                           \
+            fflush(stdout);                                                                                  \
+            fprintf(stderr, "FAIL %s:%d %s: %d %s\n", __FILE__, __LINE__, #name, (int)rc_, err_name(rc_));   \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+#define CU_EXPECT(want, name, ...)                                                                           \
+    do {                                                                                                     \
+        CUresult rc_ = p_##name(__VA_ARGS__);                                                                \
+        if (rc_ != (want)) {                                                                                 \
+            fflush(stdout);                                                                                  \
+            fprintf(stderr, "FAIL %s:%d %s returned %d, expected %d\n", __FILE__, __LINE__, #name, (int)rc_, \
+                    (int)(want));                                                                            \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+#define CHECK(cond, what, a, b)                                                                              \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fflush(stdout);                                                                                  \
+            fprintf(stderr, "FAIL %s:%d %s (%lld, %lld)\n", __FILE__, __LINE__, what, (long long)(a),        \
+                    (long long)(b));                                                                         \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+/* addto(w, y, n): w[i] += y[i] (u32, wrapping).  fill(w, v, n): w[i] = v. */
+static const char k_ptx[] =
+    ".version 7.0\n.target sm_50\n.address_size 64\n"
+    ".visible .entry addto(.param .u64 w, .param .u64 y, .param .u32 n)\n{\n"
+    "  .reg .pred %p<2>;\n  .reg .b32 %r<10>;\n  .reg .b64 %rd<8>;\n"
+    "  ld.param.u64 %rd1, [w];\n  ld.param.u64 %rd2, [y];\n  ld.param.u32 %r2, [n];\n"
+    "  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n  mad.lo.s32 %r6, %r3, %r4, %r5;\n"
+    "  setp.ge.u32 %p1, %r6, %r2;\n  @%p1 bra DONE;\n"
+    "  cvta.to.global.u64 %rd1, %rd1;\n  cvta.to.global.u64 %rd2, %rd2;\n"
+    "  mul.wide.u32 %rd3, %r6, 4;\n  add.s64 %rd4, %rd1, %rd3;\n  add.s64 %rd5, %rd2, %rd3;\n"
+    "  ld.global.u32 %r7, [%rd4];\n  ld.global.u32 %r8, [%rd5];\n"
+    "  add.s32 %r9, %r7, %r8;\n  st.global.u32 [%rd4], %r9;\n"
+    "DONE:\n  ret;\n}\n"
+    ".visible .entry fill(.param .u64 w, .param .u32 v, .param .u32 n)\n{\n"
+    "  .reg .pred %p<2>;\n  .reg .b32 %r<10>;\n  .reg .b64 %rd<8>;\n"
+    "  ld.param.u64 %rd1, [w];\n  ld.param.u32 %r1, [v];\n  ld.param.u32 %r2, [n];\n"
+    "  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n  mad.lo.s32 %r6, %r3, %r4, %r5;\n"
+    "  setp.ge.u32 %p1, %r6, %r2;\n  @%p1 bra DONE;\n"
+    "  cvta.to.global.u64 %rd1, %rd1;\n  mul.wide.u32 %rd3, %r6, 4;\n  add.s64 %rd4, %rd1, %rd3;\n"
+    "  st.global.u32 [%rd4], %r1;\n"
+    "DONE:\n  ret;\n}\n";
+
+enum { N = 1024 };
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) {
+        fprintf(stderr, "FAIL dlopen: %s\n", dlerror());
+        return 1;
+    }
+#define RESOLVE(name)                                                                                        \
+    if (!(p_##name = (__typeof__(name) *)dlsym(lib, #name))) {                                               \
+        fprintf(stderr, "FAIL dlsym %s\n", #name);                                                           \
+        return 1;                                                                                            \
+    }
+    FUNCS(RESOLVE)
+
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction f_addto, f_fill;
+    CUstream s;
+    CU(cuInit, 0);
+    CU(cuDeviceGet, &dev, 0);
+    CU(cuDevicePrimaryCtxRetain, &ctx, dev);
+    CU(cuCtxSetCurrent, ctx);
+    CU(cuModuleLoadData, &mod, k_ptx);
+    CU(cuModuleGetFunction, &f_addto, mod, "addto");
+    CU(cuModuleGetFunction, &f_fill, mod, "fill");
+    CU(cuStreamCreate, &s, 0);
+    static uint32_t host[N];
+    CUdeviceptr a, b, c, d;
+    CUdeviceptr *bufs[] = {&a, &b, &c, &d};
+    for (int i = 0; i < 4; i++) {
+        CU(cuMemAlloc_v2, bufs[i], sizeof host);
+        CU(cuMemcpyHtoD_v2, *bufs[i], host, sizeof host);
+    }
+    uint32_t n = N, five = 5;
+
+    CUgraph g, other;
+    CUgraphNode nfill, nother;
+    CU(cuGraphCreate, &g, 0);
+    CU(cuGraphCreate, &other, 0);
+    CU(cuGraphAddEmptyNode, &nother, other, NULL, 0);
+    void *fargs[] = {&a, &five, &n};
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = f_fill;
+    kp.gridDimX = N / 128, kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = 128, kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = fargs;
+    CU(cuGraphAddKernelNode_v2, &nfill, g, NULL, 0, &kp);
+
+    CUstreamCaptureStatus st;
+    cuuint64_t id = 0;
+    CUgraph cg = NULL;
+    const CUgraphNode *deps = NULL;
+    size_t ndeps = 7;
+    CU(cuStreamGetCaptureInfo_v2, s, &st, &id, &cg, &deps, &ndeps);
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE, "not capturing yet", st, 0);
+    CU_EXPECT(CUDA_ERROR_ILLEGAL_STATE, cuStreamUpdateCaptureDependencies, s, &nfill, 1, 0);
+
+    CU(cuStreamBeginCaptureToGraph, s, g, &nfill, NULL, 1, CU_STREAM_CAPTURE_MODE_RELAXED);
+    void *k1[] = {&b, &a, &n};
+    CU(cuLaunchKernel, f_addto, N / 128, 1, 1, 128, 1, 1, 0, s, k1, NULL);
+    CU(cuStreamGetCaptureInfo_v2, s, &st, &id, &cg, &deps, &ndeps);
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && id != 0, "capturing", st, id);
+    CHECK(cg == g, "the capture's graph is the graph captured into", (long long)(uintptr_t)cg, (long long)(uintptr_t)g);
+    CHECK(ndeps == 1 && deps && deps[0] != nfill, "one dependency: the captured kernel", ndeps, 0);
+    CUgraphNode n1 = deps[0];
+    printf("ok cuStreamBeginCaptureToGraph after an explicit node; cuStreamGetCaptureInfo_v2 names the graph and its dependency\n");
+
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuStreamUpdateCaptureDependencies, s, &nother, 1, 0);
+    CU(cuStreamUpdateCaptureDependencies, s, &nfill, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES);
+    CU(cuStreamGetCaptureInfo_v2, s, &st, &id, &cg, &deps, &ndeps);
+    CHECK(ndeps == 1 && deps[0] == nfill, "set: the fill node alone", ndeps, 0);
+    void *k2[] = {&c, &a, &n};
+    CU(cuLaunchKernel, f_addto, N / 128, 1, 1, 128, 1, 1, 0, s, k2, NULL);
+    CU(cuStreamUpdateCaptureDependencies, s, &n1, 1, CU_STREAM_ADD_CAPTURE_DEPENDENCIES);
+    CU(cuStreamGetCaptureInfo_v2, s, &st, &id, &cg, &deps, &ndeps);
+    CHECK(ndeps == 2, "add: K2 and K1", ndeps, 2);
+    void *k3[] = {&d, &b, &n};
+    CU(cuLaunchKernel, f_addto, N / 128, 1, 1, 128, 1, 1, 0, s, k3, NULL);
+    CUgraph ended = NULL;
+    CU(cuStreamEndCapture, s, &ended);
+    CHECK(ended == g, "cuStreamEndCapture answers the graph captured into", 0, 0);
+    printf("ok cuStreamUpdateCaptureDependencies sets and adds dependencies; a node of another graph is refused\n");
+
+    CUgraphExec e;
+    CU(cuGraphInstantiateWithFlags, &e, g, 0);
+    CU(cuGraphLaunch, e, s);
+    CU(cuGraphLaunch, e, s);
+    CU(cuStreamSynchronize, s);
+    uint32_t want[] = {5, 10, 10, 15};
+    for (int k = 0; k < 4; k++) {
+        CU(cuMemcpyDtoH_v2, host, *bufs[k], sizeof host);
+        for (int i = 0; i < N; i++) CHECK(host[i] == want[k], "replayed result", host[i], want[k]);
+    }
+    printf("ok the graph replays the explicit node and the captured kernels in dependency order\n");
+    CU(cuGraphExecDestroy, e);
+    CU(cuGraphDestroy, g);
+    CU(cuGraphDestroy, other);
+    printf("done\n");
+    return 0;
+}
