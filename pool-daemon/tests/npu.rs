@@ -173,6 +173,12 @@ fn npus_follow_the_gpus_in_one_list_and_another_sessions_memory_is_refused() {
     let run = Request::NpuOpRun { exec, workspace: DevicePtr(0), workspace_bytes: 0, stream: StreamId::NULL };
     assert_eq!(code(&b.call(run.clone())), 400);
     assert_eq!(a.call(run), Reply::Ok {});
+    // The operator was charged to the tenant on the NPU by the compute scheduler.
+    let doc = d.status();
+    let team = doc["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "team").unwrap().clone();
+    let dev = team["devices"].as_array().unwrap().iter().find(|x| x["device"] == u64::from(npu)).unwrap().clone();
+    assert_eq!(dev["compute"]["kernels"], 1, "{doc:#}");
+    assert!(dev["compute"]["charged_ns"].as_u64().unwrap() > 0, "{doc:#}");
     // A CUDA-only operation in an NPU context never runs in another device's context.
     let r = b.call(Request::EventCreate { ctx: bctx, flags: 0 });
     assert!(matches!(r, Reply::Error { .. }), "{r:?}");
@@ -191,4 +197,56 @@ fn npus_follow_the_gpus_in_one_list_and_another_sessions_memory_is_refused() {
     drop(a);
     drop(b);
     wait_idle(&d);
+}
+
+/// A tenant held to 20% of an NPU: operators run back to back on the wire for 3 s are charged
+/// by their measured time, and the time charged is 20% of the wall time, within 3 points.
+#[test]
+fn npu_operators_are_held_to_the_tenants_compute_quota() {
+    let config = format!("[[tenant]]\nname = \"team\"\nuids = [{}]\ncompute = 20\n", common::uid());
+    let d = Daemon::start_env(Some(&config), &[], &NPU_ENV);
+    let mut c = Client::connect(&d.socket);
+    let npu = 2u32;
+    let Reply::Context { ctx } = c.call(Request::PrimaryCtxRetain { device: npu }) else { panic!("{}", d.log()) };
+    const N: i64 = 96;
+    let bytes = (N * N * 4) as u64;
+    let mut bufs = Vec::new();
+    for _ in 0..3 {
+        let Reply::MemPtr { ptr } = c.call(Request::MemAlloc { ctx, bytes }) else { panic!("{}", d.log()) };
+        bufs.push(ptr);
+    }
+    let t = |data| NpuTensor {
+        data,
+        dtype: 0,
+        format: 2,
+        offset: 0,
+        view: vec![N, N],
+        strides: vec![N, 1],
+        storage: vec![N * N],
+    };
+    let charged = |d: &Daemon| {
+        let doc = d.status();
+        let team = doc["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "team").cloned().unwrap();
+        let dev = team["devices"].as_array().unwrap().iter().find(|x| x["device"] == u64::from(npu)).cloned().unwrap();
+        dev["compute"]["charged_ns"].as_u64().unwrap_or(0)
+    };
+    let (t0, c0) = (Instant::now(), charged(&d));
+    let mut runs = 0;
+    while t0.elapsed() < Duration::from_secs(3) {
+        let req = Request::NpuOpPrepare {
+            ctx,
+            op: gpupool_protocol::ops::NPU_OP_MATMUL,
+            tensors: vec![t(bufs[0]), t(bufs[1]), t(bufs[2])],
+            alpha: None,
+            param: 0,
+        };
+        let Reply::NpuExecutor { exec, .. } = c.call(req) else { panic!("{}", d.log()) };
+        let run = Request::NpuOpRun { exec, workspace: DevicePtr(0), workspace_bytes: 0, stream: StreamId::NULL };
+        assert_eq!(c.call(run), Reply::Ok {});
+        runs += 1;
+    }
+    let share = (charged(&d) - c0) as f64 / t0.elapsed().as_nanos() as f64;
+    eprintln!("{runs} matmuls of {N}x{N}: {:.1}% of 3 s charged", share * 100.0);
+    assert!(runs > 10, "{runs} runs");
+    assert!((share - 0.20).abs() < 0.03, "charged {:.1}% of the wall time, quota 20%", share * 100.0);
 }

@@ -228,6 +228,36 @@ impl Compute {
         }
     }
 
+    /// Runs `work` to completion under a grant and charges the tenant the time it took: the
+    /// "run this work" of a device whose work the daemon times itself (an NPU operator run and
+    /// waited for, [`super::npu`]), so it needs no events and no monitor. Failed work is charged
+    /// nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_timed(
+        &self,
+        shared: &Shared,
+        device: u32,
+        tc: &TenantCtx,
+        session: u64,
+        kind: u64,
+        stream: usize,
+        peer: Option<&std::os::fd::OwnedFd>,
+        work: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        if !self.enabled {
+            return work();
+        }
+        let grant = self.admit(shared, device, tc, session, kind, stream, peer)?;
+        let t0 = Instant::now();
+        let r = work();
+        let charged = if r.is_ok() { t0.elapsed().as_nanos() as u64 } else { 0 };
+        let mut st = self.lock(device);
+        st.policy.complete(tc.tenant.as_str(), session, kind, grant.est, charged, self.now());
+        drop(st);
+        self.devices[device as usize].changed.notify_all();
+        r
+    }
+
     /// Runs `launch` under a grant: waits for the fences, brackets the launch with events of `tc`, and
     /// hands the kernel to the monitor. A failed launch is charged nothing.
     #[allow(clippy::too_many_arguments)]

@@ -501,13 +501,23 @@ impl Session {
             _ => o.aclnnMatmul,
         };
         let ws = if ws_bytes > 0 { workspace.0 as *mut c_void } else { std::ptr::null_mut() };
-        // SAFETY: the executor was made by this backend for this session and runs once; the
-        // workspace and operands are the session's memory (checked above); the stream is its own.
-        let status = unsafe { run(ws, ws_bytes, e.exec.0, s.0.cast()) };
-        if status != 0 {
-            return Err(Fail::new(status as u32, format!("aclnn operator {}: run failed ({status})", e.op)));
-        }
-        Ok(())
+        let acl = shared.acl.as_ref().expect("checked by acl()");
+        // The operator alone is timed: the stream's earlier work first, then the operator run to
+        // its end, under the compute scheduler's grant, charged as a kernel of its kind is.
+        acl_call!(acl, aclrtSynchronizeStream(s.0.cast()))?;
+        let tc = self.tenant_ctxs.get(&e.device).cloned().ok_or_else(|| Fail::invalid_device(e.device))?;
+        let key = super::compute::Compute::stream_key(&tc, s);
+        let kind = 0x4e50_0000 + u64::from(e.op);
+        shared.compute.run_timed(&shared, e.device, &tc, self.id, kind, key, self.peer.as_ref(), || {
+            // SAFETY: the executor was made by this backend for this session and runs once; the
+            // workspace and operands are the session's memory (checked above); the stream is its own.
+            let status = unsafe { run(ws, ws_bytes, e.exec.0, s.0.cast()) };
+            if status != 0 {
+                return Err(Fail::new(status as u32, format!("aclnn operator {}: run failed ({status})", e.op)));
+            }
+            acl_call!(acl, aclrtSynchronizeStream(s.0.cast()))?;
+            Ok(())
+        })
     }
 
     /// Cleanup: executors made through `only` (all: `None`) are dropped unrun with their tensors.
