@@ -234,6 +234,8 @@ macro_rules! driver_entry_points {
         "cuMemPoolCreate" => [11020 => cuMemPoolCreate];
         "cuMemPoolDestroy" => [11020 => cuMemPoolDestroy];
         "cuMemPoolTrimTo" => [11020 => cuMemPoolTrimTo];
+        "cuMemPoolSetAccess" => [11020 => cuMemPoolSetAccess];
+        "cuMemPoolGetAccess" => [11020 => cuMemPoolGetAccess];
         "cuMemPoolSetAttribute" => [11020 => cuMemPoolSetAttribute];
         "cuMemPoolGetAttribute" => [11020 => cuMemPoolGetAttribute];
         "cuDeviceGetDefaultMemPool" => [11020 => cuDeviceGetDefaultMemPool];

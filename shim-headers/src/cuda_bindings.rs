@@ -2963,6 +2963,20 @@ unsafe extern "C" {
         flags: ::std::os::raw::c_uint,
     ) -> CUresult;
 }
+unsafe extern "C" {
+    pub fn cuMemPoolSetAccess(
+        pool: CUmemoryPool,
+        map: *const CUmemAccessDesc,
+        count: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuMemPoolGetAccess(
+        flags: *mut CUmemAccess_flags,
+        memPool: CUmemoryPool,
+        location: *mut CUmemLocation,
+    ) -> CUresult;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone, PartialEq, Eq)]
 pub struct CUipcEventHandle_st {

@@ -425,6 +425,10 @@ exports! { CUresult;
         = mempool::set_attribute;
     cuMemPoolGetAttribute(pool: val CUmemoryPool, attr: val CUmemPool_attribute, value: val *mut c_void)
         = mempool::get_attribute;
+    cuMemPoolSetAccess(pool: val CUmemoryPool, map: val *const CUmemAccessDesc, count: val usize)
+        = mempool::set_access;
+    cuMemPoolGetAccess(flags: out CUmemAccess_flags, pool: val CUmemoryPool, location: val *mut CUmemLocation)
+        = mempool::get_access;
     cuDeviceGetDefaultMemPool(pool: out CUmemoryPool, dev: val CUdevice) = mempool::default_pool;
     cuDeviceGetMemPool(pool: out CUmemoryPool, dev: val CUdevice) = mempool::current_pool;
     cuDeviceSetMemPool(dev: val CUdevice, pool: val CUmemoryPool) = mempool::set_current_pool;

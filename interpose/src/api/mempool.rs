@@ -588,3 +588,39 @@ pub(super) fn alloc_managed(bytesize: usize, flags: std::os::raw::c_uint) -> R<C
          daemon, which this process cannot map); CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0");
     Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
 }
+
+/// Pools of one device: `gpupool_abi::pool_access` says what is accepted.
+pub(super) fn set_access(pool: CUmemoryPool, map: *const gpupool_shim::cuda::CUmemAccessDesc, count: usize) -> R<()> {
+    let device = with_pools(|p| p.pool(pool as u64).map(|pl| pl.device))?;
+    let devices = client::call(|c| c.devices().map(|d| d.len() as i32))?;
+    if map.is_null() && count > 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let descs = if count == 0 {
+        &[][..]
+    } else {
+        // SAFETY: `count` descriptors at `map`, as the API documents.
+        unsafe { std::slice::from_raw_parts(map, count) }
+    };
+    gpupool_abi::pool_access::set(device, devices, descs).map_err(|(code, why)| {
+        log(why);
+        code
+    })
+}
+
+pub(super) fn get_access(
+    pool: CUmemoryPool,
+    location: *mut gpupool_shim::cuda::CUmemLocation,
+) -> R<gpupool_shim::cuda::CUmemAccess_flags> {
+    if location.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the API's contract makes it point to a location.
+    let location = unsafe { location.read_unaligned() };
+    let device = with_pools(|p| p.pool(pool as u64).map(|pl| pl.device))?;
+    let devices = client::call(|c| c.devices().map(|d| d.len() as i32))?;
+    gpupool_abi::pool_access::get(device, devices, &location).map_err(|(code, why)| {
+        log(why);
+        code
+    })
+}

@@ -129,3 +129,26 @@ rt_variants! {
     cudaMallocFromPoolAsync / cudaMallocFromPoolAsync_ptsz => malloc_from_pool(
         p: *mut *mut c_void, size: usize, pool: CUmemoryPool, stream: CUstream);
 }
+
+fn pool_set_access(pool: CUmemoryPool, map: *const gpupool_shim::cuda::CUmemAccessDesc, count: usize) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; `cudaMemAccessDesc` is `CUmemAccessDesc` (location and flags).
+    cu(unsafe { crate::api::exports::cuMemPoolSetAccess(pool, map, count) })
+}
+
+fn pool_get_access(
+    flags: *mut gpupool_shim::cuda::CUmemAccess_flags,
+    pool: CUmemoryPool,
+    location: *mut gpupool_shim::cuda::CUmemLocation,
+) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; `cudaMemAccessFlags` and `cudaMemLocation` are the driver's.
+    cu(unsafe { crate::api::exports::cuMemPoolGetAccess(flags, pool, location) })
+}
+
+rt_exports! {
+    cudaMemPoolSetAccess => pool_set_access(pool: CUmemoryPool, map: *const gpupool_shim::cuda::CUmemAccessDesc,
+        count: usize);
+    cudaMemPoolGetAccess => pool_get_access(flags: *mut gpupool_shim::cuda::CUmemAccess_flags, pool: CUmemoryPool,
+        location: *mut gpupool_shim::cuda::CUmemLocation);
+}

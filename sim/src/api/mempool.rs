@@ -325,3 +325,44 @@ pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usi
         })
     })
 }
+
+/// Pools of one device: `gpupool_abi::pool_access` says what is accepted.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    pool: CUmemoryPool,
+    map: *const gpupool_shim::cuda::CUmemAccessDesc,
+    count: usize,
+) -> CUresult {
+    cuda_entry(|| {
+        let driver = initialized()?;
+        let p = mempool::lookup(pool as u64)?;
+        if map.is_null() && count > 0 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null access descriptors".into());
+        }
+        let descs = if count == 0 {
+            &[][..]
+        } else {
+            // SAFETY: `count` descriptors at `map`, as the API documents.
+            unsafe { std::slice::from_raw_parts(map, count) }
+        };
+        gpupool_abi::pool_access::set(p.device, driver.devices.len() as i32, descs)
+            .or_else(|(code, why)| fail(code, || why.into()))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolGetAccess(
+    flags: *mut gpupool_shim::cuda::CUmemAccess_flags,
+    pool: CUmemoryPool,
+    location: *mut gpupool_shim::cuda::CUmemLocation,
+) -> CUresult {
+    cuda_entry(|| {
+        let driver = initialized()?;
+        let p = mempool::lookup(pool as u64)?;
+        let loc = read(location.cast_const(), "location")?;
+        match gpupool_abi::pool_access::get(p.device, driver.devices.len() as i32, &loc) {
+            Ok(f) => out(flags, f),
+            Err((code, why)) => fail(code, || why.into()),
+        }
+    })
+}
