@@ -98,6 +98,7 @@ fn run_client(d: &Daemon, mut cmd: Command) {
         "aclrtGetMemInfo shows the quota",
         "copies both ways, device to device and memset match the CPU",
         "stream-ordered copies and memset match the CPU",
+        "events order two streams and time them",
         "aclnnAdd, aclnnMul and aclnnMatmul through the pool match the CPU",
         "operands past their memory and foreign tensors are refused",
         "a 24 MiB round trip is byte-exact",
@@ -179,9 +180,13 @@ fn npus_follow_the_gpus_in_one_list_and_another_sessions_memory_is_refused() {
     let dev = team["devices"].as_array().unwrap().iter().find(|x| x["device"] == u64::from(npu)).unwrap().clone();
     assert_eq!(dev["compute"]["kernels"], 1, "{doc:#}");
     assert!(dev["compute"]["charged_ns"].as_u64().unwrap() > 0, "{doc:#}");
-    // A CUDA-only operation in an NPU context never runs in another device's context.
-    let r = b.call(Request::EventCreate { ctx: bctx, flags: 0 });
+    // A CUDA-only operation in an NPU context never runs in another device's context (the
+    // thread has no CUDA context while an NPU's is current), and the ledger is left as it was.
+    let r = b.call(Request::MemAllocPitch { ctx: bctx, width_bytes: 256, height: 4, element_size: 4 });
     assert!(matches!(r, Reply::Error { .. }), "{r:?}");
+    assert_eq!(d.used("team", npu.into()), 1 << 20);
+    // Events are the NPU's own.
+    assert!(matches!(b.call(Request::EventCreate { ctx: bctx, flags: 0 }), Reply::Event { .. }), "{}", d.log());
     // The owner's memory is intact and its own.
     let Reply::Bytes { data } = a.call(Request::MemcpyDtoHInline { src: DevicePtr(ptr.0), len: 4 }) else { panic!() };
     assert_eq!(data.0.len(), 4);

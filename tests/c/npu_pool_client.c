@@ -206,6 +206,37 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 6; i++) ACL(aclrtFree(bufs[i]));
     }
 
+    /* Events: a second stream waits for an event recorded after a copy on the first; elapsed
+     * time between two recorded events is non-negative; a foreign event is refused. */
+    {
+        aclrtStream s2 = NULL;
+        ACL(aclrtCreateStream(&s2));
+        aclrtEvent e0 = NULL, e1 = NULL;
+        ACL(aclrtCreateEvent(&e0));
+        ACL(aclrtCreateEvent(&e1));
+        for (size_t i = 0; i < n; i++) x[i] = (float)i * 3.0f;
+        ACL(aclrtRecordEvent(e0, stream));
+        ACL(aclrtMemcpyAsync(dx, n * sizeof(float), x, n * sizeof(float), ACL_MEMCPY_HOST_TO_DEVICE, stream));
+        ACL(aclrtRecordEvent(e1, stream));
+        ACL(aclrtStreamWaitEvent(s2, e1));
+        ACL(aclrtMemcpyAsync(dy, n * sizeof(float), dx, n * sizeof(float), ACL_MEMCPY_DEVICE_TO_DEVICE, s2));
+        ACL(aclrtSynchronizeStream(s2));
+        ACL(aclrtSynchronizeEvent(e1));
+        aclrtEventRecordedStatus st = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+        ACL(aclrtQueryEventStatus(e1, &st));
+        CHECK(st == ACL_EVENT_RECORDED_STATUS_COMPLETE, "the event completed");
+        float ms = -1.0f;
+        ACL(aclrtEventElapsedTime(&ms, e0, e1));
+        CHECK(ms >= 0.0f, "elapsed %f ms", (double)ms);
+        ACL(aclrtMemcpy(back, n * sizeof(float), dy, n * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST));
+        CHECK(memcmp(back, x, n * sizeof(float)) == 0, "the waiting stream's copy differs");
+        CHECK(aclrtSynchronizeEvent((aclrtEvent)(uintptr_t)0x6000) == (aclError)ACL_ERROR_RT_INVALID_HANDLE, "foreign event");
+        ACL(aclrtDestroyEvent(e0));
+        ACL(aclrtDestroyEvent(e1));
+        ACL(aclrtDestroyStream(s2));
+        ok("events order two streams and time them");
+    }
+
     const size_t big = 24 * MIB;
     unsigned char *h = malloc(big), *hb = malloc(big);
     for (size_t i = 0; i < big; i++) h[i] = (unsigned char)(i * 131 + (i >> 12));

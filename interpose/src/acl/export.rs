@@ -162,6 +162,58 @@ exports! {
     fn aclrtSynchronizeStream(stream: aclrtStream) {
         status(with("aclrtSynchronizeStream", |c| synchronize_stream(c, stream)))
     }
+    fn aclrtCreateEvent(event: *mut acl::aclrtEvent) {
+        status(with("aclrtCreateEvent", |c| {
+            if event.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let e = create_event(c, 0)?;
+            out(event, e)
+        }))
+    }
+    fn aclrtCreateEventWithFlag(event: *mut acl::aclrtEvent, flag: u32) {
+        status(with("aclrtCreateEventWithFlag", |c| {
+            if event.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let e = create_event(c, flag)?;
+            out(event, e)
+        }))
+    }
+    fn aclrtDestroyEvent(event: acl::aclrtEvent) {
+        status(with("aclrtDestroyEvent", |c| destroy_event(c, event)))
+    }
+    fn aclrtRecordEvent(event: acl::aclrtEvent, stream: aclrtStream) {
+        status(with("aclrtRecordEvent", |c| event_on_stream(c, event, stream, false)))
+    }
+    fn aclrtStreamWaitEvent(stream: aclrtStream, event: acl::aclrtEvent) {
+        status(with("aclrtStreamWaitEvent", |c| event_on_stream(c, event, stream, true)))
+    }
+    fn aclrtSynchronizeEvent(event: acl::aclrtEvent) {
+        status(with("aclrtSynchronizeEvent", |c| synchronize_event(c, event)))
+    }
+    fn aclrtQueryEventStatus(event: acl::aclrtEvent, st: *mut acl::aclrtEventRecordedStatus) {
+        status(with("aclrtQueryEventStatus", |c| {
+            if st.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let done = query_event(c, event)?;
+            out(st, if done {
+                acl::aclrtEventRecordedStatus::ACL_EVENT_RECORDED_STATUS_COMPLETE
+            } else {
+                acl::aclrtEventRecordedStatus::ACL_EVENT_RECORDED_STATUS_NOT_READY
+            })
+        }))
+    }
+    fn aclrtEventElapsedTime(ms: *mut f32, start: acl::aclrtEvent, end: acl::aclrtEvent) {
+        status(with("aclrtEventElapsedTime", |c| {
+            if ms.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let v = elapsed(c, start, end)?;
+            out(ms, v)
+        }))
+    }
     fn aclrtSynchronizeDevice() {
         status(with("aclrtSynchronizeDevice", synchronize_device))
     }

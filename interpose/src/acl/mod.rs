@@ -12,7 +12,7 @@
 //! Errors: the daemon answers an NPU backend's failure with AscendCL's code (passed through);
 //! its generic refusals (an unowned pointer or handle, a quota) come in CUDA's numbering, the
 //! wire's, and are mapped here ([`acl_code`]): past the quota ACL_ERROR_RT_MEMORY_ALLOCATION
-//! 207001. Operators: [`aclnn`]. Not yet forwarded: events, DCMI.
+//! 207001. Operators: [`aclnn`]. Not yet forwarded: DCMI.
 //!
 //! Must not: touch the CUDA front-end's context stack or registry.
 
@@ -59,6 +59,8 @@ pub struct State {
     next: u64,
     /// Tensors, scalars and executors of the operator API ([`aclnn`]).
     ops: aclnn::Ops,
+    /// Event handle -> (endpoint, the daemon's id, context handle).
+    events: HashMap<u64, (usize, gpupool_protocol::EventId, u64)>,
 }
 
 thread_local! {
@@ -188,6 +190,7 @@ fn set_device(c: &mut Client, device: i32) -> A<()> {
 fn forget_ctx(c: &mut Client, h: u64) {
     c.acl.ctxs.remove(&h);
     c.acl.streams.retain(|_, s| s.2 != h);
+    c.acl.events.retain(|_, e| e.2 != h);
     c.acl.allocs.retain(|_, a| a.1 != h);
     let _ = CURRENT.try_with(|x| {
         let mut x = x.borrow_mut();
@@ -386,6 +389,60 @@ fn synchronize_stream(c: &mut Client, s: aclrtStream) -> A<()> {
 fn synchronize_device(c: &mut Client) -> A<()> {
     let (_, x) = current(c)?;
     call_ok(c, x.ep, Request::CtxSynchronize { ctx: x.id })
+}
+
+fn event_of(c: &Client, e: acl::aclrtEvent) -> A<(usize, gpupool_protocol::EventId)> {
+    initialized(c)?;
+    c.acl.events.get(&(e as u64)).map(|&(ep, id, _)| (ep, id)).ok_or(acl::ACL_ERROR_RT_INVALID_HANDLE as aclError)
+}
+
+fn create_event(c: &mut Client, flags: u32) -> A<acl::aclrtEvent> {
+    let (h, x) = current(c)?;
+    let answer::Event { event } = ask(c, x.ep, Request::EventCreate { ctx: x.id, flags })?;
+    let eh = new_handle(c);
+    c.acl.events.insert(eh, (x.ep, event, h));
+    Ok(eh as acl::aclrtEvent)
+}
+
+fn destroy_event(c: &mut Client, e: acl::aclrtEvent) -> A<()> {
+    let (ep, event) = event_of(c, e)?;
+    call_ok(c, ep, Request::EventDestroy { event })?;
+    c.acl.events.remove(&(e as u64));
+    Ok(())
+}
+
+/// Record (or, with `wait`, make `stream` wait for) an event: stream-ordered, no reply.
+fn event_on_stream(c: &mut Client, e: acl::aclrtEvent, s: aclrtStream, wait: bool) -> A<()> {
+    let (ep, event) = event_of(c, e)?;
+    let stream = stream_of(c, s, ep)?;
+    let op = if wait {
+        Request::StreamWaitEvent { stream, event, flags: 0 }
+    } else {
+        Request::EventRecord { event, stream }
+    };
+    let r = c.conn_at(ep).and_then(|conn| conn.post(op));
+    r.map_err(|e| acl_code(c.note(e)))
+}
+
+fn synchronize_event(c: &mut Client, e: acl::aclrtEvent) -> A<()> {
+    let (ep, event) = event_of(c, e)?;
+    call_ok(c, ep, Request::EventSynchronize { event })
+}
+
+fn query_event(c: &mut Client, e: acl::aclrtEvent) -> A<bool> {
+    let (ep, event) = event_of(c, e)?;
+    let answer::Ready { ready } = ask(c, ep, Request::EventQuery { event })?;
+    Ok(ready)
+}
+
+fn elapsed(c: &mut Client, a: acl::aclrtEvent, b: acl::aclrtEvent) -> A<f32> {
+    let (ep, start) = event_of(c, a)?;
+    let (eb, end) = event_of(c, b)?;
+    if ep != eb {
+        return Err(INVALID_PARAM);
+    }
+    let answer::Elapsed { nanos } = ask(c, ep, Request::EventElapsedTime { start, end })?;
+    Ok((nanos as f64 / 1e6) as f32)
 }
 
 mod aclnn;

@@ -67,6 +67,13 @@ acl_table! {
     aclrtCreateStream: fn(*mut aclrtStream);
     aclrtDestroyStream: fn(aclrtStream);
     aclrtSynchronizeStream: fn(aclrtStream);
+    aclrtCreateEvent: fn(*mut acl::aclrtEvent);
+    aclrtDestroyEvent: fn(acl::aclrtEvent);
+    aclrtRecordEvent: fn(acl::aclrtEvent, aclrtStream);
+    aclrtSynchronizeEvent: fn(acl::aclrtEvent);
+    aclrtQueryEventStatus: fn(acl::aclrtEvent, *mut acl::aclrtEventRecordedStatus);
+    aclrtEventElapsedTime: fn(*mut f32, acl::aclrtEvent, acl::aclrtEvent);
+    aclrtStreamWaitEvent: fn(aclrtStream, acl::aclrtEvent);
 }
 
 impl Acl {

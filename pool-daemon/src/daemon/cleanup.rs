@@ -79,7 +79,9 @@ impl Session {
         for k in events {
             let (e, d) = self.events.remove(&k).expect("listed");
             f.events += 1;
-            if super::ipc::release_event(e.0 as usize) && self.enter(d).is_ok() {
+            if self.is_npu(d) {
+                f.errors += usize::from(self.npu_event(d, e, super::npu::EventOp::Destroy).is_err());
+            } else if super::ipc::release_event(e.0 as usize) && self.enter(d).is_ok() {
                 note(call!(cuda, cuEventDestroy_v2(e.0)), &mut f.errors);
             }
         }

@@ -26,6 +26,15 @@ use gpupool_shim::acl::{ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVAL
 use std::os::raw::c_void;
 use std::sync::Arc;
 
+/// What [`Session::npu_event`] does with an NPU event.
+pub enum EventOp {
+    Record(Raw<gpupool_shim::cuda::CUstream>),
+    Wait(Raw<gpupool_shim::cuda::CUstream>),
+    Synchronize,
+    Query,
+    Destroy,
+}
+
 /// An NPU call failing with ACL's "parameter invalid" and why.
 fn param_invalid(why: impl Into<String>) -> Fail {
     Fail::new(ACL_ERROR_RT_PARAM_INVALID, why)
@@ -274,6 +283,54 @@ impl Session {
         self.enter(d)?;
         acl_call!(shared.acl.as_ref().expect("checked"), aclrtSynchronizeStream(s.0.cast()))?;
         Ok(())
+    }
+
+    /// Events of an NPU: `aclrtCreateEvent` in the tenant's context, held in the session's one
+    /// event table.
+    pub(super) fn npu_event_create(&mut self, d: u32, ctx: CtxId) -> Result<answer::Event> {
+        let shared = self.acl()?;
+        self.enter(d)?;
+        let mut e: gpupool_shim::acl::aclrtEvent = std::ptr::null_mut();
+        acl_call!(shared.acl.as_ref().expect("checked"), aclrtCreateEvent(&mut e))?;
+        let id = gpupool_protocol::EventId(self.next_handle());
+        self.events.insert(id, (Raw(e.cast()), d));
+        self.owner.insert(Handle::Event(id), ctx);
+        Ok(answer::Event { event: id })
+    }
+
+    /// One event call on an NPU event (`e`, device `d`): record on / wait from stream `s`,
+    /// synchronize, query (whether it completed), destroy.
+    pub(super) fn npu_event(&mut self, d: u32, e: Raw<gpupool_shim::cuda::CUevent>, op: EventOp) -> Result<bool> {
+        let shared = self.acl()?;
+        let acl = shared.acl.as_ref().expect("checked");
+        self.enter(d)?;
+        let ev = e.0.cast();
+        match op {
+            EventOp::Record(s) => acl_call!(acl, aclrtRecordEvent(ev, s.0.cast()))?,
+            EventOp::Wait(s) => acl_call!(acl, aclrtStreamWaitEvent(s.0.cast(), ev))?,
+            EventOp::Synchronize => acl_call!(acl, aclrtSynchronizeEvent(ev))?,
+            EventOp::Destroy => acl_call!(acl, aclrtDestroyEvent(ev))?,
+            EventOp::Query => {
+                let mut st = gpupool_shim::acl::aclrtEventRecordedStatus::ACL_EVENT_RECORDED_STATUS_NOT_READY;
+                acl_call!(acl, aclrtQueryEventStatus(ev, &mut st))?;
+                return Ok(st == gpupool_shim::acl::aclrtEventRecordedStatus::ACL_EVENT_RECORDED_STATUS_COMPLETE);
+            }
+        }
+        Ok(true)
+    }
+
+    /// `aclrtEventElapsedTime` between two events of one NPU, in nanoseconds.
+    pub(super) fn npu_elapsed(
+        &mut self,
+        d: u32,
+        a: Raw<gpupool_shim::cuda::CUevent>,
+        b: Raw<gpupool_shim::cuda::CUevent>,
+    ) -> Result<answer::Elapsed> {
+        let shared = self.acl()?;
+        self.enter(d)?;
+        let mut ms = 0f32;
+        acl_call!(shared.acl.as_ref().expect("checked"), aclrtEventElapsedTime(&mut ms, a.0.cast(), b.0.cast()))?;
+        Ok(answer::Elapsed { nanos: (f64::from(ms) * 1e6).round() as i64 })
     }
 
     /// Cleanup of one NPU stream (drained first) or allocation: errors are counted, never fatal.

@@ -290,6 +290,10 @@ impl Serve for Session {
     }
 
     fn ipc_get_event_handle(&mut self, _cx: Cx<'_>, event: EventId) -> Result<answer::MemExported> {
+        // IPC is CUDA's: an NPU event is not shared between sessions.
+        if self.is_npu(self.event(event)?.1) {
+            return Err(Fail::new(super::dispatch::NOT_SUPPORTED, "NPU events are not shared through IPC"));
+        }
         Ok(answer::MemExported { secret: self.ipc_export_event(event)? })
     }
 
@@ -676,6 +680,10 @@ impl Serve for Session {
     fn stream_wait_event(&mut self, _cx: Cx<'_>, stream: StreamId, event: EventId, flags: u32) -> Result<answer::Ok> {
         let (e, d) = self.event(event)?;
         let (s, _) = self.stream(stream, Some(d))?;
+        if self.is_npu(d) {
+            self.npu_event(d, e, super::npu::EventOp::Wait(s))?;
+            return Ok(answer::Ok {});
+        }
         self.enter(d)?;
         call!(self.shared.cuda, cuStreamWaitEvent(s.0, e.0, flags))?;
         Ok(answer::Ok {})
@@ -685,6 +693,9 @@ impl Serve for Session {
 
     fn event_create(&mut self, _cx: Cx<'_>, ctx: CtxId, flags: u32) -> Result<answer::Event> {
         let d = self.ctx_device(ctx)?;
+        if self.is_npu(d) {
+            return self.npu_event_create(d, ctx);
+        }
         self.enter(d)?;
         let mut e: CUevent = std::ptr::null_mut();
         call!(self.shared.cuda, cuEventCreate(&mut e, flags))?;
@@ -697,6 +708,10 @@ impl Serve for Session {
     fn event_record(&mut self, _cx: Cx<'_>, event: EventId, stream: StreamId) -> Result<answer::Ok> {
         let (e, d) = self.event(event)?;
         let (s, _) = self.stream(stream, Some(d))?;
+        if self.is_npu(d) {
+            self.npu_event(d, e, super::npu::EventOp::Record(s))?;
+            return Ok(answer::Ok {});
+        }
         self.enter(d)?;
         call!(self.shared.cuda, cuEventRecord(e.0, s.0))?;
         Ok(answer::Ok {})
@@ -704,6 +719,10 @@ impl Serve for Session {
 
     fn event_synchronize(&mut self, _cx: Cx<'_>, event: EventId) -> Result<answer::Ok> {
         let (e, d) = self.event(event)?;
+        if self.is_npu(d) {
+            self.npu_event(d, e, super::npu::EventOp::Synchronize)?;
+            return Ok(answer::Ok {});
+        }
         self.enter(d)?;
         call!(self.shared.cuda, cuEventSynchronize(e.0))?;
         Ok(answer::Ok {})
@@ -711,13 +730,22 @@ impl Serve for Session {
 
     fn event_query(&mut self, _cx: Cx<'_>, event: EventId) -> Result<answer::Ready> {
         let (e, d) = self.event(event)?;
+        if self.is_npu(d) {
+            return Ok(answer::Ready { ready: self.npu_event(d, e, super::npu::EventOp::Query)? });
+        }
         self.enter(d)?;
         Ok(answer::Ready { ready: ready(call!(self.shared.cuda, cuEventQuery(e.0)))? })
     }
 
     fn event_elapsed_time(&mut self, _cx: Cx<'_>, start: EventId, end: EventId) -> Result<answer::Elapsed> {
         let (a, d) = self.event(start)?;
-        let (b, _) = self.event(end)?;
+        let (b, bd) = self.event(end)?;
+        if self.is_npu(d) || self.is_npu(bd) {
+            if d != bd {
+                return Err(Fail::new(gpupool_shim::acl::ACL_ERROR_RT_PARAM_INVALID, "events of two devices"));
+            }
+            return self.npu_elapsed(d, a, b);
+        }
         self.enter(d)?;
         let mut ms = 0f32;
         call!(self.shared.cuda, cuEventElapsedTime(&mut ms, a.0, b.0))?;
@@ -726,6 +754,12 @@ impl Serve for Session {
 
     fn event_destroy(&mut self, _cx: Cx<'_>, event: EventId) -> Result<answer::Ok> {
         let (e, d) = self.event(event)?;
+        if self.is_npu(d) {
+            self.npu_event(d, e, super::npu::EventOp::Destroy)?;
+            self.events.remove(&event);
+            self.owner.remove(&Handle::Event(event));
+            return Ok(answer::Ok {});
+        }
         self.enter(d)?;
         // An event shared through IPC lives on while another session holds it.
         if super::ipc::release_event(e.0 as usize) {
