@@ -33,7 +33,7 @@ fn compile_client() -> PathBuf {
     gpupool_e2e::compile_c_into(
         "npu_pool_client.c",
         &exe,
-        &[&format!("-L{}", libdir.display()), "-lascendcl", "-lopapi", "-lm"],
+        &[&format!("-L{}", libdir.display()), "-lascendcl", "-lopapi", "-ldcmi", "-lm"],
     );
     exe
 }
@@ -95,7 +95,7 @@ fn run_client(d: &Daemon, mut cmd: Command) {
     assert!(out.status.success(), "npu_pool_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
     for check in [
         "devices, contexts and the SoC name through the pool",
-        "aclrtGetMemInfo shows the quota",
+        "aclrtGetMemInfo and DCMI show the quota",
         "copies both ways, device to device and memset match the CPU",
         "stream-ordered copies and memset match the CPU",
         "events order two streams and time them",

@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "gpupool_acl.h"
 #include "gpupool_aclnn.h"
+#include "gpupool_dcmi.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -95,7 +96,18 @@ int main(int argc, char **argv) {
     size_t free_b = 0, total_b = 0;
     ACL(aclrtGetMemInfo(ACL_HBM_MEM, &free_b, &total_b));
     CHECK(total_b == quota && free_b == quota, "free %zu total %zu, quota %zu", free_b, total_b, quota);
-    ok("aclrtGetMemInfo shows the quota");
+    int cards = 0, card_list[8];
+    CHECK(dcmi_init() == 0, "dcmi_init");
+    CHECK(dcmi_get_card_num_list(&cards, card_list, 8) == 0 && cards == 2, "%d cards", cards);
+    int chips = 0;
+    CHECK(dcmi_get_device_num_in_card(0, &chips) == 0 && chips == 1, "%d chips", chips);
+    struct dcmi_get_memory_info_stru mi;
+    memset(&mi, 0, sizeof mi);
+    CHECK(dcmi_get_device_memory_info_v3(0, 0, &mi) == 0, "memory info v3");
+    CHECK(mi.memory_size == quota >> 20 && mi.memory_available == quota >> 20, "DCMI %llu MB, %llu available",
+          (unsigned long long)mi.memory_size, (unsigned long long)mi.memory_available);
+    CHECK(dcmi_get_device_memory_info_v3(5, 0, &mi) == DCMI_ERR_CODE_INVALID_DEVICE_ID, "card 5");
+    ok("aclrtGetMemInfo and DCMI show the quota");
 
     aclrtStream stream = NULL;
     ACL(aclrtCreateStream(&stream));
@@ -261,6 +273,10 @@ int main(int argc, char **argv) {
     CHECK(msg != NULL && strstr(msg, "aclrtMalloc") != NULL, "error message %s", msg ? msg : "(null)");
     ACL(aclrtGetMemInfo(ACL_HBM_MEM, &free_b, &total_b));
     CHECK(free_b == 0, "free %zu at the quota", free_b);
+    struct dcmi_hbm_info hbm;
+    CHECK(dcmi_get_device_hbm_info(0, 0, &hbm) == 0 && hbm.memory_size == quota >> 20 && hbm.memory_usage == quota >> 20,
+          "DCMI HBM %llu MB, %llu used at the quota", (unsigned long long)hbm.memory_size,
+          (unsigned long long)hbm.memory_usage);
     ACL(aclrtFree(rest));
     e = aclrtMalloc(&more, MIB, ACL_MEM_MALLOC_HUGE_FIRST);
     CHECK(e == ACL_SUCCESS, "one MiB once freed: %d", e);

@@ -23,13 +23,7 @@ exports! {
     fn aclInit(_config_path: *const c_char) {
         status(with("aclInit", |c| {
             init(c)?;
-            let npus = c.devices_of(VENDOR_ASCEND).map_err(acl_code)?;
-            c.acl.npus.clear();
-            c.acl.names.clear();
-            for (ep, d) in npus {
-                c.acl.npus.push(Npu { ep, ordinal: d.ordinal, name_index: c.acl.names.len() });
-                c.acl.names.push(d.name);
-            }
+            load_npus(c)?;
             let _ = SOC_NAMES.set(c.acl.names.iter().map(|n| std::ffi::CString::new(n.as_str()).unwrap_or_default()).collect());
             Ok(())
         }))

@@ -12,7 +12,7 @@
 //! Errors: the daemon answers an NPU backend's failure with AscendCL's code (passed through);
 //! its generic refusals (an unowned pointer or handle, a quota) come in CUDA's numbering, the
 //! wire's, and are mapped here ([`acl_code`]): past the quota ACL_ERROR_RT_MEMORY_ALLOCATION
-//! 207001. Operators: [`aclnn`]. Not yet forwarded: DCMI.
+//! 207001. Operators: [`aclnn`]; DCMI's device and memory queries: [`dcmi`].
 //!
 //! Must not: touch the CUDA front-end's context stack or registry.
 
@@ -445,5 +445,18 @@ fn elapsed(c: &mut Client, a: acl::aclrtEvent, b: acl::aclrtEvent) -> A<f32> {
     Ok((nanos as f64 / 1e6) as f32)
 }
 
+/// The pool's NPUs, in the one list's order (the program's device and card numbers).
+fn load_npus(c: &mut Client) -> A<()> {
+    let npus = c.devices_of(VENDOR_ASCEND).map_err(acl_code)?;
+    c.acl.npus.clear();
+    c.acl.names.clear();
+    for (ep, d) in npus {
+        c.acl.npus.push(Npu { ep, ordinal: d.ordinal, name_index: c.acl.names.len() });
+        c.acl.names.push(d.name);
+    }
+    Ok(())
+}
+
 mod aclnn;
+mod dcmi;
 mod export;

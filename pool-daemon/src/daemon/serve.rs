@@ -774,6 +774,10 @@ impl Serve for Session {
 
     fn mgmt_memory_info(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::MemInfo> {
         self.check_device(device)?;
+        if self.is_npu(device) {
+            // DCMI's view of an NPU: the tenant's, as aclrtGetMemInfo reports it.
+            return self.npu_mem_info(device);
+        }
         let dev = &self.shared.devices[device as usize];
         let (total, free) = match &self.shared.nvml {
             Some(n) => n
@@ -789,6 +793,9 @@ impl Serve for Session {
 
     fn mgmt_utilization(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::Utilization> {
         self.check_device(device)?;
+        if self.is_npu(device) {
+            return Err(Fail::new(NOT_SUPPORTED, "no utilization figure for an NPU yet"));
+        }
         let n = self.shared.nvml.as_ref().ok_or_else(|| Fail::new(NOT_SUPPORTED, "no NVML"))?;
         let u =
             n.device(device).and_then(|h| n.utilization(h)).map_err(|e| Fail::new(NOT_SUPPORTED, format!("{e:#}")))?;
