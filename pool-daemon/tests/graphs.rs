@@ -108,7 +108,7 @@ fn a_graph_with_a_memory_node_is_held_to_the_quota() {
 /// 64 MiB tenant quota: cudaGraphAddMemAllocNode/FreeNode and their parameters, the memory counted from
 /// cudaGraphInstantiate, kept and trimmed, and cudaErrorMemoryAllocation past the quota; the ledger is 0 after.
 /// Also the runtime's host nodes and a captured cudaLaunchHostFunc (the function runs in the client).
-/// And the runtime's capture into an existing graph with its dependencies read and set.
+/// And the runtime's capture into an existing graph with its dependencies read and set, and its memcpy nodes.
 #[test]
 fn runtime_graph_memory_nodes_are_held_to_the_quota() {
     ensure_interposer();
@@ -116,7 +116,7 @@ fn runtime_graph_memory_nodes_are_held_to_the_quota() {
     assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
     let d = Daemon::start(Some(&common::tenant_config("64MiB")));
     let cmd = common::gpupool_run_script(&d, &python, "runtime_graph_checks.py");
-    common::run_checks(cmd, "runtime_graph_checks", 12, &d);
+    common::run_checks(cmd, "runtime_graph_checks", 13, &d);
     let t0 = Instant::now();
     while d.used("team", 0) != 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "graph memory still held after exit: {}", d.status());

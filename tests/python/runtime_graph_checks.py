@@ -14,6 +14,9 @@
   cudaGraphHostNodeSetParams changes the graph's node (an instantiated graph keeps its own) and
   cudaGraphExecHostNodeSetParams one instantiated graph's; cudaLaunchHostFunc in a capture is a
   host node of the captured graph, run at each of its launches and not during the capture.
+- Memcpy nodes: cudaGraphAddMemcpyNode1D from page-locked memory to the device, and
+  cudaGraphAddMemcpyNode (a cudaMemcpy3DParms, 2D box of 16 rows) from the device back to
+  page-locked memory; the host source is read when the graph runs.
 - Capture into an existing graph: after an empty node (added with the driver's
   cuGraphAddEmptyNode), cudaStreamBeginCaptureToGraph captures a memset; cudaStreamGetCaptureInfo_v2
   answers the graph and the memset as the dependency; cudaStreamUpdateCaptureDependencies_v2 sets
@@ -182,6 +185,7 @@ def main():
 
     host_checks()
     capture_checks()
+    memcpy_checks()
 
     print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
     return 0 if all(results) else 1
@@ -293,6 +297,68 @@ def capture_checks():
     )
     call("cudaGraphExecDestroy", e)
     call("cudaGraphDestroy", g)
+
+
+class Pos(C.Structure):
+    _fields_ = [("x", C.c_size_t), ("y", C.c_size_t), ("z", C.c_size_t)]
+
+
+class PitchedPtr(C.Structure):
+    _fields_ = [("ptr", C.c_void_p), ("pitch", C.c_size_t), ("xsize", C.c_size_t), ("ysize", C.c_size_t)]
+
+
+class Extent(C.Structure):
+    _fields_ = [("width", C.c_size_t), ("height", C.c_size_t), ("depth", C.c_size_t)]
+
+
+class Memcpy3DParms(C.Structure):
+    _fields_ = [
+        ("srcArray", C.c_void_p),
+        ("srcPos", Pos),
+        ("srcPtr", PitchedPtr),
+        ("dstArray", C.c_void_p),
+        ("dstPos", Pos),
+        ("dstPtr", PitchedPtr),
+        ("extent", Extent),
+        ("kind", C.c_int),
+    ]
+
+
+def memcpy_checks():
+    rows, pitch = 16, 256
+    nbytes = rows * pitch
+    src, back, dev = C.c_void_p(), C.c_void_p(), C.c_void_p()
+    call("cudaMallocHost", C.byref(src), C.c_size_t(nbytes))
+    call("cudaMallocHost", C.byref(back), C.c_size_t(nbytes))
+    call("cudaMalloc", C.byref(dev), C.c_size_t(nbytes))
+    C.memset(back, 0, nbytes)
+    g, n1, n2 = C.c_void_p(), C.c_void_p(), C.c_void_p()
+    call("cudaGraphCreate", C.byref(g), 0)
+    h2d, d2h = 1, 2
+    call("cudaGraphAddMemcpyNode1D", C.byref(n1), g, None, C.c_size_t(0), dev, src, C.c_size_t(nbytes), h2d)
+    p = Memcpy3DParms()
+    p.srcPtr = PitchedPtr(dev, pitch, pitch, rows)
+    p.dstPtr = PitchedPtr(back, pitch, pitch, rows)
+    p.extent = Extent(pitch, rows, 1)
+    p.kind = d2h
+    call("cudaGraphAddMemcpyNode", C.byref(n2), g, C.byref(n1), C.c_size_t(1), C.byref(p))
+    e = C.c_void_p()
+    call("cudaGraphInstantiate", C.byref(e), g, C.c_ulonglong(0))
+    # Written after the node was added: the graph reads the host memory when it runs.
+    pattern = bytes((i * 7 + 3) % 256 for i in range(nbytes))
+    C.memmove(src, pattern, nbytes)
+    call("cudaGraphLaunch", e, None)
+    call("cudaDeviceSynchronize")
+    record(
+        "cudaGraphAddMemcpyNode1D and cudaGraphAddMemcpyNode copy when the graph runs",
+        C.string_at(back, nbytes) == pattern,
+        "the bytes copied back differ",
+    )
+    call("cudaGraphExecDestroy", e)
+    call("cudaGraphDestroy", g)
+    call("cudaFree", dev)
+    call("cudaFreeHost", src)
+    call("cudaFreeHost", back)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,18 @@
 //! layout of `CUDA_MEM_ALLOC_NODE_PARAMS` (its `cudaMemPoolProps` and `cudaMemAccessDesc` are the
 //! driver's structs under other names, as `super::mempool` relies on too) and
 //! `cudaGraphMemAttributeType` the values of `CUgraphMem_attribute`.
+//!
+//! Also the runtime's memcpy nodes (`cudaGraphAddMemcpyNode`, `cudaGraphAddMemcpyNode1D`): the
+//! driver's `cuGraphAddMemcpyNode` with the descriptor the runtime's copies build
+//! (`super::memory::params_3d`, and a one-row copy whose ends the kind says).
 
 use super::{Rt, cu, rt_exports, state};
 use crate::api::exports::{
     cuDeviceGetGraphMemAttribute, cuDeviceGraphMemTrim, cuDeviceSetGraphMemAttribute, cuGraphAddMemAllocNode,
-    cuGraphAddMemFreeNode, cuGraphMemAllocNodeGetParams, cuGraphMemFreeNodeGetParams,
+    cuGraphAddMemFreeNode, cuGraphAddMemcpyNode, cuGraphMemAllocNodeGetParams, cuGraphMemFreeNodeGetParams,
 };
-use gpupool_shim::cuda::{CUDA_MEM_ALLOC_NODE_PARAMS, CUgraph, CUgraphMem_attribute, CUgraphNode};
-use gpupool_shim::cudart::cudaError;
+use gpupool_shim::cuda::{CUDA_MEM_ALLOC_NODE_PARAMS, CUDA_MEMCPY3D, CUgraph, CUgraphMem_attribute, CUgraphNode};
+use gpupool_shim::cudart::{cudaError, cudaMemcpy3DParms, cudaMemcpyKind};
 use std::os::raw::{c_int, c_void};
 
 fn add_mem_alloc_node(
@@ -78,4 +82,56 @@ rt_exports! {
     cudaDeviceGraphMemTrim => graph_mem_trim(device: c_int);
     cudaDeviceGetGraphMemAttribute => graph_mem_get(device: c_int, attr: c_int, value: *mut c_void);
     cudaDeviceSetGraphMemAttribute => graph_mem_set(device: c_int, attr: c_int, value: *mut c_void);
+}
+
+fn add_memcpy(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, c: &CUDA_MEMCPY3D) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export with a fully initialised descriptor; the graph's own context.
+    cu(unsafe { cuGraphAddMemcpyNode(node, graph, deps, n, c, std::ptr::null_mut()) })
+}
+
+fn add_memcpy_node(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    p: *const cudaMemcpy3DParms,
+) -> Rt<()> {
+    state::context()?;
+    add_memcpy(node, graph, deps, n, &super::memory::params_3d(p)?)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn add_memcpy_node_1d(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    state::context()?;
+    let (d_dev, s_dev) = super::memory::direction(dst, src, kind)?;
+    let c = CUDA_MEMCPY3D {
+        srcMemoryType: super::memory::memory_kind(s_dev),
+        srcHost: src,
+        srcDevice: src as u64,
+        dstMemoryType: super::memory::memory_kind(d_dev),
+        dstHost: dst,
+        dstDevice: dst as u64,
+        WidthInBytes: count,
+        Height: 1,
+        Depth: 1,
+        ..Default::default()
+    };
+    add_memcpy(node, graph, deps, n, &c)
+}
+
+rt_exports! {
+    cudaGraphAddMemcpyNode => add_memcpy_node(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
+        n: usize, p: *const cudaMemcpy3DParms);
+    cudaGraphAddMemcpyNode1D => add_memcpy_node_1d(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
+        n: usize, dst: *mut c_void, src: *const c_void, count: usize, kind: cudaMemcpyKind);
 }

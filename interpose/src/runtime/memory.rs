@@ -343,7 +343,7 @@ fn memcpy_peer_async(dst: *mut c_void, _dd: c_int, src: *const c_void, _sd: c_in
     copy(dst, src, n, K::cudaMemcpyDeviceToDevice, Some(s))
 }
 
-fn memory_kind(device: bool) -> MT {
+pub(super) fn memory_kind(device: bool) -> MT {
     if device { MT::CU_MEMORYTYPE_DEVICE } else { MT::CU_MEMORYTYPE_HOST }
 }
 
@@ -418,6 +418,18 @@ fn memcpy2d_async(
 /// positions and the extent's width count an array's elements where an array takes part
 /// (bytes for linear memory).
 fn copy3d(p: *const cudaMemcpy3DParms, stream: Option<CUstream>) -> Rt<()> {
+    let c = params_3d(p)?;
+    // SAFETY: our own exports with a fully initialised descriptor.
+    cu(unsafe {
+        match stream {
+            None => cuMemcpy3D_v2(&c),
+            Some(s) => cuMemcpy3DAsync_v2(&c, s),
+        }
+    })
+}
+
+/// The driver's descriptor of a runtime 3D copy (also a graph memcpy node's, `super::graph_mem`).
+pub(super) fn params_3d(p: *const cudaMemcpy3DParms) -> Rt<CUDA_MEMCPY3D> {
     if p.is_null() {
         return Err(cudaError::cudaErrorInvalidValue);
     }
@@ -455,13 +467,7 @@ fn copy3d(p: *const cudaMemcpy3DParms, stream: Option<CUstream>) -> Rt<()> {
         Depth: p.extent.depth,
         ..Default::default()
     };
-    // SAFETY: our own exports with a fully initialised descriptor.
-    cu(unsafe {
-        match stream {
-            None => cuMemcpy3D_v2(&c),
-            Some(s) => cuMemcpy3DAsync_v2(&c, s),
-        }
-    })
+    Ok(c)
 }
 
 fn memcpy3d(p: *const cudaMemcpy3DParms, _ns: NullStream) -> Rt<()> {

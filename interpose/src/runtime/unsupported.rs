@@ -63,7 +63,7 @@ unsupported! {
     cudaGraphAddDependencies, cudaGraphAddDependencies_v2, cudaGraphAddEmptyNode, cudaGraphAddEventRecordNode,
     cudaGraphAddEventWaitNode, cudaGraphAddExternalSemaphoresSignalNode, cudaGraphAddExternalSemaphoresWaitNode,
     cudaGraphAddKernelNode,
-    cudaGraphAddMemcpyNode, cudaGraphAddMemcpyNode1D, cudaGraphAddMemcpyNodeFromSymbol,
+    cudaGraphAddMemcpyNodeFromSymbol,
     cudaGraphAddMemcpyNodeToSymbol, cudaGraphAddMemsetNode, cudaGraphAddNode, cudaGraphAddNode_v2,
     cudaGraphChildGraphNodeGetGraph, cudaGraphClone, cudaGraphConditionalHandleCreate, cudaGraphDebugDotPrint,
     cudaGraphDestroyNode, cudaGraphEventRecordNodeGetEvent, cudaGraphEventRecordNodeSetEvent,
