@@ -178,6 +178,13 @@ fn malloc_async_frees_in_stream_order_and_gives_memory_back() {
     run_passing("malloc_async", &[], 32);
 }
 
+/// cudaGraphAddMemcpyNodeToSymbol / FromSymbol (tests/cuda/graph_symbol_nodes.cu): a `__device__`
+/// variable written from page-locked memory and read back when the graph runs, twice; refusals.
+#[test]
+fn graph_memcpy_nodes_to_and_from_a_symbol() {
+    run_passing("graph_symbol_nodes", &[], 3);
+}
+
 #[test]
 fn per_thread_default_streams_from_several_threads() {
     // Built with `--default-stream per-thread` (the `// nvcc-flags:` line of the source).

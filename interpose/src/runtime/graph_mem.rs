@@ -129,6 +129,59 @@ fn add_memcpy_node_1d(
     add_memcpy(node, graph, deps, n, &c)
 }
 
+/// A memcpy node to a `__device__` variable (host or device source).
+#[allow(clippy::too_many_arguments)]
+fn add_memcpy_node_to_symbol(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    symbol: *const c_void,
+    src: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    use cudaMemcpyKind as K;
+    if !matches!(kind, K::cudaMemcpyHostToDevice | K::cudaMemcpyDeviceToDevice | K::cudaMemcpyDefault) {
+        return Err(cudaError::cudaErrorInvalidMemcpyDirection);
+    }
+    state::context()?;
+    let d = super::memory::symbol_range(symbol, count, offset)?;
+    add_memcpy_node_1d(node, graph, deps, n, d as *mut c_void, src, count, kind)
+}
+
+/// A memcpy node from a `__device__` variable (host or device destination).
+#[allow(clippy::too_many_arguments)]
+fn add_memcpy_node_from_symbol(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    dst: *mut c_void,
+    symbol: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    use cudaMemcpyKind as K;
+    if !matches!(kind, K::cudaMemcpyDeviceToHost | K::cudaMemcpyDeviceToDevice | K::cudaMemcpyDefault) {
+        return Err(cudaError::cudaErrorInvalidMemcpyDirection);
+    }
+    state::context()?;
+    let sp = super::memory::symbol_range(symbol, count, offset)?;
+    add_memcpy_node_1d(node, graph, deps, n, dst, sp as *const c_void, count, kind)
+}
+
+rt_exports! {
+    cudaGraphAddMemcpyNodeToSymbol => add_memcpy_node_to_symbol(node: *mut CUgraphNode, graph: CUgraph,
+        deps: *const CUgraphNode, n: usize, symbol: *const c_void, src: *const c_void, count: usize, offset: usize,
+        kind: cudaMemcpyKind);
+    cudaGraphAddMemcpyNodeFromSymbol => add_memcpy_node_from_symbol(node: *mut CUgraphNode, graph: CUgraph,
+        deps: *const CUgraphNode, n: usize, dst: *mut c_void, symbol: *const c_void, count: usize, offset: usize,
+        kind: cudaMemcpyKind);
+}
+
 rt_exports! {
     cudaGraphAddMemcpyNode => add_memcpy_node(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
         n: usize, p: *const cudaMemcpy3DParms);

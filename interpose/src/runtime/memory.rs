@@ -539,7 +539,7 @@ fn memset3d_async(p: cudaPitchedPtr, value: c_int, e: cudaExtent, s: CUstream, n
 }
 
 /// The device range of `count` bytes at `offset` into the symbol.
-fn symbol_range(symbol: *const c_void, count: usize, offset: usize) -> Rt<CUdeviceptr> {
+pub(super) fn symbol_range(symbol: *const c_void, count: usize, offset: usize) -> Rt<CUdeviceptr> {
     let (base, size) = registry::symbol(symbol)?;
     if offset.checked_add(count).is_none_or(|end| end > size) {
         return Err(cudaError::cudaErrorInvalidValue);

@@ -63,8 +63,8 @@ unsupported! {
     cudaGraphAddDependencies, cudaGraphAddDependencies_v2, cudaGraphAddEmptyNode, cudaGraphAddEventRecordNode,
     cudaGraphAddEventWaitNode, cudaGraphAddExternalSemaphoresSignalNode, cudaGraphAddExternalSemaphoresWaitNode,
     cudaGraphAddKernelNode,
-    cudaGraphAddMemcpyNodeFromSymbol,
-    cudaGraphAddMemcpyNodeToSymbol, cudaGraphAddMemsetNode, cudaGraphAddNode, cudaGraphAddNode_v2,
+
+    cudaGraphAddMemsetNode, cudaGraphAddNode, cudaGraphAddNode_v2,
     cudaGraphChildGraphNodeGetGraph, cudaGraphClone, cudaGraphConditionalHandleCreate, cudaGraphDebugDotPrint,
     cudaGraphDestroyNode, cudaGraphEventRecordNodeGetEvent, cudaGraphEventRecordNodeSetEvent,
     cudaGraphEventWaitNodeGetEvent, cudaGraphEventWaitNodeSetEvent, cudaGraphExecChildGraphNodeSetParams,
