@@ -99,7 +99,7 @@ fn run_client(d: &Daemon, mut cmd: Command) {
         "copies both ways, device to device and memset match the CPU",
         "stream-ordered copies and memset match the CPU",
         "events order two streams and time them",
-        "aclnnAdd, aclnnMul and aclnnMatmul through the pool match the CPU",
+        "aclnnAdd, aclnnMul, aclnnMatmul and aclnnSoftmax through the pool match the CPU",
         "operands past their memory and foreign tensors are refused",
         "a 24 MiB round trip is byte-exact",
         "out of memory exactly at the quota with 207001",

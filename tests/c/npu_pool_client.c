@@ -196,8 +196,20 @@ int main(int argc, char **argv) {
                 for (int k = 0; k < K; k++) want += a[i * K + k] * mb[k * N + j];
                 mm_ok &= fabsf(mc[i * N + j] - want) < 1e-4f;
             }
-        CHECK(add_ok && mul_ok && mm_ok, "add %d mul %d matmul %d", add_ok, mul_ok, mm_ok);
-        ok("aclnnAdd, aclnnMul and aclnnMatmul through the pool match the CPU");
+        /* Softmax over the last dimension of a, into out. */
+        ACL(aclnnSoftmaxGetWorkspaceSize(ta, -1, tout, &ws, &ex));
+        ACL(aclnnSoftmax(NULL, 0, ex, stream));
+        ACL(aclrtSynchronizeStream(stream));
+        ACL(aclrtMemcpy(out, sizeof out, dout, sizeof out, ACL_MEMCPY_DEVICE_TO_HOST));
+        int sm_ok = 1;
+        for (int i = 0; i < M; i++) {
+            float mx = a[i * K], sum = 0;
+            for (int k = 1; k < K; k++) mx = a[i * K + k] > mx ? a[i * K + k] : mx;
+            for (int k = 0; k < K; k++) sum += expf(a[i * K + k] - mx);
+            for (int k = 0; k < K; k++) sm_ok &= fabsf(out[i * K + k] - expf(a[i * K + k] - mx) / sum) < 1e-5f;
+        }
+        CHECK(add_ok && mul_ok && mm_ok && sm_ok, "add %d mul %d matmul %d softmax %d", add_ok, mul_ok, mm_ok, sm_ok);
+        ok("aclnnAdd, aclnnMul, aclnnMatmul and aclnnSoftmax through the pool match the CPU");
 
         /* A view whose storage reaches past its allocation, and a tensor this process never
          * made: refused before anything runs. */

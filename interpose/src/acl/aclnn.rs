@@ -6,7 +6,7 @@
 //! NULL, 161002 for a refused operand).
 
 use super::*;
-use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NpuScalar, NpuTensor};
+use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_SOFTMAX, NpuScalar, NpuTensor};
 use gpupool_shim::aclnn::{self as nn, aclDataType, aclFormat, aclOpExecutor, aclScalar, aclTensor, aclnnStatus};
 
 const NULLPTR: aclnnStatus = nn::ACLNN_ERR_PARAM_NULLPTR as aclnnStatus;
@@ -148,7 +148,7 @@ const _: unsafe extern "C" fn(*const aclScalar) -> aclnnStatus = nn::aclDestroyS
 fn prepare(
     name: &str,
     op: u32,
-    tensors: [*const aclTensor; 3],
+    tensors: &[*const aclTensor],
     alpha: Option<*const aclScalar>,
     param: i64,
     ws: *mut u64,
@@ -161,7 +161,7 @@ fn prepare(
         Ok((|| -> Result<(u64, u64), aclnnStatus> {
             let (_, x) = current(c).map_err(|e| e as aclnnStatus)?;
             let mut ts = Vec::new();
-            for t in tensors {
+            for &t in tensors {
                 if !c.acl.ops.tensors.contains(&(t as usize)) {
                     return Err(INVALID);
                 }
@@ -229,7 +229,7 @@ pub unsafe extern "C" fn aclnnAddGetWorkspaceSize(
     workspace_size: *mut u64,
     executor: *mut *mut aclOpExecutor,
 ) -> aclnnStatus {
-    guard(|| prepare("aclnnAdd", NPU_OP_ADD, [self_, other, out], Some(alpha), 0, workspace_size, executor))
+    guard(|| prepare("aclnnAdd", NPU_OP_ADD, &[self_, other, out], Some(alpha), 0, workspace_size, executor))
 }
 const _: unsafe extern "C" fn(
     *const aclTensor,
@@ -248,7 +248,7 @@ pub unsafe extern "C" fn aclnnMulGetWorkspaceSize(
     workspace_size: *mut u64,
     executor: *mut *mut aclOpExecutor,
 ) -> aclnnStatus {
-    guard(|| prepare("aclnnMul", NPU_OP_MUL, [self_, other, out], None, 0, workspace_size, executor))
+    guard(|| prepare("aclnnMul", NPU_OP_MUL, &[self_, other, out], None, 0, workspace_size, executor))
 }
 const _: unsafe extern "C" fn(
     *const aclTensor,
@@ -268,7 +268,15 @@ pub unsafe extern "C" fn aclnnMatmulGetWorkspaceSize(
     executor: *mut *mut aclOpExecutor,
 ) -> aclnnStatus {
     guard(|| {
-        prepare("aclnnMatmul", NPU_OP_MATMUL, [self_, mat2, out], None, cube_math_type.into(), workspace_size, executor)
+        prepare(
+            "aclnnMatmul",
+            NPU_OP_MATMUL,
+            &[self_, mat2, out],
+            None,
+            cube_math_type.into(),
+            workspace_size,
+            executor,
+        )
     })
 }
 const _: unsafe extern "C" fn(
@@ -279,6 +287,19 @@ const _: unsafe extern "C" fn(
     *mut u64,
     *mut *mut aclOpExecutor,
 ) -> aclnnStatus = nn::aclnnMatmulGetWorkspaceSize;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclnnSoftmaxGetWorkspaceSize(
+    self_: *const aclTensor,
+    dim: i64,
+    out: *mut aclTensor,
+    workspace_size: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+) -> aclnnStatus {
+    guard(|| prepare("aclnnSoftmax", NPU_OP_SOFTMAX, &[self_, out], None, dim, workspace_size, executor))
+}
+const _: unsafe extern "C" fn(*const aclTensor, i64, *mut aclTensor, *mut u64, *mut *mut aclOpExecutor) -> aclnnStatus =
+    nn::aclnnSoftmaxGetWorkspaceSize;
 
 macro_rules! run_exports {
     ($($name:ident),*) => {$(
@@ -294,4 +315,4 @@ macro_rules! run_exports {
         const _: unsafe extern "C" fn(*mut c_void, u64, *mut aclOpExecutor, aclrtStream) -> aclnnStatus = nn::$name;
     )*};
 }
-run_exports!(aclnnAdd, aclnnMul, aclnnMatmul);
+run_exports!(aclnnAdd, aclnnMul, aclnnMatmul, aclnnSoftmax);

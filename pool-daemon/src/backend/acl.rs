@@ -146,6 +146,14 @@ pub struct Opapi {
         *mut u64,
         *mut *mut aclnn::aclOpExecutor,
     ) -> aclnn::aclnnStatus,
+    pub aclnnSoftmaxGetWorkspaceSize: unsafe extern "C" fn(
+        *const aclnn::aclTensor,
+        i64,
+        *mut aclnn::aclTensor,
+        *mut u64,
+        *mut *mut aclnn::aclOpExecutor,
+    ) -> aclnn::aclnnStatus,
+    pub aclnnSoftmax: RunFn,
     pub aclnnAdd: RunFn,
     pub aclnnMul: RunFn,
     pub aclnnMatmul: RunFn,
@@ -158,6 +166,14 @@ pub type RunFn = unsafe extern "C" fn(*mut c_void, u64, *mut aclnn::aclOpExecuto
 const _: RunFn = aclnn::aclnnAdd;
 const _: RunFn = aclnn::aclnnMul;
 const _: RunFn = aclnn::aclnnMatmul;
+const _: RunFn = aclnn::aclnnSoftmax;
+const _: unsafe extern "C" fn(
+    *const aclnn::aclTensor,
+    i64,
+    *mut aclnn::aclTensor,
+    *mut u64,
+    *mut *mut aclnn::aclOpExecutor,
+) -> aclnn::aclnnStatus = aclnn::aclnnSoftmaxGetWorkspaceSize;
 
 impl Opapi {
     pub fn load(path: &Path) -> Result<Opapi, AclError> {
@@ -175,6 +191,8 @@ impl Opapi {
                 aclnnAddGetWorkspaceSize: *lib.get(b"aclnnAddGetWorkspaceSize\0").map_err(err)?,
                 aclnnMulGetWorkspaceSize: *lib.get(b"aclnnMulGetWorkspaceSize\0").map_err(err)?,
                 aclnnMatmulGetWorkspaceSize: *lib.get(b"aclnnMatmulGetWorkspaceSize\0").map_err(err)?,
+                aclnnSoftmaxGetWorkspaceSize: *lib.get(b"aclnnSoftmaxGetWorkspaceSize\0").map_err(err)?,
+                aclnnSoftmax: *lib.get(b"aclnnSoftmax\0").map_err(err)?,
                 aclnnAdd: *lib.get(b"aclnnAdd\0").map_err(err)?,
                 aclnnMul: *lib.get(b"aclnnMul\0").map_err(err)?,
                 aclnnMatmul: *lib.get(b"aclnnMatmul\0").map_err(err)?,

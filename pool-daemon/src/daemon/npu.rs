@@ -423,7 +423,7 @@ impl Session {
         alpha: Option<gpupool_protocol::ops::NpuScalar>,
         param: i64,
     ) -> Result<answer::NpuExecutor> {
-        use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL};
+        use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_SOFTMAX};
         let d = self.ctx_device(ctx)?;
         if !self.is_npu(d) {
             return Err(op_invalid(format!("context {} is not on an NPU", ctx.0)));
@@ -432,6 +432,7 @@ impl Session {
         let o = shared.opapi.as_ref().ok_or_else(|| Fail::new(super::dispatch::NOT_SUPPORTED, "no libopapi.so"))?;
         let want = match op {
             NPU_OP_ADD | NPU_OP_MUL | NPU_OP_MATMUL => 3,
+            NPU_OP_SOFTMAX => 2,
             _ => return Err(op_invalid(format!("operator {op} is not forwarded"))),
         };
         if tensors.len() != want || (op == NPU_OP_ADD) != alpha.is_some() {
@@ -488,7 +489,10 @@ impl Session {
             None => None,
         };
         let (mut ws, mut exec) = (0u64, std::ptr::null_mut());
-        let [a, b, out] = [made[0].0, made[1].0, made[2].0];
+        let (a, b, out) = match made.len() {
+            3 => (made[0].0, made[1].0, made[2].0),
+            _ => (made[0].0, std::ptr::null_mut(), made[1].0),
+        };
         // SAFETY: the tensors and scalar were just made by the backend; the out-pointers are locals.
         let status = unsafe {
             match op {
@@ -501,6 +505,7 @@ impl Session {
                     &mut exec,
                 ),
                 NPU_OP_MUL => (o.aclnnMulGetWorkspaceSize)(a, b, out, &mut ws, &mut exec),
+                NPU_OP_SOFTMAX => (o.aclnnSoftmaxGetWorkspaceSize)(a, param, out, &mut ws, &mut exec),
                 _ => (o.aclnnMatmulGetWorkspaceSize)(a, b, out, param as i8, &mut ws, &mut exec),
             }
         };
@@ -539,7 +544,7 @@ impl Session {
     }
 
     fn npu_op_run_checked(&mut self, e: &Exec, workspace: DevicePtr, ws_bytes: u64, stream: StreamId) -> Result<()> {
-        use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MUL};
+        use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MUL, NPU_OP_SOFTMAX};
         for &(p, n) in &e.operands {
             if self.owned(DevicePtr(p), n).ok() != Some(e.device) {
                 return Err(op_invalid(format!("operand {p:#x}+{n} was freed before the operator ran")));
@@ -555,6 +560,7 @@ impl Session {
         let run = match e.op {
             NPU_OP_ADD => o.aclnnAdd,
             NPU_OP_MUL => o.aclnnMul,
+            NPU_OP_SOFTMAX => o.aclnnSoftmax,
             _ => o.aclnnMatmul,
         };
         let ws = if ws_bytes > 0 { workspace.0 as *mut c_void } else { std::ptr::null_mut() };

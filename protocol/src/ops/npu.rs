@@ -26,3 +26,5 @@ pub const NPU_OP_ADD: u32 = 1;
 pub const NPU_OP_MUL: u32 = 2;
 /// `aclnnMatmul`: tensors self, mat2, out; `param` the cube math type.
 pub const NPU_OP_MATMUL: u32 = 3;
+/// `aclnnSoftmax`: tensors self, out; `param` the dimension.
+pub const NPU_OP_SOFTMAX: u32 = 4;
