@@ -345,6 +345,11 @@ macro_rules! driver_entry_points {
         "cuGraphExecUpdate" => [10020 => !, 12000 => cuGraphExecUpdate_v2];
         "cuGraphClone" => [10000 => cuGraphClone];
         "cuGraphDebugDotPrint" => [11030 => cuGraphDebugDotPrint];
+        "cuGraphNodeGetType" => [10000 => cuGraphNodeGetType];
+        "cuGraphGetNodes" => [10000 => cuGraphGetNodes];
+        "cuGraphGetRootNodes" => [10000 => cuGraphGetRootNodes];
+        "cuGraphNodeGetDependencies" => [10000 => cuGraphNodeGetDependencies, 12030 => !];
+        "cuGraphNodeGetDependentNodes" => [10000 => cuGraphNodeGetDependentNodes, 12030 => !];
         "cuGraphAddMemAllocNode" => [11040 => cuGraphAddMemAllocNode];
         "cuGraphAddMemFreeNode" => [11040 => cuGraphAddMemFreeNode];
         "cuGraphMemAllocNodeGetParams" => [11040 => cuGraphMemAllocNodeGetParams];

@@ -142,7 +142,7 @@ fn capture_into_a_graph_with_updated_dependencies_replays_right() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "graph_capture_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 3, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 4, "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }
 

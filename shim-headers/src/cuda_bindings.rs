@@ -6151,3 +6151,99 @@ unsafe extern "C" {
         flags: ::std::os::raw::c_uint,
     ) -> CUresult;
 }
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_KERNEL: CUgraphNodeType_enum = CUgraphNodeType_enum(0);
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_MEMCPY: CUgraphNodeType_enum = CUgraphNodeType_enum(1);
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_MEMSET: CUgraphNodeType_enum = CUgraphNodeType_enum(2);
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_HOST: CUgraphNodeType_enum = CUgraphNodeType_enum(3);
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_GRAPH: CUgraphNodeType_enum = CUgraphNodeType_enum(4);
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_EMPTY: CUgraphNodeType_enum = CUgraphNodeType_enum(5);
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_WAIT_EVENT: CUgraphNodeType_enum = CUgraphNodeType_enum(
+        6,
+    );
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_EVENT_RECORD: CUgraphNodeType_enum = CUgraphNodeType_enum(
+        7,
+    );
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL: CUgraphNodeType_enum = CUgraphNodeType_enum(
+        8,
+    );
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT: CUgraphNodeType_enum = CUgraphNodeType_enum(
+        9,
+    );
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: CUgraphNodeType_enum = CUgraphNodeType_enum(
+        10,
+    );
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_MEM_FREE: CUgraphNodeType_enum = CUgraphNodeType_enum(
+        11,
+    );
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: CUgraphNodeType_enum = CUgraphNodeType_enum(
+        12,
+    );
+}
+impl CUgraphNodeType_enum {
+    pub const CU_GRAPH_NODE_TYPE_CONDITIONAL: CUgraphNodeType_enum = CUgraphNodeType_enum(
+        13,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUgraphNodeType_enum(pub ::std::os::raw::c_uint);
+pub use self::CUgraphNodeType_enum as CUgraphNodeType;
+unsafe extern "C" {
+    pub fn cuGraphNodeGetType(
+        hNode: CUgraphNode,
+        type_: *mut CUgraphNodeType,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphGetNodes(
+        hGraph: CUgraph,
+        nodes: *mut CUgraphNode,
+        numNodes: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphGetRootNodes(
+        hGraph: CUgraph,
+        rootNodes: *mut CUgraphNode,
+        numRootNodes: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphNodeGetDependencies(
+        hNode: CUgraphNode,
+        dependencies: *mut CUgraphNode,
+        numDependencies: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphNodeGetDependentNodes(
+        hNode: CUgraphNode,
+        dependentNodes: *mut CUgraphNode,
+        numDependentNodes: *mut usize,
+    ) -> CUresult;
+}

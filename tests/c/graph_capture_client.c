@@ -11,7 +11,9 @@
  * after it, then adds K1 back, and K3: d += b is captured after both (two dependencies);
  * cuStreamEndCapture answers the same graph. Two launches give a = 5, b = c = 10, d = 15.
  * Errors: a node of another graph is CUDA_ERROR_INVALID_VALUE, a stream not capturing
- * CUDA_ERROR_ILLEGAL_STATE and status NONE.
+ * CUDA_ERROR_ILLEGAL_STATE and status NONE. Topology queries on the result: four nodes (a
+ * larger array gets NULL past them), the fill node the one root with two dependents, one node
+ * with two dependencies, node types KERNEL and EMPTY.
  *
  * Output: "ok <check>" per check, then "done"; a failure prints "FAIL ..." on stderr, exits 1.
  */
@@ -30,7 +32,8 @@
     X(cuStreamCreate) X(cuStreamSynchronize) X(cuLaunchKernel) X(cuGraphCreate) X(cuGraphDestroy)           \
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphAddKernelNode_v2)        \
     X(cuGraphAddEmptyNode) X(cuStreamBeginCaptureToGraph) X(cuStreamGetCaptureInfo_v2)                     \
-    X(cuStreamUpdateCaptureDependencies) X(cuStreamEndCapture)
+    X(cuStreamUpdateCaptureDependencies) X(cuStreamEndCapture) X(cuGraphGetNodes) X(cuGraphGetRootNodes)        \
+    X(cuGraphNodeGetType) X(cuGraphNodeGetDependencies) X(cuGraphNodeGetDependentNodes)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -180,6 +183,33 @@ int main(void) {
     CU(cuStreamEndCapture, s, &ended);
     CHECK(ended == g, "cuStreamEndCapture answers the graph captured into", 0, 0);
     printf("ok cuStreamUpdateCaptureDependencies sets and adds dependencies; a node of another graph is refused\n");
+
+    CUgraphNode all[6];
+    size_t count = 0;
+    CU(cuGraphGetNodes, g, NULL, &count);
+    CHECK(count == 4, "four nodes", count, 4);
+    count = 6;
+    CU(cuGraphGetNodes, g, all, &count);
+    CHECK(count == 4 && all[4] == NULL && all[5] == NULL, "the rest NULL", count, 4);
+    CUgraphNode roots[2];
+    size_t nroots = 2;
+    CU(cuGraphGetRootNodes, g, roots, &nroots);
+    CHECK(nroots == 1 && roots[0] == nfill, "one root, the fill node", nroots, 1);
+    size_t ndeps2 = 0;
+    CU(cuGraphNodeGetDependentNodes, nfill, NULL, &ndeps2);
+    CHECK(ndeps2 == 2, "the fill node has two dependents", ndeps2, 2);
+    int with_two = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t k = 0;
+        CU(cuGraphNodeGetDependencies, all[i], NULL, &k);
+        with_two += k == 2;
+    }
+    CHECK(with_two == 1, "one node depends on two", with_two, 1);
+    CUgraphNodeType t1, t2;
+    CU(cuGraphNodeGetType, n1, &t1);
+    CU(cuGraphNodeGetType, nother, &t2);
+    CHECK(t1 == CU_GRAPH_NODE_TYPE_KERNEL && t2 == CU_GRAPH_NODE_TYPE_EMPTY, "node types", t1, t2);
+    printf("ok topology: cuGraphGetNodes, GetRootNodes, NodeGetDependencies, NodeGetDependentNodes, NodeGetType\n");
 
     CUgraphExec e;
     CU(cuGraphInstantiateWithFlags, &e, g, 0);

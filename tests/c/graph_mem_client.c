@@ -37,7 +37,7 @@
     X(cuGraphAddKernelNode_v2) X(cuGraphAddMemsetNode) X(cuGraphAddChildGraphNode) X(cuGraphClone)          \
     X(cuGraphAddMemAllocNode) X(cuGraphAddMemFreeNode) X(cuGraphMemAllocNodeGetParams)                      \
     X(cuGraphMemFreeNodeGetParams) X(cuDeviceGraphMemTrim) X(cuDeviceGetGraphMemAttribute)                  \
-    X(cuDeviceSetGraphMemAttribute) X(cuMemFreeAsync)
+    X(cuDeviceSetGraphMemAttribute) X(cuMemFreeAsync) X(cuGraphNodeGetType)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -223,6 +223,10 @@ int main(int argc, char **argv) {
         CHECK(fp == p, "cuGraphMemFreeNodeGetParams", fp, p);
         CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphMemFreeNodeGetParams, na, &fp);
         CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphMemAllocNodeGetParams, fnode, &got);
+        CUgraphNodeType ta, tf;
+        CU(cuGraphNodeGetType, na, &ta);
+        CU(cuGraphNodeGetType, fnode, &tf);
+        CHECK(ta == CU_GRAPH_NODE_TYPE_MEM_ALLOC && tf == CU_GRAPH_NODE_TYPE_MEM_FREE, "memory node types", ta, tf);
         printf("ok allocation nodes: the address when added, the parameters back\n");
 
         CU(cuGraphInstantiateWithFlags, &e, g, 0);

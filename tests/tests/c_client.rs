@@ -160,6 +160,6 @@ fn c_capture_to_graph_on_the_simulator() {
     let out = output_with_sim_env(cmd, &[], Duration::from_secs(120)).expect("graph_capture_client did not finish");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 3, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 4, "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }

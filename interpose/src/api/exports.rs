@@ -139,6 +139,13 @@ exports! { CUresult;
     cuGraphExecUpdate_v2(exec: val CUgraphExec, graph: val CUgraph, info: val *mut CUgraphExecUpdateResultInfo)
         = graph::exec_update;
     cuGraphClone(pclone: val *mut CUgraph, graph: val CUgraph) = graph::clone;
+    cuGraphNodeGetType(node: val CUgraphNode, t: out CUgraphNodeType) = graph_topology::node_type;
+    cuGraphGetNodes(graph: val CUgraph, nodes: val *mut CUgraphNode, n: val *mut usize) = graph_topology::nodes;
+    cuGraphGetRootNodes(graph: val CUgraph, nodes: val *mut CUgraphNode, n: val *mut usize) = graph_topology::root_nodes;
+    cuGraphNodeGetDependencies(node: val CUgraphNode, deps: val *mut CUgraphNode, n: val *mut usize)
+        = graph_topology::dependencies;
+    cuGraphNodeGetDependentNodes(node: val CUgraphNode, deps: val *mut CUgraphNode, n: val *mut usize)
+        = graph_topology::dependents;
     cuGraphAddMemAllocNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
         params: val *mut CUDA_MEM_ALLOC_NODE_PARAMS) = graph_mem::add_alloc_node;
     cuGraphAddMemFreeNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,

@@ -142,6 +142,9 @@ driver_table! {
     cuStreamBeginCaptureToGraph: fn(cu::CUstream, cu::CUgraph, *const cu::CUgraphNode, *const cu::CUgraphEdgeData, usize, cu::CUstreamCaptureMode);
     cuStreamGetCaptureInfo_v2: fn(cu::CUstream, *mut cu::CUstreamCaptureStatus, *mut u64, *mut cu::CUgraph, *mut *const cu::CUgraphNode, *mut usize);
     cuStreamUpdateCaptureDependencies: fn(cu::CUstream, *mut cu::CUgraphNode, usize, u32);
+    cuGraphGetNodes: fn(cu::CUgraph, *mut cu::CUgraphNode, *mut usize);
+    cuGraphNodeGetType: fn(cu::CUgraphNode, *mut cu::CUgraphNodeType);
+    cuGraphNodeGetDependencies: fn(cu::CUgraphNode, *mut cu::CUgraphNode, *mut usize);
     cuGraphCreate: fn(*mut cu::CUgraph, u32);
     cuGraphDestroy: fn(cu::CUgraph);
     cuGraphInstantiateWithFlags: fn(*mut cu::CUgraphExec, cu::CUgraph, u64);

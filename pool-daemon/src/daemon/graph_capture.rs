@@ -7,7 +7,8 @@
 //! `cuStreamEndCapture` then answers; an invalidated capture's goes with it), and each backend
 //! node the first time it is named. Dependencies the client names must be nodes of the capture's
 //! graph (INVALID_VALUE otherwise, with a log line), so nothing of another session's reaches the
-//! backend.
+//! backend. The topology queries (`cuGraphGetNodes`, `cuGraphNodeGetType`, dependencies) get a
+//! graph's nodes, types and edges here, named the same way.
 
 use super::Raw;
 use super::dispatch::{Fail, Result};
@@ -23,7 +24,7 @@ const ILLEGAL_STATE: u32 = 401;
 
 impl Session {
     /// The session's id of backend node `n` of graph `g` (a new id the first time).
-    fn node_id(&mut self, g: GraphId, n: CUgraphNode) -> u64 {
+    pub(super) fn node_id(&mut self, g: GraphId, n: CUgraphNode) -> u64 {
         if let Some((&id, _)) = self.graphs.nodes.iter().find(|(_, (x, m))| *x == g && m.0 == n) {
             return id;
         }
@@ -127,5 +128,43 @@ impl Session {
             cuStreamUpdateCaptureDependencies(s.0, nodes.as_mut_ptr(), nodes.len(), u32::from(set))
         )?;
         Ok(())
+    }
+}
+
+impl Session {
+    /// A graph's nodes (as the session's ids), their types and its edges, for the topology
+    /// queries (`cuGraphGetNodes`, `cuGraphNodeGetType`, dependencies), answered in the client.
+    pub(super) fn graph_topology(&mut self, graph: GraphId, node: u64) -> Result<answer::Topology> {
+        let graph = if graph.0 == 0 {
+            match self.graphs.nodes.get(&node) {
+                Some((g, _)) => *g,
+                None => return Err(Fail::invalid_value(format!("node {node} is not one this session holds"))),
+            }
+        } else {
+            graph
+        };
+        let (g, d) = self.graph(graph)?;
+        self.enter(d)?;
+        let mut n = 0usize;
+        call!(self.shared.cuda, cuGraphGetNodes(g.0, std::ptr::null_mut(), &mut n))?;
+        let mut backend = vec![std::ptr::null_mut(); n];
+        call!(self.shared.cuda, cuGraphGetNodes(g.0, backend.as_mut_ptr(), &mut n))?;
+        backend.truncate(n);
+        let ids: Vec<u64> = backend.iter().map(|&x| self.node_id(graph, x)).collect();
+        let (mut types, mut from, mut to) = (Vec::new(), Vec::new(), Vec::new());
+        for (&x, &id) in backend.iter().zip(&ids) {
+            let mut t = gpupool_shim::cuda::CUgraphNodeType(0);
+            call!(self.shared.cuda, cuGraphNodeGetType(x, &mut t))?;
+            types.push(self.graphs.mem.node_type(id).unwrap_or(t.0));
+            let mut k = 0usize;
+            call!(self.shared.cuda, cuGraphNodeGetDependencies(x, std::ptr::null_mut(), &mut k))?;
+            let mut deps = vec![std::ptr::null_mut(); k];
+            call!(self.shared.cuda, cuGraphNodeGetDependencies(x, deps.as_mut_ptr(), &mut k))?;
+            for dep in deps.into_iter().take(k) {
+                from.push(self.node_id(graph, dep));
+                to.push(id);
+            }
+        }
+        Ok(answer::Topology { nodes: ids, types, from, to })
     }
 }

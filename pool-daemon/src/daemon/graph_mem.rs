@@ -53,6 +53,8 @@ const READWRITE: u32 = 3;
 /// One allocation node's memory.
 struct Alloc {
     graph: GraphId,
+    /// The allocation node's id.
+    node: u64,
     device: u32,
     /// Reserved and mapped: the node's size rounded up to the granularity.
     size: u64,
@@ -72,6 +74,8 @@ pub struct GraphMem {
     allocs: BTreeMap<u64, Alloc>,
     /// Graphs with a free node.
     with_free_nodes: HashSet<GraphId>,
+    /// Free nodes' ids.
+    free_nodes: HashSet<u64>,
     /// Unmapped physical memory kept for reuse, still charged: (device, size, handle).
     cache: Vec<(u32, u64, MemHandleId)>,
     /// Per device: (used, reserved) high-water marks.
@@ -80,6 +84,14 @@ pub struct GraphMem {
 }
 
 impl GraphMem {
+    /// The `CUgraphNodeType` of memory node `node` (the backend holds an empty node for it).
+    pub fn node_type(&self, node: u64) -> Option<u32> {
+        if self.free_nodes.contains(&node) {
+            return Some(11);
+        }
+        self.allocs.values().any(|a| a.node == node).then_some(10)
+    }
+
     pub fn has_nodes(&self, g: GraphId) -> bool {
         self.with_free_nodes.contains(&g) || self.allocs.values().any(|a| a.graph == g)
     }
@@ -148,7 +160,8 @@ impl Session {
                 return Err(e);
             }
         };
-        let a = Alloc { graph, device: d, size, freed_in_graph: false, live: false, mapped: None, graph_gone: false };
+        let a =
+            Alloc { graph, node, device: d, size, freed_in_graph: false, live: false, mapped: None, graph_gone: false };
         self.graphs.mem.allocs.insert(base, a);
         Ok(answer::GraphMemNode { node, ptr: DevicePtr(base) })
     }
@@ -182,6 +195,7 @@ impl Session {
             a.freed_in_graph = true;
         }
         self.graphs.mem.with_free_nodes.insert(graph);
+        self.graphs.mem.free_nodes.insert(n.node);
         Ok(n)
     }
 

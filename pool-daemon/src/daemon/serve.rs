@@ -986,6 +986,10 @@ impl Serve for Session {
         Ok(answer::Ok {})
     }
 
+    fn graph_topology(&mut self, _cx: Cx<'_>, graph: GraphId, node: u64) -> Result<answer::Topology> {
+        self.graph_topology(graph, node)
+    }
+
     fn stream_capture_graph(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::CaptureGraph> {
         self.capture_graph(stream)
     }

@@ -304,6 +304,8 @@ op_table! {
     /// The capture's status and, while capturing, its id, graph and current dependency nodes.
     0x0b26 StreamCaptureGraph stream_capture_graph { stream: StreamId } => CaptureGraph;
     /// `cuStreamUpdateCaptureDependencies`: add `deps` (or with `set`, replace the dependencies).
+    /// A graph's nodes, their `CUgraphNodeType`s and its edges (`graph` 0: the graph of `node`).
+    0x0b28 GraphTopology graph_topology { graph: GraphId, node: u64 } => Topology;
     0x0b27 StreamUpdateCaptureDependencies stream_update_capture_dependencies { stream: StreamId, deps: Vec<u64>, set: bool } => Ok;
     // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
     // own addresses, never used by the daemon, only handed back when the function must run.
@@ -424,6 +426,8 @@ op_table! {
     /// An allocation node and its address.
     0x8b20 GraphMemNode { node: u64, ptr: DevicePtr };
     /// A `CUstreamCaptureStatus`; while capturing, the capture's id, graph and dependencies.
+    /// Node ids with their types, and the edges `from[i] -> to[i]`.
+    0x8b22 Topology { nodes: Vec<u64>, types: Vec<u32>, from: Vec<u64>, to: Vec<u64> };
     0x8b21 CaptureGraph { status: u32, id: u64, graph: crate::ops::GraphId, deps: Vec<u64> };
     /// The session and the secret a host-function channel attaches with.
     0x8b40 HostChannelKey { session: u64, secret: [u8; 16] };

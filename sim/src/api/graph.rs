@@ -9,8 +9,8 @@ use crate::stream::{Capture, StreamKind, Work};
 use gpupool_shim::cuda::{
     CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS,
     CUcontext, CUdevice, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult,
-    CUgraphExecUpdateResultInfo, CUgraphMem_attribute, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode,
-    CUstreamCaptureStatus,
+    CUgraphExecUpdateResultInfo, CUgraphMem_attribute, CUgraphNode, CUgraphNodeType, CUresult, CUstream,
+    CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 use std::os::raw::{c_char, c_uint, c_void};
 use std::sync::Arc;
@@ -925,5 +925,106 @@ pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a high-water mark can only be reset with 0".into());
         }
         crate::graph_mem::attribute(d, attr.0, true).map(|_| ())
+    })
+}
+
+// ---- topology queries ----
+
+/// The `CUgraphNodeType` of an operation. A captured copy and a captured memset are both
+/// `Work::Memory` steps here, answered as MEMCPY (the simulator keeps no finer kind for them).
+fn node_type(op: &Op) -> CUgraphNodeType {
+    use CUgraphNodeType as T;
+    match op {
+        Op::Captured(Work::Kernel, _) | Op::Kernel(..) => T::CU_GRAPH_NODE_TYPE_KERNEL,
+        Op::Captured(Work::Memory, _) | Op::Memcpy(_) => T::CU_GRAPH_NODE_TYPE_MEMCPY,
+        Op::Memset(_) => T::CU_GRAPH_NODE_TYPE_MEMSET,
+        Op::Captured(Work::Control, _) | Op::Host(..) => T::CU_GRAPH_NODE_TYPE_HOST,
+        Op::EventRecord(_) => T::CU_GRAPH_NODE_TYPE_EVENT_RECORD,
+        Op::EventWait(_) => T::CU_GRAPH_NODE_TYPE_WAIT_EVENT,
+        Op::Child(_) => T::CU_GRAPH_NODE_TYPE_GRAPH,
+        Op::Empty => T::CU_GRAPH_NODE_TYPE_EMPTY,
+        Op::MemAlloc(_) => T::CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+        Op::MemFree(_) => T::CU_GRAPH_NODE_TYPE_MEM_FREE,
+    }
+}
+
+/// Writes a node list as the topology queries do: with `out_list` NULL only the count; else up to
+/// `*count` entries (NULL past the end of the list) and the number written.
+fn list_out(out_list: *mut CUgraphNode, count: *mut usize, items: Vec<CUgraphNode>) -> CuResult<()> {
+    if count.is_null() {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null count".into());
+    }
+    if out_list.is_null() {
+        return out(count, items.len());
+    }
+    // SAFETY: non-null; the caller's count.
+    let room = unsafe { count.read_unaligned() };
+    for i in 0..room {
+        // SAFETY: the caller passes `*count` writable entries, as the API documents.
+        unsafe { out_list.add(i).write_unaligned(items.get(i).copied().unwrap_or(std::ptr::null_mut())) };
+    }
+    out(count, room.min(items.len()))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, t: *mut CUgraphNodeType) -> CUresult {
+    cuda_entry(|| out(t, node_type(&node_op(node)?)))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, n: *mut usize) -> CUresult {
+    cuda_entry(|| {
+        let g = graph_of(graph)?;
+        let count = g.nodes().len();
+        list_out(nodes, n, (0..count).map(|i| node_handle(graph as u64, i)).collect())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphGetRootNodes(graph: CUgraph, nodes: *mut CUgraphNode, n: *mut usize) -> CUresult {
+    cuda_entry(|| {
+        let g = graph_of(graph)?;
+        let roots = g
+            .nodes()
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.deps.is_empty())
+            .map(|(i, _)| node_handle(graph as u64, i))
+            .collect();
+        list_out(nodes, n, roots)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeGetDependencies(
+    node: CUgraphNode,
+    deps: *mut CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    cuda_entry(|| {
+        let (g, i) = node_in_graph(node)?;
+        let graph = node as u64 & ((1 << 48) - 1);
+        let list = g.nodes()[i].deps.iter().map(|&d| node_handle(graph, d)).collect();
+        list_out(deps, n, list)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
+    node: CUgraphNode,
+    dependents: *mut CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    cuda_entry(|| {
+        let (g, i) = node_in_graph(node)?;
+        let graph = node as u64 & ((1 << 48) - 1);
+        let list = g
+            .nodes()
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.deps.contains(&i))
+            .map(|(j, _)| node_handle(graph, j))
+            .collect();
+        list_out(dependents, n, list)
     })
 }
