@@ -384,3 +384,61 @@ fn two_npu_tenants_are_each_held_to_their_compute_quota() {
     eprintln!("matmuls run: lo {}, hi {} ({:?} in all)", runs[0], runs[1], start.elapsed());
     assert!(runs.iter().all(|r| *r > 10), "{runs:?}");
 }
+
+/// One process using GPU 0 and NPU 0 through one session (tests/c/gpu_npu_client.c, linked
+/// with -lcuda -lascendcl -lopapi, under `gpupool run`): both devices' work checked against the
+/// CPU, both allocations in the tenant's ledger at once, and nothing left after a clean exit.
+#[test]
+fn one_process_uses_a_gpu_and_an_npu_in_one_ledger() {
+    use std::io::{BufRead, Write};
+    ensure_interposer();
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("npu-pool").join("gpu_npu_client");
+    std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+    let libdir = gpupool_e2e::sim_libdir();
+    gpupool_e2e::compile_c_into(
+        "gpu_npu_client.c",
+        &exe,
+        &[&format!("-L{}", libdir.display()), "-lcuda", "-lascendcl", "-lopapi"],
+    );
+    let d = Daemon::start_env(Some(&common::tenant_config("8GiB")), &[], &NPU_ENV);
+    let mut child = gpupool(&d).arg(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    let holding = loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            panic!("gpu_npu_client ended early ({:?}):\n{text}\n{}", child.wait(), d.log());
+        }
+        text.push_str(&line);
+        if let Some(rest) = line.strip_prefix("holding ") {
+            break rest.split_whitespace().map(|n| n.parse::<u64>().unwrap()).collect::<Vec<_>>();
+        }
+    };
+    for check in ["GPU memset and copies match the CPU", "NPU copies and aclnnAdd match the CPU"] {
+        assert!(text.contains(&format!("ok {check}\n")), "{text}");
+    }
+    // One session, and the tenant's ledger holds the GPU's and the NPU's bytes.
+    let doc = d.status();
+    assert_eq!(doc["sessions"].as_array().map_or(0, |s| s.len()), 1, "{doc:#}");
+    assert_eq!(d.used("team", 0), holding[0], "{doc:#}");
+    assert_eq!(d.used("team", 2), holding[1], "{doc:#}");
+    let out_status = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["status", "--json", "--endpoint", &d.endpoint()])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out_status.stdout).expect("gpupool status --json");
+    let team = json["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "team").unwrap().clone();
+    let used: Vec<(u64, u64)> = team["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["used"].as_u64().unwrap_or(0) > 0)
+        .map(|x| (x["device"].as_u64().unwrap(), x["used"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(used, [(0, holding[0]), (2, holding[1])], "{json:#}");
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    std::io::Read::read_to_string(&mut out, &mut text).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success() && text.ends_with("done\n"), "{status}:\n{text}\n{}", d.log());
+    wait_idle(&d);
+}
