@@ -342,6 +342,12 @@ macro_rules! driver_entry_points {
         "cuGraphAddDependencies" => [10000 => cuGraphAddDependencies, 12030 => cuGraphAddDependencies_v2];
         "cuGraphExecKernelNodeSetParams" => [10010 => !, 12000 => cuGraphExecKernelNodeSetParams_v2];
         "cuGraphAddMemcpyNode" => [10000 => cuGraphAddMemcpyNode];
+        "cuGraphMemsetNodeGetParams" => [10000 => cuGraphMemsetNodeGetParams];
+        "cuGraphMemsetNodeSetParams" => [10000 => cuGraphMemsetNodeSetParams];
+        "cuGraphExecMemsetNodeSetParams" => [10020 => cuGraphExecMemsetNodeSetParams];
+        "cuGraphMemcpyNodeGetParams" => [10000 => cuGraphMemcpyNodeGetParams];
+        "cuGraphMemcpyNodeSetParams" => [10000 => cuGraphMemcpyNodeSetParams];
+        "cuGraphExecMemcpyNodeSetParams" => [10020 => cuGraphExecMemcpyNodeSetParams];
         "cuGraphExecUpdate" => [10020 => !, 12000 => cuGraphExecUpdate_v2];
         "cuGraphClone" => [10000 => cuGraphClone];
         "cuGraphDebugDotPrint" => [11030 => cuGraphDebugDotPrint];

@@ -108,7 +108,8 @@ fn a_graph_with_a_memory_node_is_held_to_the_quota() {
 /// 64 MiB tenant quota: cudaGraphAddMemAllocNode/FreeNode and their parameters, the memory counted from
 /// cudaGraphInstantiate, kept and trimmed, and cudaErrorMemoryAllocation past the quota; the ledger is 0 after.
 /// Also the runtime's host nodes and a captured cudaLaunchHostFunc (the function runs in the client).
-/// And the runtime's capture into an existing graph with its dependencies read and set, and its memcpy nodes.
+/// And the runtime's capture into an existing graph with its dependencies read and set, its memcpy nodes, and
+/// memset and memcpy node parameters changed on the graph and on an instantiated graph.
 #[test]
 fn runtime_graph_memory_nodes_are_held_to_the_quota() {
     ensure_interposer();
@@ -116,7 +117,7 @@ fn runtime_graph_memory_nodes_are_held_to_the_quota() {
     assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
     let d = Daemon::start(Some(&common::tenant_config("64MiB")));
     let cmd = common::gpupool_run_script(&d, &python, "runtime_graph_checks.py");
-    common::run_checks(cmd, "runtime_graph_checks", 13, &d);
+    common::run_checks(cmd, "runtime_graph_checks", 16, &d);
     let t0 = Instant::now();
     while d.used("team", 0) != 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "graph memory still held after exit: {}", d.status());
@@ -144,6 +145,69 @@ fn capture_into_a_graph_with_updated_dependencies_replays_right() {
     assert!(out.status.success(), "graph_capture_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
     assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 4, "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
+}
+
+/// Memset and memcpy node parameters (pool-daemon/src/daemon/graph_params.rs): tests/c/graph_params_client.c
+/// under gpupool run reads them back, changes them on the graph (an exec made before keeps its nodes) and on
+/// one instantiated graph, and relaunches with the new results; bad changes are INVALID_VALUE.
+#[test]
+fn memset_and_memcpy_node_parameters_change_through_the_pool() {
+    ensure_interposer();
+    let d = Daemon::start(None);
+    let exe = gpupool_e2e::compile_c("graph_params_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
+    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["run", "--endpoint", &d.endpoint(), "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "graph_params_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 4, "{stdout}");
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+}
+
+/// On the wire: another session cannot change a memset or memcpy node (its id names nothing there), and a
+/// node cannot be set to another session's memory; the owner's change is taken.
+#[test]
+fn node_parameters_belong_to_their_session() {
+    let d = Daemon::start(None);
+    let mut c = Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let mine = c.alloc(ctx, 4096).unwrap();
+    let mut other = Client::connect(&d.socket);
+    let octx = other.ctx(0);
+    let theirs = other.alloc(octx, 4096).unwrap();
+    let set = |dst| gpupool_protocol::ops::Memset {
+        dst,
+        value: gpupool_protocol::ops::MemsetValue::U8(0x11),
+        width: 4096,
+        height: 1,
+        pitch: 0,
+    };
+    let Reply::Graph { graph } = c.call(Request::GraphCreate { ctx, flags: 0 }) else { panic!() };
+    let Reply::GraphNode { node } = c.call(Request::GraphAddMemsetNode { graph, deps: vec![], set: set(mine) }) else {
+        panic!("{}", d.log())
+    };
+    let Reply::GraphNode { node: copy } =
+        c.call(Request::GraphAddMemcpyNode { graph, deps: vec![node], copy: d2d(mine, MemSpace::Device(mine), 256) })
+    else {
+        panic!("{}", d.log())
+    };
+    let exec = instantiate(&mut c, graph);
+    let Reply::Graph { graph: og } = other.call(Request::GraphCreate { ctx: octx, flags: 0 }) else { panic!() };
+    let oexec = instantiate(&mut other, og);
+    assert_eq!(code(&other.call(Request::GraphMemsetNodeSetParams { node, set: set(theirs) })), INVALID_VALUE);
+    let req = Request::GraphExecMemsetNodeSetParams { exec: oexec, node, set: set(theirs) };
+    assert_eq!(code(&other.call(req)), INVALID_VALUE);
+    let req = Request::GraphMemcpyNodeSetParams { node: copy, copy: d2d(theirs, MemSpace::Device(theirs), 256) };
+    assert_eq!(code(&other.call(req)), INVALID_VALUE);
+    assert_eq!(code(&c.call(Request::GraphMemsetNodeSetParams { node, set: set(theirs) })), INVALID_VALUE);
+    let req =
+        Request::GraphExecMemcpyNodeSetParams { exec, node: copy, copy: d2d(mine, MemSpace::Device(theirs), 256) };
+    assert_eq!(code(&c.call(req)), INVALID_VALUE);
+    assert_eq!(code(&c.call(Request::GraphMemsetNodeSetParams { node, set: set(mine) })), 0, "{}", d.log());
+    assert_eq!(code(&c.call(Request::GraphExecMemsetNodeSetParams { exec, node, set: set(mine) })), 0);
 }
 
 /// On the wire: a capture into a graph takes only the session's own graph and nodes; another session's graph,

@@ -5951,6 +5951,46 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuGraphMemsetNodeGetParams(
+        hNode: CUgraphNode,
+        nodeParams: *mut CUDA_MEMSET_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphMemsetNodeSetParams(
+        hNode: CUgraphNode,
+        nodeParams: *const CUDA_MEMSET_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphExecMemsetNodeSetParams(
+        hGraphExec: CUgraphExec,
+        hNode: CUgraphNode,
+        memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
+        ctx: CUcontext,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphMemcpyNodeGetParams(
+        hNode: CUgraphNode,
+        nodeParams: *mut CUDA_MEMCPY3D,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphMemcpyNodeSetParams(
+        hNode: CUgraphNode,
+        nodeParams: *const CUDA_MEMCPY3D,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphExecMemcpyNodeSetParams(
+        hGraphExec: CUgraphExec,
+        hNode: CUgraphNode,
+        copyParams: *const CUDA_MEMCPY3D,
+        ctx: CUcontext,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuGraphExecUpdate_v2(
         hGraphExec: CUgraphExec,
         hGraph: CUgraph,

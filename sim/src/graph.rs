@@ -49,13 +49,32 @@ impl HostFn {
     }
 }
 
+/// A memset node's parameters as given (the context is the graph's).
+pub type MemsetParams = gpupool_shim::cuda::CUDA_MEMSET_NODE_PARAMS;
+
+/// A memcpy node's parameters as given.
+pub struct MemcpyParams(pub gpupool_shim::cuda::CUDA_MEMCPY3D);
+impl MemcpyParams {
+    /// The parameters (a method, so that a closure captures the whole wrapper, which is `Sync`).
+    pub fn get(&self) -> &gpupool_shim::cuda::CUDA_MEMCPY3D {
+        &self.0
+    }
+}
+// SAFETY: the host pointers in it are the application's, which it keeps valid for the graph's runs
+// (as CUDA requires of a memcpy node's host memory); nothing here writes through them.
+unsafe impl Send for MemcpyParams {}
+// SAFETY: as above.
+unsafe impl Sync for MemcpyParams {}
+
 #[derive(Clone)]
 pub enum Op {
     /// Captured work.
     Captured(Work, Job),
     Kernel(KernelLaunch, Job),
-    Memset(Job),
-    Memcpy(Job),
+    /// A memset or memcpy node keeps its parameters, which `cuGraphMemsetNodeGetParams` and
+    /// `cuGraphMemcpyNodeGetParams` answer.
+    Memset(MemsetParams, Job),
+    Memcpy(Arc<MemcpyParams>, Job),
     Host(HostFn, Job),
     EventRecord(Arc<Event>),
     EventWait(Arc<Event>),
@@ -73,8 +92,8 @@ impl Op {
     pub fn type_name(&self) -> &'static str {
         match self {
             Op::Captured(Work::Kernel, _) | Op::Kernel(..) => "KERNEL",
-            Op::Captured(Work::Memory, _) | Op::Memcpy(_) => "MEMCPY",
-            Op::Memset(_) => "MEMSET",
+            Op::Captured(Work::Memory, _) | Op::Memcpy(..) => "MEMCPY",
+            Op::Memset(..) => "MEMSET",
             Op::Captured(Work::Control, _) | Op::Host(..) => "HOST",
             Op::EventRecord(_) => "EVENT_RECORD",
             Op::EventWait(_) => "WAIT_EVENT",
@@ -163,7 +182,7 @@ fn order(nodes: &[Node]) -> CuResult<Vec<usize>> {
 }
 
 /// The steps of `nodes` in dependency order, child graphs inlined; `top` gets, for each top-level
-/// kernel or host node, the index of its step (its parameters can be changed there).
+/// kernel, host, memset or memcpy node, the index of its step (its parameters can be changed there).
 fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Option<usize>>>) -> CuResult<()> {
     if let Some(t) = top.as_deref_mut() {
         t.resize(nodes.len(), None);
@@ -173,14 +192,17 @@ fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Optio
         match &nodes[i].op {
             Op::Captured(w, j) => steps.push(Step::Run(*w, j.clone())),
             Op::Kernel(_, j) => steps.push(Step::Run(Work::Kernel, j.clone())),
-            Op::Memset(j) | Op::Memcpy(j) => steps.push(Step::Run(Work::Memory, j.clone())),
+            Op::Memset(_, j) | Op::Memcpy(_, j) => steps.push(Step::Run(Work::Memory, j.clone())),
             Op::Host(_, j) => steps.push(Step::Run(Work::Control, j.clone())),
             Op::EventRecord(e) => steps.push(Step::Record(e.clone())),
             Op::EventWait(e) => steps.push(Step::Wait(e.clone())),
             Op::Child(c) => flatten(c, steps, None)?,
             Op::Empty | Op::MemAlloc(_) | Op::MemFree(_) => {}
         }
-        let settable = matches!(nodes[i].op, Op::Kernel(..) | Op::Captured(Work::Kernel, _) | Op::Host(..));
+        let settable = matches!(
+            nodes[i].op,
+            Op::Kernel(..) | Op::Captured(Work::Kernel, _) | Op::Host(..) | Op::Memset(..) | Op::Memcpy(..)
+        );
         if let Some(t) = top.as_deref_mut()
             && settable
         {
@@ -242,7 +264,7 @@ pub struct GraphExec {
     /// The graph it was made from (nodes are named by that graph's node handles).
     pub graph: u64,
     steps: Mutex<Vec<Step>>,
-    /// Per node of the graph: its step, if it is a kernel or host node.
+    /// Per node of the graph: its step, if it is a kernel, host, memset or memcpy node.
     top: Vec<Option<usize>>,
     topology: Topology,
 }
@@ -275,6 +297,11 @@ impl GraphExec {
 
     pub fn steps(&self) -> Vec<Step> {
         self.steps.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The type name (as [`Op::type_name`]) of node `index` of the graph this was made from.
+    pub fn node_type(&self, index: usize) -> Option<&'static str> {
+        self.topology.0.get(index).map(|t| t.0)
     }
 
     /// Replaces the job of node `index`'s step, which must be a `work` step (a kernel node's is

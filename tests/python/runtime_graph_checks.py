@@ -17,6 +17,11 @@
 - Memcpy nodes: cudaGraphAddMemcpyNode1D from page-locked memory to the device, and
   cudaGraphAddMemcpyNode (a cudaMemcpy3DParms, 2D box of 16 rows) from the device back to
   page-locked memory; the host source is read when the graph runs.
+- Node parameters: cudaGraphMemcpyNodeSetParams1D gives the graph's node a new host source (an
+  instantiated graph keeps the old one), cudaGraphExecMemcpyNodeSetParams1D one instantiated
+  graph's, and cudaGraphExecMemcpyNodeSetParams with a 2D copy is refused (one-dimensional only);
+  a memset node (the driver's cuGraphAddMemsetNode) read with cudaGraphMemsetNodeGetParams and
+  changed with cudaGraphMemsetNodeSetParams and cudaGraphExecMemsetNodeSetParams.
 - Capture into an existing graph: after an empty node (added with the driver's
   cuGraphAddEmptyNode), cudaStreamBeginCaptureToGraph captures a memset; cudaStreamGetCaptureInfo_v2
   answers the graph and the memset as the dependency; cudaStreamUpdateCaptureDependencies_v2 sets
@@ -354,11 +359,91 @@ def memcpy_checks():
         C.string_at(back, nbytes) == pattern,
         "the bytes copied back differ",
     )
+    params_checks(g, e, n1, n2, src, back, dev, nbytes)
     call("cudaGraphExecDestroy", e)
     call("cudaGraphDestroy", g)
     call("cudaFree", dev)
     call("cudaFreeHost", src)
     call("cudaFreeHost", back)
+
+
+class MemsetParams(C.Structure):
+    _fields_ = [
+        ("dst", C.c_void_p),
+        ("pitch", C.c_size_t),
+        ("value", C.c_uint),
+        ("elementSize", C.c_uint),
+        ("width", C.c_size_t),
+        ("height", C.c_size_t),
+    ]
+
+
+def params_checks(g, e, n1, n2, src, back, dev, nbytes):
+    h2d = 1
+    src2, src3 = C.c_void_p(), C.c_void_p()
+    call("cudaMallocHost", C.byref(src2), C.c_size_t(nbytes))
+    call("cudaMallocHost", C.byref(src3), C.c_size_t(nbytes))
+    old = C.string_at(src, nbytes)
+    p2, p3 = bytes([0x22]) * nbytes, bytes([0x33]) * nbytes
+    C.memmove(src2, p2, nbytes)
+    C.memmove(src3, p3, nbytes)
+    call("cudaGraphMemcpyNodeSetParams1D", n1, dev, src2, C.c_size_t(nbytes), h2d)
+    e2 = C.c_void_p()
+    call("cudaGraphInstantiate", C.byref(e2), g, C.c_ulonglong(0))
+    call("cudaGraphLaunch", e, None)
+    call("cudaDeviceSynchronize")
+    kept = C.string_at(back, nbytes) == old
+    call("cudaGraphLaunch", e2, None)
+    call("cudaDeviceSynchronize")
+    record(
+        "cudaGraphMemcpyNodeSetParams1D changes the graph, not a graph instantiated before",
+        kept and C.string_at(back, nbytes) == p2,
+        f"kept={kept}",
+    )
+    call("cudaGraphExecMemcpyNodeSetParams1D", e, n1, dev, src3, C.c_size_t(nbytes), h2d)
+    call("cudaGraphLaunch", e, None)
+    call("cudaDeviceSynchronize")
+    one = C.string_at(back, nbytes) == p3
+    call("cudaGraphLaunch", e2, None)
+    call("cudaDeviceSynchronize")
+    p = Memcpy3DParms()
+    p.srcPtr = PitchedPtr(dev, 256, 256, 16)
+    p.dstPtr = PitchedPtr(back, 256, 256, 16)
+    p.extent = Extent(256, 16, 1)
+    p.kind = 2
+    rc = rt.cudaGraphExecMemcpyNodeSetParams(e, n2, C.byref(p))
+    record(
+        "cudaGraphExecMemcpyNodeSetParams1D changes one instantiated graph; a 2D copy is refused there",
+        one and C.string_at(back, nbytes) == p2 and rc == INVALID_VALUE,
+        f"one={one} rc={rc}",
+    )
+
+    cu = C.CDLL("libcuda.so.1")
+    ms, e3 = C.c_void_p(), C.c_void_p()
+    mp = MemsetParams(dev, 0, 0x41, 1, nbytes, 1)
+    rc = cu.cuGraphAddMemsetNode(C.byref(ms), g, C.byref(n2), C.c_size_t(1), C.byref(mp), None)
+    if rc != 0:
+        raise RuntimeError(f"cuGraphAddMemsetNode returned {rc}")
+    got = MemsetParams()
+    call("cudaGraphMemsetNodeGetParams", ms, C.byref(got))
+    first = (got.dst, got.value, got.elementSize, got.width) == (dev.value, 0x41, 1, nbytes)
+    call("cudaGraphMemsetNodeSetParams", ms, C.byref(MemsetParams(dev, 0, 0x42, 1, nbytes, 1)))
+    call("cudaGraphInstantiate", C.byref(e3), g, C.c_ulonglong(0))
+    call("cudaGraphExecMemsetNodeSetParams", e3, ms, C.byref(MemsetParams(dev, 0, 0x43, 1, nbytes, 1)))
+    call("cudaGraphLaunch", e3, None)
+    call("cudaDeviceSynchronize")
+    out = (C.c_ubyte * nbytes)()
+    call("cudaMemcpy", out, dev, C.c_size_t(nbytes), 2)
+    call("cudaGraphMemsetNodeGetParams", ms, C.byref(got))
+    record(
+        "cudaGraphMemsetNodeGetParams/SetParams and cudaGraphExecMemsetNodeSetParams",
+        first and got.value == 0x42 and bytes(out) == bytes([0x43]) * nbytes,
+        f"first={first} value={got.value:#x} out={bytes(out[:4])}",
+    )
+    for x in (e2, e3):
+        call("cudaGraphExecDestroy", x)
+    call("cudaFreeHost", src2)
+    call("cudaFreeHost", src3)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,21 @@ fn c_graph_memory_nodes_on_the_simulator() {
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }
 
+/// Memset and memcpy node parameters on the simulator (tests/c/graph_params_client.c): read back,
+/// changed on the graph and on one instantiated graph, bad changes refused.
+#[test]
+fn c_graph_node_parameters_on_the_simulator() {
+    let exe =
+        gpupool_e2e::compile_c("graph_params_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client"));
+    let mut cmd = Command::new(exe);
+    cmd.env("LD_LIBRARY_PATH", sim_libdir());
+    let out = output_with_sim_env(cmd, &[], Duration::from_secs(120)).expect("graph_params_client did not finish");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 4, "{stdout}");
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+}
+
 /// Capture into an existing graph on the simulator (tests/c/graph_capture_client.c): after an
 /// explicit node, cuStreamGetCaptureInfo_v2's graph and dependencies, dependencies set and added
 /// with cuStreamUpdateCaptureDependencies, the replay in dependency order.

@@ -136,6 +136,15 @@ exports! { CUresult;
         params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::exec_kernel_node_set_params;
     cuGraphAddMemcpyNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
         params: val *const CUDA_MEMCPY3D, ctx: val CUcontext) = graph::add_memcpy_node;
+    cuGraphMemsetNodeGetParams(node: val CUgraphNode, params: val *mut CUDA_MEMSET_NODE_PARAMS) = graph_params::memset_get;
+    cuGraphMemsetNodeSetParams(node: val CUgraphNode, params: val *const CUDA_MEMSET_NODE_PARAMS)
+        = graph_params::memset_set;
+    cuGraphExecMemsetNodeSetParams(exec: val CUgraphExec, node: val CUgraphNode,
+        params: val *const CUDA_MEMSET_NODE_PARAMS, ctx: val CUcontext) = graph_params::exec_memset_set;
+    cuGraphMemcpyNodeGetParams(node: val CUgraphNode, params: val *mut CUDA_MEMCPY3D) = graph_params::memcpy_get;
+    cuGraphMemcpyNodeSetParams(node: val CUgraphNode, params: val *const CUDA_MEMCPY3D) = graph_params::memcpy_set;
+    cuGraphExecMemcpyNodeSetParams(exec: val CUgraphExec, node: val CUgraphNode, params: val *const CUDA_MEMCPY3D,
+        ctx: val CUcontext) = graph_params::exec_memcpy_set;
     cuGraphExecUpdate_v2(exec: val CUgraphExec, graph: val CUgraph, info: val *mut CUgraphExecUpdateResultInfo)
         = graph::exec_update;
     cuGraphClone(pclone: val *mut CUgraph, graph: val CUgraph) = graph::clone;

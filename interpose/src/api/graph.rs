@@ -20,8 +20,8 @@ use super::DefaultStream;
 use super::stream::resolve;
 use crate::client::{self, Client, Kind, endpoint_of, make};
 use crate::util::{R, log};
-use gpupool_protocol::ops::{GraphExecId, GraphId, KernelNode, KernelParams, Memset, MemsetValue, answer};
-use gpupool_protocol::{DevicePtr, Request, StreamId};
+use gpupool_protocol::ops::{GraphExecId, GraphId, KernelNode, KernelParams, answer};
+use gpupool_protocol::{Request, StreamId};
 use gpupool_shim::cuda::{
     CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent,
     CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult,
@@ -379,6 +379,7 @@ pub(super) fn graph_destroy(graph: CUgraph) -> R<()> {
     client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphDestroy { graph: GraphId(id) }))?;
     release_graph_memory(graph as u64);
     super::graph_mem::forget_graph(graph as u64);
+    super::graph_params::forget_graph(graph);
     Ok(())
 }
 
@@ -516,20 +517,10 @@ pub(super) fn add_memset_node(
     params: *const CUDA_MEMSET_NODE_PARAMS,
     _ctx: CUcontext,
 ) -> R<()> {
-    if params.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: non-null; the API's contract makes it point to the parameter struct.
-    let p = unsafe { params.read_unaligned() };
-    let value = match p.elementSize {
-        1 => MemsetValue::U8(p.value as u8),
-        2 => MemsetValue::U16(p.value as u16),
-        4 => MemsetValue::U32(p.value),
-        _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-    };
-    let set =
-        Memset { dst: DevicePtr(p.dst), value, width: p.width as u64, height: p.height as u64, pitch: p.pitch as u64 };
-    add_node(out, graph, deps, n, |_, graph, deps| Ok(Request::GraphAddMemsetNode { graph, deps, set }))
+    let (p, set) = super::graph_params::memset_in(params)?;
+    add_node(out, graph, deps, n, |_, graph, deps| Ok(Request::GraphAddMemsetNode { graph, deps, set }))?;
+    super::graph_params::added_memset(graph, out, p);
+    Ok(())
 }
 
 /// `_ctx` is the graph's own context here: libgpupool.so's contexts all map to the session's.
@@ -548,7 +539,9 @@ pub(super) fn add_memcpy_node(
     let p = unsafe { params.read_unaligned() };
     add_node(out, graph, deps, n, |c, graph, deps| {
         Ok(Request::GraphAddMemcpyNode { graph, deps, copy: super::copy3d::graph_node_copy(c, &p)? })
-    })
+    })?;
+    super::graph_params::added_memcpy(graph, out, p);
+    Ok(())
 }
 
 pub(super) fn add_empty_node(out: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize) -> R<()> {

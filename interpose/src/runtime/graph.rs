@@ -6,10 +6,13 @@
 use super::{NullStream, Rt, cu, rt_exports, rt_variants, state};
 use crate::api::exports::{
     cuGraphAddHostNode, cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy, cuGraphExecHostNodeSetParams,
-    cuGraphHostNodeGetParams, cuGraphHostNodeSetParams, cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphUpload,
-    cuStreamBeginCapture_v2, cuStreamEndCapture,
+    cuGraphExecMemsetNodeSetParams, cuGraphHostNodeGetParams, cuGraphHostNodeSetParams, cuGraphInstantiateWithFlags,
+    cuGraphLaunch, cuGraphMemsetNodeGetParams, cuGraphMemsetNodeSetParams, cuGraphUpload, cuStreamBeginCapture_v2,
+    cuStreamEndCapture,
 };
-use gpupool_shim::cuda::{CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphNode, CUstream, CUstreamCaptureMode};
+use gpupool_shim::cuda::{
+    CUDA_HOST_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphNode, CUstream, CUstreamCaptureMode,
+};
 use gpupool_shim::cudart::cudaError;
 use std::os::raw::{c_int, c_uint};
 
@@ -93,7 +96,32 @@ fn exec_host_node_set_params(exec: CUgraphExec, node: CUgraphNode, params: *cons
     cu(unsafe { cuGraphExecHostNodeSetParams(exec, node, params) })
 }
 
+// Memset nodes: `cudaMemsetParams` has the layout of `CUDA_MEMSET_NODE_PARAMS` (its `void *dst`
+// the `CUdeviceptr`).
+
+fn memset_node_get_params(node: CUgraphNode, params: *mut CUDA_MEMSET_NODE_PARAMS) -> Rt<()> {
+    // SAFETY: our own export; it checks the pointer and the handle.
+    cu(unsafe { cuGraphMemsetNodeGetParams(node, params) })
+}
+
+fn memset_node_set_params(node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the pointer and the handle.
+    cu(unsafe { cuGraphMemsetNodeSetParams(node, params) })
+}
+
+fn exec_memset_node_set_params(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the pointer and the handles; the graph's own context.
+    cu(unsafe { cuGraphExecMemsetNodeSetParams(exec, node, params, std::ptr::null_mut()) })
+}
+
 rt_exports! {
+    cudaGraphMemsetNodeGetParams => memset_node_get_params(node: CUgraphNode, params: *mut CUDA_MEMSET_NODE_PARAMS);
+    cudaGraphMemsetNodeSetParams => memset_node_set_params(node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS);
+    cudaGraphExecMemsetNodeSetParams => exec_memset_node_set_params(
+        exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS,
+    );
     cudaGraphAddHostNode => add_host_node(
         node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, params: *const CUDA_HOST_NODE_PARAMS,
     );

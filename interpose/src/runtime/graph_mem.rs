@@ -12,9 +12,12 @@
 use super::{Rt, cu, rt_exports, state};
 use crate::api::exports::{
     cuDeviceGetGraphMemAttribute, cuDeviceGraphMemTrim, cuDeviceSetGraphMemAttribute, cuGraphAddMemAllocNode,
-    cuGraphAddMemFreeNode, cuGraphAddMemcpyNode, cuGraphMemAllocNodeGetParams, cuGraphMemFreeNodeGetParams,
+    cuGraphAddMemFreeNode, cuGraphAddMemcpyNode, cuGraphExecMemcpyNodeSetParams, cuGraphMemAllocNodeGetParams,
+    cuGraphMemFreeNodeGetParams, cuGraphMemcpyNodeSetParams,
 };
-use gpupool_shim::cuda::{CUDA_MEM_ALLOC_NODE_PARAMS, CUDA_MEMCPY3D, CUgraph, CUgraphMem_attribute, CUgraphNode};
+use gpupool_shim::cuda::{
+    CUDA_MEM_ALLOC_NODE_PARAMS, CUDA_MEMCPY3D, CUgraph, CUgraphExec, CUgraphMem_attribute, CUgraphNode,
+};
 use gpupool_shim::cudart::{cudaError, cudaMemcpy3DParms, cudaMemcpyKind};
 use std::os::raw::{c_int, c_void};
 
@@ -113,8 +116,13 @@ fn add_memcpy_node_1d(
     kind: cudaMemcpyKind,
 ) -> Rt<()> {
     state::context()?;
+    add_memcpy(node, graph, deps, n, &copy_1d(dst, src, count, kind)?)
+}
+
+/// A one-row copy whose ends the kind says (cudaMemcpyDefault: inferred).
+fn copy_1d(dst: *mut c_void, src: *const c_void, count: usize, kind: cudaMemcpyKind) -> Rt<CUDA_MEMCPY3D> {
     let (d_dev, s_dev) = super::memory::direction(dst, src, kind)?;
-    let c = CUDA_MEMCPY3D {
+    Ok(CUDA_MEMCPY3D {
         srcMemoryType: super::memory::memory_kind(s_dev),
         srcHost: src,
         srcDevice: src as u64,
@@ -125,8 +133,56 @@ fn add_memcpy_node_1d(
         Height: 1,
         Depth: 1,
         ..Default::default()
-    };
-    add_memcpy(node, graph, deps, n, &c)
+    })
+}
+
+/// Sets a memcpy node's copy: the graph's (`exec` NULL) or one instantiated graph's.
+fn set_memcpy(exec: CUgraphExec, node: CUgraphNode, c: &CUDA_MEMCPY3D) -> Rt<()> {
+    // SAFETY: our own exports with a fully initialised descriptor; the graph's own context.
+    cu(unsafe {
+        if exec.is_null() {
+            cuGraphMemcpyNodeSetParams(node, c)
+        } else {
+            cuGraphExecMemcpyNodeSetParams(exec, node, c, std::ptr::null_mut())
+        }
+    })
+}
+
+fn memcpy_node_set_params(node: CUgraphNode, p: *const cudaMemcpy3DParms) -> Rt<()> {
+    set_memcpy(std::ptr::null_mut(), node, &super::memory::params_3d(p)?)
+}
+
+fn memcpy_node_set_params_1d(
+    node: CUgraphNode,
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    state::context()?;
+    set_memcpy(std::ptr::null_mut(), node, &copy_1d(dst, src, count, kind)?)
+}
+
+fn exec_memcpy_node_set_params(exec: CUgraphExec, node: CUgraphNode, p: *const cudaMemcpy3DParms) -> Rt<()> {
+    if exec.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    set_memcpy(exec, node, &super::memory::params_3d(p)?)
+}
+
+fn exec_memcpy_node_set_params_1d(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    if exec.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    state::context()?;
+    set_memcpy(exec, node, &copy_1d(dst, src, count, kind)?)
 }
 
 /// A memcpy node to a `__device__` variable (host or device source).
@@ -183,6 +239,13 @@ rt_exports! {
 }
 
 rt_exports! {
+    cudaGraphMemcpyNodeSetParams => memcpy_node_set_params(node: CUgraphNode, p: *const cudaMemcpy3DParms);
+    cudaGraphMemcpyNodeSetParams1D => memcpy_node_set_params_1d(node: CUgraphNode, dst: *mut c_void, src: *const c_void,
+        count: usize, kind: cudaMemcpyKind);
+    cudaGraphExecMemcpyNodeSetParams => exec_memcpy_node_set_params(exec: CUgraphExec, node: CUgraphNode,
+        p: *const cudaMemcpy3DParms);
+    cudaGraphExecMemcpyNodeSetParams1D => exec_memcpy_node_set_params_1d(exec: CUgraphExec, node: CUgraphNode,
+        dst: *mut c_void, src: *const c_void, count: usize, kind: cudaMemcpyKind);
     cudaGraphAddMemcpyNode => add_memcpy_node(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
         n: usize, p: *const cudaMemcpy3DParms);
     cudaGraphAddMemcpyNode1D => add_memcpy_node_1d(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,

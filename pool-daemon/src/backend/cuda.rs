@@ -163,6 +163,10 @@ driver_table! {
     cuGraphClone: fn(*mut cu::CUgraph, cu::CUgraph);
     cuGraphExecUpdate_v2: fn(cu::CUgraphExec, cu::CUgraph, *mut cu::CUgraphExecUpdateResultInfo);
     cuGraphDebugDotPrint: fn(cu::CUgraph, *const c_char, u32);
+    cuGraphMemsetNodeSetParams: fn(cu::CUgraphNode, *const cu::CUDA_MEMSET_NODE_PARAMS);
+    cuGraphExecMemsetNodeSetParams: fn(cu::CUgraphExec, cu::CUgraphNode, *const cu::CUDA_MEMSET_NODE_PARAMS, CUcontext);
+    cuGraphMemcpyNodeSetParams: fn(cu::CUgraphNode, *const cu::CUDA_MEMCPY3D);
+    cuGraphExecMemcpyNodeSetParams: fn(cu::CUgraphExec, cu::CUgraphNode, *const cu::CUDA_MEMCPY3D, CUcontext);
     // Host functions (pool-daemon/src/daemon/host_fn.rs).
     cuGraphAddHostNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, *const cu::CUDA_HOST_NODE_PARAMS);
     cuGraphHostNodeSetParams: fn(cu::CUgraphNode, *const cu::CUDA_HOST_NODE_PARAMS);

@@ -38,12 +38,12 @@ use super::dispatch::{Fail, INVALID_HANDLE, INVALID_VALUE, Result};
 use super::session::Session;
 use crate::call;
 use gpupool_protocol::EventId;
-use gpupool_protocol::ops::{Copy3D, KernelNode, Memset, MemsetValue};
+use gpupool_protocol::ops::{Copy3D, KernelNode, Memset};
 use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
 use gpupool_protocol::{CtxId, StreamId};
 use gpupool_shim::cuda::{
-    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphExecUpdateResult,
-    CUgraphExecUpdateResultInfo, CUgraphNode, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUDA_KERNEL_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode,
+    CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 use std::collections::HashMap;
 use std::os::raw::c_void;
@@ -61,7 +61,7 @@ pub struct Graphs {
     pub(super) graphs: HashMap<GraphId, (Raw<CUgraph>, u32)>,
     execs: HashMap<GraphExecId, (Raw<CUgraphExec>, u32)>,
     /// The graph each instantiated graph was made from (its nodes name that graph's).
-    exec_graph: HashMap<GraphExecId, GraphId>,
+    pub(super) exec_graph: HashMap<GraphExecId, GraphId>,
     /// Nodes of graphs built node by node: id -> (graph, backend node).
     pub(super) nodes: HashMap<u64, (GraphId, Raw<CUgraphNode>)>,
     /// Streams capturing, with their capture's id.
@@ -212,7 +212,7 @@ impl Session {
         self.graphs.graphs.get(&id).map(|&(g, d)| (g, d)).ok_or_else(|| not_held("graph", id.0, INVALID_VALUE))
     }
 
-    fn exec(&self, id: GraphExecId, code: u32) -> Result<(Raw<CUgraphExec>, u32)> {
+    pub(super) fn exec(&self, id: GraphExecId, code: u32) -> Result<(Raw<CUgraphExec>, u32)> {
         self.graphs.execs.get(&id).map(|&(e, d)| (e, d)).ok_or_else(|| not_held("graph exec", id.0, code))
     }
 
@@ -381,30 +381,7 @@ impl Session {
 
     pub(super) fn add_memset_node(&mut self, graph: GraphId, deps: &[u64], set: Memset) -> Result<answer::GraphNode> {
         let (_, d) = self.graph(graph)?;
-        let es = u64::from(set.value.element_size());
-        let (w, h) = (set.width, set.height.max(1));
-        let pitch = if h == 1 { w * es } else { set.pitch };
-        let extent = pitch
-            .checked_mul(h - 1)
-            .and_then(|x| x.checked_add(w * es))
-            .ok_or_else(|| Fail::invalid_value("memset extent overflows"))?;
-        self.map_for_node(set.dst.0)?;
-        if pitch < w * es || self.owned(set.dst, extent)? != d {
-            return Err(Fail::invalid_value("a memset node's memory must be this session's, on the graph's device"));
-        }
-        let value = match set.value {
-            MemsetValue::U8(v) => u32::from(v),
-            MemsetValue::U16(v) => u32::from(v),
-            MemsetValue::U32(v) => v,
-        };
-        let p = CUDA_MEMSET_NODE_PARAMS {
-            dst: set.dst.0,
-            pitch: pitch as usize,
-            value,
-            elementSize: es as u32,
-            width: w as usize,
-            height: h as usize,
-        };
+        let p = self.memset_node_params(set, d)?;
         let ctx = self.tenant_ctxs[&d].ctx.0;
         self.add_node(graph, deps, |me, g, deps, node| {
             Ok(call!(me.shared.cuda, cuGraphAddMemsetNode(node, g, deps.as_ptr(), deps.len(), &p, ctx))?)

@@ -38,6 +38,7 @@ pub mod exec;
 pub mod graph;
 pub mod graph_mem;
 pub mod graph_capture;
+pub mod graph_params;
 pub mod host_fn;
 pub mod ipc;
 pub mod listener;

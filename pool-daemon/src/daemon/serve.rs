@@ -1062,6 +1062,38 @@ impl Serve for Session {
         Ok(answer::Ok {})
     }
 
+    fn graph_memset_node_set_params(&mut self, _cx: Cx<'_>, node: u64, set: Memset) -> Result<answer::Ok> {
+        self.memset_node_set_params(None, node, set)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_exec_memset_node_set_params(
+        &mut self,
+        _cx: Cx<'_>,
+        exec: GraphExecId,
+        node: u64,
+        set: Memset,
+    ) -> Result<answer::Ok> {
+        self.memset_node_set_params(Some(exec), node, set)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_memcpy_node_set_params(&mut self, _cx: Cx<'_>, node: u64, copy: Copy3D) -> Result<answer::Ok> {
+        self.memcpy_node_set_params(None, node, copy)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_exec_memcpy_node_set_params(
+        &mut self,
+        _cx: Cx<'_>,
+        exec: GraphExecId,
+        node: u64,
+        copy: Copy3D,
+    ) -> Result<answer::Ok> {
+        self.memcpy_node_set_params(Some(exec), node, copy)?;
+        Ok(answer::Ok {})
+    }
+
     fn graph_clone(&mut self, _cx: Cx<'_>, graph: GraphId) -> Result<answer::Graph> {
         self.clone_graph(graph)
     }

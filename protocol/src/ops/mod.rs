@@ -306,6 +306,12 @@ op_table! {
     /// `cuStreamUpdateCaptureDependencies`: add `deps` (or with `set`, replace the dependencies).
     /// A graph's nodes, their `CUgraphNodeType`s and its edges (`graph` 0: the graph of `node`).
     0x0b28 GraphTopology graph_topology { graph: GraphId, node: u64 } => Topology;
+    /// Memset and memcpy node parameters (pool-daemon's daemon/graph_params.rs): the graph's node,
+    /// or with `exec` the node in that instantiated graph only.
+    0x0b30 GraphMemsetNodeSetParams graph_memset_node_set_params { node: u64, set: Memset } => Ok;
+    0x0b31 GraphExecMemsetNodeSetParams graph_exec_memset_node_set_params { exec: GraphExecId, node: u64, set: Memset } => Ok;
+    0x0b32 GraphMemcpyNodeSetParams graph_memcpy_node_set_params { node: u64, copy: Copy3D } => Ok;
+    0x0b33 GraphExecMemcpyNodeSetParams graph_exec_memcpy_node_set_params { exec: GraphExecId, node: u64, copy: Copy3D } => Ok;
     0x0b27 StreamUpdateCaptureDependencies stream_update_capture_dependencies { stream: StreamId, deps: Vec<u64>, set: bool } => Ok;
     // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
     // own addresses, never used by the daemon, only handed back when the function must run.

@@ -4,7 +4,7 @@ use super::{DefaultStream, out, resolve_stream, stream_variants};
 use crate::context::current_healthy;
 use crate::driver::initialized;
 use crate::error::{CuResult, cuda_entry, fail};
-use crate::graph::{Graph, GraphExec, HostFn, KernelLaunch, Node, Op, Step};
+use crate::graph::{Graph, GraphExec, HostFn, KernelLaunch, MemcpyParams, MemsetParams, Node, Op, Step};
 use crate::stream::{Capture, StreamKind, Work};
 use gpupool_shim::cuda::{
     CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS,
@@ -441,26 +441,8 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
         if !ctx.is_null() && ctx as u64 != g.ctx_handle {
             return fail(CUresult::CUDA_ERROR_INVALID_CONTEXT, || "the memset's context is not the graph's".into());
         }
-        if ![1, 2, 4].contains(&p.elementSize) || p.width == 0 || p.height == 0 {
-            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-                "memset nodes take an element size of 1, 2 or 4 and a non-empty extent".into()
-            });
-        }
-        let rows = (p.height as u64).saturating_sub(1).saturating_mul(p.pitch as u64);
-        let span = rows.saturating_add(p.width as u64 * u64::from(p.elementSize));
-        let job = if crate::graph_mem::holds(p.dst, span) {
-            // Graph memory is allocated when the graph runs: the memset is checked then.
-            Arc::new(move || {
-                match super::copy::memset_job(&c, p.dst, p.pitch, p.value, p.elementSize.into(), p.width, p.height)? {
-                    Some(j) => j(),
-                    None => Ok(()),
-                }
-            })
-        } else {
-            super::copy::memset_job(&c, p.dst, p.pitch, p.value, p.elementSize.into(), p.width, p.height)?
-                .unwrap_or_else(|| Arc::new(|| Ok(())))
-        };
-        add_node(node, graph, deps, n, Op::Memset(job))
+        let job = memset_node_job(&c, &p)?;
+        add_node(node, graph, deps, n, Op::Memset(p, job))
     })
 }
 
@@ -480,36 +462,184 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
         if !ctx.is_null() && ctx as u64 != g.ctx_handle {
             return fail(CUresult::CUDA_ERROR_INVALID_CONTEXT, || "the copy's context is not the graph's".into());
         }
-        let device_end = |t: gpupool_shim::cuda::CUmemorytype, d: u64| {
-            matches!(t, gpupool_shim::cuda::CUmemorytype::CU_MEMORYTYPE_DEVICE) && crate::graph_mem::holds(d, 1)
-        };
-        let job: crate::stream::Job =
-            if device_end(p.srcMemoryType, p.srcDevice) || device_end(p.dstMemoryType, p.dstDevice) {
-                // Graph memory is allocated when the graph runs: the copy is checked then.
-                let p = CopyParams(p);
-                Arc::new(move || match super::copy::memcpy_node_job(&c, p.get())? {
-                    Some(j) => j(),
-                    None => Ok(()),
-                })
-            } else {
-                super::copy::memcpy_node_job(&c, &p)?.unwrap_or_else(|| Arc::new(|| Ok(())))
-            };
-        add_node(node, graph, deps, n, Op::Memcpy(job))
+        let job = memcpy_node_job(&c, &p)?;
+        add_node(node, graph, deps, n, Op::Memcpy(Arc::new(MemcpyParams(p)), job))
     })
 }
 
-/// A copy's parameters, carried to the stream's worker when the copy is checked as it runs.
-struct CopyParams(CUDA_MEMCPY3D);
-impl CopyParams {
-    fn get(&self) -> &CUDA_MEMCPY3D {
-        &self.0
+/// A memset node's work in context `c`, its parameters checked (memory of graph allocations is
+/// checked when the graph runs, since it is allocated then).
+fn memset_node_job(c: &Arc<crate::context::Context>, p: &MemsetParams) -> CuResult<crate::stream::Job> {
+    if ![1, 2, 4].contains(&p.elementSize) || p.width == 0 || p.height == 0 {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            "memset nodes take an element size of 1, 2 or 4 and a non-empty extent".into()
+        });
     }
+    let rows = (p.height as u64).saturating_sub(1).saturating_mul(p.pitch as u64);
+    let span = rows.saturating_add(p.width as u64 * u64::from(p.elementSize));
+    let p = *p;
+    Ok(if crate::graph_mem::holds(p.dst, span) {
+        let c = c.clone();
+        Arc::new(move || {
+            match super::copy::memset_job(&c, p.dst, p.pitch, p.value, p.elementSize.into(), p.width, p.height)? {
+                Some(j) => j(),
+                None => Ok(()),
+            }
+        })
+    } else {
+        super::copy::memset_job(c, p.dst, p.pitch, p.value, p.elementSize.into(), p.width, p.height)?
+            .unwrap_or_else(|| Arc::new(|| Ok(())))
+    })
 }
-// SAFETY: the host pointers in it are the application's, which it keeps valid for the graph's runs
-// (as CUDA requires of a memcpy node's host memory); nothing here writes the struct.
-unsafe impl Send for CopyParams {}
-// SAFETY: as above.
-unsafe impl Sync for CopyParams {}
+
+/// A memcpy node's work in context `c`, checked as [`memset_node_job`] checks a memset.
+fn memcpy_node_job(c: &Arc<crate::context::Context>, p: &CUDA_MEMCPY3D) -> CuResult<crate::stream::Job> {
+    let device_end = |t: gpupool_shim::cuda::CUmemorytype, d: u64| {
+        matches!(t, gpupool_shim::cuda::CUmemorytype::CU_MEMORYTYPE_DEVICE) && crate::graph_mem::holds(d, 1)
+    };
+    Ok(if device_end(p.srcMemoryType, p.srcDevice) || device_end(p.dstMemoryType, p.dstDevice) {
+        let (c, p) = (c.clone(), MemcpyParams(*p));
+        Arc::new(move || match super::copy::memcpy_node_job(&c, p.get())? {
+            Some(j) => j(),
+            None => Ok(()),
+        })
+    } else {
+        super::copy::memcpy_node_job(c, p)?.unwrap_or_else(|| Arc::new(|| Ok(())))
+    })
+}
+
+/// The graph and index of a memset (`memset`) or memcpy node.
+fn param_node(node: CUgraphNode, memset: bool) -> CuResult<(Arc<Graph>, usize)> {
+    let (g, i) = node_in_graph(node)?;
+    let ok = matches!((&g.nodes()[i].op, memset), (Op::Memset(..), true) | (Op::Memcpy(..), false));
+    if !ok {
+        let kind = if memset { "memset" } else { "memcpy" };
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a {kind} node"));
+    }
+    Ok((g, i))
+}
+
+/// The instantiated graph `exec`, current in its context, and the index of `node`, a node of
+/// `kind` (a type name) in the graph it was made from.
+fn exec_node(exec: CUgraphExec, node: CUgraphNode, kind: &str) -> CuResult<(Arc<GraphExec>, usize)> {
+    let Some(e) = initialized()?.graph_execs.get(exec as u64) else {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{exec:?} is not an instantiated graph"));
+    };
+    let index = node_of(e.graph, node)?;
+    if e.node_type(index) != Some(kind) {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a {kind} node of the graph"));
+    }
+    Ok((e, index))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(
+    node: CUgraphNode,
+    params: *mut CUDA_MEMSET_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| {
+        let (g, i) = param_node(node, true)?;
+        let p = match &g.nodes()[i].op {
+            Op::Memset(p, _) => *p,
+            _ => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a memset node")),
+        };
+        out(params, p)
+    })
+}
+
+/// Changes the graph's node; graphs instantiated from it before keep what they had.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(
+    node: CUgraphNode,
+    params: *const CUDA_MEMSET_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| {
+        let p = super::read(params, "memset node parameters")?;
+        let (g, i) = param_node(node, true)?;
+        let job = memset_node_job(&graph_ctx(&g)?, &p)?;
+        g.nodes()[i].op = Op::Memset(p, job);
+        Ok(())
+    })
+}
+
+/// NVIDIA: both the instantiated and the new memset must be one-dimensional; the value and the
+/// address may change.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> CUresult {
+    cuda_entry(|| {
+        let (e, index) = exec_node(exec, node, "MEMSET")?;
+        let p = super::read(params, "memset node parameters")?;
+        if !ctx.is_null() && ctx as u64 != e.ctx_handle {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the memset's context is not the graph's".into());
+        }
+        if p.height != 1 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                "an instantiated graph's memset can only be changed to a one-dimensional memset".into()
+            });
+        }
+        let job = memset_node_job(&graph_ctx(&Graph::new(e.ctx_handle, Vec::new()))?, &p)?;
+        e.set_job(index, Work::Memory, job)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(node: CUgraphNode, params: *mut CUDA_MEMCPY3D) -> CUresult {
+    cuda_entry(|| {
+        let (g, i) = param_node(node, false)?;
+        let p = match &g.nodes()[i].op {
+            Op::Memcpy(p, _) => p.0,
+            _ => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a memcpy node")),
+        };
+        out(params, p)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(node: CUgraphNode, params: *const CUDA_MEMCPY3D) -> CUresult {
+    cuda_entry(|| {
+        let p = super::read(params, "memcpy node parameters")?;
+        let (g, i) = param_node(node, false)?;
+        let job = memcpy_node_job(&graph_ctx(&g)?, &p)?;
+        g.nodes()[i].op = Op::Memcpy(Arc::new(MemcpyParams(p)), job);
+        Ok(())
+    })
+}
+
+/// NVIDIA: INVALID_VALUE when the new operands are multidimensional (more than one row or an
+/// array end).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_MEMCPY3D,
+    ctx: CUcontext,
+) -> CUresult {
+    cuda_entry(|| {
+        const CU_MEMORYTYPE_ARRAY: gpupool_shim::cuda::CUmemorytype =
+            gpupool_shim::cuda::CUmemorytype::CU_MEMORYTYPE_ARRAY;
+        let (e, index) = exec_node(exec, node, "MEMCPY")?;
+        let p = super::read(params, "memcpy node parameters")?;
+        if !ctx.is_null() && ctx as u64 != e.ctx_handle {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the copy's context is not the graph's".into());
+        }
+        if p.Height > 1
+            || p.Depth > 1
+            || p.srcMemoryType == CU_MEMORYTYPE_ARRAY
+            || p.dstMemoryType == CU_MEMORYTYPE_ARRAY
+        {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                "an instantiated graph's copy can only be changed to a one-dimensional copy".into()
+            });
+        }
+        let job = memcpy_node_job(&graph_ctx(&Graph::new(e.ctx_handle, Vec::new()))?, &p)?;
+        e.set_job(index, Work::Memory, job)
+    })
+}
 
 /// A host node's parameters, checked: the function must not be NULL.
 fn host_fn(params: *const CUDA_HOST_NODE_PARAMS) -> CuResult<HostFn> {
@@ -936,8 +1066,8 @@ fn node_type(op: &Op) -> CUgraphNodeType {
     use CUgraphNodeType as T;
     match op {
         Op::Captured(Work::Kernel, _) | Op::Kernel(..) => T::CU_GRAPH_NODE_TYPE_KERNEL,
-        Op::Captured(Work::Memory, _) | Op::Memcpy(_) => T::CU_GRAPH_NODE_TYPE_MEMCPY,
-        Op::Memset(_) => T::CU_GRAPH_NODE_TYPE_MEMSET,
+        Op::Captured(Work::Memory, _) | Op::Memcpy(..) => T::CU_GRAPH_NODE_TYPE_MEMCPY,
+        Op::Memset(..) => T::CU_GRAPH_NODE_TYPE_MEMSET,
         Op::Captured(Work::Control, _) | Op::Host(..) => T::CU_GRAPH_NODE_TYPE_HOST,
         Op::EventRecord(_) => T::CU_GRAPH_NODE_TYPE_EVENT_RECORD,
         Op::EventWait(_) => T::CU_GRAPH_NODE_TYPE_WAIT_EVENT,

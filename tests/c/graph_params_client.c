@@ -1,0 +1,215 @@
+/*
+ * tests/c/graph_params_client.c - memset and memcpy node parameters through the driver API (run by
+ * pool-daemon/tests/graphs.rs under `gpupool run`, and by tests/tests/c_client.rs on the simulator):
+ *
+ *   cc -std=c11 -Wall -Wextra -I shim-headers/include tests/c/graph_params_client.c -o graph_params_client -ldl
+ *
+ * A graph: memset a = 5 (u32), then copy a -> b. GetParams answer what the nodes were made with.
+ * cuGraphMemsetNodeSetParams (a = 7) and cuGraphMemcpyNodeSetParams (a -> c) change the graph: an
+ * exec made before keeps its nodes (b = 5), one made after has the new ones (c = 7).
+ * cuGraphExecMemsetNodeSetParams (a = 9) and cuGraphExecMemcpyNodeSetParams (a -> d) change the first
+ * exec only (d = 9; the second still writes 7 to c). Refused with CUDA_ERROR_INVALID_VALUE: the
+ * other kind's GetParams, an element size of 3, a two-row memset or copy set on an instantiated
+ * graph (NVIDIA: one-dimensional only), a memcpy node given memset parameters in an exec.
+ *
+ * Output: "ok <check>" per check, then "done"; a failure prints "FAIL ..." on stderr, exits 1.
+ */
+#define _GNU_SOURCE
+#include "gpupool_cuda.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FUNCS(X)                                                                                            \
+    X(cuInit) X(cuGetErrorName) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)               \
+    X(cuMemAlloc_v2) X(cuMemcpyDtoH_v2) X(cuMemsetD32_v2) X(cuStreamCreate) X(cuStreamSynchronize)          \
+    X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) \
+    X(cuGraphAddMemsetNode) X(cuGraphAddMemcpyNode) X(cuGraphMemsetNodeGetParams)                          \
+    X(cuGraphMemsetNodeSetParams) X(cuGraphExecMemsetNodeSetParams) X(cuGraphMemcpyNodeGetParams)          \
+    X(cuGraphMemcpyNodeSetParams) X(cuGraphExecMemcpyNodeSetParams)
+
+#define DECLARE(name) static __typeof__(name) *p_##name;
+FUNCS(DECLARE)
+
+static const char *err_name(CUresult rc) {
+    const char *n = NULL;
+    if (!p_cuGetErrorName || p_cuGetErrorName(rc, &n) != CUDA_SUCCESS || !n) n = "?";
+    return n;
+}
+
+#define CU(name, ...)                                                                                        \
+    do {                                                                                                     \
+        CUresult rc_ = p_##name(__VA_ARGS__);                                                                \
+        if (rc_ != CUDA_SUCCESS) {                                                                           \
+            fflush(stdout);                                                                                  \
+            fprintf(stderr, "FAIL %s:%d %s: %d %s\n", __FILE__, __LINE__, #name, (int)rc_, err_name(rc_));   \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+#define CU_EXPECT(want, name, ...)                                                                           \
+    do {                                                                                                     \
+        CUresult rc_ = p_##name(__VA_ARGS__);                                                                \
+        if (rc_ != (want)) {                                                                                 \
+            fflush(stdout);                                                                                  \
+            fprintf(stderr, "FAIL %s:%d %s returned %d, expected %d\n", __FILE__, __LINE__, #name, (int)rc_, \
+                    (int)(want));                                                                            \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+#define CHECK(cond, what, a, b)                                                                              \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fflush(stdout);                                                                                  \
+            fprintf(stderr, "FAIL %s:%d %s (%lld, %lld)\n", __FILE__, __LINE__, what, (long long)(a),        \
+                    (long long)(b));                                                                         \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+enum { N = 1024 };
+
+static CUDA_MEMSET_NODE_PARAMS set_of(CUdeviceptr dst, unsigned value) {
+    CUDA_MEMSET_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.dst = dst;
+    p.value = value;
+    p.elementSize = 4;
+    p.width = N;
+    p.height = 1;
+    return p;
+}
+
+static CUDA_MEMCPY3D copy_of(CUdeviceptr src, CUdeviceptr dst) {
+    CUDA_MEMCPY3D p;
+    memset(&p, 0, sizeof p);
+    p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.srcDevice = src;
+    p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.dstDevice = dst;
+    p.WidthInBytes = 4 * N;
+    p.Height = 1;
+    p.Depth = 1;
+    return p;
+}
+
+static void expect_all(CUdeviceptr d, uint32_t want, const char *what) {
+    static uint32_t h[N];
+    CU(cuMemcpyDtoH_v2, h, d, sizeof h);
+    for (int i = 0; i < N; i++) CHECK(h[i] == want, what, i, h[i]);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) {
+        fprintf(stderr, "FAIL dlopen: %s\n", dlerror());
+        return 1;
+    }
+#define RESOLVE(name)                                                                                        \
+    if (!(p_##name = (__typeof__(name) *)dlsym(lib, #name))) {                                               \
+        fprintf(stderr, "FAIL dlsym %s\n", #name);                                                           \
+        return 1;                                                                                            \
+    }
+    FUNCS(RESOLVE)
+
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream s;
+    CUdeviceptr a, b, c, d;
+    CU(cuInit, 0);
+    CU(cuDeviceGet, &dev, 0);
+    CU(cuDevicePrimaryCtxRetain, &ctx, dev);
+    CU(cuCtxSetCurrent, ctx);
+    CU(cuStreamCreate, &s, 0);
+    CU(cuMemAlloc_v2, &a, 4 * N);
+    CU(cuMemAlloc_v2, &b, 4 * N);
+    CU(cuMemAlloc_v2, &c, 4 * N);
+    CU(cuMemAlloc_v2, &d, 4 * N);
+    CU(cuMemsetD32_v2, b, 0, N);
+    CU(cuMemsetD32_v2, c, 0, N);
+    CU(cuMemsetD32_v2, d, 0, N);
+
+    CUgraph g;
+    CUgraphNode ms, mc;
+    CU(cuGraphCreate, &g, 0);
+    CUDA_MEMSET_NODE_PARAMS sp = set_of(a, 5);
+    CU(cuGraphAddMemsetNode, &ms, g, NULL, 0, &sp, ctx);
+    CUDA_MEMCPY3D cp = copy_of(a, b);
+    CU(cuGraphAddMemcpyNode, &mc, g, &ms, 1, &cp, ctx);
+    CUDA_MEMSET_NODE_PARAMS sg;
+    CUDA_MEMCPY3D cg;
+    CU(cuGraphMemsetNodeGetParams, ms, &sg);
+    CHECK(sg.dst == a && sg.value == 5 && sg.elementSize == 4 && sg.width == N && sg.height == 1, "memset params",
+          sg.value, sg.width);
+    CU(cuGraphMemcpyNodeGetParams, mc, &cg);
+    CHECK(cg.srcDevice == a && cg.dstDevice == b && cg.WidthInBytes == 4 * N && cg.Depth == 1, "memcpy params",
+          cg.srcDevice, cg.dstDevice);
+    printf("ok get params\n");
+
+    CUgraphExec e1, e2;
+    CU(cuGraphInstantiateWithFlags, &e1, g, 0);
+    sp = set_of(a, 7);
+    CU(cuGraphMemsetNodeSetParams, ms, &sp);
+    cp = copy_of(a, c);
+    CU(cuGraphMemcpyNodeSetParams, mc, &cp);
+    CU(cuGraphInstantiateWithFlags, &e2, g, 0);
+    CU(cuGraphLaunch, e1, s);
+    CU(cuStreamSynchronize, s);
+    expect_all(b, 5, "an exec made before keeps its nodes");
+    expect_all(c, 0, "an exec made before does not copy to the new destination");
+    CU(cuGraphLaunch, e2, s);
+    CU(cuStreamSynchronize, s);
+    expect_all(c, 7, "an exec made after has the new nodes");
+    CU(cuGraphMemsetNodeGetParams, ms, &sg);
+    CU(cuGraphMemcpyNodeGetParams, mc, &cg);
+    CHECK(sg.value == 7 && cg.dstDevice == c, "params after set", sg.value, cg.dstDevice);
+    printf("ok graph set params\n");
+
+    sp = set_of(a, 9);
+    CU(cuGraphExecMemsetNodeSetParams, e1, ms, &sp, ctx);
+    cp = copy_of(a, d);
+    CU(cuGraphExecMemcpyNodeSetParams, e1, mc, &cp, ctx);
+    CU(cuGraphLaunch, e1, s);
+    CU(cuStreamSynchronize, s);
+    expect_all(d, 9, "the exec's changed nodes");
+    expect_all(b, 5, "the exec no longer copies to its old destination");
+    CU(cuGraphLaunch, e2, s);
+    CU(cuStreamSynchronize, s);
+    expect_all(c, 7, "the other exec is unchanged");
+    expect_all(d, 9, "the other exec does not copy to d");
+    CU(cuGraphMemsetNodeGetParams, ms, &sg);
+    CHECK(sg.value == 7, "an exec's change leaves the graph's node", sg.value, 7);
+    printf("ok exec set params\n");
+
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphMemsetNodeGetParams, mc, &sg);
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphMemcpyNodeGetParams, ms, &cg);
+    sp = set_of(a, 1);
+    sp.elementSize = 3;
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphMemsetNodeSetParams, ms, &sp);
+    sp = set_of(a, 1);
+    sp.width = N / 2;
+    sp.height = 2;
+    sp.pitch = 2 * N;
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphExecMemsetNodeSetParams, e1, ms, &sp, ctx);
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphExecMemsetNodeSetParams, e1, mc, &sp, ctx);
+    cp = copy_of(a, d);
+    cp.WidthInBytes = 2 * N;
+    cp.srcPitch = cp.dstPitch = 2 * N;
+    cp.Height = 2;
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphExecMemcpyNodeSetParams, e1, mc, &cp, ctx);
+    CU(cuGraphLaunch, e1, s);
+    CU(cuStreamSynchronize, s);
+    expect_all(d, 9, "refused changes change nothing");
+    printf("ok refused\n");
+
+    CU(cuGraphExecDestroy, e1);
+    CU(cuGraphExecDestroy, e2);
+    CU(cuGraphDestroy, g);
+    printf("done\n");
+    return 0;
+}
