@@ -353,6 +353,7 @@ macro_rules! driver_entry_points {
         "cuGraphDebugDotPrint" => [11030 => cuGraphDebugDotPrint];
         "cuGraphNodeGetType" => [10000 => cuGraphNodeGetType];
         "cuGraphGetNodes" => [10000 => cuGraphGetNodes];
+        "cuGraphGetEdges" => [10000 => cuGraphGetEdges, 12030 => !];
         "cuGraphGetRootNodes" => [10000 => cuGraphGetRootNodes];
         "cuGraphNodeGetDependencies" => [10000 => cuGraphNodeGetDependencies, 12030 => !];
         "cuGraphNodeGetDependentNodes" => [10000 => cuGraphNodeGetDependentNodes, 12030 => !];

@@ -6267,6 +6267,14 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuGraphGetEdges(
+        hGraph: CUgraph,
+        from: *mut CUgraphNode,
+        to: *mut CUgraphNode,
+        numEdges: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuGraphGetRootNodes(
         hGraph: CUgraph,
         rootNodes: *mut CUgraphNode,

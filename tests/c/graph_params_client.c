@@ -11,6 +11,8 @@
  * exec only (d = 9; the second still writes 7 to c). Refused with CUDA_ERROR_INVALID_VALUE: the
  * other kind's GetParams, an element size of 3, a two-row memset or copy set on an instantiated
  * graph (NVIDIA: one-dimensional only), a memcpy node given memset parameters in an exec.
+ * cuGraphGetEdges: one edge memset -> memcpy (the count alone with NULL lists, NULL past the end of
+ * larger ones), one list NULL is CUDA_ERROR_INVALID_VALUE.
  *
  * Output: "ok <check>" per check, then "done"; a failure prints "FAIL ..." on stderr, exits 1.
  */
@@ -29,7 +31,7 @@
     X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) \
     X(cuGraphAddMemsetNode) X(cuGraphAddMemcpyNode) X(cuGraphMemsetNodeGetParams)                          \
     X(cuGraphMemsetNodeSetParams) X(cuGraphExecMemsetNodeSetParams) X(cuGraphMemcpyNodeGetParams)          \
-    X(cuGraphMemcpyNodeSetParams) X(cuGraphExecMemcpyNodeSetParams)
+    X(cuGraphMemcpyNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphGetEdges)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -206,6 +208,16 @@ int main(void) {
     CU(cuStreamSynchronize, s);
     expect_all(d, 9, "refused changes change nothing");
     printf("ok refused\n");
+
+    size_t ne = 0;
+    CUgraphNode from[3], to[3];
+    CU(cuGraphGetEdges, g, NULL, NULL, &ne);
+    CHECK(ne == 1, "edge count", ne, 1);
+    ne = 3;
+    CU(cuGraphGetEdges, g, from, to, &ne);
+    CHECK(ne == 1 && from[0] == ms && to[0] == mc && from[1] == NULL && to[2] == NULL, "edges", ne, 1);
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphGetEdges, g, from, NULL, &ne);
+    printf("ok edges\n");
 
     CU(cuGraphExecDestroy, e1);
     CU(cuGraphExecDestroy, e2);

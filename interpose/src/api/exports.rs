@@ -150,6 +150,8 @@ exports! { CUresult;
     cuGraphClone(pclone: val *mut CUgraph, graph: val CUgraph) = graph::clone;
     cuGraphNodeGetType(node: val CUgraphNode, t: out CUgraphNodeType) = graph_topology::node_type;
     cuGraphGetNodes(graph: val CUgraph, nodes: val *mut CUgraphNode, n: val *mut usize) = graph_topology::nodes;
+    cuGraphGetEdges(graph: val CUgraph, from: val *mut CUgraphNode, to: val *mut CUgraphNode, n: val *mut usize)
+        = graph_topology::edges;
     cuGraphGetRootNodes(graph: val CUgraph, nodes: val *mut CUgraphNode, n: val *mut usize) = graph_topology::root_nodes;
     cuGraphNodeGetDependencies(node: val CUgraphNode, deps: val *mut CUgraphNode, n: val *mut usize)
         = graph_topology::dependencies;

@@ -62,6 +62,23 @@ pub(super) fn node_type(node: CUgraphNode) -> R<CUgraphNodeType> {
     Ok(CUgraphNodeType(t.types[i]))
 }
 
+/// `cuGraphGetEdges`, written as the driver writes it (see [`list_out`]); `from` and `to` both or
+/// neither.
+pub(super) fn edges(graph: CUgraph, from: *mut CUgraphNode, to: *mut CUgraphNode, count: *mut usize) -> R<()> {
+    if from.is_null() != to.is_null() || count.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (t, ep) = topology(Some(graph), None)?;
+    // SAFETY: non-null; the caller's count (read before list_out rewrites it).
+    let room = unsafe { count.read_unaligned() };
+    list_out(from, count, t.from, ep)?;
+    if !to.is_null() {
+        crate::api::export::put(count, room);
+        list_out(to, count, t.to, ep)?;
+    }
+    Ok(())
+}
+
 pub(super) fn nodes(graph: CUgraph, list: *mut CUgraphNode, count: *mut usize) -> R<()> {
     let (t, ep) = topology(Some(graph), None)?;
     list_out(list, count, t.nodes, ep)

@@ -1101,6 +1101,37 @@ pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, t: *mut CUgraphNo
     cuda_entry(|| out(t, node_type(&node_op(node)?)))
 }
 
+/// `cuGraphGetEdges`: with `from` and `to` NULL only the count; else up to `*n` edges (NULL past the
+/// end, as NVIDIA documents) and the number written. One of the two NULL is INVALID_VALUE.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphGetEdges(
+    graph: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    cuda_entry(|| {
+        let g = graph_of(graph)?;
+        let h = |i| node_handle(graph as u64, i);
+        let edges: Vec<_> =
+            g.nodes().iter().enumerate().flat_map(|(j, x)| x.deps.iter().map(move |&d| (d, j))).collect();
+        if from.is_null() != to.is_null() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "from and to must both be given, or neither".into());
+        }
+        if n.is_null() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null count".into());
+        }
+        // SAFETY: non-null; the caller's count (read before list_out rewrites it).
+        let room = if from.is_null() { 0 } else { unsafe { n.read_unaligned() } };
+        list_out(from, n, edges.iter().map(|e| h(e.0)).collect())?;
+        if !to.is_null() {
+            out(n, room)?;
+            list_out(to, n, edges.iter().map(|e| h(e.1)).collect())?;
+        }
+        Ok(())
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, n: *mut usize) -> CUresult {
     cuda_entry(|| {
