@@ -21,7 +21,8 @@
   instantiated graph keeps the old one), cudaGraphExecMemcpyNodeSetParams1D one instantiated
   graph's, and cudaGraphExecMemcpyNodeSetParams with a 2D copy is refused (one-dimensional only);
   a memset node (the driver's cuGraphAddMemsetNode) read with cudaGraphMemsetNodeGetParams and
-  changed with cudaGraphMemsetNodeSetParams and cudaGraphExecMemsetNodeSetParams.
+  changed with cudaGraphMemsetNodeSetParams and cudaGraphExecMemsetNodeSetParams; cudaGraphAddEmptyNode
+  after it, and cudaGraphGetNodes lists the graph's four nodes.
 - Capture into an existing graph: after an empty node (added with the driver's
   cuGraphAddEmptyNode), cudaStreamBeginCaptureToGraph captures a memset; cudaStreamGetCaptureInfo_v2
   answers the graph and the memset as the dependency; cudaStreamUpdateCaptureDependencies_v2 sets
@@ -439,6 +440,19 @@ def params_checks(g, e, n1, n2, src, back, dev, nbytes):
         "cudaGraphMemsetNodeGetParams/SetParams and cudaGraphExecMemsetNodeSetParams",
         first and got.value == 0x42 and bytes(out) == bytes([0x43]) * nbytes,
         f"first={first} value={got.value:#x} out={bytes(out[:4])}",
+    )
+    empty = C.c_void_p()
+    call("cudaGraphAddEmptyNode", C.byref(empty), g, C.byref(ms), C.c_size_t(1))
+    count, nodes = C.c_size_t(0), (C.c_void_p * 5)()
+    call("cudaGraphGetNodes", g, None, C.byref(count))
+    first = count.value
+    count.value = 5
+    call("cudaGraphGetNodes", g, nodes, C.byref(count))
+    want = {n1.value, n2.value, ms.value, empty.value}
+    record(
+        "cudaGraphAddEmptyNode and cudaGraphGetNodes",
+        first == 4 and count.value == 4 and set(nodes[:4]) == want and nodes[4] is None,
+        f"count={first}/{count.value}",
     )
     for x in (e2, e3):
         call("cudaGraphExecDestroy", x)

@@ -5,10 +5,10 @@
 
 use super::{NullStream, Rt, cu, rt_exports, rt_variants, state};
 use crate::api::exports::{
-    cuGraphAddHostNode, cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy, cuGraphExecHostNodeSetParams,
-    cuGraphExecMemsetNodeSetParams, cuGraphHostNodeGetParams, cuGraphHostNodeSetParams, cuGraphInstantiateWithFlags,
-    cuGraphLaunch, cuGraphMemsetNodeGetParams, cuGraphMemsetNodeSetParams, cuGraphUpload, cuStreamBeginCapture_v2,
-    cuStreamEndCapture,
+    cuGraphAddEmptyNode, cuGraphAddHostNode, cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy,
+    cuGraphExecHostNodeSetParams, cuGraphExecMemsetNodeSetParams, cuGraphGetNodes, cuGraphHostNodeGetParams,
+    cuGraphHostNodeSetParams, cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphMemsetNodeGetParams,
+    cuGraphMemsetNodeSetParams, cuGraphUpload, cuStreamBeginCapture_v2, cuStreamEndCapture,
 };
 use gpupool_shim::cuda::{
     CUDA_HOST_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphNode, CUstream, CUstreamCaptureMode,
@@ -116,7 +116,20 @@ fn exec_memset_node_set_params(exec: CUgraphExec, node: CUgraphNode, params: *co
     cu(unsafe { cuGraphExecMemsetNodeSetParams(exec, node, params, std::ptr::null_mut()) })
 }
 
+fn add_empty_node(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the pointers and handles.
+    cu(unsafe { cuGraphAddEmptyNode(node, graph, deps, n) })
+}
+
+fn get_nodes(graph: CUgraph, nodes: *mut CUgraphNode, n: *mut usize) -> Rt<()> {
+    // SAFETY: our own export; it checks the pointers and the handle.
+    cu(unsafe { cuGraphGetNodes(graph, nodes, n) })
+}
+
 rt_exports! {
+    cudaGraphAddEmptyNode => add_empty_node(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize);
+    cudaGraphGetNodes => get_nodes(graph: CUgraph, nodes: *mut CUgraphNode, n: *mut usize);
     cudaGraphMemsetNodeGetParams => memset_node_get_params(node: CUgraphNode, params: *mut CUDA_MEMSET_NODE_PARAMS);
     cudaGraphMemsetNodeSetParams => memset_node_set_params(node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS);
     cudaGraphExecMemsetNodeSetParams => exec_memset_node_set_params(

@@ -60,7 +60,7 @@ unsupported! {
     cudaGLMapBufferObjectAsync, cudaGLRegisterBufferObject, cudaGLSetBufferObjectMapFlags, cudaGLSetGLDevice,
     cudaGLUnmapBufferObject, cudaGLUnmapBufferObjectAsync, cudaGLUnregisterBufferObject, cudaGetExportTable,
     cudaGetTextureObjectResourceViewDesc, cudaGraphAddChildGraphNode,
-    cudaGraphAddDependencies, cudaGraphAddDependencies_v2, cudaGraphAddEmptyNode, cudaGraphAddEventRecordNode,
+    cudaGraphAddDependencies, cudaGraphAddDependencies_v2, cudaGraphAddEventRecordNode,
     cudaGraphAddEventWaitNode, cudaGraphAddExternalSemaphoresSignalNode, cudaGraphAddExternalSemaphoresWaitNode,
     cudaGraphAddKernelNode,
 
@@ -75,7 +75,7 @@ unsupported! {
     cudaGraphExecNodeSetParams, cudaGraphExecUpdate,
     cudaGraphExternalSemaphoresSignalNodeGetParams, cudaGraphExternalSemaphoresSignalNodeSetParams,
     cudaGraphExternalSemaphoresWaitNodeGetParams, cudaGraphExternalSemaphoresWaitNodeSetParams,
-    cudaGraphGetEdges, cudaGraphGetEdges_v2, cudaGraphGetNodes, cudaGraphGetRootNodes,
+    cudaGraphGetEdges, cudaGraphGetEdges_v2, cudaGraphGetRootNodes,
     cudaGraphInstantiateWithParams,
     cudaGraphInstantiateWithParams_ptsz, cudaGraphKernelNodeCopyAttributes, cudaGraphKernelNodeGetAttribute,
     cudaGraphKernelNodeGetParams, cudaGraphKernelNodeSetAttribute, cudaGraphKernelNodeSetParams,
