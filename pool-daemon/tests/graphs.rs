@@ -117,7 +117,7 @@ fn runtime_graph_memory_nodes_are_held_to_the_quota() {
     assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
     let d = Daemon::start(Some(&common::tenant_config("64MiB")));
     let cmd = common::gpupool_run_script(&d, &python, "runtime_graph_checks.py");
-    common::run_checks(cmd, "runtime_graph_checks", 17, &d);
+    common::run_checks(cmd, "runtime_graph_checks", 18, &d);
     let t0 = Instant::now();
     while d.used("team", 0) != 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "graph memory still held after exit: {}", d.status());

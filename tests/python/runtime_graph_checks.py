@@ -22,7 +22,8 @@
   graph's, and cudaGraphExecMemcpyNodeSetParams with a 2D copy is refused (one-dimensional only);
   a memset node (the driver's cuGraphAddMemsetNode) read with cudaGraphMemsetNodeGetParams and
   changed with cudaGraphMemsetNodeSetParams and cudaGraphExecMemsetNodeSetParams; cudaGraphAddEmptyNode
-  after it, and cudaGraphGetNodes lists the graph's four nodes.
+  after it, and cudaGraphGetNodes lists the graph's four nodes, cudaGraphGetRootNodes the one root,
+  cudaGraphNodeGetType EMPTY (5) and MEMSET (2).
 - Capture into an existing graph: after an empty node (added with the driver's
   cuGraphAddEmptyNode), cudaStreamBeginCaptureToGraph captures a memset; cudaStreamGetCaptureInfo_v2
   answers the graph and the memset as the dependency; cudaStreamUpdateCaptureDependencies_v2 sets
@@ -453,6 +454,17 @@ def params_checks(g, e, n1, n2, src, back, dev, nbytes):
         "cudaGraphAddEmptyNode and cudaGraphGetNodes",
         first == 4 and count.value == 4 and set(nodes[:4]) == want and nodes[4] is None,
         f"count={first}/{count.value}",
+    )
+    roots, t = (C.c_void_p * 2)(), C.c_int(-1)
+    count.value = 2
+    call("cudaGraphGetRootNodes", g, roots, C.byref(count))
+    call("cudaGraphNodeGetType", empty, C.byref(t))
+    memset_t = C.c_int(-1)
+    call("cudaGraphNodeGetType", ms, C.byref(memset_t))
+    record(
+        "cudaGraphGetRootNodes and cudaGraphNodeGetType",
+        count.value == 1 and roots[0] == n1.value and t.value == 5 and memset_t.value == 2,
+        f"roots={count.value} types={t.value},{memset_t.value}",
     )
     for x in (e2, e3):
         call("cudaGraphExecDestroy", x)

@@ -6,12 +6,14 @@
 use super::{NullStream, Rt, cu, rt_exports, rt_variants, state};
 use crate::api::exports::{
     cuGraphAddEmptyNode, cuGraphAddHostNode, cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy,
-    cuGraphExecHostNodeSetParams, cuGraphExecMemsetNodeSetParams, cuGraphGetNodes, cuGraphHostNodeGetParams,
-    cuGraphHostNodeSetParams, cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphMemsetNodeGetParams,
-    cuGraphMemsetNodeSetParams, cuGraphUpload, cuStreamBeginCapture_v2, cuStreamEndCapture,
+    cuGraphExecHostNodeSetParams, cuGraphExecMemsetNodeSetParams, cuGraphGetNodes, cuGraphGetRootNodes,
+    cuGraphHostNodeGetParams, cuGraphHostNodeSetParams, cuGraphInstantiateWithFlags, cuGraphLaunch,
+    cuGraphMemsetNodeGetParams, cuGraphMemsetNodeSetParams, cuGraphNodeGetType, cuGraphUpload, cuStreamBeginCapture_v2,
+    cuStreamEndCapture,
 };
 use gpupool_shim::cuda::{
-    CUDA_HOST_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphNode, CUstream, CUstreamCaptureMode,
+    CUDA_HOST_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeType, CUstream,
+    CUstreamCaptureMode,
 };
 use gpupool_shim::cudart::cudaError;
 use std::os::raw::{c_int, c_uint};
@@ -127,7 +129,20 @@ fn get_nodes(graph: CUgraph, nodes: *mut CUgraphNode, n: *mut usize) -> Rt<()> {
     cu(unsafe { cuGraphGetNodes(graph, nodes, n) })
 }
 
+fn get_root_nodes(graph: CUgraph, nodes: *mut CUgraphNode, n: *mut usize) -> Rt<()> {
+    // SAFETY: our own export; it checks the pointers and the handle.
+    cu(unsafe { cuGraphGetRootNodes(graph, nodes, n) })
+}
+
+/// `cudaGraphNodeType` has `CUgraphNodeType`'s values.
+fn node_get_type(node: CUgraphNode, t: *mut CUgraphNodeType) -> Rt<()> {
+    // SAFETY: our own export; it checks the pointer and the handle.
+    cu(unsafe { cuGraphNodeGetType(node, t) })
+}
+
 rt_exports! {
+    cudaGraphGetRootNodes => get_root_nodes(graph: CUgraph, nodes: *mut CUgraphNode, n: *mut usize);
+    cudaGraphNodeGetType => node_get_type(node: CUgraphNode, t: *mut CUgraphNodeType);
     cudaGraphAddEmptyNode => add_empty_node(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize);
     cudaGraphGetNodes => get_nodes(graph: CUgraph, nodes: *mut CUgraphNode, n: *mut usize);
     cudaGraphMemsetNodeGetParams => memset_node_get_params(node: CUgraphNode, params: *mut CUDA_MEMSET_NODE_PARAMS);
