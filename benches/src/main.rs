@@ -7,6 +7,7 @@
 //!   cargo run --release -p gpupool-benches -- compute [--json PATH]
 //!   cargo run --release -p gpupool-benches -- runtime [--json PATH]
 //!   cargo run --release -p gpupool-benches -- remote [--json PATH]
+//!   cargo run --release -p gpupool-benches -- npu [--json PATH]
 //!   cargo run --release -p gpupool-benches -- fuzz [--seconds S] [--seed N] [--tenants T]
 //!   cargo run --release -p gpupool-benches -- blas [--quick]
 //!   cargo run --release -p gpupool-benches -- torch-start [--quick]
@@ -31,6 +32,7 @@ mod chaos;
 mod compute;
 mod containers;
 mod fuzz;
+mod npu;
 mod pool;
 mod ptx;
 mod remote;
@@ -44,7 +46,7 @@ mod transport;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime|remote [--json PATH]\n       \
+const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime|remote|npu [--json PATH]\n       \
                      gpupool-bench chaos|fuzz|blas|torch-start|containers [OPTIONS] (see benches/README.md)";
 
 fn main() -> ExitCode {
@@ -89,7 +91,7 @@ fn main() -> ExitCode {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
-            "sim" | "ptx" | "transport" | "pool" | "compute" | "runtime" | "remote" if command.is_none() => {
+            "sim" | "ptx" | "transport" | "pool" | "compute" | "runtime" | "remote" | "npu" if command.is_none() => {
                 command = Some(a)
             }
             other => {
@@ -109,6 +111,7 @@ fn main() -> ExitCode {
         "compute" => compute::run().map(|run| (compute::table(&run), compute::json(&run))),
         "runtime" => runtime::run().map(|run| (runtime::table(&run), runtime::json(&run))),
         "remote" => remote::run().map(|run| (remote::table(&run), remote::json(&run))),
+        "npu" => npu::run().map(|run| (npu::table(&run), npu::json(&run))),
         _ => ptx::run().map(|run| (ptx::table(&run), ptx::json(&run))),
     };
     match result {
