@@ -95,8 +95,7 @@ impl Conn {
         // hami-vnpu-core's NPU_MEM_QUOTA is in MB (a bare number), HAMi's CUDA variable takes
         // suffixes; like it, a request for every device, which may only narrow the quota.
         let npu_mb = || std::env::var("NPU_MEM_QUOTA").ok()?.trim().parse::<u64>().ok()?.checked_mul(1 << 20);
-        let memory_limit =
-            env_size("GPUPOOL_MEMORY").or_else(|| env_size("CUDA_DEVICE_MEMORY_LIMIT")).or_else(npu_mb);
+        let memory_limit = env_size("GPUPOOL_MEMORY").or_else(|| env_size("CUDA_DEVICE_MEMORY_LIMIT")).or_else(npu_mb);
         let compute_percent = std::env::var("GPUPOOL_COMPUTE")
             .or_else(|_| std::env::var("CUDA_DEVICE_SM_LIMIT"))
             .ok()

@@ -51,15 +51,15 @@
 pub mod array;
 pub mod blas;
 pub mod graph;
-pub mod npu;
 pub(crate) mod macros;
+pub mod npu;
 mod types;
 
 pub use array::{ArrayDesc, ResourceView, TexMipmap, TexResource, TexSampler};
 pub use blas::{BlasHandleId, BlasMat, BlasScalar, Gemm, LtDesc, LtLayout, Matmul, Vector};
 pub use graph::{GraphExecId, GraphId, KernelNode};
-pub use npu::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_SOFTMAX, NpuScalar, NpuTensor};
 pub use macros::{assert_opcodes_in, assert_unique_opcodes};
+pub use npu::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_SOFTMAX, NpuScalar, NpuTensor};
 pub use types::*;
 
 use macros::op_table;
