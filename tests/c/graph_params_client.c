@@ -36,42 +36,7 @@
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
 
-static const char *err_name(CUresult rc) {
-    const char *n = NULL;
-    if (!p_cuGetErrorName || p_cuGetErrorName(rc, &n) != CUDA_SUCCESS || !n) n = "?";
-    return n;
-}
-
-#define CU(name, ...)                                                                                        \
-    do {                                                                                                     \
-        CUresult rc_ = p_##name(__VA_ARGS__);                                                                \
-        if (rc_ != CUDA_SUCCESS) {                                                                           \
-            fflush(stdout);                                                                                  \
-            fprintf(stderr, "FAIL %s:%d %s: %d %s\n", __FILE__, __LINE__, #name, (int)rc_, err_name(rc_));   \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
-
-#define CU_EXPECT(want, name, ...)                                                                           \
-    do {                                                                                                     \
-        CUresult rc_ = p_##name(__VA_ARGS__);                                                                \
-        if (rc_ != (want)) {                                                                                 \
-            fflush(stdout);                                                                                  \
-            fprintf(stderr, "FAIL %s:%d %s returned %d, expected %d\n", __FILE__, __LINE__, #name, (int)rc_, \
-                    (int)(want));                                                                            \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
-
-#define CHECK(cond, what, a, b)                                                                              \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fflush(stdout);                                                                                  \
-            fprintf(stderr, "FAIL %s:%d %s (%lld, %lld)\n", __FILE__, __LINE__, what, (long long)(a),        \
-                    (long long)(b));                                                                         \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "cu_check.h"
 
 enum { N = 1024 };
 
