@@ -294,6 +294,17 @@ pub fn all_request_examples() -> Vec<Request> {
         GraphMemFree { ptr: PTR },
         GraphMemTrim { device: 0 },
         GraphMemAttribute { device: 0, attr: 3, reset: true },
+        GraphMemsetNodeSetParams {
+            node: 4,
+            set: gpupool_protocol::ops::Memset { dst: PTR, value: MemsetValue::U8(9), width: 32, height: 2, pitch: 64 },
+        },
+        GraphExecMemsetNodeSetParams {
+            exec: GRAPH_EXEC,
+            node: 4,
+            set: gpupool_protocol::ops::Memset { dst: PTR, value: MemsetValue::U16(3), width: 16, height: 1, pitch: 0 },
+        },
+        GraphMemcpyNodeSetParams { node: 5, copy: copy3d() },
+        GraphExecMemcpyNodeSetParams { exec: GRAPH_EXEC, node: 5, copy: copy3d() },
         StreamBeginCaptureToGraph { stream: STREAM, graph: GRAPH, deps: vec![3, 4], mode: 2 },
         StreamCaptureGraph { stream: STREAM },
         GraphTopology { graph: GRAPH, node: 0 },
