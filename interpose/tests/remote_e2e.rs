@@ -408,7 +408,8 @@ import sys; sys.stdin.read()
 }
 
 /// Empty-kernel launches over a link with netem delay: 10,000 launches and one sync cost
-/// about one round trip more than without the delay, never a round trip each.
+/// about one round trip more than without the delay, never a round trip each (each side's
+/// loop the best of three).
 #[test]
 fn launches_over_a_delayed_link_cost_one_round_trip_not_one_each() {
     let dir = scratch("netem");
@@ -438,7 +439,9 @@ def loop(n):
     ok(d.cuStreamSynchronize(s))
     return time.perf_counter() - t
 loop(100)
-print("RTT", rtt(), "LOOP", loop(10000), flush=True)
+# The best of three: the other tests of this file run beside it on two cores, and a burst of
+# theirs lands in one loop, not in all three; a round trip per launch would be in every one.
+print("RTT", rtt(), "LOOP", min(loop(10000) for _ in range(3)), flush=True)
 "#;
     let py = gpupool_e2e::venv_python();
     let measure = |endpoint: &str| {
