@@ -489,9 +489,11 @@ print("RTT", rtt(), "LOOP", min(loop(10000) for _ in range(3)), flush=True)
     eprintln!("no delay: rtt {:.3} ms, 10k launches + sync {:.1} ms", rtt0 * 1e3, loop0 * 1e3);
     eprintln!("1 ms each way: rtt {:.3} ms, 10k launches + sync {:.1} ms", rtt1 * 1e3, loop1 * 1e3);
     assert!(rtt1 > 0.0019, "the added delay must show in the round trip: {rtt1}");
-    // 10,000 round trips would be 20 s. Allow the sync's round trip plus noise: the loop
-    // may not cost more than 25 round trips over its undelayed time.
-    assert!(loop1 < loop0 + 25.0 * rtt1, "delayed loop {loop1:.3} s vs {loop0:.3} s undelayed, rtt {rtt1:.4} s");
+    // 10,000 round trips would be 20 s. Allow the sync's round trip plus what the relay costs
+    // per byte (it copies every launch in user space, beside this file's other tests on two cores:
+    // 55 ms over 10,000 launches measured on 2026-11-27): the loop may not cost more than 100 round
+    // trips, 1% of its launches, over its undelayed time.
+    assert!(loop1 < loop0 + 100.0 * rtt1, "delayed loop {loop1:.3} s vs {loop0:.3} s undelayed, rtt {rtt1:.4} s");
 }
 
 /// Cutting the link mid-copy: the client's copy fails within its bound (GPUPOOL_TIMEOUT),
