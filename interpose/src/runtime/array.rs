@@ -596,15 +596,25 @@ fn destroy_texture_object(t: cudaTextureObject_t) -> Rt<()> {
     cu(unsafe { cuTexObjectDestroy(t) })
 }
 
-fn get_resource_desc(res: *mut cudaResourceDesc12, t: cudaTextureObject_t) -> Rt<()> {
+/// The resource a texture or surface object was made over, from the driver's getter `get`, written
+/// as the runtime's descriptor.
+fn object_resource(
+    res: *mut cudaResourceDesc12,
+    handle: u64,
+    get: unsafe extern "C" fn(*mut CUDA_RESOURCE_DESC, u64) -> gpupool_shim::cuda::CUresult,
+) -> Rt<()> {
     if res.is_null() {
         return Err(cudaError::cudaErrorInvalidValue);
     }
     state::context()?;
     let mut d = CUDA_RESOURCE_DESC::default();
-    // SAFETY: our own export with a valid out-pointer; it looks the handle up.
-    cu(unsafe { cuTexObjectGetResourceDesc(&mut d, t) })?;
+    // SAFETY: one of our own exports with a valid out-pointer; it looks the handle up.
+    cu(unsafe { get(&mut d, handle) })?;
     write_resource(res, d)
+}
+
+fn get_resource_desc(res: *mut cudaResourceDesc12, t: cudaTextureObject_t) -> Rt<()> {
+    object_resource(res, t, cuTexObjectGetResourceDesc)
 }
 
 /// Writes the driver's resource descriptor as the runtime's, in the layout of the runtime
@@ -683,14 +693,7 @@ fn destroy_surface_object(s: u64) -> Rt<()> {
 }
 
 fn get_surface_resource_desc(res: *mut cudaResourceDesc12, s: u64) -> Rt<()> {
-    if res.is_null() {
-        return Err(cudaError::cudaErrorInvalidValue);
-    }
-    state::context()?;
-    let mut d = CUDA_RESOURCE_DESC::default();
-    // SAFETY: our own export with a valid out-pointer; it looks the handle up.
-    cu(unsafe { cuSurfObjectGetResourceDesc(&mut d, s) })?;
-    write_resource(res, d)
+    object_resource(res, s, cuSurfObjectGetResourceDesc)
 }
 
 /// The deprecated 1D `cudaMemcpyArrayToArray`: `n` bytes from (`ws` bytes, row `hs`) of
