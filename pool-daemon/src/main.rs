@@ -59,6 +59,9 @@ enum Command {
     /// One demo tenant's program (run by `gpupool demo` under the interposer).
     #[command(name = "__demo-tenant", hide = true)]
     DemoTenant(demo::workload::Workload),
+    /// The demo's NPU tenant (an AscendCL program), run by `gpupool demo`.
+    #[command(name = "__demo-npu-tenant", hide = true)]
+    DemoNpuTenant(demo::npu_workload::NpuWorkload),
     /// Load the CUDA driver and NVML as the daemon does, list the devices and
     /// exercise each one (allocate, copy, verify, launch, free).
     Probe {
@@ -220,6 +223,7 @@ fn main() -> std::process::ExitCode {
             Err(e) => Err(e),
         },
         Command::DemoTenant(w) => demo::workload::run(&w),
+        Command::DemoNpuTenant(w) => demo::npu_workload::run(&w),
         Command::Top { endpoint, interval_ms } => {
             top::run(endpoint, std::time::Duration::from_millis(interval_ms.max(50)))
         }

@@ -1,12 +1,14 @@
-//! `gpupool demo`: the pool on simulated devices with four tenants, as real processes under the
-//! interposer, showing the quotas being held. It starts `gpupool daemon --sim` with a quota config of
-//! its own, runs the tenants (this binary as `gpupool __demo-tenant`, an ordinary driver-API client),
+//! `gpupool demo`: a mixed pool on simulated devices (two GPUs, two NPUs) with five tenants, as real
+//! processes under the interposer, showing the quotas being held. It starts `gpupool daemon --sim` with a
+//! quota config of its own, runs the tenants (this binary as `gpupool __demo-tenant`, an ordinary
+//! driver-API client, and as `gpupool __demo-npu-tenant`, an ordinary AscendCL program),
 //! prints a live view from the daemon's status while sampling the host's CPU load (`host_load`), then
 //! a summary (`summary`): exit 1 if a quota was not held; a latency or delivery target missed is put
 //! down to the host when its CPUs were busy (exit 0) and to the pool otherwise (exit 3). What it must
 //! not do: reach into the daemon other than through its sockets.
 
 mod host_load;
+pub mod npu_workload;
 mod summary;
 pub mod workload;
 
@@ -20,8 +22,8 @@ use std::time::{Duration, Instant};
 /// `gpupool demo` options.
 pub struct Options {
     pub duration: f64,
-    /// Run "training" at 90% while still judging it against 60%, to show that the demo's own checks
-    /// fail (the test suite uses it).
+    /// Run "training" at 90% and "ascend" at 35% while still judging them against 60% and 25%, to
+    /// show that the demo's own checks fail for a GPU and an NPU tenant (the test suite uses it).
     pub inject_violation: bool,
 }
 
@@ -37,6 +39,12 @@ struct Tenant {
     /// batch got 22.7% of its 30%; 6 points held on a VM with a quarter of that delay).
     below: f64,
     args: Vec<String>,
+    /// The pool device it runs on (the status document's ordinal).
+    device: u32,
+    /// An AscendCL program on an NPU (`__demo-npu-tenant`), not a CUDA one.
+    npu: bool,
+    /// It allocates until refused: the code it must get, and within how many MiB.
+    oom: Option<(&'static str, u64)>,
 }
 
 const SEC: u64 = 1_000_000_000;
@@ -46,8 +54,15 @@ const INFERENCE_KERNEL_US: u64 = 500;
 const INFERENCE_PERIOD_MS: u64 = 10;
 const LATENCY_BOUND_US: f64 = 500.0 + 3.0 * 1000.0 + 1500.0;
 const OOM_QUOTA_MIB: u64 = 512;
+/// The NPU tenant's caps: its compute share of the NPU (percent) and its memory there.
+const NPU_COMPUTE: u8 = 25;
+const NPU_QUOTA_MIB: u64 = 1024;
+/// What a CUDA and an AscendCL program are told past their memory quota.
+const CUDA_OOM: &str = "CUDA_ERROR_OUT_OF_MEMORY(2)";
+const ACL_OOM: &str = "ACL_ERROR_RT_MEMORY_ALLOCATION(207001)";
 
-fn config(training_compute: u8) -> String {
+fn config(inject_violation: bool) -> String {
+    let (training_compute, npu_compute) = if inject_violation { (90, NPU_COMPUTE + 10) } else { (60, NPU_COMPUTE) };
     let tenant = |name: &str, body: &str| {
         format!(
             "[[tenant]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\n{body}\n",
@@ -59,6 +74,11 @@ fn config(training_compute: u8) -> String {
         tenant("batch", "compute = 30\nmode = \"limit\"\nmemory = \"4GiB\"\npriority = \"low\"\n"),
         tenant("inference", "compute = 100\npriority = \"high\"\nmemory = \"2GiB\"\n"),
         tenant("etl", &format!("compute = 2\nmemory = \"{OOM_QUOTA_MIB}MiB\"\n")),
+        // `npu0`: the first NPU, whatever its pool ordinal; nothing on the GPUs.
+        tenant(
+            "ascend",
+            &format!("compute = {npu_compute}\nmode = \"limit\"\nmemory = {{ npu0 = \"{NPU_QUOTA_MIB}MiB\" }}\n"),
+        ),
     ]
     .concat()
 }
@@ -106,16 +126,25 @@ pub fn run(opts: Options) -> Result<i32> {
     std::fs::create_dir_all(&dir)?;
     let socket = dir.join("gpupool.sock");
     let cfg = dir.join("quota.toml");
-    std::fs::write(&cfg, config(if opts.inject_violation { 90 } else { 60 }))?;
-    println!("gpupool demo: a daemon on simulated GPUs, four tenants as separate processes ({} s)", opts.duration);
+    std::fs::write(&cfg, config(opts.inject_violation))?;
+    println!(
+        "gpupool demo: a daemon on two simulated GPUs and two simulated NPUs, five tenants as separate processes ({} s)",
+        opts.duration
+    );
     println!("  training   limit 60%, memory 8 GiB        1 ms kernels, saturating");
     println!("  batch      limit 30%, low priority        1 ms kernels, saturating (yields to inference)");
     println!(
         "  inference  high priority                  {INFERENCE_KERNEL_US} us kernel every {INFERENCE_PERIOD_MS} ms, latency measured"
     );
     println!("  etl        limit 2%, memory {OOM_QUOTA_MIB} MiB         allocates until out of memory, then computes");
+    println!(
+        "  ascend     NPU 0: limit {NPU_COMPUTE}%, memory {NPU_QUOTA_MIB} MiB  AscendCL: allocates until 207001, then aclnnMatmul, saturating"
+    );
     if opts.inject_violation {
-        println!("  (--inject-violation: training really runs at 90%; the checks below must fail)");
+        println!(
+            "  (--inject-violation: training really runs at 90%, ascend at {}%; the checks below must fail)",
+            NPU_COMPUTE + 10
+        );
     }
     let log = std::fs::File::create(dir.join("daemon.log"))?;
     let child = Command::new(&exe)
@@ -124,6 +153,9 @@ pub fn run(opts: Options) -> Result<i32> {
         .arg("--config")
         .arg(&cfg)
         .env("GPUPOOL_LOG", "warn")
+        // The mixed pool the demo is about, whatever the caller's simulator settings say.
+        .env("GPUPOOL_SIM_DEVICES", "2")
+        .env("GPUPOOL_SIM_NPU_DEVICES", "2")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -139,25 +171,29 @@ pub fn run(opts: Options) -> Result<i32> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    let npu = crate::status::fetch(&socket)?["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| d["kind"] == "npu")
+        .and_then(|d| d["ordinal"].as_u64())
+        .with_context(|| {
+            format!(
+                "the daemon found no NPU (is libgpupool_sim_npu.so built next to {}?): {}",
+                exe.display(),
+                std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default()
+            )
+        })? as u32;
     let d = format!("{}", opts.duration);
+    let gpu = |name, compute, below, args| Tenant { name, compute, below, args, device: 0, npu: false, oom: None };
     let tenants = [
-        Tenant {
-            name: "training",
-            compute: Some(60),
-            below: 2.0,
-            args: vec!["--duration".into(), d.clone(), "--hold-mib".into(), "3072".into()],
-        },
-        Tenant {
-            name: "batch",
-            compute: Some(30),
-            below: 10.0,
-            args: vec!["--duration".into(), d.clone(), "--hold-mib".into(), "1024".into()],
-        },
-        Tenant {
-            name: "inference",
-            compute: None,
-            below: 0.0,
-            args: vec![
+        gpu("training", Some(60), 2.0, vec!["--duration".into(), d.clone(), "--hold-mib".into(), "3072".into()]),
+        gpu("batch", Some(30), 10.0, vec!["--duration".into(), d.clone(), "--hold-mib".into(), "1024".into()]),
+        gpu(
+            "inference",
+            None,
+            0.0,
+            vec![
                 "--duration".into(),
                 d.clone(),
                 "--kernel-us".into(),
@@ -167,13 +203,33 @@ pub fn run(opts: Options) -> Result<i32> {
                 "--hold-mib".into(),
                 "512".into(),
             ],
+        ),
+        Tenant {
+            oom: Some((CUDA_OOM, OOM_QUOTA_MIB)),
+            ..gpu("etl", Some(2), 1.0, vec!["--duration".into(), d.clone(), "--oom".into()])
         },
-        Tenant { name: "etl", compute: Some(2), below: 1.0, args: vec!["--duration".into(), d, "--oom".into()] },
+        // Each of its operators is charged whole when it ends: a few ms of credit either way.
+        Tenant {
+            name: "ascend",
+            compute: Some(NPU_COMPUTE),
+            below: 2.0,
+            args: vec!["--duration".into(), d, "--oom".into()],
+            device: npu,
+            npu: true,
+            oom: Some((ACL_OOM, NPU_QUOTA_MIB)),
+        },
     ];
+    // The interposer's CANN sonames first on the library path, as `gpupool run` sets it.
+    let cann = crate::run::cudart_stand_ins(&lib)?;
     let mut kids = Kids(Vec::new());
     for t in &tenants {
-        let c = Command::new(&exe)
-            .arg("__demo-tenant")
+        let mut cmd = Command::new(&exe);
+        if t.npu {
+            cmd.arg("__demo-npu-tenant").env("LD_LIBRARY_PATH", crate::run::library_path_with(&cann));
+        } else {
+            cmd.arg("__demo-tenant");
+        }
+        let c = cmd
             .args(&t.args)
             .env("LD_PRELOAD", &lib)
             .env("GPUPOOL_ENDPOINT", format!("unix://{}", socket.display()))
@@ -186,15 +242,19 @@ pub fn run(opts: Options) -> Result<i32> {
     }
     let pids = [std::process::id(), daemon.child.id()].into_iter().chain(kids.0.iter().map(|(_, c)| c.id()));
     let mut host = host_load::Sampler::start(pids.collect());
-    let peaks = live_view(&socket, &mut kids, &mut host, opts.duration)?;
+    let (peaks, mut charged) = live_view(&socket, &tenants, &mut kids, &mut host, opts.duration)?;
     let mut reports = Vec::new();
-    for (name, c) in std::mem::take(&mut kids.0) {
+    for (t, (name, c)) in tenants.iter().zip(std::mem::take(&mut kids.0)) {
         let out = c.wait_with_output()?;
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         if !out.status.success() {
             bail!("tenant {name} failed ({}): {}{}", out.status, text, String::from_utf8_lossy(&out.stderr));
         }
-        reports.push((name, summary::Report::parse(&text)));
+        let mut report = summary::Report::parse(&text);
+        if t.npu {
+            report.charged_by_daemon(charged.remove(name).unwrap_or_default());
+        }
+        reports.push((name, report));
     }
     let status = crate::status::fetch(&socket).ok();
     drop(daemon);
@@ -203,19 +263,35 @@ pub fn run(opts: Options) -> Result<i32> {
     Ok(code)
 }
 
+/// One reading of a tenant's charged device time from the daemon's status: monotonic ns before the
+/// request, the tenant's `charged_ns` on its device, monotonic ns after the answer.
+pub type Charged = (u64, u64, u64);
+
+/// What the live view saw: each tenant's peak memory on its device, and the NPU tenants' readings.
+type Seen = (HashMap<String, u64>, HashMap<&'static str, Vec<Charged>>);
+
+/// Where `tenant` stands on its device in a status document.
+fn on_device<'a>(doc: &'a serde_json::Value, tenant: &Tenant) -> Option<&'a serde_json::Value> {
+    let t = doc["tenants"].as_array()?.iter().find(|t| t["tenant"] == tenant.name)?;
+    t["devices"].as_array()?.iter().find(|d| d["device"] == tenant.device)
+}
+
 /// Shows the daemon's view every 2 s and samples the host's load while every tenant runs; returns each
-/// tenant's peak memory on device 0 seen meanwhile.
+/// tenant's peak memory on its device seen meanwhile, and for the NPU tenants the operator time the
+/// daemon charged them, read every 250 ms.
 fn live_view(
     socket: &Path,
+    tenants: &[Tenant],
     kids: &mut Kids,
     host: &mut host_load::Sampler,
     duration: f64,
-) -> Result<HashMap<String, u64>> {
+) -> Result<Seen> {
     let mut peaks = HashMap::new();
+    let mut charged: HashMap<&'static str, Vec<Charged>> = HashMap::new();
     let end = Instant::now() + Duration::from_secs_f64(duration + 0.5);
     let mut next = Instant::now() + Duration::from_secs(1);
     let mut next_sample = Instant::now();
-    println!("\n  time   tenant      compute quota   share (1 s)   memory used / quota");
+    println!("\n  time   tenant      device  compute quota   share (1 s)   memory used / quota");
     while Instant::now() < end {
         let exited = kids.0.iter_mut().map(|(_, c)| c.try_wait()).filter(|w| matches!(w, Ok(Some(_)))).count();
         if exited == kids.0.len() {
@@ -224,6 +300,15 @@ fn live_view(
         if exited == 0 && Instant::now() >= next_sample {
             host.sample();
             next_sample += Duration::from_millis(250);
+            let before = workload::monotonic_ns();
+            if let Ok(doc) = crate::status::fetch(socket) {
+                let after = workload::monotonic_ns();
+                for t in tenants.iter().filter(|t| t.npu) {
+                    if let Some(ns) = on_device(&doc, t).and_then(|d| d["compute"]["charged_ns"].as_u64()) {
+                        charged.entry(t.name).or_default().push((before, ns, after));
+                    }
+                }
+            }
         }
         std::thread::sleep(Duration::from_millis(50));
         if Instant::now() < next {
@@ -232,20 +317,22 @@ fn live_view(
         next += Duration::from_secs(2);
         let Ok(doc) = crate::status::fetch(socket) else { continue };
         let elapsed = duration + 0.5 - end.saturating_duration_since(Instant::now()).as_secs_f64();
-        for t in doc["tenants"].as_array().into_iter().flatten() {
-            if t["tenant"] == "default" {
+        for t in tenants {
+            let (Some(dev), Some(entry)) =
+                (on_device(&doc, t), doc["tenants"].as_array().into_iter().flatten().find(|x| x["tenant"] == t.name))
+            else {
                 continue;
-            }
-            let dev = &t["devices"][0];
-            let peak = peaks.entry(t["tenant"].as_str().unwrap_or("?").to_string()).or_insert(0u64);
+            };
+            let peak = peaks.entry(t.name.to_string()).or_insert(0u64);
             *peak = (*peak).max(dev["used"].as_u64().unwrap_or(0));
             let share = dev["compute"]["share_1s"].as_f64().unwrap_or(0.0) * 100.0;
             let mib = |v: &serde_json::Value| v.as_u64().map_or("-".into(), |b| format!("{} MiB", b >> 20));
-            let quota = format!("{}% {}", t["compute"], t["priority"].as_str().unwrap_or(""));
+            let quota = format!("{}% {}", entry["compute"], entry["priority"].as_str().unwrap_or(""));
             println!(
-                "  {:>4.0}s  {:<11} {:<15} {:>6.1}%       {} / {}",
+                "  {:>4.0}s  {:<11} {:<7} {:<15} {:>6.1}%       {} / {}",
                 elapsed,
-                t["tenant"].as_str().unwrap_or("?"),
+                t.name,
+                format!("{} {}", if t.npu { "npu" } else { "gpu" }, t.device),
                 quota,
                 share,
                 mib(&dev["used"]),
@@ -254,5 +341,5 @@ fn live_view(
         }
         let _ = std::io::stdout().flush();
     }
-    Ok(peaks)
+    Ok((peaks, charged))
 }

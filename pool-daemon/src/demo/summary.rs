@@ -1,16 +1,20 @@
 //! The demo's summary and verdict, from the tenants' own reports, the daemon's status and the host's
 //! load. Two kinds of failure are kept apart:
 //! - a **quota not held** (a compute share above its cap beyond the tolerance, memory above its
-//!   quota, the out-of-memory tenant not refused within its quota, a tenant not measured): exit 1,
+//!   quota, an out-of-memory tenant not refused within its quota, a tenant not measured): exit 1,
 //!   whatever the machine was doing, since a cap is the pool's to keep however busy the host is;
 //! - a **target missed** (the inference latency above its documented bound, a tenant served well
 //!   below its cap): the pool's performance. When the host's CPUs were taken from the demo (steal,
 //!   or other work while the demo's threads queued for a CPU, see `host_load`) it is reported as the
 //!   machine's, with the figures, and the run exits 0; on a host that was not busy it is the pool's
 //!   and the run exits 3 (not 1: no quota broke; not 2: clap's exit code for bad arguments).
+//!
+//! The NPU tenant is judged by the same rules. Its share is the operator time the daemon charged it
+//! (measured around each operator, read from the status document) over wall time, since an NPU
+//! operator has no clock to read; its memory and out-of-memory refusal as the GPU tenants'.
 
 use super::host_load::HostLoad;
-use super::{LATENCY_BOUND_US, OOM_QUOTA_MIB, SEC, Tenant};
+use super::{Charged, LATENCY_BOUND_US, SEC, Tenant};
 use std::collections::HashMap;
 
 /// A quota was not held.
@@ -38,6 +42,11 @@ pub struct Report {
     busy: Vec<Sample>,
     latency: Option<(f64, f64, u64)>,
     oom: Option<(u64, String)>,
+    /// An NPU tenant's last operator count (`ops`), when its loop ended (`end`), and what
+    /// aclrtGetMemInfo told it (free, total).
+    ops: Option<u64>,
+    end: Option<u64>,
+    meminfo: Option<(u64, u64)>,
 }
 
 /// A tenant's share of the device (percent): the estimate, and the lowest and highest the samples'
@@ -61,10 +70,24 @@ impl Report {
                 Some("busy") => r.busy.push(Sample { before: n(1), body_ns: n(3), after: n(4).max(n(1)) }),
                 Some("latency") => r.latency = Some((f(1), f(2), n(3))),
                 Some("oom") => r.oom = Some((n(1), w.get(2).unwrap_or(&"?").to_string())),
+                Some("ops") => r.ops = Some(n(2)),
+                Some("end") => r.end = Some(n(1)),
+                Some("meminfo") => r.meminfo = Some((n(1), n(2))),
                 _ => {}
             }
         }
         r
+    }
+
+    /// The device time the daemon charged an NPU tenant, as its busy samples: the readings taken
+    /// while its operators ran (before its `end`).
+    pub fn charged_by_daemon(&mut self, readings: Vec<Charged>) {
+        let end = self.end.unwrap_or(0);
+        self.busy = readings
+            .into_iter()
+            .filter(|&(_, _, after)| after <= end)
+            .map(|(before, body_ns, after)| Sample { before, body_ns, after })
+            .collect();
     }
 
     /// Kernel-body time over wall time from `from` (absolute ns) to the last sample; None for a span
@@ -135,15 +158,22 @@ fn judge(t: &Tenant, r: &Report, from: u64, quota_bytes: Option<u64>, peak: u64,
     if let Some(q) = quota_bytes.filter(|&q| peak > q) {
         v.violations.push(format!("{}: memory peak {} MiB above its {} MiB quota", t.name, mib(peak), mib(q)));
     }
-    if let Some((bytes, code)) = &r.oom {
-        notes = format!("out of memory after {} MiB: {code}, handled", mib(*bytes));
-        memory = format!("{} MiB / {} MiB", mib((*bytes).max(peak)), quota_bytes.map_or(0, mib));
-        if !code.contains("CUDA_ERROR_OUT_OF_MEMORY") || *bytes > OOM_QUOTA_MIB << 20 {
-            v.violations.push(format!(
-                "{}: expected CUDA_ERROR_OUT_OF_MEMORY within {OOM_QUOTA_MIB} MiB, got {code} after {bytes} bytes",
-                t.name
-            ));
+    match (t.oom, &r.oom) {
+        (Some((want, within)), Some((bytes, code))) => {
+            notes = format!("out of memory after {} MiB: {code}, handled", mib(*bytes));
+            memory = format!("{} MiB / {} MiB", mib((*bytes).max(peak)), quota_bytes.map_or(0, mib));
+            if !code.contains(want) || *bytes > within << 20 {
+                v.violations
+                    .push(format!("{}: expected {want} within {within} MiB, got {code} after {bytes} bytes", t.name));
+            }
         }
+        (Some((want, within)), None) => {
+            v.violations.push(format!("{}: expected {want} within {within} MiB, and was never refused", t.name))
+        }
+        _ => {}
+    }
+    if let (Some(n), Some((_, total))) = (r.ops, r.meminfo) {
+        notes = format!("{n} aclnnMatmul; aclrtGetMemInfo total {} MiB; {notes}", mib(total));
     }
     match (t.compute, share) {
         (_, None) => v.violations.push(format!("{}: no measurement, so no telling whether its quota held", t.name)),
@@ -182,14 +212,14 @@ pub fn render(
 ) -> (String, i32) {
     let mut v = Verdict::default();
     let mut out = vec![
-        "\nSummary (shares are kernel-body time over wall time, measured by the tenants themselves)".to_string(),
+        "\nSummary (GPU shares: kernel-body time over wall time, measured by the tenants themselves; NPU shares: \
+         operator time the daemon charged over wall time)"
+            .to_string(),
         "  tenant      quota    achieved   memory peak / quota        notes".to_string(),
     ];
     let from = reports.iter().map(|(_, r)| r.start).max().unwrap_or(0) + SEC;
     for (t, (_, r)) in tenants.iter().zip(reports) {
-        let quota = status.and_then(|s| {
-            s["tenants"].as_array()?.iter().find(|x| x["tenant"] == t.name)?["devices"][0]["quota"].as_u64()
-        });
+        let quota = status.and_then(|s| super::on_device(s, t)?["quota"].as_u64());
         out.push(judge(t, r, from, quota, peaks.get(t.name).copied().unwrap_or(0), &mut v));
     }
     out.push(match host {
@@ -220,7 +250,7 @@ mod tests {
     use super::*;
 
     fn tenant(compute: Option<u8>, below: f64) -> Tenant {
-        Tenant { name: "t", compute, below, args: vec![] }
+        Tenant { name: "t", compute, below, args: vec![], device: 0, npu: false, oom: None }
     }
 
     fn host(busy: bool) -> HostLoad {
@@ -286,10 +316,11 @@ mod tests {
         let mut r = report(2, 0);
         r.oom = Some((640 << 20, "cuMemAlloc_v2(CUDA_ERROR_OUT_OF_MEMORY(2))".into()));
         r.latency = Some((1000.0, LATENCY_BOUND_US + 1.0, 100));
-        let row = judge(&tenant(Some(2), 1.0), &r, 0, Some(512 << 20), 0, &mut v);
+        let etl = Tenant { oom: Some((super::super::CUDA_OOM, 512)), ..tenant(Some(2), 1.0) };
+        let row = judge(&etl, &r, 0, Some(512 << 20), 0, &mut v);
         assert!(row.contains("640 MiB / 512 MiB"), "{row}");
         assert_eq!(v.violations.len(), 1, "{v:?}");
-        assert!(v.violations[0].contains("expected CUDA_ERROR_OUT_OF_MEMORY within 512 MiB"), "{v:?}");
+        assert!(v.violations[0].contains("expected CUDA_ERROR_OUT_OF_MEMORY(2) within 512 MiB"), "{v:?}");
         assert_eq!(v.missed.len(), 1, "{v:?}");
         assert_eq!(v.missed[0].target, "latency");
         assert!(v.missed[0].detail.starts_with("p99 5001 us above the bound 5000 us"), "{v:?}");
@@ -312,7 +343,7 @@ mod tests {
 
     #[test]
     fn a_missed_latency_is_the_machines_on_a_busy_host_and_the_pools_on_an_idle_one() {
-        let tenants = [tenant(Some(60), 2.0), Tenant { name: "inference", compute: None, below: 0.0, args: vec![] }];
+        let tenants = [tenant(Some(60), 2.0), Tenant { name: "inference", ..tenant(None, 0.0) }];
         let mut slow = report(5, 0);
         slow.latency = Some((1500.0, 7028.0, 1000));
         let reports = [("t", report(60, 0)), ("inference", slow)];
@@ -343,5 +374,50 @@ mod tests {
         let (text, code) = render(&tenants, &reports, None, &HashMap::new(), None);
         assert_eq!(code, EXIT_TARGET_MISSED, "{text}");
         assert!(text.contains("Host during the run: not measured"), "{text}");
+    }
+
+    /// The NPU tenant's share comes from the daemon's charged time (readings up to its `end`), and
+    /// its verdicts follow the GPU tenants' rules: above its cap or no 207001 within its quota is a
+    /// broken quota (exit 1), well below its cap a missed target (exit 3 on a host that was not busy).
+    #[test]
+    fn the_npu_tenant_is_judged_like_the_gpu_tenants() {
+        let ascend = Tenant {
+            name: "ascend",
+            device: 2,
+            npu: true,
+            oom: Some((super::super::ACL_OOM, 1024)),
+            ..tenant(Some(25), 2.0)
+        };
+        let text = |end: u64| {
+            format!(
+                "meminfo 1073741824 1073741824\noom 1006632960 aclrtMalloc(ACL_ERROR_RT_MEMORY_ALLOCATION(207001))\n\
+                 start 0\nops 5000000000 800\nend {end}\n"
+            )
+        };
+        // Charged `pct`% of each second from 0 to 12 s; the tenant's loop ended at 10 s.
+        let readings = |pct: u64| (0..=12).map(|i| (i * SEC, i * SEC * pct / 100, i * SEC)).collect::<Vec<_>>();
+        let judged = |pct: u64, oom: bool| {
+            let mut r = Report::parse(&text(10 * SEC));
+            if !oom {
+                r.oom = None;
+            }
+            r.charged_by_daemon(readings(pct));
+            assert_eq!(r.busy.len(), 11, "readings after its end are left out");
+            let reports = [("ascend", r)];
+            render(std::slice::from_ref(&ascend), &reports, None, &HashMap::new(), Some(&host(false)))
+        };
+        let (out, code) = judged(25, true);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("  ascend      25%      25.00%     960 MiB / 0 MiB"), "{out}");
+        assert!(out.contains("800 aclnnMatmul; aclrtGetMemInfo total 1024 MiB; out of memory after 960 MiB"), "{out}");
+        let (out, code) = judged(27, true);
+        assert_eq!(code, EXIT_QUOTA_VIOLATED, "{out}");
+        assert!(out.contains("ascend: achieved 27.00% (at least 27.00%) against a 25% cap"), "{out}");
+        let (out, code) = judged(25, false);
+        assert_eq!(code, EXIT_QUOTA_VIOLATED, "{out}");
+        assert!(out.contains("ascend: expected ACL_ERROR_RT_MEMORY_ALLOCATION(207001) within 1024 MiB"), "{out}");
+        let (out, code) = judged(20, true);
+        assert_eq!(code, EXIT_TARGET_MISSED, "{out}");
+        assert!(out.contains("ascend: delivery target missed: 20.00%"), "{out}");
     }
 }
