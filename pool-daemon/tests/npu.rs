@@ -100,6 +100,7 @@ fn run_client(d: &Daemon, mut cmd: Command) {
         "stream-ordered copies and memset match the CPU",
         "events order two streams and time them",
         "aclnnAdd, aclnnMul, aclnnMatmul and aclnnSoftmax through the pool match the CPU",
+        "aclnnReduceSum through the pool matches the CPU in fp32 and fp16",
         "operands past their memory and foreign tensors are refused",
         "a 24 MiB round trip is byte-exact",
         "out of memory exactly at the quota with 207001",

@@ -1,7 +1,8 @@
 /* An AscendCL program built against gpupool's CANN header and linked with -lascendcl, run
  * unmodified under `gpupool run` (pool-daemon/tests/npu.rs): the quickstart's runtime sequence
  * (devices, a context, a stream, memory, copies both ways, device to device, memset, async
- * copies) and the operators aclnnAdd, aclnnMul and aclnnMatmul checked against the CPU, an
+ * copies) and the operators aclnnAdd, aclnnMul, aclnnMatmul, aclnnSoftmax and aclnnReduceSum (fp32
+ * and fp16) checked against the CPU, an
  * operand past its allocation refused, aclrtGetMemInfo equal to the tenant's quota, out of memory
  * exactly at the quota with ACL_ERROR_RT_MEMORY_ALLOCATION, and handles this process never
  * made refused.
@@ -46,6 +47,16 @@ static int failures;
 static void ok(const char *check) {
     if (failures == 0) printf("ok %s\n", check);
     fflush(stdout);
+}
+
+/* IEEE half bits of a float that fp16 holds exactly (normal values, no rounding needed). */
+static uint16_t half_bits(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) == 0) return (uint16_t)(x >> 16);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    int exp = (int)((x >> 23) & 0xff) - 127 + 15;
+    return (uint16_t)(sign | (exp << 10) | ((x >> 13) & 0x3ffu));
 }
 
 static int copy_forever(size_t mib) {
@@ -210,6 +221,65 @@ int main(int argc, char **argv) {
         }
         CHECK(add_ok && mul_ok && mm_ok && sm_ok, "add %d mul %d matmul %d softmax %d", add_ok, mul_ok, mm_ok, sm_ok);
         ok("aclnnAdd, aclnnMul, aclnnMatmul and aclnnSoftmax through the pool match the CPU");
+
+        /* ReduceSum: fp32 over dimension 0 into K values, over dimension -1 keeping it into Mx1,
+         * and fp16 over both dimensions (an empty list) into one value; dimensions out of range or
+         * twice refused. */
+        int64_t d0[1] = {0}, dlast[1] = {-1}, dup[2] = {1, -1}, d2[1] = {2};
+        aclIntArray *l0 = aclCreateIntArray(d0, 1), *llast = aclCreateIntArray(dlast, 1);
+        aclIntArray *ldup = aclCreateIntArray(dup, 2), *l2 = aclCreateIntArray(d2, 1), *lall = aclCreateIntArray(NULL, 0);
+        CHECK(l0 && llast && ldup && l2 && lall, "int arrays");
+        int64_t k1[1] = {K}, m1[2] = {M, 1}, s_m1[2] = {1, 1}, st_m[1] = {M}, st_k[1] = {K}, s1[1] = {1};
+        aclTensor *tk = aclCreateTensor(k1, 1, ACL_FLOAT, s1, 0, ACL_FORMAT_ND, st_k, 1, dprod);
+        aclTensor *tm1 = aclCreateTensor(m1, 2, ACL_FLOAT, s_m1, 0, ACL_FORMAT_ND, st_m, 1, dmc);
+        ACL(aclnnReduceSumGetWorkspaceSize(ta, l0, false, ACL_FLOAT, tk, &ws, &ex));
+        ACL(aclnnReduceSum(NULL, ws, ex, stream));
+        ACL(aclnnReduceSumGetWorkspaceSize(ta, llast, true, ACL_FLOAT, tm1, &ws, &ex));
+        ACL(aclnnReduceSum(NULL, ws, ex, stream));
+        ACL(aclrtSynchronizeStream(stream));
+        float rk[K], rm[M];
+        ACL(aclrtMemcpy(rk, sizeof rk, dprod, sizeof rk, ACL_MEMCPY_DEVICE_TO_HOST));
+        ACL(aclrtMemcpy(rm, sizeof rm, dmc, sizeof rm, ACL_MEMCPY_DEVICE_TO_HOST));
+        int rs_ok = 1;
+        for (int k = 0; k < K; k++) {
+            float want = 0;
+            for (int i = 0; i < M; i++) want += a[i * K + k];
+            rs_ok &= fabsf(rk[k] - want) < 1e-5f;
+        }
+        for (int i = 0; i < M; i++) {
+            float want = 0;
+            for (int k = 0; k < K; k++) want += a[i * K + k];
+            rs_ok &= fabsf(rm[i] - want) < 1e-5f;
+        }
+        CHECK(rs_ok, "fp32 reduce-sum differs from the CPU");
+        /* fp16: a[i] = i / 4 - 2 (exact in fp16), built bit by bit for the small values used. */
+        uint16_t h[M * K], hsum = 0;
+        float hwant = 0;
+        for (int i = 0; i < M * K; i++) {
+            float v = (float)i / 4.0f - 2.0f;
+            hwant += v;
+            h[i] = half_bits(v);
+        }
+        ACL(aclrtMemcpy(db2, sizeof h, h, sizeof h, ACL_MEMCPY_HOST_TO_DEVICE));
+        aclTensor *th = aclCreateTensor(mk, 2, ACL_FLOAT16, s_mk, 0, ACL_FORMAT_ND, st_mk, 1, db2);
+        aclTensor *th0 = aclCreateTensor(NULL, 0, ACL_FLOAT16, NULL, 0, ACL_FORMAT_ND, s1, 1, dout);
+        ACL(aclnnReduceSumGetWorkspaceSize(th, lall, false, ACL_FLOAT16, th0, &ws, &ex));
+        ACL(aclnnReduceSum(NULL, ws, ex, stream));
+        ACL(aclrtSynchronizeStream(stream));
+        ACL(aclrtMemcpy(&hsum, 2, dout, 2, ACL_MEMCPY_DEVICE_TO_HOST));
+        CHECK(hsum == half_bits(hwant), "fp16 reduce-sum %#x, want %#x (%g)", hsum, half_bits(hwant), hwant);
+        CHECK(aclnnReduceSumGetWorkspaceSize(ta, ldup, false, ACL_FLOAT, tk, &ws, &ex) == ACLNN_ERR_PARAM_INVALID,
+              "a dimension twice");
+        CHECK(aclnnReduceSumGetWorkspaceSize(ta, l2, false, ACL_FLOAT, tk, &ws, &ex) == ACLNN_ERR_PARAM_INVALID,
+              "a dimension out of range");
+        CHECK(aclnnReduceSumGetWorkspaceSize(ta, l0, false, ACL_FLOAT, tm1, &ws, &ex) == ACLNN_ERR_PARAM_INVALID,
+              "the wrong output shape");
+        CHECK(aclnnReduceSumGetWorkspaceSize(ta, NULL, false, ACL_FLOAT, tk, &ws, &ex) == ACLNN_ERR_PARAM_NULLPTR,
+              "NULL dimensions");
+        aclDestroyTensor(tk), aclDestroyTensor(tm1), aclDestroyTensor(th), aclDestroyTensor(th0);
+        aclDestroyIntArray(l0), aclDestroyIntArray(llast), aclDestroyIntArray(ldup), aclDestroyIntArray(l2);
+        aclDestroyIntArray(lall);
+        ok("aclnnReduceSum through the pool matches the CPU in fp32 and fp16");
 
         /* A view whose storage reaches past its allocation, and a tensor this process never
          * made: refused before anything runs. */

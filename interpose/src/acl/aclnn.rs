@@ -6,8 +6,12 @@
 //! NULL, 161002 for a refused operand).
 
 use super::*;
-use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_SOFTMAX, NpuScalar, NpuTensor};
-use gpupool_shim::aclnn::{self as nn, aclDataType, aclFormat, aclOpExecutor, aclScalar, aclTensor, aclnnStatus};
+use gpupool_protocol::ops::{
+    NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_REDUCE_SUM, NPU_OP_SOFTMAX, NPU_REDUCE_KEEP_DIM, NpuScalar, NpuTensor,
+};
+use gpupool_shim::aclnn::{
+    self as nn, aclDataType, aclFormat, aclIntArray, aclOpExecutor, aclScalar, aclTensor, aclnnStatus,
+};
 
 const NULLPTR: aclnnStatus = nn::ACLNN_ERR_PARAM_NULLPTR as aclnnStatus;
 const INVALID: aclnnStatus = nn::ACLNN_ERR_PARAM_INVALID as aclnnStatus;
@@ -17,8 +21,9 @@ const INVALID: aclnnStatus = nn::ACLNN_ERR_PARAM_INVALID as aclnnStatus;
 pub struct Ops {
     tensors: std::collections::HashSet<usize>,
     scalars: std::collections::HashSet<usize>,
-    /// Executor handle -> (endpoint, the daemon's executor id).
-    execs: HashMap<u64, (usize, u64)>,
+    int_arrays: std::collections::HashSet<usize>,
+    /// Executor handle -> (endpoint, the daemon's executor id, the operator).
+    execs: HashMap<u64, (usize, u64, u32)>,
 }
 
 fn guard(f: impl FnOnce() -> aclnnStatus) -> aclnnStatus {
@@ -87,9 +92,12 @@ const _: unsafe extern "C" fn(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclDestroyTensor(tensor: *const aclTensor) -> aclnnStatus {
     guard(|| {
+        if tensor.is_null() {
+            return 0;
+        }
         let known = client::with(|c| Ok(c.acl.ops.tensors.remove(&(tensor as usize)))).unwrap_or(false);
         if !known {
-            return note_error(NULLPTR, "aclDestroyTensor: not a tensor of this process");
+            return note_error(INVALID, "aclDestroyTensor: not a live tensor of this process");
         }
         // SAFETY: made by Box::into_raw in aclCreateTensor and removed from the live set once.
         drop(unsafe { Box::from_raw(tensor as *mut NpuTensor) });
@@ -133,9 +141,12 @@ const _: unsafe extern "C" fn(*mut c_void, aclDataType) -> *mut aclScalar = nn::
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclDestroyScalar(scalar: *const aclScalar) -> aclnnStatus {
     guard(|| {
+        if scalar.is_null() {
+            return 0;
+        }
         let known = client::with(|c| Ok(c.acl.ops.scalars.remove(&(scalar as usize)))).unwrap_or(false);
         if !known {
-            return note_error(NULLPTR, "aclDestroyScalar: not a scalar of this process");
+            return note_error(INVALID, "aclDestroyScalar: not a live scalar of this process");
         }
         // SAFETY: made by Box::into_raw in aclCreateScalar and removed from the live set once.
         drop(unsafe { Box::from_raw(scalar as *mut NpuScalar) });
@@ -180,7 +191,7 @@ fn prepare(
             let answer::NpuExecutor { exec, workspace_bytes } =
                 c.conn_at(x.ep).and_then(|conn| conn.ask(req)).map_err(|e| acl_code(c.note(e)))?;
             let h = new_handle(c);
-            c.acl.ops.execs.insert(h, (x.ep, exec));
+            c.acl.ops.execs.insert(h, (x.ep, exec, op));
             Ok((h, workspace_bytes))
         })())
     });
@@ -197,17 +208,26 @@ fn prepare(
     }
 }
 
-/// Phase two: the executor, once, on `stream`.
+/// Phase two: the executor, once, on `stream` (an executor of another operator is refused and
+/// stays for its own).
 fn run(
     name: &str,
+    op: u32,
     workspace: *mut c_void,
     ws_bytes: u64,
     executor: *mut aclOpExecutor,
     stream: aclrtStream,
 ) -> aclnnStatus {
+    if executor.is_null() {
+        return note_error(NULLPTR, &format!("{name}: the executor is NULL"));
+    }
     let r = client::with(|c| {
         Ok((|| -> Result<(), aclnnStatus> {
-            let (ep, exec) = c.acl.ops.execs.remove(&(executor as u64)).ok_or(INVALID)?;
+            match c.acl.ops.execs.get(&(executor as u64)) {
+                Some(&(_, _, o)) if o == op => {}
+                _ => return Err(INVALID),
+            }
+            let (ep, exec, _) = c.acl.ops.execs.remove(&(executor as u64)).ok_or(INVALID)?;
             let stream = stream_of(c, stream, ep)?;
             let req =
                 Request::NpuOpRun { exec, workspace: DevicePtr(workspace as u64), workspace_bytes: ws_bytes, stream };
@@ -301,8 +321,136 @@ pub unsafe extern "C" fn aclnnSoftmaxGetWorkspaceSize(
 const _: unsafe extern "C" fn(*const aclTensor, i64, *mut aclTensor, *mut u64, *mut *mut aclOpExecutor) -> aclnnStatus =
     nn::aclnnSoftmaxGetWorkspaceSize;
 
+/// `aclCreateIntArray`: the values copied now (NULL for NULL values or more than 2^20 of them).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclCreateIntArray(value: *const i64, size: u64) -> *mut aclIntArray {
+    std::panic::catch_unwind(|| {
+        if (value.is_null() && size > 0) || size > 1 << 20 {
+            note_error(NULLPTR, "aclCreateIntArray: NULL values or more than 2^20");
+            return std::ptr::null_mut();
+        }
+        // SAFETY: `size` readable values at `value`, by the API's contract.
+        let v =
+            if size == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(value, size as usize) }.to_vec() };
+        let p = Box::into_raw(Box::new(v));
+        let _ = client::with(|c| {
+            c.acl.ops.int_arrays.insert(p as usize);
+            Ok(())
+        });
+        p.cast()
+    })
+    .unwrap_or(std::ptr::null_mut())
+}
+const _: unsafe extern "C" fn(*const i64, u64) -> *mut aclIntArray = nn::aclCreateIntArray;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclDestroyIntArray(array: *const aclIntArray) -> aclnnStatus {
+    guard(|| {
+        if array.is_null() {
+            return 0;
+        }
+        let known = client::with(|c| Ok(c.acl.ops.int_arrays.remove(&(array as usize)))).unwrap_or(false);
+        if !known {
+            return note_error(INVALID, "aclDestroyIntArray: not a live array of this process");
+        }
+        // SAFETY: made by Box::into_raw in aclCreateIntArray and removed from the live set once.
+        drop(unsafe { Box::from_raw(array as *mut Vec<i64>) });
+        0
+    })
+}
+const _: unsafe extern "C" fn(*const aclIntArray) -> aclnnStatus = nn::aclDestroyIntArray;
+
+/// `aclGetViewShape`: the view's dimensions in memory the caller frees with `free`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclGetViewShape(tensor: *const aclTensor, dims: *mut *mut i64, num: *mut u64) -> aclnnStatus {
+    guard(|| {
+        if tensor.is_null() || dims.is_null() || num.is_null() {
+            return note_error(NULLPTR, "aclGetViewShape: a NULL argument");
+        }
+        let view = client::with(|c| {
+            // SAFETY: a live tensor this process made (in the set).
+            Ok(c.acl
+                .ops
+                .tensors
+                .contains(&(tensor as usize))
+                .then(|| unsafe { (*(tensor as *const NpuTensor)).view.clone() }))
+        });
+        let Ok(Some(view)) = view else {
+            return note_error(INVALID, "aclGetViewShape: not a live tensor of this process");
+        };
+        // SAFETY: malloc of a positive size; freed by the caller, as CANN's documentation says.
+        let p = unsafe { libc::malloc(view.len().max(1) * 8) }.cast::<i64>();
+        if p.is_null() {
+            return note_error(nn::ACLNN_ERR_INNER as aclnnStatus, "aclGetViewShape: out of host memory");
+        }
+        // SAFETY: room for view.len() values at p; both out-pointers checked non-NULL.
+        unsafe {
+            std::ptr::copy_nonoverlapping(view.as_ptr(), p, view.len());
+            dims.write(p);
+            num.write(view.len() as u64);
+        }
+        0
+    })
+}
+const _: unsafe extern "C" fn(*const aclTensor, *mut *mut i64, *mut u64) -> aclnnStatus = nn::aclGetViewShape;
+
+/// The reduced dimensions as the protocol's mask of self's dimensions: each normalised
+/// (negative counts from the end), none twice; an empty array reduces every dimension.
+fn reduce_mask(dims: &[i64], rank: usize) -> Option<i64> {
+    if dims.is_empty() {
+        return Some((1i64 << rank) - 1);
+    }
+    let mut mask = 0i64;
+    for &d in dims {
+        let d = if d < 0 { d + rank as i64 } else { d };
+        if !(0..rank as i64).contains(&d) || mask & (1 << d) != 0 {
+            return None;
+        }
+        mask |= 1 << d;
+    }
+    Some(mask)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclnnReduceSumGetWorkspaceSize(
+    self_: *const aclTensor,
+    dim: *const aclIntArray,
+    keep_dim: bool,
+    dtype: aclDataType,
+    out: *mut aclTensor,
+    workspace_size: *mut u64,
+    executor: *mut *mut aclOpExecutor,
+) -> aclnnStatus {
+    guard(|| {
+        if dim.is_null() || self_.is_null() {
+            return note_error(NULLPTR, "aclnnReduceSumGetWorkspaceSize: a NULL argument");
+        }
+        let mask = client::with(|c| {
+            let (a, t) =
+                (c.acl.ops.int_arrays.contains(&(dim as usize)), c.acl.ops.tensors.contains(&(self_ as usize)));
+            // SAFETY: a live array and a live tensor this process made (both in their sets).
+            Ok((a && t)
+                .then(|| unsafe { reduce_mask(&*(dim as *const Vec<i64>), (*(self_ as *const NpuTensor)).view.len()) }))
+        });
+        let Ok(Some(Some(mask))) = mask else {
+            return note_error(INVALID, "aclnnReduceSumGetWorkspaceSize: dimensions out of range or given twice");
+        };
+        let param = mask | if keep_dim { NPU_REDUCE_KEEP_DIM } else { 0 } | (i64::from(dtype.0 as u32) << 32);
+        prepare("aclnnReduceSum", NPU_OP_REDUCE_SUM, &[self_, out], None, param, workspace_size, executor)
+    })
+}
+const _: unsafe extern "C" fn(
+    *const aclTensor,
+    *const aclIntArray,
+    bool,
+    aclDataType,
+    *mut aclTensor,
+    *mut u64,
+    *mut *mut aclOpExecutor,
+) -> aclnnStatus = nn::aclnnReduceSumGetWorkspaceSize;
+
 macro_rules! run_exports {
-    ($($name:ident),*) => {$(
+    ($($name:ident = $op:ident),*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(
             workspace: *mut c_void,
@@ -310,9 +458,15 @@ macro_rules! run_exports {
             executor: *mut aclOpExecutor,
             stream: aclrtStream,
         ) -> aclnnStatus {
-            guard(|| run(stringify!($name), workspace, workspace_size, executor, stream))
+            guard(|| run(stringify!($name), $op, workspace, workspace_size, executor, stream))
         }
         const _: unsafe extern "C" fn(*mut c_void, u64, *mut aclOpExecutor, aclrtStream) -> aclnnStatus = nn::$name;
     )*};
 }
-run_exports!(aclnnAdd, aclnnMul, aclnnMatmul, aclnnSoftmax);
+run_exports!(
+    aclnnAdd = NPU_OP_ADD,
+    aclnnMul = NPU_OP_MUL,
+    aclnnMatmul = NPU_OP_MATMUL,
+    aclnnSoftmax = NPU_OP_SOFTMAX,
+    aclnnReduceSum = NPU_OP_REDUCE_SUM
+);

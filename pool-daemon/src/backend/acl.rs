@@ -153,6 +153,10 @@ pub struct Opapi {
         *mut u64,
         *mut *mut aclnn::aclOpExecutor,
     ) -> aclnn::aclnnStatus,
+    pub aclCreateIntArray: unsafe extern "C" fn(*const i64, u64) -> *mut aclnn::aclIntArray,
+    pub aclDestroyIntArray: unsafe extern "C" fn(*const aclnn::aclIntArray) -> aclnn::aclnnStatus,
+    pub aclnnReduceSumGetWorkspaceSize: ReduceSumPrepareFn,
+    pub aclnnReduceSum: RunFn,
     pub aclnnSoftmax: RunFn,
     pub aclnnAdd: RunFn,
     pub aclnnMul: RunFn,
@@ -167,6 +171,21 @@ const _: RunFn = aclnn::aclnnAdd;
 const _: RunFn = aclnn::aclnnMul;
 const _: RunFn = aclnn::aclnnMatmul;
 const _: RunFn = aclnn::aclnnSoftmax;
+const _: RunFn = aclnn::aclnnReduceSum;
+
+/// `aclnnReduceSumGetWorkspaceSize`: self, the dimensions, keepDim, dtype, out, and the two outs.
+pub type ReduceSumPrepareFn = unsafe extern "C" fn(
+    *const aclnn::aclTensor,
+    *const aclnn::aclIntArray,
+    bool,
+    aclnn::aclDataType,
+    *mut aclnn::aclTensor,
+    *mut u64,
+    *mut *mut aclnn::aclOpExecutor,
+) -> aclnn::aclnnStatus;
+const _: ReduceSumPrepareFn = aclnn::aclnnReduceSumGetWorkspaceSize;
+const _: unsafe extern "C" fn(*const i64, u64) -> *mut aclnn::aclIntArray = aclnn::aclCreateIntArray;
+const _: unsafe extern "C" fn(*const aclnn::aclIntArray) -> aclnn::aclnnStatus = aclnn::aclDestroyIntArray;
 const _: unsafe extern "C" fn(
     *const aclnn::aclTensor,
     i64,
@@ -192,6 +211,10 @@ impl Opapi {
                 aclnnMulGetWorkspaceSize: *lib.get(b"aclnnMulGetWorkspaceSize\0").map_err(err)?,
                 aclnnMatmulGetWorkspaceSize: *lib.get(b"aclnnMatmulGetWorkspaceSize\0").map_err(err)?,
                 aclnnSoftmaxGetWorkspaceSize: *lib.get(b"aclnnSoftmaxGetWorkspaceSize\0").map_err(err)?,
+                aclCreateIntArray: *lib.get(b"aclCreateIntArray\0").map_err(err)?,
+                aclDestroyIntArray: *lib.get(b"aclDestroyIntArray\0").map_err(err)?,
+                aclnnReduceSumGetWorkspaceSize: *lib.get(b"aclnnReduceSumGetWorkspaceSize\0").map_err(err)?,
+                aclnnReduceSum: *lib.get(b"aclnnReduceSum\0").map_err(err)?,
                 aclnnSoftmax: *lib.get(b"aclnnSoftmax\0").map_err(err)?,
                 aclnnAdd: *lib.get(b"aclnnAdd\0").map_err(err)?,
                 aclnnMul: *lib.get(b"aclnnMul\0").map_err(err)?,

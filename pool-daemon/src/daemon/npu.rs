@@ -423,7 +423,7 @@ impl Session {
         alpha: Option<gpupool_protocol::ops::NpuScalar>,
         param: i64,
     ) -> Result<answer::NpuExecutor> {
-        use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_SOFTMAX};
+        use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_REDUCE_SUM, NPU_OP_SOFTMAX};
         let d = self.ctx_device(ctx)?;
         if !self.is_npu(d) {
             return Err(op_invalid(format!("context {} is not on an NPU", ctx.0)));
@@ -432,12 +432,23 @@ impl Session {
         let o = shared.opapi.as_ref().ok_or_else(|| Fail::new(super::dispatch::NOT_SUPPORTED, "no libopapi.so"))?;
         let want = match op {
             NPU_OP_ADD | NPU_OP_MUL | NPU_OP_MATMUL => 3,
-            NPU_OP_SOFTMAX => 2,
+            NPU_OP_SOFTMAX | NPU_OP_REDUCE_SUM => 2,
             _ => return Err(op_invalid(format!("operator {op} is not forwarded"))),
         };
         if tensors.len() != want || (op == NPU_OP_ADD) != alpha.is_some() {
             return Err(op_invalid(format!("operator {op}: {} tensors, alpha {}", tensors.len(), alpha.is_some())));
         }
+        // ReduceSum's dimensions travel as a mask of self's dimensions (see the protocol).
+        let reduce_dims: Vec<i64> = if op == NPU_OP_REDUCE_SUM {
+            let rank = tensors[0].view.len();
+            let mask = param & 0xff;
+            if param & !(0xff | gpupool_protocol::ops::NPU_REDUCE_KEEP_DIM | !0xffff_ffff) != 0 || mask >> rank != 0 {
+                return Err(op_invalid(format!("ReduceSum parameter {param:#x} for a tensor of {rank} dimensions")));
+            }
+            (0..rank as i64).filter(|i| mask & (1 << i) != 0).collect()
+        } else {
+            Vec::new()
+        };
         let mut operands = Vec::new();
         for t in tensors {
             let (p, n) = tensor_extent(t)?;
@@ -506,6 +517,19 @@ impl Session {
                 ),
                 NPU_OP_MUL => (o.aclnnMulGetWorkspaceSize)(a, b, out, &mut ws, &mut exec),
                 NPU_OP_SOFTMAX => (o.aclnnSoftmaxGetWorkspaceSize)(a, param, out, &mut ws, &mut exec),
+                NPU_OP_REDUCE_SUM => {
+                    let dims = (o.aclCreateIntArray)(reduce_dims.as_ptr(), reduce_dims.len() as u64);
+                    if dims.is_null() {
+                        gpupool_shim::aclnn::ACLNN_ERR_INNER as i32
+                    } else {
+                        let keep = param & gpupool_protocol::ops::NPU_REDUCE_KEEP_DIM != 0;
+                        let dtype = gpupool_shim::aclnn::aclDataType((param >> 32) as i32);
+                        let s = (o.aclnnReduceSumGetWorkspaceSize)(a, dims, keep, dtype, out, &mut ws, &mut exec);
+                        // The executor keeps what it needs of the dimensions (as CANN's does).
+                        (o.aclDestroyIntArray)(dims);
+                        s
+                    }
+                }
                 _ => (o.aclnnMatmulGetWorkspaceSize)(a, b, out, param as i8, &mut ws, &mut exec),
             }
         };
@@ -544,7 +568,7 @@ impl Session {
     }
 
     fn npu_op_run_checked(&mut self, e: &Exec, workspace: DevicePtr, ws_bytes: u64, stream: StreamId) -> Result<()> {
-        use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MUL, NPU_OP_SOFTMAX};
+        use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MUL, NPU_OP_REDUCE_SUM, NPU_OP_SOFTMAX};
         for &(p, n) in &e.operands {
             if self.owned(DevicePtr(p), n).ok() != Some(e.device) {
                 return Err(op_invalid(format!("operand {p:#x}+{n} was freed before the operator ran")));
@@ -561,6 +585,7 @@ impl Session {
             NPU_OP_ADD => o.aclnnAdd,
             NPU_OP_MUL => o.aclnnMul,
             NPU_OP_SOFTMAX => o.aclnnSoftmax,
+            NPU_OP_REDUCE_SUM => o.aclnnReduceSum,
             _ => o.aclnnMatmul,
         };
         let ws = if ws_bytes > 0 { workspace.0 as *mut c_void } else { std::ptr::null_mut() };

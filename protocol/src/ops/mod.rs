@@ -59,7 +59,9 @@ pub use array::{ArrayDesc, ResourceView, TexMipmap, TexResource, TexSampler};
 pub use blas::{BlasHandleId, BlasMat, BlasScalar, Gemm, LtDesc, LtLayout, Matmul, Vector};
 pub use graph::{GraphExecId, GraphId, KernelNode};
 pub use macros::{assert_opcodes_in, assert_unique_opcodes};
-pub use npu::{NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_SOFTMAX, NpuScalar, NpuTensor};
+pub use npu::{
+    NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_REDUCE_SUM, NPU_OP_SOFTMAX, NPU_REDUCE_KEEP_DIM, NpuScalar, NpuTensor,
+};
 pub use types::*;
 
 use macros::op_table;

@@ -28,3 +28,8 @@ pub const NPU_OP_MUL: u32 = 2;
 pub const NPU_OP_MATMUL: u32 = 3;
 /// `aclnnSoftmax`: tensors self, out; `param` the dimension.
 pub const NPU_OP_SOFTMAX: u32 = 4;
+/// `aclnnReduceSum`: tensors self, out; `param` bits 0..8 the reduced dimensions as a mask (an
+/// empty `aclIntArray` sent as every dimension), bit 8 `keepDim`, bits 32..64 the `dtype`.
+pub const NPU_OP_REDUCE_SUM: u32 = 5;
+/// [`NPU_OP_REDUCE_SUM`]'s `param` bit for `keepDim`.
+pub const NPU_REDUCE_KEEP_DIM: i64 = 1 << 8;
