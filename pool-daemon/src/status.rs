@@ -100,6 +100,16 @@ fn txt(v: &Value) -> String {
     v.as_str().map_or_else(|| v.to_string(), str::to_string)
 }
 
+/// A tenant's device entry as `0 (gpu)` or `2 (npu)` (the pool's ordinal and its kind; a document
+/// without kinds is a GPU-only daemon's).
+fn device(doc: &Value, entry: &Value) -> String {
+    let ordinal = &entry["device"];
+    let kind = entry["kind"]
+        .as_str()
+        .or_else(|| doc["devices"].as_array()?.iter().find(|d| d["ordinal"] == *ordinal)?["kind"].as_str());
+    format!("{} ({})", txt(ordinal), kind.unwrap_or("gpu"))
+}
+
 fn mib(v: &Value) -> String {
     v.as_u64().map_or_else(|| "unlimited".to_string(), |b| format!("{} MiB", b >> 20))
 }
@@ -140,7 +150,7 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
                 "{:<20} {:<9} {:<7} {:<14} {:<14} {:<16} {}",
                 t["tenant"].as_str().unwrap_or("?"),
                 txt(&t["sessions"]),
-                txt(&dev["device"]),
+                device(&doc, dev),
                 format!("{} MiB", dev["used"].as_u64().unwrap_or(0) as f64 / 1048576.0),
                 mib(&dev["quota"]),
                 format!(

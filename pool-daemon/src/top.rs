@@ -1,9 +1,11 @@
 //! `gpupool top`: a live terminal view of a running daemon (ratatui), from the same source as
 //! `gpupool status` (the control socket here, a status request over the network: a tenant's
-//! token shows that tenant alone, the admin token everything). Per device: a utilization bar (the compute share charged to all tenants over the
+//! token shows that tenant alone, the admin token everything). Per device (`GPU n` or `NPU n`, n the
+//! pool's ordinal): a utilization bar (the compute share charged to all tenants over the
 //! last second), memory in use against the device, and a short history. Per session: pid, tenant,
-//! device, memory used against quota, its tenant's page-locked host memory against quota, compute
-//! achieved against quota, kernels per second, mode and priority, endpoint. Keys: `q`/Esc quits, `s` changes the sort column. A lost daemon is shown, and
+//! device (`gpu n` / `npu n`), memory used against quota, its tenant's page-locked host memory against
+//! quota, compute achieved against quota, operations per second (kernels on a GPU, aclnn operators on an
+//! NPU), mode and priority, endpoint. Keys: `q`/Esc quits, `s` changes the sort column. A lost daemon is shown, and
 //! retried, instead of ending the view.
 
 use anyhow::Result;
@@ -23,6 +25,8 @@ struct SessionRow {
     pid: u64,
     tenant: String,
     device: u64,
+    /// `gpu` or `npu`.
+    kind: String,
     used: u64,
     quota: Option<u64>,
     /// The tenant's page-locked host bytes and their quota.
@@ -97,6 +101,7 @@ impl State {
                     pid: s["pid"].as_u64().unwrap_or(0),
                     tenant: name.to_string(),
                     device: dev,
+                    kind: kind(doc, dev).to_string(),
                     used: d["used"].as_u64().unwrap_or(0),
                     quota: d["quota"].as_u64(),
                     pinned: (t["pinned"].as_u64().unwrap_or(0), t["pinned_quota"].as_u64().unwrap_or(0)),
@@ -121,6 +126,17 @@ impl State {
 /// Per device: the compute share charged to all tenants over the last second, in percent.
 fn utilization(doc: &Value) -> Vec<f64> {
     doc["devices"].as_array().into_iter().flatten().map(|d| d["utilization"].as_f64().unwrap_or(0.0) * 100.0).collect()
+}
+
+/// The kind of the device with pool ordinal `dev` (`gpu` when the document names none).
+fn kind(doc: &Value, dev: u64) -> &str {
+    doc["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| d["ordinal"] == dev)
+        .and_then(|d| d["kind"].as_str())
+        .unwrap_or("gpu")
 }
 
 fn mib(b: u64) -> String {
@@ -152,7 +168,13 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
         let area = chunks[1 + i];
         let total = d["total_memory"].as_u64().unwrap_or(0);
         let used = d["memory_used"].as_u64().unwrap_or(0);
-        let title = format!(" GPU {i} {} — memory {} / {} ", d["name"].as_str().unwrap_or("?"), mib(used), mib(total));
+        let title = format!(
+            " {} {i} {} — memory {} / {} ",
+            d["kind"].as_str().unwrap_or("gpu").to_uppercase(),
+            d["name"].as_str().unwrap_or("?"),
+            mib(used),
+            mib(total)
+        );
         let block = Block::bordered().title(title);
         let inner = block.inner(area);
         f.render_widget(block, area);
@@ -184,7 +206,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
         "MEMORY / QUOTA",
         "PINNED / QUOTA",
         "COMPUTE / QUOTA",
-        "KERNELS/S",
+        "OPS/S",
         "MODE",
         "PRIO",
         "ENDPOINT",
@@ -197,7 +219,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
             Row::new([
                 r.pid.to_string(),
                 r.tenant,
-                r.device.to_string(),
+                format!("{} {}", r.kind, r.device),
                 format!("{} / {}", mib(r.used), r.quota.map_or("unlimited".into(), mib)),
                 format!("{} / {}", mib(r.pinned.0), mib(r.pinned.1)),
                 format!("{:.1}% / {}%", r.share, r.compute_quota),
@@ -211,7 +233,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
     let widths = [
         Constraint::Length(8),
         Constraint::Min(10),
-        Constraint::Length(4),
+        Constraint::Length(5),
         Constraint::Length(22),
         Constraint::Length(20),
         Constraint::Length(16),

@@ -1,7 +1,8 @@
 //! deploy/grafana/gpupool.json cannot rot silently: every metric that any panel's PromQL (or a template
 //! variable's `label_values`) names must be one the daemon exports. The daemon runs on the simulator with a
 //! tenant that has memory and compute quotas and a client of that tenant that runs into its memory quota,
-//! so the per-tenant and error series exist;
+//! so the per-tenant and error series exist (every panel filtered by device kind selects series with a
+//! `kind` label);
 //! /metrics is scraped and the exposition's sample and family names are the exported set.
 
 mod common;
@@ -244,6 +245,15 @@ fn every_dashboard_metric_is_exported() {
         "the dashboard names metrics the daemon does not export:\n{}\n\nexported: {names:?}",
         bad.join("\n")
     );
+    // A panel filtered by the Device kind variable selects only series that carry the kind label (GPUs and
+    // NPUs share each family, told apart by it), and the variable's own query has values.
+    for (at, expr) in dashboard_queries(&dash).into_iter().filter(|(_, e)| e.contains("kind=~\"$kind\"")) {
+        for m in metric_names(&expr) {
+            let lines: Vec<&str> = body.lines().filter(|l| l.starts_with(&format!("{m}{{"))).collect();
+            assert!(!lines.is_empty(), "{at}: no {m} series to filter: {body}");
+            assert!(lines.iter().all(|l| l.contains("kind=\"gpu\"")), "{at}: {m} without kind=\"gpu\": {lines:?}");
+        }
+    }
     // The panels are there: memory and compute against quota, throttling, sessions, latency, errors.
     let used: BTreeSet<String> = dashboard_queries(&dash).iter().flat_map(|(_, e)| metric_names(e)).collect();
     for m in [

@@ -1,6 +1,7 @@
 //! `gpupool daemon --metrics ADDR`: the endpoint is scraped over HTTP and parsed with the reference
 //! Python parser (prometheus_client's OpenMetrics parser, from target/venv, which scripts/test makes);
-//! the values agree with `gpupool status --json`, and a burst of short-lived clients adds no series.
+//! the values agree with `gpupool status --json`, and a burst of short-lived clients adds no series. An
+//! NPU tenant's figures are the same families with `kind="npu"`, and agree with `gpupool status`.
 
 mod common;
 
@@ -102,4 +103,65 @@ fn metrics_parse_agree_with_status_and_stay_bounded() {
     let after: Vec<String> = parse(&scrape(&addr, "/metrics").1).keys().map(|k| k.0.clone() + &k.1).collect();
     assert!(after.len() <= before.len() + 16, "series grew from {} to {} with 50 clients", before.len(), after.len());
     assert!(scrape(&addr, "/other").0.starts_with("HTTP/1.1 404"));
+}
+
+/// The demo's NPU tenant (an AscendCL program under `gpupool run`) on the first NPU, pool device 2,
+/// held to 25% and `npu0 = "1024MiB"`: its memory, quotas and share are the GPU tenants' families
+/// labelled `kind="npu"`, the NPU's own gauges too, and `gpupool status` shows the same figures.
+#[test]
+fn an_npu_tenant_is_in_the_same_families_labelled_npu() {
+    ensure_interposer();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let cfg = format!(
+        "[[tenant]]\nname = \"ascend\"\ntoken_sha256 = \"{}\"\ncompute = 25\nmode = \"limit\"\n\
+         memory = {{ npu0 = \"1024MiB\" }}\n",
+        gpupool_quota::hash_token("token-ascend")
+    );
+    let d = Daemon::start_env(Some(&cfg), &["--metrics", &addr], &[("GPUPOOL_SIM_NPU_DEVICES", "1")]);
+    let gpupool = env!("CARGO_BIN_EXE_gpupool");
+    let c = Command::new(gpupool)
+        .args(["run", "--endpoint", &d.endpoint(), "--", gpupool, "__demo-npu-tenant", "--duration", "4", "--oom"])
+        .env("GPUPOOL_TOKEN", "token-ascend")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Out of memory within a second, then matmuls: the 1 s window is full of them by 2.5 s.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let (_, body) = scrape(&addr, "/metrics");
+    let m = parse(&body);
+    let st = d.status();
+    let npu = [("tenant", "ascend"), ("device", "2"), ("kind", "npu")];
+    let ascend = st["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "ascend").unwrap().clone();
+    let on_npu = ascend["devices"].as_array().unwrap().iter().find(|x| x["device"] == 2).unwrap().clone();
+    assert_eq!(on_npu["kind"], "npu", "{st:#}");
+    let used = *get(&m, "gpupool_tenant_memory_used_bytes", &npu).unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(used as u64, on_npu["used"].as_u64().unwrap(), "{body}");
+    assert!((960.0 * 1048576.0..=1024.0 * 1048576.0).contains(&used), "15 blocks of 64 MiB and the operands: {used}");
+    assert_eq!(*get(&m, "gpupool_tenant_memory_quota_bytes", &npu).unwrap(), 1073741824.0);
+    assert_eq!(*get(&m, "gpupool_tenant_compute_quota_ratio", &npu).unwrap(), 0.25);
+    let share = *get(&m, "gpupool_tenant_compute_share_ratio", &[npu[0], npu[2], ("window", "1s")]).unwrap();
+    assert!(share > 0.1 && share <= 0.27, "1 s share {share} against a 25% cap");
+    assert!(*get(&m, "gpupool_calls_total", &[("operation", "NpuOpRun")]).unwrap() > 10.0);
+    // Its refusal at the quota is counted under AscendCL's code.
+    assert!(*get(&m, "gpupool_errors_total", &[("code", "207001")]).unwrap() >= 1.0, "{body}");
+    let total = *get(&m, "gpupool_device_memory_total_bytes", &[("device", "2"), ("kind", "npu")]).unwrap();
+    assert_eq!(total as u64, st["devices"][2]["total_memory"].as_u64().unwrap());
+    assert!(get(&m, "gpupool_device_memory_total_bytes", &[("device", "0"), ("kind", "gpu")]).is_some());
+    let util = *get(&m, "gpupool_device_utilization_ratio", &[("device", "2"), ("kind", "npu")]).unwrap();
+    assert!(util > 0.1 && util <= 0.27, "the NPU's utilization is its one tenant's share: {util}");
+    // The GPUs carry kind="gpu", and no GPU series is labelled npu.
+    assert!(get(&m, "gpupool_tenant_memory_used_bytes", &[("device", "0"), ("kind", "gpu")]).is_some());
+    assert!(!m.keys().any(|(_, l)| l.contains("[\"device\",\"0\"]") && l.contains("[\"kind\",\"npu\"]")));
+
+    let out = Command::new(gpupool).args(["status", "--endpoint", &d.endpoint()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let row =
+        text.lines().find(|l| l.starts_with("ascend ") && l.contains(" 2 (npu) ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains("1024 MiB") && row.contains("25% limit normal"), "{row}");
+    assert!(text.lines().any(|l| l.starts_with("2       npu   Ascend910B3")), "the NPU in the device table: {text}");
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }

@@ -1,6 +1,6 @@
 //! `gpupool top` in a real terminal (tmux): two tenants' sessions and their figures appear, the sort
 //! key changes from the keyboard, a narrow terminal still shows the sessions, a lost daemon is shown
-//! instead of ending the view, and `q` quits.
+//! instead of ending the view, and `q` quits. An NPU shows as its own device with its tenant's row.
 
 mod common;
 
@@ -96,4 +96,51 @@ fn top_shows_both_tenants_sorts_degrades_and_quits() {
         let _ = k.kill();
         let _ = k.wait();
     }
+}
+
+/// A pool of two GPUs and one NPU (pool device 2) with the demo's NPU tenant on it: the NPU has its own
+/// box, titled by its kind, and the tenant's row names the NPU and shows its memory and compute against
+/// its quotas.
+#[test]
+fn top_shows_an_npu_and_its_tenant() {
+    ensure_interposer();
+    let cfg = format!(
+        "[[tenant]]\nname = \"ascend\"\ntoken_sha256 = \"{}\"\ncompute = 25\nmode = \"limit\"\n\
+         memory = {{ npu0 = \"1024MiB\" }}\n",
+        gpupool_quota::hash_token("token-ascend")
+    );
+    let d = Daemon::start_env(Some(&cfg), &[], &[("GPUPOOL_SIM_NPU_DEVICES", "1")]);
+    let gpupool = env!("CARGO_BIN_EXE_gpupool");
+    let mut kid = Command::new(gpupool)
+        .args(["run", "--endpoint", &d.endpoint(), "--", gpupool, "__demo-npu-tenant", "--duration", "8", "--oom"])
+        .env("GPUPOOL_TOKEN", "token-ascend")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = format!("{}-npu", socket_name());
+    let cmd = format!("{gpupool} top --endpoint {} --interval-ms 300", d.endpoint());
+    let tmux = |args: &[&str]| Command::new("tmux").args(["-L", &socket]).args(args).output().expect("tmux");
+    tmux(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "30", &cmd]);
+    let t0 = Instant::now();
+    let screen = loop {
+        let s = String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", "top"]).stdout).to_string();
+        // The row once the tenant holds its memory and runs operators (a share above 10%).
+        let row = s.lines().find(|l| l.contains("ascend") && l.contains("npu 2") && l.contains("960 MiB / 1024 MiB"));
+        let share =
+            row.and_then(|r| r.split_whitespace().find(|w| w.ends_with('%'))?.trim_end_matches('%').parse().ok());
+        if s.contains("NPU 2 Ascend910B3")
+            && s.contains("GPU 0")
+            && s.contains("OPS/S")
+            && share.is_some_and(|x: f64| x > 10.0)
+        {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(7), "the screen never showed the NPU tenant:\n{s}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let row = screen.lines().find(|l| l.contains("ascend")).unwrap();
+    assert!(row.contains("% / 25%"), "compute against the quota: {row}");
+    let _ = tmux(&["kill-server"]);
+    // `gpupool run` waits for the tenant, which ends on its own (killing `run` would orphan it).
+    assert!(kid.wait().unwrap().success());
 }

@@ -6,6 +6,11 @@
 use super::Shared;
 use serde_json::{Value, json};
 
+/// A device's kind as the status document, `gpupool status`, `top` and the metrics' `kind` label name it.
+fn kind(d: &super::Device) -> &'static str {
+    if d.vendor == gpupool_protocol::ops::VENDOR_ASCEND { "npu" } else { "gpu" }
+}
+
 pub fn status_document(shared: &Shared) -> Value {
     let switches = shared.compute.switches();
     let snapshot = shared.ledger.snapshot(shared.devices.len() as u32);
@@ -26,7 +31,7 @@ pub fn status_document(shared: &Shared) -> Value {
             let utilization = compute.get(i).map_or(0.0, |u| u.iter().fold(0.0, |a, t| a + t.share_1s)).min(1.0);
             json!({
                 "ordinal": i,
-                "kind": if d.vendor == gpupool_protocol::ops::VENDOR_ASCEND { "npu" } else { "gpu" },
+                "kind": kind(d),
                 "name": d.name,
                 "uuid": gpupool_abi::identity::uuid_string(&d.uuid),
                 "total_memory": d.total_memory,
@@ -62,7 +67,9 @@ pub fn status_document(shared: &Shared) -> Value {
                 "pinned": t.pinned,
                 "pinned_quota": t.pinned_quota,
                 "devices": t.devices.iter().map(|d| json!({
-                    "device": d.device, "used": d.used, "pending": d.pending, "quota": d.quota,
+                    "device": d.device,
+                    "kind": shared.devices.get(d.device as usize).map(kind),
+                    "used": d.used, "pending": d.pending, "quota": d.quota,
                     "compute": compute_of(t.tenant.as_str(), d.device),
                 })).collect::<Vec<_>>(),
             })

@@ -3,8 +3,9 @@
 //! Calls per operation and their latency are counted as requests are served (one pre-made counter and
 //! histogram per operation, so serving a request costs two atomic updates, no lookup or allocation);
 //! everything else is read at scrape time from the same snapshot `gpupool status` shows. Labels are the
-//! tenant, the device index and its UUID, the operation and the error code: all bounded (tenants come from
-//! the config, not from clients), so thousands of short-lived clients add no series.
+//! tenant, the device index, its UUID and its kind (`gpu` or `npu`: one family per figure for both), the
+//! operation and the error code: all bounded (tenants come from the config, not from clients), so
+//! thousands of short-lived clients add no series.
 
 use super::Shared;
 use gpupool_protocol::ops::RequestOp;
@@ -35,6 +36,7 @@ struct TenantLabels {
     tenant: String,
     device: String,
     uuid: String,
+    kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -47,6 +49,7 @@ struct WindowLabels {
     tenant: String,
     device: String,
     uuid: String,
+    kind: String,
     window: String,
 }
 
@@ -54,6 +57,7 @@ struct WindowLabels {
 struct DeviceLabels {
     device: String,
     uuid: String,
+    kind: String,
 }
 
 type F64Gauge = Gauge<f64, AtomicU64>;
@@ -103,10 +107,15 @@ pub fn render(shared: &Shared) -> String {
     let m = &shared.calls;
     reg.register("calls", "Requests served, by operation", m.calls.clone());
     reg.register_with_unit("call_duration", "Time to serve a request, by operation", Unit::Seconds, m.latency.clone());
-    reg.register("errors", "Requests refused or failed, by CUDA error code", m.errors.clone());
+    reg.register(
+        "errors",
+        "Requests refused or failed, by error code (CUDA's numbering; an NPU backend's failure keeps AscendCL's)",
+        m.errors.clone(),
+    );
 
     let doc = super::control::status_document(shared);
     let uuid = |d: u64| doc["devices"][d as usize]["uuid"].as_str().unwrap_or("").to_string();
+    let kind = |d: u64| doc["devices"][d as usize]["kind"].as_str().unwrap_or("gpu").to_string();
     let sessions = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
     sessions.set(doc["sessions"].as_array().map_or(0, |s| s.len() as i64));
     reg.register("sessions", "Client sessions connected now", sessions);
@@ -125,7 +134,7 @@ pub fn render(shared: &Shared) -> String {
         pinned_quota.get_or_create(&pl).set(t["pinned_quota"].as_i64().unwrap_or(0));
         for d in t["devices"].as_array().into_iter().flatten() {
             let dev = d["device"].as_u64().unwrap_or(0);
-            let l = TenantLabels { tenant: tenant.clone(), device: dev.to_string(), uuid: uuid(dev) };
+            let l = TenantLabels { tenant: tenant.clone(), device: dev.to_string(), uuid: uuid(dev), kind: kind(dev) };
             used.get_or_create(&l).set(d["used"].as_i64().unwrap_or(0));
             if let Some(q) = d["quota"].as_i64() {
                 quota.get_or_create(&l).set(q);
@@ -140,6 +149,7 @@ pub fn render(shared: &Shared) -> String {
                     tenant: l.tenant.clone(),
                     device: l.device.clone(),
                     uuid: l.uuid.clone(),
+                    kind: l.kind.clone(),
                     window: w.into(),
                 };
                 share.get_or_create(&wl).set(c[key].as_f64().unwrap_or(0.0));
@@ -180,7 +190,7 @@ pub fn render(shared: &Shared) -> String {
     let mem_used = Family::<DeviceLabels, Gauge>::default();
     let mem_total = Family::<DeviceLabels, Gauge>::default();
     for (i, d) in doc["devices"].as_array().into_iter().flatten().enumerate() {
-        let l = DeviceLabels { device: i.to_string(), uuid: uuid(i as u64) };
+        let l = DeviceLabels { device: i.to_string(), uuid: uuid(i as u64), kind: kind(i as u64) };
         util.get_or_create(&l).set(d["utilization"].as_f64().unwrap_or(0.0));
         mem_used.get_or_create(&l).set(d["memory_used"].as_i64().unwrap_or(0));
         mem_total.get_or_create(&l).set(d["total_memory"].as_i64().unwrap_or(0));

@@ -71,7 +71,7 @@ pub fn answer(shared: &Shared, viewer: &Viewer) -> Result<answer::StatusDocument
 }
 
 /// Device fields that say nothing about any tenant; a tenant's view adds its own use.
-const DEVICE_FIELDS: [&str; 5] = ["ordinal", "name", "uuid", "total_memory", "compute_capability"];
+const DEVICE_FIELDS: [&str; 6] = ["ordinal", "kind", "name", "uuid", "total_memory", "compute_capability"];
 
 /// `full` narrowed to `tenant`: its entry, its sessions, and per device only the fields that
 /// name no tenant, with `memory_used` and `utilization` its own (an allow-list, so a figure
@@ -171,10 +171,13 @@ mod tests {
                   "utilization": 0.9, "compute_capability": "9.0", "tenant_switches": 55 },
                 { "ordinal": 1, "name": "sim", "uuid": "GPU-y", "total_memory": 1024, "memory_used": 512,
                   "utilization": 0.5, "compute_capability": "9.0", "tenant_switches": 3 },
+                { "ordinal": 2, "kind": "npu", "name": "Ascend910B3", "uuid": "NPU-z", "total_memory": 4096,
+                  "memory_used": 2048, "utilization": 0.3, "compute_capability": "0.0", "tenant_switches": 0 },
             ],
             "tenants": [
                 { "tenant": "a", "sessions": 1, "devices": [
-                    { "device": 0, "used": 256, "quota": 512, "compute": { "share_1s": 0.25 } } ] },
+                    { "device": 0, "used": 256, "quota": 512, "compute": { "share_1s": 0.25 } },
+                    { "device": 2, "kind": "npu", "used": 1024, "quota": 1536, "compute": { "share_1s": 0.2 } } ] },
                 { "tenant": "secret-b", "sessions": 2, "devices": [
                     { "device": 0, "used": 512, "quota": null, "compute": { "share_1s": 0.65 } },
                     { "device": 1, "used": 512, "quota": null, "compute": null } ] },
@@ -197,8 +200,14 @@ mod tests {
         assert_eq!(v["devices"][1]["utilization"], 0.0);
         assert_eq!(v["devices"][1]["total_memory"], 1024);
         assert!(v["devices"][0].get("tenant_switches").is_none(), "{text}");
+        // An NPU keeps its kind, and shows the tenant's own use of it.
+        assert_eq!(v["devices"][2]["kind"], "npu");
+        assert_eq!(
+            (v["devices"][2]["memory_used"].clone(), v["devices"][2]["utilization"].clone()),
+            (json!(1024), json!(0.2))
+        );
         // A tenant the daemon has not seen yet: no entry, no sessions, devices still listed.
         let none = tenant_view(&full, "c");
-        assert_eq!((none["tenants"].as_array().unwrap().len(), none["devices"].as_array().unwrap().len()), (0, 2));
+        assert_eq!((none["tenants"].as_array().unwrap().len(), none["devices"].as_array().unwrap().len()), (0, 3));
     }
 }
