@@ -340,6 +340,9 @@ macro_rules! driver_entry_points {
         "cuGraphAddEventRecordNode" => [11010 => cuGraphAddEventRecordNode];
         "cuGraphAddEventWaitNode" => [11010 => cuGraphAddEventWaitNode];
         "cuGraphAddDependencies" => [10000 => cuGraphAddDependencies, 12030 => cuGraphAddDependencies_v2];
+        "cuGraphRemoveDependencies" => [10000 => cuGraphRemoveDependencies, 12030 => cuGraphRemoveDependencies_v2];
+        "cuGraphDestroyNode" => [10000 => cuGraphDestroyNode];
+        "cuGraphNodeFindInClone" => [10000 => cuGraphNodeFindInClone];
         "cuGraphExecKernelNodeSetParams" => [10010 => !, 12000 => cuGraphExecKernelNodeSetParams_v2];
         "cuGraphAddMemcpyNode" => [10000 => cuGraphAddMemcpyNode];
         "cuGraphMemsetNodeGetParams" => [10000 => cuGraphMemsetNodeGetParams];

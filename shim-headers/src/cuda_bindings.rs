@@ -5934,6 +5934,33 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuGraphRemoveDependencies(
+        hGraph: CUgraph,
+        from: *const CUgraphNode,
+        to: *const CUgraphNode,
+        numDependencies: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphRemoveDependencies_v2(
+        hGraph: CUgraph,
+        from: *const CUgraphNode,
+        to: *const CUgraphNode,
+        edgeData: *const CUgraphEdgeData,
+        numDependencies: usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphDestroyNode(hNode: CUgraphNode) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphNodeFindInClone(
+        phNode: *mut CUgraphNode,
+        hOriginalNode: CUgraphNode,
+        hClonedGraph: CUgraph,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuGraphExecKernelNodeSetParams_v2(
         hGraphExec: CUgraphExec,
         hNode: CUgraphNode,

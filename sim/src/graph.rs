@@ -85,6 +85,9 @@ pub enum Op {
     /// so nothing runs at the node itself.
     MemAlloc(Arc<crate::graph_mem::AllocParams>),
     MemFree(u64),
+    /// A node `cuGraphDestroyNode` removed: a hole, so that the other nodes keep their indices
+    /// (their handles carry them) and a clone's nodes the indices of the original's.
+    Removed,
 }
 
 impl Op {
@@ -101,6 +104,7 @@ impl Op {
             Op::Empty => "EMPTY",
             Op::MemAlloc(_) => "MEM_ALLOC",
             Op::MemFree(_) => "MEM_FREE",
+            Op::Removed => "REMOVED",
         }
     }
 }
@@ -116,11 +120,55 @@ pub struct Node {
 pub struct Graph {
     pub ctx_handle: u64,
     nodes: Mutex<Vec<Node>>,
+    /// For a clone (`cuGraphClone`): the original's handle and how many node indices it had then;
+    /// node `i` below that is the clone of the original's node `i` (`cuGraphNodeFindInClone`).
+    pub origin: Option<(u64, usize)>,
 }
 
 impl Graph {
     pub fn new(ctx_handle: u64, nodes: Vec<Node>) -> Graph {
-        Graph { ctx_handle, nodes: Mutex::new(nodes) }
+        Graph { ctx_handle, nodes: Mutex::new(nodes), origin: None }
+    }
+
+    /// A copy of `original` (handle `handle`): the same nodes at the same indices.
+    pub fn clone_of(original: &Graph, handle: u64) -> Graph {
+        let nodes = original.nodes().clone();
+        let origin = Some((handle, nodes.len()));
+        Graph { ctx_handle: original.ctx_handle, nodes: Mutex::new(nodes), origin }
+    }
+
+    /// Whether `i` names a node of this graph (not one destroyed).
+    pub fn live(nodes: &[Node], i: usize) -> bool {
+        nodes.get(i).is_some_and(|n| !matches!(n.op, Op::Removed))
+    }
+
+    /// `cuGraphDestroyNode`: node `i` goes, and with it every edge to or from it.
+    pub fn destroy_node(&self, i: usize) -> CuResult<()> {
+        let mut nodes = self.nodes();
+        if !Graph::live(&nodes, i) {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the node is not in the graph".into());
+        }
+        nodes[i] = Node { op: Op::Removed, deps: Vec::new() };
+        for n in nodes.iter_mut() {
+            n.deps.retain(|&d| d != i);
+        }
+        Ok(())
+    }
+
+    /// `cuGraphRemoveDependencies`: the edges `from[k] -> to[k]`, all or none: an edge that does
+    /// not exist (or is named twice) is CUDA_ERROR_INVALID_VALUE and removes nothing.
+    pub fn remove_deps(&self, from: &[usize], to: &[usize]) -> CuResult<()> {
+        let mut nodes = self.nodes();
+        for (k, (&a, &b)) in from.iter().zip(to).enumerate() {
+            let twice = from[..k].iter().zip(&to[..k]).any(|(&x, &y)| (x, y) == (a, b));
+            if !Graph::live(&nodes, a) || !Graph::live(&nodes, b) || !nodes[b].deps.contains(&a) || twice {
+                return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the dependency does not exist".into());
+            }
+        }
+        for (&a, &b) in from.iter().zip(to) {
+            nodes[b].deps.retain(|&d| d != a);
+        }
+        Ok(())
     }
 
     pub fn nodes(&self) -> MutexGuard<'_, Vec<Node>> {
@@ -134,7 +182,7 @@ impl Graph {
             return fail(CUresult::CUDA_ERROR_OUT_OF_MEMORY, || format!("a graph holds at most {MAX_NODES} nodes"));
         }
         for (k, &d) in deps.iter().enumerate() {
-            if d >= nodes.len() || deps[..k].contains(&d) {
+            if !Graph::live(&nodes, d) || deps[..k].contains(&d) {
                 return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
                     "a dependency is not a node of this graph, or is named twice".into()
                 });
@@ -197,7 +245,7 @@ fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Optio
             Op::EventRecord(e) => steps.push(Step::Record(e.clone())),
             Op::EventWait(e) => steps.push(Step::Wait(e.clone())),
             Op::Child(c) => flatten(c, steps, None)?,
-            Op::Empty | Op::MemAlloc(_) | Op::MemFree(_) => {}
+            Op::Empty | Op::MemAlloc(_) | Op::MemFree(_) | Op::Removed => {}
         }
         let settable = matches!(
             nodes[i].op,
@@ -234,25 +282,39 @@ impl Topology {
 
     /// Why `other` cannot update a graph of this topology: the result code (a
     /// `CUgraphExecUpdateResult`) and the first node that differs, if one does.
+    /// Nodes are paired in the order they were added, destroyed nodes left out (so their holes
+    /// do not count); the node answered is `other`'s index.
     pub fn mismatch(&self, other: &Topology) -> Option<(u32, Option<usize>)> {
         const TOPOLOGY_CHANGED: u32 = 2;
         const NODE_TYPE_CHANGED: u32 = 3;
-        if self.0.len() != other.0.len() {
+        let (a, b) = (self.live(), other.live());
+        if a.len() != b.len() {
             return Some((TOPOLOGY_CHANGED, None));
         }
-        for (i, (a, b)) in self.0.iter().zip(&other.0).enumerate() {
-            if a.0 != b.0 {
-                return Some((NODE_TYPE_CHANGED, Some(i)));
+        for (x, y) in a.iter().zip(&b) {
+            if x.1 != y.1 {
+                return Some((NODE_TYPE_CHANGED, Some(y.0)));
             }
-            let mut da = a.1.clone();
-            let mut db = b.1.clone();
-            da.sort_unstable();
-            db.sort_unstable();
-            if da != db || a.2 != b.2 {
-                return Some((TOPOLOGY_CHANGED, Some(i)));
+            if x.2 != y.2 || x.3 != y.3 {
+                return Some((TOPOLOGY_CHANGED, Some(y.0)));
             }
         }
         None
+    }
+
+    /// The nodes that are not holes: (index, type, dependencies as positions in this list,
+    /// sorted, child topology).
+    #[allow(clippy::type_complexity)]
+    fn live(&self) -> Vec<(usize, &'static str, Vec<usize>, Option<&Topology>)> {
+        let kept: Vec<usize> = (0..self.0.len()).filter(|&i| self.0[i].0 != "REMOVED").collect();
+        kept.iter()
+            .map(|&i| {
+                let t = &self.0[i];
+                let mut deps: Vec<usize> = t.1.iter().filter_map(|d| kept.iter().position(|k| k == d)).collect();
+                deps.sort_unstable();
+                (i, t.0, deps, t.2.as_ref())
+            })
+            .collect()
     }
 }
 

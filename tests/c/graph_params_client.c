@@ -13,6 +13,13 @@
  * graph (NVIDIA: one-dimensional only), a memcpy node given memset parameters in an exec.
  * cuGraphGetEdges: one edge memset -> memcpy (the count alone with NULL lists, NULL past the end of
  * larger ones), one list NULL is CUDA_ERROR_INVALID_VALUE.
+ * Editing (memset a = 11 -> copy a -> e, memset -> empty; a cloned first): cuGraphNodeFindInClone
+ * answers the clone's copies (a MEMCPY node depending on the memset's copy; a node of another graph
+ * is CUDA_ERROR_INVALID_VALUE); cuGraphRemoveDependencies removes memset -> copy (a second time, or
+ * with edge data that is not the default, CUDA_ERROR_INVALID_VALUE); with copy -> memset added and
+ * the empty node destroyed (its edge with it) the graph has 2 nodes and 1 edge and copies a's old 3
+ * to e; the clone, its empty node destroyed (then not found), still sets before it copies (e = 11);
+ * cuGraphRemoveDependencies_v2 with default edge data removes the last edge.
  *
  * Output: "ok <check>" per check, then "done"; a failure prints "FAIL ..." on stderr, exits 1.
  */
@@ -31,7 +38,10 @@
     X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) \
     X(cuGraphAddMemsetNode) X(cuGraphAddMemcpyNode) X(cuGraphMemsetNodeGetParams)                          \
     X(cuGraphMemsetNodeSetParams) X(cuGraphExecMemsetNodeSetParams) X(cuGraphMemcpyNodeGetParams)          \
-    X(cuGraphMemcpyNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphGetEdges)
+    X(cuGraphMemcpyNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphGetEdges) X(cuGraphGetNodes)        \
+    X(cuGraphClone) X(cuGraphNodeFindInClone) X(cuGraphNodeGetType) X(cuGraphNodeGetDependencies)           \
+    X(cuGraphAddEmptyNode) X(cuGraphAddDependencies) X(cuGraphRemoveDependencies)                           \
+    X(cuGraphRemoveDependencies_v2) X(cuGraphDestroyNode)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -184,6 +194,75 @@ int main(void) {
     CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphGetEdges, g, from, NULL, &ne);
     printf("ok edges\n");
 
+    CUdeviceptr e;
+    CU(cuMemAlloc_v2, &e, 4 * N);
+    CU(cuMemsetD32_v2, a, 3, N);
+    CU(cuMemsetD32_v2, e, 0, N);
+    CUgraph g2, gc;
+    CUgraphNode n0, n1, n2, c0, c1, c2, found;
+    CU(cuGraphCreate, &g2, 0);
+    sp = set_of(a, 11);
+    CU(cuGraphAddMemsetNode, &n0, g2, NULL, 0, &sp, ctx);
+    cp = copy_of(a, e);
+    CU(cuGraphAddMemcpyNode, &n1, g2, &n0, 1, &cp, ctx);
+    CU(cuGraphAddEmptyNode, &n2, g2, &n0, 1);
+    CU(cuGraphClone, &gc, g2);
+    CU(cuGraphNodeFindInClone, &c0, n0, gc);
+    CU(cuGraphNodeFindInClone, &c1, n1, gc);
+    CU(cuGraphNodeFindInClone, &c2, n2, gc);
+    CHECK(c0 && c1 && c2 && c0 != n0 && c1 != n1 && c1 != c0, "clone nodes", c0 != NULL, c1 != NULL);
+    CUgraphNodeType t;
+    CU(cuGraphNodeGetType, c1, &t);
+    CHECK(t == CU_GRAPH_NODE_TYPE_MEMCPY, "the clone's copy node is a memcpy node", t, CU_GRAPH_NODE_TYPE_MEMCPY);
+    CUgraphNode dl[2];
+    size_t nd = 2;
+    CU(cuGraphNodeGetDependencies, c1, dl, &nd);
+    CHECK(nd == 1 && dl[0] == c0, "the clone's copy depends on the clone's memset", nd, dl[0] == c0);
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphNodeFindInClone, &found, ms, gc);
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphNodeFindInClone, &found, n0, g);
+
+    CU(cuGraphRemoveDependencies, g2, &n0, &n1, 1);
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphRemoveDependencies, g2, &n0, &n1, 1);
+    CUgraphEdgeData ed;
+    memset(&ed, 0, sizeof ed);
+    ed.type = 1;
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphRemoveDependencies_v2, g2, &n0, &n2, &ed, 1);
+    CU(cuGraphGetEdges, g2, NULL, NULL, &ne);
+    CHECK(ne == 1, "one edge left after the removal", ne, 1);
+    CU(cuGraphAddDependencies, g2, &n1, &n0, 1);
+    CU(cuGraphDestroyNode, n2);
+    size_t nn = 0;
+    CU(cuGraphGetNodes, g2, NULL, &nn);
+    ne = 3;
+    CU(cuGraphGetEdges, g2, from, to, &ne);
+    CHECK(nn == 2 && ne == 1 && from[0] == n1 && to[0] == n0, "a destroyed node leaves with its edges", nn, ne);
+    CUgraphExec e3, e4;
+    CU(cuGraphInstantiateWithFlags, &e3, g2, 0);
+    CU(cuGraphLaunch, e3, s);
+    CU(cuStreamSynchronize, s);
+    expect_all(e, 3, "the copy now runs before the memset");
+    expect_all(a, 11, "the memset ran after the copy");
+
+    CU(cuGraphDestroyNode, c2);
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphNodeFindInClone, &found, n2, gc);
+    CU(cuGraphGetNodes, gc, NULL, &nn);
+    CHECK(nn == 2, "the clone's node destroyed", nn, 2);
+    CU(cuMemsetD32_v2, a, 3, N);
+    CU(cuMemsetD32_v2, e, 0, N);
+    CU(cuGraphInstantiateWithFlags, &e4, gc, 0);
+    CU(cuGraphLaunch, e4, s);
+    CU(cuStreamSynchronize, s);
+    expect_all(e, 11, "the clone keeps the original's edges");
+    memset(&ed, 0, sizeof ed);
+    CU(cuGraphRemoveDependencies_v2, g2, &n1, &n0, &ed, 1);
+    CU(cuGraphGetEdges, g2, NULL, NULL, &ne);
+    CHECK(ne == 0, "no edge left", ne, 0);
+    printf("ok editing\n");
+
+    CU(cuGraphExecDestroy, e3);
+    CU(cuGraphExecDestroy, e4);
+    CU(cuGraphDestroy, gc);
+    CU(cuGraphDestroy, g2);
     CU(cuGraphExecDestroy, e1);
     CU(cuGraphExecDestroy, e2);
     CU(cuGraphDestroy, g);

@@ -132,6 +132,13 @@ exports! { CUresult;
         n: val usize) = graph::add_dependencies;
     cuGraphAddDependencies_v2(graph: val CUgraph, from: val *const CUgraphNode, to: val *const CUgraphNode,
         edges: val *const CUgraphEdgeData, n: val usize) = graph::add_dependencies_v2;
+    cuGraphDestroyNode(node: val CUgraphNode) = graph_edit::destroy_node;
+    cuGraphRemoveDependencies(graph: val CUgraph, from: val *const CUgraphNode, to: val *const CUgraphNode,
+        n: val usize) = graph_edit::remove_dependencies;
+    cuGraphRemoveDependencies_v2(graph: val CUgraph, from: val *const CUgraphNode, to: val *const CUgraphNode,
+        edges: val *const CUgraphEdgeData, n: val usize) = graph_edit::remove_dependencies_v2;
+    cuGraphNodeFindInClone(pnode: out CUgraphNode, original: val CUgraphNode, clone: val CUgraph)
+        = graph_edit::find_in_clone;
     cuGraphExecKernelNodeSetParams_v2(exec: val CUgraphExec, node: val CUgraphNode,
         params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::exec_kernel_node_set_params;
     cuGraphAddMemcpyNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,

@@ -433,7 +433,7 @@ pub(super) fn graph_launch(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> 
 // ---- graphs built node by node (the daemon holds the nodes; handles are kind GraphNode) ----
 
 /// The daemon's node ids of `deps[..n]`, all issued by endpoint `ep`.
-fn node_ids(deps: *const CUgraphNode, n: usize, ep: usize) -> R<Vec<u64>> {
+pub(super) fn node_ids(deps: *const CUgraphNode, n: usize, ep: usize) -> R<Vec<u64>> {
     if n == 0 {
         return Ok(Vec::new());
     }

@@ -74,6 +74,11 @@ pub(super) fn added_memcpy(graph: CUgraph, node: *const CUgraphNode, p: CUDA_MEM
     table().0.insert(h, (graph as u64, Params::Memcpy(p)));
 }
 
+/// Forgets a destroyed node.
+pub(super) fn forget_node(node: CUgraphNode) {
+    table().0.remove(&(node as u64));
+}
+
 /// Forgets the nodes of a destroyed graph.
 pub(super) fn forget_graph(graph: CUgraph) {
     table().0.retain(|_, (g, _)| *g != graph as u64);

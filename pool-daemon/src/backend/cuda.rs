@@ -161,6 +161,9 @@ driver_table! {
     cuGraphAddDependencies: fn(cu::CUgraph, *const cu::CUgraphNode, *const cu::CUgraphNode, usize);
     cuGraphExecKernelNodeSetParams_v2: fn(cu::CUgraphExec, cu::CUgraphNode, *const cu::CUDA_KERNEL_NODE_PARAMS);
     cuGraphClone: fn(*mut cu::CUgraph, cu::CUgraph);
+    cuGraphDestroyNode: fn(cu::CUgraphNode);
+    cuGraphRemoveDependencies: fn(cu::CUgraph, *const cu::CUgraphNode, *const cu::CUgraphNode, usize);
+    cuGraphNodeFindInClone: fn(*mut cu::CUgraphNode, cu::CUgraphNode, cu::CUgraph);
     cuGraphExecUpdate_v2: fn(cu::CUgraphExec, cu::CUgraph, *mut cu::CUgraphExecUpdateResultInfo);
     cuGraphDebugDotPrint: fn(cu::CUgraph, *const c_char, u32);
     cuGraphMemsetNodeSetParams: fn(cu::CUgraphNode, *const cu::CUDA_MEMSET_NODE_PARAMS);

@@ -304,7 +304,7 @@ impl Session {
     }
 
     /// The backend nodes of `deps`, which must be nodes of `graph`.
-    fn deps(&self, graph: GraphId, deps: &[u64]) -> Result<Vec<CUgraphNode>> {
+    pub(super) fn deps(&self, graph: GraphId, deps: &[u64]) -> Result<Vec<CUgraphNode>> {
         deps.iter()
             .map(|d| match self.graphs.nodes.get(d) {
                 Some((g, n)) if *g == graph => Ok(n.0),
@@ -463,6 +463,11 @@ impl Session {
         self.graphs.host_nodes.insert(added.node, (func, user));
         self.graphs.host_graphs.insert(graph);
         Ok(added)
+    }
+
+    /// A destroyed node's host function is no longer named by it.
+    pub(super) fn forget_host_node(&mut self, node: u64) {
+        self.graphs.host_nodes.remove(&node);
     }
 
     /// A host node of this session's graphs: (graph, backend node).

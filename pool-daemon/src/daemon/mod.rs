@@ -37,6 +37,7 @@ pub mod dispatch;
 pub mod exec;
 pub mod graph;
 pub mod graph_capture;
+pub mod graph_edit;
 pub mod graph_mem;
 pub mod graph_params;
 pub mod host_fn;

@@ -1040,6 +1040,26 @@ impl Serve for Session {
         self.add_event_node(graph, &deps, event, wait)
     }
 
+    fn graph_destroy_node(&mut self, _cx: Cx<'_>, node: u64) -> Result<answer::Ok> {
+        self.destroy_node(node)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_remove_dependencies(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        from: Vec<u64>,
+        to: Vec<u64>,
+    ) -> Result<answer::Ok> {
+        self.remove_dependencies(graph, &from, &to)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_node_find_in_clone(&mut self, _cx: Cx<'_>, node: u64, clone: GraphId) -> Result<answer::GraphNode> {
+        self.find_in_clone(node, clone)
+    }
+
     fn graph_add_dependencies(
         &mut self,
         _cx: Cx<'_>,

@@ -314,6 +314,11 @@ op_table! {
     0x0b31 GraphExecMemsetNodeSetParams graph_exec_memset_node_set_params { exec: GraphExecId, node: u64, set: Memset } => Ok;
     0x0b32 GraphMemcpyNodeSetParams graph_memcpy_node_set_params { node: u64, copy: Copy3D } => Ok;
     0x0b33 GraphExecMemcpyNodeSetParams graph_exec_memcpy_node_set_params { exec: GraphExecId, node: u64, copy: Copy3D } => Ok;
+    /// Graph editing (pool-daemon's daemon/graph_edit.rs): a node destroyed with its edges, edges
+    /// removed, and the node of `clone` (a `GraphClone` of the node's graph) that copies `node`.
+    0x0b34 GraphDestroyNode graph_destroy_node { node: u64 } => Ok;
+    0x0b35 GraphRemoveDependencies graph_remove_dependencies { graph: GraphId, from: Vec<u64>, to: Vec<u64> } => Ok;
+    0x0b36 GraphNodeFindInClone graph_node_find_in_clone { node: u64, clone: GraphId } => GraphNode;
     0x0b27 StreamUpdateCaptureDependencies stream_update_capture_dependencies { stream: StreamId, deps: Vec<u64>, set: bool } => Ok;
     // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
     // own addresses, never used by the daemon, only handed back when the function must run.

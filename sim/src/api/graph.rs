@@ -192,7 +192,7 @@ fn update_deps(h: CUstream, deps: *mut CUgraphNode, n: usize, flags: c_uint, d: 
         return fail(CUresult::CUDA_ERROR_ILLEGAL_STATE, || "the stream is not capturing".into());
     };
     let list = deps_of(a.handle, deps.cast_const(), n)?;
-    if list.iter().any(|&i| i >= a.graph.nodes().len()) {
+    if list.iter().any(|&i| !Graph::live(&a.graph.nodes(), i)) {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a dependency is not a node of the capture's graph".into());
     }
     if flags == 1 {
@@ -655,7 +655,7 @@ fn node_in_graph(node: CUgraphNode) -> CuResult<(Arc<Graph>, usize)> {
     let graph = node as u64 & ((1 << 48) - 1);
     let g = graph_of(graph as CUgraph)?;
     let i = node_of(graph, node)?;
-    if i >= g.nodes().len() {
+    if !Graph::live(&g.nodes(), i) {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a node"));
     }
     Ok((g, i))
@@ -790,6 +790,9 @@ fn add_dependencies(graph: CUgraph, from: *const CUgraphNode, to: *const CUgraph
     // All or nothing: every edge is checked before any is added.
     for (k, (&a, &b)) in from.iter().zip(&to).enumerate() {
         let twice = from[..k].iter().zip(&to[..k]).any(|(&x, &y)| (x, y) == (a, b));
+        if !Graph::live(&nodes, a) || !Graph::live(&nodes, b) {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a node is not in the graph".into());
+        }
         if a == b || nodes[b].deps.contains(&a) || twice {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
                 "the dependency exists or joins a node to itself".into()
@@ -863,7 +866,7 @@ pub unsafe extern "C" fn cuGraphClone(pclone: *mut CUgraph, graph: CUgraph) -> C
         if crate::graph_mem::has_nodes(graph as u64) {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a graph with memory nodes cannot be cloned".into());
         }
-        let copy = Graph::new(g.ctx_handle, g.nodes().clone());
+        let copy = Graph::clone_of(&g, graph as u64);
         out(pclone, initialized()?.graphs.insert(Arc::new(copy)) as CUgraph)
     })
 }
@@ -875,6 +878,7 @@ fn dot(nodes: &[Node], prefix: &str, out: &mut String) {
     for (i, x) in nodes.iter().enumerate() {
         let id = format!("{prefix}node_{i}");
         match &x.op {
+            Op::Removed => continue,
             Op::Child(c) => {
                 let _ = writeln!(out, "subgraph cluster_{id} {{\nlabel=\"{id} CHILD_GRAPH\";");
                 dot(c, &format!("{id}_"), out);
@@ -1075,6 +1079,8 @@ fn node_type(op: &Op) -> CUgraphNodeType {
         Op::Empty => T::CU_GRAPH_NODE_TYPE_EMPTY,
         Op::MemAlloc(_) => T::CU_GRAPH_NODE_TYPE_MEM_ALLOC,
         Op::MemFree(_) => T::CU_GRAPH_NODE_TYPE_MEM_FREE,
+        // Never asked: node_in_graph refuses a destroyed node.
+        Op::Removed => T::CU_GRAPH_NODE_TYPE_EMPTY,
     }
 }
 
@@ -1136,8 +1142,11 @@ pub unsafe extern "C" fn cuGraphGetEdges(
 pub unsafe extern "C" fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, n: *mut usize) -> CUresult {
     cuda_entry(|| {
         let g = graph_of(graph)?;
-        let count = g.nodes().len();
-        list_out(nodes, n, (0..count).map(|i| node_handle(graph as u64, i)).collect())
+        let live: Vec<_> = {
+            let all = g.nodes();
+            (0..all.len()).filter(|&i| Graph::live(&all, i)).map(|i| node_handle(graph as u64, i)).collect()
+        };
+        list_out(nodes, n, live)
     })
 }
 
@@ -1149,7 +1158,7 @@ pub unsafe extern "C" fn cuGraphGetRootNodes(graph: CUgraph, nodes: *mut CUgraph
             .nodes()
             .iter()
             .enumerate()
-            .filter(|(_, x)| x.deps.is_empty())
+            .filter(|(_, x)| x.deps.is_empty() && !matches!(x.op, Op::Removed))
             .map(|(i, _)| node_handle(graph as u64, i))
             .collect();
         list_out(nodes, n, roots)
@@ -1187,5 +1196,88 @@ pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
             .map(|(j, _)| node_handle(graph, j))
             .collect();
         list_out(dependents, n, list)
+    })
+}
+
+// ---- editing: destroying nodes and edges, finding a node in a clone ----
+
+/// NVIDIA: "Nodes which belong to a graph which contains allocation or free nodes cannot be
+/// destroyed", nor their dependencies removed.
+fn no_mem_nodes(graph: u64) -> CuResult<()> {
+    if crate::graph_mem::has_nodes(graph) {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a graph with memory nodes cannot be edited".into());
+    }
+    Ok(())
+}
+
+/// `cuGraphDestroyNode`: the node leaves its graph with every edge to or from it; graphs
+/// instantiated before keep it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> CUresult {
+    cuda_entry(|| {
+        let (g, i) = node_in_graph(node)?;
+        no_mem_nodes(node as u64 & ((1 << 48) - 1))?;
+        g.destroy_node(i)
+    })
+}
+
+fn remove_dependencies(graph: CUgraph, from: *const CUgraphNode, to: *const CUgraphNode, n: usize) -> CuResult<()> {
+    let g = graph_of(graph)?;
+    no_mem_nodes(graph as u64)?;
+    let from = deps_of(graph as u64, from, n)?;
+    let to = deps_of(graph as u64, to, n)?;
+    g.remove_deps(&from, &to)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphRemoveDependencies(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    n: usize,
+) -> CUresult {
+    cuda_entry(|| remove_dependencies(graph, from, to, n))
+}
+
+/// Every edge here has the default data (type 0, ports 0), so other edge data names an edge that
+/// does not exist: CUDA_ERROR_INVALID_VALUE, as NVIDIA documents for one.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphRemoveDependencies_v2(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+) -> CUresult {
+    cuda_entry(|| {
+        if default_edges(edges, n).is_err() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "no edge with that edge data exists".into());
+        }
+        remove_dependencies(graph, from, to, n)
+    })
+}
+
+/// `cuGraphNodeFindInClone`: the node of `clone` (made by `cuGraphClone`) that copies `original`,
+/// a node its original graph had when cloned; CUDA_ERROR_INVALID_VALUE if there is none (another
+/// graph's node, a node added later, or the clone's copy destroyed).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeFindInClone(
+    pnode: *mut CUgraphNode,
+    original: CUgraphNode,
+    clone: CUgraph,
+) -> CUresult {
+    cuda_entry(|| {
+        if pnode.is_null() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null output pointer".into());
+        }
+        let c = graph_of(clone)?;
+        let Some((from, len)) = c.origin else {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the graph is not a clone".into());
+        };
+        let i = node_of(from, original)?;
+        if i >= len || !Graph::live(&c.nodes(), i) {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the node has no copy in the clone".into());
+        }
+        out(pnode, node_handle(clone as u64, i))
     })
 }
