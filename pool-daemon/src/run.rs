@@ -78,8 +78,16 @@ pub(crate) const STAND_INS: [(&str, &[u8]); 6] = [
 /// Driver sonames a program may name in DT_NEEDED (linked with `-lcuda`, as CuPy 12's
 /// modules are, or with `-lascendcl`, as a CANN program is): links to the interposer itself,
 /// so a client machine needs no driver and no CANN.
-pub(crate) const DRIVER_SONAMES: [&str; 6] =
-    ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libascendcl.so", "libopapi.so", "libdcmi.so"];
+pub(crate) const DRIVER_SONAMES: [&str; 7] = [
+    "libcuda.so.1",
+    "libcuda.so",
+    "libnvidia-ml.so.1",
+    "libascendcl.so",
+    // CANN ships aclCreateTensor and the rest of acl_meta.h here; its samples link it.
+    "libnnopbase.so",
+    "libopapi.so",
+    "libdcmi.so",
+];
 
 /// A directory holding the runtime stand-ins and the driver links, private to this
 /// user: under `$XDG_RUNTIME_DIR` (else the temp dir), named by their content and the

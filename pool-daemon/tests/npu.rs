@@ -2,8 +2,10 @@
 //! simulated GPU and the simulated NPU (sim-npu) serves both from one device list, one ledger
 //! and one session type. tests/c/npu_pool_client.c, built against our CANN header and linked
 //! with -lascendcl -lopapi, runs unmodified under `gpupool run --memory 1536MiB`: the runtime
-//! sequence and aclnnAdd/Mul/Matmul against the CPU, operands past their memory refused, aclrtGetMemInfo equal to the quota, 207001 exactly at it, foreign handles
-//! refused. A client killed while copying leaves no session and no bytes; on the wire, another
+//! sequence and the operators against the CPU, an operand past its memory faulting its context,
+//! aclrtGetMemInfo equal to the quota, 207001 exactly at it, foreign handles refused. The
+//! simulator's own quickstart (tests/c/npu_quickstart.c, 165 checks) runs unmodified under
+//! `gpupool run` too, as it runs on the simulator directly. A client killed while copying leaves no session and no bytes; on the wire, another
 //! session's NPU memory is refused; `gpupool status` lists the NPUs.
 
 mod common;
@@ -49,7 +51,7 @@ fn wait_idle(d: &Daemon) {
     loop {
         let doc = d.status();
         let sessions = doc["sessions"].as_array().map_or(0, |s| s.len());
-        let used: u64 = (0..4).map(|dev| d.used("team", dev)).sum();
+        let used: u64 = (0..5).map(|dev| d.used("team", dev)).sum();
         if sessions == 0 && used == 0 {
             return;
         }
@@ -101,7 +103,7 @@ fn run_client(d: &Daemon, mut cmd: Command) {
         "events order two streams and time them",
         "aclnnAdd, aclnnMul, aclnnMatmul and aclnnSoftmax through the pool match the CPU",
         "aclnnReduceSum through the pool matches the CPU in fp32 and fp16",
-        "operands past their memory and foreign tensors are refused",
+        "an operand past its memory faults its context; views past storage and foreign tensors are refused",
         "a 24 MiB round trip is byte-exact",
         "out of memory exactly at the quota with 207001",
         "handles and memory not this process's are refused",
@@ -128,7 +130,8 @@ fn a_tenant_killed_mid_copy_leaves_nothing() {
     // Several round trips of 256 MiB are under way by now.
     std::thread::sleep(Duration::from_millis(300));
     let npu = d.status()["devices"].as_array().unwrap().iter().position(|x| x["kind"] == "npu").unwrap() as u64;
-    assert_eq!(d.used("team", npu), 256 << 20, "{}", d.log());
+    // aclrtMalloc's charge: the size plus CANN's 32 bytes of padding.
+    assert_eq!(d.used("team", npu), (256 << 20) + 32, "{}", d.log());
     let pid = rustix::process::Pid::from_raw(pid).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
     let st = child.wait().unwrap();
@@ -442,4 +445,124 @@ fn one_process_uses_a_gpu_and_an_npu_in_one_ledger() {
     let status = child.wait().unwrap();
     assert!(status.success() && text.ends_with("done\n"), "{status}:\n{text}\n{}", d.log());
     wait_idle(&d);
+}
+
+/// tests/c/npu_quickstart.c, the simulated NPU's own client (tests/tests/npu.rs runs it on the
+/// simulator directly), built and linked as there and run unmodified under `gpupool run`.
+fn quickstart_exe() -> PathBuf {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("npu-pool");
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("npu_quickstart");
+        let l = format!("-L{}", gpupool_e2e::sim_libdir().display());
+        gpupool_e2e::compile_c_into(
+            "npu_quickstart.c",
+            &exe,
+            &[&l, "-lascendcl", "-lnnopbase", "-lopapi", "-ldcmi", "-lm"],
+        );
+        exe
+    })
+    .clone()
+}
+
+/// Runs the quickstart under `gpupool run ARGS -- npu_quickstart`, telling it (as its own
+/// variables do on the simulator) how many NPUs it sees and how much memory each shows.
+fn run_quickstart(d: &Daemon, args: &[&str], devices: &str, memory: &str, must_run: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["run", "--endpoint", &d.endpoint()])
+        .args(args)
+        .arg("--")
+        .arg(quickstart_exe())
+        .env("GPUPOOL_SIM_NPU_DEVICES", devices)
+        .env("GPUPOOL_SIM_NPU_MEMORY", memory)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        out.status.success() && fails.is_empty() && stdout.contains("SUMMARY"),
+        "npu_quickstart under gpupool run {args:?}: {}\n{}\n--- stdout ---\n{stdout}\n--- stderr ---\n{}\n{}",
+        out.status,
+        fails.join("\n"),
+        String::from_utf8_lossy(&out.stderr),
+        d.log()
+    );
+    for check in must_run {
+        assert!(stdout.lines().any(|l| l == format!("PASS {check}")), "check {check} did not run:\n{stdout}");
+    }
+    // The faulting operands never reached the backend: the daemon refused to run them.
+    assert!(d.log().contains("reaches past its allocation"), "{}", d.log());
+    wait_idle(d);
+}
+
+#[test]
+fn the_simulators_quickstart_runs_unmodified_under_gpupool_run() {
+    ensure_interposer();
+    let d = Daemon::start_env(Some(&common::tenant_config("8GiB")), &[], &NPU_ENV);
+    run_quickstart(
+        &d,
+        &[],
+        "2",
+        "4GiB",
+        &[
+            "quickstart.add_matches_cpu",
+            "quickstart.matmul_matches_cpu",
+            "quickstart.softmax_matches_cpu",
+            "quickstart.reducesum_matches_cpu",
+            "fp16.matmul_then_add_match_cpu",
+            "views.transposed_matmul_matches_cpu",
+            "views.sparse_and_offset_views",
+            "events.ordered_across_streams",
+            "events.elapsed_needs_time_line",
+            "errors.aclnn_executor_runs_once",
+            "errors.last_error_reset",
+            "meminfo.malloc_charges_size_rounded_plus_32",
+            "dcmi.chip_name",
+            "dcmi.hbm_usage_is_used",
+            "dcmi.aicore_utilization_while_busy",
+            "dcmi.aicore_utilization_of_idle_device",
+            "oom.larger_than_the_device",
+            "fault.synchronize_reports_aicore_exception",
+            "fault.nothing_written",
+            "threads.other_context_unaffected",
+            "churn.four_threads_thirty_rounds",
+            "device_sync.waited_for_the_other_contexts_stream",
+            "reset.healthy_again",
+        ],
+    );
+    // A CANN program also names libnnopbase.so (aclCreateTensor's library): `gpupool run` links it
+    // to the interposer like the other CANN sonames.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["run", "--endpoint", &d.endpoint(), "--", "sh", "-c"])
+        .arg(r#"for d in $(echo "$LD_LIBRARY_PATH" | tr : ' '); do readlink -f "$d/libnnopbase.so"; done"#)
+        .output()
+        .unwrap();
+    let found = String::from_utf8_lossy(&out.stdout);
+    assert!(found.lines().any(|l| l.ends_with("/libgpupool.so")), "libnnopbase.so under gpupool run: {found:?}");
+}
+
+/// Under a 256 MiB quota on each of three NPUs the quickstart sees three devices of 256 MiB and
+/// fills device 0 exactly (aclrtMallocAlign32 of everything free) to ACL_ERROR_RT_MEMORY_ALLOCATION.
+#[test]
+fn the_quickstart_runs_out_of_memory_exactly_at_a_256_mib_quota() {
+    ensure_interposer();
+    let env = [("GPUPOOL_SIM_NPU_DEVICES", "3"), ("GPUPOOL_SIM_NPU_MEMORY", "4GiB")];
+    let d = Daemon::start_env(Some(&common::tenant_config("8GiB")), &[], &env);
+    run_quickstart(
+        &d,
+        &["--memory", "256MiB"],
+        "3",
+        "256MiB",
+        &[
+            "device.count.value",
+            "meminfo.total_is_the_device",
+            "oom.all_of_it",
+            "oom.nothing_left",
+            "oom.one_more_byte",
+            "oom.message",
+            "oom.fits_again",
+        ],
+    );
+    assert!(d.log().contains("NPU allocation refused"), "{}", d.log());
 }

@@ -2,8 +2,8 @@
  * unmodified under `gpupool run` (pool-daemon/tests/npu.rs): the quickstart's runtime sequence
  * (devices, a context, a stream, memory, copies both ways, device to device, memset, async
  * copies) and the operators aclnnAdd, aclnnMul, aclnnMatmul, aclnnSoftmax and aclnnReduceSum (fp32
- * and fp16) checked against the CPU, an
- * operand past its allocation refused, aclrtGetMemInfo equal to the tenant's quota, out of memory
+ * and fp16) checked against the CPU, an operand past its allocation faulting its context (never
+ * run), aclrtGetMemInfo equal to the tenant's quota, out of memory
  * exactly at the quota with ACL_ERROR_RT_MEMORY_ALLOCATION, and handles this process never
  * made refused.
  *   npu_pool_client QUOTA_MIB            the checks; prints "ok <check>" lines, then "done"
@@ -48,6 +48,9 @@ static void ok(const char *check) {
     if (failures == 0) printf("ok %s\n", check);
     fflush(stdout);
 }
+
+/* What aclrtMalloc costs, as CANN documents: the size rounded up to 32 bytes, plus 32. */
+static size_t charge(size_t n) { return (n + 31) / 32 * 32 + 32; }
 
 /* IEEE half bits of a float that fp16 holds exactly (normal values, no rounding needed). */
 static uint16_t half_bits(float f) {
@@ -281,18 +284,33 @@ int main(int argc, char **argv) {
         aclDestroyIntArray(lall);
         ok("aclnnReduceSum through the pool matches the CPU in fp32 and fp16");
 
-        /* A view whose storage reaches past its allocation, and a tensor this process never
-         * made: refused before anything runs. */
+        /* A storage reaching past its allocation is accepted (CANN cannot see an allocation's end)
+         * and faults its context when it runs, which the daemon never lets it do: in a context of
+         * its own, the launch is accepted, the synchronize is ACL_ERROR_RT_AICORE_EXCEPTION, and
+         * the output is untouched. A view past its storage and a tensor this process never made
+         * are refused before anything runs. */
         int64_t st_big[1] = {M * K * 4};
         aclTensor *past = aclCreateTensor(mk, 2, ACL_FLOAT, s_mk, 0, ACL_FORMAT_ND, st_big, 1, da);
-        CHECK(aclnnAddGetWorkspaceSize(past, tb, alpha, tout, &ws, &ex) == ACLNN_ERR_PARAM_INVALID, "past the allocation");
+        aclrtContext main_ctx = NULL, fctx = NULL;
+        ACL(aclrtGetCurrentContext(&main_ctx));
+        ACL(aclrtCreateContext(&fctx, 0));
+        float before[M * K], after[M * K];
+        ACL(aclrtMemcpy(before, sizeof before, dout, sizeof before, ACL_MEMCPY_DEVICE_TO_HOST));
+        CHECK(aclnnAddGetWorkspaceSize(past, tb, alpha, tout, &ws, &ex) == ACLNN_SUCCESS, "past: prepared");
+        CHECK(aclnnAdd(NULL, ws, ex, NULL) == ACLNN_SUCCESS, "past: launched");
+        CHECK(aclrtSynchronizeDevice() == ACL_ERROR_RT_AICORE_EXCEPTION, "past: the context faults");
+        CHECK(aclrtMalloc(&(void *){NULL}, 64, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_ERROR_RT_AICORE_EXCEPTION, "sticky");
+        ACL(aclrtDestroyContext(fctx));
+        ACL(aclrtSetCurrentContext(main_ctx));
+        ACL(aclrtMemcpy(after, sizeof after, dout, sizeof after, ACL_MEMCPY_DEVICE_TO_HOST));
+        CHECK(memcmp(before, after, sizeof after) == 0, "past: the output was written");
         int64_t far[2] = {M, K * 2};
         aclTensor *wide = aclCreateTensor(far, 2, ACL_FLOAT, s_mk, 0, ACL_FORMAT_ND, st_mk, 1, da);
         CHECK(aclnnMulGetWorkspaceSize(wide, tb, tprod, &ws, &ex) == ACLNN_ERR_PARAM_INVALID, "a view past its storage");
         CHECK(aclnnMulGetWorkspaceSize((aclTensor *)(uintptr_t)0x4000, tb, tprod, &ws, &ex) == ACLNN_ERR_PARAM_INVALID,
               "a foreign tensor");
         CHECK(aclnnMulGetWorkspaceSize(ta, tb, tprod, NULL, &ex) == ACLNN_ERR_PARAM_NULLPTR, "NULL workspace size");
-        ok("operands past their memory and foreign tensors are refused");
+        ok("an operand past its memory faults its context; views past storage and foreign tensors are refused");
         aclDestroyTensor(past), aclDestroyTensor(wide);
         aclDestroyTensor(ta), aclDestroyTensor(tb), aclDestroyTensor(tout), aclDestroyTensor(tprod);
         aclDestroyTensor(tmb), aclDestroyTensor(tmc), aclDestroyScalar(alpha);
@@ -342,11 +360,12 @@ int main(int argc, char **argv) {
     ok("a 24 MiB round trip is byte-exact");
 
     /* The quota: what is held, then exactly the rest fits, and one more MiB does not. */
-    size_t held = 2 * n * sizeof(float) + big;
+    size_t held = 2 * charge(n * sizeof(float)) + charge(big);
     ACL(aclrtGetMemInfo(ACL_HBM_MEM, &free_b, &total_b));
     CHECK(total_b == quota && free_b == quota - held, "free %zu total %zu after %zu held", free_b, total_b, held);
     void *rest = NULL;
-    aclError e = aclrtMalloc(&rest, quota - held, ACL_MEM_MALLOC_HUGE_FIRST);
+    /* aclrtMallocAlign32 adds no padding: exactly the rest. */
+    aclError e = aclrtMallocAlign32(&rest, quota - held, ACL_MEM_MALLOC_HUGE_FIRST);
     CHECK(e == ACL_SUCCESS, "the rest of the quota: %d", e);
     void *more = NULL;
     e = aclrtMalloc(&more, MIB, ACL_MEM_MALLOC_HUGE_FIRST);
@@ -368,8 +387,10 @@ int main(int argc, char **argv) {
     /* Handles this process never made: refused, nothing sent for them. */
     CHECK(aclrtDestroyStream((aclrtStream)(uintptr_t)0x5000) == (aclError)ACL_ERROR_RT_INVALID_HANDLE, "foreign stream");
     CHECK(aclrtFree((void *)(uintptr_t)0x7f0000001000) == ACL_ERROR_INVALID_PARAM, "foreign pointer");
-    CHECK(aclrtSetCurrentContext((aclrtContext)(uintptr_t)0x9000) == ACL_ERROR_INVALID_PARAM, "foreign context");
-    /* Past the allocation's end: the daemon refuses it (it is not this session's memory). */
+    CHECK(aclrtSetCurrentContext((aclrtContext)(uintptr_t)0x9000) == (aclError)ACL_ERROR_RT_INVALID_HANDLE,
+          "foreign context");
+    /* Past the allocation's end: refused (107000) as CANN refuses it, before the daemon, which
+     * would refuse it too (it is not this session's memory). */
     e = aclrtMemcpy(back, 2 * n * sizeof(float), dx, 2 * n * sizeof(float), ACL_MEMCPY_DEVICE_TO_HOST);
     CHECK(e == (aclError)ACL_ERROR_RT_PARAM_INVALID, "a copy past the allocation: %d", e);
     CHECK(aclrtSetDevice(7) == (aclError)ACL_ERROR_RT_INVALID_DEVICEID, "device 7");

@@ -22,8 +22,8 @@ pub struct Ops {
     tensors: std::collections::HashSet<usize>,
     scalars: std::collections::HashSet<usize>,
     int_arrays: std::collections::HashSet<usize>,
-    /// Executor handle -> (endpoint, the daemon's executor id, the operator).
-    execs: HashMap<u64, (usize, u64, u32)>,
+    /// Executor handle -> (endpoint, the daemon's executor id, the operator, its context handle).
+    execs: HashMap<u64, (usize, u64, u32, u64)>,
 }
 
 fn guard(f: impl FnOnce() -> aclnnStatus) -> aclnnStatus {
@@ -170,7 +170,7 @@ fn prepare(
     }
     let r = client::with(|c| {
         Ok((|| -> Result<(u64, u64), aclnnStatus> {
-            let (_, x) = current(c).map_err(|e| e as aclnnStatus)?;
+            let (ctx, x) = current(c).map_err(|e| e as aclnnStatus)?;
             let mut ts = Vec::new();
             for &t in tensors {
                 if !c.acl.ops.tensors.contains(&(t as usize)) {
@@ -191,7 +191,7 @@ fn prepare(
             let answer::NpuExecutor { exec, workspace_bytes } =
                 c.conn_at(x.ep).and_then(|conn| conn.ask(req)).map_err(|e| acl_code(c.note(e)))?;
             let h = new_handle(c);
-            c.acl.ops.execs.insert(h, (x.ep, exec, op));
+            c.acl.ops.execs.insert(h, (x.ep, exec, op, ctx));
             Ok((h, workspace_bytes))
         })())
     });
@@ -224,14 +224,25 @@ fn run(
     let r = client::with(|c| {
         Ok((|| -> Result<(), aclnnStatus> {
             match c.acl.ops.execs.get(&(executor as u64)) {
-                Some(&(_, _, o)) if o == op => {}
+                Some(&(_, _, o, _)) if o == op => {}
                 _ => return Err(INVALID),
             }
-            let (ep, exec, _) = c.acl.ops.execs.remove(&(executor as u64)).ok_or(INVALID)?;
+            let (ep, exec, _, ctx) = c.acl.ops.execs.remove(&(executor as u64)).ok_or(INVALID)?;
+            if c.acl.faulted.contains(&ctx) {
+                return Err(nn::ACLNN_ERR_RUNTIME_ERROR as aclnnStatus);
+            }
             let stream = stream_of(c, stream, ep)?;
             let req =
                 Request::NpuOpRun { exec, workspace: DevicePtr(workspace as u64), workspace_bytes: ws_bytes, stream };
-            c.conn_at(ep).and_then(|conn| conn.call_ok(req)).map_err(|e| acl_code(c.note(e)))
+            match c.conn_at(ep).and_then(|conn| conn.call_ok(req)).map_err(|e| acl_code(c.note(e))) {
+                // The launch was accepted; as on CANN the fault is the context's from now on,
+                // reported by its next synchronize or call.
+                Err(AICORE_EXCEPTION) => {
+                    c.acl.faulted.insert(ctx);
+                    Ok(())
+                }
+                r => r,
+            }
         })())
     });
     match r.unwrap_or(Err(INVALID)) {

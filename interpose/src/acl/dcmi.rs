@@ -1,10 +1,13 @@
 //! DCMI (`libdcmi.so`, what npu-smi uses) answered by `libgpupool.so` for the NPUs of the pool,
 //! as NVML is for the GPUs: each NPU is a card with one chip (card `n` is the program's NPU
 //! `n`), and its memory is the tenant's view, the quota as the size (the daemon's management
-//! query, `MgmtMemoryInfo`), in MB as DCMI reports it.
+//! query, `MgmtMemoryInfo`), in MB as DCMI reports it. Chip info comes from the device list (the
+//! SoC name split as DCMI splits it, the AI Core count the daemon read from its own DCMI); AI Core
+//! utilization is the daemon's `MgmtUtilization`: operator time charged on that NPU over the last
+//! second, every tenant's, as a device's utilization is.
 
 use super::*;
-use gpupool_shim::dcmi::{self as dc, dcmi_get_memory_info_stru, dcmi_hbm_info};
+use gpupool_shim::dcmi::{self as dc, dcmi_chip_info, dcmi_get_memory_info_stru, dcmi_hbm_info};
 use std::os::raw::{c_int, c_uint};
 
 const INVALID: c_int = dc::DCMI_ERR_CODE_INVALID_PARAMETER;
@@ -16,16 +19,21 @@ fn dcmi(f: impl FnOnce(&mut Client) -> Result<(), c_int>) -> c_int {
     .unwrap_or(dc::DCMI_ERR_CODE_INNER_ERR)
 }
 
-/// (free, total) bytes of card `card`'s chip as the tenant sees them.
-fn memory(c: &mut Client, card: c_int, device: c_int) -> Result<(u64, u64), c_int> {
+/// Card `card`'s chip `device` (the only one, 0).
+fn chip(c: &mut Client, card: c_int, device: c_int) -> Result<Npu, c_int> {
     if c.acl.npus.is_empty() {
         load_npus(c).map_err(|_| dc::DCMI_ERR_CODE_INNER_ERR)?;
     }
-    let n = usize::try_from(card)
+    usize::try_from(card)
         .ok()
         .and_then(|i| c.acl.npus.get(i).copied())
         .filter(|_| device == 0)
-        .ok_or(dc::DCMI_ERR_CODE_INVALID_DEVICE_ID)?;
+        .ok_or(dc::DCMI_ERR_CODE_INVALID_DEVICE_ID)
+}
+
+/// (free, total) bytes of card `card`'s chip as the tenant sees them.
+fn memory(c: &mut Client, card: c_int, device: c_int) -> Result<(u64, u64), c_int> {
+    let n = chip(c, card, device)?;
     let r = c.conn_at(n.ep).and_then(|conn| conn.ask(Request::MgmtMemoryInfo { device: n.ordinal }));
     let answer::MemInfo { free, total } = r.map_err(|e| {
         c.note(e);
@@ -48,6 +56,82 @@ pub unsafe extern "C" fn dcmi_init() -> c_int {
     dcmi(|c| load_npus(c).map_err(|_| dc::DCMI_ERR_CODE_INNER_ERR))
 }
 const _: unsafe extern "C" fn() -> c_int = dc::dcmi_init;
+
+/// `dcmi_get_card_list`: the same list as [`dcmi_get_card_num_list`] (DCMI has both names).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dcmi_get_card_list(card_num: *mut c_int, card_list: *mut c_int, list_len: c_int) -> c_int {
+    // SAFETY: the same contract, passed through.
+    unsafe { dcmi_get_card_num_list(card_num, card_list, list_len) }
+}
+const _: unsafe extern "C" fn(*mut c_int, *mut c_int, c_int) -> c_int = dc::dcmi_get_card_list;
+
+fn name_bytes(s: &str) -> [u8; 32] {
+    let mut a = [0u8; 32];
+    let n = s.len().min(31);
+    a[..n].copy_from_slice(&s.as_bytes()[..n]);
+    a
+}
+
+/// The chip's type and name as DCMI splits a SoC name ("Ascend910B3": "Ascend", "910B3").
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dcmi_get_device_chip_info(
+    card_id: c_int,
+    device_id: c_int,
+    info: *mut dcmi_chip_info,
+) -> c_int {
+    dcmi(|c| {
+        let n = chip(c, card_id, device_id)?;
+        let soc = c.acl.names.get(n.name_index).cloned().unwrap_or_default();
+        let (kind, name) = soc.split_at(soc.find(|ch: char| ch.is_ascii_digit()).unwrap_or(soc.len()));
+        write(
+            info,
+            dcmi_chip_info {
+                chip_type: name_bytes(kind),
+                chip_name: name_bytes(name),
+                chip_ver: name_bytes("V1"),
+                aicore_cnt: n.aicores,
+            },
+        )
+    })
+}
+const _: unsafe extern "C" fn(c_int, c_int, *mut dcmi_chip_info) -> c_int = dc::dcmi_get_device_chip_info;
+
+/// AI Core (and vector, cube, NPU) utilization from the daemon's scheduler; HBM utilization as the
+/// tenant's memory view; anything else is not measured (DCMI_ERR_CODE_NOT_SUPPORT).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dcmi_get_device_utilization_rate(
+    card_id: c_int,
+    device_id: c_int,
+    input_type: c_int,
+    rate: *mut c_uint,
+) -> c_int {
+    dcmi(|c| {
+        let n = chip(c, card_id, device_id)?;
+        if rate.is_null() {
+            return Err(INVALID);
+        }
+        let v = match input_type as u32 {
+            dc::DCMI_UTILIZATION_RATE_AICORE
+            | dc::DCMI_UTILIZATION_RATE_VECTORCORE
+            | dc::DCMI_UTILIZATION_RATE_NPU
+            | dc::DCMI_UTILIZATION_RATE_AICUBE => {
+                let r = c.conn_at(n.ep).and_then(|conn| conn.ask(Request::MgmtUtilization { device: n.ordinal }));
+                let answer::Utilization { gpu_percent, .. } = r.map_err(|e| {
+                    c.note(e);
+                    dc::DCMI_ERR_CODE_INNER_ERR
+                })?;
+                gpu_percent
+            }
+            dc::DCMI_UTILIZATION_RATE_HBM => {
+                let (free, total) = memory(c, card_id, device_id)?;
+                (total.saturating_sub(free) * 100).checked_div(total).unwrap_or(0) as c_uint
+            }
+            _ => return Err(dc::DCMI_ERR_CODE_NOT_SUPPORT),
+        };
+        write(rate, v)
+    })
+}
+const _: unsafe extern "C" fn(c_int, c_int, c_int, *mut c_uint) -> c_int = dc::dcmi_get_device_utilization_rate;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dcmi_get_card_num_list(card_num: *mut c_int, card_list: *mut c_int, list_len: c_int) -> c_int {

@@ -72,10 +72,13 @@ exports! {
         status(with("aclrtDestroyContext", |c| destroy_context(c, context as u64)))
     }
     fn aclrtSetCurrentContext(context: aclrtContext) {
-        status(with("aclrtSetCurrentContext", |c| {
+        status(with("aclrtSetCurrentContext: not a live context of this process", |c| {
             initialized(c)?;
-            if !c.acl.ctxs.contains_key(&(context as u64)) {
+            if context.is_null() {
                 return Err(INVALID_PARAM);
+            }
+            if !c.acl.ctxs.contains_key(&(context as u64)) {
+                return Err(acl::ACL_ERROR_RT_INVALID_HANDLE as aclError);
             }
             CURRENT.with(|x| *x.borrow_mut() = Some(context as u64));
             Ok(())
@@ -87,13 +90,57 @@ exports! {
             out(context, h as aclrtContext)
         }))
     }
-    fn aclrtMalloc(dev_ptr: *mut *mut c_void, size: usize, _policy: acl::aclrtMemMallocPolicy) {
+    fn aclrtMalloc(dev_ptr: *mut *mut c_void, size: usize, policy: acl::aclrtMemMallocPolicy) {
         status(with("aclrtMalloc", |c| {
             if dev_ptr.is_null() {
                 return Err(INVALID_PARAM);
             }
-            let p = malloc(c, size)?;
+            let p = malloc(c, size, policy, true)?;
             out(dev_ptr, p)
+        }))
+    }
+    fn aclrtMallocAlign32(dev_ptr: *mut *mut c_void, size: usize, policy: acl::aclrtMemMallocPolicy) {
+        status(with("aclrtMallocAlign32", |c| {
+            if dev_ptr.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let p = malloc(c, size, policy, false)?;
+            out(dev_ptr, p)
+        }))
+    }
+    fn aclrtGetVersion(major: *mut i32, minor: *mut i32, patch: *mut i32) {
+        // The AscendCL version whose ABI gpupool_acl.h declares.
+        let r = out(major, acl::ACL_MAJOR_VERSION as i32)
+            .and_then(|()| out(minor, acl::ACL_MINOR_VERSION as i32))
+            .and_then(|()| out(patch, acl::ACL_PATCH_VERSION as i32));
+        r.err().map_or(SUCCESS, |e| note_error(e, "aclrtGetVersion: a NULL out-pointer"))
+    }
+    fn aclrtPeekAtLastError(level: acl::aclrtLastErrLevel) {
+        if level != acl::aclrtLastErrLevel::ACL_RT_THREAD_LEVEL { INVALID_PARAM } else { last_code(false) }
+    }
+    fn aclrtGetLastError(level: acl::aclrtLastErrLevel) {
+        if level != acl::aclrtLastErrLevel::ACL_RT_THREAD_LEVEL { INVALID_PARAM } else { last_code(true) }
+    }
+    fn aclrtStreamQuery(stream: aclrtStream, st: *mut acl::aclrtStreamStatus) {
+        status(with("aclrtStreamQuery", |c| {
+            if st.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let done = query_stream(c, stream)?;
+            out(st, if done {
+                acl::aclrtStreamStatus::ACL_STREAM_STATUS_COMPLETE
+            } else {
+                acl::aclrtStreamStatus::ACL_STREAM_STATUS_NOT_READY
+            })
+        }))
+    }
+    fn aclrtQueryEvent(event: acl::aclrtEvent, st: *mut acl::aclrtEventStatus) {
+        status(with("aclrtQueryEvent", |c| {
+            if st.is_null() {
+                return Err(INVALID_PARAM);
+            }
+            let done = query_event(c, event)?;
+            out(st, if done { acl::aclrtEventStatus::ACL_EVENT_STATUS_COMPLETE } else { acl::aclrtEventStatus::ACL_EVENT_STATUS_NOT_READY })
         }))
     }
     fn aclrtFree(dev_ptr: *mut c_void) {
@@ -131,12 +178,20 @@ exports! {
     fn aclrtMemsetAsync(dev_ptr: *mut c_void, max_count: usize, value: i32, count: usize, stream: aclrtStream) {
         status(with("aclrtMemsetAsync", |c| memset(c, dev_ptr, max_count, value, count, Some(stream))))
     }
-    fn aclrtGetMemInfo(_attr: aclrtMemAttr, free: *mut usize, total: *mut usize) {
+    fn aclrtGetMemInfo(attr: aclrtMemAttr, free: *mut usize, total: *mut usize) {
         status(with("aclrtGetMemInfo", |c| {
             if free.is_null() || total.is_null() {
                 return Err(INVALID_PARAM);
             }
-            let (f, t) = mem_info(c)?;
+            // The pool's NPU memory is its HBM (and what CANN counts with it); device DDR none.
+            let (f, t) = match attr.0 {
+                0 | 2 | 3 | 6 | 7 => {
+                    initialized(c)?;
+                    (0, 0)
+                }
+                1 | 4 | 5 | 8..=17 => mem_info(c)?,
+                _ => return Err(INVALID_PARAM),
+            };
             out(free, f)?;
             out(total, t)
         }))
@@ -161,7 +216,8 @@ exports! {
             if event.is_null() {
                 return Err(INVALID_PARAM);
             }
-            let e = create_event(c, 0)?;
+            // CANN's default event: timed and synchronizable.
+            let e = create_event(c, acl::ACL_EVENT_TIME_LINE | acl::ACL_EVENT_SYNC)?;
             out(event, e)
         }))
     }
@@ -239,3 +295,29 @@ pub unsafe extern "C" fn aclGetRecentErrMsg() -> *const c_char {
         .unwrap_or(std::ptr::null())
 }
 const _: unsafe extern "C" fn() -> *const c_char = gpupool_shim::acl::aclGetRecentErrMsg;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclFloat16ToFloat(value: acl::aclFloat16) -> f32 {
+    half::f16::from_bits(value).to_f32()
+}
+const _: unsafe extern "C" fn(acl::aclFloat16) -> f32 = gpupool_shim::acl::aclFloat16ToFloat;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclFloatToFloat16(value: f32) -> acl::aclFloat16 {
+    half::f16::from_f32(value).to_bits()
+}
+const _: unsafe extern "C" fn(f32) -> acl::aclFloat16 = gpupool_shim::acl::aclFloatToFloat16;
+
+/// Bytes per element of a data type, 0 for one CANN does not size.
+#[unsafe(no_mangle)]
+pub extern "C" fn aclDataTypeSize(data_type: acl::aclDataType) -> usize {
+    match data_type.0 {
+        0 | 3 | 8 | 33 => 4,
+        1 | 6 | 7 | 27 => 2,
+        2 | 4 | 12 | 34..=37 => 1,
+        9..=11 | 16 => 8,
+        17 => 16,
+        _ => 0,
+    }
+}
+const _: unsafe extern "C" fn(acl::aclDataType) -> usize = gpupool_shim::acl::aclDataTypeSize;

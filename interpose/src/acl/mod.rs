@@ -18,7 +18,7 @@
 
 use crate::api::copy::{read_device, write_device};
 use crate::client::{self, Client};
-use gpupool_protocol::ops::{Memset, MemsetValue, VENDOR_ASCEND, answer};
+use gpupool_protocol::ops::{Memset, MemsetValue, NPU_ATTR_AICORES, VENDOR_ASCEND, answer};
 use gpupool_protocol::{CtxId, DevicePtr, Request, StreamId};
 use gpupool_shim::acl::{
     self as acl, aclError, aclrtContext, aclrtMemAttr, aclrtMemcpyKind, aclrtRunMode, aclrtStream,
@@ -34,6 +34,8 @@ pub struct Npu {
     pub ep: usize,
     pub ordinal: u32,
     pub name_index: usize,
+    /// AI Cores, as the daemon's DCMI counted them (0: not known).
+    pub aicores: u32,
 }
 
 #[derive(Clone, Copy)]
@@ -61,11 +63,17 @@ pub struct State {
     ops: aclnn::Ops,
     /// Event handle -> (endpoint, the daemon's id, context handle).
     events: HashMap<u64, (usize, gpupool_protocol::EventId, u64)>,
+    /// Contexts whose operator faulted (an operand past its allocation, which the daemon does not
+    /// run): each later call in them answers ACL_ERROR_RT_AICORE_EXCEPTION, as CANN's sticky
+    /// AI Core exception does, until the context is destroyed or its device reset.
+    faulted: std::collections::HashSet<u64>,
 }
 
 thread_local! {
     static CURRENT: RefCell<Option<u64>> = const { RefCell::new(None) };
     static LAST_ERROR: RefCell<std::ffi::CString> = RefCell::new(std::ffi::CString::default());
+    /// The thread's last failure code (`aclrtGetLastError`/`aclrtPeekAtLastError`).
+    static LAST_CODE: std::cell::Cell<aclError> = const { std::cell::Cell::new(0) };
 }
 
 type A<T> = Result<T, aclError>;
@@ -94,8 +102,16 @@ fn note_error(code: aclError, why: &str) -> aclError {
     let msg = format!("EE{code}: {why}");
     crate::util::log(&msg);
     let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = std::ffi::CString::new(msg).unwrap_or_default());
+    let _ = LAST_CODE.try_with(|l| l.set(code));
     code
 }
+
+/// The thread's last failure; `reset` clears it.
+fn last_code(reset: bool) -> aclError {
+    LAST_CODE.try_with(|l| if reset { l.replace(0) } else { l.get() }).unwrap_or(0)
+}
+
+const AICORE_EXCEPTION: aclError = acl::ACL_ERROR_RT_AICORE_EXCEPTION as aclError;
 
 /// Runs `f` with the client state, connected, the way every ACL export does: its failure
 /// recorded for `aclGetRecentErrMsg`.
@@ -122,6 +138,12 @@ fn current(c: &Client) -> A<(u64, Ctx)> {
     initialized(c)?;
     let h = CURRENT.with(|x| *x.borrow()).ok_or(acl::ACL_ERROR_RT_CONTEXT_NULL as aclError)?;
     c.acl.ctxs.get(&h).map(|x| (h, *x)).ok_or(acl::ACL_ERROR_RT_CONTEXT_NULL as aclError)
+}
+
+/// The current context, which must not have faulted.
+fn current_healthy(c: &Client) -> A<(u64, Ctx)> {
+    let (h, x) = current(c)?;
+    if c.acl.faulted.contains(&h) { Err(AICORE_EXCEPTION) } else { Ok((h, x)) }
 }
 
 fn npu(c: &Client, device: i32) -> A<Npu> {
@@ -192,6 +214,7 @@ fn forget_ctx(c: &mut Client, h: u64) {
     c.acl.streams.retain(|_, s| s.2 != h);
     c.acl.events.retain(|_, e| e.2 != h);
     c.acl.allocs.retain(|_, a| a.1 != h);
+    c.acl.faulted.remove(&h);
     let _ = CURRENT.try_with(|x| {
         let mut x = x.borrow_mut();
         if *x == Some(h) {
@@ -232,16 +255,26 @@ fn destroy_context(c: &mut Client, h: u64) -> A<()> {
         return Err(INVALID_PARAM);
     }
     call_ok(c, x.ep, Request::CtxDestroy { ctx: x.id })?;
+    // Its memory stays (CANN's memory is the device's), passing to the device's default context.
+    let heir = c.acl.defaults.get(&x.device).map_or(0, |&(d, _)| d);
+    for a in c.acl.allocs.values_mut().filter(|a| a.1 == h) {
+        a.1 = heir;
+    }
     forget_ctx(c, h);
     Ok(())
 }
 
-fn malloc(c: &mut Client, size: usize) -> A<*mut c_void> {
-    let (h, x) = current(c)?;
-    if size == 0 {
+/// `aclrtMalloc` (`pad`) or `aclrtMallocAlign32`: the daemon allocates what CANN charges for it
+/// (the size rounded up to 32 bytes, plus 32 for `aclrtMalloc`), so the quota and
+/// `aclrtGetMemInfo` count as on CANN; the program's copies are checked against `size`.
+fn malloc(c: &mut Client, size: usize, policy: acl::aclrtMemMallocPolicy, pad: bool) -> A<*mut c_void> {
+    let (h, x) = current_healthy(c)?;
+    // The policies CANN documents (0..=7) and its flags (P2P, huge 1G, read-only).
+    if size == 0 || policy.0 & 0xff > 7 || policy.0 & !(0xff | 0x0100 | 0x1000 | 0x100000) != 0 {
         return Err(INVALID_PARAM);
     }
-    let answer::MemPtr { ptr } = ask(c, x.ep, Request::MemAlloc { ctx: x.id, bytes: size as u64 })?;
+    let charge = (size as u64).div_ceil(32) * 32 + if pad { 32 } else { 0 };
+    let answer::MemPtr { ptr } = ask(c, x.ep, Request::MemAlloc { ctx: x.id, bytes: charge })?;
     c.acl.allocs.insert((x.ep, ptr.0), (size as u64, h));
     Ok(ptr.0 as *mut c_void)
 }
@@ -277,7 +310,7 @@ fn memcpy(
     kind: aclrtMemcpyKind,
     stream: Option<aclrtStream>,
 ) -> A<()> {
-    let (_, x) = current(c)?;
+    let (_, x) = current_healthy(c)?;
     if count > max || (count > 0 && (dst.is_null() || src.is_null())) {
         return Err(INVALID_PARAM);
     }
@@ -295,6 +328,16 @@ fn memcpy(
     };
     if count == 0 {
         return Ok(());
+    }
+    // Each device end inside one allocation of this process, as CANN checks (107000).
+    let (dst_dev, src_dev) = match kind {
+        aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE => (true, false),
+        aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST => (false, true),
+        aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_DEVICE => (true, true),
+        _ => (false, false),
+    };
+    if (dst_dev && !owned(c, x.ep, d, count)) || (src_dev && !owned(c, x.ep, s, count)) {
+        return Err(acl::ACL_ERROR_RT_PARAM_INVALID as aclError);
     }
     let drain = |c: &mut Client| match stream {
         Some(stream) => call_ok(c, x.ep, Request::StreamSynchronize { stream }),
@@ -337,9 +380,12 @@ fn memcpy(
 }
 
 fn memset(c: &mut Client, p: *mut c_void, max: usize, value: i32, count: usize, stream: Option<aclrtStream>) -> A<()> {
-    let (_, x) = current(c)?;
+    let (_, x) = current_healthy(c)?;
     if count > max || p.is_null() {
         return Err(INVALID_PARAM);
+    }
+    if !owned(c, x.ep, p as u64, count) {
+        return Err(acl::ACL_ERROR_RT_PARAM_INVALID as aclError);
     }
     let set = Memset {
         dst: DevicePtr(p as u64),
@@ -365,7 +411,7 @@ fn mem_info(c: &mut Client) -> A<(usize, usize)> {
 }
 
 fn create_stream(c: &mut Client) -> A<aclrtStream> {
-    let (h, x) = current(c)?;
+    let (h, x) = current_healthy(c)?;
     let answer::Stream { stream } = ask(c, x.ep, Request::StreamCreate { ctx: x.id, flags: 0, priority: 0 })?;
     let sh = new_handle(c);
     c.acl.streams.insert(sh, (x.ep, stream, h));
@@ -374,6 +420,10 @@ fn create_stream(c: &mut Client) -> A<aclrtStream> {
 
 fn destroy_stream(c: &mut Client, s: aclrtStream) -> A<()> {
     initialized(c)?;
+    if s.is_null() {
+        // The default stream is the context's, not the program's to destroy.
+        return Err(INVALID_PARAM);
+    }
     let &(ep, id, _) = c.acl.streams.get(&(s as u64)).ok_or(acl::ACL_ERROR_RT_INVALID_HANDLE as aclError)?;
     call_ok(c, ep, Request::StreamDestroy { stream: id })?;
     c.acl.streams.remove(&(s as u64));
@@ -381,13 +431,16 @@ fn destroy_stream(c: &mut Client, s: aclrtStream) -> A<()> {
 }
 
 fn synchronize_stream(c: &mut Client, s: aclrtStream) -> A<()> {
-    let (_, x) = current(c)?;
+    let (_, x) = current_healthy(c)?;
     let stream = stream_of(c, s, x.ep)?;
+    if c.acl.streams.get(&(s as u64)).is_some_and(|st| c.acl.faulted.contains(&st.2)) {
+        return Err(AICORE_EXCEPTION);
+    }
     call_ok(c, x.ep, Request::StreamSynchronize { stream })
 }
 
 fn synchronize_device(c: &mut Client) -> A<()> {
-    let (_, x) = current(c)?;
+    let (_, x) = current_healthy(c)?;
     call_ok(c, x.ep, Request::CtxSynchronize { ctx: x.id })
 }
 
@@ -397,7 +450,7 @@ fn event_of(c: &Client, e: acl::aclrtEvent) -> A<(usize, gpupool_protocol::Event
 }
 
 fn create_event(c: &mut Client, flags: u32) -> A<acl::aclrtEvent> {
-    let (h, x) = current(c)?;
+    let (h, x) = current_healthy(c)?;
     let answer::Event { event } = ask(c, x.ep, Request::EventCreate { ctx: x.id, flags })?;
     let eh = new_handle(c);
     c.acl.events.insert(eh, (x.ep, event, h));
@@ -429,6 +482,20 @@ fn synchronize_event(c: &mut Client, e: acl::aclrtEvent) -> A<()> {
     call_ok(c, ep, Request::EventSynchronize { event })
 }
 
+/// Whether `s` (NULL: the current context's default stream) has finished its work.
+fn query_stream(c: &mut Client, s: aclrtStream) -> A<bool> {
+    let (_, x) = current(c)?;
+    let stream = stream_of(c, s, x.ep)?;
+    if stream == StreamId::NULL {
+        // The daemon's default stream is not one of the session's streams it can name: waiting
+        // for it answers the query truthfully (complete) at the cost of blocking.
+        call_ok(c, x.ep, Request::StreamSynchronize { stream })?;
+        return Ok(true);
+    }
+    let answer::Ready { ready } = ask(c, x.ep, Request::StreamQuery { stream })?;
+    Ok(ready)
+}
+
 fn query_event(c: &mut Client, e: acl::aclrtEvent) -> A<bool> {
     let (ep, event) = event_of(c, e)?;
     let answer::Ready { ready } = ask(c, ep, Request::EventQuery { event })?;
@@ -451,7 +518,8 @@ fn load_npus(c: &mut Client) -> A<()> {
     c.acl.npus.clear();
     c.acl.names.clear();
     for (ep, d) in npus {
-        c.acl.npus.push(Npu { ep, ordinal: d.ordinal, name_index: c.acl.names.len() });
+        let aicores = d.attributes.iter().find(|a| a.attribute == NPU_ATTR_AICORES).map_or(0, |a| a.value as u32);
+        c.acl.npus.push(Npu { ep, ordinal: d.ordinal, name_index: c.acl.names.len(), aicores });
         c.acl.names.push(d.name);
     }
     Ok(())

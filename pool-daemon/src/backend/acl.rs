@@ -58,6 +58,8 @@ acl_table! {
     aclrtSetCurrentContext: fn(aclrtContext);
     aclrtSynchronizeDevice: fn();
     aclrtMalloc: fn(*mut *mut c_void, usize, acl::aclrtMemMallocPolicy);
+    aclrtMallocAlign32: fn(*mut *mut c_void, usize, acl::aclrtMemMallocPolicy);
+    aclrtStreamQuery: fn(aclrtStream, *mut acl::aclrtStreamStatus);
     aclrtFree: fn(*mut c_void);
     aclrtGetMemInfo: fn(aclrtMemAttr, *mut usize, *mut usize);
     aclrtMemcpy: fn(*mut c_void, usize, *const c_void, usize, aclrtMemcpyKind);
@@ -67,7 +69,7 @@ acl_table! {
     aclrtCreateStream: fn(*mut aclrtStream);
     aclrtDestroyStream: fn(aclrtStream);
     aclrtSynchronizeStream: fn(aclrtStream);
-    aclrtCreateEvent: fn(*mut acl::aclrtEvent);
+    aclrtCreateEventWithFlag: fn(*mut acl::aclrtEvent, u32);
     aclrtDestroyEvent: fn(acl::aclrtEvent);
     aclrtRecordEvent: fn(acl::aclrtEvent, aclrtStream);
     aclrtSynchronizeEvent: fn(acl::aclrtEvent);

@@ -338,6 +338,7 @@ fn discover_npus(src: &DriverSource, first: u32) -> (Option<Acl>, Vec<Device>) {
         acl_call!(acl, aclInit(std::ptr::null()))?;
         let mut count = 0u32;
         acl_call!(acl, aclrtGetDeviceCount(&mut count))?;
+        let aicores = npu_aicores(&src.library("libdcmi.so"), count);
         let mut devices = Vec::new();
         for i in 0..count as i32 {
             acl_call!(acl, aclrtSetDevice(i))?;
@@ -354,7 +355,11 @@ fn discover_npus(src: &DriverSource, first: u32) -> (Option<Acl>, Vec<Device>) {
                 uuid,
                 total_memory: total as u64,
                 compute_capability: [0, 0],
-                attributes: Vec::new(),
+                attributes: aicores
+                    .get(i as usize)
+                    .map(|&n| DeviceAttribute { attribute: gpupool_protocol::ops::NPU_ATTR_AICORES, value: n.into() })
+                    .into_iter()
+                    .collect(),
             });
         }
         Ok(devices)
@@ -369,6 +374,45 @@ fn discover_npus(src: &DriverSource, first: u32) -> (Option<Acl>, Vec<Device>) {
             tracing::warn!("{} loaded but unusable, serving no NPUs: {e}", path.display());
             (None, Vec::new())
         }
+    }
+}
+
+/// Each NPU's AI Core count from DCMI's chip info (card `i`, chip 0, as CANN lays out one chip
+/// per card), for the clients' `dcmi_get_device_chip_info`; empty when DCMI is not there.
+fn npu_aicores(path: &std::path::Path, count: u32) -> Vec<u32> {
+    type Init = unsafe extern "C" fn() -> std::os::raw::c_int;
+    type ChipInfo = unsafe extern "C" fn(
+        std::os::raw::c_int,
+        std::os::raw::c_int,
+        *mut gpupool_shim::dcmi::dcmi_chip_info,
+    ) -> std::os::raw::c_int;
+    const _: Init = gpupool_shim::dcmi::dcmi_init;
+    const _: ChipInfo = gpupool_shim::dcmi::dcmi_get_device_chip_info;
+    // SAFETY: loading the vendor's DCMI library runs its initialisers, as its use requires.
+    let lib = match unsafe { libloading::Library::new(path) } {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::info!("no DCMI for the NPUs' chip info: {e}");
+            return Vec::new();
+        }
+    };
+    // SAFETY: both symbols typed as bindgen declares them (checked above); the chip info is a
+    // local of the declared layout.
+    unsafe {
+        let (Ok(init), Ok(info)) =
+            (lib.get::<Init>(b"dcmi_init\0"), lib.get::<ChipInfo>(b"dcmi_get_device_chip_info\0"))
+        else {
+            return Vec::new();
+        };
+        if init() != 0 {
+            return Vec::new();
+        }
+        (0..count as i32)
+            .map(|card| {
+                let mut c: gpupool_shim::dcmi::dcmi_chip_info = std::mem::zeroed();
+                if info(card, 0, &mut c) == 0 { c.aicore_cnt } else { 0 }
+            })
+            .collect()
     }
 }
 

@@ -77,6 +77,15 @@ impl Session {
         Ok(answer::MemInfo { free: m.free, total: m.total })
     }
 
+    /// `aclrtStreamQuery` of a session stream on NPU `d`: whether its work is done.
+    pub(super) fn npu_stream_query(&mut self, s: Raw<gpupool_shim::cuda::CUstream>, d: u32) -> Result<bool> {
+        let shared = self.acl()?;
+        self.enter(d)?;
+        let mut st = gpupool_shim::acl::aclrtStreamStatus::ACL_STREAM_STATUS_RESERVED;
+        acl_call!(shared.acl.as_ref().expect("checked"), aclrtStreamQuery(s.0.cast(), &mut st))?;
+        Ok(st == gpupool_shim::acl::aclrtStreamStatus::ACL_STREAM_STATUS_COMPLETE)
+    }
+
     pub(super) fn npu_synchronize(&mut self, d: u32) -> Result<()> {
         let shared = self.acl()?;
         self.enter(d)?;
@@ -99,7 +108,9 @@ impl Session {
         })?;
         let mut p: *mut c_void = std::ptr::null_mut();
         let policy = gpupool_shim::acl::aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST;
-        if let Err(e) = acl_call!(acl, aclrtMalloc(&mut p, bytes as usize, policy)) {
+        // Align32 (no padding of its own): the device spends what the ledger charges, which for
+        // the ACL front-end already includes aclrtMalloc's documented padding.
+        if let Err(e) = acl_call!(acl, aclrtMallocAlign32(&mut p, bytes as usize, policy)) {
             r.cancel();
             return Err(e.into());
         }
@@ -285,13 +296,14 @@ impl Session {
         Ok(())
     }
 
-    /// Events of an NPU: `aclrtCreateEvent` in the tenant's context, held in the session's one
-    /// event table.
-    pub(super) fn npu_event_create(&mut self, d: u32, ctx: CtxId) -> Result<answer::Event> {
+    /// Events of an NPU: `aclrtCreateEventWithFlag` with the program's flags (its
+    /// `aclrtCreateEvent` sends CANN's default ones) in the tenant's context, held in the
+    /// session's one event table.
+    pub(super) fn npu_event_create(&mut self, d: u32, ctx: CtxId, flags: u32) -> Result<answer::Event> {
         let shared = self.acl()?;
         self.enter(d)?;
         let mut e: gpupool_shim::acl::aclrtEvent = std::ptr::null_mut();
-        acl_call!(shared.acl.as_ref().expect("checked"), aclrtCreateEvent(&mut e))?;
+        acl_call!(shared.acl.as_ref().expect("checked"), aclrtCreateEventWithFlag(&mut e, flags))?;
         let id = gpupool_protocol::EventId(self.next_handle());
         self.events.insert(id, (Raw(e.cast()), d));
         self.owner.insert(Handle::Event(id), ctx);
@@ -362,6 +374,9 @@ pub struct Exec {
     operands: Vec<(u64, u64)>,
     tensors: Vec<Raw<*mut gpupool_shim::aclnn::aclTensor>>,
     scalar: Option<Raw<*mut gpupool_shim::aclnn::aclScalar>>,
+    /// An operand starts in the session's memory but reaches past its allocation: never run;
+    /// its run answers ACL_ERROR_RT_AICORE_EXCEPTION, as CANN's device faults on such an operand.
+    past: bool,
 }
 
 /// The session's executors, by the id the client holds.
@@ -449,11 +464,20 @@ impl Session {
         } else {
             Vec::new()
         };
-        let mut operands = Vec::new();
+        let (mut operands, mut past) = (Vec::new(), false);
         for t in tensors {
             let (p, n) = tensor_extent(t)?;
-            match self.owned(t.data, n) {
-                Ok(od) if od == d => operands.push((p, n)),
+            match (self.owned(t.data, n), self.owned(t.data, 1)) {
+                (Ok(od), _) if od == d => operands.push((p, n)),
+                // CANN cannot know an allocation's end when it prepares an operator; its device
+                // faults when the operator runs. The backend never sees this operand run.
+                (_, Ok(od)) if od == d => {
+                    tracing::info!(
+                        session = self.id,
+                        "NPU operand {p:#x}+{n} reaches past its allocation: its run faults"
+                    );
+                    past = true;
+                }
                 _ => return Err(op_invalid(format!("operand {p:#x}+{n} is not this session's memory on device {d}"))),
             }
         }
@@ -538,7 +562,9 @@ impl Session {
             return Err(Fail::new(status as u32, format!("aclnn operator {op}: GetWorkspaceSize failed ({status})")));
         }
         let id = self.next_handle();
-        self.npu_execs.0.insert(id, Exec { op, exec: Raw(exec), device: d, ctx, operands, tensors: made, scalar });
+        self.npu_execs
+            .0
+            .insert(id, Exec { op, exec: Raw(exec), device: d, ctx, operands, tensors: made, scalar, past });
         Ok(answer::NpuExecutor { exec: id, workspace_bytes: ws })
     }
 
@@ -569,6 +595,12 @@ impl Session {
 
     fn npu_op_run_checked(&mut self, e: &Exec, workspace: DevicePtr, ws_bytes: u64, stream: StreamId) -> Result<()> {
         use gpupool_protocol::ops::{NPU_OP_ADD, NPU_OP_MUL, NPU_OP_REDUCE_SUM, NPU_OP_SOFTMAX};
+        if e.past {
+            return Err(Fail::new(
+                gpupool_shim::acl::ACL_ERROR_RT_AICORE_EXCEPTION,
+                format!("aclnn operator {}: an operand reaches past its allocation (not run)", e.op),
+            ));
+        }
         for &(p, n) in &e.operands {
             if self.owned(DevicePtr(p), n).ok() != Some(e.device) {
                 return Err(op_invalid(format!("operand {p:#x}+{n} was freed before the operator ran")));

@@ -112,8 +112,25 @@ impl Serve for Session {
     }
 
     fn ctx_destroy(&mut self, _cx: Cx<'_>, ctx: CtxId) -> Result<answer::Ok> {
-        // Destroying a context frees what was created in it.
-        self.ctx_device(ctx)?;
+        // Destroying a context frees what was created in it; but an NPU's memory is the device's
+        // (CANN frees it with aclrtFree or the device's reset), so it passes to the device's
+        // default context, or to the session alone.
+        let d = self.ctx_device(ctx)?;
+        if self.is_npu(d) {
+            let heir = self.primary.get(&d).copied().filter(|&p| p != ctx);
+            let mine: Vec<Handle> = self
+                .owner
+                .iter()
+                .filter(|(h, c)| matches!(h, Handle::Alloc(_)) && **c == ctx)
+                .map(|(h, _)| *h)
+                .collect();
+            for h in mine {
+                match heir {
+                    Some(p) => self.owner.insert(h, p),
+                    None => self.owner.remove(&h),
+                };
+            }
+        }
         let f = self.free_owned(Some(ctx));
         tracing::debug!(session = self.id, ctx = ctx.0, ?f, "context destroyed");
         self.ctxs.remove(&ctx);
@@ -673,6 +690,9 @@ impl Serve for Session {
 
     fn stream_query(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::Ready> {
         let (s, d) = self.stream(stream, None)?;
+        if self.is_npu(d) {
+            return Ok(answer::Ready { ready: self.npu_stream_query(s, d)? });
+        }
         self.enter(d)?;
         Ok(answer::Ready { ready: ready(call!(self.shared.cuda, cuStreamQuery(s.0)))? })
     }
@@ -694,7 +714,7 @@ impl Serve for Session {
     fn event_create(&mut self, _cx: Cx<'_>, ctx: CtxId, flags: u32) -> Result<answer::Event> {
         let d = self.ctx_device(ctx)?;
         if self.is_npu(d) {
-            return self.npu_event_create(d, ctx);
+            return self.npu_event_create(d, ctx, flags);
         }
         self.enter(d)?;
         let mut e: CUevent = std::ptr::null_mut();
@@ -794,7 +814,14 @@ impl Serve for Session {
     fn mgmt_utilization(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::Utilization> {
         self.check_device(device)?;
         if self.is_npu(device) {
-            return Err(Fail::new(NOT_SUPPORTED, "no utilization figure for an NPU yet"));
+            // The operator time the compute scheduler charged every tenant over the last second
+            // (an NPU operator has no counter the daemon reads); no memory-bandwidth figure.
+            let usage = self.shared.compute.usage();
+            let share = usage.get(device as usize).map_or(0.0, |u| u.iter().map(|t| t.share_1s).sum::<f64>());
+            return Ok(answer::Utilization {
+                gpu_percent: (share * 100.0).round().clamp(0.0, 100.0) as u32,
+                memory_percent: 0,
+            });
         }
         let n = self.shared.nvml.as_ref().ok_or_else(|| Fail::new(NOT_SUPPORTED, "no NVML"))?;
         let u =

@@ -60,7 +60,8 @@ pub use blas::{BlasHandleId, BlasMat, BlasScalar, Gemm, LtDesc, LtLayout, Matmul
 pub use graph::{GraphExecId, GraphId, KernelNode};
 pub use macros::{assert_opcodes_in, assert_unique_opcodes};
 pub use npu::{
-    NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_REDUCE_SUM, NPU_OP_SOFTMAX, NPU_REDUCE_KEEP_DIM, NpuScalar, NpuTensor,
+    NPU_ATTR_AICORES, NPU_OP_ADD, NPU_OP_MATMUL, NPU_OP_MUL, NPU_OP_REDUCE_SUM, NPU_OP_SOFTMAX, NPU_REDUCE_KEEP_DIM,
+    NpuScalar, NpuTensor,
 };
 pub use types::*;
 

@@ -33,3 +33,5 @@ pub const NPU_OP_SOFTMAX: u32 = 4;
 pub const NPU_OP_REDUCE_SUM: u32 = 5;
 /// [`NPU_OP_REDUCE_SUM`]'s `param` bit for `keepDim`.
 pub const NPU_REDUCE_KEEP_DIM: i64 = 1 << 8;
+/// A device attribute of an NPU in the device list: its AI Core count (what DCMI's chip info says).
+pub const NPU_ATTR_AICORES: u32 = 0x4e50_0001;
