@@ -125,6 +125,33 @@ fn runtime_graph_memory_nodes_are_held_to_the_quota() {
     }
 }
 
+/// The runtime's graphs built and edited node by node (tests/python/runtime_graph_edit_checks.py; ctypes on
+/// libcudart.so.12): memset, child-graph and event nodes, dependencies added and removed in CUDA 12's form,
+/// nodes destroyed, clones searched, a memcpy node's parameters read back; each checked on the data a launch
+/// writes, the node counts or the types.
+#[test]
+fn runtime_graphs_built_and_edited_node_by_node() {
+    runtime_graph_edit_checks(false);
+}
+
+/// The same through libcudart.so.13, whose cudaGraphAdd/RemoveDependencies take edge data.
+#[test]
+fn runtime_13_graphs_built_and_edited_node_by_node() {
+    runtime_graph_edit_checks(true);
+}
+
+fn runtime_graph_edit_checks(cudart13: bool) {
+    ensure_interposer();
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
+    assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
+    let d = Daemon::start(None);
+    let mut cmd = common::gpupool_run_script(&d, &python, "runtime_graph_edit_checks.py");
+    if cudart13 {
+        cmd.arg("--cudart13");
+    }
+    common::run_checks(cmd, "runtime_graph_edit_checks", 7, &d);
+}
+
 /// Capture into an existing graph and a capture's dependencies (pool-daemon/src/daemon/graph_capture.rs):
 /// tests/c/graph_capture_client.c under gpupool run captures after an explicit node, reads the capture's
 /// graph and dependencies with cuStreamGetCaptureInfo_v2, sets and adds dependencies, and the replay gives

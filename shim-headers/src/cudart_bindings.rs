@@ -2428,6 +2428,52 @@ pub type cudaStreamCallback_t = ::std::option::Option<
         userData: *mut ::std::os::raw::c_void,
     ),
 >;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaKernelNodeParams {
+    pub func: *mut ::std::os::raw::c_void,
+    pub gridDim: dim3,
+    pub blockDim: dim3,
+    pub sharedMemBytes: ::std::os::raw::c_uint,
+    pub kernelParams: *mut *mut ::std::os::raw::c_void,
+    pub extra: *mut *mut ::std::os::raw::c_void,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaKernelNodeParams",
+    ][::std::mem::size_of::<cudaKernelNodeParams>() - 56usize];
+    [
+        "Alignment of cudaKernelNodeParams",
+    ][::std::mem::align_of::<cudaKernelNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaKernelNodeParams::func",
+    ][::std::mem::offset_of!(cudaKernelNodeParams, func) - 0usize];
+    [
+        "Offset of field: cudaKernelNodeParams::gridDim",
+    ][::std::mem::offset_of!(cudaKernelNodeParams, gridDim) - 8usize];
+    [
+        "Offset of field: cudaKernelNodeParams::blockDim",
+    ][::std::mem::offset_of!(cudaKernelNodeParams, blockDim) - 20usize];
+    [
+        "Offset of field: cudaKernelNodeParams::sharedMemBytes",
+    ][::std::mem::offset_of!(cudaKernelNodeParams, sharedMemBytes) - 32usize];
+    [
+        "Offset of field: cudaKernelNodeParams::kernelParams",
+    ][::std::mem::offset_of!(cudaKernelNodeParams, kernelParams) - 40usize];
+    [
+        "Offset of field: cudaKernelNodeParams::extra",
+    ][::std::mem::offset_of!(cudaKernelNodeParams, extra) - 48usize];
+};
+impl Default for cudaKernelNodeParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 unsafe extern "C" {
     pub fn cudaGetDeviceCount(count: *mut ::std::os::raw::c_int) -> cudaError_t;
 }

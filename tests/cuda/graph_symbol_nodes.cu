@@ -2,10 +2,16 @@
 // cudaGraphAddMemcpyNodeToSymbol from page-locked memory into `table` (at an offset), then
 // cudaGraphAddMemcpyNodeFromSymbol of the whole table back into page-locked memory; the host
 // source is read when the graph runs (changed between two launches). A copy past the variable's
-// end and a wrong direction are refused.
+// end and a wrong direction are refused. The nodes then change with the symbol setters:
+// cudaGraphMemcpyNodeSetParamsToSymbol (a new exec copies to offset 0; the old one keeps offset 16)
+// and cudaGraphExecMemcpyNodeSetParamsFromSymbol (one exec reads the table into another buffer).
+// A kernel node (cudaGraphAddKernelNode, the kernel's host stub) adds k to every entry at each
+// launch, and cudaGraphExecKernelNodeSetParams changes k for one instantiated graph.
 #include "check.cuh"
 
 __device__ int table[256];
+
+__global__ void bump(int *t, int k) { t[threadIdx.x] += k; }
 
 int main() {
   CUDA_CHECK(cudaSetDevice(0));
@@ -44,6 +50,67 @@ int main() {
     CHECK(ok, round == 1 ? "launch 1: to symbol, then from symbol" : "launch 2 reads the changed source",
           "back[16]=%d back[143]=%d", back[16], back[143]);
   }
+
+  // The symbol setters: the graph's node now copies to offset 0 (an exec made before keeps 16).
+  CUDA_CHECK(cudaMemcpyToSymbol(table, zero, sizeof zero));
+  for (int i = 0; i < 128; i++) src[i] = 7000 + i;
+  CUDA_CHECK(cudaGraphMemcpyNodeSetParamsToSymbol(to, table, src, count, 0, cudaMemcpyHostToDevice));
+  cudaGraphExec_t e2;
+  CUDA_CHECK(cudaGraphInstantiate(&e2, g, 0));
+  CUDA_CHECK(cudaGraphLaunch(e2, 0));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(back[0] == 7000 && back[127] == 7127 && back[128] == 0, "cudaGraphMemcpyNodeSetParamsToSymbol",
+        "back[0]=%d back[127]=%d back[128]=%d", back[0], back[127], back[128]);
+  int *back2 = nullptr;
+  CUDA_CHECK(cudaMallocHost(&back2, 256 * sizeof(int)));
+  for (int i = 0; i < 256; i++) back2[i] = -1;
+  CUDA_CHECK(cudaGraphExecMemcpyNodeSetParamsFromSymbol(e, from, back2, table, 256 * sizeof(int), 0,
+                                                        cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpyToSymbol(table, zero, sizeof zero));
+  for (int i = 0; i < 256; i++) back[i] = -1;
+  CUDA_CHECK(cudaGraphLaunch(e, 0));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(back2[16] == 7000 && back2[0] == 0 && back[0] == -1, "cudaGraphExecMemcpyNodeSetParamsFromSymbol",
+        "back2[16]=%d back2[0]=%d back[0]=%d", back2[16], back2[0], back[0]);
+  cudaError_t wrong = cudaGraphMemcpyNodeSetParamsFromSymbol(from, back, table, 16, 0, cudaMemcpyHostToDevice);
+  CHECK(wrong == cudaErrorInvalidMemcpyDirection, "a wrong direction is refused", "%d", (int)wrong);
+  cudaGetLastError();
+
+  // A kernel node: every entry + k at each launch; k changed on one exec.
+  CUDA_CHECK(cudaMemcpyToSymbol(table, zero, sizeof zero));
+  int *t = nullptr;
+  CUDA_CHECK(cudaGetSymbolAddress((void **)&t, table));
+  int k = 3;
+  void *args[] = {&t, &k};
+  cudaKernelNodeParams kp = {};
+  kp.func = (void *)bump;
+  kp.gridDim = dim3(1);
+  kp.blockDim = dim3(256);
+  kp.kernelParams = args;
+  cudaGraph_t kg;
+  cudaGraphNode_t kn;
+  cudaGraphExec_t ke;
+  CUDA_CHECK(cudaGraphCreate(&kg, 0));
+  CUDA_CHECK(cudaGraphAddKernelNode(&kn, kg, nullptr, 0, &kp));
+  k = 100;  // the parameters were copied when the node was added
+  CUDA_CHECK(cudaGraphInstantiate(&ke, kg, 0));
+  CUDA_CHECK(cudaGraphLaunch(ke, 0));
+  CUDA_CHECK(cudaGraphLaunch(ke, 0));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  int got[256];
+  CUDA_CHECK(cudaMemcpyFromSymbol(got, table, sizeof got));
+  CHECK(got[0] == 6 && got[255] == 6, "cudaGraphAddKernelNode, launched twice", "%d %d", got[0], got[255]);
+  k = 10;
+  CUDA_CHECK(cudaGraphExecKernelNodeSetParams(ke, kn, &kp));
+  CUDA_CHECK(cudaGraphLaunch(ke, 0));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpyFromSymbol(got, table, sizeof got));
+  CHECK(got[0] == 16 && got[128] == 16, "cudaGraphExecKernelNodeSetParams", "%d %d", got[0], got[128]);
+
+  CUDA_CHECK(cudaGraphExecDestroy(ke));
+  CUDA_CHECK(cudaGraphDestroy(kg));
+  CUDA_CHECK(cudaFreeHost(back2));
+  CUDA_CHECK(cudaGraphExecDestroy(e2));
   CUDA_CHECK(cudaGraphExecDestroy(e));
   CUDA_CHECK(cudaGraphDestroy(g));
   return rt::finish();

@@ -21,12 +21,7 @@ pub(super) fn destroy_node(node: CUgraphNode) -> R<()> {
     Ok(())
 }
 
-pub(super) fn remove_dependencies(
-    graph: CUgraph,
-    from: *const CUgraphNode,
-    to: *const CUgraphNode,
-    n: usize,
-) -> R<()> {
+pub(super) fn remove_dependencies(graph: CUgraph, from: *const CUgraphNode, to: *const CUgraphNode, n: usize) -> R<()> {
     let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     let (from, to) = (node_ids(from, n, ep)?, node_ids(to, n, ep)?);
     client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphRemoveDependencies { graph: GraphId(id), from, to }))

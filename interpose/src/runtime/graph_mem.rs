@@ -229,6 +229,115 @@ fn add_memcpy_node_from_symbol(
     add_memcpy_node_1d(node, graph, deps, n, dst, sp as *const c_void, count, kind)
 }
 
+/// The direction checks of a copy to (`to`) or from a `__device__` variable, as cudaMemcpyToSymbol's.
+fn symbol_kind(kind: cudaMemcpyKind, to: bool) -> Rt<()> {
+    use cudaMemcpyKind as K;
+    let host_end = if to { K::cudaMemcpyHostToDevice } else { K::cudaMemcpyDeviceToHost };
+    if kind == host_end || matches!(kind, K::cudaMemcpyDeviceToDevice | K::cudaMemcpyDefault) {
+        return Ok(());
+    }
+    Err(cudaError::cudaErrorInvalidMemcpyDirection)
+}
+
+/// A memcpy node's copy set to one into a `__device__` variable: the graph's node (`exec` NULL)
+/// or one instantiated graph's.
+#[allow(clippy::too_many_arguments)]
+fn set_to_symbol(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    symbol: *const c_void,
+    src: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    symbol_kind(kind, true)?;
+    state::context()?;
+    let d = super::memory::symbol_range(symbol, count, offset)?;
+    set_memcpy(exec, node, &copy_1d(d as *mut c_void, src, count, kind)?)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn set_from_symbol(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    dst: *mut c_void,
+    symbol: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    symbol_kind(kind, false)?;
+    state::context()?;
+    let s = super::memory::symbol_range(symbol, count, offset)?;
+    set_memcpy(exec, node, &copy_1d(dst, s as *const c_void, count, kind)?)
+}
+
+fn node_set_to_symbol(
+    node: CUgraphNode,
+    symbol: *const c_void,
+    src: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    set_to_symbol(std::ptr::null_mut(), node, symbol, src, count, offset, kind)
+}
+
+fn node_set_from_symbol(
+    node: CUgraphNode,
+    dst: *mut c_void,
+    symbol: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    set_from_symbol(std::ptr::null_mut(), node, dst, symbol, count, offset, kind)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn exec_set_to_symbol(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    symbol: *const c_void,
+    src: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    if exec.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    set_to_symbol(exec, node, symbol, src, count, offset, kind)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn exec_set_from_symbol(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    dst: *mut c_void,
+    symbol: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: cudaMemcpyKind,
+) -> Rt<()> {
+    if exec.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    set_from_symbol(exec, node, dst, symbol, count, offset, kind)
+}
+
+rt_exports! {
+    cudaGraphMemcpyNodeSetParamsToSymbol => node_set_to_symbol(node: CUgraphNode, symbol: *const c_void,
+        src: *const c_void, count: usize, offset: usize, kind: cudaMemcpyKind);
+    cudaGraphMemcpyNodeSetParamsFromSymbol => node_set_from_symbol(node: CUgraphNode, dst: *mut c_void,
+        symbol: *const c_void, count: usize, offset: usize, kind: cudaMemcpyKind);
+    cudaGraphExecMemcpyNodeSetParamsToSymbol => exec_set_to_symbol(exec: CUgraphExec, node: CUgraphNode,
+        symbol: *const c_void, src: *const c_void, count: usize, offset: usize, kind: cudaMemcpyKind);
+    cudaGraphExecMemcpyNodeSetParamsFromSymbol => exec_set_from_symbol(exec: CUgraphExec, node: CUgraphNode,
+        dst: *mut c_void, symbol: *const c_void, count: usize, offset: usize, kind: cudaMemcpyKind);
+}
+
 rt_exports! {
     cudaGraphAddMemcpyNodeToSymbol => add_memcpy_node_to_symbol(node: *mut CUgraphNode, graph: CUgraph,
         deps: *const CUgraphNode, n: usize, symbol: *const c_void, src: *const c_void, count: usize, offset: usize,

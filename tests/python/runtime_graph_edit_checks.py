@@ -1,0 +1,218 @@
+"""The CUDA runtime's graphs built and edited node by node through the pool (ctypes on
+libcudart.so.12, or with --cudart13 libcudart.so.13, which under `gpupool run` are the pool's
+runtime): run by pool-daemon/tests/graphs.rs under `gpupool run`, once with each.
+
+- cudaGraphAddMemsetNode (a cudaMemsetParams, a = 5) and a copy a -> b after it
+  (cudaGraphAddMemcpyNode1D): the launch writes b = 5; cudaGraphMemcpyNodeGetParams gives the copy
+  back as a cudaMemcpy3DParms (pointers, width, one row, cudaMemcpyDeviceToDevice).
+- cudaGraphRemoveDependencies (CUDA 12's four arguments, CUDA 13's five with edge data, by the
+  runtime loaded) removes memset -> copy: two roots; a second time cudaErrorInvalidValue;
+  cudaGraphAddDependencies adds copy -> memset: with a = 3 beforehand the launch copies 3 to b and
+  then sets a = 5; cudaGraphRemoveDependencies_v2 (NULL edge data) removes it again: two roots.
+- cudaGraphDestroyNode: an empty node added and destroyed, 3 nodes then 2.
+- cudaGraphClone and cudaGraphNodeFindInClone: the clone's copy of the memcpy node is a MEMCPY
+  node other than the original; a graph that is not a clone is cudaErrorInvalidValue.
+- cudaGraphAddChildGraphNode: a graph whose child is the clone, launched, writes b = 5.
+- cudaGraphAddEventRecordNode / cudaGraphAddEventWaitNode: two events never recorded have no
+  elapsed time (an error); a graph recording both around a memset, with a wait node on the first,
+  has node types EVENT_RECORD (7) and WAIT_EVENT (6), and after its launch the elapsed time exists
+  and is >= 0.
+
+Prints PASS/FAIL lines and SUMMARY passed/total; exits 1 on any failure.
+"""
+
+import ctypes as C
+import sys
+
+CUDART13 = "--cudart13" in sys.argv
+rt = C.CDLL("libcudart.so.13" if CUDART13 else "libcudart.so.12")
+N = 4096
+INVALID_VALUE = 1
+D2D = 3
+MEMCPY, WAIT_EVENT, EVENT_RECORD = 1, 6, 7
+results = []
+
+
+class MemsetParams(C.Structure):
+    _fields_ = [
+        ("dst", C.c_void_p),
+        ("pitch", C.c_size_t),
+        ("value", C.c_uint),
+        ("elementSize", C.c_uint),
+        ("width", C.c_size_t),
+        ("height", C.c_size_t),
+    ]
+
+
+class Pos(C.Structure):
+    _fields_ = [("x", C.c_size_t), ("y", C.c_size_t), ("z", C.c_size_t)]
+
+
+class PitchedPtr(C.Structure):
+    _fields_ = [("ptr", C.c_void_p), ("pitch", C.c_size_t), ("xsize", C.c_size_t), ("ysize", C.c_size_t)]
+
+
+class Extent(C.Structure):
+    _fields_ = [("width", C.c_size_t), ("height", C.c_size_t), ("depth", C.c_size_t)]
+
+
+class Memcpy3DParms(C.Structure):
+    _fields_ = [
+        ("srcArray", C.c_void_p),
+        ("srcPos", Pos),
+        ("srcPtr", PitchedPtr),
+        ("dstArray", C.c_void_p),
+        ("dstPos", Pos),
+        ("dstPtr", PitchedPtr),
+        ("extent", Extent),
+        ("kind", C.c_int),
+    ]
+
+
+def record(name, ok, why=""):
+    results.append(ok)
+    print(f"PASS {name}" if ok else f"FAIL {name}: {why}", flush=True)
+
+
+def call(name, *args):
+    rc = getattr(rt, name)(*args)
+    if rc != 0:
+        raise RuntimeError(f"{name} returned {rc}")
+
+
+def words(dev):
+    host = (C.c_uint32 * (N // 4))()
+    call("cudaMemcpy", host, dev, C.c_size_t(N), 2)
+    return set(host)
+
+
+def edges(name, g, frm, to):
+    """cudaGraphAdd/RemoveDependencies with one edge, in the loaded runtime's plain form."""
+    if CUDART13:
+        return getattr(rt, name)(g, C.byref(frm), C.byref(to), None, C.c_size_t(1))
+    return getattr(rt, name)(g, C.byref(frm), C.byref(to), C.c_size_t(1))
+
+
+def count(what, g):
+    n = C.c_size_t(0)
+    call(what, g, None, C.byref(n))
+    return n.value
+
+
+def launch(g, s):
+    e = C.c_void_p()
+    call("cudaGraphInstantiate", C.byref(e), g, C.c_uint64(0))
+    call("cudaGraphLaunch", e, s)
+    call("cudaStreamSynchronize", s)
+    call("cudaGraphExecDestroy", e)
+
+
+def main():
+    call("cudaSetDevice", 0)
+    a, b = C.c_void_p(), C.c_void_p()
+    call("cudaMalloc", C.byref(a), C.c_size_t(N))
+    call("cudaMalloc", C.byref(b), C.c_size_t(N))
+    call("cudaMemset", a, 3, C.c_size_t(N))
+    call("cudaMemset", b, 0, C.c_size_t(N))
+    s = C.c_void_p()
+    call("cudaStreamCreate", C.byref(s))
+
+    g, ms, mc = C.c_void_p(), C.c_void_p(), C.c_void_p()
+    call("cudaGraphCreate", C.byref(g), 0)
+    p = MemsetParams(a, 0, 5, 4, N // 4, 1)
+    call("cudaGraphAddMemsetNode", C.byref(ms), g, None, C.c_size_t(0), C.byref(p))
+    call("cudaGraphAddMemcpyNode1D", C.byref(mc), g, C.byref(ms), C.c_size_t(1), b, a, C.c_size_t(N), D2D)
+    launch(g, s)
+    record("cudaGraphAddMemsetNode then a copy", words(b) == {5}, f"b = {words(b)}")
+
+    got = Memcpy3DParms()
+    call("cudaGraphMemcpyNodeGetParams", mc, C.byref(got))
+    record(
+        "cudaGraphMemcpyNodeGetParams",
+        got.srcPtr.ptr == a.value
+        and got.dstPtr.ptr == b.value
+        and got.extent.width == N
+        and got.extent.height == 1
+        and got.extent.depth == 1
+        and got.kind == D2D
+        and not got.srcArray
+        and not got.dstArray,
+        f"src {got.srcPtr.ptr} dst {got.dstPtr.ptr} extent {got.extent.width}x{got.extent.height}x"
+        f"{got.extent.depth} kind {got.kind}",
+    )
+
+    rc1 = edges("cudaGraphRemoveDependencies", g, ms, mc)
+    roots = count("cudaGraphGetRootNodes", g)
+    rc2 = edges("cudaGraphRemoveDependencies", g, ms, mc)
+    rc3 = edges("cudaGraphAddDependencies", g, mc, ms)
+    call("cudaMemset", a, 3, C.c_size_t(N))
+    call("cudaMemset", b, 0, C.c_size_t(N))
+    launch(g, s)
+    wb, wa = words(b), words(a)
+    call("cudaGraphRemoveDependencies_v2", g, C.byref(mc), C.byref(ms), None, C.c_size_t(1))
+    roots2 = count("cudaGraphGetRootNodes", g)
+    record(
+        "cudaGraphRemoveDependencies / AddDependencies / RemoveDependencies_v2",
+        (rc1, roots, rc2, rc3, roots2) == (0, 2, INVALID_VALUE, 0, 2)
+        and wb == {0x03030303}
+        and wa == {5},
+        f"rc {rc1},{rc2},{rc3} roots {roots},{roots2} b {wb} a {wa}",
+    )
+
+    empty = C.c_void_p()
+    call("cudaGraphAddEmptyNode", C.byref(empty), g, C.byref(mc), C.c_size_t(1))
+    before = count("cudaGraphGetNodes", g)
+    call("cudaGraphDestroyNode", empty)
+    record("cudaGraphDestroyNode", (before, count("cudaGraphGetNodes", g)) == (3, 2), f"{before}")
+
+    call("cudaGraphAddDependencies_v2", g, C.byref(ms), C.byref(mc), None, C.c_size_t(1))
+    clone, found, t = C.c_void_p(), C.c_void_p(), C.c_int(-1)
+    call("cudaGraphClone", C.byref(clone), g)
+    call("cudaGraphNodeFindInClone", C.byref(found), mc, clone)
+    call("cudaGraphNodeGetType", found, C.byref(t))
+    rc = rt.cudaGraphNodeFindInClone(C.byref(C.c_void_p()), mc, g)
+    record(
+        "cudaGraphClone and cudaGraphNodeFindInClone",
+        found.value not in (None, mc.value) and t.value == MEMCPY and rc == INVALID_VALUE,
+        f"found {found.value} type {t.value} rc {rc}",
+    )
+
+    parent, child = C.c_void_p(), C.c_void_p()
+    call("cudaGraphCreate", C.byref(parent), 0)
+    call("cudaGraphAddChildGraphNode", C.byref(child), parent, None, C.c_size_t(0), clone)
+    call("cudaMemset", b, 0, C.c_size_t(N))
+    launch(parent, s)
+    record("cudaGraphAddChildGraphNode", words(b) == {5}, f"b = {words(b)}")
+
+    e1, e2, ms_t = C.c_void_p(), C.c_void_p(), C.c_float(-1)
+    call("cudaEventCreate", C.byref(e1))
+    call("cudaEventCreate", C.byref(e2))
+    unrecorded = rt.cudaEventElapsedTime(C.byref(ms_t), e1, e2)
+    ev, r1, w, m, r2 = C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_void_p()
+    call("cudaGraphCreate", C.byref(ev), 0)
+    call("cudaGraphAddEventRecordNode", C.byref(r1), ev, None, C.c_size_t(0), e1)
+    call("cudaGraphAddEventWaitNode", C.byref(w), ev, C.byref(r1), C.c_size_t(1), e1)
+    p2 = MemsetParams(b, 0, 9, 4, N // 4, 1)
+    call("cudaGraphAddMemsetNode", C.byref(m), ev, C.byref(w), C.c_size_t(1), C.byref(p2))
+    call("cudaGraphAddEventRecordNode", C.byref(r2), ev, C.byref(m), C.c_size_t(1), e2)
+    t1, t2 = C.c_int(-1), C.c_int(-1)
+    call("cudaGraphNodeGetType", r1, C.byref(t1))
+    call("cudaGraphNodeGetType", w, C.byref(t2))
+    launch(ev, s)
+    call("cudaEventSynchronize", e2)
+    rc = rt.cudaEventElapsedTime(C.byref(ms_t), e1, e2)
+    record(
+        "cudaGraphAddEventRecordNode and cudaGraphAddEventWaitNode",
+        unrecorded != 0 and (t1.value, t2.value) == (EVENT_RECORD, WAIT_EVENT) and rc == 0 and ms_t.value >= 0
+        and words(b) == {9},
+        f"unrecorded {unrecorded} types {t1.value},{t2.value} rc {rc} ms {ms_t.value}",
+    )
+
+    for x in (ev, parent, clone, g):
+        call("cudaGraphDestroy", x)
+    print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
