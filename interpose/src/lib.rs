@@ -18,7 +18,7 @@
 //! Environment: `GPUPOOL_ENDPOINT` (`unix:///path`; default the daemon's own default:
 //! `/run/gpupool/gpupool.sock` for root, else `$XDG_RUNTIME_DIR/gpupool.sock`, else
 //! `/tmp/gpupool-<uid>/gpupool.sock`), `GPUPOOL_MEMORY` / `CUDA_DEVICE_MEMORY_LIMIT` / `NPU_MEM_QUOTA` (MB)
-//! and `GPUPOOL_COMPUTE` / `CUDA_DEVICE_SM_LIMIT` (requests that may only narrow the
+//! and `GPUPOOL_COMPUTE` / `CUDA_DEVICE_SM_LIMIT` / `NPU_PRIORITY` (requests that may only narrow the
 //! tenant's quota), `GPUPOOL_TOKEN`, `GPUPOOL_LOG=1` (one stderr line per failure).
 //!
 //! Errors: a daemon that cannot be reached makes `cuInit` fail with

@@ -566,3 +566,41 @@ fn the_quickstart_runs_out_of_memory_exactly_at_a_256_mib_quota() {
     );
     assert!(d.log().contains("NPU allocation refused"), "{}", d.log());
 }
+
+/// hami-vnpu-core's `NPU_PRIORITY` is its compute share (its limiter's percent of device time):
+/// accepted like HAMi's `CUDA_DEVICE_SM_LIMIT`, a request that narrows the tenant's compute. A
+/// tenant allowed 100% runs matmuls back to back under `gpupool run` with `NPU_PRIORITY=20` and is
+/// charged 20% of the wall time, within 3 points (unset, the same loop takes about 90%; see
+/// npu_operators_are_held_to_the_tenants_compute_quota).
+#[test]
+fn npu_priority_is_a_compute_share_request_like_cuda_device_sm_limit() {
+    ensure_interposer();
+    let config = format!("[[tenant]]\nname = \"team\"\nuids = [{}]\ncompute = 100\nmode = \"limit\"\n", common::uid());
+    let d = Daemon::start_env(Some(&config), &[], &NPU_ENV);
+    let npu = 2u64;
+    let charged = |d: &Daemon| {
+        let doc = d.status();
+        let team = doc["tenants"].as_array().and_then(|ts| ts.iter().find(|t| t["tenant"] == "team").cloned());
+        let dev = team.and_then(|t| t["devices"].as_array()?.iter().find(|x| x["device"] == npu).cloned());
+        dev.and_then(|x| x["compute"]["charged_ns"].as_u64()).unwrap_or(0)
+    };
+    let child = gpupool(&d)
+        .arg(client_exe())
+        .args(["--matmuls", "5"])
+        .env("NPU_PRIORITY", "20")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Past the first second (the session and its first operators), 3 s of the loop.
+    std::thread::sleep(Duration::from_millis(1200));
+    let (t0, c0) = (Instant::now(), charged(&d));
+    std::thread::sleep(Duration::from_secs(3));
+    let share = (charged(&d) - c0) as f64 / t0.elapsed().as_nanos() as f64;
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", d.log());
+    let runs: u64 = stdout.trim().strip_prefix("matmuls ").and_then(|n| n.parse().ok()).unwrap_or(0);
+    eprintln!("NPU_PRIORITY=20: {runs} matmuls in 5 s, {:.1}% of 3 s charged", share * 100.0);
+    assert!(runs > 10, "{stdout}");
+    assert!((share - 0.20).abs() < 0.03, "charged {:.1}% of the wall time, NPU_PRIORITY=20", share * 100.0);
+}

@@ -7,6 +7,8 @@
  * exactly at the quota with ACL_ERROR_RT_MEMORY_ALLOCATION, and handles this process never
  * made refused.
  *   npu_pool_client QUOTA_MIB            the checks; prints "ok <check>" lines, then "done"
+ *   npu_pool_client --matmuls SECONDS    runs 96x96 fp32 aclnnMatmuls back to back on NPU 0 for
+ *                                        SECONDS, then prints "matmuls N"
  *   npu_pool_client --copy-forever MIB   allocates MIB, prints "copying PID" and copies to and
  *                                        from it until killed
  */
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MIB ((size_t)1 << 20)
@@ -78,10 +81,44 @@ static int copy_forever(size_t mib) {
     }
 }
 
+/* Matmuls back to back for `seconds`: the load a compute quota holds. */
+static int matmuls(double seconds) {
+    enum { N = 96 };
+    ACL(aclInit(NULL));
+    ACL(aclrtSetDevice(0));
+    aclrtStream stream = NULL;
+    ACL(aclrtCreateStream(&stream));
+    void *d = NULL;
+    ACL(aclrtMalloc(&d, N * N * 4, ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL(aclrtMemset(d, N * N * 4, 0, N * N * 4));
+    int64_t dims[2] = {N, N}, strides[2] = {N, 1}, storage[1] = {N * N};
+    aclTensor *t = aclCreateTensor(dims, 2, ACL_FLOAT, strides, 0, ACL_FORMAT_ND, storage, 1, d);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long n = 0;
+    for (double elapsed = 0; elapsed < seconds && failures == 0; n++) {
+        uint64_t ws = 0;
+        aclOpExecutor *ex = NULL;
+        ACL(aclnnMatmulGetWorkspaceSize(t, t, t, 0, &ws, &ex));
+        ACL(aclnnMatmul(NULL, ws, ex, stream));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        elapsed = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    }
+    ACL(aclrtSynchronizeStream(stream));
+    aclDestroyTensor(t);
+    ACL(aclrtFree(d));
+    ACL(aclrtDestroyStream(stream));
+    ACL(aclrtResetDevice(0));
+    ACL(aclFinalize());
+    printf("matmuls %ld\n", n);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--copy-forever") == 0) return copy_forever((size_t)atol(argv[2]));
+    if (argc == 3 && strcmp(argv[1], "--matmuls") == 0) return matmuls(atof(argv[2]));
     if (argc != 2) {
-        fprintf(stderr, "usage: npu_pool_client QUOTA_MIB | --copy-forever MIB\n");
+        fprintf(stderr, "usage: npu_pool_client QUOTA_MIB | --matmuls SECONDS | --copy-forever MIB\n");
         return 2;
     }
     size_t quota = (size_t)atol(argv[1]) * MIB;

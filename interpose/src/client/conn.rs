@@ -96,10 +96,17 @@ impl Conn {
         // suffixes; like it, a request for every device, which may only narrow the quota.
         let npu_mb = || std::env::var("NPU_MEM_QUOTA").ok()?.trim().parse::<u64>().ok()?.checked_mul(1 << 20);
         let memory_limit = env_size("GPUPOOL_MEMORY").or_else(|| env_size("CUDA_DEVICE_MEMORY_LIMIT")).or_else(npu_mb);
+        // hami-vnpu-core's NPU_PRIORITY is its compute share (a number its limiter reads as the
+        // percent of device time, clamped to 1..=100): like CUDA_DEVICE_SM_LIMIT, a request.
+        let npu_share = || {
+            let v = std::env::var("NPU_PRIORITY").ok()?.trim().parse::<f64>().ok()?;
+            (v.is_finite() && v > 0.0).then(|| v.round().clamp(1.0, 100.0) as u8)
+        };
         let compute_percent = std::env::var("GPUPOOL_COMPUTE")
             .or_else(|_| std::env::var("CUDA_DEVICE_SM_LIMIT"))
             .ok()
-            .and_then(|v| v.trim().trim_end_matches('%').parse::<u8>().ok());
+            .and_then(|v| v.trim().trim_end_matches('%').parse::<u8>().ok())
+            .or_else(npu_share);
         let client_name = std::env::args().next().unwrap_or_default();
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
