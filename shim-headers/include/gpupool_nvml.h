@@ -27,6 +27,7 @@ extern "C" {
 #define NVML_GPU_FABRIC_STATE_NOT_STARTED 1
 #define NVML_GPU_FABRIC_STATE_IN_PROGRESS 2
 #define NVML_GPU_FABRIC_STATE_COMPLETED 3
+#define NVML_NVLINK_MAX_LINKS 18
 
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
@@ -138,6 +139,20 @@ typedef enum nvmlGpuP2PCapsIndex_enum {
     NVML_P2P_CAPS_INDEX_UNKNOWN = 5,
 } nvmlGpuP2PCapsIndex_t;
 
+typedef enum nvmlEnableState_enum {
+    NVML_FEATURE_DISABLED = 0,
+    NVML_FEATURE_ENABLED = 1,
+} nvmlEnableState_t;
+
+typedef enum nvmlGpuLevel_enum {
+    NVML_TOPOLOGY_INTERNAL = 0,
+    NVML_TOPOLOGY_SINGLE = 10,
+    NVML_TOPOLOGY_MULTIPLE = 20,
+    NVML_TOPOLOGY_HOSTBRIDGE = 30,
+    NVML_TOPOLOGY_NODE = 40,
+    NVML_TOPOLOGY_SYSTEM = 50,
+} nvmlGpuTopologyLevel_t;
+
 typedef unsigned char nvmlGpuFabricState_t;
 
 typedef struct {
@@ -185,6 +200,11 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, 
 nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
                                                  nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType);
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci);
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive);
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                 nvmlGpuTopologyLevel_t *pathInfo);
+nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopologyLevel_t level, unsigned int *count,
+                                              nvmlDevice_t *deviceArray);
 nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo);
 
 #ifdef __cplusplus

@@ -18,6 +18,7 @@ pub const NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: u32 = 0;
 pub const NVML_GPU_FABRIC_STATE_NOT_STARTED: u32 = 1;
 pub const NVML_GPU_FABRIC_STATE_IN_PROGRESS: u32 = 2;
 pub const NVML_GPU_FABRIC_STATE_COMPLETED: u32 = 3;
+pub const NVML_NVLINK_MAX_LINKS: u32 = 18;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvmlDevice_st {
@@ -391,6 +392,38 @@ impl nvmlGpuP2PCapsIndex_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct nvmlGpuP2PCapsIndex_enum(pub ::std::os::raw::c_uint);
 pub use self::nvmlGpuP2PCapsIndex_enum as nvmlGpuP2PCapsIndex_t;
+impl nvmlEnableState_enum {
+    pub const NVML_FEATURE_DISABLED: nvmlEnableState_enum = nvmlEnableState_enum(0);
+}
+impl nvmlEnableState_enum {
+    pub const NVML_FEATURE_ENABLED: nvmlEnableState_enum = nvmlEnableState_enum(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct nvmlEnableState_enum(pub ::std::os::raw::c_uint);
+pub use self::nvmlEnableState_enum as nvmlEnableState_t;
+impl nvmlGpuLevel_enum {
+    pub const NVML_TOPOLOGY_INTERNAL: nvmlGpuLevel_enum = nvmlGpuLevel_enum(0);
+}
+impl nvmlGpuLevel_enum {
+    pub const NVML_TOPOLOGY_SINGLE: nvmlGpuLevel_enum = nvmlGpuLevel_enum(10);
+}
+impl nvmlGpuLevel_enum {
+    pub const NVML_TOPOLOGY_MULTIPLE: nvmlGpuLevel_enum = nvmlGpuLevel_enum(20);
+}
+impl nvmlGpuLevel_enum {
+    pub const NVML_TOPOLOGY_HOSTBRIDGE: nvmlGpuLevel_enum = nvmlGpuLevel_enum(30);
+}
+impl nvmlGpuLevel_enum {
+    pub const NVML_TOPOLOGY_NODE: nvmlGpuLevel_enum = nvmlGpuLevel_enum(40);
+}
+impl nvmlGpuLevel_enum {
+    pub const NVML_TOPOLOGY_SYSTEM: nvmlGpuLevel_enum = nvmlGpuLevel_enum(50);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct nvmlGpuLevel_enum(pub ::std::os::raw::c_uint);
+pub use self::nvmlGpuLevel_enum as nvmlGpuTopologyLevel_t;
 pub type nvmlGpuFabricState_t = ::std::os::raw::c_uchar;
 #[repr(C)]
 #[derive(Debug, Copy, Clone, PartialEq, Eq)]
@@ -587,6 +620,28 @@ unsafe extern "C" {
         device: nvmlDevice_t,
         link: ::std::os::raw::c_uint,
         pci: *mut nvmlPciInfo_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetNvLinkState(
+        device: nvmlDevice_t,
+        link: ::std::os::raw::c_uint,
+        isActive: *mut nvmlEnableState_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetTopologyCommonAncestor(
+        device1: nvmlDevice_t,
+        device2: nvmlDevice_t,
+        pathInfo: *mut nvmlGpuTopologyLevel_t,
+    ) -> nvmlReturn_t;
+}
+unsafe extern "C" {
+    pub fn nvmlDeviceGetTopologyNearestGpus(
+        device: nvmlDevice_t,
+        level: nvmlGpuTopologyLevel_t,
+        count: *mut ::std::os::raw::c_uint,
+        deviceArray: *mut nvmlDevice_t,
     ) -> nvmlReturn_t;
 }
 unsafe extern "C" {

@@ -11,6 +11,11 @@
 //! sms = 132
 //! compute_capability = "9.0"
 //! clock_mhz = 1980
+//!
+//! [topology]                     # optional; NVML's topology and NVLink queries answer it
+//! nvlink_islands = [[0, 1, 2, 3], [4, 5, 6, 7]]   # all-to-all NVLink, one link per peer
+//! pcie_switches = [[0, 1], [2, 3], [4, 5], [6, 7]] # devices behind one PCIe switch
+//! numa_nodes = [[0, 1, 2, 3], [4, 5, 6, 7]]       # node n's devices (every device once)
 //! ```
 
 use serde::Deserialize;
@@ -30,7 +35,102 @@ pub struct SimConfig {
     /// 1000 * major + 10 * minor, as `cuDriverGetVersion` reports it.
     pub driver_version: i32,
     pub devices: Vec<DeviceConfig>,
+    pub topology: Topology,
 }
+
+/// How the devices are wired, by device ordinal. The default: no NVLink, no PCIe switch,
+/// every device on NUMA node 0.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// Devices joined all-to-all by NVLink: in an island of k, each has k - 1 active links,
+    /// link i to the i-th other member in the island's order.
+    #[serde(default)]
+    pub nvlink_islands: Vec<Vec<usize>>,
+    /// Devices behind one PCIe switch. Each switch, and each device behind none, hangs off a
+    /// host bridge of its own.
+    #[serde(default)]
+    pub pcie_switches: Vec<Vec<usize>>,
+    /// `numa_nodes[n]`: the devices attached to NUMA node n; empty: all on node 0.
+    #[serde(default)]
+    pub numa_nodes: Vec<Vec<usize>>,
+}
+
+/// NVML's `nvmlGpuTopologyLevel_t` values (nvml.h).
+pub mod level {
+    pub const INTERNAL: u32 = 0;
+    pub const SINGLE: u32 = 10;
+    pub const NODE: u32 = 40;
+    pub const SYSTEM: u32 = 50;
+}
+
+impl Topology {
+    fn group_of(groups: &[Vec<usize>], d: usize) -> Option<usize> {
+        groups.iter().position(|g| g.contains(&d))
+    }
+
+    /// The NUMA node device `d` is attached to.
+    pub fn numa_node(&self, d: usize) -> usize {
+        Self::group_of(&self.numa_nodes, d).unwrap_or(0)
+    }
+
+    /// The devices device `d` has NVLinks to, in link order (empty: no NVLink).
+    pub fn nvlink_peers(&self, d: usize) -> Vec<usize> {
+        match Self::group_of(&self.nvlink_islands, d) {
+            Some(i) => self.nvlink_islands[i].iter().copied().filter(|&p| p != d).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// `nvmlDeviceGetTopologyCommonAncestor`'s level between devices `a` and `b` (PCIe and
+    /// NUMA only, as NVML's: NVLink does not shorten the PCIe path). One device with itself is
+    /// INTERNAL.
+    pub fn common_ancestor(&self, a: usize, b: usize) -> u32 {
+        let same = |groups: &[Vec<usize>]| {
+            Self::group_of(groups, a).is_some() && Self::group_of(groups, a) == Self::group_of(groups, b)
+        };
+        if a == b {
+            level::INTERNAL
+        } else if same(&self.pcie_switches) {
+            level::SINGLE
+        } else if self.numa_node(a) == self.numa_node(b) {
+            level::NODE
+        } else {
+            level::SYSTEM
+        }
+    }
+
+    /// Every ordinal below `count`, in at most one group of each kind; every device on a NUMA
+    /// node when nodes are given; at most NVML_NVLINK_MAX_LINKS links per device.
+    fn check(&self, count: usize) -> Result<(), String> {
+        for (what, groups) in [
+            ("nvlink_islands", &self.nvlink_islands),
+            ("pcie_switches", &self.pcie_switches),
+            ("numa_nodes", &self.numa_nodes),
+        ] {
+            let mut seen = vec![false; count];
+            for &d in groups.iter().flatten() {
+                match seen.get_mut(d) {
+                    None => return Err(format!("topology.{what}: device {d} does not exist ({count} devices)")),
+                    Some(true) => return Err(format!("topology.{what}: device {d} is listed twice")),
+                    Some(s) => *s = true,
+                }
+            }
+            if what == "numa_nodes" && !groups.is_empty() && seen.contains(&false) {
+                return Err("topology.numa_nodes: every device must be on a node".into());
+            }
+        }
+        match self.nvlink_islands.iter().find(|i| i.len() > MAX_NVLINKS + 1) {
+            Some(i) => {
+                Err(format!("topology.nvlink_islands: {} devices need more than {MAX_NVLINKS} links each", i.len()))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// NVML_NVLINK_MAX_LINKS (nvml.h).
+pub const MAX_NVLINKS: usize = 18;
 
 pub const DEFAULT_DEVICE_COUNT: usize = 2;
 
@@ -49,7 +149,11 @@ impl Default for DeviceConfig {
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { driver_version: 13000, devices: vec![DeviceConfig::default(); DEFAULT_DEVICE_COUNT] }
+        SimConfig {
+            driver_version: 13000,
+            devices: vec![DeviceConfig::default(); DEFAULT_DEVICE_COUNT],
+            topology: Topology::default(),
+        }
     }
 }
 
@@ -59,6 +163,7 @@ struct FileConfig {
     driver_version: Option<String>,
     #[serde(default, rename = "device")]
     devices: Vec<FileDevice>,
+    topology: Option<Topology>,
 }
 
 #[derive(Deserialize, Default)]
@@ -126,6 +231,7 @@ impl SimConfig {
             if let Some(v) = file.driver_version {
                 cfg.driver_version = parse_driver_version(&v)?;
             }
+            cfg.topology = file.topology.unwrap_or_default();
             if !file.devices.is_empty() {
                 cfg.devices = file
                     .devices
@@ -167,6 +273,7 @@ impl SimConfig {
         if let Some(v) = env("GPUPOOL_SIM_DRIVER_VERSION") {
             cfg.driver_version = parse_driver_version(&v).map_err(|e| format!("GPUPOOL_SIM_DRIVER_VERSION: {e}"))?;
         }
+        cfg.topology.check(cfg.devices.len())?;
         for d in &cfg.devices {
             if d.memory_bytes == 0 || d.sms == 0 {
                 return Err(format!("device {:?}: memory and sms must be positive", d.name));
@@ -217,6 +324,27 @@ mod tests {
         let c = SimConfig::from_sources(Some(text), env).unwrap();
         assert_eq!(c.devices.len(), 3);
         assert!(c.devices.iter().all(|d| d.memory_bytes == 1 << 30 && d.sms == 8));
+    }
+
+    #[test]
+    fn topology_levels_follow_switches_then_numa_nodes() {
+        let text = "[[device]]\n[topology]\nnvlink_islands = [[0, 1, 2, 3], [4, 5, 6, 7]]\n\
+                    pcie_switches = [[0, 1], [2, 3], [4, 5], [6, 7]]\nnuma_nodes = [[0, 1, 2, 3], [4, 5, 6, 7]]\n";
+        let c = SimConfig::from_sources(Some(text), |k| (k == "GPUPOOL_SIM_DEVICES").then(|| "8".into())).unwrap();
+        let t = &c.topology;
+        assert_eq!((t.common_ancestor(0, 0), t.common_ancestor(0, 1)), (level::INTERNAL, level::SINGLE));
+        assert_eq!((t.common_ancestor(0, 2), t.common_ancestor(3, 4)), (level::NODE, level::SYSTEM));
+        assert_eq!((t.nvlink_peers(5), t.numa_node(5)), (vec![4, 6, 7], 1));
+        // A device outside the configuration, listed twice, or left off the NUMA nodes is refused.
+        let bad = |topo: &str| {
+            SimConfig::from_sources(Some(&format!("[[device]]\n[[device]]\n[topology]\n{topo}")), |_| None)
+        };
+        assert!(bad("nvlink_islands = [[0, 2]]").unwrap_err().contains("device 2 does not exist"));
+        assert!(bad("pcie_switches = [[0, 1], [1]]").unwrap_err().contains("listed twice"));
+        assert!(bad("numa_nodes = [[0]]").unwrap_err().contains("every device"));
+        assert!(bad("numa_nodes = [[0], [1]]").is_ok());
+        let default = SimConfig::from_sources(None, |_| None).unwrap().topology;
+        assert_eq!((default.common_ancestor(0, 1), default.nvlink_peers(0)), (level::NODE, vec![]));
     }
 
     #[test]

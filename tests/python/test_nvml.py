@@ -262,3 +262,65 @@ def test_null_arguments_are_invalid_argument(nvml):
     buf = ctypes.create_string_buffer(2)
     # "NVML_ERROR_INSUFFICIENT_SIZE if length is too small"
     assert fn(h, buf, ctypes.c_uint(2)) == pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+
+
+def test_topology_and_nvlink_follow_the_configured_wiring(py_subprocess, tmp_path):
+    # 8 devices: NVLink islands 0-3 and 4-7, PCIe switches of two, a NUMA node per island.
+    cfg = tmp_path / "sim.toml"
+    cfg.write_text(
+        "[topology]\n"
+        "nvlink_islands = [[0, 1, 2, 3], [4, 5, 6, 7]]\n"
+        "pcie_switches = [[0, 1], [2, 3], [4, 5], [6, 7]]\n"
+        "numa_nodes = [[0, 1, 2, 3], [4, 5, 6, 7]]\n"
+    )
+    out = py_subprocess(
+        """
+        import pynvml as n
+        n.nvmlInit()
+        h = [n.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
+        anc = lambda a, b: n.nvmlDeviceGetTopologyCommonAncestor(h[a], h[b])
+        assert (anc(0, 0), anc(0, 1), anc(1, 3), anc(3, 4)) == (
+            n.NVML_TOPOLOGY_INTERNAL, n.NVML_TOPOLOGY_SINGLE, n.NVML_TOPOLOGY_NODE, n.NVML_TOPOLOGY_SYSTEM)
+        near = lambda d, level: [n.nvmlDeviceGetIndex(x) for x in n.nvmlDeviceGetTopologyNearestGpus(h[d], level)]
+        assert near(5, n.NVML_TOPOLOGY_SINGLE) == [4], near(5, n.NVML_TOPOLOGY_SINGLE)
+        assert near(5, n.NVML_TOPOLOGY_NODE) == [4, 6, 7]
+        assert near(5, n.NVML_TOPOLOGY_SYSTEM) == [0, 1, 2, 3, 4, 6, 7]
+        # Device 5's links lead to 4, 6 and 7 (buses 0x58, 0x78, 0x88); links 3..17 are inactive.
+        # NVML_NVLINK_MAX_LINKS is 18 in the nvml.h our header is checked against (newer pynvml: 36).
+        states = [n.nvmlDeviceGetNvLinkState(h[5], link) for link in range(18)]
+        assert states == [1, 1, 1] + [0] * 15, states
+        buses = [n.nvmlDeviceGetNvLinkRemotePciInfo(h[5], link).bus for link in range(3)]
+        assert buses == [0x58, 0x78, 0x88], buses
+        assert n.nvmlDeviceGetNvLinkRemoteDeviceType(h[5], 0) == n.NVML_NVLINK_DEVICE_TYPE_GPU
+        for call, code in [
+            (lambda: n.nvmlDeviceGetNvLinkState(h[5], 18), n.NVML_ERROR_INVALID_ARGUMENT),
+            (lambda: n.nvmlDeviceGetNvLinkRemotePciInfo(h[5], 3), n.NVML_ERROR_NOT_SUPPORTED),
+            (lambda: n.nvmlDeviceGetTopologyNearestGpus(h[5], 15), n.NVML_ERROR_INVALID_ARGUMENT),
+        ]:
+            try:
+                call()
+                raise AssertionError("accepted")
+            except n.NVMLError as e:
+                assert e.value == code, (e.value, code)
+        print("OK")
+        """,
+        GPUPOOL_SIM_CONFIG=cfg,
+        GPUPOOL_SIM_DEVICES=8,
+    )
+    assert out.strip() == "OK"
+    # Without a [topology]: no NVLink, one NUMA node, no switch.
+    out = py_subprocess(
+        """
+        import pynvml as n
+        n.nvmlInit()
+        a, b = n.nvmlDeviceGetHandleByIndex(0), n.nvmlDeviceGetHandleByIndex(1)
+        assert n.nvmlDeviceGetTopologyCommonAncestor(a, b) == n.NVML_TOPOLOGY_NODE
+        try:
+            n.nvmlDeviceGetNvLinkState(a, 0)
+            raise AssertionError("an NVLink without a topology")
+        except n.NVMLError as e:
+            assert e.value == n.NVML_ERROR_NOT_SUPPORTED
+        print("OK")
+        """
+    )
+    assert out.strip() == "OK"

@@ -77,7 +77,7 @@ fn write_str(buf: *mut c_char, len: c_uint, text: &str) -> NResult<()> {
 /// [`crate::handles`], so a CUDA handle is never mistaken for one.
 const NVML_HANDLE_BASE: u64 = 0x7e60_0000_0000;
 
-fn handle_of(d: &Device) -> nvmlDevice_t {
+pub(super) fn handle_of(d: &Device) -> nvmlDevice_t {
     (NVML_HANDLE_BASE + 16 * d.ordinal as u64) as nvmlDevice_t
 }
 
