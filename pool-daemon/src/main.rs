@@ -113,6 +113,10 @@ enum Command {
         /// Serve Prometheus metrics (OpenMetrics text) at http://ADDR/metrics, e.g. 127.0.0.1:9400.
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
+        /// How sessions that ask for a number of GPUs are placed (`binpack` or `spread`);
+        /// overrides the config's `placement` (README.md, "Placement").
+        #[arg(long, value_name = "POLICY")]
+        placement: Option<gpupool_quota::Placement>,
     },
     /// Make a CA and a daemon certificate signed by it, for tls:// endpoints: DIR/ca.pem (give it
     /// to clients as GPUPOOL_CA), DIR/cert.pem and DIR/key.pem (--tls-cert, --tls-key), and
@@ -149,6 +153,10 @@ enum Command {
         /// Narrow the tenant's compute share (percent, 1..=100).
         #[arg(long)]
         compute: Option<u8>,
+        /// Be placed on N GPUs the daemon chooses (README.md, "Placement"), seen as devices
+        /// 0..N-1; the others are invisible.
+        #[arg(long, value_name = "N")]
+        gpus: Option<u32>,
         /// Which CUDA runtime a program that loads `libcudart.so.*` gets: `pool` (libgpupool's
         /// own; the default, else $GPUPOOL_CUDART) or `nvidia` (NVIDIA's, which the program
         /// finds itself; nothing is preloaded).
@@ -238,6 +246,7 @@ fn main() -> std::process::ExitCode {
             driver_dir,
             no_compute_scheduler,
             metrics,
+            placement,
         } => split_endpoints(&listen).and_then(|(listen, remote)| {
             if !(lease.is_finite() && lease >= 3.0) {
                 anyhow::bail!("--lease {lease}: at least 3 seconds");
@@ -256,6 +265,7 @@ fn main() -> std::process::ExitCode {
                 driver_dir,
                 compute_scheduler: !no_compute_scheduler,
                 metrics,
+                placement,
             })
         }),
         Command::Cert { out, name, days } => cert::run(&out, &name, days),
@@ -266,8 +276,8 @@ fn main() -> std::process::ExitCode {
         Command::Cdi { command: CdiCommand::Generate { output, endpoint, lib_dir, cdi_version } } => {
             container::cdi::generate(container::cdi::Options { output, endpoint, lib_dir, cdi_version })
         }
-        Command::Run { endpoint, memory, compute, cudart, command } => {
-            match run::run(run::Options { endpoint, memory, compute, cudart, command }) {
+        Command::Run { endpoint, memory, compute, gpus, cudart, command } => {
+            match run::run(run::Options { endpoint, memory, compute, gpus, cudart, command }) {
                 Ok(code) => return std::process::ExitCode::from(code.clamp(0, 255) as u8),
                 Err(e) => Err(e),
             }

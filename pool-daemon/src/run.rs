@@ -1,7 +1,7 @@
-//! `gpupool run [--endpoint ADDR] [--memory SIZE] [--compute PCT] -- CMD ARGS...`: runs CMD
-//! unmodified with `libgpupool.so` (built next to this executable) preloaded and the
+//! `gpupool run [--endpoint ADDR] [--memory SIZE] [--compute PCT] [--gpus N] -- CMD ARGS...`:
+//! runs CMD unmodified with `libgpupool.so` (built next to this executable) preloaded and the
 //! endpoint and its requests in the environment (`GPUPOOL_ENDPOINT`, `GPUPOOL_MEMORY`,
-//! `GPUPOOL_COMPUTE`; the client sends them in its hello, where they can only narrow the
+//! `GPUPOOL_COMPUTE`, `GPUPOOL_GPUS`; the client sends them in its hello, where they can only narrow the
 //! tenant's quota). Exits with CMD's exit code (128+N when a signal N killed it).
 //!
 //! The endpoint (`--endpoint`, else `GPUPOOL_ENDPOINT`) is any the interposer takes, parsed
@@ -41,6 +41,8 @@ pub struct Options {
     pub endpoint: Option<String>,
     pub memory: Option<String>,
     pub compute: Option<u8>,
+    /// Placement: this many GPUs, chosen by the daemon.
+    pub gpus: Option<u32>,
     /// None: `GPUPOOL_CUDART` (`pool` or `nvidia`), else `pool`.
     pub cudart: Option<Cudart>,
     pub command: Vec<String>,
@@ -169,6 +171,9 @@ pub fn run(o: Options) -> Result<i32> {
     {
         bail!("--compute {c}: a percent in 1..=100");
     }
+    if o.gpus == Some(0) {
+        bail!("--gpus 0: at least one GPU");
+    }
     let cudart = match o.cudart {
         Some(c) => c,
         None => match std::env::var("GPUPOOL_CUDART").ok().filter(|v| !v.is_empty()).as_deref() {
@@ -202,6 +207,9 @@ pub fn run(o: Options) -> Result<i32> {
     }
     if let Some(c) = o.compute {
         cmd.env("GPUPOOL_COMPUTE", c.to_string());
+    }
+    if let Some(n) = o.gpus {
+        cmd.env("GPUPOOL_GPUS", n.to_string());
     }
     let status = cmd.status().with_context(|| format!("cannot run {prog}"))?;
     Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))

@@ -174,16 +174,26 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
     for t in doc["tenants"].as_array().into_iter().flatten() {
         println!("{:<20} {} / {}", t["tenant"].as_str().unwrap_or("?"), mib(&t["pinned"]), mib(&t["pinned_quota"]));
     }
-    println!("\nSESSION  PID      UID    TENANT               CLIENT");
+    println!("\nSESSION  PID      UID    TENANT               PLACEMENT    CLIENT");
     for s in doc["sessions"].as_array().into_iter().flatten() {
         println!(
-            "{:<8} {:<8} {:<6} {:<20} {}",
+            "{:<8} {:<8} {:<6} {:<20} {:<12} {}",
             txt(&s["id"]),
             txt(&s["pid"]),
             txt(&s["uid"]),
             s["tenant"].as_str().unwrap_or("?"),
+            placement(&s["placement"]),
             s["client"].as_str().unwrap_or("")
         );
     }
     Ok(())
+}
+
+/// A session's placed GPUs as the daemon numbers them (its devices 0..N-1 in this order), or
+/// `all` for a session that was not placed.
+pub fn placement(v: &Value) -> String {
+    match v.as_array() {
+        Some(p) => p.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","),
+        None => "all".into(),
+    }
 }

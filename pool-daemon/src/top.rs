@@ -27,6 +27,8 @@ struct SessionRow {
     device: u64,
     /// `gpu` or `npu`.
     kind: String,
+    /// For a placed session, its own number for the device (placement).
+    placed_as: Option<usize>,
     used: u64,
     quota: Option<u64>,
     /// The tenant's page-locked host bytes and their quota.
@@ -91,10 +93,20 @@ impl State {
         for s in doc["sessions"].as_array().into_iter().flatten() {
             let name = s["tenant"].as_str().unwrap_or("?");
             let Some(t) = tenants.get(name) else { continue };
-            // A session is shown on each device its tenant uses (the daemon accounts per tenant).
+            // A session is shown on each device its tenant uses (the daemon accounts per tenant);
+            // a placed session on each of its GPUs, and only those.
+            let placement: Option<Vec<u64>> =
+                s["placement"].as_array().map(|p| p.iter().filter_map(Value::as_u64).collect());
             for d in t["devices"].as_array().into_iter().flatten() {
                 let dev = d["device"].as_u64().unwrap_or(0);
-                if d["compute"].is_null() && d["used"].as_u64().unwrap_or(0) == 0 {
+                let placed_as = placement.as_ref().and_then(|p| p.iter().position(|&x| x == dev));
+                let unused = d["compute"].is_null() && d["used"].as_u64().unwrap_or(0) == 0;
+                // Placement covers GPUs; a placed session's NPUs are shown as anyone's.
+                let skip = match &placement {
+                    Some(_) if kind(doc, dev) != "npu" => placed_as.is_none(),
+                    _ => unused,
+                };
+                if skip {
                     continue;
                 }
                 rows.push(SessionRow {
@@ -102,6 +114,7 @@ impl State {
                     tenant: name.to_string(),
                     device: dev,
                     kind: kind(doc, dev).to_string(),
+                    placed_as,
                     used: d["used"].as_u64().unwrap_or(0),
                     quota: d["quota"].as_u64(),
                     pinned: (t["pinned"].as_u64().unwrap_or(0), t["pinned_quota"].as_u64().unwrap_or(0)),
@@ -219,7 +232,10 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
             Row::new([
                 r.pid.to_string(),
                 r.tenant,
-                format!("{} {}", r.kind, r.device),
+                match r.placed_as {
+                    Some(i) => format!("{} {} as {i}", r.kind, r.device),
+                    None => format!("{} {}", r.kind, r.device),
+                },
                 format!("{} / {}", mib(r.used), r.quota.map_or("unlimited".into(), mib)),
                 format!("{} / {}", mib(r.pinned.0), mib(r.pinned.1)),
                 format!("{:.1}% / {}%", r.share, r.compute_quota),
@@ -233,7 +249,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
     let widths = [
         Constraint::Length(8),
         Constraint::Min(10),
-        Constraint::Length(5),
+        Constraint::Length(12),
         Constraint::Length(22),
         Constraint::Length(20),
         Constraint::Length(16),
@@ -275,4 +291,33 @@ pub fn run(endpoint: Option<String>, interval: Duration) -> Result<()> {
     })();
     ratatui::restore();
     result
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+
+    /// A placed session is listed on each GPU it was placed on, numbered as it numbers them,
+    /// whether or not it uses the GPU yet, and on no other GPU; an unplaced one, and any session
+    /// on an NPU, where its tenant has use.
+    #[test]
+    fn placed_sessions_show_their_gpus() {
+        let dev = |d: u64, used: u64| serde_json::json!({"device": d, "used": used, "quota": null, "compute": null});
+        let gpus: Vec<_> = (0..8).map(|i| serde_json::json!({"ordinal": i, "kind": "gpu"})).collect();
+        let npu = serde_json::json!({"ordinal": 8, "kind": "npu"});
+        let doc = serde_json::json!({
+            "devices": gpus.into_iter().chain([npu]).collect::<Vec<_>>(),
+            "tenants": [
+                {"tenant": "a", "devices": [dev(0, 0), dev(3, 0), dev(5, 1 << 20), dev(6, 0), dev(8, 1 << 20)]},
+                {"tenant": "b", "devices": [dev(0, 0), dev(1, 1 << 20)]},
+            ],
+            "sessions": [
+                {"pid": 10, "tenant": "a", "placement": [6, 5]},
+                {"pid": 11, "tenant": "b", "placement": null},
+            ],
+        });
+        let st = State { doc: Some(doc), ..Default::default() };
+        let rows: Vec<(u64, u64, Option<usize>)> = st.rows().iter().map(|r| (r.pid, r.device, r.placed_as)).collect();
+        assert_eq!(rows, [(10, 5, Some(1)), (10, 6, Some(0)), (10, 8, None), (11, 1, None)]);
+    }
 }

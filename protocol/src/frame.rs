@@ -22,7 +22,7 @@ use thiserror::Error;
 pub const MAGIC: [u8; 4] = *b"GPPL";
 /// The wire version. Bump it on any change to the header or to an operation's encoding;
 /// peers of different versions refuse each other at the first frame.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Size of the header in bytes (this version).
 pub const HEADER_LEN: usize = 24;
 /// The largest payload a frame may carry: 64 MiB. Bulk data normally travels through the

@@ -109,7 +109,7 @@ fn golden_bytes() {
     };
     let expected: Vec<u8> = [
         &b"GPPL"[..],
-        &[2, 0],        // version
+        &[3, 0],        // version
         &[24, 0],       // header length
         &[1, 0],        // kind: request
         &[0, 0],        // flags

@@ -65,6 +65,29 @@ pub enum Priority {
     Low,
 }
 
+/// How the daemon chooses GPUs for a session that asks for a number of them (the config's
+/// top-level `placement`; the daemon's `--placement` wins over it). README.md, "Placement".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// Fill the devices already committed first, keeping others free for large jobs.
+    #[default]
+    Binpack,
+    /// The least used devices first, alternating NVLink islands.
+    Spread,
+}
+
+impl std::str::FromStr for Placement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "binpack" => Ok(Placement::Binpack),
+            "spread" => Ok(Placement::Spread),
+            other => Err(format!("placement `{other}`: `binpack` or `spread`")),
+        }
+    }
+}
+
 /// A device-memory quota per device, in bytes (always a whole number of MiB when it comes from a config).
 ///
 /// `devices` holds explicit per-device values; any other device gets `default`. `default: None` means
@@ -147,6 +170,9 @@ pub struct TenantSpec {
     pub mode: Mode,
     /// `high`, `normal` or `low`.
     pub priority: Priority,
+    /// GPUs the daemon places each of its sessions on (`devices = N`); None: every GPU, as
+    /// the client names them. A client may ask for fewer, not more.
+    pub devices: Option<u32>,
 }
 
 /// A validated quota config. Build it with [`Config::from_toml_str`]; resolve clients with
@@ -160,6 +186,8 @@ pub struct Config {
     pub(crate) by_gid: HashMap<u32, usize>,
     /// Digests of the admin tokens (`admin_token_sha256`): they name no tenant.
     pub(crate) admin_tokens: Vec<[u8; 32]>,
+    /// `placement = "binpack" | "spread"`, if the file says.
+    pub placement: Option<Placement>,
 }
 
 /// Why a config was refused. Field errors name the tenant and the field.
@@ -202,6 +230,8 @@ struct RawConfig {
     /// SHA-256 of the token(s) that may read every tenant's status over the network.
     #[serde(default)]
     admin_token_sha256: OneOrMany,
+    #[serde(default)]
+    placement: Option<Placement>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -219,6 +249,7 @@ struct RawTenant {
     compute: Option<i64>,
     mode: Option<Mode>,
     priority: Option<Priority>,
+    devices: Option<i64>,
 }
 
 impl RawTenant {
@@ -229,6 +260,7 @@ impl RawTenant {
             compute: self.compute,
             mode: self.mode,
             priority: self.priority,
+            devices: self.devices,
         }
     }
 }
@@ -241,6 +273,7 @@ struct RawLimits {
     compute: Option<i64>,
     mode: Option<Mode>,
     priority: Option<Priority>,
+    devices: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -333,6 +366,11 @@ fn spec(name: &str, limits: &RawLimits) -> Result<TenantSpec, ConfigError> {
         compute,
         mode: limits.mode.unwrap_or_default(),
         priority: limits.priority.unwrap_or_default(),
+        devices: match limits.devices {
+            None => None,
+            Some(n @ 1..=1024) => Some(n as u32),
+            Some(n) => return Err(field_err(name, "devices", format!("{n} is not a number of GPUs (1 or more)"))),
+        },
     })
 }
 
@@ -387,8 +425,13 @@ impl Config {
 
     /// A config with no tenants and an unlimited default tenant.
     pub fn unrestricted() -> Config {
-        Self::from_raw(RawConfig { tenant: Vec::new(), default: None, admin_token_sha256: OneOrMany::None })
-            .expect("empty config is valid")
+        Self::from_raw(RawConfig {
+            tenant: Vec::new(),
+            default: None,
+            admin_token_sha256: OneOrMany::None,
+            placement: None,
+        })
+        .expect("empty config is valid")
     }
 
     fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
@@ -445,7 +488,7 @@ impl Config {
             let msg = "this token is also admin_token_sha256: an admin token must name no tenant";
             return Err(field_err(tenants[i].id.as_str(), "token_sha256", msg));
         }
-        Ok(Config { tenants, default, by_token, by_uid, by_gid, admin_tokens })
+        Ok(Config { tenants, default, by_token, by_uid, by_gid, admin_tokens, placement: raw.placement })
     }
 
     /// The `[[tenant]]` entries, in file order (the default tenant is not among them).

@@ -1,6 +1,6 @@
 //! The config format: parsing, sizes, validation errors naming tenant and field.
 
-use gpupool_quota::{Config, ConfigError, MIB, Mode, Priority, TenantId, hash_token};
+use gpupool_quota::{Config, ConfigError, MIB, Mode, Placement, Priority, TenantId, hash_token};
 
 fn err(text: &str) -> String {
     match Config::from_toml_str(text) {
@@ -40,6 +40,19 @@ fn readme_example_is_valid() {
     assert_eq!(ci.memory.for_device(3), Some(512 * MIB), "`*` covers unlisted devices");
     assert_eq!(cfg.default_tenant().memory.for_device(0), Some(1 << 30));
     assert_eq!(cfg.default_tenant().compute, 10);
+    assert_eq!((cfg.placement, training.devices, inference.devices), (Some(Placement::Spread), Some(4), None));
+}
+
+#[test]
+fn devices_and_placement_parse_and_bad_values_are_refused() {
+    let cfg = Config::from_toml_str("placement = \"binpack\"\n[default]\ndevices = 2\n").unwrap();
+    assert_eq!((cfg.placement, cfg.default_tenant().devices), (Some(Placement::Binpack), Some(2)));
+    assert_eq!(Config::from_toml_str("").unwrap().placement, None);
+    let (tenant, field, message) = field_err("[[tenant]]\nname = \"a\"\ndevices = 0\n");
+    assert_eq!((tenant.as_str(), field.as_str()), ("a", "devices"), "{message}");
+    assert!(err("placement = \"random\"\n").contains("placement"));
+    assert_eq!("spread".parse::<Placement>(), Ok(Placement::Spread));
+    assert!("fill".parse::<Placement>().is_err());
 }
 
 #[test]

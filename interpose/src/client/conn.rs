@@ -119,6 +119,8 @@ impl Conn {
             compute_percent,
             client_name,
             token: std::env::var("GPUPOOL_TOKEN").ok().filter(|t| !t.is_empty()),
+            // `gpupool run --gpus N`: the daemon places the process on N GPUs it chooses.
+            gpus: std::env::var("GPUPOOL_GPUS").ok().and_then(|v| v.trim().parse::<u32>().ok()),
         };
         match c.call_raw(hello) {
             Ok(Reply::HelloReply { driver_version, devices, .. }) => {

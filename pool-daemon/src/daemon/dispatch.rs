@@ -178,8 +178,19 @@ impl Session {
         Ok(answer::Ok {})
     }
 
+    /// A device this session may name: one of the daemon's, and for a placed session one of
+    /// its GPUs (the others do not exist for it, as under CUDA_VISIBLE_DEVICES).
     pub fn check_device(&self, device: u32) -> Result<()> {
-        if (device as usize) < self.shared.devices.len() { Ok(()) } else { Err(Fail::invalid_device(device)) }
+        if device as usize >= self.shared.devices.len() {
+            return Err(Fail::invalid_device(device));
+        }
+        match &self.placed {
+            Some(p) if device < self.shared.first_npu() && !p.contains(&device) => Err(Fail::new(
+                INVALID_DEVICE,
+                format!("device {device} is not one of the GPUs placed for this session ({p:?})"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Reserve in the ledger, then allocate; over quota: OUT_OF_MEMORY and nothing changes.

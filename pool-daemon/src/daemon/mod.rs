@@ -46,6 +46,7 @@ pub mod listener;
 pub mod malloc;
 pub mod metrics;
 pub mod npu;
+pub mod placement;
 pub mod regions;
 pub mod remote;
 pub mod serve;
@@ -81,6 +82,8 @@ pub struct Options {
     pub compute_scheduler: bool,
     /// Serve Prometheus metrics over HTTP here.
     pub metrics: Option<std::net::SocketAddr>,
+    /// `--placement`: wins over the config's `placement`.
+    pub placement: Option<gpupool_quota::Placement>,
 }
 
 /// A vendor handle (context, stream, event, module, function) moved between threads.
@@ -149,6 +152,12 @@ pub struct SessionInfo {
     /// The container whose endpoint the session came through ([`containers`]).
     pub container: Option<String>,
     pub started_unix_ms: u128,
+    /// The GPUs the daemon placed the session on, its devices 0..N-1 in this order
+    /// ([`placement`]); None: it sees every device.
+    pub placement: Option<Vec<u32>>,
+    /// Its memory quota on each placed GPU (what placement counts as committed there).
+    #[serde(skip)]
+    pub placed_quota: Vec<u64>,
 }
 
 /// State shared by every thread of the daemon.
@@ -179,6 +188,10 @@ pub struct Shared {
     pub vmm: vmm::Registry,
     /// Per-container endpoints ([`containers`]).
     pub containers: containers::Registry,
+    /// The GPUs' wiring, from NVML at start-up ([`placement`]).
+    pub topology: placement::Topology,
+    /// `--placement`, if given.
+    pub placement_flag: Option<gpupool_quota::Placement>,
     next_session: AtomicU64,
 }
 
@@ -452,6 +465,12 @@ pub fn run(opts: Options) -> Result<()> {
     let config = load_config(opts.config.as_ref(), first_npu)?;
     let endpoints = if opts.listen.is_empty() { vec![listener::default_socket_path()] } else { opts.listen.clone() };
     let devices_len = devices.len();
+    let gpu_uuids: Vec<String> =
+        devices[..first_npu as usize].iter().map(|d| gpupool_abi::identity::uuid_string(&d.uuid)).collect();
+    let topology = match &nvml {
+        Some(n) => placement::Topology::discover(n, &gpu_uuids),
+        None => placement::Topology::unknown(gpu_uuids.len()),
+    };
     // Bound early: a bad certificate or an insecure address fails before any device work.
     let remote_listeners = remote::bind(&opts.remote, &opts.net)?;
     let shared = Arc::new(Shared {
@@ -474,6 +493,8 @@ pub fn run(opts: Options) -> Result<()> {
         blas: crate::backend::Blas::new(src.clone()),
         vmm: vmm::Registry::default(),
         containers: containers::Registry::default(),
+        topology,
+        placement_flag: opts.placement,
         next_session: AtomicU64::new(1),
     });
     compute::Compute::start_monitors(&shared)?;

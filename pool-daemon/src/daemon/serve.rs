@@ -38,6 +38,7 @@ impl Serve for Session {
         _compute_percent: Option<u8>,
         _client_name: String,
         _token: Option<String>,
+        _gpus: Option<u32>,
     ) -> Result<answer::HelloReply> {
         Err(Fail::invalid_value("a second hello"))
     }
@@ -51,7 +52,7 @@ impl Serve for Session {
     // ---- devices ----
 
     fn device_get_count(&mut self, _cx: Cx<'_>) -> Result<answer::DeviceCount> {
-        Ok(answer::DeviceCount { count: self.shared.devices.len() as u32 })
+        Ok(answer::DeviceCount { count: self.visible_devices().len() as u32 })
     }
 
     fn device_get_info(&mut self, _cx: Cx<'_>, device: u32) -> Result<answer::DeviceInfo> {

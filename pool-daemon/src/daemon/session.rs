@@ -87,6 +87,8 @@ pub struct Session {
     pub arrays: super::array::Arrays,
     /// NPU operators' executors between their two phases ([`super::npu`]).
     pub npu_execs: super::npu::Execs,
+    /// The GPUs placed for this session ([`super::placement`]); None: every device.
+    pub placed: Option<Vec<u32>>,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -233,7 +235,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
     }
     let Message::Request {
         id,
-        op: Request::Hello { pid, uid, gid, protocol_version, memory_limit, compute_percent, client_name, token },
+        op: Request::Hello { pid, uid, gid, protocol_version, memory_limit, compute_percent, client_name, token, gpus },
         ..
     } = msg
     else {
@@ -284,6 +286,39 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
     let limits = config.effective_limits(&tenant, &request).map_err(|e| refuse(t, 1, e.to_string()))?;
     let quota = shared.ledger.open_session(&tenant, &request).map_err(|e| refuse(t, 1, e.to_string()))?;
     let id_s = shared.next_session_id();
+    let tenant_devices = config.tenant(&tenant).and_then(|s| s.devices);
+    let want = super::placement::wanted(tenant_devices, gpus, id_s);
+    // Placed and recorded under one lock, so concurrent hellos see each other's placements.
+    let mut sessions = shared.sessions.lock().unwrap_or_else(|e| e.into_inner());
+    let (placed, placed_quota) = match want {
+        Some(n) => match super::placement::place(shared, &sessions, n, &limits.memory) {
+            Ok((p, q)) => (Some(p), q),
+            Err((code, why)) => {
+                drop(sessions);
+                return Err(refuse(t, code, why));
+            }
+        },
+        None => (None, Vec::new()),
+    };
+    sessions.insert(
+        id_s,
+        SessionInfo {
+            id: id_s,
+            pid: cred.pid,
+            uid: cred.uid,
+            gid: cred.gid,
+            tenant: tenant.as_str().to_string(),
+            client: client_name.clone(),
+            remote,
+            container: container.as_ref().map(|c| c.id.clone()),
+            started_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis()),
+            placement: placed.clone(),
+            placed_quota,
+        },
+    );
+    drop(sessions);
     let session = Session {
         shared: shared.clone(),
         id: id_s,
@@ -312,37 +347,25 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         textures: Default::default(),
         arrays: Default::default(),
         npu_execs: Default::default(),
+        placed,
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };
-    let devices = (0..shared.devices.len() as u32).map(|d| session.device_info(d)).collect();
+    let devices = session.visible_devices().into_iter().map(|d| session.device_info(d)).collect();
     let hr = Reply::HelloReply {
         session_id: id_s,
         tenant: tenant.as_str().to_string(),
         driver_version: shared.driver_version,
         devices,
     };
-    reply(t, id, hr).map_err(|e| format!("sending the hello reply: {e}"))?;
-    shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(
-        id_s,
-        SessionInfo {
-            id: id_s,
-            pid: cred.pid,
-            uid: cred.uid,
-            gid: cred.gid,
-            tenant: tenant.as_str().to_string(),
-            client: client_name.clone(),
-            remote,
-            container: container.as_ref().map(|c| c.id.clone()),
-            started_unix_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis()),
-        },
-    );
+    if let Err(e) = reply(t, id, hr) {
+        shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&id_s);
+        return Err(format!("sending the hello reply: {e}"));
+    }
     tracing::info!(
         session = id_s, pid = cred.pid, uid = cred.uid, gid = cred.gid, remote = ?remote, tenant = %tenant.as_str(),
         container = ?container.as_ref().map(|c| c.id.as_str()),
-        client = %client_name, memory = ?limits.memory, compute = limits.compute,
+        client = %client_name, memory = ?limits.memory, compute = limits.compute, placement = ?session.placed,
         clamped = limits.clamped.len(), hello_us = t0.elapsed().as_micros() as u64,
         "session start"
     );
@@ -350,6 +373,17 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
 }
 
 impl Session {
+    /// The daemon's devices this session may use, in the order it numbers them: the GPUs it
+    /// was placed on (all of them if it was not placed), then every NPU.
+    pub fn visible_devices(&self) -> Vec<u32> {
+        let gpus = self.shared.first_npu();
+        let npus = gpus..self.shared.devices.len() as u32;
+        match &self.placed {
+            Some(p) => p.iter().copied().chain(npus).collect(),
+            None => (0..self.shared.devices.len() as u32).collect(),
+        }
+    }
+
     /// A device as this tenant sees it: its quota as the total memory.
     pub fn device_info(&self, d: u32) -> DeviceInfo {
         let dev = &self.shared.devices[d as usize];

@@ -123,6 +123,7 @@ pub fn hello_token(name: &str, memory_limit: Option<u64>, token: Option<&str>) -
         compute_percent: None,
         client_name: name.into(),
         token: token.map(str::to_string),
+        gpus: None,
     }
 }
 
@@ -136,10 +137,15 @@ impl Client {
     }
 
     pub fn connect_as(socket: &Path, memory_limit: Option<u64>, token: Option<&str>) -> Result<Client, Reply> {
+        Self::connect_hello(socket, hello_token("test", memory_limit, token))
+    }
+
+    /// Connects with `hello` as the first frame.
+    pub fn connect_hello(socket: &Path, hello: Request) -> Result<Client, Reply> {
         let s = UnixStream::connect(socket).expect("connect");
         let t = ShmTransport::connect(s, WaitPolicy::default()).expect("shm connect");
         let mut c = Client { t, next: 1, hello: Reply::Ok {}, async_errors: Vec::new() };
-        let r = c.call(hello_token("test", memory_limit, token));
+        let r = c.call(hello);
         match r {
             Reply::HelloReply { .. } => {
                 c.hello = r;

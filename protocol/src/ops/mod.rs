@@ -73,11 +73,13 @@ op_table! {
 
     // ---- session ----
     /// The first frame of every connection. `memory_limit` (bytes per device) and
-    /// `compute_percent` may only narrow the tenant's quota.
+    /// `compute_percent` may only narrow the tenant's quota. `gpus`: place the session on
+    /// that many GPUs the daemon chooses; the reply then lists only those, in the session's
+    /// order (no more than the tenant's `devices`, if it has some).
     0x0001 Hello hello {
         pid: u32, uid: u32, gid: u32, protocol_version: u16,
         memory_limit: Option<u64>, compute_percent: Option<u8>,
-        client_name: String, token: Option<String>,
+        client_name: String, token: Option<String>, gpus: Option<u32>,
     } => HelloReply;
     /// The daemon's status document (what `gpupool status` shows). Sent instead of a hello
     /// as a connection's first frame, it is answered and the connection closed: no session

@@ -133,6 +133,7 @@ pub fn all_request_examples() -> Vec<Request> {
             compute_percent: Some(25),
             client_name: "python3".into(),
             token: None,
+            gpus: Some(4),
         },
         Status { token: Some("admin-token".into()) },
         DeviceGetCount {},

@@ -1,0 +1,208 @@
+//! Placement (README.md, "Placement") on 8 simulated GPUs in two NVLink islands of four (PCIe
+//! switches of two, a NUMA node per island), which the daemon learns through NVML: a 4-GPU job
+//! lands in one island, and in the other when a device of the first cannot hold its quota;
+//! `binpack` and `spread` place six 1-GPU jobs as documented; a placed session sees only its
+//! GPUs; status shows each session's placement; and the README's `gpupool run --gpus 2`
+//! gives cuda-python and nvidia-ml-py a consistent view of the placed devices.
+
+mod common;
+
+use common::*;
+use gpupool_protocol::{PROTOCOL_VERSION, Reply, Request};
+use std::path::PathBuf;
+
+const TOPOLOGY: &str = "[topology]\n\
+    nvlink_islands = [[0, 1, 2, 3], [4, 5, 6, 7]]\n\
+    pcie_switches = [[0, 1], [2, 3], [4, 5], [6, 7]]\n\
+    numa_nodes = [[0, 1, 2, 3], [4, 5, 6, 7]]\n";
+
+/// A daemon on eight 1 GiB simulated GPUs wired as [`TOPOLOGY`], with quota config `config`.
+fn eight_gpus(config: &str, extra: &[&str]) -> Daemon {
+    let sim = std::env::temp_dir().join(format!("gpupool-placement-{}.toml", std::process::id()));
+    std::fs::write(&sim, TOPOLOGY).unwrap();
+    let d = Daemon::start_env(
+        Some(config),
+        extra,
+        &[("GPUPOOL_SIM_DEVICES", "8"), ("GPUPOOL_SIM_CONFIG", sim.to_str().unwrap())],
+    );
+    assert!(d.log().contains("GPU topology from NVML"), "{}", d.log());
+    d
+}
+
+fn hello_gpus(gpus: u32) -> Request {
+    Request::Hello {
+        pid: std::process::id(),
+        uid: uid(),
+        gid: rustix::process::getgid().as_raw(),
+        protocol_version: PROTOCOL_VERSION,
+        memory_limit: None,
+        compute_percent: None,
+        client_name: "placement-test".into(),
+        token: None,
+        gpus: Some(gpus),
+    }
+}
+
+/// A session placed on `gpus` GPUs, and the daemon ordinals it was given, in its order.
+fn placed(d: &Daemon, gpus: u32) -> (Client, Vec<u32>) {
+    let c = Client::connect_hello(&d.socket, hello_gpus(gpus)).unwrap_or_else(|r| panic!("{r:?}\n{}", d.log()));
+    let Reply::HelloReply { devices, .. } = &c.hello else { unreachable!() };
+    let ordinals = devices.iter().map(|x| x.ordinal).collect();
+    (c, ordinals)
+}
+
+#[test]
+fn a_four_gpu_job_lands_in_one_island_and_not_where_its_quota_does_not_fit() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let d = eight_gpus("[default]\nmemory = \"512MiB\"\n", &["--metrics", &addr]);
+    // binpack: the first two fill island 0 (512 MiB each of 1 GiB); the third finds no room there.
+    let (mut a, first) = placed(&d, 4);
+    assert_eq!(first, [0, 1, 2, 3]);
+    let (_b, second) = placed(&d, 4);
+    assert_eq!(second, [0, 1, 2, 3]);
+    let (_c, third) = placed(&d, 4);
+    assert_eq!(third, [4, 5, 6, 7], "island 0 is full: the whole job moves to island 1");
+    // A one-GPU job: not on island 0, where its quota does not fit; the fullest device that fits.
+    let (_e, one) = placed(&d, 1);
+    assert_eq!(one, [4]);
+    // Five GPUs with room for 512 MiB no longer exist: refused, out of memory, saying why.
+    match Client::connect_hello(&d.socket, hello_gpus(5)) {
+        Err(Reply::Error { code, message }) => {
+            assert_eq!(code, 2, "{message}");
+            assert!(message.contains("3 can hold the memory quota"), "{message}");
+        }
+        other => panic!("a 5-GPU job was placed: {:?}", other.map(|c| c.hello)),
+    }
+    // A placed session reaches only its own GPUs.
+    assert!(matches!(a.call(Request::PrimaryCtxRetain { device: 3 }), Reply::Context { .. }));
+    let r = a.call(Request::PrimaryCtxRetain { device: 4 });
+    assert_eq!(code(&r), 101, "device 4 is not this session's: {r:?}");
+    assert_eq!(code(&a.call(Request::CtxCreate { device: 6, flags: 0 })), 101);
+    match a.call(Request::DeviceGetCount {}) {
+        Reply::DeviceCount { count } => assert_eq!(count, 4),
+        r => panic!("{r:?}"),
+    }
+    // The status document shows each session's placement.
+    let doc = d.status();
+    let mut placements: Vec<Vec<u64>> = doc["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["placement"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect())
+        .collect();
+    placements.sort();
+    assert_eq!(placements, [vec![0, 1, 2, 3], vec![0, 1, 2, 3], vec![4], vec![4, 5, 6, 7]]);
+    let text = gpupool_status_text(&d);
+    assert!(text.contains("PLACEMENT") && text.contains("4,5,6,7"), "{text}");
+    // Metrics: one series per (session, placed GPU), labelled with the session's index for it.
+    let body = scrape(&addr);
+    let series: Vec<&str> = body.lines().filter(|l| l.starts_with("gpupool_session_placement{")).collect();
+    assert_eq!(series.len(), 13, "{body}");
+    assert!(series.iter().all(|l| l.ends_with(" 1")), "{series:?}");
+    assert!(
+        series.iter().any(|l| l.contains("device=\"7\"") && l.contains("index=\"3\"")),
+        "the third job's last GPU: {series:?}"
+    );
+}
+
+fn scrape(addr: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// `gpupool status` as a user reads it.
+fn gpupool_status_text(d: &Daemon) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["status", "--endpoint", &d.endpoint()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Six one-GPU jobs of 256 MiB arriving one after another, each kept open.
+fn six_ones(d: &Daemon) -> (Vec<Client>, Vec<u32>) {
+    (0..6).map(|_| placed(d, 1)).map(|(c, o)| (c, o[0])).unzip()
+}
+
+#[test]
+fn binpack_and_spread_place_six_one_gpu_jobs_as_documented() {
+    let quota = "[default]\nmemory = \"256MiB\"\n";
+    let d = eight_gpus(quota, &[]);
+    let (jobs, devices) = six_ones(&d);
+    assert_eq!(devices, [0, 0, 0, 0, 1, 1], "binpack: a device is filled before the next");
+    drop(jobs);
+    // Their placements went with them: the device is empty again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while d.status()["sessions"].as_array().is_some_and(|s| !s.is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "sessions did not end");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (_again, devices) = six_ones(&d);
+    assert_eq!(devices, [0, 0, 0, 0, 1, 1]);
+    drop(d);
+    // spread from the config file; alternates islands, the emptiest device first.
+    let d = eight_gpus(&format!("placement = \"spread\"\n{quota}"), &[]);
+    let (_jobs, devices) = six_ones(&d);
+    assert_eq!(devices, [0, 4, 1, 5, 2, 6], "spread");
+    drop(d);
+    // The daemon's flag wins over the file.
+    let d = eight_gpus(&format!("placement = \"spread\"\n{quota}"), &["--placement", "binpack"]);
+    let (_jobs, devices) = six_ones(&d);
+    assert_eq!(devices, [0, 0, 0, 0, 1, 1], "--placement binpack");
+}
+
+#[test]
+fn a_tenants_devices_place_every_session_and_a_client_asks_for_fewer_not_more() {
+    let d = eight_gpus("[default]\nmemory = \"256MiB\"\ndevices = 2\n", &["--placement", "spread"]);
+    let c = Client::connect(&d.socket);
+    let Reply::HelloReply { devices, .. } = &c.hello else { unreachable!() };
+    let first: Vec<u32> = devices.iter().map(|x| x.ordinal).collect();
+    assert_eq!(first, [0, 1], "the tenant's devices = 2, without asking");
+    let (_b, asked_more) = placed(&d, 4);
+    assert_eq!(asked_more.len(), 2, "clamped to the tenant's 2: {asked_more:?}");
+    assert!(asked_more.iter().all(|&x| x >= 4), "spread: the other island: {asked_more:?}");
+    let (_c, fewer) = placed(&d, 1);
+    assert_eq!(fewer.len(), 1);
+}
+
+/// README.md's `gpupool run --gpus 2` line, run exactly as written from the repository root:
+/// cuda-python and nvidia-ml-py see the two devices the daemon placed the process on (spread,
+/// with device 0 taken: island 1's first two), with their UUIDs and PCI bus ids, in one order.
+#[test]
+fn readme_gpupool_run_gpus_sees_the_placed_devices_in_cuda_and_nvml() {
+    ensure_interposer();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let line = readme.lines().find(|l| l.starts_with("gpupool run --gpus 2 --")).expect("README's --gpus example");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let python = root.join(words[words.iter().position(|w| *w == "--").unwrap() + 1]);
+    if !python.exists() {
+        panic!("{} is missing: run scripts/test once to make the venv", python.display());
+    }
+    let d = eight_gpus("[default]\nmemory = \"256MiB\"\n", &["--placement", "spread"]);
+    let (_holder, taken) = placed(&d, 1);
+    assert_eq!(taken, [0]);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(&words[1..]).current_dir(&root).env("GPUPOOL_ENDPOINT", d.endpoint());
+    let checks = run_checks(cmd, "placement_view.py under gpupool run --gpus 2", 10, &d);
+    let doc = d.status();
+    let uuid_of = |ordinal: usize| doc["devices"][ordinal]["uuid"].as_str().unwrap().to_string();
+    let seen: Vec<(String, String)> = checks
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("VIEW "))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[1].to_string(), w[2].to_string())
+        })
+        .collect();
+    // The simulator puts device n on bus 0x18 + 0x10 n: devices 4 and 5 on 0x58 and 0x68.
+    let expected = vec![(uuid_of(4), "00000000:58:00.0".to_string()), (uuid_of(5), "00000000:68:00.0".to_string())];
+    assert_eq!(seen, expected, "{}", checks.stdout);
+}
