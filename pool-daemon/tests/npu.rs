@@ -604,3 +604,58 @@ fn npu_priority_is_a_compute_share_request_like_cuda_device_sm_limit() {
     assert!(runs > 10, "{stdout}");
     assert!((share - 0.20).abs() < 0.03, "charged {:.1}% of the wall time, NPU_PRIORITY=20", share * 100.0);
 }
+
+/// `gpupool daemon --sim` finds the simulated NPU in the simulator's directory, which need not be
+/// its own: with the daemon in `bin/` and `libgpupool_sim.so` one level up (a layout `--sim`
+/// accepts), `libgpupool_sim_npu.so` beside the simulator gives two NPUs after the two GPUs; taken
+/// away, the same daemon serves the GPUs alone.
+#[test]
+fn daemon_sim_finds_the_simulated_npu_beside_the_simulator() {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_gpupool"));
+    // scripts/sim-libdir builds all three simulators into the binary's directory.
+    let _ = gpupool_e2e::sim_libdir();
+    let built = exe.parent().unwrap();
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("sim-layout-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    // Hard links: the daemon finds the simulator from its own path, which a symlink would not move.
+    std::fs::hard_link(&exe, root.join("bin/gpupool")).unwrap();
+    std::fs::hard_link(built.join("libgpupool_sim.so"), root.join("libgpupool_sim.so")).unwrap();
+    std::fs::hard_link(built.join("libgpupool_sim_npu.so"), root.join("libgpupool_sim_npu.so")).unwrap();
+    let kinds = |root: &std::path::Path| {
+        let socket = root.join("s.sock");
+        let log = root.join("daemon.log");
+        let mut child = Command::new(root.join("bin/gpupool"))
+            .args(["daemon", "--sim", "--listen"])
+            .arg(format!("unix://{}", socket.display()))
+            .env("GPUPOOL_SIM_DEVICES", "2")
+            .env("GPUPOOL_SIM_NPU_DEVICES", "2")
+            .env("GPUPOOL_LOG", "info")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let ctl = PathBuf::from(format!("{}.ctl", socket.display()));
+        let t0 = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&ctl).is_err() {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(child.try_wait().unwrap().is_none(), "daemon exited: {log}");
+            assert!(t0.elapsed() < Duration::from_secs(10), "daemon did not come up: {log}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let doc = common::status_at(&socket);
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        let k: Vec<String> =
+            doc["devices"].as_array().unwrap().iter().map(|x| x["kind"].as_str().unwrap().to_string()).collect();
+        (k, log)
+    };
+    let (k, log) = kinds(&root);
+    assert_eq!(k, ["gpu", "gpu", "npu", "npu"], "{log}");
+    assert!(log.contains("serving NPUs through AscendCL"), "{log}");
+    std::fs::remove_file(root.join("libgpupool_sim_npu.so")).unwrap();
+    let (k, log) = kinds(&root);
+    assert_eq!(k, ["gpu", "gpu"], "{log}");
+    assert!(log.contains("no NPUs"), "{log}");
+    let _ = std::fs::remove_dir_all(&root);
+}
