@@ -188,9 +188,21 @@ fn readme_gpupool_run_gpus_sees_the_placed_devices_in_cuda_and_nvml() {
     let d = eight_gpus("[default]\nmemory = \"256MiB\"\n", &["--placement", "spread"]);
     let (_holder, taken) = placed(&d, 1);
     assert_eq!(taken, [0]);
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gpupool"));
-    cmd.args(&words[1..]).current_dir(&root).env("GPUPOOL_ENDPOINT", d.endpoint());
-    let checks = run_checks(cmd, "placement_view.py under gpupool run --gpus 2", 10, &d);
+    let run = |visible: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gpupool"));
+        cmd.args(&words[1..]).current_dir(&root).env("GPUPOOL_ENDPOINT", d.endpoint());
+        match visible {
+            Some(v) => cmd.env("CUDA_VISIBLE_DEVICES", v),
+            None => cmd.env_remove("CUDA_VISIBLE_DEVICES"),
+        };
+        run_checks(
+            cmd,
+            &format!("placement_view.py under gpupool run --gpus 2, CUDA_VISIBLE_DEVICES {visible:?}"),
+            10,
+            &d,
+        )
+    };
+    let checks = run(None);
     let doc = d.status();
     let uuid_of = |ordinal: usize| doc["devices"][ordinal]["uuid"].as_str().unwrap().to_string();
     let seen: Vec<(String, String)> = checks
@@ -205,4 +217,27 @@ fn readme_gpupool_run_gpus_sees_the_placed_devices_in_cuda_and_nvml() {
     // The simulator puts device n on bus 0x18 + 0x10 n: devices 4 and 5 on 0x58 and 0x68.
     let expected = vec![(uuid_of(4), "00000000:58:00.0".to_string()), (uuid_of(5), "00000000:68:00.0".to_string())];
     assert_eq!(seen, expected, "{}", checks.stdout);
+    let cuda = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix("CUDA "))
+            .map(|l| l.split_whitespace().nth(1).unwrap().into())
+            .collect()
+    };
+    assert_eq!(cuda(&checks.stdout), [uuid_of(4), uuid_of(5)]);
+    // CUDA_VISIBLE_DEVICES on top of the placement: its indices are the session's (placed
+    // again on 4 and 5 once the first run's session is gone and its memset no longer counts in
+    // the last second's compute load, which placement weighs); NVML still sees both placed
+    // GPUs, as NVIDIA's NVML ignores the variable.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let busy = |doc: &serde_json::Value| {
+        doc["sessions"].as_array().map_or(0, Vec::len) > 1
+            || doc["devices"].as_array().unwrap().iter().any(|x| x["utilization"].as_f64().unwrap_or(0.0) > 0.0)
+    };
+    while busy(&d.status()) {
+        assert!(std::time::Instant::now() < deadline, "the first run's session did not end");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let checks = run(Some("1"));
+    assert_eq!(cuda(&checks.stdout), [uuid_of(5)], "{}", checks.stdout);
+    assert_eq!(checks.stdout.lines().filter(|l| l.starts_with("VIEW ")).count(), 2, "{}", checks.stdout);
 }

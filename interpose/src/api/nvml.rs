@@ -59,12 +59,12 @@ fn with<T>(f: impl FnOnce(&mut Client) -> Result<T, CUresult>) -> NResult<T> {
 /// A management request about device `ordinal` (of the one list), to the daemon that
 /// serves it, in that daemon's numbering.
 fn mgmt_call<A: Answer>(c: &mut Client, ordinal: u32, op: impl FnOnce(u32) -> Request) -> Result<A, CUresult> {
-    let (ep, local) = c.routes.get(ordinal as usize).copied().ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)?;
+    let (ep, local) = c.nvml_routes.get(ordinal as usize).copied().ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)?;
     c.conn_at(ep)?.ask(op(local))
 }
 
 fn devices() -> NResult<Vec<DeviceInfo>> {
-    with(|c| Ok(c.device_list()?.to_vec()))
+    with(|c| Ok(c.nvml_list()?.to_vec()))
 }
 
 fn write_str(buf: *mut c_char, len: c_uint, text: &str) -> NResult<()> {
@@ -102,7 +102,7 @@ pub(super) fn init() -> NResult<()> {
 }
 
 pub(super) fn init_with_flags(flags: c_uint) -> NResult<()> {
-    let n = client::call(|c| Ok(c.device_list()?.len())).map_err(map)?;
+    let n = client::call(|c| Ok(c.nvml_list()?.len())).map_err(map)?;
     if n == 0 && flags & gpupool_shim::nvml::NVML_INIT_FLAG_NO_GPUS == 0 {
         return Err(R::NVML_ERROR_NOT_FOUND);
     }
@@ -238,9 +238,14 @@ pub(super) fn pci_info(dev: nvmlDevice_t) -> NResult<nvmlPciInfo_t> {
     Ok(gpupool_abi::nvml::pci_info(pci_address(&device(dev)?)))
 }
 
-/// This process on device `ordinal` (see the module's doc).
+/// This process on NVML's device `ordinal` (see the module's doc).
 fn own_process_on(ordinal: u32) -> NResult<Vec<Process>> {
     with(|c| {
+        // Contexts name CUDA's numbering, which CUDA_VISIBLE_DEVICES may have narrowed.
+        let route = c.nvml_routes.get(ordinal as usize).copied();
+        let Some(ordinal) = c.routes.iter().position(|&r| Some(r) == route).map(|i| i as u32) else {
+            return Ok(Vec::new());
+        };
         let on_device = |ctx: &u64| c.reg.ctxs.get(ctx).is_some_and(|x| x.device == ordinal);
         let has_context = c.reg.ctxs.values().any(|x| x.device == ordinal);
         let used_bytes: u64 = c.reg.allocs.values().filter(|(_, ctx)| on_device(ctx)).map(|(size, _)| size).sum();

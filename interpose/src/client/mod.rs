@@ -11,6 +11,7 @@ pub mod endpoint;
 mod flusher;
 mod handles;
 pub mod host_channel;
+mod visible;
 
 pub use handles::*;
 
@@ -32,6 +33,10 @@ pub struct Client {
     pub devices: Vec<gpupool_protocol::ops::DeviceInfo>,
     /// Per device of `devices`: (endpoint, the daemon's own ordinal).
     pub routes: Vec<(usize, u32)>,
+    /// NVML's list: every daemon's GPUs, before `CUDA_VISIBLE_DEVICES` (which NVIDIA's NVML
+    /// ignores), `ordinal` its index here; and their routes.
+    pub nvml_devices: Vec<gpupool_protocol::ops::DeviceInfo>,
+    pub nvml_routes: Vec<(usize, u32)>,
     /// The oldest driver version among the daemons.
     pub driver_version: u32,
     /// `cuInit` succeeded in this process.
@@ -217,18 +222,28 @@ impl Client {
         if conns.iter().any(Conn::is_network) {
             flusher::ensure_started();
         }
-        self.devices.clear();
-        self.routes.clear();
-        // The CUDA front-end's list is every daemon's GPUs; NPUs (VENDOR_ASCEND) are the ACL
-        // front-end's ([`crate::acl`]), which finds them in the daemons' lists.
+        self.nvml_devices.clear();
+        self.nvml_routes.clear();
+        // The NVML front-end's list is every daemon's GPUs (for a placed session, the GPUs the
+        // daemon chose); NPUs (VENDOR_ASCEND) are the ACL front-end's ([`crate::acl`]), which
+        // finds them in the daemons' lists. CUDA's is that list narrowed by CUDA_VISIBLE_DEVICES.
         for (e, conn) in conns.iter().enumerate() {
             for d in conn.devices.iter().filter(|d| d.vendor == gpupool_protocol::ops::VENDOR_CUDA) {
-                self.routes.push((e, d.ordinal));
+                self.nvml_routes.push((e, d.ordinal));
                 let mut d = d.clone();
-                d.ordinal = self.devices.len() as u32;
-                self.devices.push(d);
+                d.ordinal = self.nvml_devices.len() as u32;
+                self.nvml_devices.push(d);
             }
         }
+        let visible = match std::env::var("CUDA_VISIBLE_DEVICES") {
+            Ok(v) => crate::client::visible::parse(&v, &self.nvml_devices),
+            Err(_) => (0..self.nvml_devices.len()).collect(),
+        };
+        self.devices = visible.iter().map(|&i| self.nvml_devices[i].clone()).collect();
+        for (n, d) in self.devices.iter_mut().enumerate() {
+            d.ordinal = n as u32;
+        }
+        self.routes = visible.iter().map(|&i| self.nvml_routes[i]).collect();
         self.driver_version = conns.iter().map(|c| c.driver_version).min().unwrap_or(0);
         self.conns = conns;
         Ok(())
@@ -283,6 +298,12 @@ impl Client {
     pub fn device_list(&mut self) -> R<&[gpupool_protocol::ops::DeviceInfo]> {
         self.connect()?;
         Ok(&self.devices)
+    }
+
+    /// NVML's device list (every GPU the daemons gave this process), after connecting.
+    pub fn nvml_list(&mut self) -> R<&[gpupool_protocol::ops::DeviceInfo]> {
+        self.connect()?;
+        Ok(&self.nvml_devices)
     }
 
     /// Every daemon's devices of `vendor`, in endpoint order, each with its endpoint (the

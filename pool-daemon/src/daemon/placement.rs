@@ -200,7 +200,9 @@ pub fn choose(
                     domain_sessions(b),
                 )),
             };
-            first.then(sa.load.total_cmp(&sb.load)).then(a.cmp(&b))
+            // partial_cmp: an idle device's load may be -0.0 (an empty f64 sum), equal to 0.0.
+            let load = sa.load.partial_cmp(&sb.load).unwrap_or(std::cmp::Ordering::Equal);
+            first.then(load).then(a.cmp(&b))
         });
     };
     if n == 1 {
@@ -289,6 +291,8 @@ pub fn place(
         let code = if n as usize > gpus { super::dispatch::INVALID_DEVICE } else { OUT_OF_MEMORY };
         (code, format!("placement ({policy:?}) failed: {why}"))
     })?;
+    let seen: Vec<_> = states.iter().map(|s| (s.committed >> 20, s.sessions, (s.load * 100.0).round())).collect();
+    tracing::info!(?policy, n, ?chosen, committed_mib_sessions_load = ?seen, "placement");
     let quotas = chosen.iter().map(|&d| need(d).unwrap_or(states[d as usize].total)).collect();
     Ok((chosen, quotas))
 }
@@ -412,5 +416,12 @@ mod tests {
         // An unlimited quota needs a whole, empty device.
         assert_eq!(choose(&topo, Policy::Binpack, 1, &devs, |_| None).unwrap(), [1]);
         assert!(choose(&Topology::unknown(8), Policy::Spread, 9, &idle(8), |_| None).is_err());
+        // Lower load breaks a tie; -0.0 (an empty sum) and 0.0 are the same load.
+        let mut devs = idle(8);
+        devs[0].load = -0.0;
+        devs[1].load = 0.25;
+        assert_eq!(choose(&Topology::unknown(8), Policy::Spread, 1, &devs, |_| None).unwrap(), [0]);
+        devs[0].load = 0.5;
+        assert_eq!(choose(&Topology::unknown(8), Policy::Spread, 1, &devs, |_| None).unwrap(), [2]);
     }
 }
