@@ -190,12 +190,12 @@ fn memset_and_memcpy_node_parameters_change_through_the_pool() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "graph_params_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 6, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 7, "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }
 
-/// On the wire: another session cannot change a memset or memcpy node (its id names nothing there), and a
-/// node cannot be set to another session's memory; the owner's change is taken.
+/// On the wire: another session cannot change or read a memset or memcpy node (its id names nothing there),
+/// and a node cannot be set to another session's memory; the owner's change is taken and read back.
 #[test]
 fn node_parameters_belong_to_their_session() {
     let d = Daemon::start(None);
@@ -235,6 +235,17 @@ fn node_parameters_belong_to_their_session() {
     assert_eq!(code(&c.call(req)), INVALID_VALUE);
     assert_eq!(code(&c.call(Request::GraphMemsetNodeSetParams { node, set: set(mine) })), 0, "{}", d.log());
     assert_eq!(code(&c.call(Request::GraphExecMemsetNodeSetParams { exec, node, set: set(mine) })), 0);
+    // Reading them back: the owner gets the backend's parameters, another session nothing.
+    assert_eq!(code(&other.call(Request::GraphMemsetNodeGetParams { node })), INVALID_VALUE);
+    assert_eq!(code(&other.call(Request::GraphMemcpyNodeGetParams { node: copy })), INVALID_VALUE);
+    let Reply::MemsetParams { set: got } = c.call(Request::GraphMemsetNodeGetParams { node }) else {
+        panic!("{}", d.log())
+    };
+    assert_eq!((got.dst, got.value, got.width), (mine, gpupool_protocol::ops::MemsetValue::U8(0x11), 4096));
+    let Reply::CopyParams { copy: got } = c.call(Request::GraphMemcpyNodeGetParams { node: copy }) else {
+        panic!("{}", d.log())
+    };
+    assert_eq!((got.src.space, got.dst.space, got.width_bytes), (MemSpace::Device(mine), MemSpace::Device(mine), 256));
 }
 
 /// On the wire: a capture into a graph takes only the session's own graph and nodes; another session's graph,

@@ -147,12 +147,25 @@ impl Stream {
     /// Queues `job`; returns its sequence number. Dependencies implied by the
     /// legacy default stream are added here.
     /// During capture the work is recorded instead, and 0 is returned (nothing to wait for).
-    pub fn enqueue(self: &Arc<Self>, ctx: &Context, work: Work, mut deps: Vec<(Arc<Stream>, u64)>, job: Job) -> u64 {
+    pub fn enqueue(self: &Arc<Self>, ctx: &Context, work: Work, deps: Vec<(Arc<Stream>, u64)>, job: Job) -> u64 {
+        self.enqueue_node(ctx, work, deps, job, |j| crate::graph::Op::Captured(work, j))
+    }
+
+    /// As [`Stream::enqueue`], with the node a capture records made by `node` from the job (a
+    /// memset or copy keeps its parameters, as the driver's captured nodes do).
+    pub fn enqueue_node(
+        self: &Arc<Self>,
+        ctx: &Context,
+        work: Work,
+        mut deps: Vec<(Arc<Stream>, u64)>,
+        job: Job,
+        node: impl FnOnce(Job) -> crate::graph::Op,
+    ) -> u64 {
         {
             let mut cap = self.capture.lock().unwrap_or_else(|e| e.into_inner());
             match &mut *cap {
                 Capture::Active(a) => {
-                    match a.graph.add(crate::graph::Op::Captured(work, job), a.deps.clone()) {
+                    match a.graph.add(node(job), a.deps.clone()) {
                         Ok(i) => a.deps = vec![i],
                         Err(_) => {
                             let gone = std::mem::take(&mut *cap);

@@ -20,6 +20,10 @@
  * the empty node destroyed (its edge with it) the graph has 2 nodes and 1 edge and copies a's old 3
  * to e; the clone, its empty node destroyed (then not found), still sets before it copies (e = 11);
  * cuGraphRemoveDependencies_v2 with default edge data removes the last edge.
+ * Parameters of nodes this program never described: a clone's memset and memcpy nodes answer the
+ * original's (a = 7, a -> c), and a captured cuMemsetD32Async (a = 13), cuMemcpyDtoDAsync (a -> b)
+ * and cuMemcpyHtoDAsync from page-locked memory (its host address as this process knows it) are
+ * MEMSET and MEMCPY nodes whose GetParams answer what was captured.
  *
  * Output: "ok <check>" per check, then "done"; a failure prints "FAIL ..." on stderr, exits 1.
  */
@@ -41,7 +45,8 @@
     X(cuGraphMemcpyNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphGetEdges) X(cuGraphGetNodes)        \
     X(cuGraphClone) X(cuGraphNodeFindInClone) X(cuGraphNodeGetType) X(cuGraphNodeGetDependencies)           \
     X(cuGraphAddEmptyNode) X(cuGraphAddDependencies) X(cuGraphRemoveDependencies)                           \
-    X(cuGraphRemoveDependencies_v2) X(cuGraphDestroyNode)
+    X(cuGraphRemoveDependencies_v2) X(cuGraphDestroyNode) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)        \
+    X(cuMemsetD32Async) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemAllocHost_v2) X(cuMemFreeHost)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -258,6 +263,52 @@ int main(void) {
     CU(cuGraphGetEdges, g2, NULL, NULL, &ne);
     CHECK(ne == 0, "no edge left", ne, 0);
     printf("ok editing\n");
+
+    CUgraph gk, cap;
+    CUgraphNode kms, kmc;
+    CU(cuGraphClone, &gk, g);
+    CU(cuGraphNodeFindInClone, &kms, ms, gk);
+    CU(cuGraphNodeFindInClone, &kmc, mc, gk);
+    CU(cuGraphMemsetNodeGetParams, kms, &sg);
+    CU(cuGraphMemcpyNodeGetParams, kmc, &cg);
+    CHECK(sg.dst == a && sg.value == 7 && sg.elementSize == 4 && sg.width == N && sg.height == 1,
+          "a clone's memset parameters", sg.value, sg.width);
+    CHECK(cg.srcMemoryType == CU_MEMORYTYPE_DEVICE && cg.srcDevice == a && cg.dstDevice == c &&
+              cg.WidthInBytes == 4 * N && cg.Height == 1 && cg.Depth == 1,
+          "a clone's memcpy parameters", cg.srcDevice == a, cg.dstDevice == c);
+    uint32_t *pinned;
+    CU(cuMemAllocHost_v2, (void **)&pinned, 4 * N);
+    CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED);
+    CU(cuMemsetD32Async, a, 13, N, s);
+    CU(cuMemcpyDtoDAsync_v2, b, a, 4 * N, s);
+    CU(cuMemcpyHtoDAsync_v2, d, pinned, 4 * N, s);
+    CU(cuStreamEndCapture, s, &cap);
+    CUgraphNode cn[4];
+    nn = 4;
+    CU(cuGraphGetNodes, cap, cn, &nn);
+    CHECK(nn == 3, "three captured nodes", nn, 3);
+    CUgraphNodeType t0, t1, t2;
+    CU(cuGraphNodeGetType, cn[0], &t0);
+    CU(cuGraphNodeGetType, cn[1], &t1);
+    CU(cuGraphNodeGetType, cn[2], &t2);
+    CHECK(t0 == CU_GRAPH_NODE_TYPE_MEMSET && t1 == CU_GRAPH_NODE_TYPE_MEMCPY && t2 == CU_GRAPH_NODE_TYPE_MEMCPY,
+          "captured node types", t0, t1);
+    CU(cuGraphMemsetNodeGetParams, cn[0], &sg);
+    CHECK(sg.dst == a && sg.value == 13 && sg.elementSize == 4 && sg.width == N && sg.height == 1,
+          "a captured memset's parameters", sg.value, sg.width);
+    CU(cuGraphMemcpyNodeGetParams, cn[1], &cg);
+    CHECK(cg.srcMemoryType == CU_MEMORYTYPE_DEVICE && cg.dstMemoryType == CU_MEMORYTYPE_DEVICE && cg.srcDevice == a &&
+              cg.dstDevice == b && cg.WidthInBytes == 4 * N && cg.Height == 1 && cg.Depth == 1,
+          "a captured device copy's parameters", cg.srcDevice == a, cg.dstDevice == b);
+    CU(cuGraphMemcpyNodeGetParams, cn[2], &cg);
+    CHECK(cg.srcMemoryType == CU_MEMORYTYPE_HOST && cg.srcHost == pinned && cg.dstMemoryType == CU_MEMORYTYPE_DEVICE &&
+              cg.dstDevice == d && cg.WidthInBytes == 4 * N,
+          "a captured copy from page-locked memory names its host address", cg.srcHost == pinned, cg.dstDevice == d);
+    CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphMemcpyNodeGetParams, cn[0], &cg);
+    printf("ok parameters of captured and cloned nodes\n");
+    CU(cuGraphDestroy, cap);
+    CU(cuGraphDestroy, gk);
+    CU(cuMemFreeHost, pinned);
 
     CU(cuGraphExecDestroy, e3);
     CU(cuGraphExecDestroy, e4);

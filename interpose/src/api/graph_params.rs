@@ -4,16 +4,18 @@
 //! `daemon/graph_params.rs`), which checks them as new nodes; the parameters a node was added or
 //! last set with are kept here, exactly as the application gave them (its host pointers included,
 //! which the daemon never sees), and `GetParams` answers them. A captured memset or memcpy node,
-//! or one of a cloned graph, was never described here: its `GetParams` is CUDA_ERROR_NOT_SUPPORTED
-//! with a log line. Owns only that table; node handles are `api/graph.rs`'s.
+//! or one of a cloned graph, was never described here: its `GetParams` asks the daemon for the
+//! backend's parameters, a host end named as this process's region and offset (turned back into
+//! its address here). Owns only that table; node handles are `api/graph.rs`'s.
 
 use super::graph::id_of;
 use crate::client::{self, Kind};
 use crate::util::R;
 use gpupool_protocol::Request;
-use gpupool_protocol::ops::{DevicePtr, GraphExecId, Memset, MemsetValue};
+use gpupool_protocol::ops::{Copy3DEnd, DevicePtr, GraphExecId, MemSpace, Memset, MemsetValue, answer};
 use gpupool_shim::cuda::{
-    CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeType, CUresult,
+    CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeType,
+    CUmemorytype, CUresult,
 };
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -84,8 +86,8 @@ pub(super) fn forget_graph(graph: CUgraph) {
     table().0.retain(|_, (g, _)| *g != graph as u64);
 }
 
-/// The kept parameters of `node`; for a node never described here, INVALID_VALUE if it is not of
-/// type `kind`, else NOT_SUPPORTED with a log line.
+/// The kept parameters of `node`; for a node never described here (captured, or of a clone),
+/// INVALID_VALUE if it is not of type `kind`, else the daemon's answer.
 fn kept(node: CUgraphNode, kind: CUgraphNodeType) -> R<Params> {
     if let Some(&(_, p)) = table().0.get(&(node as u64)) {
         return Ok(p);
@@ -93,8 +95,59 @@ fn kept(node: CUgraphNode, kind: CUgraphNodeType) -> R<Params> {
     if super::graph_topology::node_type(node)? != kind {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    crate::util::warn("the parameters of a captured or cloned memset or memcpy node are not kept through the pool");
-    Err(CUresult::CUDA_ERROR_NOT_SUPPORTED)
+    let (id, ep) = node_id(node)?;
+    if kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET {
+        let answer::MemsetParams { set } =
+            client::call(|c| c.conn_at(ep)?.ask(Request::GraphMemsetNodeGetParams { node: id }))?;
+        let (value, es) = match set.value {
+            MemsetValue::U8(v) => (u32::from(v), 1),
+            MemsetValue::U16(v) => (u32::from(v), 2),
+            MemsetValue::U32(v) => (v, 4),
+        };
+        return Ok(Params::Memset(CUDA_MEMSET_NODE_PARAMS {
+            dst: set.dst.0,
+            pitch: set.pitch as usize,
+            value,
+            elementSize: es,
+            width: set.width as usize,
+            height: set.height as usize,
+        }));
+    }
+    client::call(|c| {
+        let answer::CopyParams { copy } = c.conn_at(ep)?.ask(Request::GraphMemcpyNodeGetParams { node: id })?;
+        let mut p = CUDA_MEMCPY3D {
+            WidthInBytes: copy.width_bytes as usize,
+            Height: copy.height as usize,
+            Depth: copy.depth as usize,
+            ..Default::default()
+        };
+        let src = end_in(c, &copy.src)?;
+        (p.srcMemoryType, p.srcHost, p.srcDevice, p.srcArray) = (src.0, src.1, src.2, src.3);
+        (p.srcXInBytes, p.srcY, p.srcZ, p.srcPitch, p.srcHeight) = src.4;
+        let dst = end_in(c, &copy.dst)?;
+        (p.dstMemoryType, p.dstHost, p.dstDevice, p.dstArray) = (dst.0, dst.1.cast_mut(), dst.2, dst.3);
+        (p.dstXInBytes, p.dstY, p.dstZ, p.dstPitch, p.dstHeight) = dst.4;
+        Ok(Params::Memcpy(p))
+    })
+}
+
+type EndIn =
+    (CUmemorytype, *const std::os::raw::c_void, u64, gpupool_shim::cuda::CUarray, (usize, usize, usize, usize, usize));
+
+/// One end of a copy the daemon answered, in this process's terms.
+fn end_in(c: &client::Client, e: &Copy3DEnd) -> R<EndIn> {
+    let shape = (e.x_bytes as usize, e.y as usize, e.z as usize, e.pitch as usize, e.height as usize);
+    let null = std::ptr::null();
+    Ok(match e.space {
+        MemSpace::Device(p) => (CUmemorytype::CU_MEMORYTYPE_DEVICE, null, p.0, std::ptr::null_mut(), shape),
+        MemSpace::Array(h) => (CUmemorytype::CU_MEMORYTYPE_ARRAY, null, 0, h as gpupool_shim::cuda::CUarray, shape),
+        MemSpace::Region { id, offset } => {
+            let base = c.reg.region_base(id).ok_or(CUresult::CUDA_ERROR_NOT_SUPPORTED)?;
+            let host = (base as u64 + offset) as usize as *const std::os::raw::c_void;
+            (CUmemorytype::CU_MEMORYTYPE_HOST, host, 0, std::ptr::null_mut(), shape)
+        }
+        MemSpace::Staging(_) => return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
+    })
 }
 
 fn node_id(node: CUgraphNode) -> R<(u64, usize)> {

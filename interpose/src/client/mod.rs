@@ -99,6 +99,10 @@ impl Registry {
         let end = p.checked_add(n)?;
         (end <= base + map.len()).then_some(((*id)?, (p - base) as u64))
     }
+    /// Where shared region `id` starts in this process.
+    pub fn region_base(&self, id: u64) -> Option<usize> {
+        self.regions.iter().find(|(_, (r, _))| *r == Some(id)).map(|(&base, _)| base)
+    }
     pub fn host_of(&self, p: usize) -> Option<(usize, usize, u32)> {
         let (&base, &(size, flags)) = self.host.range(..=p).next_back()?;
         (p < base + size.max(1)).then_some((base, size, flags))

@@ -169,6 +169,8 @@ driver_table! {
     cuGraphMemsetNodeSetParams: fn(cu::CUgraphNode, *const cu::CUDA_MEMSET_NODE_PARAMS);
     cuGraphExecMemsetNodeSetParams: fn(cu::CUgraphExec, cu::CUgraphNode, *const cu::CUDA_MEMSET_NODE_PARAMS, CUcontext);
     cuGraphMemcpyNodeSetParams: fn(cu::CUgraphNode, *const cu::CUDA_MEMCPY3D);
+    cuGraphMemsetNodeGetParams: fn(cu::CUgraphNode, *mut cu::CUDA_MEMSET_NODE_PARAMS);
+    cuGraphMemcpyNodeGetParams: fn(cu::CUgraphNode, *mut cu::CUDA_MEMCPY3D);
     cuGraphExecMemcpyNodeSetParams: fn(cu::CUgraphExec, cu::CUgraphNode, *const cu::CUDA_MEMCPY3D, CUcontext);
     // Host functions (pool-daemon/src/daemon/host_fn.rs).
     cuGraphAddHostNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, *const cu::CUDA_HOST_NODE_PARAMS);

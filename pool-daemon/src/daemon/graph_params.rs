@@ -4,13 +4,16 @@
 //! ([`Session::memset_node_params`], [`Session::memcpy_node_params`]: this session's memory on the
 //! graph's device, page-locked host regions) before the backend sees them; the backend then checks
 //! the node's kind and, for an instantiated graph, NVIDIA's limits (one-dimensional operands).
-//! Reading parameters back is the client's (it keeps what it set); this module owns no state.
+//! Reading parameters back: the client answers what it added or set itself; for a node it never
+//! described (captured, or of a cloned graph) it asks here, and the backend's parameters are
+//! answered in the session's terms (a host end as the session's region and offset, an array by
+//! its handle). This module owns no state.
 
-use super::dispatch::{Fail, INVALID_VALUE, Result};
+use super::dispatch::{Fail, INVALID_VALUE, NOT_SUPPORTED, Result};
 use super::session::Session;
 use crate::call;
-use gpupool_protocol::ops::{Copy3D, DevicePtr, GraphExecId, MemSpace, Memset, MemsetValue};
-use gpupool_shim::cuda::{CUDA_MEMSET_NODE_PARAMS, CUgraphNode};
+use gpupool_protocol::ops::{Copy3D, Copy3DEnd, DevicePtr, GraphExecId, MemSpace, Memset, MemsetValue, answer};
+use gpupool_shim::cuda::{CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUgraphNode, CUmemorytype};
 
 impl Session {
     /// A memset node's backend parameters, its memory checked as this session's on device `d`.
@@ -88,5 +91,70 @@ impl Session {
             None => call!(self.shared.cuda, cuGraphMemcpyNodeSetParams(n, &p))?,
         }
         Ok(())
+    }
+}
+
+impl Session {
+    /// A memset node's parameters as the backend holds them.
+    pub(super) fn memset_node_get_params(&mut self, node: u64) -> Result<answer::MemsetParams> {
+        let (n, d) = self.param_node(node, None)?;
+        self.enter(d)?;
+        let mut p = CUDA_MEMSET_NODE_PARAMS { dst: 0, pitch: 0, value: 0, elementSize: 0, width: 0, height: 0 };
+        call!(self.shared.cuda, cuGraphMemsetNodeGetParams(n, &mut p))?;
+        let value = match p.elementSize {
+            1 => MemsetValue::U8(p.value as u8),
+            2 => MemsetValue::U16(p.value as u16),
+            4 => MemsetValue::U32(p.value),
+            e => return Err(Fail::invalid_value(format!("the backend answered element size {e}"))),
+        };
+        let (width, height, pitch) = (p.width as u64, p.height as u64, p.pitch as u64);
+        Ok(answer::MemsetParams { set: Memset { dst: DevicePtr(p.dst), value, width, height, pitch } })
+    }
+
+    /// A memcpy node's copy as the backend holds it, each end in the session's terms.
+    pub(super) fn memcpy_node_get_params(&mut self, node: u64) -> Result<answer::CopyParams> {
+        let (n, d) = self.param_node(node, None)?;
+        self.enter(d)?;
+        let mut c = CUDA_MEMCPY3D::default();
+        call!(self.shared.cuda, cuGraphMemcpyNodeGetParams(n, &mut c))?;
+        let src = self.node_copy_end(c.srcMemoryType, c.srcHost as u64, c.srcDevice, c.srcArray as u64)?;
+        let dst = self.node_copy_end(c.dstMemoryType, c.dstHost as u64, c.dstDevice, c.dstArray as u64)?;
+        let end = |space, x_bytes, y, z, pitch, height| Copy3DEnd {
+            space,
+            x_bytes: x_bytes as u64,
+            y: y as u64,
+            z: z as u64,
+            pitch: pitch as u64,
+            height: height as u64,
+        };
+        let copy = Copy3D {
+            src: end(src, c.srcXInBytes, c.srcY, c.srcZ, c.srcPitch, c.srcHeight),
+            dst: end(dst, c.dstXInBytes, c.dstY, c.dstZ, c.dstPitch, c.dstHeight),
+            width_bytes: c.WidthInBytes as u64,
+            height: c.Height as u64,
+            depth: c.Depth as u64,
+        };
+        Ok(answer::CopyParams { copy: Box::new(copy) })
+    }
+
+    /// One end of a backend copy: device memory as it is, an array by its handle, host memory as
+    /// the session's region holding it (a region the client has unmapped, held for the graph, has
+    /// no name left: NOT_SUPPORTED).
+    fn node_copy_end(&self, t: CUmemorytype, host: u64, device: u64, array: u64) -> Result<MemSpace> {
+        match t {
+            CUmemorytype::CU_MEMORYTYPE_ARRAY => Ok(MemSpace::Array(array)),
+            CUmemorytype::CU_MEMORYTYPE_HOST => self
+                .regions
+                .iter()
+                .find_map(|(&id, r)| {
+                    let base = r.map.as_ptr() as u64;
+                    (host >= base && host < base + r.map.len() as u64)
+                        .then_some(MemSpace::Region { id, offset: host - base })
+                })
+                .ok_or_else(|| {
+                    Fail::new(NOT_SUPPORTED, "the memcpy node's host memory is no longer mapped by the client")
+                }),
+            _ => Ok(MemSpace::Device(DevicePtr(device))),
+        }
     }
 }

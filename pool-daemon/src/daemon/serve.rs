@@ -1068,6 +1068,14 @@ impl Serve for Session {
         self.add_event_node(graph, &deps, event, wait)
     }
 
+    fn graph_memset_node_get_params(&mut self, _cx: Cx<'_>, node: u64) -> Result<answer::MemsetParams> {
+        self.memset_node_get_params(node)
+    }
+
+    fn graph_memcpy_node_get_params(&mut self, _cx: Cx<'_>, node: u64) -> Result<answer::CopyParams> {
+        self.memcpy_node_get_params(node)
+    }
+
     fn graph_destroy_node(&mut self, _cx: Cx<'_>, node: u64) -> Result<answer::Ok> {
         self.destroy_node(node)?;
         Ok(answer::Ok {})

@@ -322,6 +322,10 @@ op_table! {
     0x0b34 GraphDestroyNode graph_destroy_node { node: u64 } => Ok;
     0x0b35 GraphRemoveDependencies graph_remove_dependencies { graph: GraphId, from: Vec<u64>, to: Vec<u64> } => Ok;
     0x0b36 GraphNodeFindInClone graph_node_find_in_clone { node: u64, clone: GraphId } => GraphNode;
+    /// A memset or memcpy node's parameters as the backend holds them (a captured or cloned node's
+    /// too); a memcpy's host end is named as the session's region and offset.
+    0x0b37 GraphMemsetNodeGetParams graph_memset_node_get_params { node: u64 } => MemsetParams;
+    0x0b38 GraphMemcpyNodeGetParams graph_memcpy_node_get_params { node: u64 } => CopyParams;
     0x0b27 StreamUpdateCaptureDependencies stream_update_capture_dependencies { stream: StreamId, deps: Vec<u64>, set: bool } => Ok;
     // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
     // own addresses, never used by the daemon, only handed back when the function must run.
@@ -444,6 +448,8 @@ op_table! {
     /// A `CUstreamCaptureStatus`; while capturing, the capture's id, graph and dependencies.
     /// Node ids with their types, and the edges `from[i] -> to[i]`.
     0x8b22 Topology { nodes: Vec<u64>, types: Vec<u32>, from: Vec<u64>, to: Vec<u64> };
+    0x8b37 MemsetParams { set: crate::ops::Memset };
+    0x8b38 CopyParams { copy: Box<crate::ops::Copy3D> };
     0x8b21 CaptureGraph { status: u32, id: u64, graph: crate::ops::GraphId, deps: Vec<u64> };
     /// The session and the secret a host-function channel attaches with.
     0x8b40 HostChannelKey { session: u64, secret: [u8; 16] };

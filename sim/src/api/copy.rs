@@ -42,6 +42,9 @@ enum Keep {
 struct Region {
     host_addr: u64,
     keep: Keep,
+    /// The address as the application named it (a device pointer, or host memory's own
+    /// address); 0 for an array, whose end a captured copy does not describe.
+    ptr: u64,
 }
 
 impl Region {
@@ -105,7 +108,7 @@ fn locate(
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} {ptr:#x} belongs to another context"));
         };
         let addr = a.host_ptr(off, footprint).map(|p| p as u64).unwrap_or(0);
-        return Ok(Region { host_addr: addr, keep: Keep::Device(a) });
+        return Ok(Region { host_addr: addr, keep: Keep::Device(a), ptr });
     }
     if let Some(b) = driver.pinned.find(ptr) {
         if ptr + footprint > b.addr() + b.len {
@@ -113,12 +116,12 @@ fn locate(
                 format!("{role}: {footprint} bytes at {ptr:#x} overrun a page-locked block")
             });
         }
-        return Ok(Region { host_addr: ptr, keep: Keep::Pinned(b) });
+        return Ok(Region { host_addr: ptr, keep: Keep::Pinned(b), ptr });
     }
     if expect == Expect::Device {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{role} {ptr:#x} is not device memory"));
     }
-    Ok(Region { host_addr: ptr, keep: Keep::Pageable })
+    Ok(Region { host_addr: ptr, keep: Keep::Pageable, ptr })
 }
 
 /// A (possibly strided, possibly 3D) transfer of `width` x `height` x `depth` bytes.
@@ -175,6 +178,34 @@ enum Mode {
     Async,
 }
 
+/// A captured copy's parameters, as `cuGraphMemcpyNodeGetParams` answers them: each end's memory
+/// type and address as the application named it, its pitch and slice height (in rows). A copy
+/// to or from an array is kept without them (the simulator's array ends carry no handle).
+fn captured_params(dst: &Region, src: &Region, s: &Shape) -> Option<CUDA_MEMCPY3D> {
+    let end = |r: &Region| match r.keep {
+        Keep::Device(_) => Some(CUmemorytype::CU_MEMORYTYPE_DEVICE),
+        Keep::Pinned(_) | Keep::Pageable => Some(CUmemorytype::CU_MEMORYTYPE_HOST),
+        Keep::Array(_) => None,
+    };
+    let rows = |pitch: u64, slice: u64| slice.checked_div(pitch).map_or(1, |r| r as usize);
+    Some(CUDA_MEMCPY3D {
+        srcMemoryType: end(src)?,
+        srcHost: src.ptr as *const c_void,
+        srcDevice: src.ptr,
+        srcPitch: s.src_pitch as usize,
+        srcHeight: rows(s.src_pitch, s.src_slice),
+        dstMemoryType: end(dst)?,
+        dstHost: dst.ptr as *mut c_void,
+        dstDevice: dst.ptr,
+        dstPitch: s.dst_pitch as usize,
+        dstHeight: rows(s.dst_pitch, s.dst_slice),
+        WidthInBytes: s.width as usize,
+        Height: s.height as usize,
+        Depth: s.depth as usize,
+        ..Default::default()
+    })
+}
+
 fn submit_copy(
     ctx: &Arc<Context>,
     stream: &Arc<Stream>,
@@ -194,6 +225,7 @@ fn submit_copy(
     // A captured copy reads the host buffer each time the graph runs, so it is not
     // staged at capture time.
     let stage = !must_wait && matches!(src.keep, Keep::Pageable) && !stream.is_capturing();
+    let params = captured_params(&dst, &src, &shape);
     let job: crate::stream::Job = if stage {
         // Stage the source now: the application may reuse its buffer when we return.
         let mut staged = vec![0u8; (shape.width * shape.height * shape.depth) as usize];
@@ -210,7 +242,10 @@ fn submit_copy(
             Ok(())
         })
     };
-    let seq = stream.enqueue(ctx, Work::Memory, Vec::new(), job);
+    let seq = stream.enqueue_node(ctx, Work::Memory, Vec::new(), job, |j| match params {
+        Some(p) => crate::graph::Op::Memcpy(Arc::new(crate::graph::MemcpyParams(p)), j),
+        None => crate::graph::Op::Captured(Work::Memory, j),
+    });
     if must_wait {
         stream.wait_for(seq);
         ctx.check_sticky()?;
@@ -402,7 +437,7 @@ fn regions(
     let place = |side: Side, footprint: u64, role: &str| match side.array {
         Some((a, [x, y, z])) => {
             a.check_box(x, y, z, width, height, depth, role)?;
-            Ok(Region { host_addr: a.host_addr(x, y, z), keep: Keep::Array(a) })
+            Ok(Region { host_addr: a.host_addr(x, y, z), keep: Keep::Array(a), ptr: 0 })
         }
         None => locate(driver, ctx, side.addr, footprint, side.expect, Scope::Process, role),
     };
@@ -538,7 +573,7 @@ fn array_linear(dst: End1, src: End1, n: usize, stream: CUstream, d: DefaultStre
                         format!("{role}: {n} bytes at offset {offset} run past the array's {} bytes", a.extent.bytes())
                     });
                 }
-                Ok(Region { host_addr: a.host_addr(0, 0, 0) + offset, keep: Keep::Array(a) })
+                Ok(Region { host_addr: a.host_addr(0, 0, 0) + offset, keep: Keep::Array(a), ptr: 0 })
             }
             End1::Memory(p, Expect::Host) => locate(driver, &ctx, p, n, Expect::Host, Scope::Process, role),
             End1::Memory(p, expect) => locate(driver, &ctx, p, n, expect, Scope::Process, role),
@@ -646,7 +681,15 @@ fn memset_impl(
     if mode == Mode::Sync {
         s.refuse_if_capturing("a synchronous memset")?;
     }
-    let seq = s.enqueue(&ctx, Work::Memory, Vec::new(), job);
+    let params = crate::graph::MemsetParams {
+        dst,
+        pitch: if height > 1 { pitch } else { 0 },
+        value,
+        elementSize: elem as u32,
+        width,
+        height,
+    };
+    let seq = s.enqueue_node(&ctx, Work::Memory, Vec::new(), job, |j| crate::graph::Op::Memset(params, j));
     if mode == Mode::Sync {
         s.wait_for(seq);
         ctx.check_sticky()?;

@@ -1064,8 +1064,9 @@ pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
 
 // ---- topology queries ----
 
-/// The `CUgraphNodeType` of an operation. A captured copy and a captured memset are both
-/// `Work::Memory` steps here, answered as MEMCPY (the simulator keeps no finer kind for them).
+/// The `CUgraphNodeType` of an operation. A captured memset or copy is a memset or memcpy node with
+/// its parameters; only a captured copy to or from an array is a bare `Work::Memory` step,
+/// answered as MEMCPY.
 fn node_type(op: &Op) -> CUgraphNodeType {
     use CUgraphNodeType as T;
     match op {
