@@ -208,7 +208,8 @@ pub fn run(opts: Options) -> Result<i32> {
             oom: Some((CUDA_OOM, OOM_QUOTA_MIB)),
             ..gpu("etl", Some(2), 1.0, vec!["--duration".into(), d.clone(), "--oom".into()])
         },
-        // Each of its operators is charged whole when it ends: a few ms of credit either way.
+        // Alone on its NPU and saturating it, as training is on GPU 0: only the round trips between
+        // its operators stand between it and its cap, hence the same 2 points.
         Tenant {
             name: "ascend",
             compute: Some(NPU_COMPUTE),
