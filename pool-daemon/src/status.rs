@@ -110,6 +110,16 @@ fn device(doc: &Value, entry: &Value) -> String {
     format!("{} ({})", txt(ordinal), kind.unwrap_or("gpu"))
 }
 
+/// Bytes in use as MiB: whole when they are, else to a tenth (an NPU operand of a few KiB, a
+/// pitched GPU row), so the table keeps its columns.
+fn used_mib(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / 1048576.0)
+    }
+}
+
 fn mib(v: &Value) -> String {
     v.as_u64().map_or_else(|| "unlimited".to_string(), |b| format!("{} MiB", b >> 20))
 }
@@ -151,7 +161,7 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
                 t["tenant"].as_str().unwrap_or("?"),
                 txt(&t["sessions"]),
                 device(&doc, dev),
-                format!("{} MiB", dev["used"].as_u64().unwrap_or(0) as f64 / 1048576.0),
+                used_mib(dev["used"].as_u64().unwrap_or(0)),
                 mib(&dev["quota"]),
                 format!(
                     "{}% {} {}",

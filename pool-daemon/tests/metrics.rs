@@ -151,6 +151,10 @@ fn an_npu_tenant_is_in_the_same_families_labelled_npu() {
     assert!(get(&m, "gpupool_device_memory_total_bytes", &[("device", "0"), ("kind", "gpu")]).is_some());
     let util = *get(&m, "gpupool_device_utilization_ratio", &[("device", "2"), ("kind", "npu")]).unwrap();
     assert!(util > 0.1 && util <= 0.27, "the NPU's utilization is its one tenant's share: {util}");
+    // The NPU's UUID is marked as an NPU's, in the status and in every series of device 2.
+    assert!(st["devices"][2]["uuid"].as_str().unwrap().starts_with("NPU-"), "{st:#}");
+    let on_2 = m.keys().filter(|(_, l)| l.contains("[\"device\",\"2\"]")).collect::<Vec<_>>();
+    assert!(!on_2.is_empty() && on_2.iter().all(|(_, l)| l.contains("[\"uuid\",\"NPU-")), "{on_2:?}");
     // The GPUs carry kind="gpu", and no GPU series is labelled npu.
     assert!(get(&m, "gpupool_tenant_memory_used_bytes", &[("device", "0"), ("kind", "gpu")]).is_some());
     assert!(!m.keys().any(|(_, l)| l.contains("[\"device\",\"0\"]") && l.contains("[\"kind\",\"npu\"]")));
@@ -160,7 +164,8 @@ fn an_npu_tenant_is_in_the_same_families_labelled_npu() {
     assert!(out.status.success(), "{text}");
     let row =
         text.lines().find(|l| l.starts_with("ascend ") && l.contains(" 2 (npu) ")).unwrap_or_else(|| panic!("{text}"));
-    assert!(row.contains("1024 MiB") && row.contains("25% limit normal"), "{row}");
+    // 15 blocks of 64 MiB and three 36 KiB operands, to a tenth of a MiB, then the quota.
+    assert!(row.contains(" 960.1 MiB      1024 MiB ") && row.contains("25% limit normal"), "{row}");
     assert!(text.lines().any(|l| l.starts_with("2       npu   Ascend910B3")), "the NPU in the device table: {text}");
     let out = c.wait_with_output().unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

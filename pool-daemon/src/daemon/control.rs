@@ -11,6 +11,16 @@ fn kind(d: &super::Device) -> &'static str {
     if d.vendor == gpupool_protocol::ops::VENDOR_ASCEND { "npu" } else { "gpu" }
 }
 
+/// A device's UUID as text: NVIDIA's form for a GPU; an NPU's (the pool's own, AscendCL having none)
+/// in the same form under an `NPU-` prefix, so no NPU passes for a GPU in the status or the metrics.
+fn uuid(d: &super::Device) -> String {
+    let text = gpupool_abi::identity::uuid_string(&d.uuid);
+    match (kind(d), text.strip_prefix("GPU-")) {
+        ("npu", Some(rest)) => format!("NPU-{rest}"),
+        _ => text,
+    }
+}
+
 pub fn status_document(shared: &Shared) -> Value {
     let switches = shared.compute.switches();
     let snapshot = shared.ledger.snapshot(shared.devices.len() as u32);
@@ -33,7 +43,7 @@ pub fn status_document(shared: &Shared) -> Value {
                 "ordinal": i,
                 "kind": kind(d),
                 "name": d.name,
-                "uuid": gpupool_abi::identity::uuid_string(&d.uuid),
+                "uuid": uuid(d),
                 "total_memory": d.total_memory,
                 "memory_used": memory_used,
                 "utilization": utilization,
