@@ -1,7 +1,7 @@
 //! `gpupool-bench npu`: AscendCL through the pool against the simulated NPU called directly.
 //!
-//! Starts the release daemon over the release simulator's directory (`--driver-dir`, where
-//! sim-npu answers as libascendcl.so) with one simulated NPU, loads `libgpupool.so` (which
+//! Starts the release daemon on the release simulators (`--sim`, which finds sim-npu beside the
+//! simulator and serves it as libascendcl.so) with one simulated NPU, loads `libgpupool.so` (which
 //! answers as libascendcl.so) and the simulator's libascendcl.so side by side into this process
 //! with libloading, and measures on each, alternately so both see the same machine: an
 //! `aclrtSynchronizeStream` of an idle stream (a forwarded round trip through the pool, a
@@ -99,21 +99,20 @@ impl Acl {
     }
 }
 
-/// The release daemon over `driver_dir`, stopped on drop.
+/// The release daemon on the simulators beside it (`--sim`), stopped on drop.
 struct Daemon {
     child: Child,
     dir: PathBuf,
 }
 
 impl Daemon {
-    fn start(exe: &Path, driver_dir: &Path, dir: PathBuf) -> Result<Daemon, String> {
+    fn start(exe: &Path, dir: PathBuf) -> Result<Daemon, String> {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let socket = dir.join("s.sock");
         let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
         let child = Command::new(exe)
-            .args(["daemon", "--listen", &format!("unix://{}", socket.display()), "--driver-dir"])
-            .arg(driver_dir)
+            .args(["daemon", "--sim", "--listen", &format!("unix://{}", socket.display())])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -163,7 +162,8 @@ pub fn run() -> Result<NpuRun, String> {
     let sim_dir = gpupool_e2e::build_sim_libdir(true)?;
     let rel = release_dir();
     let dir = std::env::temp_dir().join(format!("gpupool-bench-npu-{}", std::process::id()));
-    let mut daemon = Daemon::start(&rel.join("gpupool"), &sim_dir, dir.clone())?;
+    // scripts/sim-libdir --release (above) built sim-npu beside the simulator, where --sim finds it.
+    let mut daemon = Daemon::start(&rel.join("gpupool"), dir.clone())?;
     // SAFETY: as above; the daemon is a child process and no thread has started here.
     unsafe { std::env::set_var("GPUPOOL_ENDPOINT", format!("unix://{}", dir.join("s.sock").display())) };
     let mut pool = Acl::open(&rel.join("libgpupool.so"))?;
