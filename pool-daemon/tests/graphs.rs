@@ -88,6 +88,7 @@ fn a_graph_with_a_memory_node_is_held_to_the_quota() {
         "graph memory is kept after its instantiation, reused, and trimmed back; CUDA's rules",
         "a graph with a memory node is held to the quota",
         "an allocation not freed in its graph is freed by cuMemFree and cuMemFreeAsync",
+        "capture into a graph with a memory node",
     ] {
         assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
     }

@@ -12,7 +12,11 @@
  * CUDA_ERROR_OUT_OF_MEMORY, and instantiates once memory is freed. CUDA's rules: one
  * instantiation at a time, no clone, no child-graph use, a free node frees an allocation node's
  * address once. An allocation not freed in its graph is the application's after a launch and is
- * freed with cuMemFree or cuMemFreeAsync.
+ * freed with cuMemFree or cuMemFreeAsync. Capture into a graph with an allocation node
+ * (cuStreamBeginCaptureToGraph after it): a captured memset fills the allocation and a captured
+ * kernel adds it to a buffer, a free node follows; the graph holds its memory while instantiated,
+ * runs, and trim returns it; through the pool the memory is mapped (and counted) when the capture
+ * begins, and past the quota that is CUDA_ERROR_OUT_OF_MEMORY.
  *
  * Through the pool the memory is mapped when the graph is instantiated (pool-daemon's
  * daemon/graph_mem.rs says why); with --sim (the simulator, as NVIDIA documents) when it is
@@ -37,7 +41,8 @@
     X(cuGraphAddKernelNode_v2) X(cuGraphAddMemsetNode) X(cuGraphAddChildGraphNode) X(cuGraphClone)          \
     X(cuGraphAddMemAllocNode) X(cuGraphAddMemFreeNode) X(cuGraphMemAllocNodeGetParams)                      \
     X(cuGraphMemFreeNodeGetParams) X(cuDeviceGraphMemTrim) X(cuDeviceGetGraphMemAttribute)                  \
-    X(cuDeviceSetGraphMemAttribute) X(cuMemFreeAsync) X(cuGraphNodeGetType)
+    X(cuDeviceSetGraphMemAttribute) X(cuMemFreeAsync) X(cuGraphNodeGetType) X(cuStreamBeginCaptureToGraph)   \
+    X(cuStreamEndCapture) X(cuStreamGetCaptureInfo_v2) X(cuMemsetD32Async) X(cuLaunchKernel) X(cuMemsetD32_v2)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -289,6 +294,58 @@ int main(int argc, char **argv) {
         CU(cuDeviceGraphMemTrim, dev);
         CHECK(free_now() == free0, "freed and trimmed", free_now(), free0);
         printf("ok an allocation not freed in its graph is freed by cuMemFree and cuMemFreeAsync\n");
+    }
+
+    /* 4. Capture into a graph with a memory node. */
+    {
+        CUgraph g, ended;
+        CUgraphExec e;
+        CUgraphNode na, nf, last;
+        CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(4 * MiB);
+        CU(cuGraphCreate, &g, 0);
+        CU(cuGraphAddMemAllocNode, &na, g, NULL, 0, &ap);
+        CU(cuStreamBeginCaptureToGraph, s, g, &na, NULL, 1, CU_STREAM_CAPTURE_MODE_RELAXED);
+        size_t want = sim ? 0 : 4 * MiB;
+        CHECK(free0 - free_now() == want, "the capture maps the graph's memory", free0 - free_now(), want);
+        CU(cuMemsetD32Async, ap.dptr, 0x33u, N, s);
+        CUdeviceptr y = ap.dptr;
+        uint32_t n = N;
+        void *args[] = {&out, &y, &n};
+        CU(cuLaunchKernel, f_addto, N / 128, 1, 1, 128, 1, 1, 0, s, args, NULL);
+        CUstreamCaptureStatus st;
+        const CUgraphNode *deps = NULL;
+        size_t nd = 0;
+        CU(cuStreamGetCaptureInfo_v2, s, &st, NULL, NULL, &deps, &nd);
+        CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && nd == 1, "the capture's last node", st, nd);
+        last = deps[0];
+        CU(cuStreamEndCapture, s, &ended);
+        CHECK(ended == g, "the capture ends in the graph", ended == g, 1);
+        CU(cuGraphAddMemFreeNode, &nf, g, &last, 1, ap.dptr);
+        CU(cuGraphInstantiateWithFlags, &e, g, 0);
+        CHECK(free0 - free_now() == want, "the instantiated graph holds its memory", free0 - free_now(), want);
+        CU(cuMemsetD32_v2, out, 0, N);
+        CU(cuGraphLaunch, e, s);
+        expect_out(out, 0x33u, "the captured memset and kernel ran in the graph's memory");
+        CHECK(free0 - free_now() == 4 * MiB, "the graph holds its memory", free0 - free_now(), 4 * MiB);
+        CU(cuGraphExecDestroy, e);
+        CU(cuGraphDestroy, g);
+        CU(cuDeviceGraphMemTrim, dev);
+        CHECK(free_now() == free0, "trim returns it", free_now(), free0);
+        if (!sim) {
+            size_t held = total / 2, big = (total * 3 / 4) & ~(2 * MiB - 1);
+            CUdeviceptr hold;
+            CU(cuMemAlloc_v2, &hold, held);
+            size_t before = free_now();
+            ap = alloc_params(big);
+            CU(cuGraphCreate, &g, 0);
+            CU(cuGraphAddMemAllocNode, &na, g, NULL, 0, &ap);
+            CU_EXPECT(CUDA_ERROR_OUT_OF_MEMORY, cuStreamBeginCaptureToGraph, s, g, &na, NULL, 1,
+                      CU_STREAM_CAPTURE_MODE_RELAXED);
+            CHECK(free_now() == before, "a refused capture holds nothing", free_now(), before);
+            CU(cuMemFree_v2, hold);
+            CU(cuGraphDestroy, g);
+        }
+        printf("ok capture into a graph with a memory node\n");
     }
     CU(cuMemFree_v2, out);
     printf("done\n");

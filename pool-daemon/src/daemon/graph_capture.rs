@@ -7,7 +7,8 @@
 //! `cuStreamEndCapture` then answers; an invalidated capture's goes with it), and each backend
 //! node the first time it is named. Dependencies the client names must be nodes of the capture's
 //! graph (INVALID_VALUE otherwise, with a log line), so nothing of another session's reaches the
-//! backend. The topology queries (`cuGraphGetNodes`, `cuGraphNodeGetType`, dependencies) get a
+//! backend. A graph with memory nodes may be captured into: its memory is mapped (and charged)
+//! when the capture begins, so that what is captured may name it. The topology queries (`cuGraphGetNodes`, `cuGraphNodeGetType`, dependencies) get a
 //! graph's nodes, types and edges here, named the same way.
 
 use super::Raw;
@@ -48,13 +49,16 @@ impl Session {
             return Err(Fail::new(STREAM_CAPTURE_UNSUPPORTED, "the legacy default stream cannot be captured"));
         }
         let (g, gd) = self.graph(graph)?;
-        if self.graphs.mem.has_nodes(graph) {
-            return Err(Fail::invalid_value("a graph with memory nodes cannot be captured into through the pool"));
-        }
         let nodes = self.capture_deps(graph, deps)?;
         let (s, d) = self.stream(stream, None)?;
         if d != gd {
             return Err(Fail::invalid_value("the graph is on another device than the stream"));
+        }
+        // The graph's memory nodes are mapped now, charged to the tenant (past the quota,
+        // CUDA_ERROR_OUT_OF_MEMORY here): the backend checks the memory of each memset or copy
+        // captured into it, as it does a memset or memcpy node's when added (graph_mem.rs).
+        if self.graphs.mem.has_nodes(graph) {
+            self.map_graph_memory(graph)?;
         }
         self.enter(d)?;
         // Relaxed, as every capture of the backend (graph.rs says why).

@@ -675,12 +675,6 @@ fn memset_impl(
     let driver = initialized()?;
     let (ctx, s) = resolve_stream(driver, stream, d)?;
     ctx.check_sticky()?;
-    let Some(job) = memset_job(&ctx, dst, pitch, value, elem, width, height)? else {
-        return Ok(());
-    };
-    if mode == Mode::Sync {
-        s.refuse_if_capturing("a synchronous memset")?;
-    }
     let params = crate::graph::MemsetParams {
         dst,
         pitch: if height > 1 { pitch } else { 0 },
@@ -689,6 +683,19 @@ fn memset_impl(
         width,
         height,
     };
+    let in_graph_memory = crate::graph_mem::holds(dst, 1);
+    let job = if mode == Mode::Async && in_graph_memory && s.is_capturing() {
+        // Graph memory is allocated when its graph runs: checked then, as a memset node's is.
+        super::graph::memset_node_job(&ctx, &params)?
+    } else {
+        match memset_job(&ctx, dst, pitch, value, elem, width, height)? {
+            Some(job) => job,
+            None => return Ok(()),
+        }
+    };
+    if mode == Mode::Sync {
+        s.refuse_if_capturing("a synchronous memset")?;
+    }
     let seq = s.enqueue_node(&ctx, Work::Memory, Vec::new(), job, |j| crate::graph::Op::Memset(params, j));
     if mode == Mode::Sync {
         s.wait_for(seq);

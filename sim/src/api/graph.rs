@@ -469,7 +469,7 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
 
 /// A memset node's work in context `c`, its parameters checked (memory of graph allocations is
 /// checked when the graph runs, since it is allocated then).
-fn memset_node_job(c: &Arc<crate::context::Context>, p: &MemsetParams) -> CuResult<crate::stream::Job> {
+pub(super) fn memset_node_job(c: &Arc<crate::context::Context>, p: &MemsetParams) -> CuResult<crate::stream::Job> {
     if ![1, 2, 4].contains(&p.elementSize) || p.width == 0 || p.height == 0 {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
             "memset nodes take an element size of 1, 2 or 4 and a non-empty extent".into()
