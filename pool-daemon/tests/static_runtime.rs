@@ -154,6 +154,13 @@ fn default_flag_malloc_async_matches_the_shared_build() {
 /// One thread per device; then, with device 0 current, `cudaMemcpyDefault` from each device's
 /// memory: NVIDIA's runtime calls `cuMemcpy` in device 0's context with device 1's pointer,
 /// which unified addressing allows (the pool used to refuse it).
+/// NVIDIA's runtime builds its graph nodes (memcpy nodes to and from a symbol and their setters, a
+/// kernel node and its exec update) from the driver's graph calls through the pool.
+#[test]
+fn default_flag_graph_symbol_nodes_matches_the_shared_build() {
+    static_equals_shared("graph_symbol_nodes", &[], None, &[]);
+}
+
 #[test]
 fn default_flag_multi_thread_devices_matches_the_shared_build() {
     static_equals_shared("multi_thread_devices", &["2"], None, &[]);

@@ -24,8 +24,8 @@ use gpupool_protocol::ops::{GraphExecId, GraphId, KernelNode, KernelParams, answ
 use gpupool_protocol::{Request, StreamId};
 use gpupool_shim::cuda::{
     CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent,
-    CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult,
-    CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo,
+    CUgraphNode, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 use std::os::raw::{c_char, c_uint};
 use std::sync::Mutex;
@@ -479,10 +479,13 @@ fn kernel_node(c: &mut Client, p: *const CUDA_KERNEL_NODE_PARAMS) -> R<KernelNod
     }
     // SAFETY: non-null; the API's contract makes it point to the parameter struct.
     let p = unsafe { p.read_unaligned() };
-    if !p.kern.is_null() || (!p.kernelParams.is_null() && !p.extra.is_null()) {
+    // NVIDIA: `kern` (a CUkernel) is used only when `func` is NULL (NVIDIA's own runtime passes
+    // its kernels so); `ctx` is the graph's here, as every context of the session maps to it.
+    let f = if p.func.is_null() { p.kern as CUfunction } else { p.func };
+    if f.is_null() || (!p.kernelParams.is_null() && !p.extra.is_null()) {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    let f = super::library::resolve_function(p.func)?;
+    let f = super::library::resolve_function(f)?;
     let func = super::module::func_id(c, f)?;
     let bytes = super::launch::pack(&c.reg.funcs[&(f as u64)].params, p.kernelParams, p.extra)?;
     if bytes.len() > gpupool_protocol::ops::MAX_KERNEL_PARAM_BYTES {
