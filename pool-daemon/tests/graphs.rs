@@ -132,21 +132,36 @@ fn runtime_graph_memory_nodes_are_held_to_the_quota() {
 /// writes, the node counts or the types.
 #[test]
 fn runtime_graphs_built_and_edited_node_by_node() {
-    runtime_graph_edit_checks(false);
+    runtime_graph_edit_checks(false, false);
 }
 
 /// The same through libcudart.so.13, whose cudaGraphAdd/RemoveDependencies take edge data.
 #[test]
 fn runtime_13_graphs_built_and_edited_node_by_node() {
-    runtime_graph_edit_checks(true);
+    runtime_graph_edit_checks(true, false);
 }
 
-fn runtime_graph_edit_checks(cudart13: bool) {
+/// The same checks with NVIDIA's own libcudart.so.12 and .13 from the wheels (`gpupool run --cudart
+/// nvidia`): NVIDIA's runtime builds and edits the graphs through the pool's driver calls.
+#[test]
+fn nvidia_runtimes_build_and_edit_graphs_through_the_pool() {
+    runtime_graph_edit_checks(false, true);
+    runtime_graph_edit_checks(true, true);
+}
+
+fn runtime_graph_edit_checks(cudart13: bool, nvidia: bool) {
     ensure_interposer();
     let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
     assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
     let d = Daemon::start(None);
-    let mut cmd = common::gpupool_run_script(&d, &python, "runtime_graph_edit_checks.py");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(["run", "--endpoint", &d.endpoint()]);
+    if nvidia {
+        let wheel = if cudart13 { gpupool_e2e::cudart13() } else { gpupool_e2e::cudart12() };
+        cmd.args(["--cudart", "nvidia"]).env("LD_LIBRARY_PATH", wheel.parent().unwrap());
+    }
+    cmd.arg("--").arg(&python).arg(root.join("tests/python/runtime_graph_edit_checks.py"));
     if cudart13 {
         cmd.arg("--cudart13");
     }

@@ -1,6 +1,7 @@
 """The CUDA runtime's graphs built and edited node by node through the pool (ctypes on
 libcudart.so.12, or with --cudart13 libcudart.so.13, which under `gpupool run` are the pool's
-runtime): run by pool-daemon/tests/graphs.rs under `gpupool run`, once with each.
+runtime): run by pool-daemon/tests/graphs.rs under `gpupool run`, once with each, and once with
+each of NVIDIA's own (the wheels' libcudart.so.12 and .13, `gpupool run --cudart nvidia`).
 
 - cudaGraphAddMemsetNode (a cudaMemsetParams, a = 5) and a copy a -> b after it
   (cudaGraphAddMemcpyNode1D): the launch writes b = 5; cudaGraphMemcpyNodeGetParams gives the copy
@@ -8,7 +9,8 @@ runtime): run by pool-daemon/tests/graphs.rs under `gpupool run`, once with each
 - cudaGraphRemoveDependencies (CUDA 12's four arguments, CUDA 13's five with edge data, by the
   runtime loaded) removes memset -> copy: two roots; a second time cudaErrorInvalidValue;
   cudaGraphAddDependencies adds copy -> memset: with a = 3 beforehand the launch copies 3 to b and
-  then sets a = 5; cudaGraphRemoveDependencies_v2 (NULL edge data) removes it again: two roots.
+  then sets a = 5; the form with edge data (CUDA 12's `_v2`, CUDA 13's plain name), NULL edge data,
+  removes it again: two roots.
 - cudaGraphDestroyNode: an empty node added and destroyed, 3 nodes then 2.
 - cudaGraphClone and cudaGraphNodeFindInClone: the clone's copy of the memcpy node is a MEMCPY
   node other than the original; a graph that is not a clone is cudaErrorInvalidValue.
@@ -93,6 +95,11 @@ def edges(name, g, frm, to):
     return getattr(rt, name)(g, C.byref(frm), C.byref(to), C.c_size_t(1))
 
 
+def with_edge_data(name):
+    """The form with edge data: CUDA 12's `_v2`, CUDA 13's plain name (13 exports no `_v2`)."""
+    return getattr(rt, name if CUDART13 else name + "_v2")
+
+
 def count(what, g):
     n = C.c_size_t(0)
     call(what, g, None, C.byref(n))
@@ -149,14 +156,14 @@ def main():
     call("cudaMemset", b, 0, C.c_size_t(N))
     launch(g, s)
     wb, wa = words(b), words(a)
-    call("cudaGraphRemoveDependencies_v2", g, C.byref(mc), C.byref(ms), None, C.c_size_t(1))
+    rc4 = with_edge_data("cudaGraphRemoveDependencies")(g, C.byref(mc), C.byref(ms), None, C.c_size_t(1))
     roots2 = count("cudaGraphGetRootNodes", g)
     record(
         "cudaGraphRemoveDependencies / AddDependencies / RemoveDependencies_v2",
-        (rc1, roots, rc2, rc3, roots2) == (0, 2, INVALID_VALUE, 0, 2)
+        (rc1, roots, rc2, rc3, rc4, roots2) == (0, 2, INVALID_VALUE, 0, 0, 2)
         and wb == {0x03030303}
         and wa == {5},
-        f"rc {rc1},{rc2},{rc3} roots {roots},{roots2} b {wb} a {wa}",
+        f"rc {rc1},{rc2},{rc3},{rc4} roots {roots},{roots2} b {wb} a {wa}",
     )
 
     empty = C.c_void_p()
@@ -165,7 +172,9 @@ def main():
     call("cudaGraphDestroyNode", empty)
     record("cudaGraphDestroyNode", (before, count("cudaGraphGetNodes", g)) == (3, 2), f"{before}")
 
-    call("cudaGraphAddDependencies_v2", g, C.byref(ms), C.byref(mc), None, C.c_size_t(1))
+    rc = with_edge_data("cudaGraphAddDependencies")(g, C.byref(ms), C.byref(mc), None, C.c_size_t(1))
+    if rc != 0:
+        raise RuntimeError(f"cudaGraphAddDependencies with edge data returned {rc}")
     clone, found, t = C.c_void_p(), C.c_void_p(), C.c_int(-1)
     call("cudaGraphClone", C.byref(clone), g)
     call("cudaGraphNodeFindInClone", C.byref(found), mc, clone)
