@@ -16,6 +16,7 @@ pub mod identity;
 pub mod launch;
 pub mod mempool;
 pub mod nvml;
+pub mod peer;
 pub mod pool_access;
 pub mod proc;
 

@@ -194,6 +194,7 @@ macro_rules! driver_entry_points {
         "cuDeviceGetPCIBusId" => [4010 => cuDeviceGetPCIBusId];
         "cuDeviceGetByPCIBusId" => [4010 => cuDeviceGetByPCIBusId];
         "cuDeviceCanAccessPeer" => [4000 => cuDeviceCanAccessPeer];
+        "cuDeviceGetP2PAttribute" => [8000 => cuDeviceGetP2PAttribute];
         "cuDevicePrimaryCtxRetain" => [7000 => cuDevicePrimaryCtxRetain];
         // NVIDIA's runtime 13.0 asks for Release and Reset at 7000: the v7000 ABI is the
         // same signature, served by the _v2 behaviour (interpose/EXPORT_TABLES.md).

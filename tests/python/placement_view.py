@@ -75,6 +75,12 @@ for i in range(min(count, len(expected))):
     print(f"CUDA {i} {cu_uuid}", flush=True)
 N_CUDA = len(expected)
 
+if N_CUDA >= 2:
+    # No peer access through the pool, whatever the wiring: CanAccessPeer and every P2P attribute 0.
+    A = d.CUdevice_P2PAttribute
+    rank = ok(d.cuDeviceGetP2PAttribute(A.CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, 0, 1))
+    record("no peer access between the placed devices", ok(d.cuDeviceCanAccessPeer(0, 1)) == 0 and rank == 0, f"{rank}")
+
 err, _ = d.cuDeviceGet(N_CUDA)
 record(f"CUDA device {N_CUDA} does not exist", err == d.CUresult.CUDA_ERROR_INVALID_DEVICE, f"{err}")
 try:

@@ -302,6 +302,16 @@ def test_topology_and_nvlink_follow_the_configured_wiring(py_subprocess, tmp_pat
                 raise AssertionError("accepted")
             except n.NVMLError as e:
                 assert e.value == code, (e.value, code)
+        # Peer access is not simulated, NVLink or not: every P2P attribute 0, as CanAccessPeer.
+        from cuda.bindings import driver as d
+        assert d.cuInit(0)[0] == d.CUresult.CUDA_SUCCESS
+        A = d.CUdevice_P2PAttribute
+        for attr in (A.CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK, A.CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED,
+                     A.CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, A.CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED):
+            assert d.cuDeviceGetP2PAttribute(attr, 4, 5) == (d.CUresult.CUDA_SUCCESS, 0), attr
+        assert d.cuDeviceCanAccessPeer(4, 5) == (d.CUresult.CUDA_SUCCESS, 0)
+        assert d.cuDeviceGetP2PAttribute(A.CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, 5, 5)[0] == d.CUresult.CUDA_ERROR_INVALID_DEVICE
+        assert d.cuDeviceGetP2PAttribute(A.CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, 5, 8)[0] == d.CUresult.CUDA_ERROR_INVALID_DEVICE
         print("OK")
         """,
         GPUPOOL_SIM_CONFIG=cfg,

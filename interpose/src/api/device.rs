@@ -4,7 +4,7 @@
 use crate::client;
 use crate::util::{R, write_c_string};
 use gpupool_protocol::ops::DeviceInfo;
-use gpupool_shim::cuda::{CUdevice, CUdevice_attribute as A, CUdevprop, CUresult, CUuuid};
+use gpupool_shim::cuda::{CUdevice, CUdevice_P2PAttribute, CUdevice_attribute as A, CUdevprop, CUresult, CUuuid};
 use std::os::raw::{c_char, c_int};
 
 /// Runs `f` on device `dev` of the cached list (after `cuInit`).
@@ -83,4 +83,14 @@ pub(super) fn can_access_peer(dev: CUdevice, peer: CUdevice) -> R<c_int> {
     with_device(dev, |_| Ok(()))?;
     with_device(peer, |_| Ok(()))?;
     Ok(0)
+}
+
+/// Every attribute 0, as cuDeviceCanAccessPeer is ([`gpupool_abi::peer`]).
+pub(super) fn p2p_attribute(attrib: CUdevice_P2PAttribute, src: CUdevice, dst: CUdevice) -> R<c_int> {
+    with_device(src, |_| Ok(()))?;
+    with_device(dst, |_| Ok(()))?;
+    gpupool_abi::peer::p2p_attribute(attrib, src, dst).map_err(|(code, why)| {
+        crate::util::log(&format!("cuDeviceGetP2PAttribute: {why}"));
+        code
+    })
 }

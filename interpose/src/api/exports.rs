@@ -30,6 +30,8 @@ exports! { CUresult;
     cuDeviceGetPCIBusId(bus_id: val *mut c_char, len: val c_int, dev: val CUdevice) = device::get_pci_bus_id;
     cuDeviceGetByPCIBusId(dev: out CUdevice, bus_id: cstr) = device::by_pci_bus_id;
     cuDeviceCanAccessPeer(can: out c_int, dev: val CUdevice, peer: val CUdevice) = device::can_access_peer;
+    cuDeviceGetP2PAttribute(value: out c_int, attrib: val CUdevice_P2PAttribute, src: val CUdevice, dst: val CUdevice)
+        = device::p2p_attribute;
 }
 
 exports! { CUresult;

@@ -3,7 +3,7 @@
 use super::{c_str, out, write_c_string};
 use crate::driver::initialized;
 use crate::error::{cuda_entry, fail};
-use gpupool_shim::cuda::{CUdevice, CUdevice_attribute, CUdevprop, CUresult, CUuuid};
+use gpupool_shim::cuda::{CUdevice, CUdevice_P2PAttribute, CUdevice_attribute, CUdevprop, CUresult, CUuuid};
 use std::os::raw::{c_char, c_int};
 
 #[unsafe(no_mangle)]
@@ -117,5 +117,25 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(can: *mut c_int, dev: CUdevice, p
         driver.device(peer)?;
         // Peer access is not simulated: copies between devices go through cuMemcpyPeer.
         out(can, 0)
+    })
+}
+
+/// Every attribute 0, consistent with cuDeviceCanAccessPeer ([`gpupool_abi::peer`]), whatever
+/// the configured wiring.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
+    value: *mut c_int,
+    attrib: CUdevice_P2PAttribute,
+    src: CUdevice,
+    dst: CUdevice,
+) -> CUresult {
+    cuda_entry(|| {
+        let driver = initialized()?;
+        driver.device(src)?;
+        driver.device(dst)?;
+        match gpupool_abi::peer::p2p_attribute(attrib, src, dst) {
+            Ok(v) => out(value, v),
+            Err((code, why)) => fail(code, || why),
+        }
     })
 }
