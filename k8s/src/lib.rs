@@ -11,6 +11,7 @@
 //! reads the daemon's status document) and the daemon's sockets. It runs its own tokio runtime:
 //! the daemon itself has none.
 
+pub mod device_plugin;
 pub mod node;
 pub mod registration;
 pub mod unix;

@@ -4,7 +4,8 @@
 //! (`backend`), and the commands operators run: `gpupool probe` (load a driver and
 //! exercise every device), `gpupool daemon` (the pool: sessions, quotas, transport;
 //! `daemon`), `gpupool status`, `gpupool run`, `gpupool cert`, and for containers
-//! `gpupool oci-hook` and `gpupool cdi generate` (`container`).
+//! `gpupool oci-hook` and `gpupool cdi generate` (`container`), and for Kubernetes
+//! `gpupool device-plugin` (`device_plugin`, over the `gpupool-k8s` crate).
 //!
 //! Must not: link a vendor library at build time, or trust anything a client sends.
 
@@ -13,6 +14,7 @@ mod cert;
 mod container;
 mod daemon;
 mod demo;
+mod device_plugin;
 mod probe;
 mod run;
 mod status;
@@ -183,6 +185,30 @@ enum Command {
         #[arg(long)]
         cdi: bool,
     },
+    /// Kubernetes device plugin (kubelet API v1beta1): registers gpupool.io/gpu (shares of a
+    /// device), gpupool.io/gpumem (MiB) and gpupool.io/gpucores (percent) with the kubelet, each
+    /// device's health from the daemon; Allocate answers the CDI devices of `gpupool cdi generate`.
+    DevicePlugin {
+        /// The daemon's unix socket (default: the default socket).
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// The kubelet's device plugin directory (its kubelet.sock; the plugins' sockets go there).
+        #[arg(long, default_value = gpupool_k8s::deviceplugin::v1beta1::DEVICE_PLUGIN_PATH)]
+        kubelet_dir: PathBuf,
+        /// gpupool.io/gpu per device: how many containers may share one.
+        #[arg(long, default_value_t = 10)]
+        shares: u32,
+        /// gpupool (gpupool.io/...) or hami (nvidia.com/gpu, nvidia.com/gpumem, nvidia.com/gpucores).
+        #[arg(long, value_enum, default_value = "gpupool")]
+        resource_names: device_plugin::ResourceNames,
+        /// MiB per gpumem unit (raise it where a node's memory in MiB would overflow the kubelet's
+        /// 4 MiB message; the plugin says by how much).
+        #[arg(long, default_value_t = 1, value_name = "MIB")]
+        gpumem_unit: u64,
+        /// Seconds between questions to the daemon about its devices' health.
+        #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+        health_interval: f64,
+    },
     /// Container Device Interface specs.
     Cdi {
         #[command(subcommand)]
@@ -275,6 +301,16 @@ fn main() -> std::process::ExitCode {
         }
         Command::Cdi { command: CdiCommand::Generate { output, endpoint, lib_dir, cdi_version } } => {
             container::cdi::generate(container::cdi::Options { output, endpoint, lib_dir, cdi_version })
+        }
+        Command::DevicePlugin { endpoint, kubelet_dir, shares, resource_names, gpumem_unit, health_interval } => {
+            device_plugin::run(device_plugin::Args {
+                endpoint,
+                kubelet_dir,
+                shares,
+                resource_names,
+                gpumem_unit,
+                health_interval,
+            })
         }
         Command::Run { endpoint, memory, compute, gpus, cudart, command } => {
             match run::run(run::Options { endpoint, memory, compute, gpus, cudart, command }) {

@@ -165,3 +165,31 @@ fn the_manifests_agree_with_each_other_and_the_daemon() {
     let host_bin = t["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "bin").unwrap();
     assert_eq!(host_bin["hostPath"]["path"], bin);
 }
+
+/// The device plugin's DaemonSet runs `gpupool device-plugin` with the kubelet's plugin directory
+/// and the daemon's socket directory, and its example pod asks for the resources it registers.
+#[test]
+fn the_device_plugin_manifest_agrees_with_the_plugin() {
+    let docs: Vec<Value> =
+        all_documents().into_iter().filter(|(f, _)| f == "with-device-plugin.yaml").map(|(_, d)| d).collect();
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
+    let t = &ds["spec"]["template"]["spec"];
+    let c = &t["containers"][0];
+    assert_eq!(c["command"][1], "device-plugin");
+    let mounts: Vec<(&str, &str)> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap(), m["mountPath"].as_str().unwrap()))
+        .collect();
+    for path in ["/var/lib/kubelet/device-plugins", "/run/gpupool"] {
+        let (name, _) = *mounts.iter().find(|(_, p)| *p == path).unwrap_or_else(|| panic!("{path} not mounted"));
+        let v = t["volumes"].as_array().unwrap().iter().find(|v| v["name"] == name).unwrap();
+        assert_eq!(v["hostPath"]["path"], path, "the host's {path}");
+    }
+    let pod = docs.iter().find(|d| d["kind"] == "Pod").expect("an example pod");
+    let mut asked: Vec<&String> =
+        pod["spec"]["containers"][0]["resources"]["limits"].as_object().unwrap().keys().collect();
+    asked.sort();
+    assert_eq!(asked, ["gpupool.io/gpu", "gpupool.io/gpucores", "gpupool.io/gpumem"]);
+}

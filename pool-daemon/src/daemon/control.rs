@@ -1,7 +1,8 @@
 //! The status document the control socket (`<socket>.ctl`) answers with, and
 //! `gpupool status` prints: the daemon, its devices, the tenants with their memory use
 //! and quota per device and their page-locked host memory against its quota (the ledger
-//! snapshot), and the live sessions.
+//! snapshot), and the live sessions. A GPU's `healthy` is whether NVML reaches it now (absent
+//! without NVML, and for NPUs): `gpupool device-plugin` reports it to the kubelet.
 
 use super::Shared;
 use serde_json::{Value, json};
@@ -39,7 +40,9 @@ pub fn status_document(shared: &Shared) -> Value {
                 .sum();
             // Device time charged to all tenants over the last second.
             let utilization = compute.get(i).map_or(0.0, |u| u.iter().fold(0.0, |a, t| a + t.share_1s)).min(1.0);
-            json!({
+            let npu = kind(d) == "npu";
+            let health = shared.nvml.as_ref().filter(|_| !npu).map(|n| n.device(i as u32).and_then(|h| n.memory(h)));
+            let mut v = json!({
                 "ordinal": i,
                 "kind": kind(d),
                 "name": d.name,
@@ -49,7 +52,14 @@ pub fn status_document(shared: &Shared) -> Value {
                 "utilization": utilization,
                 "compute_capability": format!("{}.{}", d.compute_capability[0], d.compute_capability[1]),
                 "tenant_switches": switches.get(i).copied().unwrap_or(0),
-            })
+            });
+            if let Some(h) = health {
+                v["healthy"] = json!(h.is_ok());
+                if let Err(e) = h {
+                    v["health_error"] = json!(format!("{e:#}"));
+                }
+            }
+            v
         })
         .collect();
     let compute_of = |tenant: &str, device: u32| {

@@ -87,7 +87,27 @@ pub(super) fn device(h: nvmlDevice_t) -> NResult<&'static Arc<Device>> {
     if off % 16 != 0 {
         return Err(R::NVML_ERROR_INVALID_ARGUMENT);
     }
-    state().devices.get((off / 16) as usize).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)
+    let d = state().devices.get((off / 16) as usize).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)?;
+    not_lost(d)
+}
+
+/// Fault injection: `GPUPOOL_SIM_LOST` names a file listing (comma- or line-separated) the
+/// ordinals of devices that have fallen off the bus now. It is read at every NVML device query,
+/// so a device can be lost and found again under a running process, as a GPU that drops off
+/// the PCIe bus and is brought back. A lost device answers `NVML_ERROR_GPU_IS_LOST`, as NVML
+/// documents for `nvmlDeviceGetHandleByIndex_v2` and the device queries; only NVML sees it
+/// (CUDA calls on it still compute).
+fn not_lost(d: &'static Arc<Device>) -> NResult<&'static Arc<Device>> {
+    static FILE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let Some(path) = FILE.get_or_init(|| std::env::var_os("GPUPOOL_SIM_LOST").map(Into::into)) else { return Ok(d) };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    if text.split([',', '\n']).any(|s| s.trim().parse::<i32>() == Ok(d.ordinal)) {
+        return Err(refused(Refused {
+            code: R::NVML_ERROR_GPU_IS_LOST,
+            why: format!("device {} is listed in {} (GPUPOOL_SIM_LOST)", d.ordinal, path.display()),
+        }));
+    }
+    Ok(d)
 }
 
 fn init(flags: c_uint) -> NResult<()> {
@@ -175,7 +195,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, dev: *mut 
     nvml_entry(|| {
         require_init()?;
         let d = state().devices.get(index as usize).ok_or(R::NVML_ERROR_INVALID_ARGUMENT)?;
-        nout(dev, handle_of(d))
+        nout(dev, handle_of(not_lost(d)?))
     })
 }
 
@@ -193,7 +213,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mu
             .iter()
             .find(|d| d.uuid_string().to_ascii_lowercase() == want)
             .ok_or(R::NVML_ERROR_NOT_FOUND)?;
-        nout(dev, handle_of(d))
+        nout(dev, handle_of(not_lost(d)?))
     })
 }
 
