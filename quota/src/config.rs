@@ -173,6 +173,9 @@ pub struct TenantSpec {
     /// GPUs the daemon places each of its sessions on (`devices = N`); None: every GPU, as
     /// the client names them. A client may ask for fewer, not more.
     pub devices: Option<u32>,
+    /// Whether a tenant of higher priority may evict its `cuMemAlloc` memory to host memory
+    /// when a device is full (`preemptible = false` forbids it; README.md, "Memory preemption").
+    pub preemptible: bool,
 }
 
 /// A validated quota config. Build it with [`Config::from_toml_str`]; resolve clients with
@@ -250,6 +253,7 @@ struct RawTenant {
     mode: Option<Mode>,
     priority: Option<Priority>,
     devices: Option<i64>,
+    preemptible: Option<bool>,
 }
 
 impl RawTenant {
@@ -261,6 +265,7 @@ impl RawTenant {
             mode: self.mode,
             priority: self.priority,
             devices: self.devices,
+            preemptible: self.preemptible,
         }
     }
 }
@@ -274,6 +279,7 @@ struct RawLimits {
     mode: Option<Mode>,
     priority: Option<Priority>,
     devices: Option<i64>,
+    preemptible: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -371,6 +377,7 @@ fn spec(name: &str, limits: &RawLimits) -> Result<TenantSpec, ConfigError> {
             Some(n @ 1..=1024) => Some(n as u32),
             Some(n) => return Err(field_err(name, "devices", format!("{n} is not a number of GPUs (1 or more)"))),
         },
+        preemptible: limits.preemptible.unwrap_or(true),
     })
 }
 

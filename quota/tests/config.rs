@@ -209,3 +209,23 @@ fn npu_keys_are_placed_after_the_gpus() {
     assert_eq!((tenant.as_str(), field.as_str()), ("b", "memory.npux"));
     assert!(message.contains("npu0"), "{message}");
 }
+
+/// Quotas may sum to more than a device holds (the config knows no device sizes; memory
+/// preemption lends a lower-priority tenant's memory to a higher one), and `preemptible`
+/// defaults to true, may be set per tenant and in `[default]`, and must be a boolean.
+#[test]
+fn oversubscribed_quotas_load_and_preemptible_defaults_to_true() {
+    let c = Config::from_toml_str(
+        "[default]\npreemptible = false\n\
+         [[tenant]]\nname = \"batch\"\nuids = [1]\nmemory = \"80GiB\"\npriority = \"low\"\n\
+         [[tenant]]\nname = \"keep\"\nuids = [2]\nmemory = \"80GiB\"\npriority = \"low\"\npreemptible = false\n\
+         [[tenant]]\nname = \"infer\"\nuids = [3]\nmemory = \"80GiB\"\npriority = \"high\"\n",
+    )
+    .unwrap();
+    let spec = |n: &str| c.tenant(&TenantId::new(n)).unwrap();
+    assert!(spec("batch").preemptible);
+    assert!(!spec("keep").preemptible);
+    assert_eq!(spec("infer").memory.for_device(0), Some(80 << 30));
+    assert!(!c.default_tenant().preemptible);
+    assert!(err("[[tenant]]\nname = \"a\"\npreemptible = \"no\"\n").contains("preemptible"));
+}

@@ -98,7 +98,11 @@ impl Session {
                 if synced.insert(a.device) {
                     let _ = call!(cuda, cuCtxSynchronize());
                 }
-                note(call!(cuda, cuMemFree_v2(ptr)), &mut f.errors);
+                if shared.evict.owns(ptr) {
+                    f.errors += usize::from(super::evict::free(&shared, ptr).is_err());
+                } else {
+                    note(call!(cuda, cuMemFree_v2(ptr)), &mut f.errors);
+                }
             }
             if let Err(e) = shared.ledger.release(&self.quota, a.device, a.size) {
                 tracing::error!(session = self.id, "ledger out of step: {e}");
@@ -131,6 +135,7 @@ pub fn end(s: Session, reason: &str) {
     let (id, cred, remote, tenant) = (s.id, s.cred, s.remote, s.tenant_name.clone());
     let (freed, regions) = release(s);
     shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    shared.evict.session_ended(id);
     let took = t0.elapsed();
     let trim = super::malloc::trim();
     tracing::info!(

@@ -114,5 +114,6 @@ pub fn status_document(shared: &Shared) -> Value {
         "devices": devices,
         "tenants": tenants,
         "sessions": sessions,
+        "evictions": shared.evict.status(),
     })
 }

@@ -202,16 +202,28 @@ impl Session {
             return Err(Fail::invalid_value("cuMemAlloc of 0 bytes"));
         }
         self.enter(d)?;
-        let ledger = &self.shared.ledger;
-        let r = ledger.reserve(&self.quota, d, bytes).map_err(|e| Fail::new(OUT_OF_MEMORY, e.to_string()))?;
-        let mut ptr: CUdeviceptr = 0;
-        match call!(self.shared.cuda, cuMemAlloc_v2(&mut ptr, bytes as usize)) {
-            Ok(()) => r.commit(),
-            Err(e) => {
-                r.cancel();
-                return Err(e.into());
+        let shared = self.shared.clone();
+        let tenant = self.quota.tenant().clone();
+        let r = shared.ledger.reserve(&self.quota, d, bytes).map_err(|e| Fail::new(OUT_OF_MEMORY, e.to_string()))?;
+        let evictable = super::evict::evictable(&shared, &tenant);
+        // Past the quota nothing is evicted; past the device, lower priorities' memory may be.
+        let ptr = loop {
+            let got = if evictable {
+                super::evict::alloc(&shared, &tenant, d, bytes)
+            } else {
+                let mut ptr: CUdeviceptr = 0;
+                call!(shared.cuda, cuMemAlloc_v2(&mut ptr, bytes as usize)).map(|()| ptr).map_err(Fail::from)
+            };
+            match got {
+                Ok(ptr) => break ptr,
+                Err(e) if e.code == OUT_OF_MEMORY && super::evict::make_room(&shared, &tenant, d, self.current.0) => {}
+                Err(e) => {
+                    r.cancel();
+                    return Err(e);
+                }
             }
-        }
+        };
+        r.commit();
         self.allocs.insert(ptr, Alloc { size: bytes, device: d });
         Ok(DevicePtr(ptr))
     }
@@ -261,7 +273,11 @@ impl Session {
             return self.npu_free(ptr, d, size);
         }
         self.enter(d)?;
-        call!(self.shared.cuda, cuMemFree_v2(ptr.0))?;
+        if self.shared.evict.owns(ptr.0) {
+            super::evict::free(&self.shared, ptr.0)?;
+        } else {
+            call!(self.shared.cuda, cuMemFree_v2(ptr.0))?;
+        }
         self.allocs.remove(&ptr.0);
         self.owner.remove(&Handle::Alloc(ptr.0));
         // The openers' view of it ends with it.

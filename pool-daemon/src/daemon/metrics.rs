@@ -120,6 +120,7 @@ pub fn render(shared: &Shared) -> String {
     sessions.set(doc["sessions"].as_array().map_or(0, |s| s.len() as i64));
     reg.register("sessions", "Client sessions connected now", sessions);
     super::placement::register_metrics(&mut reg, &doc);
+    super::evict::register_metrics(&mut reg, &doc);
 
     let used = Family::<TenantLabels, Gauge>::default();
     let quota = Family::<TenantLabels, Gauge>::default();

@@ -34,6 +34,7 @@ pub mod containers;
 pub mod control;
 pub mod copy2d;
 pub mod dispatch;
+pub mod evict;
 pub mod exec;
 pub mod graph;
 pub mod graph_capture;
@@ -186,6 +187,8 @@ pub struct Shared {
     pub blas: crate::backend::Blas,
     /// VMM handle ids and live exports ([`vmm`]).
     pub vmm: vmm::Registry,
+    /// Memory preemption: evictable allocations, the gates, the statistics ([`evict`]).
+    pub evict: evict::Evictor,
     /// Per-container endpoints ([`containers`]).
     pub containers: containers::Registry,
     /// The GPUs' wiring, from NVML at start-up ([`placement`]).
@@ -492,6 +495,7 @@ pub fn run(opts: Options) -> Result<()> {
         calls: metrics::Calls::default(),
         blas: crate::backend::Blas::new(src.clone()),
         vmm: vmm::Registry::default(),
+        evict: evict::Evictor::default(),
         containers: containers::Registry::default(),
         topology,
         placement_flag: opts.placement,

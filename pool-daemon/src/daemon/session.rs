@@ -453,12 +453,15 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             (None, _) => return "malformed: unexpected Reply frame from a client".into(),
         };
         let name = kind.name();
+        // Paused here while the tenant's memory is evicted (issue 22).
+        let inside = super::evict::gate(s);
         let started = Instant::now();
         let result = match (op, &view) {
             (Some(op), _) => op.serve(s, Cx { staging: t.staging(), fds: link.fds.as_ref() }),
             (None, Some(v)) => s.handle_bulk(v, t.staging()),
             (None, None) => unreachable!("a request or a bulk view"),
         };
+        drop(inside);
         s.shared.calls.record(kind, started.elapsed(), result.as_ref().err().map(|f| f.code));
         let msg = match result {
             Ok(_) if no_reply => continue,

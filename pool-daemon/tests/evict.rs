@@ -1,0 +1,237 @@
+//! Memory preemption (issue 22, item 2; README.md, "Memory preemption") on one 64 MiB simulated
+//! GPU whose tenants' quotas (1 GiB each) sum to far more than it has: a low-priority tenant fills
+//! the device with known data; a high-priority tenant's allocation of 80% of the device then
+//! evicts it to host memory and runs kernels; the low-priority session pauses at its next call and,
+//! once the high-priority tenant is gone, continues with its data bit-identical at the same
+//! addresses. Equal priority: no eviction, CUDA_ERROR_OUT_OF_MEMORY. A tenant marked
+//! `preemptible = false` is never evicted. Status and metrics count the evictions.
+
+mod common;
+
+use common::*;
+use gpupool_protocol::ops::{HostSrc, KernelParams, Memset, MemsetValue, StagingRegion};
+use gpupool_protocol::transport::Transport;
+use gpupool_protocol::{CtxId, DevicePtr, Request, StreamId};
+use std::time::{Duration, Instant};
+
+/// Tokens (sha256 in the config): batch-token, keep-token, infer-token, peer-token.
+const CONFIG: &str = "[[tenant]]\nname = \"batch\"\nmemory = \"1GiB\"\npriority = \"low\"\n\
+    token_sha256 = \"ca0dae384e350e2413672bd9362e48ba9ae10ed440e09d40091ed66c7a1b19c8\"\n\
+    [[tenant]]\nname = \"keep\"\nmemory = \"1GiB\"\npriority = \"low\"\npreemptible = false\n\
+    token_sha256 = \"2c35253c3fe5da6c1a678fefa17a00198ce1d5ff6ddb2f40ac6d1c32ff56a5f9\"\n\
+    [[tenant]]\nname = \"infer\"\nmemory = \"1GiB\"\npriority = \"high\"\n\
+    token_sha256 = \"e76649ca493cb83eb42c5b94c9c205186b8d46efe451bd13b2684f698bff6fd2\"\n\
+    [[tenant]]\nname = \"peer\"\nmemory = \"1GiB\"\npriority = \"low\"\n\
+    token_sha256 = \"493a178d1badd6ef2187860f907ec6be297f4154380d4c2a4952936655ea66fb\"\n";
+
+const CHUNKS: u64 = 4;
+const CHUNK: u64 = 12 * MIB;
+/// 80% of the 64 MiB device.
+const BIG: u64 = 64 * MIB * 8 / 10;
+
+fn daemon(metrics: Option<&str>) -> Daemon {
+    let extra: Vec<&str> = metrics.map_or(vec![], |a| vec!["--metrics", a]);
+    Daemon::start_env(Some(CONFIG), &extra, &[("GPUPOOL_SIM_MEMORY", "64MiB"), ("GPUPOOL_SIM_DEVICES", "1")])
+}
+
+fn connect(d: &Daemon, token: &str) -> (Client, CtxId) {
+    let mut c = Client::connect_as(&d.socket, None, Some(token)).unwrap_or_else(|r| panic!("{r:?}\n{}", d.log()));
+    let ctx = c.ctx(0);
+    (c, ctx)
+}
+
+/// The known bytes of chunk `i`: a word pattern set by memset, a pseudo-random MiB written from
+/// the host at 5 MiB, and 256 words a kernel stores at the start.
+fn expected(i: u64) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..CHUNK / 4).flat_map(|_| (0x5a00_0000u32 + i as u32).to_le_bytes()).collect();
+    v[5 << 20..6 << 20].copy_from_slice(&random_mib(i));
+    for w in 0..256 {
+        v[w * 4..w * 4 + 4].copy_from_slice(&(0xc0ff_ee00u32 + i as u32).to_le_bytes());
+    }
+    v
+}
+
+fn random_mib(seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..MIB)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Allocates and fills the chunks with [`expected`] bytes.
+fn fill(c: &mut Client, ctx: CtxId, d: &Daemon) -> Vec<DevicePtr> {
+    let mut bufs = Vec::new();
+    for i in 0..CHUNKS {
+        let buf = c.alloc(ctx, CHUNK).unwrap_or_else(|e| panic!("{e:?}\n{}", d.log()));
+        let set =
+            Memset { dst: buf, value: MemsetValue::U32(0x5a00_0000 + i as u32), width: CHUNK / 4, height: 1, pitch: 0 };
+        assert_eq!(code(&c.call(Request::Memset { set })), 0);
+        c.t.staging().unwrap().write(0, &random_mib(i)).unwrap();
+        let src = HostSrc::Staging(StagingRegion { offset: 0, len: MIB });
+        assert_eq!(code(&c.call(Request::MemcpyHtoD { dst: DevicePtr(buf.0 + (5 << 20)), src })), 0);
+        launch_fill(c, ctx, buf, 0xc0ff_ee00 + i as u32);
+        bufs.push(buf);
+    }
+    assert_eq!(code(&c.call(Request::StreamSynchronize { stream: StreamId::NULL })), 0);
+    bufs
+}
+
+fn launch_fill(c: &mut Client, ctx: CtxId, buf: DevicePtr, value: u32) {
+    let (func, packed) = c.fill_kernel(ctx, buf, value);
+    c.send_async(Request::LaunchKernel {
+        func,
+        grid: [1, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+        stream: StreamId::NULL,
+        params: KernelParams(packed),
+        cooperative: false,
+    });
+}
+
+/// Reads `len` bytes at `src` back through the staging area, a MiB at a time.
+fn read_back(c: &mut Client, src: DevicePtr, len: u64) -> Vec<u8> {
+    let mut out = vec![0u8; len as usize];
+    for off in (0..len).step_by(MIB as usize) {
+        let n = MIB.min(len - off);
+        let r = c.call(Request::MemcpyDtoH { src: DevicePtr(src.0 + off), dst: StagingRegion { offset: 0, len: n } });
+        assert_eq!(code(&r), 0, "{r:?}");
+        c.t.staging().unwrap().read(0, &mut out[off as usize..(off + n) as usize]).unwrap();
+    }
+    out
+}
+
+fn evictions(d: &Daemon, tenant: &str) -> serde_json::Value {
+    let doc = d.status();
+    doc["evictions"]["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tenant"] == tenant)
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+#[test]
+fn a_high_priority_tenant_evicts_a_low_one_which_resumes_with_its_data_intact() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let d = daemon(Some(&addr));
+    let (mut low, lctx) = connect(&d, "batch-token");
+    let bufs = fill(&mut low, lctx, &d);
+
+    let (mut high, hctx) = connect(&d, "infer-token");
+    let arrival = Instant::now();
+    let big =
+        high.alloc(hctx, BIG).unwrap_or_else(|e| panic!("the high-priority allocation failed: {e:?}\n{}", d.log()));
+    let first_alloc = arrival.elapsed();
+    launch_fill(&mut high, hctx, big, 0x1234_5678);
+    let set =
+        Memset { dst: DevicePtr(big.0 + MIB), value: MemsetValue::U8(0xab), width: BIG - MIB, height: 1, pitch: 0 };
+    assert_eq!(code(&high.call(Request::Memset { set })), 0);
+    assert_eq!(code(&high.call(Request::CtxSynchronize { ctx: hctx })), 0);
+    let head = read_back(&mut high, big, MIB);
+    assert!(head[..1024].chunks(4).all(|w| w == 0x1234_5678u32.to_le_bytes()));
+    let tail = read_back(&mut high, DevicePtr(big.0 + BIG - MIB), MIB);
+    assert!(tail.iter().all(|&b| b == 0xab));
+
+    let e = evictions(&d, "batch");
+    assert_eq!(e["evictions"], 1, "{e}\n{}", d.log());
+    assert_eq!(e["evicted_bytes"], CHUNKS * CHUNK);
+    assert_eq!(e["evicted_now_bytes"], CHUNKS * CHUNK);
+    assert_eq!(e["paused"], true);
+    assert!(evictions(&d, "infer").is_null() || evictions(&d, "infer")["evictions"] == 0);
+
+    // The low-priority session's next call waits until the memory is back.
+    let waiter = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let data = read_back(&mut low, bufs[0], MIB);
+        (low, bufs, t0.elapsed(), data)
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(!waiter.is_finished(), "the evicted session's copy ran while its memory was on the host");
+    drop(high);
+    let (mut low, bufs, waited, first) = waiter.join().unwrap();
+    assert!(waited >= Duration::from_millis(500), "paused only {waited:?}");
+    assert_eq!(first[..], expected(0)[..MIB as usize]);
+    for (i, &buf) in bufs.iter().enumerate() {
+        assert!(read_back(&mut low, buf, CHUNK) == expected(i as u64), "chunk {i} differs after the restore");
+    }
+    // And it computes on it as before.
+    launch_fill(&mut low, lctx, bufs[3], 77);
+    assert_eq!(code(&low.call(Request::StreamSynchronize { stream: StreamId::NULL })), 0);
+    assert!(read_back(&mut low, bufs[3], MIB)[..1024].chunks(4).all(|w| w == 77u32.to_le_bytes()));
+
+    let e = evictions(&d, "batch");
+    assert_eq!(e["restores"], 1, "{e}");
+    assert_eq!(e["restored_bytes"], CHUNKS * CHUNK);
+    assert_eq!(e["evicted_now_bytes"], 0);
+    assert_eq!(e["paused"], false);
+    let paused_ns = e["paused_ns"].as_u64().unwrap();
+    assert!(paused_ns >= 500_000_000, "{e}");
+    let (evict_ns, restore_ns) = (e["last_evict_ns"].as_u64().unwrap(), e["last_restore_ns"].as_u64().unwrap());
+    assert!(evict_ns > 0 && restore_ns > 0);
+    let mib = (CHUNKS * CHUNK) as f64 / MIB as f64;
+    eprintln!(
+        "evicted {mib} MiB in {:.1} ms ({:.2} GB/s), restored in {:.1} ms ({:.2} GB/s); the high-priority \
+         allocation took {:.1} ms from its request; the low session paused {:.0} ms",
+        evict_ns as f64 / 1e6,
+        (CHUNKS * CHUNK) as f64 / evict_ns as f64,
+        restore_ns as f64 / 1e6,
+        (CHUNKS * CHUNK) as f64 / restore_ns as f64,
+        first_alloc.as_secs_f64() * 1e3,
+        paused_ns as f64 / 1e6
+    );
+    let session = d.status()["evictions"]["sessions"][0].clone();
+    assert_eq!(session["tenant"], "batch");
+    assert!(session["paused_ns"].as_u64().unwrap() >= 500_000_000);
+
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    assert!(metrics.contains("gpupool_tenant_evictions_total{tenant=\"batch\"} 1"), "{metrics}");
+    assert!(metrics.contains(&format!("gpupool_tenant_evicted_bytes_total{{tenant=\"batch\"}} {}", CHUNKS * CHUNK)));
+    assert!(metrics.contains("gpupool_tenant_paused_seconds_total{tenant=\"batch\"}"));
+    assert!(d.log().contains("memory evicted to host") && d.log().contains("memory restored"), "{}", d.log());
+}
+
+#[test]
+fn equal_priority_and_not_preemptible_tenants_are_never_evicted() {
+    let d = daemon(None);
+    let (mut low, lctx) = connect(&d, "batch-token");
+    let bufs = fill(&mut low, lctx, &d);
+    // Same priority: the backend's own OUT_OF_MEMORY, nothing moved.
+    let (mut peer, pctx) = connect(&d, "peer-token");
+    let (code, msg) = peer.alloc(pctx, BIG).unwrap_err();
+    assert_eq!(code, 2, "{msg}");
+    assert!(evictions(&d, "batch").is_null() || evictions(&d, "batch")["evictions"] == 0);
+    assert!(read_back(&mut low, bufs[1], CHUNK) == expected(1));
+    drop(peer);
+    drop(low);
+    let t0 = Instant::now();
+    while d.used("batch", 0) > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "batch's session did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Not preemptible: the high-priority tenant gets OUT_OF_MEMORY too.
+    let (mut keep, kctx) = connect(&d, "keep-token");
+    let kept = fill(&mut keep, kctx, &d);
+    let (mut high, hctx) = connect(&d, "infer-token");
+    let (code, msg) = high.alloc(hctx, BIG).unwrap_err();
+    assert_eq!(code, 2, "{msg}");
+    assert!(evictions(&d, "keep").is_null() || evictions(&d, "keep")["evictions"] == 0);
+    assert!(read_back(&mut keep, kept[2], CHUNK) == expected(2));
+    // What fits still does.
+    high.alloc(hctx, 16 * MIB).unwrap();
+}
