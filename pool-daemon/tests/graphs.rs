@@ -128,7 +128,8 @@ fn runtime_graph_memory_nodes_are_held_to_the_quota() {
 
 /// The runtime's graphs built and edited node by node (tests/python/runtime_graph_edit_checks.py; ctypes on
 /// libcudart.so.12): memset, child-graph and event nodes, dependencies added and removed in CUDA 12's form,
-/// nodes destroyed, clones searched, a memcpy node's parameters read back; each checked on the data a launch
+/// nodes destroyed, clones searched, a memcpy node's parameters, edges and dependencies read back, an exec
+/// updated (cudaGraphExecUpdate, and its refusals); each checked on the data a launch
 /// writes, the node counts or the types.
 #[test]
 fn runtime_graphs_built_and_edited_node_by_node() {
@@ -165,7 +166,7 @@ fn runtime_graph_edit_checks(cudart13: bool, nvidia: bool) {
     if cudart13 {
         cmd.arg("--cudart13");
     }
-    common::run_checks(cmd, "runtime_graph_edit_checks", 7, &d);
+    common::run_checks(cmd, "runtime_graph_edit_checks", 10, &d);
 }
 
 /// Capture into an existing graph and a capture's dependencies (pool-daemon/src/daemon/graph_capture.rs):

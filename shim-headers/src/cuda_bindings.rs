@@ -6359,3 +6359,28 @@ unsafe extern "C" {
         numDependentNodes: *mut usize,
     ) -> CUresult;
 }
+unsafe extern "C" {
+    pub fn cuGraphGetEdges_v2(
+        hGraph: CUgraph,
+        from: *mut CUgraphNode,
+        to: *mut CUgraphNode,
+        edgeData: *mut CUgraphEdgeData,
+        numEdges: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphNodeGetDependencies_v2(
+        hNode: CUgraphNode,
+        dependencies: *mut CUgraphNode,
+        edgeData: *mut CUgraphEdgeData,
+        numDependencies: *mut usize,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphNodeGetDependentNodes_v2(
+        hNode: CUgraphNode,
+        dependentNodes: *mut CUgraphNode,
+        edgeData: *mut CUgraphEdgeData,
+        numDependentNodes: *mut usize,
+    ) -> CUresult;
+}

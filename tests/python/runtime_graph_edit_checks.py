@@ -20,6 +20,16 @@ each of NVIDIA's own (the wheels' libcudart.so.12 and .13, `gpupool run --cudart
   has node types EVENT_RECORD (7) and WAIT_EVENT (6), and after its launch the elapsed time exists
   and is >= 0.
 
+- cudaGraphGetEdges, cudaGraphNodeGetDependencies / GetDependentNodes (CUDA 12's plain forms
+  without edge data, CUDA 13's with it, and the edge-data form by the runtime's name for it): the
+  one edge memset -> copy (the count alone, then a list of two: NULL past the end), its edge data
+  zeroed (a default edge), the copy's one dependency and the memset's one dependent, none before
+  the memset.
+- cudaGraphExecUpdate (a cudaGraphExecUpdateResultInfo): an instantiated graph of one memset node
+  (a = 5) takes a = 7 from a graph of the same topology (the launch writes 7); a graph of two
+  nodes is cudaErrorGraphExecUpdateFailure with cudaGraphExecUpdateErrorTopologyChanged, one of an
+  empty node cudaGraphExecUpdateErrorNodeTypeChanged naming that node; the exec still writes 7.
+
 Prints PASS/FAIL lines and SUMMARY passed/total; exits 1 on any failure.
 """
 
@@ -32,6 +42,8 @@ N = 4096
 INVALID_VALUE = 1
 D2D = 3
 MEMCPY, WAIT_EVENT, EVENT_RECORD = 1, 6, 7
+GRAPH_EXEC_UPDATE_FAILURE = 910
+TOPOLOGY_CHANGED, NODE_TYPE_CHANGED = 2, 3
 results = []
 
 
@@ -100,6 +112,18 @@ def with_edge_data(name):
     return getattr(rt, name if CUDART13 else name + "_v2")
 
 
+class UpdateInfo(C.Structure):
+    _fields_ = [("result", C.c_int), ("errorNode", C.c_void_p), ("errorFromNode", C.c_void_p)]
+
+
+def plain_query(name, *args):
+    """A topology query in the loaded runtime's plain form: CUDA 13's takes edge data (NULL here)
+    before the count."""
+    if CUDART13:
+        args = args[:-1] + (None,) + args[-1:]
+    return getattr(rt, name)(*args)
+
+
 def count(what, g):
     n = C.c_size_t(0)
     call(what, g, None, C.byref(n))
@@ -146,6 +170,40 @@ def main():
         and not got.dstArray,
         f"src {got.srcPtr.ptr} dst {got.dstPtr.ptr} extent {got.extent.width}x{got.extent.height}x"
         f"{got.extent.depth} kind {got.kind}",
+    )
+
+    n = C.c_size_t(0)
+    rc_count = plain_query("cudaGraphGetEdges", g, None, None, C.byref(n))
+    frm, to, n2 = (C.c_void_p * 2)(), (C.c_void_p * 2)(), C.c_size_t(2)
+    rc_list = plain_query("cudaGraphGetEdges", g, frm, to, C.byref(n2))
+    frm3, to3, n3, data = (C.c_void_p * 2)(), (C.c_void_p * 2)(), C.c_size_t(2), (C.c_uint8 * 16)(*[0xFF] * 16)
+    rc_data = with_edge_data("cudaGraphGetEdges")(g, frm3, to3, data, C.byref(n3))
+    record(
+        "cudaGraphGetEdges",
+        (rc_count, n.value, rc_list, n2.value, rc_data, n3.value) == (0, 1, 0, 1, 0, 1)
+        and (frm[0], to[0], frm[1], to[1]) == (ms.value, mc.value, None, None)
+        and (frm3[0], to3[0]) == (ms.value, mc.value)
+        and list(data) == [0] * 16,
+        f"rc {rc_count},{rc_list},{rc_data} n {n.value},{n2.value},{n3.value} from {list(frm)} to {list(to)} "
+        f"data {list(data)}",
+    )
+
+    deps, nd = (C.c_void_p * 2)(), C.c_size_t(2)
+    rc_d = plain_query("cudaGraphNodeGetDependencies", mc, deps, C.byref(nd))
+    dnts, nt = (C.c_void_p * 2)(), C.c_size_t(2)
+    rc_t = plain_query("cudaGraphNodeGetDependentNodes", ms, dnts, C.byref(nt))
+    n_root = C.c_size_t(9)
+    rc_r = plain_query("cudaGraphNodeGetDependencies", ms, None, C.byref(n_root))
+    dd, ndd, ddata = (C.c_void_p * 1)(), C.c_size_t(1), (C.c_uint8 * 8)(*[0xFF] * 8)
+    rc_dd = with_edge_data("cudaGraphNodeGetDependentNodes")(ms, dd, ddata, C.byref(ndd))
+    record(
+        "cudaGraphNodeGetDependencies / GetDependentNodes",
+        (rc_d, nd.value, deps[0], deps[1]) == (0, 1, ms.value, None)
+        and (rc_t, nt.value, dnts[0], dnts[1]) == (0, 1, mc.value, None)
+        and (rc_r, n_root.value) == (0, 0)
+        and (rc_dd, ndd.value, dd[0], list(ddata)) == (0, 1, mc.value, [0] * 8),
+        f"deps rc {rc_d} {nd.value} {list(deps)} dependents rc {rc_t} {nt.value} {list(dnts)} "
+        f"root rc {rc_r} {n_root.value} with data rc {rc_dd} {ndd.value} {dd[0]} {list(ddata)}",
     )
 
     rc1 = edges("cudaGraphRemoveDependencies", g, ms, mc)
@@ -217,7 +275,41 @@ def main():
         f"unrecorded {unrecorded} types {t1.value},{t2.value} rc {rc} ms {ms_t.value}",
     )
 
-    for x in (ev, parent, clone, g):
+    u1, u2, u3, u4, x, n1, n2_, n3a, n3b, n4 = (C.c_void_p() for _ in range(10))
+    for gr in (u1, u2, u3, u4):
+        call("cudaGraphCreate", C.byref(gr), 0)
+    call("cudaGraphAddMemsetNode", C.byref(n1), u1, None, C.c_size_t(0), C.byref(MemsetParams(a, 0, 5, 4, N // 4, 1)))
+    call("cudaGraphInstantiate", C.byref(x), u1, C.c_uint64(0))
+    call("cudaGraphAddMemsetNode", C.byref(n2_), u2, None, C.c_size_t(0), C.byref(MemsetParams(a, 0, 7, 4, N // 4, 1)))
+    info = UpdateInfo(-1, None, None)
+    rc_ok = rt.cudaGraphExecUpdate(x, u2, C.byref(info))
+    ok_result = info.result
+    call("cudaMemset", a, 0, C.c_size_t(N))
+    call("cudaGraphLaunch", x, s)
+    call("cudaStreamSynchronize", s)
+    after_update = words(a)
+    call("cudaGraphAddMemsetNode", C.byref(n3a), u3, None, C.c_size_t(0), C.byref(MemsetParams(a, 0, 9, 4, N // 4, 1)))
+    call("cudaGraphAddMemsetNode", C.byref(n3b), u3, C.byref(n3a), C.c_size_t(1), C.byref(MemsetParams(b, 0, 9, 4, N // 4, 1)))
+    topo = UpdateInfo(-1, None, None)
+    rc_topo = rt.cudaGraphExecUpdate(x, u3, C.byref(topo))
+    call("cudaGraphAddEmptyNode", C.byref(n4), u4, None, C.c_size_t(0))
+    kind = UpdateInfo(-1, None, None)
+    rc_kind = rt.cudaGraphExecUpdate(x, u4, C.byref(kind))
+    call("cudaMemset", a, 0, C.c_size_t(N))
+    call("cudaGraphLaunch", x, s)
+    call("cudaStreamSynchronize", s)
+    after_failures = words(a)
+    call("cudaGraphExecDestroy", x)
+    record(
+        "cudaGraphExecUpdate",
+        (rc_ok, ok_result, after_update, after_failures) == (0, 0, {7}, {7})
+        and (rc_topo, topo.result) == (GRAPH_EXEC_UPDATE_FAILURE, TOPOLOGY_CHANGED)
+        and (rc_kind, kind.result, kind.errorNode) == (GRAPH_EXEC_UPDATE_FAILURE, NODE_TYPE_CHANGED, n4.value),
+        f"ok rc {rc_ok} result {ok_result} a {after_update}/{after_failures}; topology rc {rc_topo} result "
+        f"{topo.result}; node type rc {rc_kind} result {kind.result} node {kind.errorNode} (empty {n4.value})",
+    )
+
+    for x in (ev, parent, clone, g, u1, u2, u3, u4):
         call("cudaGraphDestroy", x)
     print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
     return 0 if all(results) else 1

@@ -166,6 +166,12 @@ exports! { CUresult;
         = graph_topology::dependencies;
     cuGraphNodeGetDependentNodes(node: val CUgraphNode, deps: val *mut CUgraphNode, n: val *mut usize)
         = graph_topology::dependents;
+    cuGraphGetEdges_v2(graph: val CUgraph, from: val *mut CUgraphNode, to: val *mut CUgraphNode,
+        data: val *mut CUgraphEdgeData, n: val *mut usize) = graph_topology::edges_v2;
+    cuGraphNodeGetDependencies_v2(node: val CUgraphNode, deps: val *mut CUgraphNode, data: val *mut CUgraphEdgeData,
+        n: val *mut usize) = graph_topology::dependencies_v2;
+    cuGraphNodeGetDependentNodes_v2(node: val CUgraphNode, deps: val *mut CUgraphNode, data: val *mut CUgraphEdgeData,
+        n: val *mut usize) = graph_topology::dependents_v2;
     cuGraphAddMemAllocNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
         params: val *mut CUDA_MEM_ALLOC_NODE_PARAMS) = graph_mem::add_alloc_node;
     cuGraphAddMemFreeNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,

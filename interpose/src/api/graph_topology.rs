@@ -1,5 +1,6 @@
 //! Graph topology queries through the pool: `cuGraphNodeGetType`, `cuGraphGetNodes`,
-//! `cuGraphGetRootNodes`, `cuGraphNodeGetDependencies`, `cuGraphNodeGetDependentNodes`. The
+//! `cuGraphGetRootNodes`, `cuGraphNodeGetDependencies`, `cuGraphNodeGetDependentNodes` (and the
+//! `_v2` forms with edge data, CUDA 12.3's: the pool's edges are all default ones). The
 //! daemon answers a graph's nodes (as this session's ids), their types and its edges
 //! (pool-daemon's `daemon/graph_capture.rs`); each query is answered from that here.
 
@@ -8,7 +9,7 @@ use crate::client::{self, Kind, make};
 use crate::util::R;
 use gpupool_protocol::Request;
 use gpupool_protocol::ops::{GraphId, answer};
-use gpupool_shim::cuda::{CUgraph, CUgraphNode, CUgraphNodeType, CUresult};
+use gpupool_shim::cuda::{CUgraph, CUgraphEdgeData, CUgraphNode, CUgraphNodeType, CUresult};
 
 /// The topology of `graph`, or of the graph holding `node`, with the endpoint that holds it.
 fn topology(graph: Option<CUgraph>, node: Option<CUgraphNode>) -> R<(answer::Topology, usize)> {
@@ -102,4 +103,74 @@ pub(super) fn dependents(node: CUgraphNode, list: *mut CUgraphNode, count: *mut 
     let (t, ep) = topology(None, Some(node))?;
     let deps = t.from.iter().zip(&t.to).filter(|(f, _)| **f == id).map(|(_, to)| *to).collect();
     list_out(list, count, deps, ep)
+}
+
+/// The edge data of the `_v2` queries: every edge the pool holds is a default one (the daemon
+/// refuses any other at `cuGraphAddDependencies_v2`), so each of the `room` entries the caller
+/// passes is zeroed, as the driver writes a default edge; edge data without the node list to go
+/// with it is `CUDA_ERROR_INVALID_VALUE`, as documented.
+fn edge_data_out(data: *mut CUgraphEdgeData, list: *mut CUgraphNode, room: usize) -> R<()> {
+    if data.is_null() {
+        return Ok(());
+    }
+    if list.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    for i in 0..room {
+        // SAFETY: the caller passes `*count` writable entries, as the API documents.
+        unsafe { data.add(i).write_unaligned(CUgraphEdgeData::default()) };
+    }
+    Ok(())
+}
+
+/// The caller's room (`*count`), read before the list is written; NULL is INVALID_VALUE.
+fn room(count: *mut usize) -> R<usize> {
+    if count.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller's count.
+    Ok(unsafe { count.read_unaligned() })
+}
+
+pub(super) fn edges_v2(
+    graph: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    data: *mut CUgraphEdgeData,
+    count: *mut usize,
+) -> R<()> {
+    let n = room(count)?;
+    if !data.is_null() && from.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    edges(graph, from, to, count)?;
+    edge_data_out(data, from, n)
+}
+
+pub(super) fn dependencies_v2(
+    node: CUgraphNode,
+    list: *mut CUgraphNode,
+    data: *mut CUgraphEdgeData,
+    count: *mut usize,
+) -> R<()> {
+    let n = room(count)?;
+    if !data.is_null() && list.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    dependencies(node, list, count)?;
+    edge_data_out(data, list, n)
+}
+
+pub(super) fn dependents_v2(
+    node: CUgraphNode,
+    list: *mut CUgraphNode,
+    data: *mut CUgraphEdgeData,
+    count: *mut usize,
+) -> R<()> {
+    let n = room(count)?;
+    if !data.is_null() && list.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    dependents(node, list, count)?;
+    edge_data_out(data, list, n)
 }

@@ -38,6 +38,10 @@ fn pool_only() -> &'static Table {
             "cuOccupancyMaxActiveBlocksPerMultiprocessor" => [6050 => cuOccupancyMaxActiveBlocksPerMultiprocessor];
             "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"
                 => [7000 => cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags];
+            "cuGraphGetEdges" => [10000 => cuGraphGetEdges, 12030 => cuGraphGetEdges_v2];
+            "cuGraphNodeGetDependencies" => [10000 => cuGraphNodeGetDependencies, 12030 => cuGraphNodeGetDependencies_v2];
+            "cuGraphNodeGetDependentNodes" => [10000 => cuGraphNodeGetDependentNodes,
+                12030 => cuGraphNodeGetDependentNodes_v2];
             "cuOccupancyMaxPotentialBlockSize" => [6050 => cuOccupancyMaxPotentialBlockSize];
             "cuOccupancyMaxPotentialBlockSizeWithFlags" => [7000 => cuOccupancyMaxPotentialBlockSizeWithFlags];
         }

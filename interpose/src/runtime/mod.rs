@@ -33,6 +33,7 @@ pub mod graph;
 pub mod graph_capture;
 pub mod graph_mem;
 pub mod graph_nodes;
+pub mod graph_query;
 pub mod ipc;
 pub mod launch;
 pub mod memory;
