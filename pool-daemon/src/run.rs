@@ -80,7 +80,7 @@ pub(crate) const STAND_INS: [(&str, &[u8]); 6] = [
 /// Driver sonames a program may name in DT_NEEDED (linked with `-lcuda`, as CuPy 12's
 /// modules are, or with `-lascendcl`, as a CANN program is): links to the interposer itself,
 /// so a client machine needs no driver and no CANN.
-pub(crate) const DRIVER_SONAMES: [&str; 7] = [
+pub(crate) const DRIVER_SONAMES: [&str; 8] = [
     "libcuda.so.1",
     "libcuda.so",
     "libnvidia-ml.so.1",
@@ -89,6 +89,8 @@ pub(crate) const DRIVER_SONAMES: [&str; 7] = [
     "libnnopbase.so",
     "libopapi.so",
     "libdcmi.so",
+    // CANN's lower runtime (rtMalloc, rtFree, rtMemGetInfoEx), which libraries beneath AscendCL call.
+    "libruntime.so",
 ];
 
 /// A directory holding the runtime stand-ins and the driver links, private to this

@@ -447,6 +447,80 @@ fn one_process_uses_a_gpu_and_an_npu_in_one_ledger() {
     wait_idle(&d);
 }
 
+/// CANN's lower runtime called directly, as hami-vnpu-core hooks it (tests/c/npu_rt_client.c,
+/// linked with -lruntime -lascendcl against the simulator's libdir): on the simulated NPU of
+/// 256 MiB, then unmodified under `gpupool run --memory 256MiB`, where libruntime.so is
+/// libgpupool.so: rtMemGetInfoEx shows the quota, 64 MiB rtMalloc blocks fill it exactly to
+/// 207001 with the ledger counting each, AscendCL copies use them, rtFree returns them all.
+#[test]
+fn rt_malloc_and_rt_mem_get_info_ex_are_held_to_the_quota() {
+    use std::io::{BufRead, Write};
+    ensure_interposer();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("npu-pool");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("npu_rt_client");
+    let libdir = gpupool_e2e::sim_libdir();
+    gpupool_e2e::compile_c_into(
+        "npu_rt_client.c",
+        &exe,
+        &[&format!("-L{}", libdir.display()), "-lruntime", "-lascendcl"],
+    );
+    let checks = [
+        "rtMemGetInfoEx shows the memory as aclrtGetMemInfo does",
+        "rtMalloc fills the memory exactly, then 207001",
+        "AscendCL copies to and between rtMalloc blocks",
+        "rtFree returns every block",
+        "bad arguments are ACL_ERROR_RT_PARAM_INVALID",
+    ];
+    let direct = Command::new(&exe)
+        .arg("256")
+        .env("LD_LIBRARY_PATH", libdir)
+        .env("GPUPOOL_SIM_NPU_MEMORY", "256MiB")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&direct.stdout);
+    assert!(direct.status.success() && text.ends_with("done\n"), "on the simulator: {text}");
+    for check in checks {
+        assert!(text.contains(&format!("ok {check}\n")), "on the simulator: {text}");
+    }
+
+    let d = Daemon::start_env(Some(&common::tenant_config("8GiB")), &[], &NPU_ENV);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(["run", "--endpoint", &d.endpoint(), "--memory", "256MiB", "--"]).arg(&exe).arg("256");
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut text = String::new();
+    let mut wait_for = |prefix: &str, text: &mut String| loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            panic!("npu_rt_client ended before '{prefix}':\n{text}\n{}", d.log());
+        }
+        text.push_str(&line);
+        if line.starts_with(prefix) {
+            return;
+        }
+    };
+    wait_for("held ", &mut text);
+    assert!(text.contains("held 256 MiB\n"), "{text}");
+    // NPU 0 is device 2, after the two GPUs: the ledger holds every rtMalloc block.
+    assert_eq!(d.used("team", 2), 256 << 20, "{text}\n{:#}", d.status());
+    assert!(d.log().contains("NPU allocation refused"), "no log line for the refusal:\n{}", d.log());
+    stdin.write_all(b"go\n").unwrap();
+    wait_for("freed", &mut text);
+    assert_eq!(d.used("team", 2), 0, "{text}\n{:#}", d.status());
+    stdin.write_all(b"go\n").unwrap();
+    drop(stdin);
+    std::io::Read::read_to_string(&mut out, &mut text).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success() && text.ends_with("done\n"), "{status}:\n{text}\n{}", d.log());
+    for check in checks {
+        assert!(text.contains(&format!("ok {check}\n")), "through the pool: {text}");
+    }
+    wait_idle(&d);
+}
+
 /// tests/c/npu_quickstart.c, the simulated NPU's own client (tests/tests/npu.rs runs it on the
 /// simulator directly), built and linked as there and run unmodified under `gpupool run`.
 fn quickstart_exe() -> PathBuf {

@@ -446,6 +446,58 @@ aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
 aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status);
 aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
 
+/*
+ * The lower runtime (CANN's libruntime.so, runtime/rt_mem.h scope): the memory calls a program or
+ * library may make beneath AscendCL, which hami-vnpu-core hooks. AscendCL's own calls reach these
+ * (aclrtGetMemInfo passes its attribute to rtMemGetInfoEx as an rtMemInfoType_t, so the two
+ * enums agree value for value). They return the external codes above (ACL_ERROR_RT_*).
+ * Prototypes and values from the CANN runtime's runtime/mem.h (hicann/runtime) and the hooks of
+ * hami-vnpu-core (crates/hook/src/hook.rs: rtMalloc with the module id, 207001 past the quota).
+ * cann-sys declares no rt* item, so `cargo xtask cann-check` cannot second them; they were not
+ * in the compile-time check against CANN's headers above either.
+ * Not declared: rtMallocPhysical/rtFreePhysical (the virtual memory API: its handles and
+ * rtDrvMemProp_t have no counterpart in the pool, which maps no NPU memory by handle).
+ */
+typedef int32_t rtError_t;
+#define RT_ERROR_NONE 0
+
+/* rtMemType_t: the memory type (bits 0..9) or'ed with a page policy. */
+typedef uint32_t rtMemType_t;
+#define RT_MEMORY_DEFAULT 0x0U
+#define RT_MEMORY_HBM 0x2U
+#define RT_MEMORY_RDMA_HBM 0x3U
+#define RT_MEMORY_DDR 0x4U
+#define RT_MEMORY_SPM 0x8U
+#define RT_MEMORY_P2P_HBM 0x10U
+#define RT_MEMORY_P2P_DDR 0x11U
+#define RT_MEMORY_DDR_NC 0x20U
+#define RT_MEMORY_POLICY_NONE 0x0U
+#define RT_MEMORY_POLICY_HUGE_PAGE_FIRST (0x1U << 10)
+#define RT_MEMORY_POLICY_HUGE_PAGE_ONLY (0x1U << 11)
+#define RT_MEMORY_POLICY_DEFAULT_PAGE_ONLY (0x1U << 12)
+#define RT_MEMORY_POLICY_HUGE_PAGE_FIRST_P2P (0x1U << 13)
+#define RT_MEMORY_POLICY_HUGE_PAGE_ONLY_P2P (0x1U << 14)
+#define RT_MEMORY_POLICY_DEFAULT_PAGE_ONLY_P2P (0x1U << 15)
+#define MEM_ALLOC_TYPE_BIT 0x3FFU
+
+typedef enum tagRtMemInfoType {
+    RT_MEMORYINFO_DDR = 0,
+    RT_MEMORYINFO_HBM = 1,
+    RT_MEMORYINFO_DDR_HUGE = 2,
+    RT_MEMORYINFO_DDR_NORMAL = 3,
+    RT_MEMORYINFO_HBM_HUGE = 4,
+    RT_MEMORYINFO_HBM_NORMAL = 5,
+    RT_MEMORYINFO_DDR_P2P_HUGE = 6,
+    RT_MEMORYINFO_DDR_P2P_NORMAL = 7,
+    RT_MEMORYINFO_HBM_P2P_HUGE = 8,
+    RT_MEMORYINFO_HBM_P2P_NORMAL = 9
+} rtMemInfoType_t;
+
+/* CANN 8's rtMalloc takes the allocating module's id (for its memory statistics). */
+rtError_t rtMalloc(void **devPtr, uint64_t size, rtMemType_t type, const uint16_t moduleId);
+rtError_t rtFree(void *devPtr);
+rtError_t rtMemGetInfoEx(rtMemInfoType_t memInfoType, size_t *free, size_t *total);
+
 #ifdef __cplusplus
 }
 #endif

@@ -150,6 +150,23 @@ pub const ACL_STREAM_PERSISTENT: u32 = 4;
 pub const ACL_STREAM_HUGE: u32 = 8;
 pub const ACL_STREAM_CPU_SCHEDULE: u32 = 16;
 pub const ACL_STREAM_DEVICE_USE_ONLY: u32 = 32;
+pub const RT_ERROR_NONE: u32 = 0;
+pub const RT_MEMORY_DEFAULT: u32 = 0;
+pub const RT_MEMORY_HBM: u32 = 2;
+pub const RT_MEMORY_RDMA_HBM: u32 = 3;
+pub const RT_MEMORY_DDR: u32 = 4;
+pub const RT_MEMORY_SPM: u32 = 8;
+pub const RT_MEMORY_P2P_HBM: u32 = 16;
+pub const RT_MEMORY_P2P_DDR: u32 = 17;
+pub const RT_MEMORY_DDR_NC: u32 = 32;
+pub const RT_MEMORY_POLICY_NONE: u32 = 0;
+pub const RT_MEMORY_POLICY_HUGE_PAGE_FIRST: u32 = 1024;
+pub const RT_MEMORY_POLICY_HUGE_PAGE_ONLY: u32 = 2048;
+pub const RT_MEMORY_POLICY_DEFAULT_PAGE_ONLY: u32 = 4096;
+pub const RT_MEMORY_POLICY_HUGE_PAGE_FIRST_P2P: u32 = 8192;
+pub const RT_MEMORY_POLICY_HUGE_PAGE_ONLY_P2P: u32 = 16384;
+pub const RT_MEMORY_POLICY_DEFAULT_PAGE_ONLY_P2P: u32 = 32768;
+pub const MEM_ALLOC_TYPE_BIT: u32 = 1023;
 pub type aclrtStream = *mut ::std::os::raw::c_void;
 pub type aclrtEvent = *mut ::std::os::raw::c_void;
 pub type aclrtContext = *mut ::std::os::raw::c_void;
@@ -765,4 +782,58 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) -> aclError;
+}
+pub type rtError_t = i32;
+pub type rtMemType_t = u32;
+impl tagRtMemInfoType {
+    pub const RT_MEMORYINFO_DDR: tagRtMemInfoType = tagRtMemInfoType(0);
+}
+impl tagRtMemInfoType {
+    pub const RT_MEMORYINFO_HBM: tagRtMemInfoType = tagRtMemInfoType(1);
+}
+impl tagRtMemInfoType {
+    pub const RT_MEMORYINFO_DDR_HUGE: tagRtMemInfoType = tagRtMemInfoType(2);
+}
+impl tagRtMemInfoType {
+    pub const RT_MEMORYINFO_DDR_NORMAL: tagRtMemInfoType = tagRtMemInfoType(3);
+}
+impl tagRtMemInfoType {
+    pub const RT_MEMORYINFO_HBM_HUGE: tagRtMemInfoType = tagRtMemInfoType(4);
+}
+impl tagRtMemInfoType {
+    pub const RT_MEMORYINFO_HBM_NORMAL: tagRtMemInfoType = tagRtMemInfoType(5);
+}
+impl tagRtMemInfoType {
+    pub const RT_MEMORYINFO_DDR_P2P_HUGE: tagRtMemInfoType = tagRtMemInfoType(6);
+}
+impl tagRtMemInfoType {
+    pub const RT_MEMORYINFO_DDR_P2P_NORMAL: tagRtMemInfoType = tagRtMemInfoType(7);
+}
+impl tagRtMemInfoType {
+    pub const RT_MEMORYINFO_HBM_P2P_HUGE: tagRtMemInfoType = tagRtMemInfoType(8);
+}
+impl tagRtMemInfoType {
+    pub const RT_MEMORYINFO_HBM_P2P_NORMAL: tagRtMemInfoType = tagRtMemInfoType(9);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct tagRtMemInfoType(pub ::std::os::raw::c_uint);
+pub use self::tagRtMemInfoType as rtMemInfoType_t;
+unsafe extern "C" {
+    pub fn rtMalloc(
+        devPtr: *mut *mut ::std::os::raw::c_void,
+        size: u64,
+        type_: rtMemType_t,
+        moduleId: u16,
+    ) -> rtError_t;
+}
+unsafe extern "C" {
+    pub fn rtFree(devPtr: *mut ::std::os::raw::c_void) -> rtError_t;
+}
+unsafe extern "C" {
+    pub fn rtMemGetInfoEx(
+        memInfoType: rtMemInfoType_t,
+        free: *mut usize,
+        total: *mut usize,
+    ) -> rtError_t;
 }

@@ -1,7 +1,8 @@
 //! The simulated Huawei Ascend NPU: one library that answers as `libascendcl.so` (AscendCL
 //! runtime), `libnnopbase.so` (tensors, scalars, int arrays: `acl_meta.h`), `libopapi.so` (the
-//! `aclnn` operators) and `libdcmi.so` (DCMI monitoring), laid out under those names by
-//! `scripts/sim-libdir`, with CANN's C ABI, running on the CPU.
+//! `aclnn` operators), `libruntime.so` (the lower runtime's memory calls, [`rt`]) and `libdcmi.so`
+//! (DCMI monitoring), laid out under those names by `scripts/sim-libdir`, with CANN's C ABI,
+//! running on the CPU.
 //!
 //! Owns: the NPU configuration ([`config`]: `GPUPOOL_SIM_NPU_CONFIG`, `GPUPOOL_SIM_NPU_DEVICES`,
 //! `GPUPOOL_SIM_NPU_MEMORY`), the runtime's state machine (init, devices, default and explicit
@@ -25,6 +26,7 @@ pub mod event;
 mod export;
 pub mod memory;
 pub mod ops;
+pub mod rt;
 pub mod runtime;
 pub mod status;
 pub mod stream;

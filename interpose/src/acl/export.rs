@@ -183,15 +183,7 @@ exports! {
             if free.is_null() || total.is_null() {
                 return Err(INVALID_PARAM);
             }
-            // The pool's NPU memory is its HBM (and what CANN counts with it); device DDR none.
-            let (f, t) = match attr.0 {
-                0 | 2 | 3 | 6 | 7 => {
-                    initialized(c)?;
-                    (0, 0)
-                }
-                1 | 4 | 5 | 8..=17 => mem_info(c)?,
-                _ => return Err(INVALID_PARAM),
-            };
+            let (f, t) = mem_info_of(c, attr.0)?;
             out(free, f)?;
             out(total, t)
         }))

@@ -273,9 +273,15 @@ fn malloc(c: &mut Client, size: usize, policy: acl::aclrtMemMallocPolicy, pad: b
     if size == 0 || policy.0 & 0xff > 7 || policy.0 & !(0xff | 0x0100 | 0x1000 | 0x100000) != 0 {
         return Err(INVALID_PARAM);
     }
-    let charge = (size as u64).div_ceil(32) * 32 + if pad { 32 } else { 0 };
+    allocate(c, h, x, size as u64, pad)
+}
+
+/// Device memory of `size` bytes in context `h`, charged what CANN charges for it (see [`malloc`];
+/// `rtMalloc` is the unpadded charge, AscendCL's 32 bytes more being its own).
+fn allocate(c: &mut Client, h: u64, x: Ctx, size: u64, pad: bool) -> A<*mut c_void> {
+    let charge = size.div_ceil(32) * 32 + if pad { 32 } else { 0 };
     let answer::MemPtr { ptr } = ask(c, x.ep, Request::MemAlloc { ctx: x.id, bytes: charge })?;
-    c.acl.allocs.insert((x.ep, ptr.0), (size as u64, h));
+    c.acl.allocs.insert((x.ep, ptr.0), (size, h));
     Ok(ptr.0 as *mut c_void)
 }
 
@@ -404,6 +410,20 @@ fn memset(c: &mut Client, p: *mut c_void, max: usize, value: i32, count: usize, 
     }
 }
 
+/// Free and total of one kind of the current NPU's memory, by AscendCL's `aclrtMemAttr` or the
+/// runtime's `rtMemInfoType_t` (the same numbers: AscendCL passes its attribute through). The
+/// pool's NPU memory is its HBM (and what CANN counts with it); device DDR none.
+fn mem_info_of(c: &mut Client, kind: u32) -> A<(usize, usize)> {
+    match kind {
+        0 | 2 | 3 | 6 | 7 => {
+            initialized(c)?;
+            Ok((0, 0))
+        }
+        1 | 4 | 5 | 8..=17 => mem_info(c),
+        _ => Err(INVALID_PARAM),
+    }
+}
+
 fn mem_info(c: &mut Client) -> A<(usize, usize)> {
     let (_, x) = current(c)?;
     let answer::MemInfo { free, total } = ask(c, x.ep, Request::MemGetInfo { ctx: x.id })?;
@@ -528,3 +548,4 @@ fn load_npus(c: &mut Client) -> A<()> {
 mod aclnn;
 mod dcmi;
 mod export;
+mod rt;
