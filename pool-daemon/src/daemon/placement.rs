@@ -137,7 +137,8 @@ pub struct DeviceState {
 /// unlimited, which needs the whole device), or says why it cannot. Order of the answer: the
 /// session's devices 0..n-1.
 ///
-/// 1. Memory: a device is a candidate only if `need` fits beside what it has committed.
+/// 1. Memory: a device is a candidate only if `need` is not 0 and fits beside what it has
+///    committed.
 /// 2. Topology, for n > 1: the n devices come from one NVLink island if some island has n
 ///    candidates, else from one PCIe switch, else one NUMA node, else anywhere; among the
 ///    domains that can hold them, binpack takes the one with the most committed memory,
@@ -159,9 +160,12 @@ pub fn choose(
     if n > devices.len() {
         return Err(format!("{n} GPUs asked for; the daemon has {}", devices.len()));
     }
+    // A GPU where the session's quota is 0 (a per-device quota that leaves it out, a container
+    // not given it) is no candidate: the session could not use it.
     let fits = |d: u32| {
         let s = &devices[d as usize];
-        need(d).unwrap_or(s.total) <= s.total.saturating_sub(s.committed)
+        let need = need(d).unwrap_or(s.total);
+        need > 0 && need <= s.total.saturating_sub(s.committed)
     };
     let candidates: Vec<u32> = (0..devices.len() as u32).filter(|&d| fits(d)).collect();
     if candidates.len() < n {
@@ -416,6 +420,9 @@ mod tests {
         // An unlimited quota needs a whole, empty device.
         assert_eq!(choose(&topo, Policy::Binpack, 1, &devs, |_| None).unwrap(), [1]);
         assert!(choose(&Topology::unknown(8), Policy::Spread, 9, &idle(8), |_| None).is_err());
+        // A GPU the quota gives nothing is never chosen, however empty.
+        let zero_on_first_two = |d: u32| Some(if d < 2 { 0 } else { GIB });
+        assert_eq!(choose(&Topology::unknown(8), Policy::Binpack, 1, &idle(8), zero_on_first_two).unwrap(), [2]);
         // Lower load breaks a tie; -0.0 (an empty sum) and 0.0 are the same load.
         let mut devs = idle(8);
         devs[0].load = -0.0;
