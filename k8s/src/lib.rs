@@ -62,3 +62,6 @@ pub mod dra {
         pub const SERVICE: &str = "v1.DRAPlugin";
     }
 }
+
+/// `gpupool dra`: the DRA kubelet plugin and ResourceSlice publisher of driver gpupool.io.
+pub mod dra_driver;

@@ -5,7 +5,7 @@
 //! exercise every device), `gpupool daemon` (the pool: sessions, quotas, transport;
 //! `daemon`), `gpupool status`, `gpupool run`, `gpupool cert`, and for containers
 //! `gpupool oci-hook` and `gpupool cdi generate` (`container`), and for Kubernetes
-//! `gpupool device-plugin` (`device_plugin`, over the `gpupool-k8s` crate).
+//! `gpupool device-plugin` (`device_plugin`) and `gpupool dra` (`dra`), over the `gpupool-k8s` crate.
 //!
 //! Must not: link a vendor library at build time, or trust anything a client sends.
 
@@ -15,6 +15,7 @@ mod container;
 mod daemon;
 mod demo;
 mod device_plugin;
+mod dra;
 mod probe;
 mod run;
 mod status;
@@ -184,6 +185,36 @@ enum Command {
         /// The runtime already mounted the libraries and /etc/ld.so.preload (from the CDI spec).
         #[arg(long)]
         cdi: bool,
+        /// The endpoint exists already (a DRA claim's, made by `gpupool dra`): mount it, make no
+        /// other, and leave it at poststop.
+        #[arg(long, value_name = "ENDPOINT_ID")]
+        claim: Option<String>,
+    },
+    /// Kubernetes DRA kubelet plugin of driver gpupool.io: registers with the kubelet, publishes
+    /// the daemon's devices as this node's ResourceSlice (shared up to their memory and compute;
+    /// a lost device tainted), and prepares claims as endpoints with CDI specs.
+    Dra {
+        /// The daemon's unix socket (default: the default socket).
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// This node's name (default: $NODE_NAME, the pod's spec.nodeName through the downward API).
+        #[arg(long)]
+        node_name: Option<String>,
+        /// The kubelet's plugin watcher directory (the registration socket goes there).
+        #[arg(long, default_value = "/var/lib/kubelet/plugins_registry")]
+        registrar_dir: PathBuf,
+        /// The plugin's directory (its gRPC socket and checkpoint).
+        #[arg(long, default_value = "/var/lib/kubelet/plugins/gpupool.io")]
+        plugin_dir: PathBuf,
+        /// Where the claims' CDI specs are written (one the container runtime reads).
+        #[arg(long, default_value = "/var/run/cdi")]
+        cdi_dir: PathBuf,
+        /// Host directory for the pool's library directories.
+        #[arg(long, default_value = container::DEFAULT_LIB_BASE)]
+        lib_dir: PathBuf,
+        /// Seconds between readings of the daemon's devices (a change is published at once).
+        #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+        poll: f64,
     },
     /// Kubernetes device plugin (kubelet API v1beta1): registers gpupool.io/gpu (shares of a
     /// device), gpupool.io/gpumem (MiB) and gpupool.io/gpucores (percent) with the kubelet, each
@@ -296,8 +327,11 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Cert { out, name, days } => cert::run(&out, &name, days),
         Command::Status { json, endpoint } => status::run(json, endpoint),
-        Command::OciHook { stage, endpoint, lib_dir, cdi } => {
-            container::hook::run(container::hook::Options { stage, endpoint, lib_dir, cdi })
+        Command::OciHook { stage, endpoint, lib_dir, cdi, claim } => {
+            container::hook::run(container::hook::Options { stage, endpoint, lib_dir, cdi, claim })
+        }
+        Command::Dra { endpoint, node_name, registrar_dir, plugin_dir, cdi_dir, lib_dir, poll } => {
+            dra::run(dra::Args { endpoint, node_name, registrar_dir, plugin_dir, cdi_dir, lib_dir, poll })
         }
         Command::Cdi { command: CdiCommand::Generate { output, endpoint, lib_dir, cdi_version } } => {
             container::cdi::generate(container::cdi::Options { output, endpoint, lib_dir, cdi_version })

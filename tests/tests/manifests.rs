@@ -7,6 +7,7 @@
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
 use serde::Deserialize;
 use serde_json::Value;
@@ -68,6 +69,8 @@ fn check(doc: &Value) -> Result<(), String> {
         ("apps/v1", "DaemonSet") => round_trip::<DaemonSet>(doc),
         ("resource.k8s.io/v1", "DeviceClass") => round_trip::<DeviceClass>(doc),
         ("resource.k8s.io/v1", "ResourceClaimTemplate") => round_trip::<ResourceClaimTemplate>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => round_trip::<ClusterRole>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => round_trip::<ClusterRoleBinding>(doc),
         _ => Err(format!("no type known for {gvk:?}")),
     }
     .map(drop)
@@ -89,7 +92,7 @@ fn all_documents() -> Vec<(String, Value)> {
 fn every_manifest_matches_the_kubernetes_schema() {
     let docs = all_documents();
     let kinds: Vec<&str> = docs.iter().map(|(_, d)| d["kind"].as_str().unwrap()).collect();
-    for k in ["DaemonSet", "DeviceClass", "ResourceClaimTemplate", "Pod"] {
+    for k in ["DaemonSet", "DeviceClass", "ResourceClaimTemplate", "Pod", "ClusterRole", "ClusterRoleBinding"] {
         assert!(kinds.contains(&k), "no {k} among {kinds:?}");
     }
     let bad: Vec<String> = docs
@@ -137,6 +140,9 @@ fn the_manifests_agree_with_each_other_and_the_daemon() {
     assert_eq!(cfg["opaque"]["driver"], "gpupool.io");
     let params = &cfg["opaque"]["parameters"];
     assert_eq!((params["memoryMiB"].as_u64(), params["computePercent"].as_u64()), (Some(512), Some(20)));
+    // The capacity the scheduler takes from the shared device is what the parameters ask.
+    let cap = &req["exactly"]["capacity"]["requests"];
+    assert_eq!((cap["memory"].as_str(), cap["compute"].as_str()), (Some("512Mi"), Some("20")));
 
     // The daemon: scrape annotations name the port --metrics serves; every mount has its volume.
     let t = &ds["spec"]["template"];
@@ -192,4 +198,65 @@ fn the_device_plugin_manifest_agrees_with_the_plugin() {
         pod["spec"]["containers"][0]["resources"]["limits"].as_object().unwrap().keys().collect();
     asked.sort();
     assert_eq!(asked, ["gpupool.io/gpu", "gpupool.io/gpucores", "gpupool.io/gpumem"]);
+}
+
+/// The DRA plugin's DaemonSet (dra-plugin.yaml) runs `gpupool dra` with what it needs on the host
+/// (the kubelet's plugin directories at their own paths, the daemon's socket directory, the CDI
+/// directory, the host's copy of gpupool), its node's name, and a service account bound to a role
+/// granting exactly the calls it makes.
+#[test]
+fn the_dra_plugin_has_its_mounts_its_node_and_its_rights() {
+    let docs = all_documents();
+    let by = |kind: &str, name: &str| {
+        &docs
+            .iter()
+            .find(|(_, d)| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+            .1
+    };
+    let ds = by("DaemonSet", "gpupool-dra");
+    let spec = &ds["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    assert_eq!(c["command"], serde_json::json!(["/opt/gpupool/bin/gpupool", "dra"]));
+    let node = c["env"].as_array().unwrap().iter().find(|e| e["name"] == "NODE_NAME").expect("NODE_NAME");
+    assert_eq!(node["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+    let volumes = spec["volumes"].as_array().unwrap();
+    let host_path = |mount: &str| {
+        let m = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == mount);
+        let m = m.unwrap_or_else(|| panic!("{mount} is not mounted"));
+        let v = volumes.iter().find(|v| v["name"] == m["name"]).unwrap_or_else(|| panic!("no volume for {m}"));
+        v["hostPath"]["path"].as_str().unwrap_or_default().to_string()
+    };
+    // Each at the same path as on the host: the specs and the kubelet see host paths.
+    for p in [
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins/gpupool.io",
+        "/run/gpupool",
+        "/var/run/cdi",
+        "/var/lib/gpupool",
+        "/opt/gpupool/bin",
+    ] {
+        assert_eq!(host_path(p), p);
+    }
+    let sa = spec["serviceAccountName"].as_str().unwrap();
+    let binding = by("ClusterRoleBinding", "gpupool-dra");
+    assert_eq!(binding["subjects"][0]["name"], sa);
+    assert_eq!(binding["subjects"][0]["namespace"], ds["metadata"]["namespace"]);
+    let role = by("ClusterRole", binding["roleRef"]["name"].as_str().unwrap());
+    let allows = |group: &str, resource: &str, verb: &str| {
+        role["rules"].as_array().unwrap().iter().any(|r| {
+            let has = |k: &str, v: &str| r[k].as_array().unwrap().iter().any(|x| x == v);
+            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+        })
+    };
+    for (g, r, v) in [
+        ("", "nodes", "get"),
+        ("resource.k8s.io", "resourceslices", "get"),
+        ("resource.k8s.io", "resourceslices", "create"),
+        ("resource.k8s.io", "resourceslices", "patch"),
+        ("resource.k8s.io", "resourceclaims", "get"),
+    ] {
+        assert!(allows(g, r, v), "the role does not allow {v} {r}");
+    }
+    assert!(!allows("resource.k8s.io", "resourceclaims", "patch"), "the plugin writes no claim");
 }

@@ -43,6 +43,8 @@ pub struct Options {
     pub lib_dir: PathBuf,
     /// The runtime mounted the libraries and the preload file from a CDI spec.
     pub cdi: bool,
+    /// The endpoint was made before the container (a DRA claim's): mounted, not made or removed.
+    pub claim: Option<String>,
 }
 
 /// The container state (OCI runtime spec, "State").
@@ -124,6 +126,11 @@ pub fn run(o: Options) -> Result<()> {
     let state: State = serde_json::from_str(&text).context("the container state on stdin (OCI runtime spec)")?;
     let socket = main_socket(o.endpoint)?;
     match o.stage {
+        // The claim's endpoint outlives its containers: `gpupool dra` removes it at unprepare.
+        Stage::Poststop if o.claim.is_some() => Ok(()),
+        Stage::CreateRuntime | Stage::Prestart if o.claim.is_some() => {
+            claim(&o.lib_dir, o.cdi, &socket, o.claim.as_deref().unwrap_or_default(), state)
+        }
         Stage::Poststop => {
             let r = request(&socket, &ContainerRequest::Remove { id: state.id.clone() })?;
             if !r.ok {
@@ -135,18 +142,49 @@ pub fn run(o: Options) -> Result<()> {
     }
 }
 
+/// The container's rootfs (a host path) from its bundle.
+fn rootfs_of(state: &State, config: &Config) -> Result<PathBuf> {
+    let rootfs = config.root.as_ref().context("config.json has no root")?.path.clone();
+    Ok(if rootfs.is_absolute() { rootfs } else { state.bundle.join(rootfs) })
+}
+
+fn read_config(state: &State) -> Result<Config> {
+    let config_path = state.bundle.join("config.json");
+    serde_json::from_slice(&std::fs::read(&config_path).with_context(|| format!("reading {}", config_path.display()))?)
+        .with_context(|| format!("parsing {}", config_path.display()))
+}
+
+/// Mounts the existing endpoint `id` (a DRA claim's) and the linker cache into the container;
+/// its limits are the claim's, whatever the container's annotations say.
+fn claim(lib_base: &Path, cdi: bool, socket: &Path, id: &str, state: State) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let Some(pid) = state.pid else { bail!("the container state has no pid: run as createRuntime or prestart") };
+    let endpoint =
+        crate::daemon::containers::endpoint_socket(socket, id).with_context(|| format!("endpoint id {id:?}"))?;
+    let is_socket = std::fs::symlink_metadata(&endpoint).is_ok_and(|m| m.file_type().is_socket());
+    if !is_socket {
+        bail!("claim endpoint {id}: no socket at {} (is the claim prepared, the daemon the same?)", endpoint.display());
+    }
+    let rootfs = rootfs_of(&state, &read_config(&state)?)?;
+    let libraries = if cdi { None } else { Some((libdir::prepare(lib_base)?, crate::run::interposer()?)) };
+    mounts::enter(pid)
+        .and_then(|()| {
+            mounts::inject(&mounts::Injection {
+                rootfs: &rootfs,
+                socket: &endpoint,
+                libraries: libraries.as_ref().map(|(d, i)| (d.as_path(), i.as_path())),
+            })
+        })
+        .with_context(|| format!("setting up container {} on claim endpoint {id}", state.id))
+}
+
 fn create(lib_base: &Path, cdi: bool, socket: &Path, state: State) -> Result<()> {
     let Some(pid) = state.pid else { bail!("the container state has no pid: run as createRuntime or prestart") };
-    let config_path = state.bundle.join("config.json");
-    let config: Config = serde_json::from_slice(
-        &std::fs::read(&config_path).with_context(|| format!("reading {}", config_path.display()))?,
-    )
-    .with_context(|| format!("parsing {}", config_path.display()))?;
+    let config = read_config(&state)?;
+    let rootfs = rootfs_of(&state, &config)?;
     let mut annotations = state.annotations;
     annotations.extend(config.annotations);
     let env = config.process.unwrap_or_default().env;
-    let rootfs = config.root.context("config.json has no root")?.path;
-    let rootfs = if rootfs.is_absolute() { rootfs } else { state.bundle.join(rootfs) };
     let compute = match annotations.get(ANNOTATION_COMPUTE) {
         Some(c) => Some(c.trim().parse::<u8>().with_context(|| format!("{ANNOTATION_COMPUTE}={c}: a percent"))?),
         None => None,

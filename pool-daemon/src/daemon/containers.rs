@@ -43,6 +43,11 @@ pub fn socket_path(main: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Where endpoint `id` of the daemon serving `main` has its socket; `None`: not a valid id.
+pub fn endpoint_socket(main: &Path, id: &str) -> Option<PathBuf> {
+    valid_id(id).then(|| main.parent().unwrap_or(Path::new("/")).join("containers").join(format!("{id}.sock")))
+}
+
 /// A request on `<socket>.containers`.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -269,13 +274,13 @@ fn create(
     for c in &granted.clamped {
         tracing::info!(container = %id, "container limit clamped to the tenant's quota: {c}");
     }
-    let dir = main_socket.parent().unwrap_or(Path::new("/")).join("containers");
+    let socket = endpoint_socket(main_socket, id).ok_or("invalid id")?;
+    let dir = socket.parent().unwrap_or(Path::new("/")).to_path_buf();
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("creating {}: {e}", dir.display())),
     }
-    let socket = dir.join(format!("{id}.sock"));
     let mut map = shared.containers.by_id.lock().unwrap_or_else(|e| e.into_inner());
     if map.contains_key(id) {
         return Err(format!("container {id} already has an endpoint"));
