@@ -29,12 +29,16 @@ each of NVIDIA's own (the wheels' libcudart.so.12 and .13, `gpupool run --cudart
   (a = 5) takes a = 7 from a graph of the same topology (the launch writes 7); a graph of two
   nodes is cudaErrorGraphExecUpdateFailure with cudaGraphExecUpdateErrorTopologyChanged, one of an
   empty node cudaGraphExecUpdateErrorNodeTypeChanged naming that node; the exec still writes 7.
+- cudaGraphDebugDotPrint: the memset/copy graph written as a DOT file (a digraph with both nodes'
+  lines); a path in a missing directory is an error.
 
 Prints PASS/FAIL lines and SUMMARY passed/total; exits 1 on any failure.
 """
 
 import ctypes as C
+import os
 import sys
+import tempfile
 
 CUDART13 = "--cudart13" in sys.argv
 rt = C.CDLL("libcudart.so.13" if CUDART13 else "libcudart.so.12")
@@ -307,6 +311,17 @@ def main():
         and (rc_kind, kind.result, kind.errorNode) == (GRAPH_EXEC_UPDATE_FAILURE, NODE_TYPE_CHANGED, n4.value),
         f"ok rc {rc_ok} result {ok_result} a {after_update}/{after_failures}; topology rc {rc_topo} result "
         f"{topo.result}; node type rc {rc_kind} result {kind.result} node {kind.errorNode} (empty {n4.value})",
+    )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "g.dot")
+        rc_dot = rt.cudaGraphDebugDotPrint(g, path.encode(), 0)
+        text = open(path).read() if os.path.exists(path) else ""
+        rc_bad = rt.cudaGraphDebugDotPrint(g, os.path.join(tmp, "no", "g.dot").encode(), 0)
+    record(
+        "cudaGraphDebugDotPrint",
+        rc_dot == 0 and text.lstrip().startswith("digraph") and text.count("->") >= 1 and rc_bad != 0,
+        f"rc {rc_dot} bad {rc_bad} text {text[:200]!r}",
     )
 
     for x in (ev, parent, clone, g, u1, u2, u3, u4):

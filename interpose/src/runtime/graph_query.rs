@@ -4,11 +4,13 @@
 //! program loaded as `super::graph_nodes`'s dependency edits are) are the driver's `_v2` queries
 //! (`crate::api::graph_topology`); `cudaGraphExecUpdate` (CUDA 12's and 13's form, a
 //! `cudaGraphExecUpdateResultInfo`, laid out as the driver's `CUgraphExecUpdateResultInfo` with
-//! the same result values) is `cuGraphExecUpdate_v2`.
+//! the same result values) is `cuGraphExecUpdate_v2`, `cudaGraphDebugDotPrint` the driver's (the
+//! daemon's backend writes the DOT text, this library the file).
 
 use super::{Rt, cu, rt_exports, runtime_major};
 use crate::api::exports::{
-    cuGraphExecUpdate_v2, cuGraphGetEdges_v2, cuGraphNodeGetDependencies_v2, cuGraphNodeGetDependentNodes_v2,
+    cuGraphDebugDotPrint, cuGraphExecUpdate_v2, cuGraphGetEdges_v2, cuGraphNodeGetDependencies_v2,
+    cuGraphNodeGetDependentNodes_v2,
 };
 use gpupool_shim::cuda::{CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode};
 
@@ -63,7 +65,14 @@ fn exec_update(exec: CUgraphExec, graph: CUgraph, info: *mut CUgraphExecUpdateRe
     cu(unsafe { cuGraphExecUpdate_v2(exec, graph, info) })
 }
 
+fn debug_dot_print(graph: CUgraph, path: *const std::os::raw::c_char, flags: std::os::raw::c_uint) -> Rt<()> {
+    // SAFETY: our own export; it checks the path and the handle.
+    cu(unsafe { cuGraphDebugDotPrint(graph, path, flags) })
+}
+
 rt_exports! {
+    cudaGraphDebugDotPrint => debug_dot_print(graph: CUgraph, path: *const std::os::raw::c_char,
+        flags: std::os::raw::c_uint);
     cudaGraphGetEdges => get_edges_plain(graph: CUgraph, from: *mut CUgraphNode, to: *mut CUgraphNode, x: usize,
         y: usize);
     cudaGraphGetEdges_v2 => get_edges_v2(graph: CUgraph, from: *mut CUgraphNode, to: *mut CUgraphNode,

@@ -61,7 +61,7 @@ unsupported! {
     cudaGLUnmapBufferObject, cudaGLUnmapBufferObjectAsync, cudaGLUnregisterBufferObject, cudaGetExportTable,
     cudaGetTextureObjectResourceViewDesc, cudaGraphAddExternalSemaphoresSignalNode, cudaGraphAddExternalSemaphoresWaitNode,
     cudaGraphAddNode, cudaGraphAddNode_v2,
-    cudaGraphChildGraphNodeGetGraph, cudaGraphConditionalHandleCreate, cudaGraphDebugDotPrint,
+    cudaGraphChildGraphNodeGetGraph, cudaGraphConditionalHandleCreate,
     cudaGraphEventRecordNodeGetEvent, cudaGraphEventRecordNodeSetEvent,
     cudaGraphEventWaitNodeGetEvent, cudaGraphEventWaitNodeSetEvent, cudaGraphExecChildGraphNodeSetParams,
     cudaGraphExecEventRecordNodeSetEvent, cudaGraphExecEventWaitNodeSetEvent,
