@@ -184,6 +184,24 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
     for t in doc["tenants"].as_array().into_iter().flatten() {
         println!("{:<20} {} / {}", t["tenant"].as_str().unwrap_or("?"), mib(&t["pinned"]), mib(&t["pinned_quota"]));
     }
+    let evicted = doc["evictions"]["tenants"].as_array().filter(|t| !t.is_empty());
+    if let Some(tenants) = evicted {
+        println!("\nTENANT               EVICTIONS  EVICTED        ON HOST NOW    PAUSED  WAITED     LAST OUT / BACK");
+        for t in tenants {
+            let ms = |k: &str| t[k].as_u64().unwrap_or(0) as f64 / 1e6;
+            println!(
+                "{:<20} {:<10} {:<14} {:<14} {:<7} {:<10} {:.1} ms / {:.1} ms",
+                t["tenant"].as_str().unwrap_or("?"),
+                txt(&t["evictions"]),
+                used_mib(t["evicted_bytes"].as_u64().unwrap_or(0)),
+                used_mib(t["evicted_now_bytes"].as_u64().unwrap_or(0)),
+                if t["paused"].as_bool().unwrap_or(false) { "yes" } else { "no" },
+                format!("{:.1} s", ms("paused_ns") / 1e3),
+                ms("last_evict_ns"),
+                ms("last_restore_ns"),
+            );
+        }
+    }
     println!("\nSESSION  PID      UID    TENANT               PLACEMENT    CLIENT");
     for s in doc["sessions"].as_array().into_iter().flatten() {
         println!(

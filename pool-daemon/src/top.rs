@@ -38,6 +38,8 @@ struct SessionRow {
     kernels_per_s: f64,
     mode: String,
     priority: String,
+    /// Memory preemption of its tenant: times evicted, bytes on the host now, paused now.
+    evicted: (u64, u64, bool),
 }
 
 #[derive(Default)]
@@ -89,6 +91,12 @@ impl State {
         let Some(doc) = &self.doc else { return Vec::new() };
         let tenants: HashMap<&str, &Value> =
             doc["tenants"].as_array().into_iter().flatten().map(|t| (t["tenant"].as_str().unwrap_or("?"), t)).collect();
+        let evictions: HashMap<&str, &Value> = doc["evictions"]["tenants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| (t["tenant"].as_str().unwrap_or("?"), t))
+            .collect();
         let mut rows = Vec::new();
         for s in doc["sessions"].as_array().into_iter().flatten() {
             let name = s["tenant"].as_str().unwrap_or("?");
@@ -123,6 +131,10 @@ impl State {
                     kernels_per_s: self.rates.get(&(name.to_string(), dev)).copied().unwrap_or(0.0),
                     mode: t["mode"].as_str().unwrap_or("").to_string(),
                     priority: t["priority"].as_str().unwrap_or("").to_string(),
+                    evicted: evictions.get(name).map_or((0, 0, false), |e| {
+                        let n = |k: &str| e[k].as_u64().unwrap_or(0);
+                        (n("evictions"), n("evicted_now_bytes"), e["paused"].as_bool().unwrap_or(false))
+                    }),
                 });
             }
         }
@@ -154,6 +166,15 @@ fn kind(doc: &Value, dev: u64) -> &str {
 
 fn mib(b: u64) -> String {
     format!("{} MiB", b >> 20)
+}
+
+/// The EVICTED column: `-`, or how many times, what is on the host now, and `paused`.
+fn evicted((times, now, paused): (u64, u64, bool)) -> String {
+    match (times, paused) {
+        (0, _) => "-".into(),
+        (_, true) => format!("{times}x, {} out, paused", mib(now)),
+        _ => format!("{times}x, {} out", mib(now)),
+    }
 }
 
 fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
@@ -222,6 +243,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
         "OPS/S",
         "MODE",
         "PRIO",
+        "EVICTED",
         "ENDPOINT",
     ])
     .style(Style::new().add_modifier(Modifier::BOLD));
@@ -242,6 +264,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
                 format!("{:.0}", r.kernels_per_s),
                 r.mode,
                 r.priority,
+                evicted(r.evicted),
                 "shm".into(),
             ])
         })
@@ -256,6 +279,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
         Constraint::Length(10),
         Constraint::Length(6),
         Constraint::Length(7),
+        Constraint::Length(22),
         Constraint::Length(8),
     ];
     f.render_widget(
@@ -319,5 +343,21 @@ mod placement_tests {
         let st = State { doc: Some(doc), ..Default::default() };
         let rows: Vec<(u64, u64, Option<usize>)> = st.rows().iter().map(|r| (r.pid, r.device, r.placed_as)).collect();
         assert_eq!(rows, [(10, 5, Some(1)), (10, 6, Some(0)), (10, 8, None), (11, 1, None)]);
+    }
+
+    /// A session of an evicted tenant shows its evictions, what is on the host and that it is
+    /// paused; others show `-`.
+    #[test]
+    fn evicted_tenants_show_in_their_sessions_rows() {
+        let dev = serde_json::json!({"device": 0, "used": 1 << 20, "quota": null, "compute": null});
+        let doc = serde_json::json!({
+            "devices": [{"ordinal": 0, "kind": "gpu"}],
+            "tenants": [{"tenant": "a", "devices": [dev.clone()]}, {"tenant": "b", "devices": [dev]}],
+            "sessions": [{"pid": 10, "tenant": "a", "placement": null}, {"pid": 11, "tenant": "b", "placement": null}],
+            "evictions": {"tenants": [{"tenant": "a", "evictions": 2, "evicted_now_bytes": 48 << 20, "paused": true}]},
+        });
+        let st = State { doc: Some(doc), ..Default::default() };
+        let cells: Vec<String> = st.rows().into_iter().map(|r| evicted(r.evicted)).collect();
+        assert_eq!(cells, ["2x, 48 MiB out, paused", "-"]);
     }
 }

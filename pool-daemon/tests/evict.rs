@@ -191,6 +191,19 @@ fn a_high_priority_tenant_evicts_a_low_one_which_resumes_with_its_data_intact() 
     assert_eq!(session["tenant"], "batch");
     assert!(session["paused_ns"].as_u64().unwrap() >= 500_000_000);
 
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["status", "--endpoint", &d.endpoint()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .skip_while(|l| !l.contains("EVICTIONS"))
+        .find(|l| l.starts_with("batch "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[..7], ["batch", "1", "48", "MiB", "0", "MiB", "no"], "{text}");
+    assert_eq!(cells[8], "s", "{text}");
     let metrics = {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
@@ -234,4 +247,24 @@ fn equal_priority_and_not_preemptible_tenants_are_never_evicted() {
     assert!(read_back(&mut keep, kept[2], CHUNK) == expected(2));
     // What fits still does.
     high.alloc(hctx, 16 * MIB).unwrap();
+}
+
+/// A high-priority tenant's `cuMemCreate` (PyTorch's expandable segments) evicts as its
+/// `cuMemAlloc` does, and the low tenant comes back once the handle is released.
+#[test]
+fn a_high_priority_cumemcreate_evicts_too() {
+    let d = daemon(None);
+    let (mut low, lctx) = connect(&d, "batch-token");
+    let bufs = fill(&mut low, lctx, &d);
+    let (mut high, _) = connect(&d, "infer-token");
+    // 80% of the device, rounded down to the 2 MiB granularity.
+    let size = BIG / (2 * MIB) * (2 * MIB);
+    let handle = match high.call(Request::MemCreate { device: 0, size, handle_types: 0 }) {
+        gpupool_protocol::Reply::MemHandle { handle } => handle,
+        r => panic!("cuMemCreate of 80%: {r:?}\n{}", d.log()),
+    };
+    assert_eq!(evictions(&d, "batch")["evictions"], 1);
+    assert_eq!(code(&high.call(Request::MemRelease { handle })), 0);
+    assert!(read_back(&mut low, bufs[2], CHUNK) == expected(2), "chunk 2 differs after the restore");
+    assert_eq!(evictions(&d, "batch")["restores"], 1);
 }

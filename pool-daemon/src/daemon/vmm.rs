@@ -337,9 +337,17 @@ impl Session {
             ..Default::default()
         };
         let mut backend: CUmemGenericAllocationHandle = 0;
-        if let Err(e) = call!(self.shared.cuda, cuMemCreate(&mut backend, size as usize, &prop, 0)) {
-            r.cancel();
-            return Err(e.into());
+        let tenant = self.quota.tenant().clone();
+        loop {
+            let e = match call!(self.shared.cuda, cuMemCreate(&mut backend, size as usize, &prop, 0)) {
+                Ok(()) => break,
+                Err(e) => Fail::from(e),
+            };
+            // The device is full: lower priorities' memory may make room (issue 22).
+            if e.code != OUT_OF_MEMORY || !super::evict::make_room(&self.shared, &tenant, device, self.current.0) {
+                r.cancel();
+                return Err(e);
+            }
         }
         r.commit();
         let me = self.quota.id();
