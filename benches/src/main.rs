@@ -12,6 +12,7 @@
 //!   cargo run --release -p gpupool-benches -- blas [--quick]
 //!   cargo run --release -p gpupool-benches -- torch-start [--quick]
 //!   cargo run --release -p gpupool-benches -- containers [--quick]
+//!   cargo run --release -p gpupool-benches -- evict [--quick]
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
@@ -24,13 +25,15 @@
 //! the pool against the simulator's cuBLAS in the client's process and the GEMM crate alone;
 //! `torch-start` times PyTorch's start to its first CUDA allocation under `gpupool run`;
 //! `containers` times a runc container's start to its first CUDA call with `gpupool oci-hook`
-//! against the same container put in the pool by hand.
+//! against the same container put in the pool by hand. `evict` times memory preemption's
+//! eviction and restore against a plain device-to-host copy of the same bytes.
 //! See benches/README.md for what each baseline means.
 
 mod blas;
 mod chaos;
 mod compute;
 mod containers;
+mod evict;
 mod fuzz;
 mod npu;
 mod pool;
@@ -47,7 +50,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime|remote|npu [--json PATH]\n       \
-                     gpupool-bench chaos|fuzz|blas|torch-start|containers [OPTIONS] (see benches/README.md)";
+                     gpupool-bench chaos|fuzz|blas|torch-start|containers|evict [OPTIONS] (see benches/README.md)";
 
 fn main() -> ExitCode {
     let all: Vec<String> = std::env::args().skip(1).collect();
@@ -65,6 +68,9 @@ fn main() -> ExitCode {
     }
     if all.first().map(String::as_str) == Some("containers") {
         return containers::main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some("evict") {
+        return evict::main(&all[1..]);
     }
     if all.first().map(String::as_str) == Some("chaos") {
         return chaos::main(&all[1..]);
