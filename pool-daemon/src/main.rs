@@ -136,6 +136,22 @@ enum Command {
         #[arg(long, default_value_t = 365)]
         days: u32,
     },
+    /// Write a running session's device state to a directory (README.md, "Checkpoints"); the
+    /// session pauses while it is written, then continues.
+    Checkpoint {
+        /// A session id (`gpupool status`), or a tenant's name: each of its sessions, under
+        /// DIR/session-ID.
+        target: String,
+        /// The directory to write (created).
+        #[arg(long)]
+        to: PathBuf,
+        /// How long to wait for the session to reach a point where it can be checkpointed.
+        #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+        timeout: f64,
+        /// The daemon's socket (default: $GPUPOOL_ENDPOINT, else the default socket).
+        #[arg(long)]
+        endpoint: Option<String>,
+    },
     /// Show the running daemon's devices, tenants, sessions and memory use.
     Status {
         /// One JSON document, for scripts.
@@ -327,6 +343,9 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Cert { out, name, days } => cert::run(&out, &name, days),
         Command::Status { json, endpoint } => status::run(json, endpoint),
+        Command::Checkpoint { target, to, timeout, endpoint } => {
+            daemon::checkpoint::run_cli(endpoint, target, to, timeout)
+        }
         Command::OciHook { stage, endpoint, lib_dir, cdi, claim } => {
             container::hook::run(container::hook::Options { stage, endpoint, lib_dir, cdi, claim })
         }

@@ -67,6 +67,7 @@ pub struct Bound {
     clients: UnixListener,
     control: UnixListener,
     containers: UnixListener,
+    checkpoints: UnixListener,
 }
 
 pub fn bind(path: &Path) -> Result<Bound> {
@@ -74,7 +75,10 @@ pub fn bind(path: &Path) -> Result<Bound> {
     let containers_path = super::containers::socket_path(path);
     let containers = bind_one(&containers_path)?;
     std::fs::set_permissions(&containers_path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(Bound { path: path.to_path_buf(), clients, control, containers })
+    let ckpt_path = super::checkpoint::socket_path(path);
+    let checkpoints = bind_one(&ckpt_path)?;
+    std::fs::set_permissions(&ckpt_path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(Bound { path: path.to_path_buf(), clients, control, containers, checkpoints })
 }
 
 /// Accepts until SIGTERM/SIGINT, then closes every session and removes the sockets.
@@ -100,6 +104,12 @@ pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>, remote: Vec<super::remote::
                 .name("gpupool-containers".into())
                 .spawn(move || super::containers::control_loop(s, c, p))?,
         );
+        let (s, c) = (shared.clone(), b.checkpoints);
+        loops.push(
+            std::thread::Builder::new()
+                .name("gpupool-ckpt".into())
+                .spawn(move || super::checkpoint::control_loop(s, c))?,
+        );
         let s = shared.clone();
         let l = b.clients;
         loops.push(std::thread::Builder::new().name("gpupool-accept".into()).spawn(move || accept_loop(s, l))?);
@@ -117,6 +127,7 @@ pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>, remote: Vec<super::remote::
         let _ = std::fs::remove_file(p);
         let _ = std::fs::remove_file(control_path(p));
         let _ = std::fs::remove_file(super::containers::socket_path(p));
+        let _ = std::fs::remove_file(super::checkpoint::socket_path(p));
     }
     tracing::info!(sessions_closed = n, "gpupool daemon stopped; sockets removed");
     Ok(())
@@ -191,6 +202,7 @@ fn signals(shared: Arc<Shared>, paths: Vec<PathBuf>) -> Result<()> {
                 let _ = UnixStream::connect(p);
                 let _ = UnixStream::connect(control_path(p));
                 let _ = UnixStream::connect(super::containers::socket_path(p));
+                let _ = UnixStream::connect(super::checkpoint::socket_path(p));
             }
             break;
         }

@@ -28,6 +28,7 @@ pub mod admission;
 pub mod array;
 pub mod blas;
 pub mod blas_lt;
+pub mod checkpoint;
 pub mod cleanup;
 pub mod compute;
 pub mod containers;
@@ -189,6 +190,8 @@ pub struct Shared {
     pub vmm: vmm::Registry,
     /// Memory preemption: evictable allocations, the gates, the statistics ([`evict`]).
     pub evict: evict::Evictor,
+    /// Checkpoints asked and not yet written ([`checkpoint`]).
+    pub checkpoints: checkpoint::Pending,
     /// Per-container endpoints ([`containers`]).
     pub containers: containers::Registry,
     /// The GPUs' wiring, from NVML at start-up ([`placement`]).
@@ -496,6 +499,7 @@ pub fn run(opts: Options) -> Result<()> {
         blas: crate::backend::Blas::new(src.clone()),
         vmm: vmm::Registry::default(),
         evict: evict::Evictor::default(),
+        checkpoints: Default::default(),
         containers: containers::Registry::default(),
         topology,
         placement_flag: opts.placement,

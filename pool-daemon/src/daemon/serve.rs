@@ -555,6 +555,8 @@ impl Serve for Session {
         call!(self.shared.cuda, cuModuleLoadData(&mut m, bytes.as_ptr().cast()))?;
         let id = ModuleId(self.next_handle());
         self.modules.insert(id, (Raw(m), d));
+        bytes.pop();
+        self.ckpt.images.insert(id, std::sync::Arc::new(bytes));
         self.owner.insert(Handle::Module(id), ctx);
         Ok(answer::Module { module: id, functions: Vec::new() })
     }
@@ -567,6 +569,9 @@ impl Serve for Session {
         self.owner.remove(&Handle::Module(module));
         self.funcs.retain(|_, f| f.module != module);
         self.globals.retain(|_, g| g.1 != module);
+        self.ckpt.images.remove(&module);
+        let funcs = &self.funcs;
+        self.ckpt.names.retain(|f, _| funcs.contains_key(f));
         Ok(answer::Ok {})
     }
 
@@ -579,6 +584,7 @@ impl Serve for Session {
         let params = self.param_layout(f);
         let id = FuncId(self.next_handle());
         self.funcs.insert(id, Func { f: Raw(f), module, device: d, params: params.clone() });
+        self.ckpt.names.insert(id, cname.to_string_lossy().into_owned());
         Ok(answer::Function { func: id, params })
     }
 

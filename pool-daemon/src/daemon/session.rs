@@ -89,6 +89,8 @@ pub struct Session {
     pub npu_execs: super::npu::Execs,
     /// The GPUs placed for this session ([`super::placement`]); None: every device.
     pub placed: Option<Vec<u32>>,
+    /// Module images and function names for checkpoints ([`super::checkpoint`]).
+    pub ckpt: super::checkpoint::Record,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -348,6 +350,7 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         arrays: Default::default(),
         npu_execs: Default::default(),
         placed,
+        ckpt: Default::default(),
         next_handle: 0,
         current: Raw(std::ptr::null_mut()),
     };
@@ -413,6 +416,8 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
         match t.recv_into(&mut buf, Some(IDLE_POLL)) {
             Ok(()) => {}
             Err(TransportError::Timeout) => {
+                // A quiet client's checkpoint is written here, within one poll.
+                super::checkpoint::at_call(s);
                 if s.shared.stopping() {
                     return "daemon shutting down".into();
                 }
@@ -453,6 +458,8 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             (None, _) => return "malformed: unexpected Reply frame from a client".into(),
         };
         let name = kind.name();
+        // A checkpoint asked of this session is written before the request is served.
+        super::checkpoint::at_call(s);
         // Paused here while the tenant's memory is evicted (issue 22).
         let inside = super::evict::gate(s);
         let started = Instant::now();

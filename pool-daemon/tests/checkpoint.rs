@@ -1,0 +1,256 @@
+//! Checkpoints (issue 23, step 1; README.md, "Checkpoints"; docs/checkpoint-format.md): a client
+//! fills device memory with known bytes (memset, a host copy, a kernel) and keeps launching
+//! kernels while `gpupool checkpoint`, run as the README shows it, writes its session to a
+//! directory. The manifest names the client's allocations at their addresses and sizes, its
+//! module (with the PTX it was loaded from) and function, context and stream; each allocation's
+//! file holds exactly its bytes; the client then goes on and its results are right. A tenant's
+//! name checkpoints each of its sessions; an unknown session is a clear error that writes nothing.
+//! The test prints the checkpoint's bandwidth next to a plain device-to-host copy plus a file
+//! write of the same bytes, in the same run.
+
+mod common;
+
+use common::*;
+use gpupool_protocol::ops::{HostSrc, KernelParams, Memset, MemsetValue, StagingRegion};
+use gpupool_protocol::transport::Transport;
+use gpupool_protocol::{CtxId, DevicePtr, FuncId, Reply, Request, StreamId};
+use std::io::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// The README's line, with the session and directory of this run.
+const README_LINE: &str = "gpupool checkpoint 7 --to /var/lib/gpupool/checkpoints/job-7";
+
+/// Allocation sizes: a big one for the bandwidth figure and two small ones, one not a multiple
+/// of any page.
+const SIZES: [u64; 3] = [256 * MIB, 4 * MIB, 3 * MIB + 4099];
+
+fn random(seed: u64, len: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The known bytes of allocation `i`: a word pattern (memset), a pseudo-random MiB written from
+/// the host at offset 1 MiB, and 256 words a kernel stores at the start.
+fn expected(i: usize, size: u64, kernel_value: u32) -> Vec<u8> {
+    let mut v: Vec<u8> = (0x6b00_0000u32 + i as u32).to_le_bytes().repeat(size.div_ceil(4) as usize);
+    v.truncate(size as usize);
+    v[MIB as usize..2 * MIB as usize].copy_from_slice(&random(i as u64, MIB));
+    for w in 0..256 {
+        v[w * 4..w * 4 + 4].copy_from_slice(&kernel_value.to_le_bytes());
+    }
+    v
+}
+
+fn launch(c: &mut Client, func: FuncId, params: &[u8], buf: DevicePtr, value: u32) {
+    let mut packed = params.to_vec();
+    packed[..8].copy_from_slice(&buf.0.to_le_bytes());
+    packed[8..12].copy_from_slice(&value.to_le_bytes());
+    c.send_async(Request::LaunchKernel {
+        func,
+        grid: [1, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+        stream: StreamId::NULL,
+        params: KernelParams(packed),
+        cooperative: false,
+    });
+}
+
+fn read_back(c: &mut Client, src: DevicePtr, len: u64) -> Vec<u8> {
+    let mut out = vec![0u8; len as usize];
+    for off in (0..len).step_by(MIB as usize) {
+        let n = MIB.min(len - off);
+        let r = c.call(Request::MemcpyDtoH { src: DevicePtr(src.0 + off), dst: StagingRegion { offset: 0, len: n } });
+        assert_eq!(code(&r), 0, "{r:?}");
+        c.t.staging().unwrap().read(0, &mut out[off as usize..(off + n) as usize]).unwrap();
+    }
+    out
+}
+
+/// Runs the README's line for `session` and `dir` against `d`.
+fn checkpoint(d: &Daemon, session: &str, dir: &Path) -> std::process::Output {
+    let line = README_LINE
+        .replace(" 7 ", &format!(" {session} "))
+        .replace("/var/lib/gpupool/checkpoints/job-7", dir.to_str().unwrap());
+    let args: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(args[0], "gpupool");
+    Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(&args[1..])
+        .env("GPUPOOL_ENDPOINT", d.endpoint())
+        .output()
+        .expect("running gpupool checkpoint")
+}
+
+fn hex(a: u64) -> String {
+    format!("{a:016x}")
+}
+
+#[test]
+fn a_running_session_is_checkpointed_and_continues() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    assert!(readme.contains(README_LINE), "README.md must show: {README_LINE}");
+    let d = Daemon::start_env(None, &[], &[("GPUPOOL_SIM_DEVICES", "1")]);
+    let mut c = Client::connect(&d.socket);
+    let Reply::HelloReply { session_id, ref tenant, .. } = c.hello else { panic!("{:?}", c.hello) };
+    let tenant = tenant.clone();
+    let ctx: CtxId = c.ctx(0);
+    let mut bufs = Vec::new();
+    let (mut func, mut params) = (FuncId(0), Vec::new());
+    for (i, &size) in SIZES.iter().enumerate() {
+        let buf = c.alloc(ctx, size).unwrap_or_else(|e| panic!("{e:?}\n{}", d.log()));
+        let set =
+            Memset { dst: buf, value: MemsetValue::U32(0x6b00_0000 + i as u32), width: size / 4, height: 1, pitch: 0 };
+        assert_eq!(code(&c.call(Request::Memset { set })), 0);
+        // A size that is not a multiple of 4: its tail bytes as the word pattern's first bytes.
+        let tail = size % 4;
+        if tail > 0 {
+            let word = (0x6b00_0000u32 + i as u32).to_le_bytes();
+            let set = Memset {
+                dst: DevicePtr(buf.0 + size - tail),
+                value: MemsetValue::U8(word[0]),
+                width: 1,
+                height: 1,
+                pitch: 0,
+            };
+            assert_eq!(code(&c.call(Request::Memset { set })), 0);
+            for (k, b) in word.iter().enumerate().take(tail as usize).skip(1) {
+                let set = Memset {
+                    dst: DevicePtr(buf.0 + size - tail + k as u64),
+                    value: MemsetValue::U8(*b),
+                    width: 1,
+                    height: 1,
+                    pitch: 0,
+                };
+                assert_eq!(code(&c.call(Request::Memset { set })), 0);
+            }
+        }
+        c.t.staging().unwrap().write(0, &random(i as u64, MIB)).unwrap();
+        let src = HostSrc::Staging(StagingRegion { offset: 0, len: MIB });
+        assert_eq!(code(&c.call(Request::MemcpyHtoD { dst: DevicePtr(buf.0 + MIB), src })), 0);
+        if i == 0 {
+            (func, params) = c.fill_kernel(ctx, buf, 0);
+        }
+        launch(&mut c, func, &params, buf, 0xc0de_0000 + i as u32);
+        bufs.push(buf);
+    }
+    assert_eq!(code(&c.call(Request::CtxSynchronize { ctx })), 0);
+
+    // The client keeps launching kernels on a scratch buffer while the checkpoint is taken.
+    let scratch = c.alloc(ctx, MIB).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let (stop, params) = (stop.clone(), params.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                launch(&mut c, func, &params, scratch, n);
+                assert_eq!(code(&c.call(Request::CtxSynchronize { ctx })), 0);
+                n += 1;
+            }
+            (c, n)
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let root = d.dir.join("ckpt");
+    let dir = root.join("one");
+    let t0 = Instant::now();
+    let out = checkpoint(&d, &session_id.to_string(), &dir);
+    let took = t0.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{stdout}\n{}\n{}", String::from_utf8_lossy(&out.stderr), d.log());
+    assert!(stdout.contains(&format!("session {session_id}: ")), "{stdout}");
+    stop.store(true, Ordering::Relaxed);
+    let (mut c, launched) = busy.join().unwrap();
+    assert!(launched > 0);
+
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["format"], "gpupool-checkpoint");
+    assert_eq!(manifest["format_version"], 1);
+    assert_eq!(manifest["session"], session_id);
+    assert_eq!(manifest["tenant"], tenant.as_str());
+    let allocs = manifest["allocations"].as_array().unwrap();
+    assert_eq!(allocs.len(), SIZES.len() + 1, "{manifest:#}");
+    for (i, (&buf, &size)) in bufs.iter().zip(SIZES.iter()).enumerate() {
+        let a = allocs.iter().find(|a| a["address"] == buf.0).unwrap_or_else(|| panic!("{buf:?} in {manifest:#}"));
+        assert_eq!(a["size"], size);
+        assert_eq!(a["device"], 0);
+        assert_eq!(a["file"], format!("alloc-{}.bin", hex(buf.0)));
+        let bytes = std::fs::read(dir.join(a["file"].as_str().unwrap())).unwrap();
+        assert!(
+            bytes == expected(i, size, 0xc0de_0000 + i as u32),
+            "allocation {i}: the file differs from the pattern"
+        );
+    }
+    assert!(allocs.iter().any(|a| a["address"] == scratch.0 && a["size"] == MIB));
+    let modules = manifest["modules"].as_array().unwrap();
+    assert_eq!(modules.len(), 1, "{manifest:#}");
+    let image = std::fs::read(dir.join(modules[0]["image"].as_str().unwrap())).unwrap();
+    assert_eq!(image, FILL_PTX.as_bytes());
+    assert_eq!(modules[0]["functions"][0]["id"], func.0);
+    assert_eq!(modules[0]["functions"][0]["name"], "fill");
+    assert!(manifest["contexts"].as_array().unwrap().iter().any(|x| x["id"] == ctx.0 && x["primary"] == true));
+    let total: u64 = SIZES.iter().sum::<u64>() + MIB;
+    let used = manifest["ledger"][0]["used"].as_u64().unwrap();
+    assert!(used >= total, "ledger used {used} < {total}");
+
+    // The client continues: its data is intact and a new kernel's result is right.
+    for (i, (&buf, &size)) in bufs.iter().zip(SIZES.iter()).enumerate().skip(1) {
+        assert!(read_back(&mut c, buf, size) == expected(i, size, 0xc0de_0000 + i as u32));
+    }
+    launch(&mut c, func, &params, bufs[1], 0x7777_0001);
+    assert_eq!(code(&c.call(Request::CtxSynchronize { ctx })), 0);
+    assert!(read_back(&mut c, bufs[1], SIZES[1]) == expected(1, SIZES[1], 0x7777_0001));
+
+    // Bandwidth: the checkpoint of the 256 MiB (and the rest) against the client's own plain
+    // device-to-host copy of the same 256 MiB plus a file write, now, on this daemon.
+    let w: &str = stdout.lines().next().unwrap();
+    let t1 = Instant::now();
+    let big = read_back(&mut c, bufs[0], SIZES[0]);
+    let copy = t1.elapsed();
+    let mut f = std::fs::File::create(root.join("plain.bin")).unwrap();
+    f.write_all(&big).unwrap();
+    f.sync_all().unwrap();
+    let plain = t1.elapsed();
+    let mb = |bytes: u64, s: f64| bytes as f64 / 1e6 / s;
+    eprintln!(
+        "checkpoint of {total} bytes: {w}; end to end {:.3} s ({:.0} MB/s)\n\
+         plain copy of {} bytes to the client and a file write: {:.3} s ({:.0} MB/s; copy alone {:.3} s)",
+        took.as_secs_f64(),
+        mb(total, took.as_secs_f64()),
+        SIZES[0],
+        plain.as_secs_f64(),
+        mb(SIZES[0], plain.as_secs_f64()),
+        copy.as_secs_f64()
+    );
+
+    // A tenant's name: each of its sessions, under DIR/session-ID (the client is idle now).
+    let by_tenant = root.join("tenant");
+    let out = checkpoint(&d, &tenant, &by_tenant);
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), d.log());
+    let m: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(by_tenant.join(format!("session-{session_id}")).join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(m["allocations"].as_array().unwrap().len(), SIZES.len() + 1);
+
+    // An unknown session: a clear error, nothing written.
+    let none = root.join("none");
+    let out = checkpoint(&d, "999999", &none);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no session or tenant with live sessions named \"999999\""), "{err}");
+    assert!(!none.exists());
+    drop(c);
+}
