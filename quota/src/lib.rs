@@ -28,7 +28,9 @@ pub mod resolve;
 pub mod sizes;
 
 pub use compute::{ComputeUsage, Decision, DeviceScheduler, Policy, Tuning};
-pub use config::{Config, ConfigError, DEFAULT_PINNED, MemoryQuota, Mode, Placement, Priority, TenantId, TenantSpec, hash_token};
+pub use config::{
+    Config, ConfigError, DEFAULT_PINNED, MemoryQuota, Mode, Placement, Priority, TenantId, TenantSpec, hash_token,
+};
 pub use hami::{HamiError, request_from_hami_env};
 pub use ledger::{
     DeviceUsage, Ledger, LedgerSnapshot, MemInfo, NotHeld, NotPinned, OverQuota, PinnedOverQuota, Reservation, Scope,
