@@ -30,14 +30,14 @@ const TENANTS: [&str; 5] = ["training", "batch", "inference", "etl", "ascend"];
 /// small operands take the rest), aclrtGetMemInfo showing the quota, matmuls counted; its share is
 /// judged by the same rules as the GPU tenants' (the exit code covers it).
 fn ascend_row(text: &str) {
-    let row = text.lines().find(|l| l.starts_with("  ascend      25%")).unwrap_or_else(|| panic!("{text}"));
+    let row = text.lines().find(|l| l.starts_with("  ascend      5%")).unwrap_or_else(|| panic!("{text}"));
     assert!(row.contains(" 960 MiB / 1024 MiB "), "{row}");
     assert!(
         row.contains("out of memory after 960 MiB: aclrtMalloc(ACL_ERROR_RT_MEMORY_ALLOCATION(207001)), handled"),
         "{row}"
     );
     assert!(row.contains("aclnnMatmul; aclrtGetMemInfo total 1024 MiB;"), "{row}");
-    assert!(text.lines().any(|l| l.contains(" ascend      npu 2   25% normal")), "the live view's NPU rows: {text}");
+    assert!(text.lines().any(|l| l.contains(" ascend      npu 2   5% normal")), "the live view's NPU rows: {text}");
 }
 
 /// The summary's line on the host's load; it is always printed, with every figure a verdict quotes.
@@ -68,7 +68,7 @@ fn the_demo_holds_every_quota_and_fails_when_one_is_not_held() {
     let (code, text) = demo("8", &["--inject-violation"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("QUOTA VIOLATED") && text.contains("training: achieved"), "{text}");
-    assert!(text.contains("ascend: achieved") && text.contains("against a 25% cap"), "{text}");
+    assert!(text.contains("ascend: achieved") && text.contains("against a 5% cap"), "{text}");
 }
 
 /// Busy loops, one more than there are CPUs, killed on drop.

@@ -55,7 +55,7 @@ const INFERENCE_PERIOD_MS: u64 = 10;
 const LATENCY_BOUND_US: f64 = 500.0 + 3.0 * 1000.0 + 1500.0;
 const OOM_QUOTA_MIB: u64 = 512;
 /// The NPU tenant's caps: its compute share of the NPU (percent) and its memory there.
-const NPU_COMPUTE: u8 = 25;
+const NPU_COMPUTE: u8 = 5;
 const NPU_QUOTA_MIB: u64 = 1024;
 /// What a CUDA and an AscendCL program are told past their memory quota.
 const CUDA_OOM: &str = "CUDA_ERROR_OUT_OF_MEMORY(2)";
