@@ -11,9 +11,9 @@
 mod common;
 
 use common::*;
-use gpupool_protocol::ops::{HostSrc, KernelParams, Memset, MemsetValue, StagingRegion};
+use gpupool_protocol::ops::{HostSrc, Memset, MemsetValue, StagingRegion};
 use gpupool_protocol::transport::Transport;
-use gpupool_protocol::{CtxId, DevicePtr, FuncId, Reply, Request, StreamId};
+use gpupool_protocol::{CtxId, DevicePtr, FuncId, Reply, Request};
 use std::io::Write as _;
 use std::path::Path;
 use std::process::Command;
@@ -56,26 +56,7 @@ fn launch(c: &mut Client, func: FuncId, params: &[u8], buf: DevicePtr, value: u3
     let mut packed = params.to_vec();
     packed[..8].copy_from_slice(&buf.0.to_le_bytes());
     packed[8..12].copy_from_slice(&value.to_le_bytes());
-    c.send_async(Request::LaunchKernel {
-        func,
-        grid: [1, 1, 1],
-        block: [256, 1, 1],
-        shared_mem_bytes: 0,
-        stream: StreamId::NULL,
-        params: KernelParams(packed),
-        cooperative: false,
-    });
-}
-
-fn read_back(c: &mut Client, src: DevicePtr, len: u64) -> Vec<u8> {
-    let mut out = vec![0u8; len as usize];
-    for off in (0..len).step_by(MIB as usize) {
-        let n = MIB.min(len - off);
-        let r = c.call(Request::MemcpyDtoH { src: DevicePtr(src.0 + off), dst: StagingRegion { offset: 0, len: n } });
-        assert_eq!(code(&r), 0, "{r:?}");
-        c.t.staging().unwrap().read(0, &mut out[off as usize..(off + n) as usize]).unwrap();
-    }
-    out
+    c.launch_one_block(func, packed);
 }
 
 /// Runs the README's line for `session` and `dir` against `d`.
@@ -207,17 +188,17 @@ fn a_running_session_is_checkpointed_and_continues() {
 
     // The client continues: its data is intact and a new kernel's result is right.
     for (i, (&buf, &size)) in bufs.iter().zip(SIZES.iter()).enumerate().skip(1) {
-        assert!(read_back(&mut c, buf, size) == expected(i, size, 0xc0de_0000 + i as u32));
+        assert!(c.read_back(buf, size) == expected(i, size, 0xc0de_0000 + i as u32));
     }
     launch(&mut c, func, &params, bufs[1], 0x7777_0001);
     assert_eq!(code(&c.call(Request::CtxSynchronize { ctx })), 0);
-    assert!(read_back(&mut c, bufs[1], SIZES[1]) == expected(1, SIZES[1], 0x7777_0001));
+    assert!(c.read_back(bufs[1], SIZES[1]) == expected(1, SIZES[1], 0x7777_0001));
 
     // Bandwidth: the checkpoint of the 256 MiB (and the rest) against the client's own plain
     // device-to-host copy of the same 256 MiB plus a file write, now, on this daemon.
     let w: &str = stdout.lines().next().unwrap();
     let t1 = Instant::now();
-    let big = read_back(&mut c, bufs[0], SIZES[0]);
+    let big = c.read_back(bufs[0], SIZES[0]);
     let copy = t1.elapsed();
     let mut f = std::fs::File::create(root.join("plain.bin")).unwrap();
     f.write_all(&big).unwrap();

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use gpupool_protocol::ops::{HostSrc, KernelParams, Memset, MemsetValue, StagingRegion};
+use gpupool_protocol::ops::{HostSrc, Memset, MemsetValue, StagingRegion};
 use gpupool_protocol::transport::Transport;
 use gpupool_protocol::{CtxId, DevicePtr, Request, StreamId};
 use std::time::{Duration, Instant};
@@ -83,27 +83,7 @@ fn fill(c: &mut Client, ctx: CtxId, d: &Daemon) -> Vec<DevicePtr> {
 
 fn launch_fill(c: &mut Client, ctx: CtxId, buf: DevicePtr, value: u32) {
     let (func, packed) = c.fill_kernel(ctx, buf, value);
-    c.send_async(Request::LaunchKernel {
-        func,
-        grid: [1, 1, 1],
-        block: [256, 1, 1],
-        shared_mem_bytes: 0,
-        stream: StreamId::NULL,
-        params: KernelParams(packed),
-        cooperative: false,
-    });
-}
-
-/// Reads `len` bytes at `src` back through the staging area, a MiB at a time.
-fn read_back(c: &mut Client, src: DevicePtr, len: u64) -> Vec<u8> {
-    let mut out = vec![0u8; len as usize];
-    for off in (0..len).step_by(MIB as usize) {
-        let n = MIB.min(len - off);
-        let r = c.call(Request::MemcpyDtoH { src: DevicePtr(src.0 + off), dst: StagingRegion { offset: 0, len: n } });
-        assert_eq!(code(&r), 0, "{r:?}");
-        c.t.staging().unwrap().read(0, &mut out[off as usize..(off + n) as usize]).unwrap();
-    }
-    out
+    c.launch_one_block(func, packed);
 }
 
 fn evictions(d: &Daemon, tenant: &str) -> serde_json::Value {
@@ -135,9 +115,9 @@ fn a_high_priority_tenant_evicts_a_low_one_which_resumes_with_its_data_intact() 
         Memset { dst: DevicePtr(big.0 + MIB), value: MemsetValue::U8(0xab), width: BIG - MIB, height: 1, pitch: 0 };
     assert_eq!(code(&high.call(Request::Memset { set })), 0);
     assert_eq!(code(&high.call(Request::CtxSynchronize { ctx: hctx })), 0);
-    let head = read_back(&mut high, big, MIB);
+    let head = high.read_back(big, MIB);
     assert!(head[..1024].chunks(4).all(|w| w == 0x1234_5678u32.to_le_bytes()));
-    let tail = read_back(&mut high, DevicePtr(big.0 + BIG - MIB), MIB);
+    let tail = high.read_back(DevicePtr(big.0 + BIG - MIB), MIB);
     assert!(tail.iter().all(|&b| b == 0xab));
 
     let e = evictions(&d, "batch");
@@ -150,7 +130,7 @@ fn a_high_priority_tenant_evicts_a_low_one_which_resumes_with_its_data_intact() 
     // The low-priority session's next call waits until the memory is back.
     let waiter = std::thread::spawn(move || {
         let t0 = Instant::now();
-        let data = read_back(&mut low, bufs[0], MIB);
+        let data = low.read_back(bufs[0], MIB);
         (low, bufs, t0.elapsed(), data)
     });
     std::thread::sleep(Duration::from_millis(600));
@@ -160,12 +140,12 @@ fn a_high_priority_tenant_evicts_a_low_one_which_resumes_with_its_data_intact() 
     assert!(waited >= Duration::from_millis(500), "paused only {waited:?}");
     assert_eq!(first[..], expected(0)[..MIB as usize]);
     for (i, &buf) in bufs.iter().enumerate() {
-        assert!(read_back(&mut low, buf, CHUNK) == expected(i as u64), "chunk {i} differs after the restore");
+        assert!(low.read_back(buf, CHUNK) == expected(i as u64), "chunk {i} differs after the restore");
     }
     // And it computes on it as before.
     launch_fill(&mut low, lctx, bufs[3], 77);
     assert_eq!(code(&low.call(Request::StreamSynchronize { stream: StreamId::NULL })), 0);
-    assert!(read_back(&mut low, bufs[3], MIB)[..1024].chunks(4).all(|w| w == 77u32.to_le_bytes()));
+    assert!(low.read_back(bufs[3], MIB)[..1024].chunks(4).all(|w| w == 77u32.to_le_bytes()));
 
     let e = evictions(&d, "batch");
     assert_eq!(e["restores"], 1, "{e}");
@@ -228,7 +208,7 @@ fn equal_priority_and_not_preemptible_tenants_are_never_evicted() {
     let (code, msg) = peer.alloc(pctx, BIG).unwrap_err();
     assert_eq!(code, 2, "{msg}");
     assert!(evictions(&d, "batch").is_null() || evictions(&d, "batch")["evictions"] == 0);
-    assert!(read_back(&mut low, bufs[1], CHUNK) == expected(1));
+    assert!(low.read_back(bufs[1], CHUNK) == expected(1));
     drop(peer);
     drop(low);
     let t0 = Instant::now();
@@ -244,7 +224,7 @@ fn equal_priority_and_not_preemptible_tenants_are_never_evicted() {
     let (code, msg) = high.alloc(hctx, BIG).unwrap_err();
     assert_eq!(code, 2, "{msg}");
     assert!(evictions(&d, "keep").is_null() || evictions(&d, "keep")["evictions"] == 0);
-    assert!(read_back(&mut keep, kept[2], CHUNK) == expected(2));
+    assert!(keep.read_back(kept[2], CHUNK) == expected(2));
     // What fits still does.
     high.alloc(hctx, 16 * MIB).unwrap();
 }
@@ -265,6 +245,6 @@ fn a_high_priority_cumemcreate_evicts_too() {
     };
     assert_eq!(evictions(&d, "batch")["evictions"], 1);
     assert_eq!(code(&high.call(Request::MemRelease { handle })), 0);
-    assert!(read_back(&mut low, bufs[2], CHUNK) == expected(2), "chunk 2 differs after the restore");
+    assert!(low.read_back(bufs[2], CHUNK) == expected(2), "chunk 2 differs after the restore");
     assert_eq!(evictions(&d, "batch")["restores"], 1);
 }

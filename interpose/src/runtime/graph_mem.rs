@@ -198,10 +198,7 @@ fn add_memcpy_node_to_symbol(
     offset: usize,
     kind: cudaMemcpyKind,
 ) -> Rt<()> {
-    use cudaMemcpyKind as K;
-    if !matches!(kind, K::cudaMemcpyHostToDevice | K::cudaMemcpyDeviceToDevice | K::cudaMemcpyDefault) {
-        return Err(cudaError::cudaErrorInvalidMemcpyDirection);
-    }
+    symbol_kind(kind, true)?;
     state::context()?;
     let d = super::memory::symbol_range(symbol, count, offset)?;
     add_memcpy_node_1d(node, graph, deps, n, d as *mut c_void, src, count, kind)
@@ -220,10 +217,7 @@ fn add_memcpy_node_from_symbol(
     offset: usize,
     kind: cudaMemcpyKind,
 ) -> Rt<()> {
-    use cudaMemcpyKind as K;
-    if !matches!(kind, K::cudaMemcpyDeviceToHost | K::cudaMemcpyDeviceToDevice | K::cudaMemcpyDefault) {
-        return Err(cudaError::cudaErrorInvalidMemcpyDirection);
-    }
+    symbol_kind(kind, false)?;
     state::context()?;
     let sp = super::memory::symbol_range(symbol, count, offset)?;
     add_memcpy_node_1d(node, graph, deps, n, dst, sp as *const c_void, count, kind)

@@ -2,10 +2,10 @@
 //! simulator (killed on drop), and a small client built on gpupool_protocol.
 #![allow(dead_code)]
 
-use gpupool_protocol::ops::{HostSrc, InlineBytes};
+use gpupool_protocol::ops::{HostSrc, InlineBytes, KernelParams, StagingRegion};
 use gpupool_protocol::transport::Transport;
 use gpupool_protocol::transport::shm::{ShmTransport, WaitPolicy};
-use gpupool_protocol::{CtxId, DevicePtr, FuncId, Message, PROTOCOL_VERSION, Reply, Request};
+use gpupool_protocol::{CtxId, DevicePtr, FuncId, Message, PROTOCOL_VERSION, Reply, Request, StreamId};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -199,6 +199,33 @@ impl Client {
         packed[params[0].offset as usize..][..8].copy_from_slice(&buf.0.to_le_bytes());
         packed[params[1].offset as usize..][..4].copy_from_slice(&value.to_le_bytes());
         (func, packed)
+    }
+
+    /// Launches `func` on one block of 256 threads on the null stream without waiting for a reply
+    /// (the shape [`FILL_PTX`]'s `fill` covers: 256 words).
+    pub fn launch_one_block(&mut self, func: FuncId, packed: Vec<u8>) {
+        self.send_async(Request::LaunchKernel {
+            func,
+            grid: [1, 1, 1],
+            block: [256, 1, 1],
+            shared_mem_bytes: 0,
+            stream: StreamId::NULL,
+            params: KernelParams(packed),
+            cooperative: false,
+        });
+    }
+
+    /// Reads `len` bytes at `src` back through the staging area, a MiB at a time.
+    pub fn read_back(&mut self, src: DevicePtr, len: u64) -> Vec<u8> {
+        let mut out = vec![0u8; len as usize];
+        for off in (0..len).step_by(MIB as usize) {
+            let n = MIB.min(len - off);
+            let r = self
+                .call(Request::MemcpyDtoH { src: DevicePtr(src.0 + off), dst: StagingRegion { offset: 0, len: n } });
+            assert_eq!(code(&r), 0, "{r:?}");
+            self.t.staging().unwrap().read(0, &mut out[off as usize..(off + n) as usize]).unwrap();
+        }
+        out
     }
 
     pub fn alloc(&mut self, ctx: CtxId, bytes: u64) -> Result<DevicePtr, (u32, String)> {
