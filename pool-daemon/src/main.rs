@@ -120,6 +120,11 @@ enum Command {
         /// overrides the config's `placement` (README.md, "Placement").
         #[arg(long, value_name = "POLICY")]
         placement: Option<gpupool_quota::Placement>,
+        /// Start with the sessions checkpointed in DIR (`gpupool checkpoint`; DIR or each of its
+        /// subdirectories) restored, each waiting for its client to resume it (README.md,
+        /// "Checkpoints"); the config's restore_wait_s bounds the wait.
+        #[arg(long, value_name = "DIR")]
+        restore: Option<PathBuf>,
     },
     /// Make a CA and a daemon certificate signed by it, for tls:// endpoints: DIR/ca.pem (give it
     /// to clients as GPUPOOL_CA), DIR/cert.pem and DIR/key.pem (--tls-cert, --tls-key), and
@@ -320,6 +325,7 @@ fn main() -> std::process::ExitCode {
             no_compute_scheduler,
             metrics,
             placement,
+            restore,
         } => split_endpoints(&listen).and_then(|(listen, remote)| {
             if !(lease.is_finite() && lease >= 3.0) {
                 anyhow::bail!("--lease {lease}: at least 3 seconds");
@@ -339,6 +345,7 @@ fn main() -> std::process::ExitCode {
                 compute_scheduler: !no_compute_scheduler,
                 metrics,
                 placement,
+                restore,
             })
         }),
         Command::Cert { out, name, days } => cert::run(&out, &name, days),

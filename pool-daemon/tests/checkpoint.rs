@@ -13,7 +13,7 @@ mod common;
 use common::*;
 use gpupool_protocol::ops::{HostSrc, Memset, MemsetValue, StagingRegion};
 use gpupool_protocol::transport::Transport;
-use gpupool_protocol::{CtxId, DevicePtr, FuncId, Reply, Request};
+use gpupool_protocol::{CtxId, DevicePtr, FuncId, PROTOCOL_VERSION, Reply, Request};
 use std::io::Write as _;
 use std::path::Path;
 use std::process::Command;
@@ -52,6 +52,51 @@ fn expected(i: usize, size: u64, kernel_value: u32) -> Vec<u8> {
     v
 }
 
+/// Allocates `sizes` and fills allocation `i` as [`expected`] says (kernel value
+/// `0xc0de_0000 + i`): the allocations, the fill kernel and its packed parameters.
+fn fill(c: &mut Client, ctx: CtxId, sizes: &[u64]) -> (Vec<DevicePtr>, FuncId, Vec<u8>) {
+    let mut bufs = Vec::new();
+    let (mut func, mut params) = (FuncId(0), Vec::new());
+    for (i, &size) in sizes.iter().enumerate() {
+        let buf = c.alloc(ctx, size).unwrap_or_else(|e| panic!("{e:?}"));
+        let set =
+            Memset { dst: buf, value: MemsetValue::U32(0x6b00_0000 + i as u32), width: size / 4, height: 1, pitch: 0 };
+        assert_eq!(code(&c.call(Request::Memset { set })), 0);
+        // A size that is not a multiple of 4: its tail bytes as the word pattern's first bytes.
+        let tail = size % 4;
+        if tail > 0 {
+            let word = (0x6b00_0000u32 + i as u32).to_le_bytes();
+            let set = Memset {
+                dst: DevicePtr(buf.0 + size - tail),
+                value: MemsetValue::U8(word[0]),
+                width: 1,
+                height: 1,
+                pitch: 0,
+            };
+            assert_eq!(code(&c.call(Request::Memset { set })), 0);
+            for (k, b) in word.iter().enumerate().take(tail as usize).skip(1) {
+                let set = Memset {
+                    dst: DevicePtr(buf.0 + size - tail + k as u64),
+                    value: MemsetValue::U8(*b),
+                    width: 1,
+                    height: 1,
+                    pitch: 0,
+                };
+                assert_eq!(code(&c.call(Request::Memset { set })), 0);
+            }
+        }
+        c.t.staging().unwrap().write(0, &random(i as u64, MIB)).unwrap();
+        let src = HostSrc::Staging(StagingRegion { offset: 0, len: MIB });
+        assert_eq!(code(&c.call(Request::MemcpyHtoD { dst: DevicePtr(buf.0 + MIB), src })), 0);
+        if i == 0 {
+            (func, params) = c.fill_kernel(ctx, buf, 0);
+        }
+        launch(c, func, &params, buf, 0xc0de_0000 + i as u32);
+        bufs.push(buf);
+    }
+    (bufs, func, params)
+}
+
 fn launch(c: &mut Client, func: FuncId, params: &[u8], buf: DevicePtr, value: u32) {
     let mut packed = params.to_vec();
     packed[..8].copy_from_slice(&buf.0.to_le_bytes());
@@ -86,45 +131,7 @@ fn a_running_session_is_checkpointed_and_continues() {
     let Reply::HelloReply { session_id, ref tenant, .. } = c.hello else { panic!("{:?}", c.hello) };
     let tenant = tenant.clone();
     let ctx: CtxId = c.ctx(0);
-    let mut bufs = Vec::new();
-    let (mut func, mut params) = (FuncId(0), Vec::new());
-    for (i, &size) in SIZES.iter().enumerate() {
-        let buf = c.alloc(ctx, size).unwrap_or_else(|e| panic!("{e:?}\n{}", d.log()));
-        let set =
-            Memset { dst: buf, value: MemsetValue::U32(0x6b00_0000 + i as u32), width: size / 4, height: 1, pitch: 0 };
-        assert_eq!(code(&c.call(Request::Memset { set })), 0);
-        // A size that is not a multiple of 4: its tail bytes as the word pattern's first bytes.
-        let tail = size % 4;
-        if tail > 0 {
-            let word = (0x6b00_0000u32 + i as u32).to_le_bytes();
-            let set = Memset {
-                dst: DevicePtr(buf.0 + size - tail),
-                value: MemsetValue::U8(word[0]),
-                width: 1,
-                height: 1,
-                pitch: 0,
-            };
-            assert_eq!(code(&c.call(Request::Memset { set })), 0);
-            for (k, b) in word.iter().enumerate().take(tail as usize).skip(1) {
-                let set = Memset {
-                    dst: DevicePtr(buf.0 + size - tail + k as u64),
-                    value: MemsetValue::U8(*b),
-                    width: 1,
-                    height: 1,
-                    pitch: 0,
-                };
-                assert_eq!(code(&c.call(Request::Memset { set })), 0);
-            }
-        }
-        c.t.staging().unwrap().write(0, &random(i as u64, MIB)).unwrap();
-        let src = HostSrc::Staging(StagingRegion { offset: 0, len: MIB });
-        assert_eq!(code(&c.call(Request::MemcpyHtoD { dst: DevicePtr(buf.0 + MIB), src })), 0);
-        if i == 0 {
-            (func, params) = c.fill_kernel(ctx, buf, 0);
-        }
-        launch(&mut c, func, &params, buf, 0xc0de_0000 + i as u32);
-        bufs.push(buf);
-    }
+    let (bufs, func, params) = fill(&mut c, ctx, &SIZES);
     assert_eq!(code(&c.call(Request::CtxSynchronize { ctx })), 0);
 
     // The client keeps launching kernels on a scratch buffer while the checkpoint is taken.
@@ -234,4 +241,119 @@ fn a_running_session_is_checkpointed_and_continues() {
     assert!(err.contains("no session or tenant with live sessions named \"999999\""), "{err}");
     assert!(!none.exists());
     drop(c);
+}
+
+/// The README's restart line (issue 23, items 2-3), with the directory of this run.
+const README_RESTORE: &str = "gpupool daemon --restore /var/lib/gpupool/checkpoints/job-7";
+
+fn session_key(c: &mut Client) -> (u64, [u8; 16]) {
+    match c.call(Request::SessionKey {}) {
+        Reply::SessionKey { session, secret } => (session, secret),
+        r => panic!("{r:?}"),
+    }
+}
+
+fn resume(d: &Daemon, session: u64, secret: [u8; 16]) -> Result<Client, Reply> {
+    Client::connect_hello(&d.socket, Request::Resume { session, secret, protocol_version: PROTOCOL_VERSION })
+}
+
+/// The README's restart line's arguments after `gpupool daemon`, for `dir`.
+fn restore_args(dir: &Path) -> Vec<String> {
+    let line = README_RESTORE.replace("/var/lib/gpupool/checkpoints/job-7", dir.to_str().unwrap());
+    let args: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+    assert_eq!(args[..2], ["gpupool", "daemon"]);
+    args[2..].to_vec()
+}
+
+fn sessions(d: &Daemon) -> Vec<u64> {
+    d.status()["sessions"].as_array().unwrap().iter().map(|s| s["id"].as_u64().unwrap()).collect()
+}
+
+#[test]
+fn a_session_restored_after_sigkill_continues_bit_identical() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    assert!(readme.contains(README_RESTORE), "README.md must show: {README_RESTORE}");
+    const WAIT_S: f64 = 3.0;
+    let sim = [("GPUPOOL_SIM_DEVICES", "1")];
+    let mut d = Daemon::start_env(Some(&format!("restore_wait_s = {WAIT_S}\n")), &[], &sim);
+    // A: the client that comes back. 64 MiB and a size not a multiple of 4, a stream, an event.
+    let sizes = [64 * MIB, 3 * MIB + 4099];
+    let mut a = Client::connect(&d.socket);
+    let ctx = a.ctx(0);
+    let (bufs, func, params) = fill(&mut a, ctx, &sizes);
+    let Reply::Stream { stream } = a.call(Request::StreamCreate { ctx, flags: 0, priority: 0 }) else { panic!() };
+    let Reply::Event { event } = a.call(Request::EventCreate { ctx, flags: 0 }) else { panic!() };
+    assert_eq!(code(&a.call(Request::CtxSynchronize { ctx })), 0);
+    let (sa, secret) = session_key(&mut a);
+    // B: a client that never comes back, of the same tenant.
+    let mut b = Client::connect(&d.socket);
+    let bctx = b.ctx(0);
+    let bbuf = b.alloc(bctx, 8 * MIB).unwrap();
+    let (sb, bsecret) = session_key(&mut b);
+    assert_ne!(secret, bsecret);
+    let used = d.used("default", 0);
+    assert_eq!(used, sizes.iter().sum::<u64>() + 8 * MIB);
+
+    let root = std::env::temp_dir().join(format!("gpupool-restore-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let out = checkpoint(&d, "default", &root);
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), d.log());
+
+    d.kill_and_restart(&restore_args(&root).iter().map(String::as_str).collect::<Vec<_>>(), &sim);
+    let restarted = Instant::now();
+    // Both sessions wait, with the tenant's ledger as it was.
+    assert_eq!(d.used("default", 0), used, "{}", d.log());
+    let live = sessions(&d);
+    assert!(live.contains(&sa) && live.contains(&sb), "{live:?}\n{}", d.log());
+    // A wrong secret, an unknown session: CUDA_ERROR_DEVICE_UNAVAILABLE (46), nothing attached.
+    let mut wrong = secret;
+    wrong[0] ^= 1;
+    assert_eq!(code(&resume(&d, sa, wrong).err().unwrap()), 46);
+    assert_eq!(code(&resume(&d, 999_999, secret).err().unwrap()), 46);
+    // A new client is not given a restored session's id.
+    let fresh = Client::connect(&d.socket);
+    let Reply::HelloReply { session_id: fid, .. } = fresh.hello else { panic!("{:?}", fresh.hello) };
+    assert!(fid > sa.max(sb), "new session {fid} after restored {sa}, {sb}");
+    drop(fresh);
+
+    let mut a = resume(&d, sa, secret).unwrap_or_else(|r| panic!("{r:?}\n{}", d.log()));
+    let Reply::Resumed { session_id, last_request, .. } = a.hello else { panic!("{:?}", a.hello) };
+    assert_eq!(session_id, sa);
+    assert!(last_request > 0, "the checkpoint saw the client's requests");
+    // Its data at the same addresses, bit-identical; its handles work as they are.
+    for (i, (&buf, &size)) in bufs.iter().zip(sizes.iter()).enumerate() {
+        assert!(a.read_back(buf, size) == expected(i, size, 0xc0de_0000 + i as u32), "allocation {i} differs");
+    }
+    // The next results are what an uninterrupted run computes: kernels by the old function id,
+    // on the old stream, timed by the old event.
+    for n in 0..8u32 {
+        launch(&mut a, func, &params, bufs[1], 0x5150_0000 + n);
+        assert_eq!(code(&a.call(Request::EventRecord { event, stream })), 0);
+        assert_eq!(code(&a.call(Request::StreamSynchronize { stream })), 0);
+        assert_eq!(code(&a.call(Request::CtxSynchronize { ctx })), 0);
+        assert!(a.read_back(bufs[1], sizes[1]) == expected(1, sizes[1], 0x5150_0000 + n), "kernel {n}");
+    }
+    assert_eq!(code(&a.call(Request::EventSynchronize { event })), 0);
+    // A second resume of the same session: it is taken.
+    assert_eq!(code(&resume(&d, sa, secret).err().unwrap()), 46);
+    // New allocations do not collide with the restored ones, and free gives the quota back.
+    let more = a.alloc(ctx, 2 * MIB).unwrap();
+    assert!(bufs.iter().zip(sizes).all(|(b, s)| more.0 + 2 * MIB <= b.0 || more.0 >= b.0 + s));
+    assert_eq!(code(&a.call(Request::MemFree { ptr: more })), 0);
+    assert_eq!(code(&a.call(Request::MemFree { ptr: bufs[1] })), 0);
+
+    // B never returns: freed after restore_wait_s, not before.
+    while sessions(&d).contains(&sb) {
+        assert!(restarted.elapsed().as_secs_f64() < WAIT_S + 15.0, "B still waits: {}", d.log());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let gone = restarted.elapsed().as_secs_f64();
+    assert!(gone >= WAIT_S - 0.1, "B freed after {gone:.2} s, before its {WAIT_S} s");
+    assert!(d.log().contains(&format!("restored, its client did not resume it within {WAIT_S:.1} s")));
+    assert_eq!(d.used("default", 0), sizes[0], "B's 8 MiB and A's freed buffer given back");
+    assert_eq!(code(&resume(&d, sb, bsecret).err().unwrap()), 46);
+    let _ = bbuf;
+    drop(b);
+    drop(a);
+    let _ = std::fs::remove_dir_all(&root);
 }

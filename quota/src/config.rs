@@ -191,6 +191,9 @@ pub struct Config {
     pub(crate) admin_tokens: Vec<[u8; 32]>,
     /// `placement = "binpack" | "spread"`, if the file says.
     pub placement: Option<Placement>,
+    /// `restore_wait_s`: how long a session that `gpupool daemon --restore` brought back waits
+    /// for its client before it is freed (milliseconds; None: the daemon's default).
+    pub restore_wait_ms: Option<u64>,
 }
 
 /// Why a config was refused. Field errors name the tenant and the field.
@@ -235,6 +238,8 @@ struct RawConfig {
     admin_token_sha256: OneOrMany,
     #[serde(default)]
     placement: Option<Placement>,
+    #[serde(default)]
+    restore_wait_s: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -437,6 +442,7 @@ impl Config {
             default: None,
             admin_token_sha256: OneOrMany::None,
             placement: None,
+            restore_wait_s: None,
         })
         .expect("empty config is valid")
     }
@@ -495,7 +501,22 @@ impl Config {
             let msg = "this token is also admin_token_sha256: an admin token must name no tenant";
             return Err(field_err(tenants[i].id.as_str(), "token_sha256", msg));
         }
-        Ok(Config { tenants, default, by_token, by_uid, by_gid, admin_tokens, placement: raw.placement })
+        let restore_wait_ms = match raw.restore_wait_s {
+            Some(s) if !(s.is_finite() && (0.0..=86_400.0).contains(&s)) => {
+                return Err(field_err("(daemon)", "restore_wait_s", format!("{s}: seconds from 0 to 86400")));
+            }
+            s => s.map(|s| (s * 1000.0).round() as u64),
+        };
+        Ok(Config {
+            tenants,
+            default,
+            by_token,
+            by_uid,
+            by_gid,
+            admin_tokens,
+            placement: raw.placement,
+            restore_wait_ms,
+        })
     }
 
     /// The `[[tenant]]` entries, in file order (the default tenant is not among them).

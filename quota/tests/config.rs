@@ -44,6 +44,16 @@ fn readme_example_is_valid() {
 }
 
 #[test]
+fn restore_wait_parses_and_bad_values_are_refused() {
+    assert_eq!(Config::from_toml_str("restore_wait_s = 2.5\n").unwrap().restore_wait_ms, Some(2500));
+    assert_eq!(Config::from_toml_str("").unwrap().restore_wait_ms, None);
+    for bad in ["-1", "1e9", "nan"] {
+        let e = err(&format!("restore_wait_s = {bad}\n"));
+        assert!(e.contains("restore_wait_s") && e.contains("seconds from 0 to 86400"), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn devices_and_placement_parse_and_bad_values_are_refused() {
     let cfg = Config::from_toml_str("placement = \"binpack\"\n[default]\ndevices = 2\n").unwrap();
     assert_eq!((cfg.placement, cfg.default_tenant().devices), (Some(Placement::Binpack), Some(2)));

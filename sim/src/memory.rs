@@ -56,6 +56,24 @@ impl Mapping {
         (ptr != libc::MAP_FAILED).then_some(Mapping { ptr: ptr.cast(), len })
     }
 
+    /// A `PROT_NONE` reservation of exactly `[addr, addr + len)`, or None if any of it is in
+    /// use in this process (MAP_FIXED_NOREPLACE never replaces a mapping).
+    pub(crate) fn fixed(addr: u64, len: usize) -> Option<Mapping> {
+        if len == 0 || !len.is_multiple_of(page_size()) || !(addr as usize).is_multiple_of(page_size()) {
+            return None;
+        }
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE;
+        // SAFETY: MAP_FIXED_NOREPLACE fails rather than touch an existing mapping, so no memory
+        // of this process is affected; an old kernel that ignores the flag may place it
+        // elsewhere, which the address check below refuses.
+        let ptr = unsafe { libc::mmap(addr as *mut libc::c_void, len, libc::PROT_NONE, flags, -1, 0) };
+        if ptr == libc::MAP_FAILED {
+            return None;
+        }
+        let m = Mapping { ptr: ptr.cast(), len };
+        (m.addr() == addr).then_some(m)
+    }
+
     pub fn addr(&self) -> u64 {
         self.ptr as u64
     }
@@ -138,6 +156,9 @@ struct SpaceState {
     live: BTreeMap<u64, Arc<Allocation>>,
     /// Address ranges reserved with `cuMemAddressReserve`: base -> reservation.
     reserved: BTreeMap<u64, vmm::Reservation>,
+    /// Ranges outside the window that a reservation asked for by address (a restore puts
+    /// memory back where a previous process had it): held until the space goes.
+    extra: Vec<Mapping>,
 }
 
 /// A context's device address space.
@@ -166,6 +187,7 @@ impl AddressSpace {
                 free: BTreeMap::from([(base, usable)]),
                 live: BTreeMap::new(),
                 reserved: BTreeMap::new(),
+                extra: Vec::new(),
             }),
         })
     }
@@ -179,6 +201,12 @@ impl AddressSpace {
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(self.window.addr(), (self.window.len as u64, ctx_handle));
         }
+    }
+
+    /// Whether `[addr, addr + size)` overlaps this space's window.
+    fn in_window(&self, addr: u64, size: u64) -> bool {
+        let base = self.window.addr();
+        addr < base + self.window.len as u64 && addr.saturating_add(size) > base
     }
 
     fn ctx_id(&self) -> u64 {
@@ -296,7 +324,11 @@ impl AddressSpace {
 impl Drop for AddressSpace {
     fn drop(&mut self) {
         self.release_all();
-        WINDOWS.write().unwrap_or_else(|e| e.into_inner()).remove(&self.window.addr());
+        let mut w = WINDOWS.write().unwrap_or_else(|e| e.into_inner());
+        w.remove(&self.window.addr());
+        for m in &self.state.get_mut().unwrap_or_else(|e| e.into_inner()).extra {
+            w.remove(&m.addr());
+        }
     }
 }
 

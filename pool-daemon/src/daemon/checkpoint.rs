@@ -91,6 +91,13 @@ pub struct Manifest {
     pub events: Vec<Handle>,
     /// The tenant's ledger counts on the devices this session touched, when written.
     pub ledger: Vec<Ledger>,
+    /// The session's secret (32 hex digits): its client resumes the restored session with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// The id of the last request the session had served: its client replays what it sent
+    /// after that, where it can.
+    #[serde(default)]
+    pub last_request: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -311,6 +318,8 @@ fn write(s: &mut Session, dir: &Path) -> Result<Written> {
         streams,
         events,
         ledger,
+        secret: Some(s.secret.iter().map(|b| format!("{b:02x}")).collect()),
+        last_request: s.last_request,
     };
     // The manifest last: a directory with a manifest holds a complete checkpoint.
     let text = serde_json::to_vec_pretty(&manifest)?;

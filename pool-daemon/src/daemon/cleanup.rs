@@ -100,6 +100,8 @@ impl Session {
                 }
                 if shared.evict.owns(ptr) {
                     f.errors += usize::from(super::evict::free(&shared, ptr).is_err());
+                } else if shared.restored.owns(ptr) {
+                    f.errors += usize::from(super::restore::free(&shared, ptr).is_err());
                 } else {
                     note(call!(cuda, cuMemFree_v2(ptr)), &mut f.errors);
                 }

@@ -275,6 +275,8 @@ impl Session {
         self.enter(d)?;
         if self.shared.evict.owns(ptr.0) {
             super::evict::free(&self.shared, ptr.0)?;
+        } else if self.shared.restored.owns(ptr.0) {
+            super::restore::free(&self.shared, ptr.0)?;
         } else {
             call!(self.shared.cuda, cuMemFree_v2(ptr.0))?;
         }

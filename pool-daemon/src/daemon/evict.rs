@@ -174,7 +174,7 @@ pub fn evictable(shared: &Shared, tenant: &TenantId) -> bool {
     spec.preemptible && config.all_tenants().any(|t| rank(t.priority) > rank(spec.priority))
 }
 
-fn prop(shared: &Shared, device: u32) -> CUmemAllocationProp {
+pub(super) fn prop(shared: &Shared, device: u32) -> CUmemAllocationProp {
     let cu = shared.devices.get(device as usize).map_or(device as i32, |d| d.cu);
     CUmemAllocationProp {
         type_: CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -184,7 +184,7 @@ fn prop(shared: &Shared, device: u32) -> CUmemAllocationProp {
 }
 
 /// Physical memory of `size` bytes mapped read-write at `base` (all or nothing).
-fn create_map(shared: &Shared, device: u32, base: u64, size: u64) -> Result<CUmemGenericAllocationHandle> {
+pub(super) fn create_map(shared: &Shared, device: u32, base: u64, size: u64) -> Result<CUmemGenericAllocationHandle> {
     let prop = prop(shared, device);
     let mut h: CUmemGenericAllocationHandle = 0;
     call!(shared.cuda, cuMemCreate(&mut h, size as usize, &prop, 0))?;

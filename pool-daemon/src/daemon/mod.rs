@@ -51,6 +51,7 @@ pub mod npu;
 pub mod placement;
 pub mod regions;
 pub mod remote;
+pub mod restore;
 pub mod serve;
 pub mod session;
 pub mod status_view;
@@ -86,6 +87,8 @@ pub struct Options {
     pub metrics: Option<std::net::SocketAddr>,
     /// `--placement`: wins over the config's `placement`.
     pub placement: Option<gpupool_quota::Placement>,
+    /// `--restore DIR`: checkpoints to bring back as sessions waiting for their clients.
+    pub restore: Option<PathBuf>,
 }
 
 /// A vendor handle (context, stream, event, module, function) moved between threads.
@@ -192,6 +195,8 @@ pub struct Shared {
     pub evict: evict::Evictor,
     /// Checkpoints asked and not yet written ([`checkpoint`]).
     pub checkpoints: checkpoint::Pending,
+    /// Sessions `--restore` brought back that wait for their client ([`restore`]).
+    pub restored: restore::Restored,
     /// Per-container endpoints ([`containers`]).
     pub containers: containers::Registry,
     /// The GPUs' wiring, from NVML at start-up ([`placement`]).
@@ -204,6 +209,11 @@ pub struct Shared {
 impl Shared {
     pub fn next_session_id(&self) -> u64 {
         self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A restored session keeps its id; new ones come after it.
+    pub fn bump_session_id(&self, restored: u64) {
+        self.next_session.fetch_max(restored + 1, Ordering::Relaxed);
     }
 
     pub fn stopping(&self) -> bool {
@@ -500,6 +510,7 @@ pub fn run(opts: Options) -> Result<()> {
         vmm: vmm::Registry::default(),
         evict: evict::Evictor::default(),
         checkpoints: Default::default(),
+        restored: Default::default(),
         containers: containers::Registry::default(),
         topology,
         placement_flag: opts.placement,
@@ -512,6 +523,11 @@ pub fn run(opts: Options) -> Result<()> {
         metrics::serve(shared.clone(), l)?;
     }
     let listeners = endpoints.iter().map(|p| listener::bind(p)).collect::<Result<Vec<_>>>()?;
+    // Before any client is accepted, so a resuming client finds its session.
+    if let Some(dir) = &opts.restore {
+        let n = restore::restore_all(&shared, dir)?;
+        tracing::info!(sessions = n, dir = %dir.display(), "restored from checkpoints");
+    }
     tracing::info!(
         devices = shared.devices.len(),
         driver = format!("{}.{}", driver_version / 1000, driver_version % 1000 / 10),

@@ -1178,6 +1178,16 @@ impl Serve for Session {
         Err(Fail::invalid_value("HostChannelAttach is the first frame of a connection of its own"))
     }
 
+    // ---- reconnecting after a restore ([`super::restore`]) ----
+
+    fn session_key(&mut self, _cx: Cx<'_>) -> Result<answer::SessionKey> {
+        Ok(answer::SessionKey { session: self.id, secret: self.secret })
+    }
+
+    fn resume(&mut self, _cx: Cx<'_>, _session: u64, _secret: [u8; 16], _version: u16) -> Result<answer::Resumed> {
+        Err(Fail::invalid_value("Resume is the first frame of a connection, instead of a hello"))
+    }
+
     fn host_call_next(&mut self, _cx: Cx<'_>, _done: u64) -> Result<answer::HostCall> {
         Err(Fail::invalid_value("HostCallNext goes on an attached host-function channel"))
     }

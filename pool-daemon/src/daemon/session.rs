@@ -91,6 +91,11 @@ pub struct Session {
     pub placed: Option<Vec<u32>>,
     /// Module images and function names for checkpoints ([`super::checkpoint`]).
     pub ckpt: super::checkpoint::Record,
+    /// Minted at the hello, saved in checkpoints: a client presents it to resume this session
+    /// on a daemon that restored it ([`super::restore`]).
+    pub secret: [u8; 16],
+    /// The id of the last request served (what a checkpoint written now has seen).
+    pub last_request: u64,
     next_handle: u64,
     pub current: Raw<CUcontext>,
 }
@@ -99,6 +104,62 @@ impl Session {
     pub fn next_handle(&mut self) -> u64 {
         self.next_handle += 1;
         self.next_handle
+    }
+
+    /// A restore gives handles the values the client holds; new ones come after the largest.
+    pub(super) fn handles_from(&mut self, last: u64) {
+        self.next_handle = self.next_handle.max(last);
+    }
+
+    /// A session with nothing in it yet.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn empty(
+        shared: Arc<Shared>,
+        id: u64,
+        cred: PeerCred,
+        quota: gpupool_quota::Session,
+        remote: Option<SocketAddr>,
+        compute_limit: u8,
+        container: Option<Arc<super::containers::Endpoint>>,
+        placed: Option<Vec<u32>>,
+        secret: [u8; 16],
+    ) -> Session {
+        let tenant_name = quota.tenant().as_str().to_string();
+        Session {
+            shared,
+            id,
+            cred,
+            quota,
+            tenant_ctxs: BTreeMap::new(),
+            ctxs: HashMap::new(),
+            primary: HashMap::new(),
+            allocs: BTreeMap::new(),
+            globals: BTreeMap::new(),
+            streams: HashMap::new(),
+            events: HashMap::new(),
+            modules: HashMap::new(),
+            funcs: HashMap::new(),
+            regions: HashMap::new(),
+            ipc: Default::default(),
+            owner: HashMap::new(),
+            tenant_name,
+            remote,
+            compute_limit,
+            container,
+            peer: None,
+            blas: Default::default(),
+            vmm: Default::default(),
+            graphs: Default::default(),
+            textures: Default::default(),
+            arrays: Default::default(),
+            npu_execs: Default::default(),
+            placed,
+            ckpt: Default::default(),
+            secret,
+            last_request: 0,
+            next_handle: 0,
+            current: Raw(std::ptr::null_mut()),
+        }
     }
 
     pub fn tenant(&self) -> &str {
@@ -232,6 +293,33 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         super::status_view::connection(shared, t, *id, token.as_deref(), own.as_ref(), &who);
         return Ok(Opened::Answered);
     }
+    if let Message::Request { id, op: Request::Resume { session, secret, protocol_version }, .. } = &msg {
+        let cred = match origin {
+            Origin::Local(c) | Origin::Container(c, _) => Some(*c),
+            Origin::Remote(_) => None,
+        };
+        let mut s =
+            super::restore::resume(shared, *session, secret, *protocol_version, cred).map_err(|(code, why)| {
+                let _ = reply(t, *id, Reply::Error { code, message: why.clone() });
+                why
+            })?;
+        s.peer = link.peer.as_ref().and_then(|p| p.try_clone().ok());
+        let devices = s.visible_devices().into_iter().map(|d| s.device_info(d)).collect();
+        let hr = Reply::Resumed {
+            session_id: s.id,
+            tenant: s.tenant().to_string(),
+            driver_version: shared.driver_version,
+            devices,
+            last_request: s.last_request,
+        };
+        if let Err(e) = reply(t, *id, hr) {
+            // The client went again: the session waits for it anew.
+            super::restore::wait_again(shared, s);
+            return Err(format!("sending the resume reply: {e}"));
+        }
+        tracing::info!(session = s.id, tenant = %s.tenant(), "session resumed by its client after a restore");
+        return Ok(Opened::Session(s));
+    }
     if let Message::Request { id, op: Request::HostChannelAttach { session, secret }, .. } = &msg {
         return super::host_fn::attach(t, *id, *session, *secret).map(|ch| Opened::HostChannel(ch, *session));
     }
@@ -321,39 +409,16 @@ fn hello(shared: &Arc<Shared>, link: &mut Link, origin: &Origin, t0: Instant) ->
         },
     );
     drop(sessions);
-    let session = Session {
-        shared: shared.clone(),
-        id: id_s,
-        cred,
-        quota,
-        tenant_ctxs: BTreeMap::new(),
-        ctxs: HashMap::new(),
-        primary: HashMap::new(),
-        allocs: BTreeMap::new(),
-        globals: BTreeMap::new(),
-        streams: HashMap::new(),
-        events: HashMap::new(),
-        modules: HashMap::new(),
-        funcs: HashMap::new(),
-        regions: HashMap::new(),
-        ipc: Default::default(),
-        owner: HashMap::new(),
-        tenant_name: tenant.as_str().to_string(),
-        remote,
-        compute_limit: limits.compute,
-        container: container.clone(),
-        peer: link.peer.as_ref().and_then(|p| p.try_clone().ok()),
-        blas: Default::default(),
-        vmm: Default::default(),
-        graphs: Default::default(),
-        textures: Default::default(),
-        arrays: Default::default(),
-        npu_execs: Default::default(),
-        placed,
-        ckpt: Default::default(),
-        next_handle: 0,
-        current: Raw(std::ptr::null_mut()),
+    let secret = match super::ipc::random_secret() {
+        Ok(b) => b,
+        Err(f) => {
+            shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&id_s);
+            return Err(refuse(t, f.code, f.message));
+        }
     };
+    let mut session =
+        Session::empty(shared.clone(), id_s, cred, quota, remote, limits.compute, container.clone(), placed, secret);
+    session.peer = link.peer.as_ref().and_then(|p| p.try_clone().ok());
     let devices = session.visible_devices().into_iter().map(|d| session.device_info(d)).collect();
     let hr = Reply::HelloReply {
         session_id: id_s,
@@ -469,6 +534,7 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             (None, None) => unreachable!("a request or a bulk view"),
         };
         drop(inside);
+        s.last_request = id;
         s.shared.calls.record(kind, started.elapsed(), result.as_ref().err().map(|f| f.code));
         let msg = match result {
             Ok(_) if no_reply => continue,

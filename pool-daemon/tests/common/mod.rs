@@ -43,31 +43,52 @@ impl Daemon {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("gpupool.sock");
+        if let Some(text) = config {
+            std::fs::write(dir.join("quota.toml"), text).unwrap();
+        }
+        let child = Self::spawn(&dir, &socket, extra, env, false);
+        let mut d = Daemon { child, dir, socket };
+        d.wait_up();
+        d
+    }
+
+    fn spawn(dir: &Path, socket: &Path, extra: &[&str], env: &[(&str, &str)], append: bool) -> Child {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
         cmd.arg("daemon").arg("--listen").arg(format!("unix://{}", socket.display()));
         cmd.arg("--driver-dir").arg(gpupool_e2e::sim_libdir());
-        if let Some(text) = config {
-            let p = dir.join("quota.toml");
-            std::fs::write(&p, text).unwrap();
+        let p = dir.join("quota.toml");
+        if p.exists() {
             cmd.arg("--config").arg(p);
         }
         cmd.args(extra);
         cmd.env("GPUPOOL_SIM_DEVICES", "2").env("GPUPOOL_SIM_MEMORY", "1GiB").env("GPUPOOL_LOG", "info");
         cmd.env("GPUPOOL_SIM_NPU_DEVICES", "0");
         cmd.envs(env.iter().copied());
-        cmd.stdout(Stdio::null()).stderr(std::fs::File::create(dir.join("daemon.log")).unwrap());
-        let child = cmd.spawn().expect("starting gpupool daemon");
-        let mut d = Daemon { child, dir, socket };
+        let mut log = std::fs::OpenOptions::new();
+        log.create(true).append(append).write(true).truncate(!append);
+        cmd.stdout(Stdio::null()).stderr(log.open(dir.join("daemon.log")).unwrap());
+        cmd.spawn().expect("starting gpupool daemon")
+    }
+
+    fn wait_up(&mut self) {
         let t0 = Instant::now();
-        let ctl = PathBuf::from(format!("{}.ctl", d.socket.display()));
+        let ctl = PathBuf::from(format!("{}.ctl", self.socket.display()));
         while UnixStream::connect(&ctl).is_err() {
-            if let Ok(Some(st)) = d.child.try_wait() {
-                panic!("daemon exited {st}: {}", d.log());
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("daemon exited {st}: {}", self.log());
             }
-            assert!(t0.elapsed() < Duration::from_secs(5), "daemon did not come up: {}", d.log());
+            assert!(t0.elapsed() < Duration::from_secs(10), "daemon did not come up: {}", self.log());
             std::thread::sleep(Duration::from_millis(10));
         }
-        d
+    }
+
+    /// SIGKILLs the daemon and starts it again on the same socket and config, with `extra`
+    /// arguments and `env` (its log goes on in the same file).
+    pub fn kill_and_restart(&mut self, extra: &[&str], env: &[(&str, &str)]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn(&self.dir, &self.socket, extra, env, true);
+        self.wait_up();
     }
 
     pub fn log(&self) -> String {
@@ -147,7 +168,7 @@ impl Client {
         let mut c = Client { t, next: 1, hello: Reply::Ok {}, async_errors: Vec::new() };
         let r = c.call(hello);
         match r {
-            Reply::HelloReply { .. } => {
+            Reply::HelloReply { .. } | Reply::Resumed { .. } => {
                 c.hello = r;
                 Ok(c)
             }

@@ -33,6 +33,7 @@
 //! | `0x09xx` | management (NVML-like) |
 //! | `0x0axx` | BLAS: cuBLAS and cuBLASLt, answered with `cublasStatus_t` codes ([`blas`]) |
 //! | `0x0bxx` | graphs and stream capture ([`graph`]) |
+//! | `0x0c00..=0x0c0f` | a session's identity for reconnecting after a daemon restart (issue 23) |
 //! | `0x0dxx` | IPC between a tenant's sessions (memory and event handles, exported memory pools) |
 //! | `0x0exx` | CUDA arrays, texture and surface objects ([`array`]) |
 //! | `0x10xx` | NPU operators: AscendCL's `aclnn*` two-phase calls ([`npu`]) |
@@ -334,6 +335,14 @@ op_table! {
     0x0b40 HostChannelOpen host_channel_open {} => HostChannelKey;
     /// The first frame of that second connection instead of a hello.
     0x0b41 HostChannelAttach host_channel_attach { session: u64, secret: [u8; 16] } => Ok;
+
+    // ---- reconnect after a restore (issue 23; pool-daemon/src/daemon/restore.rs) ----
+    /// The session's id and the 128-bit secret minted at its hello, saved in its checkpoints.
+    0x0c00 SessionKey session_key {} => SessionKey;
+    /// Instead of a hello, as a connection's first frame: attaches the connection to a session
+    /// that `gpupool daemon --restore` brought back and that waits for its client (refused with
+    /// CUDA_ERROR_DEVICE_UNAVAILABLE if there is none, or the secret differs).
+    0x0c01 Resume resume { session: u64, secret: [u8; 16], protocol_version: u16 } => Resumed;
     /// On the attached channel: call `done` (0: none) has returned; the answer is the next
     /// function to run, when one is due.
     0x0b42 HostCallNext host_call_next { done: u64 } => HostCall;
@@ -453,6 +462,11 @@ op_table! {
     0x8b21 CaptureGraph { status: u32, id: u64, graph: crate::ops::GraphId, deps: Vec<u64> };
     /// The session and the secret a host-function channel attaches with.
     0x8b40 HostChannelKey { session: u64, secret: [u8; 16] };
+    /// A session's identity for [`Request::Resume`].
+    0x8c00 SessionKey { session: u64, secret: [u8; 16] };
+    /// A resumed session, as a hello's reply, and the id of the last request the checkpoint it
+    /// came from had served (the client replays what it sent after that, where it can).
+    0x8c01 Resumed { session_id: u64, tenant: String, driver_version: u32, devices: Vec<crate::ops::DeviceInfo>, last_request: u64 };
     /// A host function to run now, as call `call`.
     0x8b41 HostCall { call: u64, func: u64, user: u64 };
     0x8b42 HostFn { func: u64, user: u64 };

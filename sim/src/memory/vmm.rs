@@ -11,7 +11,7 @@
 //! exactly as `cuMemAlloc`'d memory; memory mapped but not (yet) made accessible is in
 //! no run, so touching it fails or faults as on the hardware.
 
-use super::{AddressSpace, Allocation, Backing, Mapping, SpaceState, give_back};
+use super::{AddressSpace, Allocation, Backing, Mapping, SpaceState, WINDOWS, give_back, window_owner};
 use crate::device::Device;
 use crate::error::{CuResult, fail};
 use gpupool_shim::cuda::{CUmemAccess_flags, CUresult};
@@ -224,6 +224,18 @@ impl AddressSpace {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let fits =
             |start: u64, len: u64, at: u64| at >= start && at.checked_add(size).is_some_and(|e| e <= start + len);
+        // A hint outside the window (as NVIDIA's unified address space allows any free range):
+        // the range joins this space if nothing else of the process holds it.
+        if hint != 0
+            && hint.is_multiple_of(align)
+            && !self.in_window(hint, size)
+            && window_owner(hint).is_none()
+            && let Some(m) = Mapping::fixed(hint, size as usize)
+        {
+            WINDOWS.write().unwrap_or_else(|e| e.into_inner()).insert(hint, (size, self.ctx_id()));
+            st.extra.push(m);
+            give_back(&mut st, hint, size);
+        }
         let at_hint = (hint != 0 && hint.is_multiple_of(align))
             .then(|| st.free.range(..=hint).next_back().filter(|(s, l)| fits(**s, **l, hint)).map(|_| hint))
             .flatten();
