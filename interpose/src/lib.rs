@@ -23,8 +23,9 @@
 //!
 //! Errors: a daemon that cannot be reached makes `cuInit` fail with
 //! `CUDA_ERROR_NOT_INITIALIZED` (calls before a successful `cuInit` get the same); a daemon
-//! that goes away later makes every call that needs it fail with
-//! `CUDA_ERROR_DEVICE_UNAVAILABLE` (never a hang). NVML: `NVML_ERROR_DRIVER_NOT_LOADED`
+//! that goes away later is waited for up to `GPUPOOL_RECONNECT` seconds (default 30; 0: not
+//! at all) in case one comes back with the session restored (`client::resume`), else every
+//! call that needs it fails with `CUDA_ERROR_DEVICE_UNAVAILABLE` (never a hang). NVML: `NVML_ERROR_DRIVER_NOT_LOADED`
 //! and `NVML_ERROR_GPU_IS_LOST`. After `fork`, the child drops the parent's connection
 //! without disturbing it and connects afresh on its next call; handles from the parent
 //! are not valid in the child.

@@ -308,6 +308,7 @@ fn forked_child_connects_afresh_and_the_parent_carries_on() {
     assert!(out.status.success(), "{}\n{}", gpupool_e2e::output_text(&out), d.log());
 }
 
+/// With GPUPOOL_RECONNECT=0 (no waiting for a restored daemon, README "Checkpoints").
 #[test]
 fn daemon_gone_is_device_unavailable_within_a_second() {
     let mut d = Daemon::start("1", "1GiB");
@@ -315,6 +316,7 @@ fn daemon_gone_is_device_unavailable_within_a_second() {
         .client("python3")
         .arg(ctypes_script())
         .arg("gone")
+        .env("GPUPOOL_RECONNECT", "0")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

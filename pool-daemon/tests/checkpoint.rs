@@ -245,6 +245,11 @@ fn a_running_session_is_checkpointed_and_continues() {
 
 /// The README's restart line (issue 23, items 2-3), with the directory of this run.
 const README_RESTORE: &str = "gpupool daemon --restore /var/lib/gpupool/checkpoints/job-7";
+/// The README's upgrade procedure: each tenant checkpointed, then the new daemon started.
+const README_UPGRADE: [&str; 2] = [
+    "gpupool checkpoint batch --to /var/lib/gpupool/upgrade/batch",
+    "gpupool daemon --restore /var/lib/gpupool/upgrade",
+];
 
 fn session_key(c: &mut Client) -> (u64, [u8; 16]) {
     match c.call(Request::SessionKey {}) {
@@ -356,4 +361,247 @@ fn a_session_restored_after_sigkill_continues_bit_identical() {
     drop(b);
     drop(a);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `tests/python/restore_client.py` under `gpupool run`, its stdout lines sent to a channel.
+struct PyClient {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl PyClient {
+    fn start(d: &Daemon, reconnect_s: &str, args: &[&str]) -> PyClient {
+        ensure_interposer();
+        let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
+        assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
+        let mut cmd = gpupool_run_script(d, &python, "restore_client.py");
+        cmd.args(args).env("GPUPOOL_RECONNECT", reconnect_s);
+        cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+        cmd.stderr(std::fs::File::create(d.dir.join(format!("client-{}.err", args.len()))).unwrap());
+        let mut child = cmd.spawn().expect("gpupool run");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        PyClient { child, lines, seen: Vec::new() }
+    }
+
+    /// Waits (at most `within`) for a line `pred` accepts; its text.
+    fn until(&mut self, within: std::time::Duration, mut pred: impl FnMut(&str) -> bool) -> Option<String> {
+        let t0 = Instant::now();
+        while let Some(left) = within.checked_sub(t0.elapsed()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if pred(&l) {
+                        return Some(l);
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    fn steps(&mut self, n: usize, within: std::time::Duration) -> bool {
+        let mut left = n;
+        self.until(within, |l| {
+            l.starts_with("STEP ") && {
+                left -= 1;
+                left == 0
+            }
+        })
+        .is_some()
+    }
+
+    fn stop(&mut self) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"stop\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits for the client's exit (at most `within`): its status, its output lines.
+    fn finish(mut self, within: std::time::Duration) -> (Option<std::process::ExitStatus>, Vec<String>) {
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if t0.elapsed() > within {
+                let _ = self.child.kill();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        self.seen.extend(self.lines.try_iter());
+        (status, self.seen)
+    }
+}
+
+fn only_session(d: &Daemon) -> u64 {
+    let live = sessions(d);
+    assert_eq!(live.len(), 1, "{live:?}");
+    live[0]
+}
+
+/// Figures for a failure: the client's lines and stderr, and the daemon's log.
+fn story(d: &Daemon, lines: &[String], n: usize) -> String {
+    let err = std::fs::read_to_string(d.dir.join(format!("client-{n}.err"))).unwrap_or_default();
+    let tail: Vec<&String> = lines.iter().rev().take(8).collect();
+    format!("--- client (last lines) ---\n{tail:?}\n--- client stderr ---\n{err}\n--- daemon ---\n{}", d.log())
+}
+
+#[test]
+fn a_cuda_python_client_outlives_a_sigkilled_daemon() {
+    let secs = std::time::Duration::from_secs;
+    let sim = [("GPUPOOL_SIM_DEVICES", "1")];
+    let mut d = Daemon::start_env(Some("restore_wait_s = 30\n"), &[], &sim);
+    let mut c = PyClient::start(&d, "30", &[]);
+    assert!(c.until(secs(60), |l| l == "READY").is_some(), "{}", story(&d, &c.seen, 0));
+    assert!(c.steps(3, secs(30)), "{}", story(&d, &c.seen, 0));
+    let session = only_session(&d);
+    let root = d.dir.join("ckpt");
+    let out = checkpoint(&d, &session.to_string(), &root);
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), d.log());
+    // Steps after the checkpoint: lost with the daemon, replayed by the client.
+    assert!(c.steps(10, secs(30)), "{}", story(&d, &c.seen, 0));
+    let t0 = Instant::now();
+    d.kill_and_restart(&restore_args(&root).iter().map(String::as_str).collect::<Vec<_>>(), &sim);
+    let restarted = t0.elapsed();
+    assert!(c.steps(10, secs(60)), "no steps after the restart\n{}", story(&d, &c.seen, 0));
+    let resumed = t0.elapsed();
+    c.stop();
+    let (status, lines) = c.finish(secs(120));
+    let s = story(&d, &lines, 0);
+    assert!(status.is_some_and(|st| st.success()), "{status:?}\n{s}");
+    assert!(lines.iter().any(|l| l == "SUMMARY 2/2"), "{s}");
+    assert!(d.log().contains("session resumed by its client after a restore"), "{s}");
+    let err = std::fs::read_to_string(d.dir.join("client-0.err")).unwrap();
+    let replayed = err
+        .lines()
+        .find_map(|l| {
+            l.split("; ").nth(1)?.strip_suffix(" requests sent after its checkpoint replayed")?.parse::<u64>().ok()
+        })
+        .unwrap_or_else(|| panic!("no replay line\n{s}"));
+    // Steps went on between the checkpoint and the kill (some of the 10 lines may predate it).
+    assert!(replayed >= 3, "a step is a launch, a synchronize and a copy: {replayed} replayed\n{s}");
+    eprintln!(
+        "the client's next step {:.2} s after the SIGKILL (64 MiB restored, {restarted:.2?} to relaunch); {replayed} requests replayed",
+        resumed.as_secs_f64()
+    );
+}
+
+#[test]
+fn a_client_whose_checkpoint_is_stale_or_missing_fails_within_the_bound() {
+    let secs = std::time::Duration::from_secs;
+    let sim = [("GPUPOOL_SIM_DEVICES", "1")];
+    let mut d = Daemon::start_env(Some("restore_wait_s = 30\n"), &[], &sim);
+    // Stale: every step allocates after the checkpoint, which cannot be replayed.
+    let mut c = PyClient::start(&d, "30", &["--alloc"]);
+    assert!(c.until(secs(60), |l| l == "READY").is_some(), "{}", story(&d, &c.seen, 1));
+    assert!(c.steps(3, secs(30)), "{}", story(&d, &c.seen, 1));
+    let root = d.dir.join("ckpt");
+    let out = checkpoint(&d, &only_session(&d).to_string(), &root);
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), d.log());
+    assert!(c.steps(3, secs(30)), "{}", story(&d, &c.seen, 1));
+    d.kill_and_restart(&restore_args(&root).iter().map(String::as_str).collect::<Vec<_>>(), &sim);
+    let t0 = Instant::now();
+    let (status, lines) = c.finish(secs(30));
+    let s = story(&d, &lines, 1);
+    assert_eq!(status.and_then(|st| st.code()), Some(3), "{s}");
+    assert!(lines.iter().any(|l| l == "ERROR 46"), "CUDA_ERROR_DEVICE_UNAVAILABLE\n{s}");
+    let err = std::fs::read_to_string(d.dir.join("client-1.err")).unwrap();
+    assert!(err.contains("checkpoint is stale") && err.contains("cannot be replayed"), "{s}");
+    // The client gave the session up: the daemon frees it at once, not after restore_wait_s.
+    while !sessions(&d).is_empty() {
+        assert!(t0.elapsed() < secs(20), "the stale session was not freed\n{s}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(d.used("default", 0), 0);
+
+    // Missing: no daemon comes back; GPUPOOL_RECONNECT = 3 s bounds the wait.
+    let mut c = PyClient::start(&d, "3", &[]);
+    assert!(c.until(secs(60), |l| l == "READY").is_some(), "{}", story(&d, &c.seen, 0));
+    assert!(c.steps(2, secs(30)), "{}", story(&d, &c.seen, 0));
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    let t0 = Instant::now();
+    let (status, lines) = c.finish(secs(30));
+    let waited = t0.elapsed().as_secs_f64();
+    let s = story(&d, &lines, 0);
+    assert_eq!(status.and_then(|st| st.code()), Some(3), "{s}");
+    assert!(lines.iter().any(|l| l == "ERROR 46"), "{s}");
+    assert!(waited >= 2.9, "gave up after {waited:.2} s, before GPUPOOL_RECONNECT's 3 s\n{s}");
+    assert!(waited < 3.0 + 10.0, "gave up after {waited:.2} s (machine busy?)\n{s}");
+}
+
+#[test]
+fn the_upgrade_procedure_keeps_three_tenants_sessions_and_quotas() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    for line in README_UPGRADE {
+        assert!(readme.contains(line), "README.md must show: {line}");
+    }
+    let tenants = [("batch", 64 * MIB), ("inference", 96 * MIB), ("etl", 32 * MIB)];
+    let mut config = String::from("restore_wait_s = 30\n");
+    for (name, quota) in tenants {
+        let h = gpupool_quota::hash_token(&format!("tk-{name}"));
+        config +=
+            &format!("[[tenant]]\nname = \"{name}\"\ntoken_sha256 = \"{h}\"\nmemory = \"{}MiB\"\n\n", quota / MIB);
+    }
+    let sim = [("GPUPOOL_SIM_DEVICES", "1")];
+    let mut d = Daemon::start_env(Some(&config), &[], &sim);
+    let mut held = Vec::new();
+    for (i, (name, quota)) in tenants.iter().enumerate() {
+        let mut c = Client::connect_as(&d.socket, None, Some(&format!("tk-{name}"))).unwrap();
+        let ctx = c.ctx(0);
+        let buf = c.alloc(ctx, quota / 2).unwrap();
+        let set =
+            Memset { dst: buf, value: MemsetValue::U32(0xa000_0000 + i as u32), width: quota / 8, height: 1, pitch: 0 };
+        assert_eq!(code(&c.call(Request::Memset { set })), 0);
+        let key = session_key(&mut c);
+        held.push((c, ctx, buf, key));
+    }
+    let before = d.status()["tenants"].clone();
+    let root = d.dir.join("upgrade");
+    for (name, _) in tenants {
+        let line = README_UPGRADE[0].replace("batch", name).replace("/var/lib/gpupool/upgrade", root.to_str().unwrap());
+        let args: Vec<&str> = line.split_whitespace().collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+            .args(&args[1..])
+            .env("GPUPOOL_ENDPOINT", d.endpoint())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{line}: {}\n{}", String::from_utf8_lossy(&out.stderr), d.log());
+    }
+    // Stop the daemon (SIGTERM), start the new one with the README's line.
+    d.signal(rustix::process::Signal::TERM);
+    let _ = d.child.wait();
+    let line = README_UPGRADE[1].replace("/var/lib/gpupool/upgrade", root.to_str().unwrap());
+    let args: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+    assert_eq!(args[..2], ["gpupool", "daemon"]);
+    d.kill_and_restart(&args[2..].iter().map(String::as_str).collect::<Vec<_>>(), &sim);
+    // Each tenant's ledger and quota as before the upgrade.
+    let tenant = |doc: &serde_json::Value, name: &str| {
+        doc.as_array().unwrap().iter().find(|t| t["tenant"] == name).map(|t| t["devices"][0].clone())
+    };
+    let after = d.status()["tenants"].clone();
+    for (name, quota) in tenants {
+        let (b, a) = (tenant(&before, name).unwrap(), tenant(&after, name).unwrap_or_default());
+        assert_eq!((&a["used"], &a["quota"]), (&b["used"], &b["quota"]), "{name}\n{}", d.log());
+        assert_eq!(a["used"], quota / 2);
+    }
+    for (i, ((name, quota), (_, ctx, buf, (session, secret)))) in tenants.iter().zip(held).enumerate() {
+        let mut c = resume(&d, session, secret).unwrap_or_else(|r| panic!("{name}: {r:?}\n{}", d.log()));
+        let want = (0xa000_0000u32 + i as u32).to_le_bytes().repeat((quota / 8) as usize);
+        assert!(c.read_back(buf, quota / 2) == want, "{name}'s memory differs");
+        // The quota holds: the other half fits, one byte more does not.
+        let rest = c.alloc(ctx, quota / 2).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(c.alloc(ctx, 1).err().map(|e| e.0), Some(2), "{name}: past the quota");
+        assert_eq!(code(&c.call(Request::MemFree { ptr: rest })), 0);
+    }
 }

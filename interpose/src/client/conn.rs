@@ -5,7 +5,8 @@
 //! Failures map to documented codes: a daemon that cannot be reached or refuses the hello
 //! is `CUDA_ERROR_NOT_INITIALIZED` from `cuInit`; a daemon that goes away later is
 //! `CUDA_ERROR_DEVICE_UNAVAILABLE` from every call that needs it (the transport reports a
-//! vanished peer as `PeerGone`, so nothing hangs).
+//! vanished peer as `PeerGone`, so nothing hangs), unless a daemon that restored the session
+//! comes back within `GPUPOOL_RECONNECT` ([`super::resume`]).
 //!
 //! Two kinds of link: shared memory over a unix socket (a daemon on this host), and TCP
 //! or TLS (`tls://HOST:PORT`, [`super::endpoint`]). Over the network the staging area lives
@@ -24,6 +25,18 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use super::endpoint::{Endpoint, NetSettings};
+
+/// The request id in an encoded frame.
+fn split_id(frame: &[u8]) -> Option<u64> {
+    let (head, payload, _) = gpupool_protocol::frame::split_frame(frame).ok()?;
+    match bulk::view_parts(&head, payload).ok()? {
+        Some(v) => Some(v.id),
+        None => match Message::from_parts(&head, payload).ok()? {
+            Message::Request { id, .. } => Some(id),
+            _ => None,
+        },
+    }
+}
 use crate::util::{R, log, warn};
 
 /// Copies at most this long travel inside the frame; longer ones go through staging.
@@ -59,6 +72,8 @@ pub struct Conn {
     /// This session's host-function channel is attached; its thread clears it when the channel
     /// ends ([`super::host_channel`]).
     pub host_channel: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Resuming the session on a daemon that restored it ([`super::resume`]); None: off.
+    resume: Option<super::resume::Resume>,
 }
 
 /// Every this many async posts, failure frames the daemon queued are collected, so a
@@ -126,6 +141,18 @@ impl Conn {
             Ok(Reply::HelloReply { driver_version, devices, .. }) => {
                 c.driver_version = driver_version;
                 c.devices = devices;
+                let bound = super::resume::bound_from_env();
+                if !bound.is_zero() {
+                    match c.call_raw(Request::SessionKey {}) {
+                        Ok(Reply::SessionKey { session, secret }) => {
+                            let sent = c.next_id - 1;
+                            c.resume = Some(super::resume::Resume::new(ep.clone(), session, secret, bound, sent));
+                        }
+                        // A daemon that cannot say: the session just cannot be resumed.
+                        Ok(other) => log(&format!("no session key ({:?}): reconnecting is off", other.op())),
+                        Err(code) => return Err(format!("asking the session key failed ({})", code.0)),
+                    }
+                }
                 Ok(c)
             }
             Ok(Reply::Error { code, message }) => Err(format!("{ep} refused the session ({code}): {message}")),
@@ -191,6 +218,7 @@ impl Conn {
             broken: false,
             posted: 0,
             host_channel: Default::default(),
+            resume: None,
         })
     }
 
@@ -214,7 +242,13 @@ impl Conn {
     /// Encodes and sends `op`; `defer` lets it wait in the transport's write queue (it goes
     /// out with the next write or wait, at the latest).
     fn send_frame(&mut self, op: Request, no_reply: bool, defer: bool) -> R<u64> {
-        self.send_encoded(|id, out| Message::Request { id, no_reply, op }.encode_into(out), &[], defer)
+        let replay = self.resume.is_some() && super::resume::replayable(&op);
+        self.send_encoded(
+            |id, out| Message::Request { id, no_reply, op }.encode_into(out),
+            &[],
+            defer,
+            (replay, !no_reply),
+        )
     }
 
     /// Numbers a request, encodes it with `encode` into the reused frame buffer (no
@@ -225,6 +259,7 @@ impl Conn {
         encode: impl FnOnce(u64, &mut Vec<u8>) -> Result<usize, EncodeError>,
         tail: &[u8],
         defer: bool,
+        (replay, reply): (bool, bool),
     ) -> R<u64> {
         let id = self.next_id;
         self.next_id += 1;
@@ -242,6 +277,9 @@ impl Conn {
                     (true, false) => t.send(&frame),
                     (false, _) => t.send_parts(&[&frame, tail], defer),
                 };
+                if let Some(j) = &mut self.resume {
+                    j.record(id, &[&frame, tail], replay, reply);
+                }
                 r.map(|()| id).map_err(|e| self.fail(&format!("sending to {}: {e}", self.endpoint)))
             }
         };
@@ -254,13 +292,107 @@ impl Conn {
     /// Sends a bulk request ([`bulk`]): its head, then `data` straight from the caller's
     /// memory.
     fn send_bulk(&mut self, b: Bulk, no_reply: bool, data: &[u8], defer: bool) -> R<u64> {
-        self.send_encoded(|id, out| bulk::encode_head(id, no_reply, b, data.len(), out), data, defer)
+        let replay = matches!(b, Bulk::HtoD { .. } | Bulk::StagingWrite { .. });
+        self.send_encoded(
+            |id, out| bulk::encode_head(id, no_reply, b, data.len(), out),
+            data,
+            defer,
+            (replay, !no_reply),
+        )
     }
 
     /// Sends `op` and waits for its reply (an `Error` reply is returned as a reply).
     fn call_raw(&mut self, op: Request) -> R<Reply> {
-        let id = self.send(op, false)?;
-        self.wait_reply(id)
+        let again = self.resume.is_some().then(|| op.clone());
+        let first = self.next_id;
+        let r = self.send(op, false).and_then(|id| self.wait_reply(id));
+        match (r, again) {
+            (Err(_), Some(op)) if self.broken => {
+                self.reconnect(first)?;
+                let id = self.send(op, false)?;
+                self.wait_reply(id)
+            }
+            (r, _) => r,
+        }
+    }
+
+    /// After the daemon went away while request `failed` was sent or awaited: waits for a
+    /// daemon that restored this session, resumes it, and replays what the checkpoint missed
+    /// before `failed` ([`super::resume`]). The caller sends its request again.
+    fn reconnect(&mut self, failed: u64) -> R<()> {
+        let Some(mut j) = self.resume.take() else { return Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE) };
+        j.forget_from(failed);
+        let deadline = std::time::Instant::now() + j.bound;
+        warn(&format!(
+            "the daemon at {} went away; waiting up to {:.1} s (GPUPOOL_RECONNECT) for one that restored session {}",
+            self.endpoint,
+            j.bound.as_secs_f64(),
+            j.session
+        ));
+        let why = loop {
+            let attempt = Conn::connect(&j.ep, &mut NetSettings::from_env()).and_then(|mut c| {
+                let resume =
+                    Request::Resume { session: j.session, secret: j.secret, protocol_version: PROTOCOL_VERSION };
+                match c.call_raw(resume) {
+                    Ok(Reply::Resumed { last_request, .. }) => Ok(Ok((c, last_request))),
+                    Ok(Reply::Error { code, message }) => {
+                        Ok(Err(format!("{} refused to resume ({code}): {message}", j.ep)))
+                    }
+                    Ok(other) => Ok(Err(format!("unexpected reply {:?} to Resume", other.op()))),
+                    Err(code) => Err(format!("resuming failed ({})", code.0)),
+                }
+            });
+            match attempt {
+                Ok(Ok((c, last_request))) => match j.lost(last_request, failed - 1) {
+                    Ok(frames) => {
+                        let frames: Vec<(Vec<u8>, bool)> = frames.into_iter().map(|(f, r)| (f.to_vec(), r)).collect();
+                        let n = frames.len();
+                        self.t = c.into_link();
+                        self.broken = false;
+                        self.posted = 0;
+                        for (frame, reply) in frames {
+                            self.replay(&frame, reply)?;
+                        }
+                        warn(&format!(
+                            "session {} resumed; {n} requests sent after its checkpoint replayed",
+                            j.session
+                        ));
+                        self.resume = Some(j);
+                        return Ok(());
+                    }
+                    // Dropping `c` ends the session there: the daemon frees it.
+                    Err(e) => break format!("session {}'s checkpoint is stale: {e}", j.session),
+                },
+                // A daemon is there and does not have the session: it will not get it.
+                Ok(Err(e)) => break e,
+                Err(e) if std::time::Instant::now() >= deadline => break e,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+            }
+        };
+        warn(&format!("{why}; every later call fails with CUDA_ERROR_DEVICE_UNAVAILABLE"));
+        Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE)
+    }
+
+    /// Sends a journaled frame again (its own id); an answered one's reply is read and dropped.
+    fn replay(&mut self, frame: &[u8], reply: bool) -> R<()> {
+        if let Err(e) = self.t().send(frame) {
+            return Err(self.fail(&format!("replaying to {}: {e}", self.endpoint)));
+        }
+        if reply {
+            let id = match split_id(frame) {
+                Some(id) => id,
+                None => return Err(self.fail("a journaled frame without an id")),
+            };
+            if let Reply::Error { code, message } = self.wait_reply(id)? {
+                log(&format!("a replayed request failed ({code}): {message}"));
+                self.pending.get_or_insert(CUresult(code));
+            }
+        }
+        Ok(())
+    }
+
+    fn into_link(self) -> Link {
+        self.t
     }
 
     /// Receives the next frame from the daemon into `self.buf`, waiting as long as it takes
@@ -283,8 +415,10 @@ impl Conn {
 
     /// Marks the connection broken (sticky) and returns the code every call now gets.
     fn fail(&mut self, why: &str) -> CUresult {
-        if !self.broken {
+        if !self.broken && self.resume.is_none() {
             warn(&format!("{why}; every later call fails with CUDA_ERROR_DEVICE_UNAVAILABLE"));
+        } else if !self.broken {
+            warn(why);
         }
         self.broken = true;
         CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE
@@ -349,7 +483,15 @@ impl Conn {
     /// Any request, sent without waiting for its reply: it runs in order with the others,
     /// and its failure is reported at the next sync point as an asynchronous one's is.
     fn post_any(&mut self, op: Request) -> R<()> {
-        self.posted_with(|c| c.send(op, true))
+        let again = self.resume.is_some().then(|| op.clone());
+        let first = self.next_id;
+        match (self.posted_with(|c| c.send(op, true)), again) {
+            (Err(_), Some(op)) if self.broken => {
+                self.reconnect(first)?;
+                self.posted_with(|c| c.send(op, true))
+            }
+            (r, _) => r,
+        }
     }
 
     /// Bookkeeping of a request sent without a reply by `send`: the flusher is woken for a

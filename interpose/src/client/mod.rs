@@ -11,6 +11,7 @@ pub mod endpoint;
 mod flusher;
 mod handles;
 pub mod host_channel;
+pub mod resume;
 mod visible;
 
 pub use handles::*;

@@ -1,0 +1,196 @@
+//! Clients that outlive the daemon (issue 23, item 3; README.md, "Checkpoints"): when the
+//! daemon goes away, a connection waits up to `GPUPOOL_RECONNECT` seconds (default
+//! [`DEFAULT_BOUND`]; 0: fail at once with CUDA_ERROR_DEVICE_UNAVAILABLE, as before) for a
+//! daemon that restored its session (`gpupool daemon --restore`), resumes it with the session's
+//! id and secret (asked at connect, `SessionKey`), replays what it sent after the checkpoint,
+//! and retries the call that found the daemon gone.
+//!
+//! The restored session is the checkpoint's state, and the daemon says the id of the last
+//! request that checkpoint had seen. What the client sent after it is replayed from a
+//! journal of the encoded frames, when every one of them is **replayable**: a request whose
+//! effect depends only on device state and on bytes in its own frame, so sending it again gives
+//! what it gave the first time ([`replayable`]: kernel launches, memsets, device-to-device
+//! copies, host-to-device copies whose bytes travel in the frame, device-to-host copies (their
+//! bytes were delivered already; the copy is re-run for its ordering only), synchronizations,
+//! event records and queries). Anything else (allocations and frees, module loads, stream and
+//! event creation, copies through the shared staging area, whose bytes are gone with the old
+//! connection, and every other call) cannot be replayed; if one was sent after the
+//! checkpoint, the session is not resumed, the call fails with CUDA_ERROR_DEVICE_UNAVAILABLE and
+//! so does every later one. The journal holds at most [`JOURNAL_BYTES`].
+//!
+//! Owns the journal and the session's identity. It does not decide when a daemon is gone
+//! ([`super::conn`] does) and never resumes a session that is not its own.
+
+use gpupool_protocol::ops::HostSrc;
+use gpupool_protocol::{Request, RequestOp};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::endpoint::Endpoint;
+
+/// `GPUPOOL_RECONNECT` when unset.
+pub const DEFAULT_BOUND: Duration = Duration::from_secs(30);
+/// The journal's cap: beyond it the oldest frames are dropped, and a checkpoint older than
+/// what remains cannot be caught up with.
+pub const JOURNAL_BYTES: usize = 64 << 20;
+/// A device-to-host copy's reply longer than this comes back as bulk bytes, which a replay
+/// does not read: such copies are not replayed.
+const INLINE_REPLY_MAX: u32 = 64 << 10;
+
+/// How long to wait for a daemon that has the session (`GPUPOOL_RECONNECT`, seconds).
+pub fn bound_from_env() -> Duration {
+    match std::env::var("GPUPOOL_RECONNECT") {
+        Ok(v) => {
+            let v = v.trim().trim_end_matches('s');
+            match v.parse::<f64>() {
+                Ok(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(86_400.0)),
+                _ => {
+                    crate::util::warn(&format!("GPUPOOL_RECONNECT={v:?} is not a number of seconds; using 30"));
+                    DEFAULT_BOUND
+                }
+            }
+        }
+        Err(_) => DEFAULT_BOUND,
+    }
+}
+
+/// Whether sending `op` again after a restore gives what sending it the first time gave.
+pub fn replayable(op: &Request) -> bool {
+    use RequestOp as O;
+    match op {
+        Request::MemcpyHtoD { src, .. } | Request::MemcpyHtoDAsync { src, .. } => matches!(src, HostSrc::Inline(_)),
+        Request::MemcpyDtoHInline { len, .. } => *len <= INLINE_REPLY_MAX,
+        _ => matches!(
+            op.op(),
+            O::LaunchKernel
+                | O::Memset
+                | O::MemsetAsync
+                | O::MemcpyDtoD
+                | O::MemcpyDtoDAsync
+                | O::MemcpyDtoH
+                | O::MemcpyDtoHAsync
+                | O::CtxSynchronize
+                | O::StreamSynchronize
+                | O::StreamQuery
+                | O::EventRecord
+                | O::EventSynchronize
+                | O::EventQuery
+        ),
+    }
+}
+
+struct Entry {
+    id: u64,
+    frame: Vec<u8>,
+    reply: bool,
+}
+
+/// A connection's identity for resuming, and what it sent that a restore may need again.
+pub struct Resume {
+    pub ep: Endpoint,
+    pub session: u64,
+    pub secret: [u8; 16],
+    pub bound: Duration,
+    journal: VecDeque<Entry>,
+    bytes: usize,
+    /// The last request id that cannot be replayed: a checkpoint older than it is stale.
+    barrier: u64,
+}
+
+impl Resume {
+    /// `sent`: the id of the last request already sent (none of them journaled).
+    pub fn new(ep: Endpoint, session: u64, secret: [u8; 16], bound: Duration, sent: u64) -> Resume {
+        Resume { ep, session, secret, bound, journal: VecDeque::new(), bytes: 0, barrier: sent }
+    }
+
+    /// Request `id` was sent as `parts` (its frame, and a bulk request's bytes).
+    pub fn record(&mut self, id: u64, parts: &[&[u8]], replayable: bool, reply: bool) {
+        if !replayable {
+            self.journal.clear();
+            self.bytes = 0;
+            self.barrier = id;
+            return;
+        }
+        let frame: Vec<u8> = parts.concat();
+        self.bytes += frame.len();
+        self.journal.push_back(Entry { id, frame, reply });
+        while self.bytes > JOURNAL_BYTES {
+            let Some(e) = self.journal.pop_front() else { break };
+            self.bytes -= e.frame.len();
+            self.barrier = e.id;
+        }
+    }
+
+    /// Forgets requests from `id` on (the call that found the daemon gone is sent again).
+    pub fn forget_from(&mut self, id: u64) {
+        while self.journal.back().is_some_and(|e| e.id >= id) {
+            let e = self.journal.pop_back().expect("just seen");
+            self.bytes -= e.frame.len();
+        }
+    }
+
+    /// The frames to send again after a restore whose checkpoint had seen request
+    /// `last_request`, up to `upto` (what was sent): (frame, whether it is answered).
+    pub fn lost(&self, last_request: u64, upto: u64) -> Result<Vec<(&[u8], bool)>, String> {
+        if last_request < self.barrier {
+            return Err(format!(
+                "the checkpoint saw requests up to {last_request}, but request {} after it cannot be replayed",
+                self.barrier
+            ));
+        }
+        let lost: Vec<&Entry> = self.journal.iter().filter(|e| e.id > last_request && e.id <= upto).collect();
+        let want = upto.saturating_sub(last_request) as usize;
+        if lost.len() != want {
+            return Err(format!(
+                "{want} requests were sent after the checkpoint (ids {}..={upto}), {} of them are journaled",
+                last_request + 1,
+                lost.len()
+            ));
+        }
+        Ok(lost.into_iter().map(|e| (e.frame.as_slice(), e.reply)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resume() -> Resume {
+        Resume::new(Endpoint::Unix("/x".into()), 3, [1; 16], DEFAULT_BOUND, 2)
+    }
+
+    #[test]
+    fn what_came_after_the_checkpoint_is_replayed_when_all_of_it_can_be() {
+        let mut r = resume();
+        for id in 3..=6 {
+            r.record(id, &[&[id as u8]], true, id % 2 == 0);
+        }
+        let lost = r.lost(4, 6).unwrap();
+        assert_eq!(lost, vec![(&[5u8][..], false), (&[6u8][..], true)]);
+        assert!(r.lost(6, 6).unwrap().is_empty());
+        // A checkpoint from before the journal began: request 2 and earlier are not in it.
+        assert!(r.lost(1, 6).unwrap_err().contains("cannot be replayed"));
+        // An allocation after the checkpoint: stale.
+        r.record(7, &[&[7]], false, true);
+        r.record(8, &[&[8]], true, true);
+        assert!(r.lost(6, 8).is_err());
+        assert_eq!(r.lost(7, 8).unwrap().len(), 1);
+        r.forget_from(8);
+        assert!(r.lost(7, 7).unwrap().is_empty());
+    }
+
+    #[test]
+    fn replayable_calls_are_the_documented_ones() {
+        use gpupool_protocol::ops::{InlineBytes, StagingRegion};
+        use gpupool_protocol::{CtxId, DevicePtr};
+        let inline = HostSrc::Inline(InlineBytes(vec![1, 2]));
+        let staged = HostSrc::Staging(StagingRegion { offset: 0, len: 2 });
+        assert!(replayable(&Request::MemcpyHtoD { dst: DevicePtr(1), src: inline }));
+        assert!(!replayable(&Request::MemcpyHtoD { dst: DevicePtr(1), src: staged }));
+        assert!(replayable(&Request::CtxSynchronize { ctx: CtxId(1) }));
+        assert!(!replayable(&Request::MemAlloc { ctx: CtxId(1), bytes: 4 }));
+        assert!(!replayable(&Request::MemFree { ptr: DevicePtr(1) }));
+        assert!(replayable(&Request::MemcpyDtoHInline { src: DevicePtr(1), len: 64 }));
+        assert!(!replayable(&Request::MemcpyDtoHInline { src: DevicePtr(1), len: 1 << 20 }));
+    }
+}
