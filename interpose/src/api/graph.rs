@@ -191,13 +191,9 @@ pub(super) fn begin_capture_to_graph(
 
 /// Edge data other than the default (type 0, ports 0) is not forwarded.
 fn default_edges(edges: *const CUgraphEdgeData, n: usize) -> R<()> {
-    if !edges.is_null() && n > 0 {
-        // SAFETY: `n` edge records at `edges`, as the API documents.
-        let list = unsafe { std::slice::from_raw_parts(edges, n) };
-        if list.iter().any(|e| e.type_ != 0 || e.from_port != 0 || e.to_port != 0) {
-            log("programmatic graph edges are not forwarded through the pool");
-            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
-        }
+    if has_non_default_edge(edges, n) {
+        log("programmatic graph edges are not forwarded through the pool");
+        return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
     }
     Ok(())
 }
@@ -613,15 +609,19 @@ pub(super) fn add_dependencies_v2(
     edges: *const CUgraphEdgeData,
     n: usize,
 ) -> R<()> {
-    if !edges.is_null() && n > 0 {
-        // SAFETY: `n` edge records at `edges`, as the API documents.
-        let list = unsafe { std::slice::from_raw_parts(edges, n) };
-        if list.iter().any(|e| e.type_ != 0 || e.from_port != 0 || e.to_port != 0) {
-            log("programmatic graph edges are not forwarded through the pool");
-            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
-        }
-    }
+    default_edges(edges, n)?;
     add_dependencies(graph, from, to, n)
+}
+
+/// Whether any of the `n` edge records at `edges` (NULL: all default) is not the default edge
+/// (type 0, ports 0), the only kind the pool makes.
+pub(super) fn has_non_default_edge(edges: *const CUgraphEdgeData, n: usize) -> bool {
+    if edges.is_null() || n == 0 {
+        return false;
+    }
+    // SAFETY: `n` edge records at `edges`, as the API documents.
+    let list = unsafe { std::slice::from_raw_parts(edges, n) };
+    list.iter().any(|e| e.type_ != 0 || e.from_port != 0 || e.to_port != 0)
 }
 
 pub(super) fn exec_kernel_node_set_params(

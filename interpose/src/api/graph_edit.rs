@@ -36,13 +36,9 @@ pub(super) fn remove_dependencies_v2(
     edges: *const CUgraphEdgeData,
     n: usize,
 ) -> R<()> {
-    if !edges.is_null() && n > 0 {
-        // SAFETY: `n` edge records at `edges`, as the API documents.
-        let list = unsafe { std::slice::from_raw_parts(edges, n) };
-        if list.iter().any(|e| e.type_ != 0 || e.from_port != 0 || e.to_port != 0) {
-            log("cuGraphRemoveDependencies_v2: no edge with that edge data exists (the pool makes default edges only)");
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
+    if super::graph::has_non_default_edge(edges, n) {
+        log("cuGraphRemoveDependencies_v2: no edge with that edge data exists (the pool makes default edges only)");
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     remove_dependencies(graph, from, to, n)
 }
