@@ -345,6 +345,8 @@ macro_rules! driver_entry_points {
         "cuGraphDestroyNode" => [10000 => cuGraphDestroyNode];
         "cuGraphNodeFindInClone" => [10000 => cuGraphNodeFindInClone];
         "cuGraphExecKernelNodeSetParams" => [10010 => !, 12000 => cuGraphExecKernelNodeSetParams_v2];
+        "cuGraphKernelNodeGetParams" => [10000 => cuGraphKernelNodeGetParams, 12000 => cuGraphKernelNodeGetParams_v2];
+        "cuGraphKernelNodeSetParams" => [10000 => cuGraphKernelNodeSetParams, 12000 => cuGraphKernelNodeSetParams_v2];
         "cuGraphAddMemcpyNode" => [10000 => cuGraphAddMemcpyNode];
         "cuGraphMemsetNodeGetParams" => [10000 => cuGraphMemsetNodeGetParams];
         "cuGraphMemsetNodeSetParams" => [10000 => cuGraphMemsetNodeSetParams];

@@ -6005,6 +6005,30 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuGraphKernelNodeGetParams(
+        hNode: CUgraphNode,
+        nodeParams: *mut CUDA_KERNEL_NODE_PARAMS_v1,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphKernelNodeSetParams(
+        hNode: CUgraphNode,
+        nodeParams: *const CUDA_KERNEL_NODE_PARAMS_v1,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphKernelNodeGetParams_v2(
+        hNode: CUgraphNode,
+        nodeParams: *mut CUDA_KERNEL_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphKernelNodeSetParams_v2(
+        hNode: CUgraphNode,
+        nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuGraphAddMemcpyNode(
         phGraphNode: *mut CUgraphNode,
         hGraph: CUgraph,

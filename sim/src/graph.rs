@@ -18,12 +18,38 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// The most nodes a graph may hold (a node's handle carries its index in 15 bits).
 pub const MAX_NODES: usize = (1 << 15) - 1;
 
-/// A kernel node's launch, kept so that `cuGraphExecKernelNodeSetParams` can change it.
+/// A kernel node's launch (made by `cuGraphAddKernelNode` or captured from `cuLaunchKernel`), kept
+/// so that `cuGraphKernelNodeGetParams` can answer it.
 #[derive(Clone)]
 pub struct KernelLaunch {
+    /// The `CUfunction` the application named.
+    pub handle: u64,
     pub f: Arc<Function>,
     pub cfg: LaunchConfig,
-    pub params: Vec<u8>,
+    /// Shared by the node's copies, so the addresses `cuGraphKernelNodeGetParams` hands out stay
+    /// valid as long as the node (NVIDIA's promise) whichever copy answered.
+    pub args: Arc<KernelArgs>,
+}
+
+/// A kernel's packed parameter buffer and the address of each parameter in it (the
+/// `kernelParams` array `cuGraphKernelNodeGetParams` answers).
+pub struct KernelArgs {
+    pub bytes: Vec<u8>,
+    ptrs: Vec<usize>,
+}
+
+impl KernelArgs {
+    pub fn new(f: &Function, bytes: Vec<u8>) -> Arc<KernelArgs> {
+        let base = bytes.as_ptr() as usize;
+        // The buffer is never written again, so its heap address is fixed from here on.
+        let ptrs = f.entry.params.iter().map(|p| base + p.offset as usize).collect();
+        Arc::new(KernelArgs { bytes, ptrs })
+    }
+
+    /// The `void**` array: one pointer per parameter, into [`KernelArgs::bytes`].
+    pub fn array(&self) -> *mut *mut std::ffi::c_void {
+        self.ptrs.as_ptr().cast_mut().cast()
+    }
 }
 
 /// A host node's function and argument (the application's addresses), kept so that

@@ -92,16 +92,22 @@ fn program(driver: &Driver, f: &Function) -> CuResult<Arc<Program>> {
     }
 }
 
-/// Validates and queues a launch; `params` is the packed parameter buffer.
+/// Validates and queues a launch of function `handle`; `params` is the packed parameter buffer.
+/// A capture records it as a kernel node with its launch, as the driver does.
 pub fn launch(
     ctx: &Arc<Context>,
     stream: &Arc<Stream>,
+    handle: u64,
     f: Arc<Function>,
     cfg: LaunchConfig,
     params: Vec<u8>,
 ) -> CuResult<()> {
-    let job = kernel_job(ctx, f, cfg, params)?;
-    stream.enqueue(ctx, Work::Kernel, Vec::new(), job);
+    let job = kernel_job(ctx, f.clone(), cfg, params.clone())?;
+    let node = move |j| {
+        let args = crate::graph::KernelArgs::new(&f, params);
+        crate::graph::Op::Kernel(crate::graph::KernelLaunch { handle, f, cfg, args }, j)
+    };
+    stream.enqueue_node(ctx, Work::Kernel, Vec::new(), job, node);
     Ok(())
 }
 

@@ -10,7 +10,10 @@
  * depends on the order of its launches), z = y (device to device), w = 0x5a5a5a5a (memset),
  * w[i] += y[i] (a second kernel), an event record. The graph is replayed --replays times
  * [1000]; the eager run does the same calls one by one on other buffers; both must equal the
- * CPU's result, bit for bit (integer arithmetic, wrapping).
+ * CPU's result, bit for bit (integer arithmetic, wrapping). The captured step kernel's node is then
+ * read back (cuGraphKernelNodeGetParams, _v2 and v1: the function handle, configuration, readable
+ * parameters) and its k changed with cuGraphKernelNodeSetParams: a new instantiation runs the new k,
+ * the instantiation made before keeps K.
  *
  * Then the capture rules: cuStreamIsCapturing / cuStreamGetCaptureInfo_v2 during and after a
  * capture; the legacy stream cannot be captured; a copy from pageable memory and, in global
@@ -64,7 +67,9 @@
     X(cuGraphAddChildGraphNode) X(cuGraphAddEventRecordNode) X(cuGraphAddDependencies)                            \
     X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphClone) X(cuGraphExecUpdate_v2) X(cuGraphDebugDotPrint)       \
     X(cuGraphAddHostNode) X(cuGraphAddMemcpyNode) X(cuLaunchHostFunc) X(cuStreamAddCallback)                 \
-    X(cuGraphHostNodeGetParams) X(cuGraphHostNodeSetParams) X(cuGraphExecHostNodeSetParams) X(cuMemcpyDtoHAsync_v2)
+    X(cuGraphHostNodeGetParams) X(cuGraphHostNodeSetParams) X(cuGraphExecHostNodeSetParams) X(cuMemcpyDtoHAsync_v2) \
+    X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams_v2) X(cuGraphKernelNodeSetParams_v2)        \
+    X(cuGraphKernelNodeGetParams)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -286,6 +291,58 @@ int main(int argc, char **argv) {
     }
     printf("replays %d ms %.1f\n", replays, graph_ns / 1e6);
     ok("graph replays equal the eager run and the CPU");
+
+    /* The captured step kernel's node read back (the function handle this program holds, its
+     * configuration, parameters it can read), its k changed with cuGraphKernelNodeSetParams: a new
+     * instantiation runs the new k, the one made before keeps K (instantiated graphs keep theirs). */
+    {
+        CUgraphNode nodes[16], nk = NULL;
+        size_t count = 16;
+        CUDA_KERNEL_NODE_PARAMS kp;
+        CUDA_KERNEL_NODE_PARAMS_v1 k1;
+        CU(cuGraphGetNodes, graph, nodes, &count);
+        for (size_t i = 0; i < count && !nk; i++) {
+            CUgraphNodeType t;
+            CU(cuGraphNodeGetType, nodes[i], &t);
+            if (t != CU_GRAPH_NODE_TYPE_KERNEL) continue;
+            memset(&kp, 0, sizeof kp);
+            CU(cuGraphKernelNodeGetParams_v2, nodes[i], &kp);
+            if (kp.func == f_step) nk = nodes[i];
+        }
+        if (!nk) fail("captured kernel node", "no node runs step among %ld nodes %ld", (long)count, 0);
+        if (kp.gridDimX != (N + 127) / 128 || kp.gridDimY != 1 || kp.blockDimX != 128 || kp.blockDimZ != 1 ||
+            kp.sharedMemBytes != 0 || !kp.kernelParams || kp.extra)
+            fail("kernel node configuration", "grid %ld block %ld", (long)kp.gridDimX, (long)kp.blockDimX);
+        if (*(CUdeviceptr *)kp.kernelParams[0] != g[1] || *(CUdeviceptr *)kp.kernelParams[1] != g[0] ||
+            *(uint32_t *)kp.kernelParams[2] != K || *(uint32_t *)kp.kernelParams[3] != N)
+            fail("kernel node parameters", "k %ld n %ld", (long)*(uint32_t *)kp.kernelParams[2],
+                 (long)*(uint32_t *)kp.kernelParams[3]);
+        CU(cuGraphKernelNodeGetParams, nk, &k1);
+        if (k1.func != f_step || *(uint32_t *)k1.kernelParams[2] != K)
+            fail("kernel node parameters (v1)", "k %ld %ld", (long)*(uint32_t *)k1.kernelParams[2], 0);
+        uint32_t k_new = 1000003u;
+        void *args[4] = {kp.kernelParams[0], kp.kernelParams[1], &k_new, kp.kernelParams[3]};
+        kp.kernelParams = args;
+        CU(cuGraphKernelNodeSetParams_v2, nk, &kp);
+        CUDA_KERNEL_NODE_PARAMS back;
+        CU(cuGraphKernelNodeGetParams_v2, nk, &back);
+        if (*(uint32_t *)back.kernelParams[2] != k_new)
+            fail("kernel node parameters after set", "k %ld %ld", (long)*(uint32_t *)back.kernelParams[2], 0);
+        CUgraphExec xk = NULL;
+        CU(cuGraphInstantiateWithFlags, &xk, graph, 0);
+        for (int pass = 0; pass < 2; pass++) {
+            set_x(1000 + pass);
+            CU(cuGraphLaunch, pass == 0 ? xk : exec, s);
+            CU(cuStreamSynchronize, s);
+            for (int i = 0; i < N; i++) cy[i] = 3u * cy[i] + pinned[i] + (pass == 0 ? k_new : (uint32_t)K);
+            read_back(got, g[1]);
+            for (int i = 0; i < N; i++)
+                if (got[i] != cy[i]) fail("kernel node set params", "index %ld differs (pass %ld)", i, pass);
+        }
+        CU(cuGraphExecDestroy, xk);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeGetParams_v2, nodes[0] == nk ? nodes[1] : nodes[0], &back);
+        ok("a captured kernel node's parameters read back and changed: the new instantiation runs them");
+    }
 
     /* A page-locked buffer freed while a graph copies from it: the daemon keeps its mapping until
      * the graph goes (the copy reads what was there) and keeps serving. */

@@ -6,7 +6,8 @@
 // cudaGraphMemcpyNodeSetParamsToSymbol (a new exec copies to offset 0; the old one keeps offset 16)
 // and cudaGraphExecMemcpyNodeSetParamsFromSymbol (one exec reads the table into another buffer).
 // A kernel node (cudaGraphAddKernelNode, the kernel's host stub) adds k to every entry at each
-// launch, and cudaGraphExecKernelNodeSetParams changes k for one instantiated graph.
+// launch, and cudaGraphExecKernelNodeSetParams changes k for one instantiated graph;
+// cudaGraphKernelNodeGetParams reads the node back and cudaGraphKernelNodeSetParams changes it.
 #include "check.cuh"
 
 __device__ int table[256];
@@ -106,6 +107,26 @@ int main() {
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaMemcpyFromSymbol(got, table, sizeof got));
   CHECK(got[0] == 16 && got[128] == 16, "cudaGraphExecKernelNodeSetParams", "%d %d", got[0], got[128]);
+
+  // The graph's kernel node read back (the host stub, the configuration, the k it was added with)
+  // and changed: a new exec adds 20, the one made before still adds 10.
+  cudaKernelNodeParams rp = {};
+  CUDA_CHECK(cudaGraphKernelNodeGetParams(kn, &rp));
+  CHECK(rp.func == (void *)bump && rp.blockDim.x == 256 && rp.gridDim.x == 1 && rp.kernelParams &&
+            *(int **)rp.kernelParams[0] == t && *(int *)rp.kernelParams[1] == 3,
+        "cudaGraphKernelNodeGetParams", "k=%d block=%u", rp.kernelParams ? *(int *)rp.kernelParams[1] : -1,
+        rp.blockDim.x);
+  k = 20;
+  CUDA_CHECK(cudaGraphKernelNodeSetParams(kn, &kp));
+  cudaGraphExec_t ke2;
+  CUDA_CHECK(cudaGraphInstantiate(&ke2, kg, 0));
+  CUDA_CHECK(cudaGraphLaunch(ke2, 0));
+  CUDA_CHECK(cudaGraphLaunch(ke, 0));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpyFromSymbol(got, table, sizeof got));
+  CHECK(got[0] == 46 && got[255] == 46, "cudaGraphKernelNodeSetParams: a new exec runs it, the old keeps its own",
+        "%d %d", got[0], got[255]);
+  CUDA_CHECK(cudaGraphExecDestroy(ke2));
 
   CUDA_CHECK(cudaGraphExecDestroy(ke));
   CUDA_CHECK(cudaGraphDestroy(kg));

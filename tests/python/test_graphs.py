@@ -63,6 +63,56 @@ def test_captured_graph_replays_kernel_copy_and_memset(cuda, gctx):
     del keep
 
 
+def test_captured_kernel_node_parameters_read_back_and_changed(cuda, gctx):
+    """cuGraphKernelNodeGetParams of a captured launch answers its function, configuration and a
+    kernelParams array the program can read; cuGraphKernelNodeSetParams changes the graph's node:
+    a new instantiation runs the new launch, one made before keeps the captured one."""
+    import ctypes
+
+    n = 700
+    fn = load(AXPB).function("axpb")
+    x_host = np.arange(n, dtype=np.float32)
+    dx, dy = to_device(x_host), alloc(4 * n)
+    stream = check(cuda.cuStreamCreate(0))
+    keep, params = _args(ptr(dx), ptr(dy), ctypes.c_float(2.0), ctypes.c_float(1.0), i32(n))
+    check(cuda.cuStreamBeginCapture(stream, cuda.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL))
+    check(cuda.cuMemsetD32Async(dy, 0, n, stream))
+    check(cuda.cuLaunchKernel(fn, ceil_div(n, 128), 1, 1, 128, 1, 1, 16, stream, ctypes.addressof(params), 0))
+    graph = check(cuda.cuStreamEndCapture(stream))
+    nodes, count = check(cuda.cuGraphGetNodes(graph, 2))
+    types = [check(cuda.cuGraphNodeGetType(x)) for x in nodes[:count]]
+    assert types == [cuda.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEMSET, cuda.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL]
+    node = nodes[1]
+    (err, _) = cuda.cuGraphKernelNodeGetParams(nodes[0])
+    assert err == cuda.CUresult.CUDA_ERROR_INVALID_VALUE
+    p = check(cuda.cuGraphKernelNodeGetParams(node))
+    assert int(p.func) == int(fn)
+    assert (p.gridDimX, p.gridDimY, p.blockDimX, p.blockDimZ, p.sharedMemBytes) == (ceil_div(n, 128), 1, 128, 1, 16)
+    assert p.kernelParams and not p.extra
+    got = (ctypes.c_void_p * 5).from_address(p.kernelParams)
+    assert ctypes.c_uint64.from_address(got[1]).value == int(dy)
+    assert ctypes.c_float.from_address(got[2]).value == 2.0
+    assert ctypes.c_int32.from_address(got[4]).value == n
+    old = check(cuda.cuGraphInstantiate(graph, 0))
+
+    keep2, params2 = _args(ptr(dx), ptr(dy), ctypes.c_float(5.0), ctypes.c_float(1.0), i32(n))
+    p.kernelParams = ctypes.addressof(params2)
+    check(cuda.cuGraphKernelNodeSetParams(node, p))
+    back = check(cuda.cuGraphKernelNodeGetParams(node))
+    got = (ctypes.c_void_p * 5).from_address(back.kernelParams)
+    assert ctypes.c_float.from_address(got[2]).value == 5.0
+    new = check(cuda.cuGraphInstantiate(graph, 0))
+    for exe, a in [(new, 5.0), (old, 2.0)]:
+        check(cuda.cuGraphLaunch(exe, stream))
+        check(cuda.cuStreamSynchronize(stream))
+        np.testing.assert_array_equal(from_device(dy, n, np.float32), a * x_host + 1.0)
+    for exe in (new, old):
+        check(cuda.cuGraphExecDestroy(exe))
+    check(cuda.cuGraphDestroy(graph))
+    check(cuda.cuStreamDestroy(stream))
+    del keep, keep2
+
+
 def test_synchronous_calls_invalidate_a_capture(cuda, gctx):
     stream = check(cuda.cuStreamCreate(0))
     dx = alloc(64)

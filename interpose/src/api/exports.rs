@@ -143,6 +143,14 @@ exports! { CUresult;
         = graph_edit::find_in_clone;
     cuGraphExecKernelNodeSetParams_v2(exec: val CUgraphExec, node: val CUgraphNode,
         params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::exec_kernel_node_set_params;
+    cuGraphKernelNodeGetParams_v2(node: val CUgraphNode, params: val *mut CUDA_KERNEL_NODE_PARAMS)
+        = graph_kernel::get_params;
+    cuGraphKernelNodeSetParams_v2(node: val CUgraphNode, params: val *const CUDA_KERNEL_NODE_PARAMS)
+        = graph_kernel::set_params;
+    cuGraphKernelNodeGetParams(node: val CUgraphNode, params: val *mut CUDA_KERNEL_NODE_PARAMS_v1)
+        = graph_kernel::get_params_v1;
+    cuGraphKernelNodeSetParams(node: val CUgraphNode, params: val *const CUDA_KERNEL_NODE_PARAMS_v1)
+        = graph_kernel::set_params_v1;
     cuGraphAddMemcpyNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
         params: val *const CUDA_MEMCPY3D, ctx: val CUcontext) = graph::add_memcpy_node;
     cuGraphMemsetNodeGetParams(node: val CUgraphNode, params: val *mut CUDA_MEMSET_NODE_PARAMS) = graph_params::memset_get;

@@ -372,6 +372,7 @@ pub(super) fn graph_create(pgraph: *mut CUgraph, flags: c_uint) -> R<()> {
 
 pub(super) fn graph_destroy(graph: CUgraph) -> R<()> {
     let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    super::graph_kernel::forget_graph(graph);
     client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphDestroy { graph: GraphId(id) }))?;
     release_graph_memory(graph as u64);
     super::graph_mem::forget_graph(graph as u64);
@@ -469,7 +470,7 @@ fn add_node(
 }
 
 /// A kernel node's launch, its parameters packed here with the function's layout.
-fn kernel_node(c: &mut Client, p: *const CUDA_KERNEL_NODE_PARAMS) -> R<KernelNode> {
+pub(super) fn kernel_node(c: &mut Client, p: *const CUDA_KERNEL_NODE_PARAMS) -> R<KernelNode> {
     if p.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }

@@ -18,6 +18,7 @@ pub(super) fn destroy_node(node: CUgraphNode) -> R<()> {
     let (id, ep) = node_id(node)?;
     client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphDestroyNode { node: id }))?;
     super::graph_params::forget_node(node);
+    super::graph_kernel::forget_node(node);
     Ok(())
 }
 

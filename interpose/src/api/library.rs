@@ -225,6 +225,17 @@ pub(super) fn set_cache_config(k: CUkernel, config: CUfunc_cache, _dev: CUdevice
     module::set_func_cache_config(get_function(k)?, config)
 }
 
+/// The kernel handle of function `name` of `module` when that module is a library's (in any
+/// context): `cuGraphKernelNodeGetParams` answers such a node's kernel as the handle NVIDIA's
+/// runtime launched it by.
+pub(crate) fn kernel_of(module: u64, name: &std::ffi::CStr) -> Option<CUkernel> {
+    with_state(|s| {
+        let (&lib, _) = s.libraries.iter().find(|(_, l)| l.modules.values().any(|&m| m == module))?;
+        let (&k, _) = s.kernels.iter().find(|(_, k)| k.library == lib && k.name.as_c_str() == name)?;
+        Some(k as CUkernel)
+    })
+}
+
 /// The name lives as long as the library.
 pub(super) fn get_name(k: CUkernel) -> R<*const c_char> {
     with_state(|s| s.kernels.get(&(k as u64)).map(|k| k.name.as_ptr())).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)

@@ -22,6 +22,7 @@ pub mod extra;
 pub mod features;
 pub mod graph;
 pub mod graph_edit;
+pub mod graph_kernel;
 pub mod graph_mem;
 pub mod graph_params;
 pub mod graph_topology;

@@ -12,7 +12,8 @@ use super::{Rt, cu, registry, rt_exports, runtime_major, state};
 use crate::api::exports::{
     cuGraphAddChildGraphNode, cuGraphAddDependencies_v2, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
     cuGraphAddKernelNode_v2, cuGraphAddMemsetNode, cuGraphClone, cuGraphDestroyNode, cuGraphExecKernelNodeSetParams_v2,
-    cuGraphMemcpyNodeGetParams, cuGraphNodeFindInClone, cuGraphRemoveDependencies_v2,
+    cuGraphKernelNodeGetParams_v2, cuGraphKernelNodeSetParams_v2, cuGraphMemcpyNodeGetParams, cuGraphNodeFindInClone,
+    cuGraphRemoveDependencies_v2,
 };
 use gpupool_shim::cuda::{
     CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec,
@@ -63,6 +64,49 @@ fn exec_kernel_node_set_params(exec: CUgraphExec, node: CUgraphNode, p: *const c
     let k = kernel_params(p)?;
     // SAFETY: our own export; it checks the handles.
     cu(unsafe { cuGraphExecKernelNodeSetParams_v2(exec, node, &k) })
+}
+
+/// NVIDIA: the parameters as last set; `func` is the kernel's host stub (a function the
+/// application loaded through the driver is answered as its `CUfunction`).
+fn kernel_node_get_params(node: CUgraphNode, p: *mut cudaKernelNodeParams) -> Rt<()> {
+    if p.is_null() {
+        return Err(cudaError::cudaErrorInvalidValue);
+    }
+    let mut k = CUDA_KERNEL_NODE_PARAMS {
+        func: std::ptr::null_mut(),
+        gridDimX: 0,
+        gridDimY: 0,
+        gridDimZ: 0,
+        blockDimX: 0,
+        blockDimY: 0,
+        blockDimZ: 0,
+        sharedMemBytes: 0,
+        kernelParams: std::ptr::null_mut(),
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    };
+    // SAFETY: our own export; it checks the handle and writes `k`.
+    cu(unsafe { cuGraphKernelNodeGetParams_v2(node, &mut k) })?;
+    let func = registry::stub_of(k.func).unwrap_or(k.func.cast_const().cast()).cast_mut();
+    let dim = |x, y, z| gpupool_shim::cudart::dim3 { x, y, z };
+    let r = cudaKernelNodeParams {
+        func,
+        gridDim: dim(k.gridDimX, k.gridDimY, k.gridDimZ),
+        blockDim: dim(k.blockDimX, k.blockDimY, k.blockDimZ),
+        sharedMemBytes: k.sharedMemBytes,
+        kernelParams: k.kernelParams,
+        extra: k.extra,
+    };
+    // SAFETY: non-null; the caller passes a writable cudaKernelNodeParams.
+    unsafe { p.write_unaligned(r) };
+    Ok(())
+}
+
+fn kernel_node_set_params(node: CUgraphNode, p: *const cudaKernelNodeParams) -> Rt<()> {
+    let k = kernel_params(p)?;
+    // SAFETY: our own export; it checks the handle and the parameters.
+    cu(unsafe { cuGraphKernelNodeSetParams_v2(node, &k) })
 }
 
 fn add_memset_node(
@@ -241,6 +285,8 @@ rt_exports! {
         p: *const cudaKernelNodeParams);
     cudaGraphExecKernelNodeSetParams => exec_kernel_node_set_params(exec: CUgraphExec, node: CUgraphNode,
         p: *const cudaKernelNodeParams);
+    cudaGraphKernelNodeGetParams => kernel_node_get_params(node: CUgraphNode, p: *mut cudaKernelNodeParams);
+    cudaGraphKernelNodeSetParams => kernel_node_set_params(node: CUgraphNode, p: *const cudaKernelNodeParams);
     cudaGraphAddMemsetNode => add_memset_node(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
         n: usize, p: *const CUDA_MEMSET_NODE_PARAMS);
     cudaGraphAddChildGraphNode => add_child_graph_node(node: *mut CUgraphNode, graph: CUgraph,

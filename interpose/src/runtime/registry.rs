@@ -145,6 +145,12 @@ pub fn function(stub: *const c_void) -> Rt<CUfunction> {
     })
 }
 
+/// The host stub of the registered kernel `f` was loaded for (`cudaGraphKernelNodeGetParams`
+/// answers the stub, as the application named it); `None` for a function loaded otherwise.
+pub fn stub_of(f: CUfunction) -> Option<*const c_void> {
+    with(|r| r.functions.iter().find(|(_, g)| **g == f).map(|(&(stub, _), _)| stub as *const c_void))
+}
+
 /// The device address and size of the variable whose host shadow is `symbol`, in the
 /// current runtime context.
 pub fn symbol(symbol: *const c_void) -> Rt<(CUdeviceptr, usize)> {

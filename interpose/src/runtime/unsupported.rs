@@ -71,7 +71,7 @@ unsupported! {
     cudaGraphExternalSemaphoresWaitNodeGetParams, cudaGraphExternalSemaphoresWaitNodeSetParams,
     cudaGraphInstantiateWithParams,
     cudaGraphInstantiateWithParams_ptsz, cudaGraphKernelNodeCopyAttributes, cudaGraphKernelNodeGetAttribute,
-    cudaGraphKernelNodeGetParams, cudaGraphKernelNodeSetAttribute, cudaGraphKernelNodeSetParams,
+    cudaGraphKernelNodeSetAttribute,
     cudaGraphNodeGetEnabled,
     cudaGraphNodeSetEnabled, cudaGraphNodeSetParams, cudaGraphReleaseUserObject,
     cudaGraphRetainUserObject,

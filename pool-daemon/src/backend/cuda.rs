@@ -160,6 +160,8 @@ driver_table! {
     cuGraphAddEventWaitNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUevent);
     cuGraphAddDependencies: fn(cu::CUgraph, *const cu::CUgraphNode, *const cu::CUgraphNode, usize);
     cuGraphExecKernelNodeSetParams_v2: fn(cu::CUgraphExec, cu::CUgraphNode, *const cu::CUDA_KERNEL_NODE_PARAMS);
+    cuGraphKernelNodeGetParams_v2: fn(cu::CUgraphNode, *mut cu::CUDA_KERNEL_NODE_PARAMS);
+    cuGraphKernelNodeSetParams_v2: fn(cu::CUgraphNode, *const cu::CUDA_KERNEL_NODE_PARAMS);
     cuGraphClone: fn(*mut cu::CUgraph, cu::CUgraph);
     cuGraphDestroyNode: fn(cu::CUgraphNode);
     cuGraphRemoveDependencies: fn(cu::CUgraph, *const cu::CUgraphNode, *const cu::CUgraphNode, usize);

@@ -332,7 +332,7 @@ impl Session {
 
     /// A kernel node's parameters: the function must be this session's, on the graph's device;
     /// the packed parameters go as CU_LAUNCH_PARAM_BUFFER_POINTER (the driver copies them).
-    fn with_kernel<T>(
+    pub(super) fn with_kernel<T>(
         &self,
         device: u32,
         k: KernelNode,

@@ -46,7 +46,7 @@ impl Session {
 
     /// Node `node` of this session with its graph's device, checked to be a node of the graph
     /// `exec` was instantiated from when `exec` is given.
-    fn param_node(&self, node: u64, exec: Option<GraphExecId>) -> Result<(CUgraphNode, u32)> {
+    pub(super) fn param_node(&self, node: u64, exec: Option<GraphExecId>) -> Result<(CUgraphNode, u32)> {
         let Some(&(g, n)) = self.graphs.nodes.get(&node) else {
             return Err(Fail::invalid_value(format!("node {node} is not a node this session holds")));
         };

@@ -41,6 +41,7 @@ pub mod graph;
 pub mod graph_capture;
 pub mod graph_edit;
 pub mod graph_mem;
+pub mod graph_kernel;
 pub mod graph_params;
 pub mod host_fn;
 pub mod ipc;

@@ -1082,6 +1082,15 @@ impl Serve for Session {
         self.memcpy_node_get_params(node)
     }
 
+    fn graph_kernel_node_get_params(&mut self, _cx: Cx<'_>, node: u64) -> Result<answer::KernelNodeParams> {
+        self.kernel_node_get_params(node)
+    }
+
+    fn graph_kernel_node_set_params(&mut self, _cx: Cx<'_>, node: u64, kernel: KernelNode) -> Result<answer::Ok> {
+        self.kernel_node_set_params(node, kernel)?;
+        Ok(answer::Ok {})
+    }
+
     fn graph_destroy_node(&mut self, _cx: Cx<'_>, node: u64) -> Result<answer::Ok> {
         self.destroy_node(node)?;
         Ok(answer::Ok {})

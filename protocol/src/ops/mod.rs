@@ -327,6 +327,11 @@ op_table! {
     /// too); a memcpy's host end is named as the session's region and offset.
     0x0b37 GraphMemsetNodeGetParams graph_memset_node_get_params { node: u64 } => MemsetParams;
     0x0b38 GraphMemcpyNodeGetParams graph_memcpy_node_get_params { node: u64 } => CopyParams;
+    /// A kernel node's launch as the backend holds it (a captured node's too; the function as
+    /// this session's id), and a graph's kernel node given a new launch (pool-daemon's
+    /// daemon/graph_kernel.rs).
+    0x0b39 GraphKernelNodeGetParams graph_kernel_node_get_params { node: u64 } => KernelNodeParams;
+    0x0b3a GraphKernelNodeSetParams graph_kernel_node_set_params { node: u64, kernel: KernelNode } => Ok;
     0x0b27 StreamUpdateCaptureDependencies stream_update_capture_dependencies { stream: StreamId, deps: Vec<u64>, set: bool } => Ok;
     // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
     // own addresses, never used by the daemon, only handed back when the function must run.
@@ -459,6 +464,7 @@ op_table! {
     0x8b22 Topology { nodes: Vec<u64>, types: Vec<u32>, from: Vec<u64>, to: Vec<u64> };
     0x8b37 MemsetParams { set: crate::ops::Memset };
     0x8b38 CopyParams { copy: Box<crate::ops::Copy3D> };
+    0x8b39 KernelNodeParams { kernel: crate::ops::KernelNode };
     0x8b21 CaptureGraph { status: u32, id: u64, graph: crate::ops::GraphId, deps: Vec<u64> };
     /// The session and the secret a host-function channel attaches with.
     0x8b40 HostChannelKey { session: u64, secret: [u8; 16] };

@@ -406,7 +406,109 @@ fn kernel_launch(g: &Graph, p: &CUDA_KERNEL_NODE_PARAMS) -> CuResult<(KernelLaun
         cooperative: false,
     };
     let job = crate::launch::kernel_job(&ctx, f.clone(), cfg, params.clone())?;
-    Ok((KernelLaunch { f, cfg, params }, job))
+    let args = crate::graph::KernelArgs::new(&f, params);
+    Ok((KernelLaunch { handle: p.func as u64, f, cfg, args }, job))
+}
+
+/// `cuGraphKernelNodeGetParams`: the function, configuration and a `kernelParams` array owned by
+/// the node (valid until it is destroyed or its parameters are set), as NVIDIA documents.
+fn kernel_node_get(node: CUgraphNode) -> CuResult<CUDA_KERNEL_NODE_PARAMS> {
+    let Op::Kernel(k, _) = node_op(node)? else {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a kernel node"));
+    };
+    let (g, _) = node_in_graph(node)?;
+    // `k` is a copy of the node's launch sharing its `args`, so the array is the node's own.
+    Ok(CUDA_KERNEL_NODE_PARAMS {
+        func: k.handle as gpupool_shim::cuda::CUfunction,
+        gridDimX: k.cfg.grid[0],
+        gridDimY: k.cfg.grid[1],
+        gridDimZ: k.cfg.grid[2],
+        blockDimX: k.cfg.block[0],
+        blockDimY: k.cfg.block[1],
+        blockDimZ: k.cfg.block[2],
+        sharedMemBytes: k.cfg.dynamic_shared,
+        kernelParams: k.args.array(),
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: g.ctx_handle as CUcontext,
+    })
+}
+
+/// `cuGraphKernelNodeSetParams`: the graph's node gets the new launch (checked as a new node's);
+/// graphs instantiated from it before keep what they had.
+fn kernel_node_set(node: CUgraphNode, p: &CUDA_KERNEL_NODE_PARAMS) -> CuResult<()> {
+    let (g, i) = node_in_graph(node)?;
+    if !matches!(g.nodes()[i].op, Op::Kernel(..)) {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a kernel node"));
+    }
+    let (launch, job) = kernel_launch(&g, p)?;
+    g.nodes()[i].op = Op::Kernel(launch, job);
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
+    node: CUgraphNode,
+    params: *mut CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| out(params, kernel_node_get(node)?))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(
+    node: CUgraphNode,
+    params: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| kernel_node_set(node, &super::read(params, "kernel node parameters")?))
+}
+
+/// The CUDA 10-11 entry point: the same, with the shorter `CUDA_KERNEL_NODE_PARAMS_v1`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams(
+    node: CUgraphNode,
+    params: *mut gpupool_shim::cuda::CUDA_KERNEL_NODE_PARAMS_v1,
+) -> CUresult {
+    cuda_entry(|| {
+        let p = kernel_node_get(node)?;
+        let v1 = gpupool_shim::cuda::CUDA_KERNEL_NODE_PARAMS_v1 {
+            func: p.func,
+            gridDimX: p.gridDimX,
+            gridDimY: p.gridDimY,
+            gridDimZ: p.gridDimZ,
+            blockDimX: p.blockDimX,
+            blockDimY: p.blockDimY,
+            blockDimZ: p.blockDimZ,
+            sharedMemBytes: p.sharedMemBytes,
+            kernelParams: p.kernelParams,
+            extra: p.extra,
+        };
+        out(params, v1)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams(
+    node: CUgraphNode,
+    params: *const gpupool_shim::cuda::CUDA_KERNEL_NODE_PARAMS_v1,
+) -> CUresult {
+    cuda_entry(|| {
+        let p = super::read(params, "kernel node parameters")?;
+        let v2 = CUDA_KERNEL_NODE_PARAMS {
+            func: p.func,
+            gridDimX: p.gridDimX,
+            gridDimY: p.gridDimY,
+            gridDimZ: p.gridDimZ,
+            blockDimX: p.blockDimX,
+            blockDimY: p.blockDimY,
+            blockDimZ: p.blockDimZ,
+            sharedMemBytes: p.sharedMemBytes,
+            kernelParams: p.kernelParams,
+            extra: p.extra,
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        };
+        kernel_node_set(node, &v2)
+    })
 }
 
 #[unsafe(no_mangle)]

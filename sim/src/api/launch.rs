@@ -42,7 +42,7 @@ fn launch_impl(
     }
     let buf = pack_params(&func, params, extra)?;
     let cfg = LaunchConfig { grid, block, dynamic_shared: shared, cooperative };
-    launch(&ctx, &s, func, cfg, buf)
+    launch(&ctx, &s, f as u64, func, cfg, buf)
 }
 
 #[allow(clippy::too_many_arguments)]
