@@ -113,6 +113,10 @@ enum Command {
         /// measuring what the scheduler costs (gpupool-bench compute).
         #[arg(long)]
         no_compute_scheduler: bool,
+        /// Do not stop lower priorities' kernels between thread blocks for a higher priority's
+        /// (README.md, "Compute preemption"): its kernel waits for theirs, as on NVIDIA's driver.
+        #[arg(long)]
+        no_compute_preemption: bool,
         /// Serve Prometheus metrics (OpenMetrics text) at http://ADDR/metrics, e.g. 127.0.0.1:9400.
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
@@ -323,6 +327,7 @@ fn main() -> std::process::ExitCode {
             sim,
             driver_dir,
             no_compute_scheduler,
+            no_compute_preemption,
             metrics,
             placement,
             restore,
@@ -343,6 +348,7 @@ fn main() -> std::process::ExitCode {
                 sim,
                 driver_dir,
                 compute_scheduler: !no_compute_scheduler,
+                compute_preemption: !no_compute_preemption,
                 metrics,
                 placement,
                 restore,

@@ -184,6 +184,25 @@ pub fn run(json: bool, endpoint_arg: Option<String>) -> Result<()> {
     for t in doc["tenants"].as_array().into_iter().flatten() {
         println!("{:<20} {} / {}", t["tenant"].as_str().unwrap_or("?"), mib(&t["pinned"]), mib(&t["pinned_quota"]));
     }
+    let preempted: Vec<(&Value, &Value)> = doc["tenants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t["devices"].as_array().into_iter().flatten().map(move |d| (t, d)))
+        .filter(|(_, d)| d["compute"]["preemptions"].as_u64().unwrap_or(0) > 0)
+        .collect();
+    if !preempted.is_empty() {
+        println!("\nTENANT               DEVICE  PREEMPTED  STOPPED");
+        for (t, d) in preempted {
+            println!(
+                "{:<20} {:<7} {:<10} {:.1} ms",
+                t["tenant"].as_str().unwrap_or("?"),
+                device(&doc, d),
+                txt(&d["compute"]["preemptions"]),
+                d["compute"]["preempted_ns"].as_u64().unwrap_or(0) as f64 / 1e6
+            );
+        }
+    }
     let evicted = doc["evictions"]["tenants"].as_array().filter(|t| !t.is_empty());
     if let Some(tenants) = evicted {
         println!("\nTENANT               EVICTIONS  EVICTED        ON HOST NOW    PAUSED  WAITED     LAST OUT / BACK");

@@ -5,7 +5,8 @@
 //! last second), memory in use against the device, and a short history. Per session: pid, tenant,
 //! device (`gpu n` / `npu n`), memory used against quota, its tenant's page-locked host memory against
 //! quota, compute achieved against quota, operations per second (kernels on a GPU, aclnn operators on an
-//! NPU), mode and priority, endpoint. Keys: `q`/Esc quits, `s` changes the sort column. A lost daemon is shown, and
+//! NPU), mode and priority (with `Nx` when its kernels were stopped N times for a higher priority, compute
+//! preemption), endpoint. Keys: `q`/Esc quits, `s` changes the sort column. A lost daemon is shown, and
 //! retried, instead of ending the view.
 
 use anyhow::Result;
@@ -130,7 +131,10 @@ impl State {
                     compute_quota: t["compute"].as_u64().unwrap_or(100),
                     kernels_per_s: self.rates.get(&(name.to_string(), dev)).copied().unwrap_or(0.0),
                     mode: t["mode"].as_str().unwrap_or("").to_string(),
-                    priority: t["priority"].as_str().unwrap_or("").to_string(),
+                    priority: match d["compute"]["preemptions"].as_u64().unwrap_or(0) {
+                        0 => t["priority"].as_str().unwrap_or("").to_string(),
+                        n => format!("{} {n}x", t["priority"].as_str().unwrap_or("")),
+                    },
                     evicted: evictions.get(name).map_or((0, 0, false), |e| {
                         let n = |k: &str| e[k].as_u64().unwrap_or(0);
                         (n("evictions"), n("evicted_now_bytes"), e["paused"].as_bool().unwrap_or(false))
@@ -278,7 +282,7 @@ fn draw(f: &mut ratatui::Frame, st: &State, endpoint: &str) {
         Constraint::Length(16),
         Constraint::Length(10),
         Constraint::Length(6),
-        Constraint::Length(7),
+        Constraint::Length(11),
         Constraint::Length(22),
         Constraint::Length(8),
     ];
@@ -359,5 +363,20 @@ mod placement_tests {
         let st = State { doc: Some(doc), ..Default::default() };
         let cells: Vec<String> = st.rows().into_iter().map(|r| evicted(r.evicted)).collect();
         assert_eq!(cells, ["2x, 48 MiB out, paused", "-"]);
+    }
+
+    /// A tenant whose kernels were stopped for a higher priority shows how often by its priority.
+    #[test]
+    fn preempted_tenants_show_the_count_by_their_priority() {
+        let dev = |n: u64| serde_json::json!({"device": 0, "used": 1, "compute": {"preemptions": n}});
+        let doc = serde_json::json!({
+            "devices": [{"ordinal": 0, "kind": "gpu"}],
+            "tenants": [{"tenant": "a", "priority": "low", "devices": [dev(3)]},
+                        {"tenant": "b", "priority": "high", "devices": [dev(0)]}],
+            "sessions": [{"pid": 10, "tenant": "a", "placement": null}, {"pid": 11, "tenant": "b", "placement": null}],
+        });
+        let st = State { doc: Some(doc), ..Default::default() };
+        let cells: Vec<String> = st.rows().into_iter().map(|r| r.priority).collect();
+        assert_eq!(cells, ["low 3x", "high"]);
     }
 }

@@ -566,6 +566,12 @@ impl DeviceScheduler {
         }
     }
 
+    /// Whether a tenant of higher priority than `p` has a kernel granted and not yet complete (what
+    /// keeps a preempted tenant of priority `p` stopped).
+    pub fn inflight_above(&self, p: Priority) -> bool {
+        self.accounts.values().any(|a| a.inflight > 0 && rank(a.policy.priority) > rank(p))
+    }
+
     /// The epoch now (see [`Decision::Grant`]).
     pub fn epoch(&self) -> u64 {
         self.epoch

@@ -31,6 +31,8 @@ pub struct Context {
     pub streams: Mutex<Vec<Weak<Stream>>>,
     pub limits: Mutex<HashMap<u32, usize>>,
     pub cache_config: AtomicU32,
+    /// Stops its grids between blocks while another context has the device ([`crate::preempt`]).
+    pub preemption: crate::preempt::Preemption,
 }
 
 /// The primary context of a device and its reference count.
@@ -62,6 +64,7 @@ impl Context {
             streams: Mutex::new(Vec::new()),
             limits: Mutex::new(default_limits()),
             cache_config: AtomicU32::new(0),
+            preemption: Default::default(),
         });
         let handle = driver.contexts.insert(ctx.clone());
         let _ = ctx.handle.set(handle);
@@ -143,6 +146,8 @@ impl Context {
         if self.destroyed.swap(true, Ordering::AcqRel) {
             return;
         }
+        // A stopped grid would never finish, and the drain below waits for it.
+        self.preemption.resume();
         let _ = self.synchronize();
         for s in self.live_streams() {
             s.shut_down();

@@ -87,6 +87,14 @@ impl Event {
         Ok(())
     }
 
+    /// As [`Self::synchronize`] for at most `timeout`: whether the event completed.
+    pub fn wait_timeout(&self, timeout: std::time::Duration) -> bool {
+        match self.position() {
+            Some((s, seq)) => s.wait_for_timeout(seq, timeout),
+            None => true,
+        }
+    }
+
     fn stamp(&self) -> CuResult<Instant> {
         if self.timing_disabled() {
             return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || {

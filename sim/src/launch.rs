@@ -136,6 +136,7 @@ pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, param
             driver.surfaces.select(|s| s.ctx_handle == me),
         );
         let name = f.name.to_string_lossy();
+        let _grid = ctx2.preemption.grid();
         crate::exec::execute(&Launch {
             program: &prog,
             kernel: &name,
@@ -146,6 +147,7 @@ pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, param
             memory: &memory,
             sms: ctx2.device.cfg.sms,
             clock_mhz: ctx2.device.cfg.clock_mhz,
+            preemption: Some(&ctx2.preemption),
         })
     }))
 }

@@ -34,6 +34,7 @@ pub mod launch;
 pub mod memory;
 pub mod mempool;
 pub mod module;
+pub mod preempt;
 pub mod ptx;
 pub mod stream;
 pub mod texture;

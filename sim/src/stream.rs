@@ -341,6 +341,22 @@ impl Stream {
         }
     }
 
+    /// As [`Self::wait_for`] for at most `timeout`: whether `seq` completed.
+    pub fn wait_for_timeout(&self, seq: u64, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut q = self.lock();
+        while q.completed < seq {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            q.progress_waiters += 1;
+            q = self.progress.wait_timeout(q, left).unwrap_or_else(|e| e.into_inner()).0;
+            q.progress_waiters -= 1;
+        }
+        true
+    }
+
     /// Waits for everything queued so far; returns (and clears) the first
     /// asynchronous error, or the context's sticky error.
     pub fn synchronize(&self) -> CuResult<()> {

@@ -23,6 +23,8 @@ macro_rules! driver_table {
         pub struct Cuda {
             $(pub $name: unsafe extern "C" fn($($arg),*) -> CUresult,)*
             get_error_name: unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult,
+            /// The simulator's compute preemption, absent from NVIDIA's driver.
+            pub sim_preempt: Option<SimPreempt>,
             _lib: Library,
         }
 
@@ -38,6 +40,7 @@ macro_rules! driver_table {
                     Ok(Cuda {
                         $($name: *lib.get(concat!(stringify!($name), "\0").as_bytes()).map_err(err)?,)*
                         get_error_name: *lib.get(b"cuGetErrorName\0").map_err(err)?,
+                        sim_preempt: SimPreempt::find(&lib),
                         _lib: lib,
                     })
                 }
@@ -179,6 +182,33 @@ driver_table! {
     cuGraphHostNodeSetParams: fn(cu::CUgraphNode, *const cu::CUDA_HOST_NODE_PARAMS);
     cuGraphExecHostNodeSetParams: fn(cu::CUgraphExec, cu::CUgraphNode, *const cu::CUDA_HOST_NODE_PARAMS);
     cuLaunchHostFunc: fn(cu::CUstream, cu::CUhostFn, *mut c_void);
+}
+
+/// The simulator's exports that stop and resume a context's grids between thread blocks
+/// (sim/src/api/preempt.rs documents them). NVIDIA's driver has no such call: its compute
+/// preemption is its own time-slicing between contexts.
+#[derive(Clone, Copy)]
+pub struct SimPreempt {
+    pub stop: unsafe extern "C" fn(CUcontext) -> CUresult,
+    pub wait_stopped: unsafe extern "C" fn(CUcontext, u32) -> CUresult,
+    pub resume: unsafe extern "C" fn(CUcontext) -> CUresult,
+    pub event_wait: unsafe extern "C" fn(cu::CUevent, u32) -> CUresult,
+}
+
+impl SimPreempt {
+    /// All four, or none (a driver that is not the simulator).
+    fn find(lib: &Library) -> Option<SimPreempt> {
+        // SAFETY: the simulator exports these names with exactly these signatures
+        // (sim/src/api/preempt.rs); another library exporting them is not a driver we load.
+        unsafe {
+            Some(SimPreempt {
+                stop: *lib.get(b"gpupool_sim_ctx_stop\0").ok()?,
+                wait_stopped: *lib.get(b"gpupool_sim_ctx_wait_stopped\0").ok()?,
+                resume: *lib.get(b"gpupool_sim_ctx_resume\0").ok()?,
+                event_wait: *lib.get(b"gpupool_sim_event_wait\0").ok()?,
+            })
+        }
+    }
 }
 
 impl Cuda {

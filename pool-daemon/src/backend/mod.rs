@@ -10,7 +10,7 @@ mod nvml;
 
 pub use acl::{Acl, AclError, Opapi};
 pub use cublas::{Blas, Cublas, CublasLt};
-pub use cuda::{Cuda, CudaError};
+pub use cuda::{Cuda, CudaError, SimPreempt};
 pub use nvml::Nvml;
 
 use std::path::{Path, PathBuf};

@@ -8,6 +8,12 @@
 //! flight, so each kernel's start event is stamped after the device is really its own. Copies are not
 //! scheduled (quota/README.md, "Compute").
 //!
+//! Except where the driver can stop a context between thread blocks (the simulator,
+//! [`super::preempt`]): then the kernels of lower priorities are not waited for but stopped, the
+//! new kernel launches once their grids stand still, and they resume when no kernel of a higher
+//! priority is in flight. The monitor then polls every kernel in flight rather than waiting for
+//! the oldest, since a stopped kernel ends after kernels dispatched behind it.
+//!
 //! Except for a graph with host functions ([`Compute::dispatch_loose`]): it may wait in its client's
 //! host function for as long as the client likes (or until the client dies), which is not the
 //! device's time. Such a launch is admitted and charged its measured time like any other, but
@@ -15,7 +21,9 @@
 //! end instead of waiting in order, so a blocked host function holds back its own stream only.
 
 use super::dispatch::{Fail, Result};
+use super::preempt::{self, Preemption};
 use super::{Raw, Shared, TenantCtx};
+use crate::backend::SimPreempt;
 use crate::call;
 use gpupool_quota::{Decision, DeviceScheduler, Policy, TenantId, Tuning};
 use gpupool_shim::cuda::{CUevent, CUstream};
@@ -53,6 +61,22 @@ struct State {
     waiters: u32,
     /// Whether the monitor sleeps on `dispatched`.
     monitor_asleep: bool,
+    /// Lower priorities' contexts stopped between blocks ([`super::preempt`]).
+    preempt: Preemption,
+}
+
+impl State {
+    /// Resumes the stopped contexts nothing of a higher priority keeps stopped now.
+    fn resume_ready(&mut self) -> Vec<Arc<TenantCtx>> {
+        self.preempt.resume_ready(&self.policy)
+    }
+}
+
+/// Releases contexts outside the scheduler's lock (the last reference ends the context).
+fn release_all(shared: &Shared, contexts: Vec<Arc<TenantCtx>>) {
+    for tc in contexts {
+        shared.release_ctx(tc);
+    }
 }
 
 /// One device's scheduler.
@@ -72,6 +96,9 @@ pub struct Grant {
     /// context (destroying the event) between the grant and the wait. A destroyed event
     /// handle is not an error a real driver promises to report.
     fences: Vec<(Arc<TenantCtx>, Raw<CUevent>)>,
+    /// Contexts of lower priorities stopped for this kernel: their grids must be seen stopped
+    /// before it is launched (instead of fences on their kernels).
+    stop: Vec<Arc<TenantCtx>>,
 }
 
 /// The compute scheduler of every device, or none (`--no-compute-scheduler`).
@@ -79,10 +106,12 @@ pub struct Compute {
     devices: Vec<Device>,
     epoch: Instant,
     pub enabled: bool,
+    /// The driver's preemption of a context between blocks (the simulator's only), if used.
+    sim: Option<SimPreempt>,
 }
 
 impl Compute {
-    pub fn new(devices: usize, enabled: bool) -> Compute {
+    pub fn new(devices: usize, enabled: bool, sim: Option<SimPreempt>) -> Compute {
         Compute {
             devices: (0..devices)
                 .map(|_| Device {
@@ -95,6 +124,7 @@ impl Compute {
                         seq: 0,
                         waiters: 0,
                         monitor_asleep: false,
+                        preempt: Preemption::new(sim),
                     }),
                     changed: Condvar::new(),
                     dispatched: Condvar::new(),
@@ -102,6 +132,7 @@ impl Compute {
                 .collect(),
             epoch: Instant::now(),
             enabled,
+            sim,
         }
     }
 
@@ -192,17 +223,20 @@ impl Compute {
             }
             match decision {
                 Decision::Grant { est, epoch } => {
+                    let rank = st.policy.policy(tenant).map_or(0, |p| preempt::rank(p.priority));
+                    let State { preempt, policy, tails, .. } = &mut *st;
+                    let stop = preempt.stop_below(policy, rank, tc.ctx.0 as usize, tails.values().map(|t| &t.0));
                     let mut fences = Vec::new();
                     if st.synced.get(&stream) != Some(&epoch) {
-                        fences =
-                            st.tails.values().filter(|t| t.0.ctx.0 != tc.ctx.0).map(|t| (t.0.clone(), t.1)).collect();
+                        let waited = |t: &TenantCtx| t.ctx.0 != tc.ctx.0 && !stop.iter().any(|s| s.ctx.0 == t.ctx.0);
+                        fences = st.tails.values().filter(|t| waited(&t.0)).map(|t| (t.0.clone(), t.1)).collect();
                         if st.synced.len() >= 4096 {
                             // Streams come and go; forgetting them only costs redundant waits.
                             st.synced.clear();
                         }
                         st.synced.insert(stream, epoch);
                     }
-                    return Ok(Grant { est, fences });
+                    return Ok(Grant { est, fences, stop });
                 }
                 Decision::Wait { until, .. } => {
                     let gone = || peer.is_some_and(gpupool_protocol::transport::hung_up);
@@ -279,11 +313,12 @@ impl Compute {
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.loose.iter().any(|k| k.stream == skey) {
             // Queued behind a loose launch (its host function may never return): loose too.
-            self.settle_loose(st, dev, tc, session, kind, est, start, end, skey);
+            self.settle_loose(shared, st, dev, tc, session, kind, est, start, end, skey);
             return Ok(());
         }
         st.seq += 1;
         let seq = st.seq;
+        st.preempt.dispatched(tc, start, end);
         let replaced = st.tails.insert(skey, (tc.clone(), end, seq));
         st.queue.push_back(InFlight { client: session, kind, est, start, end, stream: skey, seq, tc: tc.clone() });
         let asleep = st.monitor_asleep;
@@ -315,7 +350,7 @@ impl Compute {
         let (start, end) = self.bracket(shared, device, tc, session, stream, grant, launch)?;
         let dev = &self.devices[device as usize];
         let st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
-        self.settle_loose(st, dev, tc, session, kind, est, start, end, Self::stream_key(tc, stream));
+        self.settle_loose(shared, st, dev, tc, session, kind, est, start, end, Self::stream_key(tc, stream));
         Ok(())
     }
 
@@ -323,6 +358,7 @@ impl Compute {
     #[allow(clippy::too_many_arguments)]
     fn settle_loose(
         &self,
+        shared: &Shared,
         mut st: MutexGuard<'_, State>,
         dev: &Device,
         tc: &Arc<TenantCtx>,
@@ -335,8 +371,10 @@ impl Compute {
     ) {
         st.policy.abandon(tc.tenant.as_str(), session, est, self.now());
         st.loose.push(InFlight { client: session, kind, est, start, end, stream, seq: 0, tc: tc.clone() });
+        let resumed = st.resume_ready();
         let waiters = st.waiters;
         drop(st);
+        release_all(shared, resumed);
         if waiters > 0 {
             dev.changed.notify_all();
         }
@@ -365,12 +403,23 @@ impl Compute {
             }
             shared.release_ctx(owner);
         }
+        for victim in grant.stop {
+            if let Some(sim) = self.sim
+                && Preemption::wait_stopped(sim, &victim, || shared.stopping())
+            {
+                let done = |e: Raw<CUevent>| matches!(super::streams::ready(call!(cuda, cuEventQuery(e.0))), Ok(true));
+                self.lock(device).preempt.confirmed(&victim, done);
+            }
+            shared.release_ctx(victim);
+        }
         let abandon = |events: &[Raw<CUevent>]| {
             tc.give_events(events);
             let mut st = self.lock(device);
             st.policy.abandon(tenant, session, grant.est, self.now());
+            let resumed = st.resume_ready();
             let waiters = st.waiters;
             drop(st);
+            release_all(shared, resumed);
             if waiters > 0 {
                 dev.changed.notify_all();
             }
@@ -403,6 +452,18 @@ impl Compute {
         self.devices.iter().map(|d| d.state.lock().unwrap_or_else(|e| e.into_inner()).policy.epoch()).collect()
     }
 
+    /// Per device: how many times a context was stopped for a higher priority.
+    pub fn preemptions(&self) -> Vec<u64> {
+        self.devices.iter().map(|d| d.state.lock().unwrap_or_else(|e| e.into_inner()).preempt.count()).collect()
+    }
+
+    /// `tenant`'s (times stopped, nanoseconds stopped) on `device`.
+    pub fn preempted(&self, device: u32, tenant: &str) -> (u64, u64) {
+        self.devices
+            .get(device as usize)
+            .map_or((0, 0), |d| d.state.lock().unwrap_or_else(|e| e.into_inner()).preempt.figures(tenant))
+    }
+
     /// Every tenant's figures on every device.
     pub fn usage(&self) -> Vec<Vec<gpupool_quota::ComputeUsage>> {
         let now = self.now();
@@ -432,18 +493,18 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
         let waiters = {
             let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
             let now = compute.now();
-            for (k, charged) in done.iter() {
-                st.policy.complete(k.tc.tenant.as_str(), k.client, k.kind, k.est, *charged, now);
+            for (k, measured) in done.iter() {
+                let charged = st.preempt.charge(&k.tc, k.start, *measured);
+                st.policy.complete(k.tc.tenant.as_str(), k.client, k.kind, k.est, charged, now);
                 if st.tails.get(&k.stream).is_some_and(|t| t.2 == k.seq) {
                     ended_tails.extend(st.tails.remove(&k.stream).map(|t| t.0));
                 }
             }
+            ended_tails.extend(st.resume_ready());
             st.waiters
         };
         // Outside the lock: the last reference ends the context (release_ctx calls the driver).
-        for owner in ended_tails {
-            shared.release_ctx(owner);
-        }
+        release_all(shared, ended_tails);
         if waiters > 0 {
             dev.changed.notify_all();
         }
@@ -456,7 +517,7 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
         poll_loose(shared, device);
         {
             let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
-            while st.queue.is_empty() {
+            while st.queue.is_empty() && batch.is_empty() {
                 if shared.stopping() {
                     return;
                 }
@@ -469,18 +530,50 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
             }
             batch.extend(st.queue.drain(..));
         }
+        if let Some(sim) = compute.sim {
+            // Kernels may end out of order: a stopped one ends after the kernels of the priority
+            // that stopped it, and nothing resumes it until those are charged. So the monitor
+            // waits for the oldest kernel whose context is not stopped, for a bounded time (a stop
+            // may come meanwhile), and charges whichever kernels have ended.
+            let mut all_short = true;
+            for k in std::mem::take(&mut batch) {
+                if let Ok(false) = super::streams::ready(call!(cuda, cuEventQuery(k.end.0))) {
+                    batch.push(k);
+                } else {
+                    let charged = measured(shared, &k);
+                    all_short &= charged < COALESCE.as_nanos() as u64;
+                    done.push((k, charged));
+                }
+            }
+            if !done.is_empty() {
+                flush(&mut done);
+                if all_short {
+                    std::thread::sleep(COALESCE);
+                }
+                continue;
+            }
+            if shared.stopping() {
+                return;
+            }
+            let next = {
+                let st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
+                batch.iter().find(|k| !st.preempt.is_stopped(k.tc.ctx.0 as usize)).map(|k| k.end)
+            };
+            match next {
+                Some(end) => {
+                    // SAFETY: an event of a context the in-flight entry holds; the export takes a
+                    // handle. Its answer is read by the query above, next time round.
+                    let _ = unsafe { (sim.event_wait)(end.0, WAIT_SLICE_US) };
+                }
+                None => std::thread::sleep(Duration::from_micros(WAIT_SLICE_US.into())),
+            }
+            continue;
+        }
         let mut all_short = true;
         for k in batch.drain(..) {
             // A failed kernel (a sticky fault) still completes its events; anything else is charged 0.
             let _ = call!(cuda, cuEventSynchronize(k.end.0));
-            let mut ms = 0f32;
-            let charged = match call!(cuda, cuEventElapsedTime(&mut ms, k.start.0, k.end.0)) {
-                Ok(()) => (f64::from(ms) * 1e6).max(0.0) as u64,
-                Err(e) => {
-                    tracing::debug!(tenant = k.tc.tenant.as_str(), "kernel time unknown, charged 0: {e}");
-                    0
-                }
-            };
+            let charged = measured(shared, &k);
             let long = charged >= COALESCE.as_nanos() as u64;
             all_short &= !long;
             done.push((k, charged));
@@ -494,6 +587,22 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
         }
     }
 }
+
+/// A kernel's length from its events (0 if they cannot tell).
+fn measured(shared: &Shared, k: &InFlight) -> u64 {
+    let mut ms = 0f32;
+    match call!(shared.cuda, cuEventElapsedTime(&mut ms, k.start.0, k.end.0)) {
+        Ok(()) => (f64::from(ms) * 1e6).max(0.0) as u64,
+        Err(e) => {
+            tracing::debug!(tenant = k.tc.tenant.as_str(), "kernel time unknown, charged 0: {e}");
+            0
+        }
+    }
+}
+
+/// The longest the monitor waits for one kernel where kernels may end out of order, before it
+/// looks at the others again.
+const WAIT_SLICE_US: u32 = 1000;
 
 /// Charges the loose launches ([`Compute::dispatch_loose`]) that have ended; the others stay.
 fn poll_loose(shared: &Arc<Shared>, device: u32) {

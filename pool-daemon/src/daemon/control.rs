@@ -24,6 +24,7 @@ fn uuid(d: &super::Device) -> String {
 
 pub fn status_document(shared: &Shared) -> Value {
     let switches = shared.compute.switches();
+    let preemptions = shared.compute.preemptions();
     let snapshot = shared.ledger.snapshot(shared.devices.len() as u32);
     let config = shared.ledger.config();
     let compute = shared.compute.usage();
@@ -52,6 +53,7 @@ pub fn status_document(shared: &Shared) -> Value {
                 "utilization": utilization,
                 "compute_capability": format!("{}.{}", d.compute_capability[0], d.compute_capability[1]),
                 "tenant_switches": switches.get(i).copied().unwrap_or(0),
+                "preemptions": preemptions.get(i).copied().unwrap_or(0),
             });
             if let Some(h) = health {
                 v["healthy"] = json!(h.is_ok());
@@ -64,11 +66,13 @@ pub fn status_document(shared: &Shared) -> Value {
         .collect();
     let compute_of = |tenant: &str, device: u32| {
         compute.get(device as usize).and_then(|d| d.iter().find(|u| u.tenant == tenant)).map(|u| {
+            let (preemptions, preempted_ns) = shared.compute.preempted(device, tenant);
             json!({
                 "quota_percent": u.quota_percent, "mode": u.mode, "priority": u.priority,
                 "share_1s": u.share_1s, "share_10s": u.share_10s,
                 "kernels": u.kernels, "charged_ns": u.charged_ns, "inflight": u.inflight,
                 "throttled_ns": u.throttled_ns,
+                "preemptions": preemptions, "preempted_ns": preempted_ns,
             })
         })
     };

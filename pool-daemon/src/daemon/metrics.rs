@@ -127,6 +127,8 @@ pub fn render(shared: &Shared) -> String {
     let compute_quota = Family::<TenantLabels, F64Gauge>::default();
     let share = Family::<WindowLabels, F64Gauge>::default();
     let throttled = Family::<TenantLabels, Counter<f64, AtomicU64>>::default();
+    let preemptions = Family::<TenantLabels, Counter>::default();
+    let preempted = Family::<TenantLabels, Counter<f64, AtomicU64>>::default();
     let pinned = Family::<PinnedLabels, Gauge>::default();
     let pinned_quota = Family::<PinnedLabels, Gauge>::default();
     for t in doc["tenants"].as_array().into_iter().flatten() {
@@ -157,6 +159,8 @@ pub fn render(shared: &Shared) -> String {
                 share.get_or_create(&wl).set(c[key].as_f64().unwrap_or(0.0));
             }
             throttled.get_or_create(&l).inc_by(c["throttled_ns"].as_f64().unwrap_or(0.0) / 1e9);
+            preemptions.get_or_create(&l).inc_by(c["preemptions"].as_u64().unwrap_or(0));
+            preempted.get_or_create(&l).inc_by(c["preempted_ns"].as_f64().unwrap_or(0.0) / 1e9);
         }
     }
     reg.register_with_unit("tenant_memory_used", "Device memory a tenant holds", Unit::Bytes, used);
@@ -183,6 +187,17 @@ pub fn render(shared: &Shared) -> String {
         "Time a tenant's clients waited for compute credit",
         Unit::Seconds,
         throttled,
+    );
+    reg.register(
+        "tenant_preemptions",
+        "Times a tenant's kernels were stopped between thread blocks for a higher priority",
+        preemptions,
+    );
+    reg.register_with_unit(
+        "tenant_preempted",
+        "Time a tenant's kernels stood stopped for a higher priority (not charged to it)",
+        Unit::Seconds,
+        preempted,
     );
 
     reg.register_with_unit("pinned", "Page-locked host memory a tenant's sessions hold", Unit::Bytes, pinned);

@@ -50,6 +50,7 @@ pub mod malloc;
 pub mod metrics;
 pub mod npu;
 pub mod placement;
+pub mod preempt;
 pub mod regions;
 pub mod remote;
 pub mod restore;
@@ -84,6 +85,8 @@ pub struct Options {
     pub driver_dir: Option<PathBuf>,
     /// Enforce compute quotas (off only to measure what the scheduler costs).
     pub compute_scheduler: bool,
+    /// Stop lower priorities' kernels between blocks where the driver can ([`preempt`]).
+    pub compute_preemption: bool,
     /// Serve Prometheus metrics over HTTP here.
     pub metrics: Option<std::net::SocketAddr>,
     /// `--placement`: wins over the config's `placement`.
@@ -490,6 +493,7 @@ pub fn run(opts: Options) -> Result<()> {
     };
     // Bound early: a bad certificate or an insecure address fails before any device work.
     let remote_listeners = remote::bind(&opts.remote, &opts.net)?;
+    let sim_preempt = cuda.sim_preempt.filter(|_| opts.compute_preemption);
     let shared = Arc::new(Shared {
         cuda,
         acl,
@@ -505,7 +509,7 @@ pub fn run(opts: Options) -> Result<()> {
         contexts: Mutex::new(HashMap::new()),
         sessions: Mutex::new(BTreeMap::new()),
         session_threads: Mutex::new(Vec::new()),
-        compute: compute::Compute::new(devices_len, opts.compute_scheduler),
+        compute: compute::Compute::new(devices_len, opts.compute_scheduler, sim_preempt),
         calls: metrics::Calls::default(),
         blas: crate::backend::Blas::new(src.clone()),
         vmm: vmm::Registry::default(),

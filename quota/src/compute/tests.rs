@@ -322,3 +322,20 @@ fn unknown_tenant_waits_and_in_flight_is_bounded() {
     }
     assert_eq!(granted, 2);
 }
+
+#[test]
+fn inflight_above_sees_only_higher_priorities_granted_and_unfinished() {
+    let mut s = DeviceScheduler::new(Tuning::default());
+    s.set_policy("lo", policy(100, Mode::Limit, Priority::Low), 0);
+    s.set_policy("hi", policy(100, Mode::Limit, Priority::High), 0);
+    s.want("lo", 0);
+    let Decision::Grant { est: lo_est, .. } = s.try_grant("lo", 1, 0, 0) else { panic!() };
+    assert!(!s.inflight_above(Priority::Low), "its own kernel does not outrank it");
+    s.want("hi", 1);
+    let Decision::Grant { est, .. } = s.try_grant("hi", 2, 0, 1) else { panic!("high takes over at once") };
+    assert!(s.inflight_above(Priority::Low) && s.inflight_above(Priority::Normal));
+    assert!(!s.inflight_above(Priority::High));
+    s.complete("hi", 2, 0, est, MS, 2);
+    assert!(!s.inflight_above(Priority::Low), "complete: nothing keeps the low tenant stopped");
+    s.complete("lo", 1, 0, lo_est, MS, 3);
+}

@@ -24,6 +24,7 @@ pub mod mempool;
 pub mod module;
 pub mod nvml;
 pub mod nvml_links;
+pub mod preempt;
 pub mod proc_address;
 pub mod stream;
 pub mod texture;

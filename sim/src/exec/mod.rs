@@ -197,6 +197,7 @@ mod tests {
             memory: &memory,
             sms: 132,
             clock_mhz: 1980,
+            preemption: None,
         })?;
         Ok(buf)
     }

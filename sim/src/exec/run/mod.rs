@@ -90,6 +90,8 @@ pub struct Launch<'a> {
     pub memory: &'a MemoryMap,
     pub sms: u32,
     pub clock_mhz: u32,
+    /// The launching context's preemption: consulted before each block ([`crate::preempt`]).
+    pub preemption: Option<&'a crate::preempt::Preemption>,
 }
 
 /// Why a kernel stopped early.
@@ -675,6 +677,9 @@ pub fn run(l: &Launch) -> Result<(), Fault> {
     for z in 0..l.grid[2] {
         for y in 0..l.grid[1] {
             for x in 0..l.grid[0] {
+                if let Some(p) = l.preemption {
+                    p.boundary();
+                }
                 b.ctaid = [x, y, z];
                 b.pc.fill(0);
                 b.alive.fill(true);
