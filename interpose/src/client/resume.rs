@@ -14,8 +14,9 @@
 //! bytes were delivered already; the copy is re-run for its ordering only), synchronizations,
 //! event records and queries). Anything else (allocations and frees, module loads, stream and
 //! event creation, copies through the shared staging area, whose bytes are gone with the old
-//! connection, and every other call) cannot be replayed; if one was sent after the
-//! checkpoint, the session is not resumed, the call fails with CUDA_ERROR_DEVICE_UNAVAILABLE and
+//! connection, and every other call) cannot be replayed; the call in flight when the daemon
+//! went is sent again whatever it is, but if one that cannot be replayed was sent between the
+//! checkpoint and it, the session is not resumed, the call fails with CUDA_ERROR_DEVICE_UNAVAILABLE and
 //! so does every later one. The journal holds at most [`JOURNAL_BYTES`].
 //!
 //! Owns the journal and the session's identity. It does not decide when a daemon is gone
@@ -81,7 +82,8 @@ pub fn replayable(op: &Request) -> bool {
 
 struct Entry {
     id: u64,
-    frame: Vec<u8>,
+    /// None: a request that cannot be replayed.
+    frame: Option<Vec<u8>>,
     reply: bool,
 }
 
@@ -91,33 +93,40 @@ pub struct Resume {
     pub session: u64,
     pub secret: [u8; 16],
     pub bound: Duration,
+    /// Requests from the last one that cannot be replayed before the newest such (kept: the
+    /// newest may be the call that found the daemon gone, which is sent again, not replayed).
     journal: VecDeque<Entry>,
     bytes: usize,
-    /// The last request id that cannot be replayed: a checkpoint older than it is stale.
-    barrier: u64,
+    /// Requests up to this id are not in the journal (sent before it began, or dropped for room).
+    floor: u64,
 }
 
 impl Resume {
     /// `sent`: the id of the last request already sent (none of them journaled).
     pub fn new(ep: Endpoint, session: u64, secret: [u8; 16], bound: Duration, sent: u64) -> Resume {
-        Resume { ep, session, secret, bound, journal: VecDeque::new(), bytes: 0, barrier: sent }
+        Resume { ep, session, secret, bound, journal: VecDeque::new(), bytes: 0, floor: sent }
     }
 
     /// Request `id` was sent as `parts` (its frame, and a bulk request's bytes).
     pub fn record(&mut self, id: u64, parts: &[&[u8]], replayable: bool, reply: bool) {
         if !replayable {
-            self.journal.clear();
-            self.bytes = 0;
-            self.barrier = id;
+            // What came before the previous unreplayable request can never be needed again.
+            if let Some(i) = self.journal.iter().rposition(|e| e.frame.is_none()) {
+                for e in self.journal.drain(..i) {
+                    self.bytes -= e.frame.map_or(0, |f| f.len());
+                    self.floor = self.floor.max(e.id);
+                }
+            }
+            self.journal.push_back(Entry { id, frame: None, reply });
             return;
         }
         let frame: Vec<u8> = parts.concat();
         self.bytes += frame.len();
-        self.journal.push_back(Entry { id, frame, reply });
+        self.journal.push_back(Entry { id, frame: Some(frame), reply });
         while self.bytes > JOURNAL_BYTES {
             let Some(e) = self.journal.pop_front() else { break };
-            self.bytes -= e.frame.len();
-            self.barrier = e.id;
+            self.bytes -= e.frame.map_or(0, |f| f.len());
+            self.floor = self.floor.max(e.id);
         }
     }
 
@@ -125,29 +134,41 @@ impl Resume {
     pub fn forget_from(&mut self, id: u64) {
         while self.journal.back().is_some_and(|e| e.id >= id) {
             let e = self.journal.pop_back().expect("just seen");
-            self.bytes -= e.frame.len();
+            self.bytes -= e.frame.map_or(0, |f| f.len());
         }
     }
 
     /// The frames to send again after a restore whose checkpoint had seen request
     /// `last_request`, up to `upto` (what was sent): (frame, whether it is answered).
     pub fn lost(&self, last_request: u64, upto: u64) -> Result<Vec<(&[u8], bool)>, String> {
-        if last_request < self.barrier {
+        if last_request < self.floor {
             return Err(format!(
-                "the checkpoint saw requests up to {last_request}, but request {} after it cannot be replayed",
-                self.barrier
+                "the checkpoint saw requests up to {last_request}; those up to {} cannot be replayed (no longer \
+                 journaled)",
+                self.floor
             ));
         }
-        let lost: Vec<&Entry> = self.journal.iter().filter(|e| e.id > last_request && e.id <= upto).collect();
+        let mut out = Vec::new();
+        for e in self.journal.iter().filter(|e| e.id > last_request && e.id <= upto) {
+            match &e.frame {
+                Some(f) => out.push((f.as_slice(), e.reply)),
+                None => {
+                    return Err(format!(
+                        "the checkpoint saw requests up to {last_request}, but request {} after it cannot be replayed",
+                        e.id
+                    ));
+                }
+            }
+        }
         let want = upto.saturating_sub(last_request) as usize;
-        if lost.len() != want {
+        if out.len() != want {
             return Err(format!(
                 "{want} requests were sent after the checkpoint (ids {}..={upto}), {} of them are journaled",
                 last_request + 1,
-                lost.len()
+                out.len()
             ));
         }
-        Ok(lost.into_iter().map(|e| (e.frame.as_slice(), e.reply)).collect())
+        Ok(out)
     }
 }
 
@@ -169,14 +190,31 @@ mod tests {
         assert_eq!(lost, vec![(&[5u8][..], false), (&[6u8][..], true)]);
         assert!(r.lost(6, 6).unwrap().is_empty());
         // A checkpoint from before the journal began: request 2 and earlier are not in it.
-        assert!(r.lost(1, 6).unwrap_err().contains("cannot be replayed"));
+        assert!(r.lost(1, 6).unwrap_err().contains("no longer journaled"));
         // An allocation after the checkpoint: stale.
         r.record(7, &[&[7]], false, true);
         r.record(8, &[&[8]], true, true);
-        assert!(r.lost(6, 8).is_err());
+        assert!(r.lost(6, 8).unwrap_err().contains("request 7 after it cannot be replayed"));
         assert_eq!(r.lost(7, 8).unwrap().len(), 1);
         r.forget_from(8);
         assert!(r.lost(7, 7).unwrap().is_empty());
+        // An allocation in flight when the daemon went: it is sent again, what came before it
+        // since the checkpoint is replayed.
+        r.record(8, &[&[8]], true, false);
+        r.record(9, &[&[9]], false, true);
+        r.forget_from(9);
+        assert_eq!(
+            r.lost(6, 8).unwrap_err(),
+            "the checkpoint saw requests up to 6, but request 7 after it cannot be replayed"
+        );
+        assert_eq!(r.lost(7, 8).unwrap(), vec![(&[8u8][..], false)]);
+        // A later unreplayable request drops what came before the previous one only.
+        r.record(9, &[&[9]], false, true);
+        r.record(10, &[&[10]], true, false);
+        r.record(11, &[&[11]], false, true);
+        r.forget_from(11);
+        assert!(r.lost(6, 10).unwrap_err().contains("no longer journaled"));
+        assert_eq!(r.lost(9, 10).unwrap(), vec![(&[10u8][..], false)]);
     }
 
     #[test]
