@@ -118,6 +118,19 @@ fn checkpoint(d: &Daemon, session: &str, dir: &Path) -> std::process::Output {
         .expect("running gpupool checkpoint")
 }
 
+/// A region's bytes from a version 2 manifest entry: its base, then its patches in order.
+fn read_region(dir: &Path, m: &serde_json::Value) -> Vec<u8> {
+    let mut bytes = std::fs::read(dir.join(m["file"].as_str().unwrap())).unwrap();
+    assert_eq!(bytes.len() as u64, m["size"].as_u64().unwrap());
+    for p in m["patches"].as_array().unwrap() {
+        let n = |k: &str| p[k].as_u64().unwrap() as usize;
+        let file = std::fs::read(dir.join(p["file"].as_str().unwrap())).unwrap();
+        bytes[n("offset")..n("offset") + n("len")]
+            .copy_from_slice(&file[n("file_offset")..n("file_offset") + n("len")]);
+    }
+    bytes
+}
+
 fn hex(a: u64) -> String {
     format!("{a:016x}")
 }
@@ -165,7 +178,8 @@ fn a_running_session_is_checkpointed_and_continues() {
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["format"], "gpupool-checkpoint");
-    assert_eq!(manifest["format_version"], 1);
+    assert_eq!(manifest["format_version"], 2);
+    assert_eq!(manifest["generation"], 1);
     assert_eq!(manifest["session"], session_id);
     assert_eq!(manifest["tenant"], tenant.as_str());
     let allocs = manifest["allocations"].as_array().unwrap();
@@ -174,7 +188,8 @@ fn a_running_session_is_checkpointed_and_continues() {
         let a = allocs.iter().find(|a| a["address"] == buf.0).unwrap_or_else(|| panic!("{buf:?} in {manifest:#}"));
         assert_eq!(a["size"], size);
         assert_eq!(a["device"], 0);
-        assert_eq!(a["file"], format!("alloc-{}.bin", hex(buf.0)));
+        assert_eq!(a["file"], format!("alloc-{}-1.bin", hex(buf.0)));
+        assert_eq!(a["patches"].as_array().map(Vec::len), Some(0));
         let bytes = std::fs::read(dir.join(a["file"].as_str().unwrap())).unwrap();
         assert!(
             bytes == expected(i, size, 0xc0de_0000 + i as u32),
@@ -222,6 +237,51 @@ fn a_running_session_is_checkpointed_and_continues() {
         mb(SIZES[0], plain.as_secs_f64()),
         copy.as_secs_f64()
     );
+
+    // Incremental: the kernel above may have written anything, so the next checkpoint to the
+    // same directory is a full one (generation 2); then 1 MiB copied from the host and a memset
+    // in the last, partial MiB of allocation 2 are all the third one writes (generation 3).
+    let out = checkpoint(&d, &session_id.to_string(), &dir);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(&format!("generation 2, full, wrote {total} bytes")), "{text}");
+    let changed = random(99, MIB);
+    c.t.staging().unwrap().write(0, &changed).unwrap();
+    let src = HostSrc::Staging(StagingRegion { offset: 0, len: MIB });
+    assert_eq!(code(&c.call(Request::MemcpyHtoD { dst: DevicePtr(bufs[0].0 + 5 * MIB), src })), 0);
+    let set = Memset {
+        dst: DevicePtr(bufs[2].0 + 3 * MIB + 10),
+        value: MemsetValue::U8(0xee),
+        width: 100,
+        height: 1,
+        pitch: 0,
+    };
+    assert_eq!(code(&c.call(Request::Memset { set })), 0);
+    let out = checkpoint(&d, &session_id.to_string(), &dir);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let partial = SIZES[2] - 3 * MIB;
+    assert!(text.contains(&format!("generation 3, incremental, wrote {} bytes", MIB + partial)), "{text}");
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!((m["format_version"].as_u64(), m["generation"].as_u64()), (Some(2), Some(3)));
+    assert_eq!(m["incremental"], true);
+    let mut named = std::collections::BTreeSet::from(["manifest.json".to_string()]);
+    for a in m["allocations"].as_array().unwrap() {
+        let bytes = read_region(&dir, a);
+        let want = c.read_back(DevicePtr(a["address"].as_u64().unwrap()), a["size"].as_u64().unwrap());
+        assert!(bytes == want, "allocation at {}: base and patches differ from the device", a["address"]);
+        named.insert(a["file"].as_str().unwrap().to_string());
+        named.extend(a["patches"].as_array().unwrap().iter().map(|p| p["file"].as_str().unwrap().to_string()));
+    }
+    let a0 = m["allocations"].as_array().unwrap().iter().find(|a| a["address"] == bufs[0].0).unwrap();
+    assert_eq!(a0["file"], format!("alloc-{}-2.bin", hex(bufs[0].0)));
+    assert_eq!(a0["patches"][0]["offset"], 5 * MIB);
+    assert_eq!(a0["patches"][0]["file"], format!("alloc-{}-3.bin", hex(bufs[0].0)));
+    named.extend(m["modules"].as_array().unwrap().iter().map(|x| x["image"].as_str().unwrap().to_string()));
+    // Generation 1's files, which nothing names now, are gone.
+    let on_disk: std::collections::BTreeSet<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(on_disk, named);
 
     // A tenant's name: each of its sessions, under DIR/session-ID (the client is idle now).
     let by_tenant = root.join("tenant");
@@ -612,4 +672,89 @@ fn the_upgrade_procedure_keeps_three_tenants_sessions_and_quotas() {
         assert_eq!(c.alloc(ctx, 1).err().map(|e| e.0), Some(2), "{name}: past the quota");
         assert_eq!(code(&c.call(Request::MemFree { ptr: rest })), 0);
     }
+}
+
+/// `checkpoint = "1s"` and `checkpoint_dir` in the tenant's config (README.md, "Checkpoints"):
+/// each session of the tenant is written to `checkpoint_dir/session-ID` every period, the first
+/// in full and then only what changed (nothing while the client is idle, the 1 MiB it then
+/// sets); the status document and the metrics report the cost (count, bytes, durations, pause).
+#[test]
+fn a_tenant_period_checkpoints_its_sessions_incrementally_and_reports_the_cost() {
+    let root = std::env::temp_dir().join(format!("gpupool-periodic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let config = format!(
+        "[[tenant]]\nname = \"train\"\nuids = [{}]\ncheckpoint = \"1s\"\ncheckpoint_dir = \"{}\"\n",
+        uid(),
+        root.display()
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let d = Daemon::start_env(Some(&config), &["--metrics", &addr], &[("GPUPOOL_SIM_DEVICES", "1")]);
+    let mut c = Client::connect(&d.socket);
+    let Reply::HelloReply { session_id, .. } = c.hello else { panic!("{:?}", c.hello) };
+    let ctx = c.ctx(0);
+    let buf = c.alloc(ctx, 4 * MIB).unwrap();
+    let set = Memset { dst: buf, value: MemsetValue::U32(0x5eed), width: MIB, height: 1, pitch: 0 };
+    assert_eq!(code(&c.call(Request::Memset { set })), 0);
+    let dir = root.join(format!("session-{session_id}"));
+    // Waits (up to 15 s: a busy machine) for generation `g`; returns its manifest.
+    let generation = |g: u64| -> serde_json::Value {
+        let t0 = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read(dir.join("manifest.json")) {
+                let m: serde_json::Value = serde_json::from_slice(&text).unwrap();
+                if m["generation"].as_u64().unwrap() >= g {
+                    return m;
+                }
+            }
+            assert!(t0.elapsed().as_secs() < 15, "no generation {g} in {} within 15 s:\n{}", dir.display(), d.log());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let first = generation(1);
+    assert_eq!(first["incremental"], false);
+    let g = generation(first["generation"].as_u64().unwrap() + 1)["generation"].as_u64().unwrap();
+    let tenant = |d: &Daemon| d.status()["checkpoints"]["tenants"][0].clone();
+    // The counts are updated just after the manifest is in place.
+    let t0 = Instant::now();
+    let t = loop {
+        let t = tenant(&d);
+        if t["periodic"].as_u64() >= Some(2) || t0.elapsed().as_secs() > 5 {
+            break t;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(t["tenant"], "train");
+    assert!(t["periodic"].as_u64().unwrap() >= 2 && t["checkpoints"].as_u64().unwrap() >= 2, "{t}");
+    assert_eq!((t["last_bytes"].as_u64(), t["last_written_bytes"].as_u64()), (Some(4 * MIB), Some(0)), "{t}");
+    assert_eq!(t["last_incremental"], true);
+    assert!(t["last_pause_ns"].as_u64().unwrap() > 0 && t["last_unix_ms"].as_u64().unwrap() > 0, "{t}");
+    // The client sets one MiB: the next one writes that MiB and the manifest reads back right.
+    let set = Memset { dst: DevicePtr(buf.0 + 2 * MIB), value: MemsetValue::U8(0x77), width: MIB, height: 1, pitch: 0 };
+    assert_eq!(code(&c.call(Request::Memset { set })), 0);
+    let m = generation(g + 1);
+    let t0 = Instant::now();
+    let t = loop {
+        let t = tenant(&d);
+        if t["last_written_bytes"].as_u64() == Some(MIB) || t0.elapsed().as_secs() > 5 {
+            break t;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(t["last_written_bytes"].as_u64(), Some(MIB), "{t}");
+    assert!(read_region(&dir, &m["allocations"][0]) == c.read_back(buf, 4 * MIB));
+    let metrics = {
+        use std::io::Read;
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    for name in ["checkpoints_total", "checkpoint_last_pause_seconds", "checkpoint_last_duration_seconds"] {
+        assert!(metrics.contains(&format!("gpupool_tenant_{name}{{tenant=\"train\"}}")), "{name}: {metrics}");
+    }
+    assert!(metrics.contains("gpupool_tenant_checkpoint_last_bytes{tenant=\"train\"} 4194304"), "{metrics}");
+    drop(c);
+    let _ = std::fs::remove_dir_all(&root);
 }

@@ -176,6 +176,55 @@ pub struct TenantSpec {
     /// Whether a tenant of higher priority may evict its `cuMemAlloc` memory to host memory
     /// when a device is full (`preemptible = false` forbids it; README.md, "Memory preemption").
     pub preemptible: bool,
+    /// Periodic checkpoints of each of its sessions (`checkpoint = "60s"` with `checkpoint_dir`;
+    /// README.md, "Checkpoints").
+    pub checkpoint: Option<PeriodicCheckpoint>,
+}
+
+/// `checkpoint = "60s"`, `checkpoint_dir = "/abs/dir"`: every session of the tenant is
+/// checkpointed to `dir/session-ID` at this period (incrementally after the first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeriodicCheckpoint {
+    /// The period.
+    pub every: std::time::Duration,
+    /// The directory the tenant's sessions are written under (absolute).
+    pub dir: std::path::PathBuf,
+}
+
+/// A period as `500ms`, `30s`, `5m` or `1h`: at least one second.
+fn checkpoint_period(tenant: &str, text: &str) -> Result<std::time::Duration, ConfigError> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 =
+        n.parse().map_err(|_| field_err(tenant, "checkpoint", format!("`{text}` is not a period like 60s")))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => None,
+    };
+    match ms {
+        Some(ms) if ms >= 1000 => Ok(std::time::Duration::from_millis(ms)),
+        Some(_) => Err(field_err(tenant, "checkpoint", format!("`{text}`: the period is at least 1s"))),
+        None => Err(field_err(tenant, "checkpoint", format!("`{text}` is not a period (ms, s, m or h)"))),
+    }
+}
+
+fn periodic(tenant: &str, limits: &RawLimits) -> Result<Option<PeriodicCheckpoint>, ConfigError> {
+    match (&limits.checkpoint, &limits.checkpoint_dir) {
+        (None, None) => Ok(None),
+        (Some(every), Some(dir)) => {
+            let dir = std::path::PathBuf::from(dir);
+            if !dir.is_absolute() {
+                return Err(field_err(tenant, "checkpoint_dir", "must be an absolute path (the daemon writes it)"));
+            }
+            Ok(Some(PeriodicCheckpoint { every: checkpoint_period(tenant, every)?, dir }))
+        }
+        (Some(_), None) => Err(field_err(tenant, "checkpoint_dir", "`checkpoint` needs `checkpoint_dir`")),
+        (None, Some(_)) => Err(field_err(tenant, "checkpoint", "`checkpoint_dir` needs `checkpoint` (a period)")),
+    }
 }
 
 /// A validated quota config. Build it with [`Config::from_toml_str`]; resolve clients with
@@ -259,6 +308,8 @@ struct RawTenant {
     priority: Option<Priority>,
     devices: Option<i64>,
     preemptible: Option<bool>,
+    checkpoint: Option<String>,
+    checkpoint_dir: Option<String>,
 }
 
 impl RawTenant {
@@ -271,6 +322,8 @@ impl RawTenant {
             priority: self.priority,
             devices: self.devices,
             preemptible: self.preemptible,
+            checkpoint: self.checkpoint.clone(),
+            checkpoint_dir: self.checkpoint_dir.clone(),
         }
     }
 }
@@ -285,6 +338,8 @@ struct RawLimits {
     priority: Option<Priority>,
     devices: Option<i64>,
     preemptible: Option<bool>,
+    checkpoint: Option<String>,
+    checkpoint_dir: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -383,6 +438,7 @@ fn spec(name: &str, limits: &RawLimits) -> Result<TenantSpec, ConfigError> {
             Some(n) => return Err(field_err(name, "devices", format!("{n} is not a number of GPUs (1 or more)"))),
         },
         preemptible: limits.preemptible.unwrap_or(true),
+        checkpoint: periodic(name, limits)?,
     })
 }
 

@@ -239,3 +239,31 @@ fn oversubscribed_quotas_load_and_preemptible_defaults_to_true() {
     assert!(!c.default_tenant().preemptible);
     assert!(err("[[tenant]]\nname = \"a\"\npreemptible = \"no\"\n").contains("preemptible"));
 }
+
+/// `checkpoint = "60s"` with `checkpoint_dir` (README.md, "Checkpoints"): periods in ms, s, m
+/// or h of at least a second, an absolute directory, both or neither.
+#[test]
+fn periodic_checkpoints_need_a_period_and_an_absolute_dir() {
+    let c = Config::from_toml_str(
+        "[[tenant]]\nname = \"train\"\nuids = [1]\ncheckpoint = \"60s\"\ncheckpoint_dir = \"/var/lib/gpupool/ckpt\"\n\
+         [[tenant]]\nname = \"quick\"\nuids = [2]\ncheckpoint = \"1500ms\"\ncheckpoint_dir = \"/c\"\n",
+    )
+    .unwrap();
+    let p = c.tenant(&TenantId::new("train")).unwrap().checkpoint.clone().unwrap();
+    assert_eq!((p.every, p.dir), (std::time::Duration::from_secs(60), "/var/lib/gpupool/ckpt".into()));
+    let p = c.tenant(&TenantId::new("quick")).unwrap().checkpoint.clone().unwrap();
+    assert_eq!(p.every, std::time::Duration::from_millis(1500));
+    assert!(c.default_tenant().checkpoint.is_none());
+    for (text, field, says) in [
+        ("checkpoint = \"60s\"\n", "checkpoint_dir", "needs"),
+        ("checkpoint_dir = \"/c\"\n", "checkpoint", "needs"),
+        ("checkpoint = \"60s\"\ncheckpoint_dir = \"rel\"\n", "checkpoint_dir", "absolute"),
+        ("checkpoint = \"500ms\"\ncheckpoint_dir = \"/c\"\n", "checkpoint", "at least 1s"),
+        ("checkpoint = \"ten\"\ncheckpoint_dir = \"/c\"\n", "checkpoint", "not a period"),
+        ("checkpoint = \"10d\"\ncheckpoint_dir = \"/c\"\n", "checkpoint", "not a period"),
+    ] {
+        let (tenant, f, message) = field_err(&format!("[[tenant]]\nname = \"t\"\nuids = [1]\n{text}"));
+        assert_eq!((tenant.as_str(), f.as_str()), ("t", field), "{text}: {message}");
+        assert!(message.contains(says), "{text}: {message}");
+    }
+}

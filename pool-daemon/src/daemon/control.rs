@@ -119,5 +119,6 @@ pub fn status_document(shared: &Shared) -> Value {
         "tenants": tenants,
         "sessions": sessions,
         "evictions": shared.evict.status(),
+        "checkpoints": shared.checkpoints.status(),
     })
 }

@@ -94,6 +94,12 @@ pub fn serve(shared: Arc<Shared>, bound: Vec<Bound>, remote: Vec<super::remote::
                 .spawn(move || super::remote::accept_loop(s, r))?,
         );
     }
+    let s = shared.clone();
+    loops.push(
+        std::thread::Builder::new()
+            .name("gpupool-ckpt-timer".into())
+            .spawn(move || super::checkpoint::periodic_loop(s))?,
+    );
     for b in bound {
         let s = shared.clone();
         let c = b.control;

@@ -121,6 +121,7 @@ pub fn render(shared: &Shared) -> String {
     reg.register("sessions", "Client sessions connected now", sessions);
     super::placement::register_metrics(&mut reg, &doc);
     super::evict::register_metrics(&mut reg, &doc);
+    super::checkpoint::register_metrics(&mut reg, &doc);
 
     let used = Family::<TenantLabels, Gauge>::default();
     let quota = Family::<TenantLabels, Gauge>::default();

@@ -20,7 +20,7 @@
 //! Owns the sessions waiting for their client. It does not write checkpoints
 //! ([`super::checkpoint`]) and restores nothing format 1 does not hold.
 
-use super::checkpoint::{FORMAT, FORMAT_VERSION, Manifest};
+use super::checkpoint::Manifest;
 use super::cleanup::Handle;
 use super::dispatch::{DEVICE_UNAVAILABLE, Fail};
 use super::listener::PeerCred;
@@ -176,17 +176,9 @@ pub fn restore_all(shared: &Arc<Shared>, dir: &Path) -> Result<usize> {
     Ok(n)
 }
 
+/// Either format version (1, or 2 with patches over the bases).
 fn read_manifest(dir: &Path) -> Result<Manifest> {
-    let text = std::fs::read(dir.join("manifest.json")).context("reading manifest.json")?;
-    let m: Manifest = serde_json::from_slice(&text).context("parsing manifest.json")?;
-    if m.format != FORMAT || m.format_version != FORMAT_VERSION {
-        bail!(
-            "format {:?} version {}: this daemon reads {FORMAT:?} version {FORMAT_VERSION}",
-            m.format,
-            m.format_version
-        );
-    }
-    Ok(m)
+    super::checkpoint::load(dir)
 }
 
 /// Maps the memory of every checkpoint's allocations, per tenant and device in that tenant's
@@ -407,6 +399,34 @@ fn copy_in(shared: &Shared, path: &Path, address: u64, size: u64, buf: &mut Vec<
     Ok(())
 }
 
+/// `p.len` bytes of `p.file` at `p.file_offset` to `p.offset` of the allocation `a`.
+fn patch_in(
+    shared: &Shared,
+    dir: &Path,
+    a: &super::checkpoint::Memory,
+    p: &super::checkpoint::Patch,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    use std::io::{Seek as _, SeekFrom};
+    if p.offset.checked_add(p.len).is_none_or(|end| end > a.size) {
+        bail!("{:#x}: a patch of {} bytes at {} is past its {} bytes", a.address, p.len, p.offset, a.size);
+    }
+    let path = dir.join(&p.file);
+    let mut f = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    f.seek(SeekFrom::Start(p.file_offset)).with_context(|| format!("seeking in {}", path.display()))?;
+    let mut off = 0u64;
+    while off < p.len {
+        let n = CHUNK.min((p.len - off) as usize);
+        buf.resize(n, 0);
+        f.read_exact(&mut buf[..n]).with_context(|| format!("reading {}", path.display()))?;
+        let to = a.address + p.offset + off;
+        call!(shared.cuda, cuMemcpyHtoD_v2(to, buf.as_ptr().cast(), n))
+            .map_err(|e| anyhow!("copying {n} bytes to {to:#x}: {e}"))?;
+        off += n as u64;
+    }
+    Ok(())
+}
+
 /// One checkpoint (its memory mapped already) into a session, not yet waiting: the session
 /// and its bytes.
 fn restore_one(shared: &Arc<Shared>, dir: &Path, m: &Manifest) -> Result<(Box<Session>, u64)> {
@@ -487,6 +507,10 @@ fn memory(
         s.allocs.insert(a.address, Alloc { size: a.size, device: a.device });
         s.owner.insert(Handle::Alloc(a.address), owner);
         copy_in(&shared, &dir.join(&a.file), a.address, a.size, &mut buf)?;
+        // An incremental checkpoint's patches, over the base, in order.
+        for p in &a.patches {
+            patch_in(&shared, dir, a, p, &mut buf)?;
+        }
         bytes += a.size;
     }
     Ok(bytes)

@@ -525,6 +525,8 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
         let name = kind.name();
         // A checkpoint asked of this session is written before the request is served.
         super::checkpoint::at_call(s);
+        // What it may write, for the next incremental checkpoint (before serving: conservative).
+        s.ckpt.note(op.as_ref(), view.as_ref());
         // Paused here while the tenant's memory is evicted (issue 22).
         let inside = super::evict::gate(s);
         let started = Instant::now();
