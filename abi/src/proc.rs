@@ -329,6 +329,7 @@ macro_rules! driver_entry_points {
         "cuGraphInstantiateWithFlags" => [11040 => cuGraphInstantiateWithFlags];
         "cuGraphLaunch" => [10000 => cuGraphLaunch | cuGraphLaunch_ptsz];
         "cuGraphExecDestroy" => [10000 => cuGraphExecDestroy];
+        "cuGraphExecGetFlags" => [12000 => cuGraphExecGetFlags];
         "cuGraphUpload" => [11010 => cuGraphUpload | cuGraphUpload_ptsz];
         "cuGraphAddKernelNode" => [10000 => !, 12000 => cuGraphAddKernelNode_v2];
         "cuGraphAddMemsetNode" => [10000 => cuGraphAddMemsetNode];

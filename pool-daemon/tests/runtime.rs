@@ -182,10 +182,10 @@ fn malloc_async_frees_in_stream_order_and_gives_memory_back() {
 /// variable written from page-locked memory and read back when the graph runs, twice; refusals; the
 /// nodes changed with cudaGraphMemcpyNodeSetParamsToSymbol and cudaGraphExecMemcpyNodeSetParamsFromSymbol;
 /// a kernel node (cudaGraphAddKernelNode), cudaGraphExecKernelNodeSetParams, and the node read back
-/// (cudaGraphKernelNodeGetParams) and changed (cudaGraphKernelNodeSetParams).
+/// (cudaGraphKernelNodeGetParams) and changed (cudaGraphKernelNodeSetParams); cudaGraphExecGetFlags.
 #[test]
 fn graph_memcpy_nodes_to_and_from_a_symbol() {
-    run_passing("graph_symbol_nodes", &[], 10);
+    run_passing("graph_symbol_nodes", &[], 11);
 }
 
 #[test]

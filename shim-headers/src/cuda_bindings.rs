@@ -6005,6 +6005,12 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuGraphExecGetFlags(
+        hGraphExec: CUgraphExec,
+        flags: *mut cuuint64_t,
+    ) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuGraphKernelNodeGetParams(
         hNode: CUgraphNode,
         nodeParams: *mut CUDA_KERNEL_NODE_PARAMS_v1,

@@ -351,6 +351,8 @@ pub struct GraphExec {
     pub ctx_handle: u64,
     /// The graph it was made from (nodes are named by that graph's node handles).
     pub graph: u64,
+    /// The flags it was instantiated with (`cuGraphExecGetFlags`).
+    pub flags: u64,
     steps: Mutex<Vec<Step>>,
     /// Per node of the graph: its step, if it is a kernel, host, memset or memcpy node.
     top: Vec<Option<usize>>,
@@ -358,12 +360,13 @@ pub struct GraphExec {
 }
 
 impl GraphExec {
-    pub fn new(graph: &Graph, graph_handle: u64) -> CuResult<GraphExec> {
+    pub fn new(graph: &Graph, graph_handle: u64, flags: u64) -> CuResult<GraphExec> {
         let nodes = graph.nodes();
         let (mut steps, mut top) = (Vec::new(), Vec::new());
         flatten(&nodes, &mut steps, Some(&mut top))?;
         let topology = Topology::of(&nodes);
-        Ok(GraphExec { ctx_handle: graph.ctx_handle, graph: graph_handle, steps: Mutex::new(steps), top, topology })
+        let steps = Mutex::new(steps);
+        Ok(GraphExec { ctx_handle: graph.ctx_handle, graph: graph_handle, flags, steps, top, topology })
     }
 
     /// `cuGraphExecUpdate`: every node's parameters from `graph`, whose topology must be this one's

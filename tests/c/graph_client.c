@@ -13,7 +13,8 @@
  * CPU's result, bit for bit (integer arithmetic, wrapping). The captured step kernel's node is then
  * read back (cuGraphKernelNodeGetParams, _v2 and v1: the function handle, configuration, readable
  * parameters) and its k changed with cuGraphKernelNodeSetParams: a new instantiation runs the new k,
- * the instantiation made before keeps K.
+ * the instantiation made before keeps K; cuGraphExecGetFlags answers each instantiation's flags, and
+ * cuGraphExecUpdate of a captured memset's exec from a captured kernel names the kernel node.
  *
  * Then the capture rules: cuStreamIsCapturing / cuStreamGetCaptureInfo_v2 during and after a
  * capture; the legacy stream cannot be captured; a copy from pageable memory and, in global
@@ -53,6 +54,7 @@
 #include <time.h>
 
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH 1 /* CUgraphInstantiate_flags */
 
 #define FUNCS(X)                                                                                            \
     X(cuInit) X(cuGetErrorName) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)               \
@@ -69,7 +71,7 @@
     X(cuGraphAddHostNode) X(cuGraphAddMemcpyNode) X(cuLaunchHostFunc) X(cuStreamAddCallback)                 \
     X(cuGraphHostNodeGetParams) X(cuGraphHostNodeSetParams) X(cuGraphExecHostNodeSetParams) X(cuMemcpyDtoHAsync_v2) \
     X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams_v2) X(cuGraphKernelNodeSetParams_v2)        \
-    X(cuGraphKernelNodeGetParams)
+    X(cuGraphKernelNodeGetParams) X(cuGraphExecGetFlags)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -329,7 +331,12 @@ int main(int argc, char **argv) {
         if (*(uint32_t *)back.kernelParams[2] != k_new)
             fail("kernel node parameters after set", "k %ld %ld", (long)*(uint32_t *)back.kernelParams[2], 0);
         CUgraphExec xk = NULL;
-        CU(cuGraphInstantiateWithFlags, &xk, graph, 0);
+        cuuint64_t flags = 99;
+        CU(cuGraphInstantiateWithFlags, &xk, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+        CU(cuGraphExecGetFlags, xk, &flags);
+        if (flags != CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) fail("cuGraphExecGetFlags", "%ld %ld", (long)flags, 1);
+        CU(cuGraphExecGetFlags, exec, &flags);
+        if (flags != 0) fail("cuGraphExecGetFlags", "%ld %ld", (long)flags, 0);
         for (int pass = 0; pass < 2; pass++) {
             set_x(1000 + pass);
             CU(cuGraphLaunch, pass == 0 ? xk : exec, s);
@@ -340,8 +347,37 @@ int main(int argc, char **argv) {
                 if (got[i] != cy[i]) fail("kernel node set params", "index %ld differs (pass %ld)", i, pass);
         }
         CU(cuGraphExecDestroy, xk);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphExecGetFlags, xk, &flags);
         CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeGetParams_v2, nodes[0] == nk ? nodes[1] : nodes[0], &back);
         ok("a captured kernel node's parameters read back and changed: the new instantiation runs them");
+
+        /* cuGraphExecUpdate from a captured graph whose one node is a kernel where the exec's is a
+         * memset: NODE_TYPE_CHANGED, errorNode the captured kernel node (a handle that works). */
+        CUgraph gm1 = NULL, gk1 = NULL;
+        CUgraphExec xm1 = NULL;
+        uint32_t kk = K, nn = N;
+        CUdeviceptr yy = g[1], xx = g[0];
+        void *a1[] = {&yy, &xx, &kk, &nn};
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CU(cuMemsetD32Async, g[2], 1u, N, s);
+        CU(cuStreamEndCapture, s, &gm1);
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CU(cuLaunchKernel, f_step, (N + 127) / 128, 1, 1, 128, 1, 1, 0, s, a1, NULL);
+        CU(cuStreamEndCapture, s, &gk1);
+        CU(cuGraphInstantiateWithFlags, &xm1, gm1, 0);
+        CUgraphExecUpdateResultInfo info;
+        memset(&info, 0, sizeof info);
+        CU_EXPECT(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cuGraphExecUpdate_v2, xm1, gk1, &info);
+        CUgraphNodeType et = CU_GRAPH_NODE_TYPE_EMPTY;
+        if (info.result != CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED || !info.errorNode)
+            fail("cuGraphExecUpdate errorNode", "result %ld node %ld", (long)info.result, (long)(info.errorNode != NULL));
+        CU(cuGraphNodeGetType, info.errorNode, &et);
+        CU(cuGraphKernelNodeGetParams_v2, info.errorNode, &back);
+        if (et != CU_GRAPH_NODE_TYPE_KERNEL || back.func != f_step) fail("cuGraphExecUpdate errorNode", "type %ld %ld", et, 0);
+        CU(cuGraphExecDestroy, xm1);
+        CU(cuGraphDestroy, gm1);
+        CU(cuGraphDestroy, gk1);
+        ok("cuGraphExecGetFlags, and cuGraphExecUpdate's errorNode for a captured graph");
     }
 
     /* A page-locked buffer freed while a graph copies from it: the daemon keeps its mapping until

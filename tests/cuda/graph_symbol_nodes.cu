@@ -7,7 +7,8 @@
 // and cudaGraphExecMemcpyNodeSetParamsFromSymbol (one exec reads the table into another buffer).
 // A kernel node (cudaGraphAddKernelNode, the kernel's host stub) adds k to every entry at each
 // launch, and cudaGraphExecKernelNodeSetParams changes k for one instantiated graph;
-// cudaGraphKernelNodeGetParams reads the node back and cudaGraphKernelNodeSetParams changes it.
+// cudaGraphKernelNodeGetParams reads the node back and cudaGraphKernelNodeSetParams changes it;
+// cudaGraphExecGetFlags answers each exec's instantiation flags.
 #include "check.cuh"
 
 __device__ int table[256];
@@ -119,7 +120,12 @@ int main() {
   k = 20;
   CUDA_CHECK(cudaGraphKernelNodeSetParams(kn, &kp));
   cudaGraphExec_t ke2;
-  CUDA_CHECK(cudaGraphInstantiate(&ke2, kg, 0));
+  CUDA_CHECK(cudaGraphInstantiateWithFlags(&ke2, kg, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  unsigned long long flags2 = 0, flags1 = 9;
+  CUDA_CHECK(cudaGraphExecGetFlags(ke2, &flags2));
+  CUDA_CHECK(cudaGraphExecGetFlags(ke, &flags1));
+  CHECK(flags2 == cudaGraphInstantiateFlagAutoFreeOnLaunch && flags1 == 0, "cudaGraphExecGetFlags", "%llu %llu",
+        flags2, flags1);
   CUDA_CHECK(cudaGraphLaunch(ke2, 0));
   CUDA_CHECK(cudaGraphLaunch(ke, 0));
   CUDA_CHECK(cudaDeviceSynchronize());

@@ -101,7 +101,8 @@ def test_captured_kernel_node_parameters_read_back_and_changed(cuda, gctx):
     back = check(cuda.cuGraphKernelNodeGetParams(node))
     got = (ctypes.c_void_p * 5).from_address(back.kernelParams)
     assert ctypes.c_float.from_address(got[2]).value == 5.0
-    new = check(cuda.cuGraphInstantiate(graph, 0))
+    new = check(cuda.cuGraphInstantiate(graph, 1))  # CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+    assert int(check(cuda.cuGraphExecGetFlags(new))) == 1 and int(check(cuda.cuGraphExecGetFlags(old))) == 0
     for exe, a in [(new, 5.0), (old, 2.0)]:
         check(cuda.cuGraphLaunch(exe, stream))
         check(cuda.cuStreamSynchronize(stream))

@@ -143,6 +143,7 @@ exports! { CUresult;
         = graph_edit::find_in_clone;
     cuGraphExecKernelNodeSetParams_v2(exec: val CUgraphExec, node: val CUgraphNode,
         params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::exec_kernel_node_set_params;
+    cuGraphExecGetFlags(exec: val CUgraphExec, flags: out cuuint64_t) = graph::exec_get_flags;
     cuGraphKernelNodeGetParams_v2(node: val CUgraphNode, params: val *mut CUDA_KERNEL_NODE_PARAMS)
         = graph_kernel::get_params;
     cuGraphKernelNodeSetParams_v2(node: val CUgraphNode, params: val *const CUDA_KERNEL_NODE_PARAMS)

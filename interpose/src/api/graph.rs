@@ -395,13 +395,27 @@ pub(super) fn graph_instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: 
             all.push((h, m));
         }
     }
+    exec_flags().insert(h, flags);
     crate::api::export::put(pexec, h as CUgraphExec);
     Ok(())
+}
+
+/// Instantiated graph handle -> the flags it was made with (kept here: the daemon never needs them
+/// back).
+fn exec_flags() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<u64, u64>> {
+    static F: Mutex<std::collections::BTreeMap<u64, u64>> = Mutex::new(std::collections::BTreeMap::new());
+    F.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `cuGraphExecGetFlags`: an instantiated graph this process made (another's handle names none).
+pub(super) fn exec_get_flags(exec: CUgraphExec) -> R<u64> {
+    exec_flags().get(&(exec as u64)).copied().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
 }
 
 pub(super) fn graph_exec_destroy(exec: CUgraphExec) -> R<()> {
     let (id, ep) = id_of(exec as u64, Kind::GraphExec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphExecDestroy { exec: GraphExecId(id) }))?;
+    exec_flags().remove(&(exec as u64));
     release_graph_memory(exec as u64);
     Ok(())
 }

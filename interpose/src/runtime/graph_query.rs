@@ -9,7 +9,7 @@
 
 use super::{Rt, cu, rt_exports, runtime_major};
 use crate::api::exports::{
-    cuGraphDebugDotPrint, cuGraphExecUpdate_v2, cuGraphGetEdges_v2, cuGraphNodeGetDependencies_v2,
+    cuGraphDebugDotPrint, cuGraphExecGetFlags, cuGraphExecUpdate_v2, cuGraphGetEdges_v2, cuGraphNodeGetDependencies_v2,
     cuGraphNodeGetDependentNodes_v2,
 };
 use gpupool_shim::cuda::{CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode};
@@ -65,6 +65,11 @@ fn exec_update(exec: CUgraphExec, graph: CUgraph, info: *mut CUgraphExecUpdateRe
     cu(unsafe { cuGraphExecUpdate_v2(exec, graph, info) })
 }
 
+fn exec_get_flags(exec: CUgraphExec, flags: *mut u64) -> Rt<()> {
+    // SAFETY: our own export; it checks the handle and the pointer.
+    cu(unsafe { cuGraphExecGetFlags(exec, flags) })
+}
+
 fn debug_dot_print(graph: CUgraph, path: *const std::os::raw::c_char, flags: std::os::raw::c_uint) -> Rt<()> {
     // SAFETY: our own export; it checks the path and the handle.
     cu(unsafe { cuGraphDebugDotPrint(graph, path, flags) })
@@ -83,5 +88,6 @@ rt_exports! {
     cudaGraphNodeGetDependentNodes => dependents_plain(node: CUgraphNode, list: *mut CUgraphNode, x: usize, y: usize);
     cudaGraphNodeGetDependentNodes_v2 => dependents_v2(node: CUgraphNode, list: *mut CUgraphNode,
         data: *mut CUgraphEdgeData, n: *mut usize);
+    cudaGraphExecGetFlags => exec_get_flags(exec: CUgraphExec, flags: *mut u64);
     cudaGraphExecUpdate => exec_update(exec: CUgraphExec, graph: CUgraph, info: *mut CUgraphExecUpdateResultInfo);
 }

@@ -66,7 +66,7 @@ unsupported! {
     cudaGraphEventWaitNodeGetEvent, cudaGraphEventWaitNodeSetEvent, cudaGraphExecChildGraphNodeSetParams,
     cudaGraphExecEventRecordNodeSetEvent, cudaGraphExecEventWaitNodeSetEvent,
     cudaGraphExecExternalSemaphoresSignalNodeSetParams, cudaGraphExecExternalSemaphoresWaitNodeSetParams,
-    cudaGraphExecGetFlags, cudaGraphExecNodeSetParams,
+    cudaGraphExecNodeSetParams,
     cudaGraphExternalSemaphoresSignalNodeGetParams, cudaGraphExternalSemaphoresSignalNodeSetParams,
     cudaGraphExternalSemaphoresWaitNodeGetParams, cudaGraphExternalSemaphoresWaitNodeSetParams,
     cudaGraphInstantiateWithParams,

@@ -583,7 +583,18 @@ impl Session {
             errorFromNode: std::ptr::null_mut(),
         };
         let r = call!(self.shared.cuda, cuGraphExecUpdate_v2(e.0, g.0, &mut info));
-        let node = self.graphs.nodes.iter().find(|(_, (_, n))| n.0 == info.errorNode).map_or(0, |(id, _)| *id);
+        // The offending node of `graph`, named by an id of this session (a captured graph's node
+        // gets its id here, as the topology query would give it one).
+        let known = self.graphs.nodes.iter().find(|(_, (_, n))| n.0 == info.errorNode).map(|(id, _)| *id);
+        let node = match known {
+            Some(id) => id,
+            None if !info.errorNode.is_null() => {
+                let id = self.next_handle();
+                self.graphs.nodes.insert(id, (graph, Raw(info.errorNode)));
+                id
+            }
+            None => 0,
+        };
         match r {
             Ok(()) => Ok(answer::ExecUpdate { result: 0, node: 0 }),
             Err(_) if info.result.0 != 0 => Ok(answer::ExecUpdate { result: info.result.0, node }),

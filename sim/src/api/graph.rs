@@ -295,9 +295,17 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(pexec: *mut CUgraphExec, gr
         };
         crate::graph_mem::check_instantiate(graph as u64)?;
         // Other flags (upload, device launch, priority) change nothing here.
-        let h = driver.graph_execs.insert(Arc::new(GraphExec::new(&g, graph as u64)?));
+        let h = driver.graph_execs.insert(Arc::new(GraphExec::new(&g, graph as u64, flags)?));
         crate::graph_mem::instantiated(graph as u64, h, flags);
         out(pexec, h as CUgraphExec)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecGetFlags(exec: CUgraphExec, flags: *mut u64) -> CUresult {
+    cuda_entry(|| match initialized()?.graph_execs.get(exec as u64) {
+        Some(e) => out(flags, e.flags),
+        None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{exec:?} is not an instantiated graph")),
     })
 }
 
