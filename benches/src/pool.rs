@@ -312,7 +312,13 @@ pub fn client_main(args: &[String]) -> ExitCode {
             (Ok(i), Ok(m)) => client_rtt(Path::new(lib), i, Duration::from_millis(m)),
             _ => Err("rtt ITERS DEADLINE_MS must be numbers".into()),
         },
-        _ => Err(format!("usage: gpupool-bench {CLIENT_COMMAND} start LIB | rtt LIB ITERS DEADLINE_MS")),
+        [mode, lib, samples] if mode == "launches" => match samples.parse() {
+            Ok(n) => client_launches(Path::new(lib), n),
+            Err(_) => Err("launches SAMPLES must be a number".into()),
+        },
+        _ => Err(format!(
+            "usage: gpupool-bench {CLIENT_COMMAND} start LIB | rtt LIB ITERS DEADLINE_MS | launches LIB SAMPLES"
+        )),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -379,6 +385,43 @@ fn client_rtt(lib: &Path, iters: usize, deadline: Duration) -> Result<(), String
         let _ = write!(line, " {x}");
     }
     writeln!(stdout, "{line}").map_err(|e| e.to_string())
+}
+
+/// Part 2's launch samples in a process of its own (against another daemon): prints
+/// `launches N POST_NS TOTAL_NS ...`, each sample's posting time and its total.
+fn client_launches(lib: &Path, samples: usize) -> Result<(), String> {
+    let d = Driver::load(lib)?;
+    let side = Side::new(&d)?;
+    side.launches(LAUNCHES)?;
+    let mut line = format!("launches {samples}");
+    for _ in 0..samples {
+        let t = Instant::now();
+        let post = side.launches(LAUNCHES)?;
+        let _ = write!(line, " {} {}", post.as_nanos(), t.elapsed().as_nanos());
+    }
+    println!("{line}");
+    Ok(())
+}
+
+/// `launches N POST_NS TOTAL_NS ...` of [`client_launches`]: (posting times, totals).
+pub fn parse_launches(line: &str) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let mut it = line.split_whitespace();
+    if it.next() != Some("launches") {
+        return Err(format!("not a launches line: {line:?}"));
+    }
+    let mut num = || -> Result<f64, String> {
+        it.next().and_then(|s| s.parse::<u64>().ok()).map(|v| v as f64).ok_or_else(|| "bad launches line".to_string())
+    };
+    let n = num()? as usize;
+    let (mut post, mut total) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        post.push(num()?);
+        total.push(num()?);
+    }
+    if num().is_ok() {
+        return Err("more samples than announced in launches line".into());
+    }
+    Ok((post, total))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -622,18 +665,22 @@ impl<'d> Side<'d> {
         Ok(Side { d, stream, module, func, dev_buf, pinned })
     }
 
-    /// `n` empty launches on the stream, then one `cuStreamSynchronize`.
-    fn launches(&self, n: usize) -> Result<(), String> {
+    /// `n` empty launches on the stream, then one `cuStreamSynchronize`; returns how long
+    /// the launches took to post (the rest is waiting for the work they queued).
+    fn launches(&self, n: usize) -> Result<Duration, String> {
         let d = self.d;
         let mut p0: u64 = 0;
         let mut p1: u32 = 0;
         let mut params: [*mut c_void; 2] = [(&raw mut p0).cast(), (&raw mut p1).cast()];
+        let t = Instant::now();
         for _ in 0..n {
             let r =
                 call!(d.cuLaunchKernel(self.func, 1, 1, 1, 1, 1, 1, 0, self.stream, params.as_mut_ptr(), null_mut(),));
             ok(r, "cuLaunchKernel")?;
         }
-        ok(call!(d.cuStreamSynchronize(self.stream)), "cuStreamSynchronize")
+        let posted = t.elapsed();
+        ok(call!(d.cuStreamSynchronize(self.stream)), "cuStreamSynchronize")?;
+        Ok(posted)
     }
 
     /// The pinned buffer's bytes, for checking after the copies into it have completed.
@@ -725,31 +772,70 @@ fn part1(pool: &Driver, sim: &Driver, echo: &mut Echo) -> Result<Section, String
     Ok(Section { title: "1. Sync round trip of a forwarded call (each call timed alone)".into(), rows, notes })
 }
 
-fn part2(pool: &Side, sim: &Side) -> Result<Section, String> {
+/// Part 2's rounds: in each, `LAUNCH_SAMPLES / LAUNCH_ROUNDS` samples of the pool, of the
+/// simulator, and of a client process on the daemon without the compute scheduler.
+const LAUNCH_ROUNDS: usize = 3;
+
+fn part2(pool: &Side, sim: &Side, exe: &Path, lib: &Path, plain: &Daemon) -> Result<Section, String> {
     pool.launches(LAUNCHES)?;
     sim.launches(LAUNCHES)?;
-    let (mut vp, mut vs) = (Vec::new(), Vec::new());
-    for _ in 0..LAUNCH_SAMPLES {
-        time_each(1, &mut vp, || pool.launches(LAUNCHES))?;
-        time_each(1, &mut vs, || sim.launches(LAUNCHES))?;
+    let per_round = LAUNCH_SAMPLES / LAUNCH_ROUNDS;
+    let (mut vp, mut vs, mut pp, mut ps) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut vu, mut pu) = (Vec::new(), Vec::new());
+    for _ in 0..LAUNCH_ROUNDS {
+        for _ in 0..per_round {
+            time_each(1, &mut vp, || pool.launches(LAUNCHES).map(|d| pp.push(d.as_nanos() as f64)))?;
+            time_each(1, &mut vs, || sim.launches(LAUNCHES).map(|d| ps.push(d.as_nanos() as f64)))?;
+        }
+        let out = Command::new(exe)
+            .args([CLIENT_COMMAND, "launches", &lib.display().to_string(), &per_round.to_string()])
+            .env("GPUPOOL_ENDPOINT", plain.endpoint())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("starting a launches client: {e}"))?;
+        let line = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!("launches client failed ({}): {line}", out.status));
+        }
+        let (post, total) = parse_launches(line.trim())?;
+        pu.extend(post);
+        vu.extend(total);
     }
-    let p = rate_summary(vp, LAUNCHES as f64);
-    let s = rate_summary(vs, LAUNCHES as f64);
+    let n = LAUNCHES as f64;
+    let p = rate_summary(vp, n);
+    let s = rate_summary(vs, n);
+    let u = rate_summary(vu, n);
     let mut r = row("empty kernel launches (async) + 1 sync", Unit::PerSec, p, "same, direct into the sim", s);
     r.verdict = format!(">= 2 M/s {}", pass(p.median >= 2e6));
-    let mut notes = vec![format!(
-        "{LAUNCH_SAMPLES} samples of {LAUNCHES} launches + cuStreamSynchronize each, pool and direct alternately"
-    )];
+    let mut r2 = row("same, daemon --no-compute-scheduler", Unit::PerSec, u, "same, direct into the sim", s);
+    r2.verdict = format!(">= 2 M/s {}", pass(u.median >= 2e6));
+    let per = |v: Vec<f64>| summarize(v).median / n;
+    let mut notes = vec![
+        format!(
+            "{LAUNCH_ROUNDS} rounds of {per_round} samples of {LAUNCHES} launches + cuStreamSynchronize each: pool and \
+             direct alternately, then a client process on a second daemon started with --no-compute-scheduler"
+        ),
+        format!(
+            "per launch: {:.0} ns through the pool ({:.0} ns of it posting, the rest waiting in cuStreamSynchronize \
+             for the daemon to catch up), {:.0} ns without the scheduler ({:.0} ns posting), {:.0} ns direct \
+             ({:.0} ns posting); the scheduler's share is the difference of the first two",
+            1e9 / p.median,
+            per(pp),
+            1e9 / u.median,
+            per(pu),
+            1e9 / s.median,
+            per(ps)
+        ),
+    ];
     if p.median < 2e6 {
         notes.push(format!(
-            "{:.0} ns per forwarded launch: the client encodes and posts a frame, the daemon's session \
+            "a forwarded launch: the client encodes and posts a frame, the daemon's session \
              thread decodes it, checks the handles and calls the sim, whose stream worker runs it; \
              on {} CPUs these three threads share the cores",
-            1e9 / p.median,
             cpus()
         ));
     }
-    Ok(Section { title: "2. Async launch rate (launches per second)".into(), rows: vec![r], notes })
+    Ok(Section { title: "2. Async launch rate (launches per second)".into(), rows: vec![r, r2], notes })
 }
 
 fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
@@ -1081,16 +1167,35 @@ pub fn run() -> Result<PoolRun, String> {
             s
         })
     };
-    let mut sections = vec![timed(Instant::now(), part1(&pool, &sim, &mut echo))?];
+    // GPUPOOL_BENCH_PARTS=2,3 runs only those parts (while working on one figure).
+    let only = std::env::var("GPUPOOL_BENCH_PARTS").ok().filter(|v| !v.trim().is_empty());
+    let want = |n: char| only.as_deref().is_none_or(|v| v.split(',').any(|p| p.trim().starts_with(n)));
+    let mut sections = Vec::new();
+    if want('1') {
+        sections.push(timed(Instant::now(), part1(&pool, &sim, &mut echo))?);
+    }
     drop(echo);
-    sections.push(timed(Instant::now(), part2(&pool_side, &sim_side))?);
-    sections.push(timed(Instant::now(), part3(&pool_side, &sim_side))?);
+    if want('2') {
+        let plain = Daemon::start_with(
+            &daemon_exe,
+            std::env::temp_dir().join(format!("gpupool-bench-{}-plain", std::process::id())),
+            &["--no-compute-scheduler".to_string()],
+        )?;
+        sections.push(timed(Instant::now(), part2(&pool_side, &sim_side, &exe, &pool_lib, &plain))?);
+    }
+    if want('3') {
+        sections.push(timed(Instant::now(), part3(&pool_side, &sim_side))?);
+    }
     drop(pool_side);
     drop(sim_side);
-    let t = Instant::now();
-    sections.push(timed(t, part4(&exe, &pool_lib, &sim_lib, &daemon))?);
-    let t = Instant::now();
-    sections.push(timed(t, part5(&exe, &pool_lib, &socket_url))?);
+    if want('4') {
+        let t = Instant::now();
+        sections.push(timed(t, part4(&exe, &pool_lib, &sim_lib, &daemon))?);
+    }
+    if want('5') {
+        let t = Instant::now();
+        sections.push(timed(t, part5(&exe, &pool_lib, &socket_url))?);
+    }
     if !daemon.alive() {
         return Err(format!("the daemon died during the run: {}", daemon.log()));
     }
@@ -1130,6 +1235,16 @@ mod tests {
         assert!(parse_rtt("rtt 5000 1 100 200").is_err());
         assert!(parse_rtt("start 1 2 3").is_err());
         assert!(parse_rtt("rtt").is_err());
+    }
+
+    #[test]
+    fn launches_lines_parse() {
+        let (post, total) = parse_launches("launches 2 10 30 11 40").unwrap();
+        assert_eq!(post, vec![10.0, 11.0]);
+        assert_eq!(total, vec![30.0, 40.0]);
+        assert!(parse_launches("launches 2 10 30 11").is_err());
+        assert!(parse_launches("launches 1 10 30 11 40").is_err());
+        assert!(parse_launches("rtt 1 2").is_err());
     }
 
     #[test]
