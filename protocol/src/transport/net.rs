@@ -77,6 +77,8 @@ pub struct NetTransport {
     eof: bool,
     /// Length-prefixed frames queued by `send_deferred`, not yet written.
     wbuf: Vec<u8>,
+    /// TLS ciphertext read from the socket, not yet given to rustls.
+    cipher: Cipher,
     closed: bool,
     staging: Option<Staging>,
 }
@@ -84,6 +86,7 @@ pub struct NetTransport {
 impl NetTransport {
     fn new(sock: TcpStream, tls: Option<rustls::Connection>, max_frame: usize) -> io::Result<Self> {
         let peer = sock.peer_addr()?;
+        let cipher = Cipher { buf: if tls.is_some() { vec![0; READ_CHUNK] } else { Vec::new() }, start: 0, end: 0 };
         Ok(Self {
             sock,
             tls,
@@ -94,6 +97,7 @@ impl NetTransport {
             end: 0,
             eof: false,
             wbuf: Vec::new(),
+            cipher,
             closed: false,
             staging: None,
         })
@@ -239,7 +243,7 @@ impl NetTransport {
     /// `deadline`. Returns false on timeout.
     fn fill(&mut self, deadline: Option<Instant>) -> Result<bool, TransportError> {
         self.make_room();
-        match read_some(&self.sock, &mut self.tls, &mut self.rbuf[self.end..], deadline)? {
+        match read_some(&self.sock, &mut self.tls, &mut self.cipher, &mut self.rbuf[self.end..], deadline)? {
             None => Ok(false),
             Some(0) => {
                 self.eof = true;
@@ -267,7 +271,7 @@ impl NetTransport {
         buf[..got].copy_from_slice(&self.rbuf[body..self.end]);
         (self.start, self.end) = (0, 0);
         while got < len {
-            match read_some(&self.sock, &mut self.tls, &mut buf[got..], deadline) {
+            match read_some(&self.sock, &mut self.tls, &mut self.cipher, &mut buf[got..], deadline) {
                 Ok(Some(0)) => {
                     self.eof = true;
                     return Err(TransportError::PeerGone);
@@ -290,11 +294,22 @@ impl NetTransport {
     }
 }
 
+/// TLS ciphertext read ahead: `buf[start..end]` arrived from the socket and is not yet in
+/// rustls. rustls's `read_tls` reads at most 4 KiB per call, so reading the socket through it
+/// costs a system call per 4 KiB of a copy; reading up to [`READ_CHUNK`] at once and handing
+/// rustls its 4 KiB from here costs one per 256 KiB.
+struct Cipher {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
 /// Reads plaintext into `dst` (not empty), waiting at most until `deadline`: `Some(n)` bytes
 /// (0 at the end of the stream), `None` on timeout.
 fn read_some(
     sock: &TcpStream,
     tls: &mut Option<rustls::Connection>,
+    cipher: &mut Cipher,
     dst: &mut [u8],
     deadline: Option<Instant>,
 ) -> Result<Option<usize>, TransportError> {
@@ -309,38 +324,48 @@ fn read_some(
                 Err(e) => return Err(net_err(e)),
             }
         }
-        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        if !sys::wait_readable(sock, timeout)? {
-            return Ok(None);
-        }
         let mut io = sock;
-        match tls.as_mut() {
-            None => {
-                return match io.read(dst) {
-                    Ok(n) => Ok(Some(n)),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {
-                        continue;
-                    }
-                    Err(e) => Err(net_err(e)),
-                };
+        let Some(tls) = tls.as_mut() else {
+            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if !sys::wait_readable(sock, timeout)? {
+                return Ok(None);
             }
-            Some(tls) => {
-                match tls.read_tls(&mut io) {
-                    // At the end of the ciphertext, the reader above hands out what plaintext
-                    // is left, then reports how the stream ended.
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(net_err(e)),
-                }
-                if let Err(e) = tls.process_new_packets() {
-                    let _ = tls.write_tls(&mut NoSignal(&mut io));
-                    return Err(TransportError::Corrupt(format!("TLS: {e}")));
-                }
-                // Key updates and alerts rustls wants to answer.
-                while tls.wants_write() {
-                    tls.write_tls(&mut NoSignal(&mut io)).map_err(net_err)?;
-                }
+            match io.read(dst) {
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(net_err(e)),
             }
+        };
+        if cipher.start == cipher.end {
+            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if !sys::wait_readable(sock, timeout)? {
+                return Ok(None);
+            }
+            match io.read(&mut cipher.buf) {
+                // The end of the ciphertext: rustls learns it from an empty read, then its
+                // reader above hands out what plaintext is left and says how the stream ended.
+                Ok(0) => {
+                    let _ = tls.read_tls(&mut io::empty());
+                }
+                Ok(n) => (cipher.start, cipher.end) = (0, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(net_err(e)),
+            }
+        }
+        if cipher.start < cipher.end {
+            let mut ahead = &cipher.buf[cipher.start..cipher.end];
+            match tls.read_tls(&mut ahead) {
+                Ok(n) => cipher.start += n,
+                Err(e) => return Err(net_err(e)),
+            }
+        }
+        if let Err(e) = tls.process_new_packets() {
+            let _ = tls.write_tls(&mut NoSignal(&mut io));
+            return Err(TransportError::Corrupt(format!("TLS: {e}")));
+        }
+        // Key updates and alerts rustls wants to answer.
+        while tls.wants_write() {
+            tls.write_tls(&mut NoSignal(&mut io)).map_err(net_err)?;
         }
     }
 }
@@ -352,6 +377,9 @@ struct NoSignal<'a, 'b>(&'a mut &'b TcpStream);
 impl Write for NoSignal<'_, '_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         sys::send_nosignal(self.0.as_fd(), buf)
+    }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        sys::send_vectored_nosignal(self.0.as_fd(), bufs)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
