@@ -363,6 +363,24 @@ fn a_session_restored_after_sigkill_continues_bit_identical() {
     let _ = std::fs::remove_dir_all(&root);
     let out = checkpoint(&d, "default", &root);
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), d.log());
+    // A changes 1 MiB from the host and the tenant is checkpointed again: A's directory holds
+    // generation 2, that MiB as a patch over generation 1's base, which the restore applies.
+    let changed = random(77, MIB);
+    a.t.staging().unwrap().write(0, &changed).unwrap();
+    let src = HostSrc::Staging(StagingRegion { offset: 0, len: MIB });
+    assert_eq!(code(&a.call(Request::MemcpyHtoD { dst: DevicePtr(bufs[0].0 + 7 * MIB), src })), 0);
+    let out = checkpoint(&d, "default", &root);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains(&format!("session {sa}: ")) && text.contains("generation 2, incremental, wrote 1048576 bytes"),
+        "{text}"
+    );
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join(format!("session-{sa}/manifest.json"))).unwrap()).unwrap();
+    let a0 = m["allocations"].as_array().unwrap().iter().find(|x| x["address"] == bufs[0].0).unwrap().clone();
+    assert_eq!((a0["patches"][0]["offset"].as_u64(), a0["patches"][0]["len"].as_u64()), (Some(7 * MIB), Some(MIB)));
+    let mut want0 = expected(0, sizes[0], 0xc0de_0000);
+    want0[7 * MIB as usize..8 * MIB as usize].copy_from_slice(&changed);
 
     d.kill_and_restart(&restore_args(&root).iter().map(String::as_str).collect::<Vec<_>>(), &sim);
     let restarted = Instant::now();
@@ -386,9 +404,8 @@ fn a_session_restored_after_sigkill_continues_bit_identical() {
     assert_eq!(session_id, sa);
     assert!(last_request > 0, "the checkpoint saw the client's requests");
     // Its data at the same addresses, bit-identical; its handles work as they are.
-    for (i, (&buf, &size)) in bufs.iter().zip(sizes.iter()).enumerate() {
-        assert!(a.read_back(buf, size) == expected(i, size, 0xc0de_0000 + i as u32), "allocation {i} differs");
-    }
+    assert!(a.read_back(bufs[0], sizes[0]) == want0, "allocation 0 (base and patch) differs");
+    assert!(a.read_back(bufs[1], sizes[1]) == expected(1, sizes[1], 0xc0de_0001), "allocation 1 differs");
     // The next results are what an uninterrupted run computes: kernels by the old function id,
     // on the old stream, timed by the old event.
     for n in 0..8u32 {
