@@ -323,51 +323,73 @@ impl Conn {
         let Some(mut j) = self.resume.take() else { return Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE) };
         j.forget_from(failed);
         let deadline = std::time::Instant::now() + j.bound;
+        let mut left = super::resume::candidates(&j.ep, &super::resume::failover_from_env());
+        let names: Vec<String> = left.iter().map(|e| e.to_string()).collect();
         warn(&format!(
-            "the daemon at {} went away; waiting up to {:.1} s (GPUPOOL_RECONNECT) for one that restored session {}",
+            "the daemon at {} went away; waiting up to {:.1} s (GPUPOOL_RECONNECT) for one that restored session {} \
+             (trying {})",
             self.endpoint,
             j.bound.as_secs_f64(),
-            j.session
+            j.session,
+            names.join(", ")
         ));
-        let why = loop {
-            let attempt = Conn::connect(&j.ep, &mut NetSettings::from_env()).and_then(|mut c| {
-                let resume =
-                    Request::Resume { session: j.session, secret: j.secret, protocol_version: PROTOCOL_VERSION };
-                match c.call_raw(resume) {
-                    Ok(Reply::Resumed { last_request, .. }) => Ok(Ok((c, last_request))),
-                    Ok(Reply::Error { code, message }) => {
-                        Ok(Err(format!("{} refused to resume ({code}): {message}", j.ep)))
-                    }
-                    Ok(other) => Ok(Err(format!("unexpected reply {:?} to Resume", other.op()))),
-                    Err(code) => Err(format!("resuming failed ({})", code.0)),
-                }
-            });
-            match attempt {
-                Ok(Ok((c, last_request))) => match j.lost(last_request, failed - 1) {
-                    Ok(frames) => {
-                        let frames: Vec<(Vec<u8>, bool)> = frames.into_iter().map(|(f, r)| (f.to_vec(), r)).collect();
-                        let n = frames.len();
-                        self.t = c.into_link();
-                        self.broken = false;
-                        self.posted = 0;
-                        for (frame, reply) in frames {
-                            self.replay(&frame, reply)?;
+        let why = 'wait: loop {
+            let mut last = String::new();
+            let mut i = 0;
+            while i < left.len() {
+                let ep = left[i].clone();
+                let attempt = Conn::connect(&ep, &mut NetSettings::from_env()).and_then(|mut c| {
+                    let resume =
+                        Request::Resume { session: j.session, secret: j.secret, protocol_version: PROTOCOL_VERSION };
+                    match c.call_raw(resume) {
+                        Ok(Reply::Resumed { last_request, .. }) => Ok(Ok((c, last_request))),
+                        Ok(Reply::Error { code, message }) => {
+                            Ok(Err(format!("{ep} refused to resume ({code}): {message}")))
                         }
-                        warn(&format!(
-                            "session {} resumed; {n} requests sent after its checkpoint replayed",
-                            j.session
-                        ));
-                        self.resume = Some(j);
-                        return Ok(());
+                        Ok(other) => Ok(Err(format!("unexpected reply {:?} to Resume from {ep}", other.op()))),
+                        Err(code) => Err(format!("resuming at {ep} failed ({})", code.0)),
                     }
-                    // Dropping `c` ends the session there: the daemon frees it.
-                    Err(e) => break format!("session {}'s checkpoint is stale: {e}", j.session),
-                },
-                // A daemon is there and does not have the session: it will not get it.
-                Ok(Err(e)) => break e,
-                Err(e) if std::time::Instant::now() >= deadline => break e,
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+                });
+                match attempt {
+                    Ok(Ok((c, last_request))) => match j.lost(last_request, failed - 1) {
+                        Ok(frames) => {
+                            let frames: Vec<(Vec<u8>, bool)> =
+                                frames.into_iter().map(|(f, r)| (f.to_vec(), r)).collect();
+                            let n = frames.len();
+                            self.t = c.into_link();
+                            self.endpoint = ep.to_string();
+                            self.broken = false;
+                            self.posted = 0;
+                            for (frame, reply) in frames {
+                                self.replay(&frame, reply)?;
+                            }
+                            warn(&format!(
+                                "session {} resumed at {ep}; {n} requests sent after its checkpoint replayed",
+                                j.session
+                            ));
+                            // A later reconnect looks here first.
+                            j.ep = ep;
+                            self.resume = Some(j);
+                            return Ok(());
+                        }
+                        // Dropping `c` ends the session there: the daemon frees it.
+                        Err(e) => break 'wait format!("session {}'s checkpoint is stale: {e}", j.session),
+                    },
+                    // A daemon is there and does not have the session: it will not get it.
+                    Ok(Err(e)) => {
+                        left.remove(i);
+                        last = e;
+                    }
+                    Err(e) => {
+                        i += 1;
+                        last = e;
+                    }
+                }
             }
+            if left.is_empty() || std::time::Instant::now() >= deadline {
+                break last;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         };
         warn(&format!("{why}; every later call fails with CUDA_ERROR_DEVICE_UNAVAILABLE"));
         Err(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE)

@@ -55,6 +55,29 @@ pub fn bound_from_env() -> Duration {
     }
 }
 
+/// `GPUPOOL_FAILOVER`: endpoints not used at connect that a reconnect tries, in order, after
+/// the connection's own (issue 23, item 5: another host's daemon that restored the checkpoint).
+/// Unset or empty: none. One that does not parse is left out with a warning, so a typo costs
+/// the failover, not the program.
+pub fn failover_from_env() -> Vec<Endpoint> {
+    let Ok(v) = std::env::var("GPUPOOL_FAILOVER") else { return Vec::new() };
+    let mut eps = Vec::new();
+    for text in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match Endpoint::parse(text) {
+            Ok(ep) if !eps.contains(&ep) => eps.push(ep),
+            Ok(_) => {}
+            Err(e) => crate::util::warn(&format!("GPUPOOL_FAILOVER: {text:?} left out: {e}")),
+        }
+    }
+    eps
+}
+
+/// Where a reconnect looks for the session, in order: `own` first, then `failover` (without
+/// `own` again).
+pub fn candidates(own: &Endpoint, failover: &[Endpoint]) -> Vec<Endpoint> {
+    std::iter::once(own.clone()).chain(failover.iter().filter(|e| *e != own).cloned()).collect()
+}
+
 /// Whether sending `op` again after a restore gives what sending it the first time gave.
 pub fn replayable(op: &Request) -> bool {
     use RequestOp as O;
@@ -175,6 +198,15 @@ impl Resume {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reconnect_tries_its_own_endpoint_then_the_failover_list_in_order() {
+        let ep = |t: &str| Endpoint::parse(t).unwrap();
+        let own = ep("tls://10.0.0.1:7443");
+        let failover = [ep("tls://10.0.0.2:7443"), own.clone(), ep("tcp://127.0.0.1:9")];
+        assert_eq!(candidates(&own, &failover), vec![own.clone(), failover[0].clone(), failover[2].clone()]);
+        assert_eq!(candidates(&own, &[]), vec![own]);
+    }
 
     fn resume() -> Resume {
         Resume::new(Endpoint::Unix("/x".into()), 3, [1; 16], DEFAULT_BOUND, 2)
