@@ -683,8 +683,7 @@ fn a_client_moves_over_tls_to_another_hosts_daemon_that_restored_its_checkpoint(
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupool"));
     cmd.args(["run", "--endpoint", &host_a, "--"]).arg(PyClient::python());
-    // 4 MiB, not 64: with 64 MiB (debug build, load 20) the test took 315 s, mostly outside the restore.
-    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/restore_client.py")).args(["--mib", "4"]);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/restore_client.py"));
     cmd.env("GPUPOOL_TOKEN", TOKEN).env("GPUPOOL_CA", pki.join("ca.pem"));
     cmd.env("GPUPOOL_RECONNECT", "30").env("GPUPOOL_FAILOVER", &host_b);
     let err = work.join("client.err");
@@ -722,7 +721,7 @@ fn a_client_moves_over_tls_to_another_hosts_daemon_that_restored_its_checkpoint(
     let (status, lines) = c.finish(secs(120));
     eprintln!("the client exited {:.1} s into the test", started.elapsed().as_secs_f64());
     let s = story(&lines, &a, Some(&b));
-    // SUMMARY 2/2: every step and the 4 MiB read back at the end bit-identical to an
+    // SUMMARY 2/2: every step and the 64 MiB read back at the end bit-identical to an
     // uninterrupted run.
     assert!(status.is_some_and(|st| st.success()), "{status:?}\n{s}");
     assert!(lines.iter().any(|l| l == "SUMMARY 2/2"), "{s}");
@@ -741,7 +740,7 @@ fn a_client_moves_over_tls_to_another_hosts_daemon_that_restored_its_checkpoint(
     drop(b);
     let _ = std::fs::remove_dir_all(&work);
     eprintln!(
-        "host A SIGKILLed; the client's 10th step on host B {:.2} s later (4 MiB restored; resumed over tls://); {replayed} \
+        "host A SIGKILLed; the client's 10th step on host B {:.2} s later (64 MiB restored; resumed over tls://); {replayed} \
          requests replayed",
         resumed.as_secs_f64()
     );

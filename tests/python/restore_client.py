@@ -7,7 +7,6 @@ every step and comparing it with the same recurrence computed on the host, which
 uninterrupted run gives. It prints `READY` before the loop and `STEP k` every step, and stops
 after the step in which a line `stop` arrives on stdin; then it reads all 64 MiB back. With
 `--alloc`, every step also allocates and frees 1 MiB, which cannot be replayed after a restore.
-`--mib N` fills N MiB instead of 64 (the cross-host test over TLS in a debug build).
 A CUDA error ends it with `ERROR <code>` and exit status 3. Between
 READY and stop the test checkpoints the session, SIGKILLs the daemon and starts it again with
 --restore: the client must not notice beyond the pause. Prints PASS/FAIL lines and
@@ -21,8 +20,7 @@ import sys
 import numpy as np
 from cuda.bindings import driver as cu
 
-# `--mib N`: the pattern's size (default 64 MiB; at least 2, the random MiB is the second).
-BIG = (int(sys.argv[sys.argv.index("--mib") + 1]) if "--mib" in sys.argv else 64) << 20
+BIG = 64 << 20
 WORDS = 4096
 PATTERN = 0x6B000000
 STEP_PTX = b"""
