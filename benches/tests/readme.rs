@@ -1,4 +1,4 @@
-//! The benches/README.md commands of `gpupool-bench blas` and `gpupool-bench torch-start`, run
+//! The benches/README.md commands of `gpupool-bench blas`, `torch-start` and `evict`, run
 //! exactly as written (their `--quick` forms), from the workspace root. Each must finish, and
 //! its table must hold every figure it promises, measured (positive, finite); the figures'
 //! values against their targets are the benchmark's to report, not this test's to enforce.
@@ -91,4 +91,29 @@ fn torch_start_quick_times_pytorch_under_the_pool() {
         assert!(v[3] <= v[4], "{name}: allocation after exit:\n{table}");
     }
     assert!(table.contains("pool's start cost"), "{table}");
+}
+
+#[test]
+fn evict_quick_measures_eviction_restore_and_arrival_against_baselines() {
+    let line = gpupool_e2e::readme::command_in("benches/README.md", "cargo run --release -p gpupool-benches -- evict");
+    assert!(line.ends_with("--quick"), "the README's evict line is the quick one: {line}");
+    let table = run(&line);
+    // --quick: a 256 MiB device, low holds 75% of it in 32 MiB allocations, 2 rounds.
+    assert!(table.contains("memory preemption, 192 MiB moved, 2 rounds"), "{table}");
+    let value = |name: &str| {
+        let cells = row(&table, name);
+        assert_eq!(cells.len(), 3, "{name}: {cells:?}");
+        let ratio = cells[2].split_whitespace().next().unwrap_or_default();
+        (number(cells[1], &table), number(ratio, &table))
+    };
+    let (plain, one) = value("plain cuMemcpyDtoH GB/s (same bytes)");
+    assert_eq!(one, 1.0);
+    for name in ["eviction GB/s", "restore GB/s"] {
+        let (gbs, ratio) = value(name);
+        assert!((ratio - gbs / plain).abs() <= 0.02 * ratio + 0.01, "{name}: {gbs} / {plain} is not {ratio}:\n{table}");
+    }
+    let (empty, one) = value("high arrival to first alloc, device empty (ms)");
+    assert_eq!(one, 1.0);
+    let (full, ratio) = value("high arrival to first alloc, evicting (ms)");
+    assert!((ratio - full / empty).abs() <= 0.02 * ratio + 0.01, "arrival: {full} / {empty} is not {ratio}:\n{table}");
 }

@@ -248,3 +248,153 @@ fn a_high_priority_cumemcreate_evicts_too() {
     assert!(low.read_back(bufs[2], CHUNK) == expected(2), "chunk 2 differs after the restore");
     assert_eq!(evictions(&d, "batch")["restores"], 1);
 }
+
+/// The config's `[preemption]` bounds apply (`max_move_ms = 1`: no move is cheap enough, so
+/// nothing is evicted); and with the defaults, a client that hangs up while its session is
+/// paused is dropped at once, its evicted memory freed where it lies (on the host), without
+/// waiting for the device to have room for it again.
+#[test]
+fn the_config_bounds_preemption_and_a_client_dying_while_paused_is_dropped_at_once() {
+    let env = [("GPUPOOL_SIM_MEMORY", "64MiB"), ("GPUPOOL_SIM_DEVICES", "1")];
+    let d = Daemon::start_env(Some(&format!("{CONFIG}[preemption]\nmax_move_ms = 1\n")), &[], &env);
+    let (mut low, lctx) = connect(&d, "batch-token");
+    fill(&mut low, lctx, &d);
+    let (mut high, hctx) = connect(&d, "infer-token");
+    let (code, msg) = high.alloc(hctx, BIG).unwrap_err();
+    assert_eq!(code, 2, "{msg}");
+    assert!(d.log().contains("not evicting: too costly"), "{}", d.log());
+    assert!(evictions(&d, "batch").is_null() || evictions(&d, "batch")["evictions"] == 0);
+    drop((low, high, d));
+
+    let d = daemon(None);
+    let (mut low, lctx) = connect(&d, "batch-token");
+    let bufs = fill(&mut low, lctx, &d);
+    let (func, packed) = low.fill_kernel(lctx, bufs[0], 9);
+    let (mut high, hctx) = connect(&d, "infer-token");
+    high.alloc(hctx, BIG).unwrap_or_else(|e| panic!("{e:?}\n{}", d.log()));
+    assert_eq!(evictions(&d, "batch")["evicted_now_bytes"], CHUNKS * CHUNK);
+    // A request that pauses in the daemon (a launch, sent without waiting), then the client is gone.
+    low.launch_one_block(func, packed);
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    drop(low);
+    while d.used("batch", 0) > 0 || !d.log().contains("client hung up while paused") {
+        let e = evictions(&d, "batch");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the paused session of a dead client was not dropped within 5 s (a busy machine takes well under \
+             1 s): {e}\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dropped = t0.elapsed();
+    let e = evictions(&d, "batch");
+    assert_eq!(e["restores"], 0, "dropped without bringing the memory back: {e}");
+    assert_eq!((e["evicted_now_bytes"].as_u64(), e["paused"].as_bool()), (Some(0), Some(false)), "{e}");
+    // high still holds its 80%, and what is left of the device is usable.
+    high.alloc(hctx, 4 * MIB).unwrap_or_else(|e| panic!("{e:?}\n{}", d.log()));
+    eprintln!("the dead client's paused session ended {:.0} ms after it hung up", dropped.as_secs_f64() * 1e3);
+}
+
+/// `tests/python/evict_tenant.py` under `gpupool run` with `GPUPOOL_TOKEN` naming its tenant.
+fn tenant_program(d: &Daemon, mode: &str, token: &str, go: &std::path::Path) -> std::process::Command {
+    let python = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
+    assert!(python.exists(), "{} is missing: run scripts/test once to make the venv", python.display());
+    let mut cmd = gpupool_run_script(d, &python, "evict_tenant.py");
+    cmd.arg(mode).env("GPUPOOL_TOKEN", token).env("EVICT_GO", go).env("EVICT_BYTES", BIG.to_string());
+    cmd
+}
+
+/// Unmodified cuda-python programs under `gpupool run` (tests/python/evict_tenant.py): a
+/// low-priority program fills the device through cuMemAlloc, cudaMalloc, cuMemAllocPitch,
+/// cudaMallocPitch and cuMemAllocFromPoolAsync and waits; an equal-priority program's 80%
+/// allocation gets CUDA_ERROR_OUT_OF_MEMORY; a high-priority program's evicts the low one, runs a
+/// kernel and exits; then the low program continues and finds every byte where it left it.
+#[test]
+fn gpupool_run_programs_a_high_priority_one_evicts_a_low_one_that_continues_intact() {
+    use std::io::BufRead;
+    ensure_interposer();
+    let d = daemon(None);
+    let go = std::env::temp_dir().join(format!("gpupool-evict-go-{}", std::process::id()));
+    let _ = std::fs::remove_file(&go);
+    let mut cmd = tenant_program(&d, "low", "batch-token", &go);
+    for k in gpupool_e2e::SIM_ENV {
+        cmd.env_remove(k);
+    }
+    let mut low = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = low.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut low_out = String::new();
+    let ready = loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => {
+                low_out += &format!("{line}\n");
+                if let Some(n) = line.strip_prefix("READY ") {
+                    break n.parse::<u64>().unwrap();
+                }
+            }
+            Err(_) => {
+                let _ = low.kill();
+                let err = std::io::read_to_string(low.stderr.take().unwrap()).unwrap_or_default();
+                panic!("the low program did not fill the device: {low_out}\n{err}\n{}", d.log());
+            }
+        }
+    };
+    assert!(ready >= 30 * MIB, "{low_out}");
+
+    run_checks(tenant_program(&d, "equal", "peer-token", &go), "evict_tenant.py equal", 1, &d);
+    assert!(evictions(&d, "batch").is_null() || evictions(&d, "batch")["evictions"] == 0, "{}", d.log());
+
+    let high = run_checks(tenant_program(&d, "high", "infer-token", &go), "evict_tenant.py high", 2, &d);
+    let e = evictions(&d, "batch");
+    assert_eq!(e["evictions"], 1, "{e}\n{}", d.log());
+    // Evictable memory is mapped in whole 2 MiB granules.
+    assert!(e["evicted_now_bytes"].as_u64().unwrap() >= ready, "{e}: the low program holds {ready} bytes");
+    assert_eq!(e["restores"], 0);
+
+    std::fs::write(&go, b"go").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !low_out.contains("SUMMARY ") {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => low_out += &format!("{line}\n"),
+            Err(_) => break,
+        }
+    }
+    let _ = std::fs::remove_file(&go);
+    let status = match low.try_wait().unwrap() {
+        Some(s) => s,
+        None if low_out.contains("SUMMARY ") => low.wait().unwrap(),
+        None => {
+            let _ = low.kill();
+            panic!("the low program did not finish within 60 s of continuing: {low_out}\n{}", d.log());
+        }
+    };
+    let passes = low_out.lines().filter(|l| l.starts_with("PASS ")).count();
+    let err = std::io::read_to_string(low.stderr.take().unwrap()).unwrap_or_default();
+    assert!(
+        status.success() && passes >= 9 && low_out.contains(&format!("SUMMARY {passes}/{passes}")),
+        "the low program after the restore: {status}\n{low_out}\n{err}\n{}",
+        d.log()
+    );
+    let e = evictions(&d, "batch");
+    assert_eq!((e["restores"].as_u64(), e["evicted_now_bytes"].as_u64()), (Some(1), Some(0)), "{e}");
+    let time = |out: &str, name: &str| {
+        out.lines().find_map(|l| l.strip_prefix(&format!("TIME {name} "))).unwrap_or("?").to_string()
+    };
+    eprintln!(
+        "gpupool run: evicted {} MiB in {:.1} ms, restored in {:.1} ms; the high program's allocation took {} ms \
+         ({} ms from its start); the low program's first call after it took {} ms",
+        e["evicted_bytes"].as_u64().unwrap() / MIB,
+        e["last_evict_ns"].as_f64().unwrap() / 1e6,
+        e["last_restore_ns"].as_f64().unwrap() / 1e6,
+        time(&high.stdout, "alloc_ms"),
+        time(&high.stdout, "start_to_first_alloc_ms"),
+        time(&low_out, "first_call_after_eviction_ms"),
+    );
+}

@@ -241,3 +241,66 @@ fn readme_gpupool_run_gpus_sees_the_placed_devices_in_cuda_and_nvml() {
     assert_eq!(cuda(&checks.stdout), [uuid_of(5)], "{}", checks.stdout);
     assert_eq!(checks.stdout.lines().filter(|l| l.starts_with("VIEW ")).count(), 2, "{}", checks.stdout);
 }
+
+/// README.md's `gpupool run --gpus 3` NVML topology line, run exactly as written: nvidia-ml-py
+/// sees the wiring of the three GPUs placed for it (spread, GPU 0 taken: island 1's 4, 5, 6) as
+/// its devices 0..2: their PCIe/NUMA levels, and NVLinks to each other while the link to GPU 7,
+/// not its own, reads inactive.
+#[test]
+fn readme_gpupool_run_gpus_answers_nvml_topology_for_the_placed_gpus() {
+    ensure_interposer();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("gpupool run --gpus 3 --") && l.ends_with("topology_view.py"))
+        .expect("README's NVML topology example");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let d = eight_gpus("[default]\nmemory = \"256MiB\"\n", &["--placement", "spread"]);
+    let (_holder, taken) = placed(&d, 1);
+    assert_eq!(taken, [0]);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gpupool"));
+    cmd.args(&words[1..]).current_dir(&root).env("GPUPOOL_ENDPOINT", d.endpoint()).env_remove("CUDA_VISIBLE_DEVICES");
+    let checks = run_checks(cmd, "topology_view.py under gpupool run --gpus 3", 6, &d);
+    let doc = d.status();
+    let ordinal_of = |uuid: &str| {
+        doc["devices"].as_array().unwrap().iter().position(|x| x["uuid"] == uuid).expect("a daemon GPU's UUID")
+    };
+    let lines = |tag: &str| -> Vec<Vec<String>> {
+        checks
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(tag))
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect()
+    };
+    let gpus: Vec<usize> = lines("GPU ").iter().map(|w| ordinal_of(&w[1])).collect();
+    assert_eq!(gpus, [4, 5, 6], "{}", checks.stdout);
+    // The simulator's wiring (TOPOLOGY): switches of two, NUMA nodes and NVLink islands of four.
+    let level = |a: usize, b: usize| match () {
+        _ if a == b => 0,
+        _ if a / 2 == b / 2 => 10,
+        _ if a / 4 == b / 4 => 40,
+        _ => 50,
+    };
+    let mut want_levels = Vec::new();
+    let mut want_links = Vec::new();
+    for (i, &a) in gpus.iter().enumerate() {
+        for (j, &b) in gpus.iter().enumerate() {
+            want_levels.push(vec![i.to_string(), j.to_string(), level(a, b).to_string()]);
+        }
+        // Device a's link k leads to the k-th other GPU of its island.
+        let peers = (a / 4 * 4..a / 4 * 4 + 4).filter(|&p| p != a);
+        for (k, p) in peers.enumerate() {
+            if let Some(j) = gpus.iter().position(|&g| g == p) {
+                want_links.push(vec![i.to_string(), k.to_string(), j.to_string()]);
+            }
+        }
+    }
+    assert_eq!(lines("LEVEL "), want_levels, "{}", checks.stdout);
+    assert_eq!(lines("LINK "), want_links, "{}", checks.stdout);
+    // Within a PCIe switch: 4 and 5 only; within the NUMA node: all three.
+    let near: Vec<Vec<String>> = lines("NEAR ").into_iter().filter(|w| w[0] == "0").collect();
+    let at = |lv: &str| near.iter().find(|w| w[1] == lv).map(|w| w.get(2).cloned().unwrap_or_default());
+    assert_eq!((at("0"), at("10"), at("40")), (Some(String::new()), Some("1".into()), Some("1,2".into())));
+}

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -85,6 +86,69 @@ impl std::str::FromStr for Placement {
             "spread" => Ok(Placement::Spread),
             other => Err(format!("placement `{other}`: `binpack` or `spread`")),
         }
+    }
+}
+
+/// Memory preemption's tuning (the config's `[preemption]` table; README.md, "Memory
+/// preemption"): what keeps two tenants from trading a device too often and what a move may
+/// cost. Every key is optional; the defaults are [`Preemption::default`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Preemption {
+    /// A tenant brought back is not evicted again for at least this long (`min_resident_ms`).
+    pub min_resident: Duration,
+    /// ... nor for less than this many times its last move took (`resident_factor`).
+    pub resident_factor: u32,
+    /// A victim whose move out and back is estimated longer than this is left alone (`max_move_ms`).
+    pub max_move: Duration,
+    /// How long an eviction waits for the victim's requests already being served (`drain_timeout_ms`).
+    pub drain_timeout: Duration,
+}
+
+impl Default for Preemption {
+    fn default() -> Self {
+        Preemption {
+            min_resident: Duration::from_millis(500),
+            resident_factor: 10,
+            max_move: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPreemption {
+    min_resident_ms: Option<i64>,
+    resident_factor: Option<i64>,
+    max_move_ms: Option<i64>,
+    drain_timeout_ms: Option<i64>,
+}
+
+impl RawPreemption {
+    fn validate(&self) -> Result<Preemption, ConfigError> {
+        let d = Preemption::default();
+        let ms = |field: &str, v: Option<i64>, default: Duration, min: i64| match v {
+            None => Ok(default),
+            Some(v) if (min..=86_400_000).contains(&v) => Ok(Duration::from_millis(v as u64)),
+            Some(v) => Err(field_err(
+                "(preemption)",
+                &format!("preemption.{field}"),
+                format!("{v} is not in {min}..=86400000 (milliseconds)"),
+            )),
+        };
+        let resident_factor = match self.resident_factor {
+            None => d.resident_factor,
+            Some(v) if (0..=1000).contains(&v) => v as u32,
+            Some(v) => {
+                return Err(field_err("(preemption)", "preemption.resident_factor", format!("{v} is not in 0..=1000")));
+            }
+        };
+        Ok(Preemption {
+            min_resident: ms("min_resident_ms", self.min_resident_ms, d.min_resident, 0)?,
+            resident_factor,
+            max_move: ms("max_move_ms", self.max_move_ms, d.max_move, 1)?,
+            drain_timeout: ms("drain_timeout_ms", self.drain_timeout_ms, d.drain_timeout, 1)?,
+        })
     }
 }
 
@@ -243,6 +307,8 @@ pub struct Config {
     /// `restore_wait_s`: how long a session that `gpupool daemon --restore` brought back waits
     /// for its client before it is freed (milliseconds; None: the daemon's default).
     pub restore_wait_ms: Option<u64>,
+    /// `[preemption]`, its defaults where the file says nothing.
+    pub preemption: Preemption,
 }
 
 /// Why a config was refused. Field errors name the tenant and the field.
@@ -289,6 +355,8 @@ struct RawConfig {
     placement: Option<Placement>,
     #[serde(default)]
     restore_wait_s: Option<f64>,
+    #[serde(default)]
+    preemption: Option<RawPreemption>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -499,6 +567,7 @@ impl Config {
             admin_token_sha256: OneOrMany::None,
             placement: None,
             restore_wait_s: None,
+            preemption: None,
         })
         .expect("empty config is valid")
     }
@@ -563,6 +632,7 @@ impl Config {
             }
             s => s.map(|s| (s * 1000.0).round() as u64),
         };
+        let preemption = raw.preemption.unwrap_or_default().validate()?;
         Ok(Config {
             tenants,
             default,
@@ -572,6 +642,7 @@ impl Config {
             admin_tokens,
             placement: raw.placement,
             restore_wait_ms,
+            preemption,
         })
     }
 

@@ -29,7 +29,8 @@ pub mod sizes;
 
 pub use compute::{ComputeUsage, Decision, DeviceScheduler, Policy, Tuning};
 pub use config::{
-    Config, ConfigError, DEFAULT_PINNED, MemoryQuota, Mode, Placement, Priority, TenantId, TenantSpec, hash_token,
+    Config, ConfigError, DEFAULT_PINNED, MemoryQuota, Mode, Placement, Preemption, Priority, TenantId, TenantSpec,
+    hash_token,
 };
 pub use hami::{HamiError, request_from_hami_env};
 pub use ledger::{

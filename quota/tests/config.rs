@@ -1,6 +1,7 @@
 //! The config format: parsing, sizes, validation errors naming tenant and field.
 
-use gpupool_quota::{Config, ConfigError, MIB, Mode, Placement, Priority, TenantId, hash_token};
+use gpupool_quota::{Config, ConfigError, MIB, Mode, Placement, Preemption, Priority, TenantId, hash_token};
+use std::time::Duration;
 
 fn err(text: &str) -> String {
     match Config::from_toml_str(text) {
@@ -41,6 +42,32 @@ fn readme_example_is_valid() {
     assert_eq!(cfg.default_tenant().memory.for_device(0), Some(1 << 30));
     assert_eq!(cfg.default_tenant().compute, 10);
     assert_eq!((cfg.placement, training.devices, inference.devices), (Some(Placement::Spread), Some(4), None));
+    let p = cfg.preemption;
+    assert_eq!((p.min_resident, p.resident_factor), (Duration::from_secs(2), 10));
+    assert_eq!((p.max_move, p.drain_timeout), (Duration::from_secs(30), Duration::from_secs(2)));
+}
+
+#[test]
+fn preemption_keys_have_defaults_and_bad_values_are_refused() {
+    let d = Config::from_toml_str("").unwrap().preemption;
+    assert_eq!(d, Preemption::default());
+    assert_eq!((d.min_resident, d.resident_factor), (Duration::from_millis(500), 10));
+    assert_eq!((d.max_move, d.drain_timeout), (Duration::from_secs(30), Duration::from_secs(2)));
+    let p = Config::from_toml_str("[preemption]\nmin_resident_ms = 0\nresident_factor = 0\nmax_move_ms = 250\n")
+        .unwrap()
+        .preemption;
+    assert_eq!((p.min_resident, p.resident_factor, p.max_move), (Duration::ZERO, 0, Duration::from_millis(250)));
+    assert_eq!(p.drain_timeout, d.drain_timeout, "an unset key keeps its default");
+    for (text, field) in [
+        ("[preemption]\nmax_move_ms = 0\n", "preemption.max_move_ms"),
+        ("[preemption]\ndrain_timeout_ms = -5\n", "preemption.drain_timeout_ms"),
+        ("[preemption]\nmin_resident_ms = 86400001\n", "preemption.min_resident_ms"),
+        ("[preemption]\nresident_factor = 1001\n", "preemption.resident_factor"),
+    ] {
+        let (_, f, message) = field_err(text);
+        assert_eq!(f, field, "{message}");
+    }
+    assert!(err("[preemption]\nmin_resident = 5\n").contains("unknown field"), "unknown keys are errors");
 }
 
 #[test]

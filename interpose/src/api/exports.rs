@@ -10,9 +10,9 @@ use super::export::exports;
 use super::*;
 use gpupool_shim::cuda::*;
 use gpupool_shim::nvml::{
-    nvmlDevice_t, nvmlGpuFabricInfoV_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t, nvmlIntNvLinkDeviceType_t,
-    nvmlMemory_t, nvmlMemory_v2_t, nvmlPciInfo_t, nvmlProcessInfo_t, nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t,
-    nvmlReturn_t, nvmlUtilization_t,
+    nvmlDevice_t, nvmlEnableState_t, nvmlGpuFabricInfoV_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t,
+    nvmlGpuTopologyLevel_t, nvmlIntNvLinkDeviceType_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlPciInfo_t, nvmlProcessInfo_t,
+    nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t, nvmlReturn_t, nvmlUtilization_t,
 };
 use std::os::raw::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_ushort, c_void};
 
@@ -446,7 +446,13 @@ exports! { nvmlReturn_t;
         infos: val *mut nvmlProcessInfo_v2_t) = nvml::processes_v2;
     nvmlDeviceGetComputeRunningProcesses_v3(dev: val nvmlDevice_t, count: val *mut c_uint,
         infos: val *mut nvmlProcessInfo_t) = nvml::processes_v3;
-    // ---- interconnects: none offered (see api::nvml::links) ----
+    // ---- interconnects: the session's own GPUs' wiring, no peer access (see api::nvml::links) ----
+    nvmlDeviceGetNvLinkState(dev: val nvmlDevice_t, link: val c_uint, active: out nvmlEnableState_t)
+        = nvml::links::nvlink_state;
+    nvmlDeviceGetTopologyCommonAncestor(dev1: val nvmlDevice_t, dev2: val nvmlDevice_t,
+        path: out nvmlGpuTopologyLevel_t) = nvml::links::common_ancestor;
+    nvmlDeviceGetTopologyNearestGpus(dev: val nvmlDevice_t, level: val nvmlGpuTopologyLevel_t, count: val *mut c_uint,
+        devices: val *mut nvmlDevice_t) = nvml::links::nearest_gpus;
     nvmlDeviceGetP2PStatus(dev1: val nvmlDevice_t, dev2: val nvmlDevice_t, index: val nvmlGpuP2PCapsIndex_t,
         status: out nvmlGpuP2PStatus_t) = nvml::links::p2p_status;
     nvmlDeviceGetNvLinkRemoteDeviceType(dev: val nvmlDevice_t, link: val c_uint, kind: out nvmlIntNvLinkDeviceType_t)

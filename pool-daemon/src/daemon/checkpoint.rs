@@ -365,9 +365,14 @@ pub fn at_call(s: &mut Session) {
     let t0 = Instant::now();
     // Inside the eviction gate (issue 22): memory being evicted is waited for, and no eviction
     // unmaps the session's memory while it is copied.
-    let inside = super::evict::gate(s);
-    let res = write(s, &dir).map_err(|e| format!("{e:#}"));
-    drop(inside);
+    let res = match super::evict::gate(s) {
+        Ok(inside) => {
+            let res = write(s, &dir).map_err(|e| format!("{e:#}"));
+            drop(inside);
+            res
+        }
+        Err(super::evict::Gone) => Err("the client hung up while its session was paused".to_string()),
+    };
     // The drain made the session's contexts current on this thread.
     s.current = Raw(std::ptr::null_mut());
     match &res {

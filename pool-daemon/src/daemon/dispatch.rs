@@ -235,6 +235,9 @@ impl Session {
             return Err(Fail::invalid_value("cuMemAllocPitch: zero size or element size not 4, 8 or 16"));
         }
         self.enter(d)?;
+        if super::evict::evictable(&self.shared, self.quota.tenant()) {
+            return self.alloc_pitch_evictable(d, width, height, elem);
+        }
         let est = width
             .div_ceil(512)
             .checked_mul(512)
@@ -262,6 +265,32 @@ impl Session {
         }
         self.allocs.insert(ptr, Alloc { size: real, device: d });
         Ok((DevicePtr(ptr), pitch as u64))
+    }
+
+    /// A pitched allocation of an evictable tenant (memory preemption): the driver's own pitch
+    /// for this width, learnt from one row allocated and freed at once (NVIDIA's pitch depends on
+    /// the width and element size, not on the height), then `pitch x height` bytes as an
+    /// evictable [`Self::alloc`]. The quota is checked first, so a request over it evicts nothing.
+    fn alloc_pitch_evictable(&mut self, d: u32, width: u64, height: u64, elem: u32) -> Result<(DevicePtr, u64)> {
+        let shared = self.shared.clone();
+        let tenant = self.quota.tenant().clone();
+        let est = width.checked_mul(height).ok_or_else(|| Fail::invalid_value("size overflows"))?;
+        shared.ledger.reserve(&self.quota, d, est).map_err(|e| Fail::new(OUT_OF_MEMORY, e.to_string()))?.cancel();
+        let pitch = loop {
+            let (mut row, mut pitch): (CUdeviceptr, usize) = (0, 0);
+            match call!(shared.cuda, cuMemAllocPitch_v2(&mut row, &mut pitch, width as usize, 1, elem))
+                .map_err(Fail::from)
+            {
+                Ok(()) => {
+                    call!(shared.cuda, cuMemFree_v2(row))?;
+                    break pitch as u64;
+                }
+                Err(e) if e.code == OUT_OF_MEMORY && super::evict::make_room(&shared, &tenant, d, self.current.0) => {}
+                Err(e) => return Err(e),
+            }
+        };
+        let bytes = pitch.checked_mul(height).ok_or_else(|| Fail::invalid_value("size overflows"))?;
+        Ok((self.alloc(d, bytes)?, pitch))
     }
 
     pub(super) fn free(&mut self, ptr: DevicePtr) -> Result<()> {

@@ -13,11 +13,14 @@
 //!   or has memory evicted, the request waits there (the session is paused), and the waiting
 //!   session brings the memory back when the device's free memory covers it. An eviction
 //!   closes the victim's gate, waits (at most [`DRAIN_TIMEOUT`]) for the requests already
-//!   inside to finish, synchronizes the victim's context, then copies and releases.
+//!   inside to finish, synchronizes the victim's context, then copies and releases. A session
+//!   whose client hangs up while paused ends at once (its memory is freed where it lies).
 //! - **Cost.** An eviction moves the victim's bytes twice (out, and back later) at the
-//!   bandwidth the last move measured; a victim whose estimate exceeds [`MAX_MOVE`] is not
-//!   evicted, and a tenant brought back less than `max(MIN_RESIDENT, 10 x its last move)`
-//!   ago is not evicted again (the allocation is then CUDA_ERROR_OUT_OF_MEMORY, as before).
+//!   bandwidth the last move measured; a victim whose estimate exceeds `max_move` is not
+//!   evicted, and a tenant brought back less than `max(min_resident, resident_factor x its
+//!   last move)` ago is not evicted again (the allocation is then CUDA_ERROR_OUT_OF_MEMORY, as
+//!   before). The bounds are the config's `[preemption]` ([`gpupool_quota::Preemption`]), read at
+//!   each eviction.
 //!
 //! Owns the evictable allocations' backend handles, the gates and the statistics. It does not
 //! touch the ledger: an evicted tenant is still charged its memory, which its quota allows.
@@ -37,14 +40,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// A tenant brought back is not evicted again for at least this long.
-pub const MIN_RESIDENT: Duration = Duration::from_millis(500);
-/// ... nor for less than this many times its last move took.
-const RESIDENT_FACTOR: u32 = 10;
-/// How long an eviction waits for the victim's requests already being served.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
-/// A victim whose move out and back would take longer than this is left alone.
-pub const MAX_MOVE: Duration = Duration::from_secs(30);
 /// Bytes per second assumed until a move has been measured.
 const ASSUMED_BANDWIDTH: f64 = 2e9;
 /// How often a paused session looks for room to come back.
@@ -242,6 +237,17 @@ pub fn free(shared: &Shared, ptr: u64) -> Result<()> {
         call!(shared.cuda, cuMemRelease(h))?;
     }
     call!(shared.cuda, cuMemAddressFree(ptr, p.size as usize))?;
+    // The last evicted piece of its tenant on its device gone: nothing is left to bring back
+    // there, and with nothing left anywhere the tenant's sessions run on (none needs to restore).
+    let mut st = ev.st();
+    let left = st.pieces.values().any(|q| q.tenant == p.tenant && q.device == p.device && q.handle.is_none());
+    if !left && let Some(g) = st.gates.get_mut(&p.tenant) {
+        g.evicted.remove(&p.device);
+        if g.evicted.is_empty() && !g.evicting {
+            g.closed = false;
+        }
+    }
+    drop(st);
     ev.cv.notify_all();
     Ok(())
 }
@@ -262,13 +268,17 @@ impl Drop for Inside {
     }
 }
 
+/// The client hung up while its session was paused: end the session now.
+pub struct Gone;
+
 /// Lets a request of `s` in, waiting while its tenant is evicted (and bringing its memory back
-/// when there is room). `None`: preemption has never been used, nothing to count.
-pub fn gate(s: &mut Session) -> Option<Inside> {
+/// when there is room); a client that hangs up meanwhile is not waited for. `Ok(None)`:
+/// preemption has never been used, nothing to count.
+pub fn gate(s: &mut Session) -> std::result::Result<Option<Inside>, Gone> {
     let shared = s.shared.clone();
     let ev = &shared.evict;
     if !ev.active.load(Ordering::Relaxed) {
-        return None;
+        return Ok(None);
     }
     let tenant = s.quota.tenant().clone();
     let mut st = ev.st();
@@ -280,6 +290,11 @@ pub fn gate(s: &mut Session) -> Option<Inside> {
             break;
         }
         paused_at.get_or_insert_with(Instant::now);
+        if s.peer.as_ref().is_some_and(gpupool_protocol::transport::hung_up) {
+            let ms = paused_at.map_or(0, |t| t.elapsed().as_millis() as u64);
+            tracing::info!(session = s.id, tenant = %tenant.as_str(), paused_ms = ms, "client hung up while paused");
+            return Err(Gone);
+        }
         if !g.evicting && !g.restoring && !g.evicted.is_empty() {
             g.restoring = true;
             let devices: Vec<u32> = g.evicted.iter().copied().collect();
@@ -310,7 +325,7 @@ pub fn gate(s: &mut Session) -> Option<Inside> {
         st.sessions.entry(s.id).or_insert_with(|| (tenant.clone(), 0)).1 += ns;
         tracing::info!(session = s.id, tenant = %tenant.as_str(), paused_ms = ns / 1_000_000, "session resumed");
     }
-    Some(Inside { shared: shared.clone(), tenant })
+    Ok(Some(Inside { shared: shared.clone(), tenant }))
 }
 
 /// Brings `tenant`'s memory on `devices` back where the device has room: the devices done.
@@ -410,6 +425,7 @@ pub fn make_room(shared: &Shared, tenant: &TenantId, device: u32, current: CUcon
     let config = shared.ledger.config();
     let spec_of = |t: &TenantId| config.tenant(t).unwrap_or_else(|| config.default_tenant()).clone();
     let mine = rank(spec_of(tenant).priority);
+    let tuning = config.preemption;
     let st = ev.st();
     let mut on_device: BTreeMap<TenantId, u64> = BTreeMap::new();
     for p in st.pieces.values().filter(|p| p.device == device && p.handle.is_some() && !p.moving) {
@@ -423,14 +439,14 @@ pub fn make_room(shared: &Shared, tenant: &TenantId, device: u32, current: CUcon
             continue;
         }
         let g = st.gates.get(&t);
-        let hold = g.map_or(MIN_RESIDENT, |g| MIN_RESIDENT.max(g.last_move * RESIDENT_FACTOR));
+        let hold = g.map_or(tuning.min_resident, |g| tuning.min_resident.max(g.last_move * tuning.resident_factor));
         if let Some(at) = g.and_then(|g| g.last_restore).filter(|at| at.elapsed() < hold) {
             tracing::info!(victim = %t.as_str(), since_ms = at.elapsed().as_millis() as u64, hold_ms = hold.as_millis() as u64,
                 "not evicting: brought back too recently");
             continue;
         }
         let estimate = Duration::from_secs_f64(2.0 * bytes as f64 / bandwidth);
-        if estimate > MAX_MOVE {
+        if estimate > tuning.max_move {
             tracing::info!(victim = %t.as_str(), bytes, estimate_ms = estimate.as_millis() as u64, "not evicting: too costly");
             continue;
         }
@@ -441,7 +457,7 @@ pub fn make_room(shared: &Shared, tenant: &TenantId, device: u32, current: CUcon
     candidates.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
     let mut evicted = false;
     for (_, _, victim) in candidates {
-        if evict(shared, &victim, device, tenant) {
+        if evict(shared, &victim, device, tenant, tuning.drain_timeout) {
             evicted = true;
             break;
         }
@@ -451,7 +467,7 @@ pub fn make_room(shared: &Shared, tenant: &TenantId, device: u32, current: CUcon
 }
 
 /// Moves `victim`'s evictable memory on `device` to host memory, its sessions paused.
-fn evict(shared: &Shared, victim: &TenantId, device: u32, by: &TenantId) -> bool {
+fn evict(shared: &Shared, victim: &TenantId, device: u32, by: &TenantId, drain: Duration) -> bool {
     let ev = &shared.evict;
     let mut st = ev.st();
     {
@@ -462,14 +478,14 @@ fn evict(shared: &Shared, victim: &TenantId, device: u32, by: &TenantId) -> bool
         g.closed = true;
         g.evicting = true;
     }
-    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    let deadline = Instant::now() + drain;
     while st.gates.get(victim).is_some_and(|g| g.in_call > 0) {
         if Instant::now() >= deadline {
             let g = st.gates.get_mut(victim).expect("present");
             g.evicting = false;
             g.closed = !g.evicted.is_empty();
             ev.cv.notify_all();
-            tracing::info!(victim = %victim.as_str(), "not evicting: its requests did not finish within {DRAIN_TIMEOUT:?}");
+            tracing::info!(victim = %victim.as_str(), "not evicting: its requests did not finish within {drain:?}");
             return false;
         }
         st = ev.wait(st);

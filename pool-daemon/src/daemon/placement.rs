@@ -23,6 +23,9 @@ const LEVEL_MULTIPLE: u32 = 20;
 const LEVEL_NODE: u32 = 40;
 const LEVEL_SYSTEM: u32 = 50;
 
+/// Per GPU, None without NVLink; else per link index, the GPU at the far end of an active link.
+pub type Links = Vec<Option<Vec<Option<u32>>>>;
+
 /// How the GPUs (daemon ordinals 0..n) are wired.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Topology {
@@ -30,12 +33,15 @@ pub struct Topology {
     pub island: Vec<Option<usize>>,
     /// Per pair, NVML's common-ancestor level (SYSTEM where NVML could not say).
     pub level: Vec<Vec<u32>>,
+    /// Per GPU, None without NVLink; else per link index (as many as NVML answered), the GPU at
+    /// the far end of an active link (None: inactive, or no GPU of this daemon there).
+    pub links: Links,
 }
 
 impl Topology {
     /// `n` GPUs about which nothing is known: no NVLink, every pair SYSTEM.
     pub fn unknown(n: usize) -> Topology {
-        Topology { island: vec![None; n], level: vec![vec![LEVEL_SYSTEM; n]; n] }
+        Topology { island: vec![None; n], level: vec![vec![LEVEL_SYSTEM; n]; n], links: vec![None; n] }
     }
 
     /// Asks NVML about GPUs `uuids` (daemon ordinal order, NVML's `GPU-...` strings). A query
@@ -66,21 +72,25 @@ impl Topology {
                     Err(_) => {}
                 }
             }
+            let mut links = Vec::new();
             for link in 0..gpupool_shim::nvml::NVML_NVLINK_MAX_LINKS as c_uint {
                 match nvml.nvlink_remote(h, link) {
                     Ok(Some(remote)) => {
-                        if let Some(b) = pci.iter().position(|p| *p == Some(remote)) {
+                        let far = pci.iter().position(|p| *p == Some(remote));
+                        if let Some(b) = far {
                             linked[a] = true;
                             linked[b] = true;
                             let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
                             parent[ra] = rb;
                         }
+                        links.push(far.map(|b| b as u32));
                     }
-                    Ok(None) => {}
-                    // No NVLink on this device (NOT_SUPPORTED): no link after this one either.
+                    Ok(None) => links.push(None),
+                    // No NVLink on this device (NOT_SUPPORTED), or past its last link.
                     Err(_) => break,
                 }
             }
+            topo.links[a] = (!links.is_empty()).then_some(links);
         }
         let mut ids: Vec<usize> = Vec::new();
         for (d, &on) in linked.iter().enumerate() {
@@ -95,6 +105,31 @@ impl Topology {
         }
         tracing::info!(islands = ?topo.island, levels = ?topo.level, "placement: GPU topology from NVML");
         topo
+    }
+
+    /// The wiring of `gpus` (daemon ordinals, a session's order) as that session sees it: levels
+    /// between them, and links to GPUs outside `gpus` shown as inactive (the others do not
+    /// exist for the session). Ordinals this topology does not know are SYSTEM, without NVLink.
+    pub fn seen_by(&self, gpus: &[u32]) -> (Vec<Vec<u32>>, Links) {
+        let level = gpus
+            .iter()
+            .map(|&a| {
+                gpus.iter()
+                    .map(|&b| {
+                        self.level.get(a as usize).and_then(|r| r.get(b as usize)).copied().unwrap_or(LEVEL_SYSTEM)
+                    })
+                    .collect()
+            })
+            .collect();
+        let links = gpus
+            .iter()
+            .map(|&a| {
+                let links = self.links.get(a as usize)?.as_ref()?;
+                let pos = |far: u32| gpus.iter().position(|&g| g == far).map(|p| p as u32);
+                Some(links.iter().map(|far| far.and_then(pos)).collect())
+            })
+            .collect();
+        (level, links)
     }
 
     /// The groups of GPUs whose every pair is at `level` or nearer (single-linkage on an
@@ -361,7 +396,26 @@ mod tests {
         Topology {
             island: (0..8).map(|d| Some(d / 4)).collect(),
             level: (0..8).map(|a| (0..8).map(|b| level(a, b)).collect()).collect(),
+            // Each GPU's links 0..2 lead to the other three of its island, link 3 is inactive.
+            links: (0..8u32)
+                .map(|d| {
+                    let peers = (d / 4 * 4..d / 4 * 4 + 4).filter(|&p| p != d).map(Some);
+                    Some(peers.chain([None]).collect())
+                })
+                .collect(),
         }
+    }
+
+    #[test]
+    fn a_session_sees_the_wiring_of_its_own_gpus_only() {
+        let (level, links) = eight().seen_by(&[5, 4, 0]);
+        assert_eq!(level, [[0, 10, 50], [10, 0, 50], [50, 50, 0]]);
+        // GPU 5's links lead to 4 (its GPU 1), 6 and 7 (not its own: shown inactive).
+        assert_eq!(links[0], Some(vec![Some(1), None, None, None]));
+        assert_eq!(links[1], Some(vec![None, Some(0), None, None]));
+        assert_eq!(links[2], Some(vec![None, None, None, None]));
+        let unknown = Topology::unknown(2).seen_by(&[1, 7]);
+        assert_eq!(unknown, (vec![vec![50, 50], vec![50, 50]], vec![None, None]));
     }
 
     fn idle(n: usize) -> Vec<DeviceState> {

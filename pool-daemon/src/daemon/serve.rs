@@ -836,6 +836,15 @@ impl Serve for Session {
         Ok(answer::Utilization { gpu_percent: u.gpu, memory_percent: u.memory })
     }
 
+    // ---- GPU topology: the start-up wiring (super::placement), as this session sees it ----
+
+    fn gpu_topology(&mut self, _cx: Cx<'_>) -> Result<answer::GpuWiring> {
+        let first_npu = self.shared.first_npu();
+        let gpus: Vec<u32> = self.visible_devices().into_iter().filter(|&d| d < first_npu).collect();
+        let (level, links) = self.shared.topology.seen_by(&gpus);
+        Ok(answer::GpuWiring { gpus, level, links })
+    }
+
     // ---- BLAS (super::blas; errors are cublasStatus_t codes) ----
 
     fn blas_create(&mut self, _cx: Cx<'_>, ctx: CtxId) -> Result<answer::BlasHandle> {

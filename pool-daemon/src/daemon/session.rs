@@ -528,7 +528,9 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
         // What it may write, for the next incremental checkpoint (before serving: conservative).
         s.ckpt.note(op.as_ref(), view.as_ref());
         // Paused here while the tenant's memory is evicted (issue 22).
-        let inside = super::evict::gate(s);
+        let Ok(inside) = super::evict::gate(s) else {
+            return "client gone (hung up while paused for memory preemption)".into();
+        };
         let started = Instant::now();
         let result = match (op, &view) {
             (Some(op), _) => op.serve(s, Cx { staging: t.staging(), fds: link.fds.as_ref() }),

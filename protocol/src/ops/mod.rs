@@ -36,6 +36,7 @@
 //! | `0x0c00..=0x0c0f` | a session's identity for reconnecting after a daemon restart (issue 23) |
 //! | `0x0dxx` | IPC between a tenant's sessions (memory and event handles, exported memory pools) |
 //! | `0x0exx` | CUDA arrays, texture and surface objects ([`array`]) |
+//! | `0x0fxx` | GPU topology: NVML's topology and NVLink queries for the session's GPUs |
 //! | `0x10xx` | NPU operators: AscendCL's `aclnn*` two-phase calls ([`npu`]) |
 //! | `0x8000..=0xffff` | replies, same family byte plus `0x80` |
 //!
@@ -233,6 +234,10 @@ op_table! {
     // ---- management (NVML-like), per device ordinal ----
     0x0901 MgmtMemoryInfo mgmt_memory_info { device: u32 } => MemInfo;
     0x0902 MgmtUtilization mgmt_utilization { device: u32 } => Utilization;
+
+    // ---- GPU topology (NVML's topology and NVLink queries) ----
+    /// How the session's GPUs are wired, in its numbering (the hello's GPUs, in order).
+    0x0f00 GpuTopology gpu_topology {} => GpuWiring;
 
     // ---- BLAS (errors are cublasStatus_t codes) ----
     /// `cublasCreate` in context `ctx` (the caller's current one).
@@ -480,6 +485,12 @@ op_table! {
     0x8e01 TexObject { handle: u64 };
     /// An array or mipmapped array, and the bytes counted for it in the ledger.
     0x8e10 Array { handle: u64, bytes: u64 };
+
+    /// `gpus`: the daemon ordinals of the session's GPUs, in its order; the rest is indexed by
+    /// position in it. `level[a][b]`: NVML's `nvmlGpuTopologyLevel_t` between GPUs a and b.
+    /// `links[a]`: None when GPU a has no NVLink; else per link index, the GPU at its far end
+    /// (None: inactive, or it leads to no GPU of this session).
+    0x8f00 GpuWiring { gpus: Vec<u32>, level: Vec<Vec<u32>>, links: Vec<Option<Vec<Option<u32>>>> };
 
     /// An NPU operator's executor of this session and the workspace it needs.
     0x9001 NpuExecutor { exec: u64, workspace_bytes: u64 };
