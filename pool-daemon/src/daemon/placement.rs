@@ -410,9 +410,10 @@ mod tests {
     fn a_session_sees_the_wiring_of_its_own_gpus_only() {
         let (level, links) = eight().seen_by(&[5, 4, 0]);
         assert_eq!(level, [[0, 10, 50], [10, 0, 50], [50, 50, 0]]);
-        // GPU 5's links lead to 4 (its GPU 1), 6 and 7 (not its own: shown inactive).
+        // GPU 5's links lead to 4 (its GPU 1), 6 and 7 (not its own: shown inactive); GPU 4's
+        // first link to 5 (its GPU 0).
         assert_eq!(links[0], Some(vec![Some(1), None, None, None]));
-        assert_eq!(links[1], Some(vec![None, Some(0), None, None]));
+        assert_eq!(links[1], Some(vec![Some(0), None, None, None]));
         assert_eq!(links[2], Some(vec![None, None, None, None]));
         let unknown = Topology::unknown(2).seen_by(&[1, 7]);
         assert_eq!(unknown, (vec![vec![50, 50], vec![50, 50]], vec![None, None]));
