@@ -110,7 +110,9 @@ fn evict_quick_measures_eviction_restore_and_arrival_against_baselines() {
     assert_eq!(one, 1.0);
     for name in ["eviction GB/s", "restore GB/s"] {
         let (gbs, ratio) = value(name);
-        assert!((ratio - gbs / plain).abs() <= 0.02 * ratio + 0.01, "{name}: {gbs} / {plain} is not {ratio}:\n{table}");
+        // Both figures are printed to 0.01 GB/s and the ratio to 0.01: allow for that rounding.
+        let rounding = 0.005 + 0.005 * (1.0 + gbs / plain) / plain;
+        assert!((ratio - gbs / plain).abs() <= rounding, "{name}: {gbs} / {plain} is not {ratio}:\n{table}");
     }
     let (empty, one) = value("high arrival to first alloc, device empty (ms)");
     assert_eq!(one, 1.0);
