@@ -83,6 +83,47 @@ where
     }
 }
 
+/// `CUDA_KERNEL_NODE_PARAMS_v1` (the CUDA 10-11 kernel-node entry points) as the `_v2` struct
+/// the graph code keeps: the same launch, with no `CUkernel` and no context named.
+pub fn kernel_node_params_from_v1(
+    p: &gpupool_shim::cuda::CUDA_KERNEL_NODE_PARAMS_v1,
+) -> gpupool_shim::cuda::CUDA_KERNEL_NODE_PARAMS {
+    gpupool_shim::cuda::CUDA_KERNEL_NODE_PARAMS {
+        func: p.func,
+        gridDimX: p.gridDimX,
+        gridDimY: p.gridDimY,
+        gridDimZ: p.gridDimZ,
+        blockDimX: p.blockDimX,
+        blockDimY: p.blockDimY,
+        blockDimZ: p.blockDimZ,
+        sharedMemBytes: p.sharedMemBytes,
+        kernelParams: p.kernelParams,
+        extra: p.extra,
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    }
+}
+
+/// The `_v2` kernel-node parameters as the v1 struct answers them, with `func` as given (the
+/// caller resolves a `CUkernel`-only node's function first; v1 has no `kern`).
+pub fn kernel_node_params_to_v1(
+    p: &gpupool_shim::cuda::CUDA_KERNEL_NODE_PARAMS,
+    func: gpupool_shim::cuda::CUfunction,
+) -> gpupool_shim::cuda::CUDA_KERNEL_NODE_PARAMS_v1 {
+    gpupool_shim::cuda::CUDA_KERNEL_NODE_PARAMS_v1 {
+        func,
+        gridDimX: p.gridDimX,
+        gridDimY: p.gridDimY,
+        gridDimZ: p.gridDimZ,
+        blockDimX: p.blockDimX,
+        blockDimY: p.blockDimY,
+        blockDimZ: p.blockDimZ,
+        sharedMemBytes: p.sharedMemBytes,
+        kernelParams: p.kernelParams,
+        extra: p.extra,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -109,19 +109,7 @@ pub(super) fn get_params_v1(node: CUgraphNode, params: *mut CUDA_KERNEL_NODE_PAR
     crate::api::export::require(params)?;
     let p = get(node)?;
     let func = if p.func.is_null() { super::library::resolve_function(p.kern as CUfunction)? } else { p.func };
-    let v1 = CUDA_KERNEL_NODE_PARAMS_v1 {
-        func,
-        gridDimX: p.gridDimX,
-        gridDimY: p.gridDimY,
-        gridDimZ: p.gridDimZ,
-        blockDimX: p.blockDimX,
-        blockDimY: p.blockDimY,
-        blockDimZ: p.blockDimZ,
-        sharedMemBytes: p.sharedMemBytes,
-        kernelParams: p.kernelParams,
-        extra: p.extra,
-    };
-    crate::util::out(params, v1)
+    crate::util::out(params, gpupool_abi::launch::kernel_node_params_to_v1(&p, func))
 }
 
 /// Changes the graph's node (checked by the daemon as a new node's launch); graphs instantiated
@@ -140,19 +128,5 @@ pub(super) fn set_params_v1(node: CUgraphNode, params: *const CUDA_KERNEL_NODE_P
     crate::api::export::require(params.cast_mut())?;
     // SAFETY: non-null; the API's contract makes it point to the parameter struct.
     let p = unsafe { params.read_unaligned() };
-    let v2 = CUDA_KERNEL_NODE_PARAMS {
-        func: p.func,
-        gridDimX: p.gridDimX,
-        gridDimY: p.gridDimY,
-        gridDimZ: p.gridDimZ,
-        blockDimX: p.blockDimX,
-        blockDimY: p.blockDimY,
-        blockDimZ: p.blockDimZ,
-        sharedMemBytes: p.sharedMemBytes,
-        kernelParams: p.kernelParams,
-        extra: p.extra,
-        kern: std::ptr::null_mut(),
-        ctx: std::ptr::null_mut(),
-    };
-    set_params(node, &v2)
+    set_params(node, &gpupool_abi::launch::kernel_node_params_from_v1(&p))
 }

@@ -478,19 +478,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetParams(
 ) -> CUresult {
     cuda_entry(|| {
         let p = kernel_node_get(node)?;
-        let v1 = gpupool_shim::cuda::CUDA_KERNEL_NODE_PARAMS_v1 {
-            func: p.func,
-            gridDimX: p.gridDimX,
-            gridDimY: p.gridDimY,
-            gridDimZ: p.gridDimZ,
-            blockDimX: p.blockDimX,
-            blockDimY: p.blockDimY,
-            blockDimZ: p.blockDimZ,
-            sharedMemBytes: p.sharedMemBytes,
-            kernelParams: p.kernelParams,
-            extra: p.extra,
-        };
-        out(params, v1)
+        out(params, gpupool_abi::launch::kernel_node_params_to_v1(&p, p.func))
     })
 }
 
@@ -501,21 +489,7 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetParams(
 ) -> CUresult {
     cuda_entry(|| {
         let p = super::read(params, "kernel node parameters")?;
-        let v2 = CUDA_KERNEL_NODE_PARAMS {
-            func: p.func,
-            gridDimX: p.gridDimX,
-            gridDimY: p.gridDimY,
-            gridDimZ: p.gridDimZ,
-            blockDimX: p.blockDimX,
-            blockDimY: p.blockDimY,
-            blockDimZ: p.blockDimZ,
-            sharedMemBytes: p.sharedMemBytes,
-            kernelParams: p.kernelParams,
-            extra: p.extra,
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        };
-        kernel_node_set(node, &v2)
+        kernel_node_set(node, &gpupool_abi::launch::kernel_node_params_from_v1(&p))
     })
 }
 
