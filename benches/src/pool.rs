@@ -440,17 +440,22 @@ pub(crate) fn release_dir() -> PathBuf {
     }
 }
 
-/// `cargo build --release -p gpupool-daemon -p gpupool-interpose` (a no-op when fresh).
+/// The release daemon, `libgpupool.so` and the simulator libraries `gpupool daemon --sim` looks
+/// for next to its executable (a no-op when fresh). The simulator is named here, not left to
+/// whichever benchmark happened to build it first: a fresh checkout has no release
+/// `libgpupool_sim.so` until something asks for it.
 pub(crate) fn build_pool() -> Result<(), String> {
+    let packages = ["gpupool-daemon", "gpupool-interpose", "gpupool-sim", "gpupool-sim-blas", "gpupool-sim-npu"];
     let st = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["build", "--quiet", "--release", "-p", "gpupool-daemon", "-p", "gpupool-interpose"])
+        .args(["build", "--quiet", "--release"])
+        .args(packages.iter().flat_map(|p| ["-p", p]))
         .current_dir(root())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .status()
         .map_err(|e| format!("running cargo build: {e}"))?;
     if !st.success() {
-        return Err(format!("cargo build --release of the daemon/interposer: {st}"));
+        return Err(format!("cargo build --release of the daemon, interposer and simulator: {st}"));
     }
     Ok(())
 }
