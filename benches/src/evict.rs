@@ -27,19 +27,21 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
-const LOW_TOKEN: &str = "bench-evict-low";
+pub(crate) const LOW_TOKEN: &str = "bench-evict-low";
 const HIGH_TOKEN: &str = "bench-evict-high";
 
-struct Client {
-    t: ShmTransport,
+pub(crate) struct Client {
+    pub(crate) t: ShmTransport,
     next: u64,
+    /// The daemon's id for the session.
+    pub(crate) session: u64,
 }
 
 impl Client {
-    fn connect(socket: &Path, token: &str) -> Result<Client, String> {
+    pub(crate) fn connect(socket: &Path, token: &str) -> Result<Client, String> {
         let s = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
         let t = ShmTransport::connect(s, WaitPolicy::default()).map_err(|e| format!("shm: {e}"))?;
-        let mut c = Client { t, next: 1 };
+        let mut c = Client { t, next: 1, session: 0 };
         let hello = Request::Hello {
             pid: std::process::id(),
             uid: rustix_uid(),
@@ -52,12 +54,15 @@ impl Client {
             gpus: None,
         };
         match c.call(hello)? {
-            Reply::HelloReply { .. } => Ok(c),
+            Reply::HelloReply { session_id, .. } => {
+                c.session = session_id;
+                Ok(c)
+            }
             r => Err(format!("hello refused: {r:?}")),
         }
     }
 
-    fn call(&mut self, op: Request) -> Result<Reply, String> {
+    pub(crate) fn call(&mut self, op: Request) -> Result<Reply, String> {
         let id = self.next;
         self.next += 1;
         let frame = Message::Request { id, no_reply: false, op }.encode().map_err(|e| e.to_string())?;
@@ -72,14 +77,14 @@ impl Client {
         }
     }
 
-    fn ctx(&mut self) -> Result<CtxId, String> {
+    pub(crate) fn ctx(&mut self) -> Result<CtxId, String> {
         match self.call(Request::PrimaryCtxRetain { device: 0 })? {
             Reply::Context { ctx } => Ok(ctx),
             r => Err(format!("cuDevicePrimaryCtxRetain: {r:?}")),
         }
     }
 
-    fn alloc(&mut self, ctx: CtxId, bytes: u64) -> Result<DevicePtr, String> {
+    pub(crate) fn alloc(&mut self, ctx: CtxId, bytes: u64) -> Result<DevicePtr, String> {
         match self.call(Request::MemAlloc { ctx, bytes })? {
             Reply::MemPtr { ptr } => Ok(ptr),
             r => Err(format!("cuMemAlloc of {} MiB: {r:?}", bytes / MIB)),
@@ -93,7 +98,7 @@ fn rustix_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     dir: PathBuf,
 }
@@ -107,15 +112,15 @@ impl Drop for Daemon {
 }
 
 impl Daemon {
-    fn socket(&self) -> PathBuf {
+    pub(crate) fn socket(&self) -> PathBuf {
         self.dir.join("s.sock")
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
     }
 
-    fn start(memory: &str) -> Result<Daemon, String> {
+    pub(crate) fn start(memory: &str) -> Result<Daemon, String> {
         let dir = std::env::temp_dir().join(format!("gpupool-bench-evict-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -257,7 +262,7 @@ fn plain_dtoh(bytes: u64, n: usize) -> Result<f64, String> {
     Ok(median(v))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }

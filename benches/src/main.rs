@@ -13,6 +13,7 @@
 //!   cargo run --release -p gpupool-benches -- torch-start [--quick]
 //!   cargo run --release -p gpupool-benches -- containers [--quick]
 //!   cargo run --release -p gpupool-benches -- evict [--quick]
+//!   cargo run --release -p gpupool-benches -- checkpoint [--quick|--full]
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
@@ -26,11 +27,14 @@
 //! `torch-start` times PyTorch's start to its first CUDA allocation under `gpupool run`;
 //! `containers` times a runc container's start to its first CUDA call with `gpupool oci-hook`
 //! against the same container put in the pool by hand. `evict` times memory preemption's
-//! eviction and restore against a plain device-to-host copy of the same bytes.
+//! eviction and restore against a plain device-to-host copy of the same bytes;
+//! `checkpoint` times `gpupool checkpoint` (full, incremental, the pause a client sees) against a
+//! plain device-to-host copy plus a file write of the same bytes.
 //! See benches/README.md for what each baseline means.
 
 mod blas;
 mod chaos;
+mod checkpoint;
 mod compute;
 mod containers;
 mod evict;
@@ -50,7 +54,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime|remote|npu [--json PATH]\n       \
-                     gpupool-bench chaos|fuzz|blas|torch-start|containers|evict [OPTIONS] (see benches/README.md)";
+                     gpupool-bench chaos|fuzz|blas|torch-start|containers|evict|checkpoint [OPTIONS] (see benches/README.md)";
 
 fn main() -> ExitCode {
     let all: Vec<String> = std::env::args().skip(1).collect();
@@ -71,6 +75,9 @@ fn main() -> ExitCode {
     }
     if all.first().map(String::as_str) == Some("evict") {
         return evict::main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some("checkpoint") {
+        return checkpoint::main(&all[1..]);
     }
     if all.first().map(String::as_str) == Some("chaos") {
         return chaos::main(&all[1..]);

@@ -129,3 +129,22 @@ fn evict_quick_measures_eviction_restore_and_arrival_against_baselines() {
     let highest = if empty > 0.05 { (full + 0.05) / (empty - 0.05) + 0.005 } else { f64::INFINITY };
     assert!((lowest..=highest).contains(&ratio), "arrival: {full} / {empty} (each to 0.1 ms) is not {ratio}:\n{table}");
 }
+
+#[test]
+fn checkpoint_quick_measures_full_incremental_and_the_pause() {
+    let line =
+        gpupool_e2e::readme::command_in("benches/README.md", "cargo run --release -p gpupool-benches -- checkpoint");
+    assert!(line.ends_with("--quick"), "the README's checkpoint line is the quick one: {line}");
+    let table = run(&line);
+    let value = |name: &str| number(row(&table, name)[1], &table);
+    let full = value("full checkpoint GB/s (256 MiB)");
+    let plain = value("plain DtoH + file write + fsync GB/s (256 MiB)");
+    value("plain DtoH alone GB/s (256 MiB)");
+    value("longest call during the checkpoint ms (256 MiB)");
+    // 1% of 256 MiB in whole MiB: 3 MiB changed, 3 MiB written, no more.
+    assert_eq!(value("incremental after 1% changed: MiB written (256 MiB)"), 3.0, "{table}");
+    value("incremental after 1% changed: ms (256 MiB)");
+    let ratio =
+        number(row(&table, "full checkpoint GB/s (256 MiB)")[2].trim_end_matches(" of plain copy + write"), &table);
+    assert!((ratio - full / plain).abs() <= 0.01 + 0.02 * ratio, "{table}");
+}
