@@ -10,6 +10,10 @@
 //! - **Pause**: while the checkpoint is written a client thread keeps making small calls on the
 //!   same session (4-byte device-to-host copies); its longest call against the median of its
 //!   calls before the checkpoint.
+//! - **Restore bandwidth**: a last full checkpoint, the daemon killed, and a new daemon started
+//!   with `--restore` on it (once per round): the bytes over its own timing of the pass (the
+//!   status document's `restore.ns`: manifests, mapping, file reads, copies), next to reading the
+//!   baseline's file back and copying it host-to-device in this process.
 //! - **Incremental**: 1% of the memory is then changed by host-to-device copies (1 MiB each,
 //!   spread over the allocations) and the session checkpointed to the same directory again: the
 //!   bytes it wrote and its time against the full one's.
@@ -21,7 +25,7 @@ use gpupool_e2e::call;
 use gpupool_protocol::ops::{HostSrc, Memset, MemsetValue, StagingRegion};
 use gpupool_protocol::transport::Transport;
 use gpupool_protocol::{DevicePtr, Request};
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::ExitCode;
@@ -72,6 +76,10 @@ struct Run {
     incr_written: u64,
     incr_ms: f64,
     full_ms: f64,
+    /// `gpupool daemon --restore` of the last full checkpoint, by the daemon's own timing.
+    restore_gbs: f64,
+    /// The same bytes read back from a file and copied host-to-device in this process.
+    plain_restore_gbs: f64,
 }
 
 fn measure(bytes: u64, rounds: usize) -> Result<Run, String> {
@@ -91,7 +99,7 @@ fn measure(bytes: u64, rounds: usize) -> Result<Run, String> {
     let _ = std::fs::remove_dir_all(&root);
     let (mut full, mut plain, mut copy, mut pause, mut call_us, mut incr_ms, mut full_ms) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-    let mut incr_written = Vec::new();
+    let (mut incr_written, mut plain_restore) = (Vec::new(), Vec::new());
     for r in 0..rounds {
         let dir = root.join(format!("round-{r}"));
         // The client's small calls before and during the full checkpoint.
@@ -149,9 +157,33 @@ fn measure(bytes: u64, rounds: usize) -> Result<Run, String> {
         incr_ms.push(w.write_ns / 1e6);
         let _ = std::fs::remove_dir_all(&dir);
 
-        let (p, cp) = plain_copy_and_write(bytes, &root.join("plain.bin"))?;
+        let (p, cp, back) = plain_copy_write_and_read(bytes, &root.join("plain.bin"))?;
         plain.push(p);
         copy.push(cp);
+        plain_restore.push(back);
+    }
+    // Restore: a last full checkpoint, the daemon killed (SIGKILL), a new one started on it with
+    // `--restore`, once per round.
+    let dir = root.join("restore");
+    let w = checkpoint(&d.socket(), session, &dir).map_err(fail)?;
+    if w.incremental || w.written != bytes {
+        return Err(fail(format!("the checkpoint to restore wrote {} bytes, not {bytes}", w.written)));
+    }
+    let memory = format!("{}MiB", bytes / MIB + 256);
+    drop(d);
+    drop(c);
+    let mut restore = Vec::new();
+    for _ in 0..rounds {
+        let d = Daemon::start_with(&memory, &["--restore".as_ref(), dir.as_os_str()])?;
+        let doc = d.status(Duration::from_secs(600)).map_err(|e| format!("{e}\ndaemon log:\n{}", d.log()))?;
+        let r = &doc["restore"];
+        if r["sessions"] != 1 || r["bytes"] != bytes {
+            return Err(format!(
+                "--restore brought back {r}, not one session of {bytes} bytes\ndaemon log:\n{}",
+                d.log()
+            ));
+        }
+        restore.push(bytes as f64 / r["ns"].as_f64().unwrap_or(f64::NAN));
     }
     let _ = std::fs::remove_dir_all(&root);
     Ok(Run {
@@ -165,13 +197,16 @@ fn measure(bytes: u64, rounds: usize) -> Result<Run, String> {
         incr_written: median(incr_written) as u64,
         incr_ms: median(incr_ms),
         full_ms: median(full_ms),
+        restore_gbs: median(restore),
+        plain_restore_gbs: median(plain_restore),
     })
 }
 
-/// The baseline: the same release simulator in this process copies `bytes` device-to-host,
-/// 64 MiB at a time, each written to `path`, fsynced at the end. GB/s of that, and of the
-/// copies alone.
-fn plain_copy_and_write(bytes: u64, path: &Path) -> Result<(f64, f64), String> {
+/// The baselines: the same release simulator in this process copies `bytes` device-to-host,
+/// 64 MiB at a time, each written to `path`, fsynced at the end; then reads the file back 64 MiB
+/// at a time, each copied host-to-device. GB/s of the first, of its copies alone, and of the
+/// read back.
+fn plain_copy_write_and_read(bytes: u64, path: &Path) -> Result<(f64, f64, f64), String> {
     let step = 64 * MIB;
     let d = load()?;
     ok(call!(d.cuInit(0)), "cuInit")?;
@@ -195,14 +230,31 @@ fn plain_copy_and_write(bytes: u64, path: &Path) -> Result<(f64, f64), String> {
     }
     f.sync_all().map_err(|e| e.to_string())?;
     let all = t0.elapsed();
-    let _ = call!(d.cuMemFree_v2(p));
-    let _ = call!(d.cuCtxDestroy_v2(ctx));
     drop(f);
-    let _ = std::fs::remove_file(path);
     if host[0] != 7 {
         return Err("cuMemcpyDtoH_v2 did not copy".into());
     }
-    Ok((bytes as f64 / all.as_nanos() as f64, bytes as f64 / copying.as_nanos() as f64))
+    ok(call!(d.cuMemsetD8_v2(p, 0, bytes as usize)), "cuMemsetD8_v2")?;
+    let t0 = Instant::now();
+    let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut off = 0;
+    while off < bytes {
+        let n = step.min(bytes - off) as usize;
+        f.read_exact(&mut host[..n]).map_err(|e| e.to_string())?;
+        ok(call!(d.cuMemcpyHtoD_v2(p + off, host.as_ptr().cast(), n)), "cuMemcpyHtoD_v2")?;
+        off += n as u64;
+    }
+    let back = t0.elapsed();
+    let mut last = 0u8;
+    ok(call!(d.cuMemcpyDtoH_v2((&mut last as *mut u8).cast(), p + bytes - 1, 1)), "cuMemcpyDtoH_v2")?;
+    let _ = call!(d.cuMemFree_v2(p));
+    let _ = call!(d.cuCtxDestroy_v2(ctx));
+    let _ = std::fs::remove_file(path);
+    if last != 7 {
+        return Err("the file read back did not reach the device".into());
+    }
+    let gbs = |t: Duration| bytes as f64 / t.as_nanos() as f64;
+    Ok((gbs(all), gbs(copying), gbs(back)))
 }
 
 /// MemAvailable of /proc/meminfo, bytes.
@@ -229,6 +281,13 @@ fn print(run: &Run) {
         run.copy_gbs,
         run.copy_gbs / run.plain_gbs
     );
+    println!(
+        "{:<52} | {:>10.3} | {:.2}x of plain read + copy",
+        format!("restore GB/s ({mib} MiB)"),
+        run.restore_gbs,
+        run.restore_gbs / run.plain_restore_gbs
+    );
+    println!("{:<52} | {:>10.3} | 1.00x", format!("plain file read + HtoD GB/s ({mib} MiB)"), run.plain_restore_gbs);
     println!(
         "{:<52} | {:>10.1} | {:.0}x a call's median ({:.1} us)",
         format!("longest call during the checkpoint ms ({mib} MiB)"),

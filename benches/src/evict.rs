@@ -121,6 +121,11 @@ impl Daemon {
     }
 
     pub(crate) fn start(memory: &str) -> Result<Daemon, String> {
+        Self::start_with(memory, &[])
+    }
+
+    /// [`Daemon::start`] with more `gpupool daemon` arguments (`--restore DIR`).
+    pub(crate) fn start_with(memory: &str, extra: &[&std::ffi::OsStr]) -> Result<Daemon, String> {
         let dir = std::env::temp_dir().join(format!("gpupool-bench-evict-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -139,6 +144,7 @@ impl Daemon {
             .arg(&cfg)
             .arg("--listen")
             .arg(format!("unix://{}", dir.join("s.sock").display()))
+            .args(extra)
             .env("GPUPOOL_SIM_MEMORY", memory)
             .env("GPUPOOL_SIM_DEVICES", "1")
             .stdin(Stdio::null())
@@ -157,13 +163,27 @@ impl Daemon {
         Ok(d)
     }
 
-    /// `evictions.tenants[low]` of the status document: (last_evict_ns, last_restore_ns, restores).
-    fn low_evictions(&self) -> Result<(f64, f64, u64), String> {
+    /// The status document (`<socket>.ctl`), waiting up to `patience` for the control socket:
+    /// a daemon restoring checkpoints binds it only when it serves.
+    pub(crate) fn status(&self, patience: Duration) -> Result<serde_json::Value, String> {
         use std::io::Read;
-        let mut s = UnixStream::connect(format!("{}.ctl", self.socket().display())).map_err(|e| e.to_string())?;
+        let path = format!("{}.ctl", self.socket().display());
+        let t0 = Instant::now();
+        let mut s = loop {
+            match UnixStream::connect(&path) {
+                Ok(s) => break s,
+                Err(e) if t0.elapsed() >= patience => return Err(format!("{path}: {e}")),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
         let mut text = String::new();
         s.read_to_string(&mut text).map_err(|e| e.to_string())?;
-        let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    }
+
+    /// `evictions.tenants[low]` of the status document: (last_evict_ns, last_restore_ns, restores).
+    fn low_evictions(&self) -> Result<(f64, f64, u64), String> {
+        let doc = self.status(Duration::ZERO)?;
         let t = doc["evictions"]["tenants"]
             .as_array()
             .and_then(|ts| ts.iter().find(|t| t["tenant"] == "low"))

@@ -141,6 +141,10 @@ fn checkpoint_quick_measures_full_incremental_and_the_pause() {
     let plain = value("plain DtoH + file write + fsync GB/s (256 MiB)");
     value("plain DtoH alone GB/s (256 MiB)");
     value("longest call during the checkpoint ms (256 MiB)");
+    let restore = value("restore GB/s (256 MiB)");
+    let plain_back = value("plain file read + HtoD GB/s (256 MiB)");
+    let back_ratio = number(row(&table, "restore GB/s (256 MiB)")[2].trim_end_matches(" of plain read + copy"), &table);
+    assert!((back_ratio - restore / plain_back).abs() <= 0.01 + 0.02 * back_ratio, "{table}");
     // 1% of 256 MiB in whole MiB: 3 MiB changed, 3 MiB written, no more.
     assert_eq!(value("incremental after 1% changed: MiB written (256 MiB)"), 3.0, "{table}");
     value("incremental after 1% changed: ms (256 MiB)");

@@ -120,5 +120,6 @@ pub fn status_document(shared: &Shared) -> Value {
         "sessions": sessions,
         "evictions": shared.evict.status(),
         "checkpoints": shared.checkpoints.status(),
+        "restore": shared.restored.status(),
     })
 }

@@ -74,6 +74,17 @@ pub struct Restored {
     memory: Mutex<Memory>,
     /// Some allocation was ever restored (until then [`Restored::owns`] costs nothing).
     active: AtomicBool,
+    /// What `--restore` did at start-up, for the status document.
+    pass: Mutex<Option<Pass>>,
+}
+
+/// The `--restore` pass: sessions brought back, their bytes, and the time from reading the
+/// first manifest to the last session waiting for its client (mapping, file reads, copies).
+#[derive(Clone, Copy)]
+struct Pass {
+    sessions: usize,
+    bytes: u64,
+    ns: u64,
 }
 
 impl Restored {
@@ -83,6 +94,14 @@ impl Restored {
 
     fn memory(&self) -> MutexGuard<'_, Memory> {
         self.memory.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The status document's `restore`: null when the daemon started without `--restore`.
+    pub fn status(&self) -> serde_json::Value {
+        match *self.pass.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(p) => serde_json::json!({ "sessions": p.sessions, "bytes": p.bytes, "ns": p.ns }),
+            None => serde_json::Value::Null,
+        }
     }
 
     /// Whether `ptr` is the start of a restored allocation (freed through [`free`]).
@@ -125,6 +144,7 @@ fn manifests(dir: &Path) -> Result<Vec<PathBuf>> {
 /// sweep that frees those not resumed in time. A checkpoint that cannot be restored is logged
 /// and skipped; none found at all is an error.
 pub fn restore_all(shared: &Arc<Shared>, dir: &Path) -> Result<usize> {
+    let started = Instant::now();
     let dirs = manifests(dir)?;
     if dirs.is_empty() {
         bail!("--restore {}: no manifest.json there or in its subdirectories", dir.display());
@@ -139,7 +159,7 @@ pub fn restore_all(shared: &Arc<Shared>, dir: &Path) -> Result<usize> {
     // The memory first, for all sessions at once: sessions of one tenant shared its context's
     // address space, so one granule may hold allocations of two of them.
     let (held, failed) = map_all(shared, &read);
-    let mut n = 0;
+    let (mut n, mut restored_bytes) = (0, 0);
     for (d, m) in &read {
         let t0 = Instant::now();
         let res = match m.allocations.iter().find(|a| failed.contains_key(&a.address)) {
@@ -153,6 +173,7 @@ pub fn restore_all(shared: &Arc<Shared>, dir: &Path) -> Result<usize> {
                     "session restored; waiting for its client");
                 shared.restored.waiting().insert(s.id, Waiting { session: s, since: Instant::now() });
                 n += 1;
+                restored_bytes += bytes;
             }
             Err(e) => {
                 // Its memory is mapped but no session holds it.
@@ -171,6 +192,8 @@ pub fn restore_all(shared: &Arc<Shared>, dir: &Path) -> Result<usize> {
     for tc in held {
         shared.release_ctx(tc);
     }
+    let pass = Pass { sessions: n, bytes: restored_bytes, ns: started.elapsed().as_nanos() as u64 };
+    *shared.restored.pass.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
     let s = shared.clone();
     std::thread::Builder::new().name("gpupool-restored".into()).spawn(move || sweep(&s))?;
     Ok(n)
