@@ -201,10 +201,12 @@ fn share_splits_by_weight_and_gives_the_device_away_when_one_stops() {
         }
         // Two tenants keep the device nearly as busy as one does. Each hand-off between tenants
         // (the next kernel waits for the other tenant's last one) idles the simulated device
-        // briefly: 1.7 to 2.1 points measured on the 2-CPU build VM, so 3 is the bound, against
+        // briefly: 1.7 to 2.1 points measured on the 2-CPU build VM before compute preemption,
+        // 3.05 to 3.31 with it (its completion monitor, which must allow kernels to end out of
+        // order, on an idle VM; under 3 with --no-compute-preemption), so 4 is the bound, against
         // `b` alone in this run.
         eprintln!("delivered: {:.2}% to both, {alone:.2}% to b alone", sa + sb);
-        if sa + sb < alone - 3.0 {
+        if sa + sb < alone - 4.0 {
             return Err(format!("the device idled under contention: {:.2}% against {alone:.2}% alone", sa + sb));
         }
         Ok(())
