@@ -20,7 +20,7 @@
 
 use crate::evict::{Client, Daemon, LOW_TOKEN, median};
 use crate::pool::build_pool;
-use crate::sim::{load, ok};
+use crate::sim::{filled_buffer, ok};
 use gpupool_e2e::call;
 use gpupool_protocol::ops::{HostSrc, Memset, MemsetValue, StagingRegion};
 use gpupool_protocol::transport::Transport;
@@ -208,13 +208,7 @@ fn measure(bytes: u64, rounds: usize) -> Result<Run, String> {
 /// read back.
 fn plain_copy_write_and_read(bytes: u64, path: &Path) -> Result<(f64, f64, f64), String> {
     let step = 64 * MIB;
-    let d = load()?;
-    ok(call!(d.cuInit(0)), "cuInit")?;
-    let mut ctx = std::ptr::null_mut();
-    ok(call!(d.cuCtxCreate_v2(&mut ctx, 0, 0)), "cuCtxCreate_v2")?;
-    let mut p = 0;
-    ok(call!(d.cuMemAlloc_v2(&mut p, bytes as usize)), "cuMemAlloc_v2")?;
-    ok(call!(d.cuMemsetD8_v2(p, 7, bytes as usize)), "cuMemsetD8_v2")?;
+    let (d, ctx, p) = filled_buffer(bytes, 7)?;
     let mut host = vec![0u8; step as usize];
     let mut f = std::fs::File::create(path).map_err(|e| e.to_string())?;
     let mut copying = Duration::ZERO;

@@ -15,7 +15,7 @@
 //! round waits out the anti-thrash hold.
 
 use crate::pool::{build_pool, release_dir};
-use crate::sim::{load, ok};
+use crate::sim::{filled_buffer, ok};
 use gpupool_e2e::call;
 use gpupool_protocol::ops::{Memset, MemsetValue};
 use gpupool_protocol::transport::Transport;
@@ -261,13 +261,7 @@ fn measure(quick: bool) -> Result<(Vec<Round>, f64, u64), String> {
 
 /// The same simulator's `cuMemcpyDtoH_v2` of `bytes`, in this process: GB/s, median of `n`.
 fn plain_dtoh(bytes: u64, n: usize) -> Result<f64, String> {
-    let d = load()?;
-    ok(call!(d.cuInit(0)), "cuInit")?;
-    let mut ctx = std::ptr::null_mut();
-    ok(call!(d.cuCtxCreate_v2(&mut ctx, 0, 0)), "cuCtxCreate_v2")?;
-    let mut p = 0;
-    ok(call!(d.cuMemAlloc_v2(&mut p, bytes as usize)), "cuMemAlloc_v2")?;
-    ok(call!(d.cuMemsetD8_v2(p, 7, bytes as usize)), "cuMemsetD8_v2")?;
+    let (d, _ctx, p) = filled_buffer(bytes, 7)?;
     let mut host = vec![0u8; bytes as usize];
     let mut v = Vec::new();
     for _ in 0..n {

@@ -26,6 +26,20 @@ pub(crate) fn load() -> Result<Driver, String> {
     Driver::load(&dir.join("libcuda.so.1"))
 }
 
+/// The release simulator loaded in this process, with a context and `bytes` of device memory
+/// set to `value`: the in-process baseline the pool's copies are compared with. The context is
+/// current on this thread; the caller frees the memory and destroys the context.
+pub(crate) fn filled_buffer(bytes: u64, value: u8) -> Result<(Driver, CUcontext, u64), String> {
+    let d = load()?;
+    ok(call!(d.cuInit(0)), "cuInit")?;
+    let mut ctx = null_mut();
+    ok(call!(d.cuCtxCreate_v2(&mut ctx, 0, 0)), "cuCtxCreate_v2")?;
+    let mut p = 0;
+    ok(call!(d.cuMemAlloc_v2(&mut p, bytes as usize)), "cuMemAlloc_v2")?;
+    ok(call!(d.cuMemsetD8_v2(p, value, bytes as usize)), "cuMemsetD8_v2")?;
+    Ok((d, ctx, p))
+}
+
 /// Same shape as `cuCtxGetCurrent`: write one pointer, return a status.
 #[inline(never)]
 extern "C" fn trivial(out: *mut CUcontext) -> CUresult {
