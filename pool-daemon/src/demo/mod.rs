@@ -7,12 +7,12 @@
 //! down to the host when its CPUs were busy (exit 0) and to the pool otherwise (exit 3). What it must
 //! not do: reach into the daemon other than through its sockets.
 
-mod host_load;
 pub mod npu_workload;
 mod summary;
 pub mod workload;
 
 use anyhow::{Context as _, Result, bail};
+use gpupool_host_load as host_load;
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -13,8 +13,8 @@
 //! (measured around each operator, read from the status document) over wall time, since an NPU
 //! operator has no clock to read; its memory and out-of-memory refusal as the GPU tenants'.
 
-use super::host_load::HostLoad;
 use super::{Charged, LATENCY_BOUND_US, SEC, Tenant};
+use gpupool_host_load::HostLoad;
 use std::collections::HashMap;
 
 /// A quota was not held.

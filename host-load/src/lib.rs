@@ -1,9 +1,10 @@
-//! How busy the machine's CPUs were while the demo ran, so that a missed latency or delivery target
-//! can be put down to the host (other work, a hypervisor stealing CPU) or to the pool. It reads
-//! /proc only: the `cpu` line of /proc/stat (busy and steal time of all CPUs), /proc/loadavg, and
-//! for the demo's own processes (daemon, tenants, itself) /proc/PID/stat (their CPU time, exited
-//! threads included) and /proc/PID/task/TID/schedstat (each thread's time runnable but waiting for
-//! a CPU). Nothing here judges quotas.
+//! How busy the machine's CPUs were during a timed run (`gpupool demo`, the compute-quota tests), so
+//! that a missed latency or delivery target can be put down to the host (other work, a hypervisor
+//! stealing CPU) or to the pool. It reads /proc only: the `cpu` line of /proc/stat (busy and steal
+//! time of all CPUs), /proc/loadavg, and for the run's own processes (daemon, tenants, the driver of
+//! the run) /proc/PID/stat (their CPU time, exited threads included) and /proc/PID/task/TID/schedstat
+//! (each thread's time runnable but waiting for a CPU). Nothing here judges quotas, and nothing here
+//! touches a device. "The demo" below means the run's own processes.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -105,21 +106,73 @@ struct Reading {
     at: Instant,
     cpu: CpuTimes,
     cpus: usize,
-    /// CPU time of the demo's processes, clock ticks.
-    demo_ticks: u64,
-    /// Run-queue delay of each live thread of the demo's processes.
+    /// CPU time of each of the run's processes, clock ticks.
+    ticks: HashMap<u32, u64>,
+    /// Run-queue delay of each live thread of the run's processes.
     waits: HashMap<u32, Waits>,
 }
 
-fn read(pids: &[u32]) -> Option<Reading> {
+/// Which processes are the run's own.
+#[derive(Clone, Debug)]
+enum Watched {
+    /// These, all alive for the whole run: a reading after one has ended is dropped.
+    Pids(Vec<u32>),
+    /// This process and all its descendants at each reading: processes come and go.
+    Tree(u32),
+}
+
+/// The parent of each process in /proc.
+fn parents() -> HashMap<u32, u32> {
+    let mut parents = HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        // A process may end between the listing and the read.
+        if let Some(ppid) = std::fs::read_to_string(entry.path().join("stat")).ok().as_deref().and_then(parse_ppid) {
+            parents.insert(pid, ppid);
+        }
+    }
+    parents
+}
+
+/// The parent pid (field 4) from /proc/PID/stat, counted after the command name's last `)`.
+pub fn parse_ppid(text: &str) -> Option<u32> {
+    text[text.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `root` and every process below it in `parents`.
+fn tree(root: u32, parents: &HashMap<u32, u32>) -> Vec<u32> {
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parents.iter().filter(|&(_, &pp)| pp == p).map(|(&c, _)| c));
+        i += 1;
+    }
+    found
+}
+
+fn read(watched: &Watched) -> Option<Reading> {
     let at = Instant::now();
     let (cpu, cpus) = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;
-    let mut demo_ticks = 0;
+    let (pids, all_needed) = match watched {
+        Watched::Pids(p) => (p.clone(), true),
+        Watched::Tree(root) => (tree(*root, &parents()), false),
+    };
+    let mut ticks = HashMap::new();
     let mut waits = HashMap::new();
     for pid in pids {
-        // A process that has gone makes the reading incomplete: the caller keeps the last whole one.
-        demo_ticks += parse_pid_cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
-        for entry in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let Some(t) =
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(parse_pid_cpu_ticks)
+        else {
+            // A process that has gone makes a fixed set's reading incomplete: the caller keeps the
+            // last whole one. A tree's process that has gone keeps its last figure.
+            if all_needed {
+                return None;
+            }
+            continue;
+        };
+        ticks.insert(pid, t);
+        for entry in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
             let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
             // A thread may end between the listing and the read; it keeps its last figure.
             if let Some(w) =
@@ -129,31 +182,45 @@ fn read(pids: &[u32]) -> Option<Reading> {
             }
         }
     }
-    Some(Reading { at, cpu, cpus, demo_ticks, waits })
+    Some(Reading { at, cpu, cpus, ticks, waits })
 }
 
-/// Samples the host and the demo's processes over a run; `figures` sums up first to last sample.
+/// Samples the host and the run's processes over a run; `figures` sums up first to last sample.
 pub struct Sampler {
-    pids: Vec<u32>,
+    watched: Watched,
     first: Option<Reading>,
     last: Option<Reading>,
     /// Each thread's run-queue delay when first seen (0 for threads born after the first sample,
     /// whose whole wait falls in the run) and when last seen.
     threads: HashMap<u32, (Waits, Waits)>,
+    /// Each process's CPU time when first seen (0 for one born after the first sample) and when
+    /// last seen.
+    procs: HashMap<u32, (u64, u64)>,
 }
 
 impl Sampler {
     /// Watches these processes (the demo's) and the host; takes the first sample now.
     pub fn start(pids: Vec<u32>) -> Sampler {
-        let mut s = Sampler { pids, first: None, last: None, threads: HashMap::new() };
+        Sampler::watching(Watched::Pids(pids))
+    }
+
+    /// Watches `root`, every process it starts (and they start) during the run, and the host;
+    /// takes the first sample now. A process that ends between two samples loses what it used
+    /// since the last one, so a caller samples often ([`Watch`]).
+    pub fn tree(root: u32) -> Sampler {
+        Sampler::watching(Watched::Tree(root))
+    }
+
+    fn watching(watched: Watched) -> Sampler {
+        let mut s = Sampler { watched, first: None, last: None, threads: HashMap::new(), procs: HashMap::new() };
         s.sample();
         s
     }
 
-    /// Takes a sample; one taken after a watched process has ended is dropped, so the figures cover
-    /// a span in which all of them ran.
+    /// Takes a sample; for a fixed set of processes, one taken after one of them has ended is
+    /// dropped, so the figures cover a span in which all of them ran.
     pub fn sample(&mut self) {
-        if let Some(r) = read(&self.pids) {
+        if let Some(r) = read(&self.watched) {
             self.record(r);
         }
     }
@@ -162,6 +229,9 @@ impl Sampler {
         let born_later = self.first.is_some();
         for (&tid, &w) in &r.waits {
             self.threads.entry(tid).or_insert((if born_later { Waits::default() } else { w }, w)).1 = w;
+        }
+        for (&pid, &t) in &r.ticks {
+            self.procs.entry(pid).or_insert((if born_later { 0 } else { t }, t)).1 = t;
         }
         if self.first.is_none() {
             self.first = Some(r.clone());
@@ -179,7 +249,8 @@ impl Sampler {
         }
         let pct = |ticks: u64| ticks as f64 * 100.0 / total;
         let busy_pct = pct(b.cpu.busy.saturating_sub(a.cpu.busy));
-        let demo_pct = pct(b.demo_ticks.saturating_sub(a.demo_ticks)).min(busy_pct);
+        let demo_ticks = self.procs.values().map(|&(from, to)| to.saturating_sub(from)).sum();
+        let demo_pct = pct(demo_ticks).min(busy_pct);
         let waits = self.threads.values().map(|&(from, to)| to.since(from));
         let (wait_ns, times) = waits.fold((0, 0), |(ns, n), w| (ns + w.ns, n + w.times));
         Some(HostLoad {
@@ -192,6 +263,38 @@ impl Sampler {
             wait_ms_per_s: wait_ns as f64 / 1e6 / wall,
             wait_us_each: if times == 0 { 0.0 } else { wait_ns as f64 / 1e3 / times as f64 },
         })
+    }
+}
+
+/// A [`Sampler`] of a process tree sampled every 100 ms on a thread of its own, for a caller that
+/// blocks while the run goes on (a test waiting for its clients).
+pub struct Watch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Sampler>,
+}
+
+impl Watch {
+    /// Watches this process's tree from now.
+    pub fn this_process() -> Watch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let mut sampler = Sampler::tree(std::process::id());
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                sampler.sample();
+            }
+            sampler
+        });
+        Watch { stop, thread }
+    }
+
+    /// The figures from the start to now.
+    pub fn finish(self) -> Option<HostLoad> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut sampler = self.thread.join().ok()?;
+        sampler.sample();
+        sampler.figures()
     }
 }
 
@@ -300,12 +403,37 @@ procs_running 3
         assert_eq!(parse_pid_cpu_ticks("13006 (cat) R 1 2"), None);
     }
 
+    #[test]
+    fn a_tree_is_the_root_and_everything_below_it() {
+        assert_eq!(parse_ppid("13006 (a b) c) S 4242 13001 5177"), Some(4242));
+        assert_eq!(parse_ppid("13006 (cat)"), None);
+        let parents: HashMap<u32, u32> = [(2, 1), (3, 2), (4, 3), (5, 1), (6, 9), (9, 7)].into_iter().collect();
+        let mut t = tree(2, &parents);
+        t.sort();
+        assert_eq!(t, vec![2, 3, 4]);
+        assert_eq!(tree(8, &parents), vec![8]);
+    }
+
+    #[test]
+    fn a_watch_counts_the_cpu_of_a_child_born_and_ended_during_the_run() {
+        let w = Watch::this_process();
+        // A grandchild that spins half a second of CPU, then is killed.
+        let st =
+            std::process::Command::new("timeout").args(["0.5", "sh", "-c", "while :; do :; done"]).status().unwrap();
+        assert_eq!(st.code(), Some(124), "timeout ends the loop");
+        let f = w.finish().unwrap();
+        // Half a CPU-second of the run's CPU time, less what the child used after the last sample.
+        let ours = f.demo_pct / 100.0 * f.wall_s * f.cpus as f64;
+        assert!(ours >= 0.2, "the child's CPU time was not counted: {f:?}");
+        assert!(f.wall_s >= 0.5, "{f:?}");
+    }
+
     fn reading(at: Instant, busy: u64, steal: u64, total: u64, demo: u64, waits: &[(u32, u64, u64)]) -> Reading {
         Reading {
             at,
             cpu: CpuTimes { busy, steal, total },
             cpus: 2,
-            demo_ticks: demo,
+            ticks: [(1, demo)].into_iter().collect(),
             waits: waits.iter().map(|&(tid, ns, times)| (tid, Waits { ns, times })).collect(),
         }
     }
@@ -313,7 +441,13 @@ procs_running 3
     #[test]
     fn figures_count_each_threads_wait_from_first_sight_and_others_as_busy_minus_the_demo() {
         let t0 = Instant::now();
-        let mut s = Sampler { pids: vec![], first: None, last: None, threads: HashMap::new() };
+        let mut s = Sampler {
+            watched: Watched::Pids(vec![]),
+            first: None,
+            last: None,
+            threads: HashMap::new(),
+            procs: HashMap::new(),
+        };
         s.record(reading(t0, 1000, 10, 10_000, 100, &[(1, 5_000_000, 50), (2, 1_000_000, 10)]));
         assert_eq!(s.figures(), None, "one sample is no span");
         // Thread 3 is born, thread 2 ends after this sample.
