@@ -175,15 +175,21 @@ fn device_per_body(charged: u64, r: &LoadReport) -> f64 {
 
 /// `bodies` (kernel-body share) for a quota of `q`% of device time, `per_body` from
 /// [`device_per_body`]: the bodies never more than a point above the quota (a cap is a cap: a
-/// failed assertion), and the device time they stand for within a point of it (a miss, for
-/// [`measured`]).
+/// failed assertion), and the device time they stand for within a point of it, less the idle
+/// between kernels below (a miss, for [`measured`]).
 fn check_quota(what: &str, bodies: f64, per_body: f64, q: u8) -> Result<(), String> {
     let q = f64::from(q);
     let device = bodies * per_body;
     eprintln!("{what}: kernel bodies {bodies:.2}%, device time {device:.2}% ({per_body:.4} per body; quota {q}%)");
     assert!(bodies <= q + 1.0, "{what}: kernel bodies alone had {bodies:.2}% of the device, over the {q}% cap");
-    if (device - q).abs() > 1.0 {
-        return Err(format!("{what}: device time {device:.2}% against a quota of {q}% (kernel bodies {bodies:.2}%)"));
+    // Below: a point, and the device's idle time between one stream's back-to-back kernels (its
+    // launch work outside the events), 1.0% of the time at 100% on the CI run of 2026-11-27.
+    let low = q - 1.0 - 0.02 * q;
+    if device > q + 1.0 || device < low {
+        return Err(format!(
+            "{what}: device time {device:.2}% against a quota of {q}% (allowed {low:.2}..{}; kernel bodies {bodies:.2}%)",
+            q + 1.0
+        ));
     }
     Ok(())
 }

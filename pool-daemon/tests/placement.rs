@@ -18,7 +18,11 @@ const TOPOLOGY: &str = "[topology]\n\
 
 /// A daemon on eight 1 GiB simulated GPUs wired as [`TOPOLOGY`], with quota config `config`.
 fn eight_gpus(config: &str, extra: &[&str]) -> Daemon {
-    let sim = std::env::temp_dir().join(format!("gpupool-placement-{}.toml", std::process::id()));
+    // One file per daemon: the tests run in parallel, and a file rewritten while another test's
+    // simulator reads it can be read empty (a machine without NVLink islands).
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let sim = std::env::temp_dir().join(format!("gpupool-placement-{}-{n}.toml", std::process::id()));
     std::fs::write(&sim, TOPOLOGY).unwrap();
     let d = Daemon::start_env(
         Some(config),
