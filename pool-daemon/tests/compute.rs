@@ -10,6 +10,7 @@ mod common;
 
 use common::{Daemon, ensure_interposer};
 use gpupool_e2e::compute_load::{LoadReport, SEC, monotonic_ns};
+use gpupool_e2e::timed::measured;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -94,44 +95,6 @@ fn check_near(what: &str, got: f64, want: f64, tol: f64) -> Result<(), String> {
     }
 }
 
-/// Runs a timed measurement of a delivery target (a floor: a share reached, a latency met), and
-/// again if it misses, with the host watched during each attempt (gpupool-host-load: other work,
-/// hypervisor steal, and how long the daemon's and clients' threads queued for a CPU). A miss on a
-/// quiet host is the pool's; one while the host was busy is the machine's, as `gpupool demo` judges
-/// its targets. The test fails on two misses on a quiet host. After three attempts with misses on a
-/// busy host it passes with the floor not judged, and says so with the figures: a CPU taken by the
-/// hypervisor or other work is device time the simulator cannot deliver, and no bound can tell a
-/// slow pool from a stolen CPU. Caps (nobody above its quota) do not come here: an attempt asserts
-/// them, busy host or not, since a busy host only slows a tenant down.
-fn measured(mut attempt: impl FnMut() -> Result<(), String>) {
-    let mut misses: Vec<String> = Vec::new();
-    let mut quiet_misses = 0;
-    for _ in 0..3 {
-        let watch = gpupool_host_load::Watch::this_process();
-        let result = attempt();
-        let host = watch.finish();
-        let Err(miss) = result else { return };
-        let busy = host.as_ref().is_some_and(|h| h.busy());
-        quiet_misses += usize::from(!busy);
-        let verdict = match &host {
-            Some(h) if busy => format!("the machine was busy, not the pool: {h}"),
-            Some(h) => format!("the pool missed on a quiet host: {h}"),
-            None => "the pool missed (the host could not be read)".to_string(),
-        };
-        eprintln!("missed ({miss}); {verdict}");
-        misses.push(format!("{miss}\n  host: {verdict}"));
-        if quiet_misses >= 2 {
-            panic!("missed {} times:\n{}", misses.len(), misses.join("\n"));
-        }
-    }
-    eprintln!(
-        "NOT JUDGED: the delivery target was missed {} times, {} of them on a busy host; the caps held:\n{}",
-        misses.len(),
-        misses.len() - quiet_misses,
-        misses.join("\n")
-    );
-}
-
 /// The most a hand-off between tenants may idle the device: the next tenant's first kernel waits
 /// for the last one's end (a fence across contexts), and the wake-ups between them are the
 /// simulator's and the daemon's threads on a shared CPU. Measured on the 2-CPU build VM on
@@ -176,7 +139,7 @@ fn device_per_body(charged: u64, r: &LoadReport) -> f64 {
 /// `bodies` (kernel-body share) for a quota of `q`% of device time, `per_body` from
 /// [`device_per_body`]: the bodies never more than a point above the quota (a cap is a cap: a
 /// failed assertion), and the device time they stand for within a point of it, less the idle
-/// between kernels below (a miss, for [`measured`]).
+/// between kernels below (a miss, for `measured`).
 fn check_quota(what: &str, bodies: f64, per_body: f64, q: u8) -> Result<(), String> {
     let q = f64::from(q);
     let device = bodies * per_body;

@@ -25,6 +25,7 @@ pub mod containers;
 pub mod delay_relay;
 pub mod fuzz;
 pub mod readme;
+pub mod timed;
 pub mod tmux;
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
