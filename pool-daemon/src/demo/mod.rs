@@ -2,10 +2,11 @@
 //! processes under the interposer, showing the quotas being held. It starts `gpupool daemon --sim` with a
 //! quota config of its own, runs the tenants (this binary as `gpupool __demo-tenant`, an ordinary
 //! driver-API client, and as `gpupool __demo-npu-tenant`, an ordinary AscendCL program),
-//! prints a live view from the daemon's status while sampling the host's CPU load (`host_load`), then
-//! a summary (`summary`): exit 1 if a quota was not held; a latency or delivery target missed is put
-//! down to the host when its CPUs were busy (exit 0) and to the pool otherwise (exit 3). What it must
-//! not do: reach into the daemon other than through its sockets.
+//! prints a live view from the daemon's status while sampling the host's CPU load (the
+//! `gpupool-host-load` crate), then a summary (`summary`): exit 1 if a quota was not held; a
+//! latency or delivery target missed is put down to the host when its CPUs were busy (exit 0) and
+//! to the pool otherwise (exit 3). What it must not do: reach into the daemon other than through
+//! its sockets.
 
 pub mod npu_workload;
 mod summary;

@@ -5,9 +5,10 @@
 //!   whatever the machine was doing, since a cap is the pool's to keep however busy the host is;
 //! - a **target missed** (the inference latency above its documented bound, a tenant served well
 //!   below its cap): the pool's performance. When the host's CPUs were taken from the demo (steal,
-//!   or other work while the demo's threads queued for a CPU, see `host_load`) it is reported as the
-//!   machine's, with the figures, and the run exits 0; on a host that was not busy it is the pool's
-//!   and the run exits 3 (not 1: no quota broke; not 2: clap's exit code for bad arguments).
+//!   or other work while the demo's threads queued for a CPU, see the `gpupool-host-load` crate) it
+//!   is reported as the machine's, with the figures, and the run exits 0; on a host that was not
+//!   busy it is the pool's and the run exits 3 (not 1: no quota broke; not 2: clap's exit code for
+//!   bad arguments).
 //!
 //! The NPU tenant is judged by the same rules. Its share is the operator time the daemon charged it
 //! (measured around each operator, read from the status document) over wall time, since an NPU
