@@ -646,10 +646,8 @@ fn meminfo_available(text: &str) -> Option<u64> {
 /// A checkpoint whose state is copied: what is left to put on disk.
 struct Tail {
     dir: PathBuf,
-    /// Module images (and, without a writer thread, region files) to write.
+    /// Region files staged in host memory, and module images, to write.
     files: Vec<(PathBuf, Arc<Vec<u8>>)>,
-    /// The thread writing the staged region files as they are copied, if one could be started.
-    writer: Option<FileWriter>,
     manifest: Manifest,
     staged: bool,
     written: Written,
@@ -657,53 +655,21 @@ struct Tail {
     t1: Instant,
 }
 
-/// A thread writing whole files handed to it, in order; joined, it gives them back open.
-struct FileWriter {
-    send: std::sync::mpsc::Sender<(PathBuf, Arc<Vec<u8>>)>,
-    thread: std::thread::JoinHandle<Result<Vec<(std::fs::File, PathBuf)>>>,
-}
-
-impl FileWriter {
-    fn start() -> Option<FileWriter> {
-        let (send, recv) = std::sync::mpsc::channel::<(PathBuf, Arc<Vec<u8>>)>();
-        let thread = std::thread::Builder::new()
-            .name("gpupool-ckpt-write".into())
-            .spawn(move || {
-                let mut opened = Vec::new();
-                for (path, bytes) in recv {
-                    opened.push((create_and_write(&path, &bytes)?, path));
-                }
-                Ok(opened)
-            })
-            .ok()?;
-        Some(FileWriter { send, thread })
-    }
-}
-
-fn create_and_write(path: &Path, bytes: &[u8]) -> Result<std::fs::File> {
-    let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    f.write_all(bytes).with_context(|| format!("writing {}", path.display()))?;
-    Ok(f)
-}
-
 impl Tail {
-    /// Writes the files left, syncs them all, and puts the manifest in place.
+    /// Writes the files, syncs them, and puts the manifest in place.
     fn finish(mut self) -> Result<Written> {
-        let mut opened = match self.writer.take() {
-            Some(w) => {
-                drop(w.send);
-                w.thread.join().map_err(|_| anyhow!("the checkpoint's file writer panicked"))??
-            }
-            None => Vec::new(),
-        };
-        for (path, bytes) in std::mem::take(&mut self.files) {
-            opened.push((create_and_write(&path, &bytes)?, path));
+        let mut opened = Vec::with_capacity(self.files.len());
+        for (path, bytes) in &self.files {
+            let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+            f.write_all(bytes).with_context(|| format!("writing {}", path.display()))?;
+            opened.push((f, path));
         }
         // Synced together, after the kernel has been writing them back meanwhile.
         for (f, path) in &opened {
             f.sync_all().with_context(|| format!("syncing {}", path.display()))?;
         }
         drop(opened);
+        self.files.clear();
         // The manifest last, replacing the previous one in one rename: a directory with a
         // manifest holds a complete checkpoint, the old one until the new one is whole.
         let dir = &self.dir;
@@ -808,9 +774,6 @@ fn take(s: &mut Session, dir: &Path) -> Result<Tail> {
     let mut written: u64 = pieces.iter().map(Piece::len).sum();
     let staged = written > 0 && written <= shared.checkpoints.staging.unwrap_or_else(stage_budget);
     let mut files: Vec<(PathBuf, Arc<Vec<u8>>)> = Vec::new();
-    // Each staged file goes to the writer thread as soon as it is copied, so the files are being
-    // written while the next ones are copied.
-    let mut writer = if staged { FileWriter::start() } else { None };
     if staged {
         for piece in pieces {
             enter(piece.device)?;
@@ -823,16 +786,7 @@ fn take(s: &mut Session, dir: &Path) -> Result<Tail> {
                     .map_err(|e| anyhow!("copying {len} bytes at {src:#x}: {e}"))?;
                 at += len as usize;
             }
-            let file = (piece.path, Arc::new(buf));
-            match &writer {
-                // A writer that stopped (a failed write) reports why when joined.
-                Some(w) => {
-                    if let Err(back) = w.send.send(file) {
-                        files.push(back.0);
-                    }
-                }
-                None => files.push(file),
-            }
+            files.push((piece.path, Arc::new(buf)));
         }
     } else {
         with_pipe(&shared, |pipe| {
@@ -925,7 +879,7 @@ fn take(s: &mut Session, dir: &Path) -> Result<Tail> {
         copy_ns: copy.as_nanos() as u64,
         staged,
     };
-    Ok(Tail { dir: dir.to_path_buf(), files, writer: writer.take(), manifest, staged, written, t1 })
+    Ok(Tail { dir: dir.to_path_buf(), files, manifest, staged, written, t1 })
 }
 
 /// Deletes the region and image files of earlier generations that `m` no longer refers to.
