@@ -289,15 +289,6 @@ fn print(run: &Run) {
         run.pause_ms * 1e3 / run.call_us,
         run.call_us
     );
-    // What the session must wait for at least: its memory copied off the device once.
-    let copy_ms = run.bytes as f64 / run.copy_gbs / 1e6;
-    println!(
-        "{:<52} | {:>10.1} | {:.2}x of a plain DtoH alone ({:.1} ms)",
-        format!("longest call against the copy ms ({mib} MiB)"),
-        run.pause_ms,
-        run.pause_ms / copy_ms,
-        copy_ms
-    );
     println!(
         "{:<52} | {:>10.1} | {:.2}% of the memory",
         format!("incremental after 1% changed: MiB written ({mib} MiB)"),

@@ -129,12 +129,6 @@ enum Command {
         /// "Checkpoints"); the config's restore_wait_s bounds the wait.
         #[arg(long, value_name = "DIR")]
         restore: Option<PathBuf>,
-        /// The most host memory one checkpoint may stage its copy in, so that its session waits
-        /// for the copy only and the files are written after (README.md, "Checkpoints"), e.g.
-        /// 4GiB; 0 writes every checkpoint while its session waits. Default: half of the host's
-        /// available memory at the time.
-        #[arg(long, value_name = "SIZE")]
-        checkpoint_staging: Option<String>,
     },
     /// Make a CA and a daemon certificate signed by it, for tls:// endpoints: DIR/ca.pem (give it
     /// to clients as GPUPOOL_CA), DIR/cert.pem and DIR/key.pem (--tls-cert, --tls-key), and
@@ -337,14 +331,10 @@ fn main() -> std::process::ExitCode {
             metrics,
             placement,
             restore,
-            checkpoint_staging,
         } => split_endpoints(&listen).and_then(|(listen, remote)| {
             if !(lease.is_finite() && lease >= 3.0) {
                 anyhow::bail!("--lease {lease}: at least 3 seconds");
             }
-            let checkpoint_staging = checkpoint_staging
-                .map(|t| gpupool_quota::parse_size(&t).map_err(|e| anyhow::anyhow!("--checkpoint-staging {t}: {e}")))
-                .transpose()?;
             daemon::run(daemon::Options {
                 config,
                 listen,
@@ -362,7 +352,6 @@ fn main() -> std::process::ExitCode {
                 metrics,
                 placement,
                 restore,
-                checkpoint_staging,
             })
         }),
         Command::Cert { out, name, days } => cert::run(&out, &name, days),

@@ -137,45 +137,9 @@ fn hex(a: u64) -> String {
 
 #[test]
 fn a_running_session_is_checkpointed_and_continues() {
-    checkpointed_and_continues(&[], true);
-}
-
-/// As above with `--checkpoint-staging 0`: every checkpoint is written while its session waits,
-/// through the two 16 MiB buffers, and reads back the same.
-#[test]
-fn a_checkpoint_not_staged_is_written_under_the_pause_and_reads_back_the_same() {
-    checkpointed_and_continues(&["--checkpoint-staging", "0"], false);
-}
-
-/// The client's last checkpoint as the status document reports it: staged or not, and its pause
-/// within the drain and the copy when staged (the files are written after the client went on).
-fn check_pause(d: &Daemon, tenant: &str, staged: bool) {
-    let st = d.status();
-    let t = st["checkpoints"]["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == tenant).unwrap().clone();
-    let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k} in {t}"));
-    eprintln!(
-        "staged {}: pause {:.1} ms, drain {:.1} ms, copy {:.1} ms, on disk after {:.1} ms",
-        t["last_staged"],
-        n("last_pause_ns") as f64 / 1e6,
-        n("last_drain_ns") as f64 / 1e6,
-        n("last_copy_ns") as f64 / 1e6,
-        n("last_write_ns") as f64 / 1e6
-    );
-    assert_eq!(t["last_staged"], staged, "{t}");
-    assert!(n("last_copy_ns") <= n("last_write_ns"), "{t}");
-    if staged {
-        // The files were written and synced after the pause ended.
-        assert!(n("last_pause_ns") < n("last_drain_ns") + n("last_write_ns"), "{t}");
-    } else {
-        assert_eq!(n("last_copy_ns"), n("last_write_ns"), "{t}");
-        assert!(n("last_pause_ns") >= n("last_drain_ns") + n("last_write_ns"), "{t}");
-    }
-}
-
-fn checkpointed_and_continues(daemon_args: &[&str], staged: bool) {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
     assert!(readme.contains(README_LINE), "README.md must show: {README_LINE}");
-    let d = Daemon::start_env(None, daemon_args, &[("GPUPOOL_SIM_DEVICES", "1")]);
+    let d = Daemon::start_env(None, &[], &[("GPUPOOL_SIM_DEVICES", "1")]);
     let mut c = Client::connect(&d.socket);
     let Reply::HelloReply { session_id, ref tenant, .. } = c.hello else { panic!("{:?}", c.hello) };
     let tenant = tenant.clone();
@@ -210,7 +174,6 @@ fn checkpointed_and_continues(daemon_args: &[&str], staged: bool) {
     stop.store(true, Ordering::Relaxed);
     let (mut c, launched) = busy.join().unwrap();
     assert!(launched > 0);
-    check_pause(&d, &tenant, staged);
 
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
@@ -299,7 +262,6 @@ fn checkpointed_and_continues(daemon_args: &[&str], staged: bool) {
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     let partial = SIZES[2] - 3 * MIB;
     assert!(text.contains(&format!("generation 3, incremental, wrote {} bytes", MIB + partial)), "{text}");
-    check_pause(&d, &tenant, staged);
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
     assert_eq!((m["format_version"].as_u64(), m["generation"].as_u64()), (Some(2), Some(3)));
     assert_eq!(m["incremental"], true);

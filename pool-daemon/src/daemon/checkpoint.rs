@@ -2,14 +2,11 @@
 //! `gpupool checkpoint SESSION|TENANT --to DIR` asks the daemon, through the owner-only socket
 //! `<socket>.ckpt`, to write a session's device state to a directory while the session runs on.
 //!
-//! The session's own thread takes it, between two of its requests (at its next call, or within
+//! The session's own thread writes it, between two of its requests (at its next call, or within
 //! the session loop's idle poll when the client is quiet): the client's next request waits until
-//! the state is copied, so nothing the client asks changes it meanwhile. The thread first
-//! synchronizes every context the session touched (its streams' work drains), then copies each
-//! allocation and module global that changed into host memory (staged), and a thread of the
-//! checkpoint's own writes them to files of their own and `manifest.json` while the session goes
-//! on. What does not fit half the host's available memory is copied straight to its files while
-//! the session waits.
+//! the checkpoint is on disk, so nothing the client asks changes the state while it is copied.
+//! The thread first synchronizes every context the session touched (its streams' work drains),
+//! then copies each allocation and module global to a file of its own and writes `manifest.json`.
 //!
 //! Owns the pending checkpoint requests and the record of what a restore will need that the
 //! session does not otherwise keep (module images, function names). It does not restore (later
@@ -86,16 +83,8 @@ pub struct Written {
     pub incremental: bool,
     /// Time to drain (synchronize) its contexts.
     pub drain_ns: u64,
-    /// Time to copy and write its memory and manifest (after the drain), until all is on disk.
+    /// Time to copy and write its memory and manifest (after the drain).
     pub write_ns: u64,
-    /// The part of `write_ns` the session waited for: the copy into host memory when staged,
-    /// all of it when not.
-    #[serde(default)]
-    pub copy_ns: u64,
-    /// Whether its memory was copied to host memory under the pause and written after it
-    /// ([`stage_budget`]), rather than written while the session waited.
-    #[serde(default)]
-    pub staged: bool,
 }
 
 /// The manifest (`manifest.json`, documented in docs/checkpoint-format.md).
@@ -240,9 +229,8 @@ struct Job {
 }
 
 /// The daemon-wide side ([`Shared::checkpoints`]): checkpoints asked and not yet answered.
+#[derive(Default)]
 pub struct Pending {
-    /// `--checkpoint-staging`: the most a checkpoint stages in host memory (None: [`stage_budget`]).
-    staging: Option<u64>,
     any: AtomicUsize,
     jobs: Mutex<HashMap<u64, Job>>,
     cv: Condvar,
@@ -266,26 +254,13 @@ struct Stats {
     last_incremental: bool,
     last_drain_ns: u64,
     last_write_ns: u64,
-    last_copy_ns: u64,
-    last_staged: bool,
-    /// Drain, copy (and the write too when not staged) and any wait for evicted memory: what
-    /// the client's next call waited.
+    /// Drain, write and any wait for evicted memory: what the client's next call waited.
     last_pause_ns: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     last_error: Option<String>,
 }
 
 impl Pending {
-    pub fn new(staging: Option<u64>) -> Pending {
-        Pending {
-            staging,
-            any: AtomicUsize::new(0),
-            jobs: Mutex::default(),
-            cv: Condvar::new(),
-            stats: Mutex::default(),
-        }
-    }
-
     fn jobs(&self) -> MutexGuard<'_, HashMap<u64, Job>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -308,8 +283,6 @@ impl Pending {
                 t.last_incremental = w.incremental;
                 t.last_drain_ns = w.drain_ns;
                 t.last_write_ns = w.write_ns;
-                t.last_copy_ns = w.copy_ns;
-                t.last_staged = w.staged;
                 t.last_error = None;
             }
             Err(e) => {
@@ -375,10 +348,7 @@ pub fn periodic_loop(shared: Arc<Shared>) {
     }
 }
 
-/// Called by a session's thread between requests: takes a checkpoint asked of it, if any. The
-/// session waits for the drain and the copy; when the copy is staged in host memory, a thread of
-/// the checkpoint's own writes the files and the manifest after the session has gone on, and the
-/// checkpoint is answered (and the next one for this session may start) once they are on disk.
+/// Called by a session's thread between requests: writes a checkpoint asked of it, if any.
 pub fn at_call(s: &mut Session) {
     let shared = s.shared.clone();
     let p = &shared.checkpoints;
@@ -395,60 +365,27 @@ pub fn at_call(s: &mut Session) {
     let t0 = Instant::now();
     // Inside the eviction gate (issue 22): memory being evicted is waited for, and no eviction
     // unmaps the session's memory while it is copied.
-    let taken = match super::evict::gate(s) {
+    let res = match super::evict::gate(s) {
         Ok(inside) => {
-            let taken = take(s, &dir).map_err(|e| format!("{e:#}"));
+            let res = write(s, &dir).map_err(|e| format!("{e:#}"));
             drop(inside);
-            taken
+            res
         }
         Err(super::evict::Gone) => Err("the client hung up while its session was paused".to_string()),
     };
     // The drain made the session's contexts current on this thread.
     s.current = Raw(std::ptr::null_mut());
-    let (id, tenant) = (s.id, s.tenant().to_string());
-    match taken {
-        Ok(tail) if tail.staged => {
-            let pause = t0.elapsed();
-            let bg = shared.clone();
-            let writer = std::thread::Builder::new().name(format!("gpupool-ckpt-{id}")).spawn(move || {
-                let res = tail.finish().map_err(|e| format!("{e:#}"));
-                settle(&bg, id, &tenant, periodic, pause, res);
-            });
-            if let Err(e) = writer {
-                let res = Err(format!("no thread to write the staged checkpoint: {e}"));
-                settle(&shared, id, s.tenant(), periodic, pause, res);
-            }
-        }
-        Ok(tail) => {
-            let res = tail.finish().map_err(|e| format!("{e:#}"));
-            settle(&shared, id, &tenant, periodic, t0.elapsed(), res);
-        }
-        Err(e) => settle(&shared, id, &tenant, periodic, t0.elapsed(), Err(e)),
-    }
-}
-
-/// Records a finished checkpoint and answers whoever asked for it.
-fn settle(
-    shared: &Shared,
-    session: u64,
-    tenant: &str,
-    periodic: bool,
-    pause: Duration,
-    res: std::result::Result<Written, String>,
-) {
-    let p = &shared.checkpoints;
     match &res {
-        Ok(w) => tracing::info!(session, dir = %w.dir.display(), bytes = w.bytes, staged = w.staged,
-            drain_ms = w.drain_ns / 1_000_000, copy_ms = w.copy_ns / 1_000_000,
-            write_ms = w.write_ns / 1_000_000, "checkpoint written"),
-        Err(e) => tracing::warn!(session, "checkpoint failed: {e}"),
+        Ok(w) => tracing::info!(session = s.id, dir = %dir.display(), bytes = w.bytes,
+            drain_ms = w.drain_ns / 1_000_000, write_ms = w.write_ns / 1_000_000, "checkpoint written"),
+        Err(e) => tracing::warn!(session = s.id, dir = %dir.display(), "checkpoint failed: {e}"),
     }
-    p.record(tenant, periodic, pause, &res);
+    p.record(s.tenant(), periodic, t0.elapsed(), &res);
     let mut jobs = p.jobs();
     if periodic {
-        jobs.remove(&session);
+        jobs.remove(&s.id);
         p.any.fetch_sub(1, Ordering::AcqRel);
-    } else if let Some(j) = jobs.get_mut(&session) {
+    } else if let Some(j) = jobs.get_mut(&s.id) {
         j.result = Some(res);
     }
     drop(jobs);
@@ -573,120 +510,46 @@ fn patches_of(size: u64, src: &[Option<(String, u64)>]) -> Vec<Patch> {
     out
 }
 
-/// A region's bytes bound for one new file: its runs `(offset, len)`, one after another.
-struct Piece {
-    device: u32,
-    address: u64,
-    runs: Vec<(u64, u64)>,
-    path: PathBuf,
-}
-
-impl Piece {
-    fn len(&self) -> u64 {
-        self.runs.iter().map(|r| r.1).sum()
-    }
-}
-
-/// Plans one region (allocation or global): unchanged since the last checkpoint, it is held as
+/// Writes one region (allocation or global): unchanged since the last checkpoint, it is held as
 /// it was; mostly clean, only its dirty chunks go to a new file, as patches over what held it;
-/// otherwise all of it goes to a new base file. Returns the manifest entry and what to copy.
-fn plan_region(
+/// otherwise all of it goes to a new base file. Returns the manifest entry and the bytes written.
+fn write_region(
+    pipe: &Pipe,
     dir: &Path,
     generation: u64,
     kind: &str,
     mut m: Memory,
     old: Option<&dirty::Region<Memory>>,
-) -> (Memory, Option<Piece>) {
+) -> Result<(Memory, u64)> {
     let address = m.address;
     let file = region_file(kind, address, generation);
-    let piece = |runs| Some(Piece { device: m.device, address, runs, path: dir.join(&file) });
     if let Some(old) = old.filter(|o| o.size == m.size) {
         let runs = old.dirty_runs();
         let dirty: u64 = runs.iter().map(|r| r.1).sum();
         if dirty == 0 {
-            return (Memory { file: old.held.file.clone(), patches: old.held.patches.clone(), ..m }, None);
+            return Ok((Memory { file: old.held.file.clone(), patches: old.held.patches.clone(), ..m }, 0));
         }
         // Past half, a new base costs at most twice the patches and keeps reading simple.
         if dirty * 2 <= m.size {
+            pipe.copy(address, &runs, &dir.join(&file))?;
             let mut src = chunk_sources(&old.held);
             let mut at = 0;
-            for &(off, len) in &runs {
+            for (off, len) in runs {
                 for c in off / GRAIN..(off + len).div_ceil(GRAIN) {
                     src[c as usize] = Some((file.clone(), at + (c * GRAIN - off)));
                 }
                 at += len;
             }
-            let piece = piece(runs);
             m.file = old.held.file.clone();
             m.patches = patches_of(m.size, &src);
-            return (m, piece);
+            return Ok((m, dirty));
         }
     }
-    let piece = piece(vec![(0, m.size)]);
+    pipe.copy(address, &[(0, m.size)], &dir.join(&file))?;
     m.file = file;
     m.patches = Vec::new();
-    (m, piece)
-}
-
-/// How many bytes a checkpoint may stage in host memory unless `--checkpoint-staging` says: half
-/// of what the kernel reports available, so that the session waits only for the copy. A larger
-/// one is written while the session waits, through two 16 MiB buffers ([`Pipe`]).
-fn stage_budget() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    meminfo_available(&meminfo).map_or(0, |b| b / 2)
-}
-
-/// `MemAvailable` from /proc/meminfo, in bytes.
-fn meminfo_available(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
-/// A checkpoint whose state is copied: what is left to put on disk.
-struct Tail {
-    dir: PathBuf,
-    /// Region files staged in host memory, and module images, to write.
-    files: Vec<(PathBuf, Arc<Vec<u8>>)>,
-    manifest: Manifest,
-    staged: bool,
-    written: Written,
-    /// When the copy began (after the drain).
-    t1: Instant,
-}
-
-impl Tail {
-    /// Writes the files, syncs them, and puts the manifest in place.
-    fn finish(mut self) -> Result<Written> {
-        let mut opened = Vec::with_capacity(self.files.len());
-        for (path, bytes) in &self.files {
-            let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-            f.write_all(bytes).with_context(|| format!("writing {}", path.display()))?;
-            opened.push((f, path));
-        }
-        // Synced together, after the kernel has been writing them back meanwhile.
-        for (f, path) in &opened {
-            f.sync_all().with_context(|| format!("syncing {}", path.display()))?;
-        }
-        drop(opened);
-        self.files.clear();
-        // The manifest last, replacing the previous one in one rename: a directory with a
-        // manifest holds a complete checkpoint, the old one until the new one is whole.
-        let dir = &self.dir;
-        let text = serde_json::to_vec_pretty(&self.manifest)?;
-        let tmp = dir.join("manifest.json.tmp");
-        write_file(&tmp, &text)?;
-        std::fs::rename(&tmp, dir.join("manifest.json")).with_context(|| format!("renaming {}", tmp.display()))?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .with_context(|| format!("syncing the directory {}", dir.display()))?;
-        remove_unreferenced(dir, &self.manifest);
-        self.written.write_ns = self.t1.elapsed().as_nanos() as u64;
-        if !self.staged {
-            self.written.copy_ns = self.written.write_ns;
-        }
-        Ok(self.written)
-    }
+    let size = m.size;
+    Ok((m, size))
 }
 
 /// The manifest a directory holds, if any, of either version.
@@ -725,10 +588,7 @@ fn read_memory(dir: &Path, m: &Memory) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Takes a session's checkpoint under its pause: drains its contexts, plans every region, and
-/// copies what changed (into host memory when it fits [`stage_budget`], else straight to its
-/// files), then leaves the files and the manifest to [`Tail::finish`].
-fn take(s: &mut Session, dir: &Path) -> Result<Tail> {
+fn write(s: &mut Session, dir: &Path) -> Result<Written> {
     let shared = s.shared.clone();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     // What the directory holds now: the next generation's files never overwrite its files.
@@ -754,50 +614,28 @@ fn take(s: &mut Session, dir: &Path) -> Result<Tail> {
     let known = prev.as_ref().filter(|p| !p.all_dirty && !s.ckpt.exported);
     let old = |a: u64| known.and_then(|p| p.regions.get(&a));
     let mut bytes = 0;
-    let mut pieces = Vec::new();
-    let mut allocations = Vec::new();
-    for (&address, a) in &s.allocs {
-        let (m, piece) =
-            plan_region(dir, generation, "alloc", Memory::new(address, a.size, a.device, None), old(address));
-        bytes += a.size;
-        pieces.extend(piece);
-        allocations.push(m);
-    }
-    let mut globals = Vec::new();
-    for (&address, &(size, module, device)) in &s.globals {
-        let m = Memory::new(address, size, device, Some(module.0));
-        let (m, piece) = plan_region(dir, generation, "global", m, old(address));
-        bytes += size;
-        pieces.extend(piece);
-        globals.push(m);
-    }
-    let mut written: u64 = pieces.iter().map(Piece::len).sum();
-    let staged = written > 0 && written <= shared.checkpoints.staging.unwrap_or_else(stage_budget);
-    let mut files: Vec<(PathBuf, Arc<Vec<u8>>)> = Vec::new();
-    if staged {
-        for piece in pieces {
-            enter(piece.device)?;
-            // Zeroed by the allocator (fresh pages), not byte by byte.
-            let mut buf = vec![0u8; piece.len() as usize];
-            let mut at = 0usize;
-            for (off, len) in piece.runs {
-                let src = piece.address + off;
-                call!(shared.cuda, cuMemcpyDtoH_v2(buf[at..].as_mut_ptr().cast(), src, len as usize))
-                    .map_err(|e| anyhow!("copying {len} bytes at {src:#x}: {e}"))?;
-                at += len as usize;
-            }
-            files.push((piece.path, Arc::new(buf)));
+    let mut written = 0;
+    let (allocations, globals) = with_pipe(&shared, |pipe| {
+        let mut allocations = Vec::new();
+        for (&address, a) in &s.allocs {
+            enter(a.device)?;
+            let m = Memory::new(address, a.size, a.device, None);
+            let (m, n) = write_region(pipe, dir, generation, "alloc", m, old(address))?;
+            bytes += a.size;
+            written += n;
+            allocations.push(m);
         }
-    } else {
-        with_pipe(&shared, |pipe| {
-            for piece in &pieces {
-                enter(piece.device)?;
-                pipe.copy(piece.address, &piece.runs, &piece.path)?;
-            }
-            Ok(())
-        })?;
-    }
-    let copy = t1.elapsed();
+        let mut globals = Vec::new();
+        for (&address, &(size, module, device)) in &s.globals {
+            enter(device)?;
+            let m = Memory::new(address, size, device, Some(module.0));
+            let (m, n) = write_region(pipe, dir, generation, "global", m, old(address))?;
+            bytes += size;
+            written += n;
+            globals.push(m);
+        }
+        Ok((allocations, globals))
+    })?;
     let mut modules: Vec<Module> = Vec::new();
     for (&id, &(_, device)) in &s.modules {
         let kept = prev.as_ref().and(before.as_ref()).and_then(|b| b.modules.iter().find(|m| m.id == id.0));
@@ -805,7 +643,7 @@ fn take(s: &mut Session, dir: &Path) -> Result<Tail> {
             (Some(file), _) => Some(file),
             (None, Some(img)) => {
                 let file = format!("module-{}-{generation}.image", id.0);
-                files.push((dir.join(&file), img.clone()));
+                write_file(&dir.join(&file), img)?;
                 written += img.len() as u64;
                 Some(file)
             }
@@ -861,13 +699,21 @@ fn take(s: &mut Session, dir: &Path) -> Result<Tail> {
         secret: Some(s.secret.iter().map(|b| format!("{b:02x}")).collect()),
         last_request: s.last_request,
     };
-    // Clean from here: what the session writes after this pause marks itself dirty. Should the
-    // files fail to reach the disk, the next checkpoint finds the directory's manifest of an
-    // older generation and writes in full.
+    // The manifest last, replacing the previous one in one rename: a directory with a manifest
+    // holds a complete checkpoint, the old one until the new one is whole.
+    let text = serde_json::to_vec_pretty(&manifest)?;
+    let tmp = dir.join("manifest.json.tmp");
+    write_file(&tmp, &text)?;
+    std::fs::rename(&tmp, dir.join("manifest.json")).with_context(|| format!("renaming {}", tmp.display()))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing the directory {}", dir.display()))?;
+    remove_unreferenced(dir, &manifest);
+    let write = t1.elapsed();
     let region = |m: &Memory| (m.address, dirty::Region::new(m.size, m.clone()));
     let regions = manifest.allocations.iter().chain(&manifest.globals).map(region).collect();
     s.ckpt.clean = Some(dirty::Clean { dir: dir.to_path_buf(), generation, regions, all_dirty: false });
-    let written = Written {
+    Ok(Written {
         session: s.id,
         dir: dir.to_path_buf(),
         bytes,
@@ -875,11 +721,8 @@ fn take(s: &mut Session, dir: &Path) -> Result<Tail> {
         generation,
         incremental,
         drain_ns: drain.as_nanos() as u64,
-        write_ns: 0,
-        copy_ns: copy.as_nanos() as u64,
-        staged,
-    };
-    Ok(Tail { dir: dir.to_path_buf(), files, manifest, staged, written, t1 })
+        write_ns: write.as_nanos() as u64,
+    })
 }
 
 /// Deletes the region and image files of earlier generations that `m` no longer refers to.
@@ -1056,14 +899,6 @@ pub fn run_cli(endpoint: Option<String>, target: String, to: PathBuf, timeout_s:
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn meminfo_available_is_read_in_bytes() {
-        let text = "MemTotal:       24586212 kB\nMemFree:         1000000 kB\nMemAvailable:   20000000 kB\n";
-        assert_eq!(meminfo_available(text), Some(20_000_000 * 1024));
-        assert_eq!(meminfo_available("MemTotal: 5 kB\n"), None);
-        assert_eq!(meminfo_available("MemAvailable: lots kB\n"), None);
-    }
 
     #[test]
     fn patches_replace_what_they_cover_and_read_back_over_the_base() {

@@ -93,9 +93,6 @@ pub struct Options {
     pub placement: Option<gpupool_quota::Placement>,
     /// `--restore DIR`: checkpoints to bring back as sessions waiting for their clients.
     pub restore: Option<PathBuf>,
-    /// `--checkpoint-staging SIZE`: the most host memory a checkpoint stages its copy in (None:
-    /// half of what is available).
-    pub checkpoint_staging: Option<u64>,
 }
 
 /// A vendor handle (context, stream, event, module, function) moved between threads.
@@ -517,7 +514,7 @@ pub fn run(opts: Options) -> Result<()> {
         blas: crate::backend::Blas::new(src.clone()),
         vmm: vmm::Registry::default(),
         evict: evict::Evictor::default(),
-        checkpoints: checkpoint::Pending::new(opts.checkpoint_staging),
+        checkpoints: Default::default(),
         restored: Default::default(),
         containers: containers::Registry::default(),
         topology,
