@@ -117,14 +117,7 @@ fn handoff_allowance(d: &Daemon, span_ns: u64) -> (f64, f64) {
 
 /// A tenant's device time charged on device 0 so far (the daemon's status); 0 before its first kernel.
 fn charged_ns(d: &Daemon, tenant: &str) -> u64 {
-    let st = d.status();
-    let Some(t) = st["tenants"].as_array().and_then(|ts| ts.iter().find(|t| t["tenant"] == tenant)) else {
-        return 0;
-    };
-    t["devices"]
-        .as_array()
-        .and_then(|ds| ds.iter().find(|d| d["device"] == 0))
-        .map_or(0, |d| d["compute"]["charged_ns"].as_u64().unwrap_or(0))
+    tenant_compute(&d.status(), tenant).map_or(0, |c| c["charged_ns"].as_u64().unwrap_or(0))
 }
 
 /// Device time charged per nanosecond of kernel body over a client's run: `charged` is what that
@@ -570,8 +563,13 @@ fn idle(d: &Daemon, c: &mut common::Client, since: u64) -> u64 {
 
 /// `tenant`'s compute figures on device 0.
 fn compute_of(status: &serde_json::Value, tenant: &str) -> serde_json::Value {
-    let t = status["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == tenant).expect("tenant in status");
-    t["devices"].as_array().unwrap().iter().find(|d| d["device"] == 0).unwrap()["compute"].clone()
+    tenant_compute(status, tenant).expect("tenant on device 0 in status")
+}
+
+/// `tenant`'s compute figures on device 0, if the status has the tenant there yet.
+fn tenant_compute(status: &serde_json::Value, tenant: &str) -> Option<serde_json::Value> {
+    let t = status["tenants"].as_array()?.iter().find(|t| t["tenant"] == tenant)?;
+    Some(t["devices"].as_array()?.iter().find(|d| d["device"] == 0)?["compute"].clone())
 }
 
 #[test]
