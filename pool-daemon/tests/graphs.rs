@@ -39,7 +39,7 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
         "a captured kernel node's parameters read back and changed: the new instantiation runs them",
         "cuGraphExecGetFlags, and cuGraphExecUpdate's errorNode for a captured graph",
         "a page-locked buffer freed under a graph stays readable by it",
-        "graph memory is counted while a graph holds it and returned with it",
+        "captured graph memory is nodes, counted while held and returned by trim",
         "the legacy stream cannot be captured",
         "a pageable copy invalidates the capture",
         "cuMemAlloc during a global capture is refused and invalidates it",

@@ -71,7 +71,8 @@
     X(cuGraphAddHostNode) X(cuGraphAddMemcpyNode) X(cuLaunchHostFunc) X(cuStreamAddCallback)                 \
     X(cuGraphHostNodeGetParams) X(cuGraphHostNodeSetParams) X(cuGraphExecHostNodeSetParams) X(cuMemcpyDtoHAsync_v2) \
     X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams_v2) X(cuGraphKernelNodeSetParams_v2)        \
-    X(cuGraphKernelNodeGetParams) X(cuGraphExecGetFlags)
+    X(cuGraphKernelNodeGetParams) X(cuGraphExecGetFlags) X(cuGraphMemAllocNodeGetParams)                        \
+    X(cuGraphMemFreeNodeGetParams) X(cuDeviceGraphMemTrim)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -403,15 +404,19 @@ int main(int argc, char **argv) {
         ok("a page-locked buffer freed under a graph stays readable by it");
     }
 
-    /* Graph memory: cuMemAllocAsync and cuMemFreeAsync captured. The allocation is made when
-     * captured (the tenant's quota sees it), keeps its address at every launch and goes with the
-     * graph; past the quota, the captured allocation fails. */
+    /* Graph memory: cuMemAllocAsync and cuMemFreeAsync captured are allocation and free nodes of
+     * the graph, as in CUDA. Through the pool the memory is mapped, and counted against the
+     * tenant's quota, when the allocation is captured (what is captured after it names it), so
+     * past the quota the captured allocation fails; the address is the same at every launch; the
+     * memory stays with the graph's instantiation and then in the graph memory kept for reuse,
+     * until cuDeviceGraphMemTrim gives it back. */
     {
-        size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
+        size_t free0 = 0, free1 = 0, free2 = 0, total = 0, count = 16;
         const size_t big = 8u << 20;
         CUdeviceptr tmpd = 0, huge = 0;
         CUgraph gm = NULL;
         CUgraphExec xm = NULL;
+        CUgraphNode nodes[16];
         CU(cuMemGetInfo_v2, &free0, &total);
         CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
         CU(cuMemAllocAsync, &tmpd, big, s);
@@ -420,6 +425,27 @@ int main(int argc, char **argv) {
         CU(cuMemcpyDtoDAsync_v2, g[2], tmpd, N * 4, s);
         CU(cuMemFreeAsync, tmpd, s);
         CU(cuStreamEndCapture, s, &gm);
+        CU(cuGraphGetNodes, gm, nodes, &count);
+        if (count != 4) fail("captured graph memory nodes", "%ld nodes, not %ld", (long)count, 4);
+        int allocs = 0, frees = 0;
+        for (size_t i = 0; i < count; i++) {
+            CUgraphNodeType t;
+            CU(cuGraphNodeGetType, nodes[i], &t);
+            if (t == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+                CUDA_MEM_ALLOC_NODE_PARAMS ap;
+                CU(cuGraphMemAllocNodeGetParams, nodes[i], &ap);
+                if (ap.dptr != tmpd || ap.bytesize != big || ap.poolProps.location.id != 0)
+                    fail("captured allocation node", "dptr %#lx, bytesize %ld", (long)ap.dptr, (long)ap.bytesize);
+                allocs++;
+            }
+            if (t == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+                CUdeviceptr fp = 0;
+                CU(cuGraphMemFreeNodeGetParams, nodes[i], &fp);
+                if (fp != tmpd) fail("captured free node", "frees %#lx, not %#lx", (long)fp, (long)tmpd);
+                frees++;
+            }
+        }
+        if (allocs != 1 || frees != 1) fail("captured graph memory nodes", "%ld allocation and %ld free nodes", allocs, frees);
         CU(cuMemGetInfo_v2, &free1, &total);
         if (free1 + big > free0) fail("graph memory counted", "free %ld MiB, was %ld MiB", free1 >> 20, free0 >> 20);
         CU(cuGraphInstantiateWithFlags, &xm, gm, 0);
@@ -434,8 +460,19 @@ int main(int argc, char **argv) {
         if (free2 != free1) fail("graph memory held by the exec", "free %ld, was %ld", (long)free2, (long)free1);
         CU(cuGraphExecDestroy, xm);
         CU(cuMemGetInfo_v2, &free2, &total);
+        if (free2 != free1) fail("graph memory kept for reuse", "free %ld, was %ld", (long)free2, (long)free1);
+        CU(cuDeviceGraphMemTrim, dev);
+        CU(cuMemGetInfo_v2, &free2, &total);
         if (free2 != free0) fail("graph memory returned", "free %ld, was %ld", (long)free2, (long)free0);
-        ok("graph memory is counted while a graph holds it and returned with it");
+        /* A captured free must free a graph allocation (CUDA documents it). */
+        CUdeviceptr plain = 0;
+        CU(cuMemAlloc_v2, &plain, 4096);
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemFreeAsync, plain, s);
+        CU(cuStreamEndCapture, s, &gm);
+        CU(cuGraphDestroy, gm);
+        CU(cuMemFree_v2, plain);
+        ok("captured graph memory is nodes, counted while held and returned by trim");
     }
 
     /* ---- capture rules ---- */

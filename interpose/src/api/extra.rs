@@ -11,16 +11,20 @@ use std::os::raw::{c_uint, c_void};
 
 /// From the current pool of the current context's device ([`super::mempool`]).
 pub(super) fn alloc_async(bytesize: usize, h: CUstream, d: DefaultStream) -> R<CUdeviceptr> {
-    // On a capturing stream: an allocation node, graph memory (super::graph).
-    if let Some(p) = super::graph::alloc_node(bytesize, h, d)? {
-        return Ok(p);
-    }
     super::mempool::alloc_from(bytesize, None, h, d)
 }
 
 /// A pool's block goes back to its pool, other memory to the daemon.
 pub(super) fn free_async(ptr: CUdeviceptr, h: CUstream, d: DefaultStream) -> R<()> {
-    if super::graph::free_node(ptr, h, d)? {
+    // On a capturing stream: a free node (super::graph_mem).
+    let captured = client::call(|c| {
+        let stream = super::stream::resolve(c, h, d)?;
+        if !super::graph::capturing(stream, client::current_endpoint()) {
+            return Ok(false);
+        }
+        super::graph_mem::captured_free(c, stream, ptr).map(|()| true)
+    })?;
+    if captured {
         return Ok(());
     }
     synchronize(h, d)?;

@@ -11,10 +11,8 @@
 //! the capture that forbade it, as the driver does. So does a copy through pageable memory on a
 //! capturing stream: the pool cannot read the process's pageable memory when the graph runs.
 //!
-//! Graph memory: `cuMemAllocAsync` on a capturing stream allocates at once through the daemon (so
-//! it is in the tenant's ledger, and over the quota it is CUDA_ERROR_OUT_OF_MEMORY); freed by a
-//! `cuMemFreeAsync` in the same capture, it belongs to the graph ([`GraphMemory`]); not freed
-//! there, it is the application's to free, as a graph allocation without a free node is in CUDA.
+//! Graph memory: `cuMemAllocAsync` and `cuMemFreeAsync` on a capturing stream are allocation and
+//! free nodes of the capture's graph ([`super::graph_mem::captured_alloc`]), as in CUDA.
 
 use super::DefaultStream;
 use super::stream::resolve;
@@ -37,78 +35,8 @@ struct Capture {
     endpoint: usize,
     thread: ThreadId,
     mode: CUstreamCaptureMode,
-    /// Graph memory: `cuMemAllocAsync` on the capturing stream (allocated at once), and which of
-    /// those a `cuMemFreeAsync` in the capture freed.
-    allocs: Vec<u64>,
-    freed: Vec<u64>,
-}
-
-/// Memory a graph owns: allocations made and freed within its capture. Allocated when captured,
-/// so counted against the tenant's quota from then on, at one address for every launch (as CUDA
-/// keeps a graph allocation's address), and freed once the graph and every graph instantiated
-/// from it are destroyed (or the session ends).
-struct GraphMemory(Vec<u64>);
-
-/// Graph and instantiated-graph handles holding graph memory.
-static GRAPH_MEMORY: Mutex<Vec<(u64, std::sync::Arc<GraphMemory>)>> = Mutex::new(Vec::new());
-
-fn graph_memory() -> std::sync::MutexGuard<'static, Vec<(u64, std::sync::Arc<GraphMemory>)>> {
-    GRAPH_MEMORY.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Lets go of `handle`'s graph memory; the last holder frees it.
-fn release_graph_memory(handle: u64) {
-    let held = {
-        let mut all = graph_memory();
-        let Some(i) = all.iter().position(|(h, _)| *h == handle) else { return };
-        all.swap_remove(i).1
-    };
-    if let Some(GraphMemory(ptrs)) = std::sync::Arc::into_inner(held) {
-        for p in ptrs {
-            if let Err(e) = super::memory::free(p) {
-                log(&format!("freeing graph memory {p:#x}: {e:?}"));
-            }
-        }
-    }
-}
-
-/// `cuMemAllocAsync` on a capturing stream: an allocation node. `None`: the stream is not capturing.
-pub fn alloc_node(bytes: usize, h: CUstream, d: DefaultStream) -> R<Option<u64>> {
-    client::call(|c| {
-        let stream = resolve(c, h, d)?;
-        let endpoint = client::current_endpoint();
-        if !capturing(stream, endpoint) {
-            return Ok(None);
-        }
-        if bytes == 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let (hctx, ctx, _) = c.current()?;
-        let answer::MemPtr { ptr } = c.live()?.ask(Request::MemAlloc { ctx, bytes: bytes as u64 })?;
-        super::memory::record(c, hctx, ptr, bytes as u64);
-        if let Some(k) = captures().iter_mut().find(|k| k.stream == stream && k.endpoint == endpoint) {
-            k.allocs.push(ptr.0);
-        }
-        Ok(Some(ptr.0))
-    })
-}
-
-/// `cuMemFreeAsync` on a capturing stream of memory allocated in the same capture: a free node
-/// (the memory then lives as long as the graph). `false`: anything else.
-pub fn free_node(ptr: u64, h: CUstream, d: DefaultStream) -> R<bool> {
-    client::call(|c| {
-        let stream = resolve(c, h, d)?;
-        let endpoint = client::current_endpoint();
-        let mut caps = captures();
-        let Some(k) = caps.iter_mut().find(|k| k.stream == stream && k.endpoint == endpoint) else {
-            return Ok(false);
-        };
-        if !k.allocs.contains(&ptr) || k.freed.contains(&ptr) {
-            return Ok(false);
-        }
-        k.freed.push(ptr);
-        Ok(true)
-    })
+    /// `cuStreamBeginCaptureToGraph`'s: the graph outlives an invalidated capture.
+    into_graph: bool,
 }
 
 static CAPTURES: Mutex<Vec<Capture>> = Mutex::new(Vec::new());
@@ -165,7 +93,7 @@ pub(super) fn id_of(h: u64, kind: Kind) -> Option<(u64, usize)> {
 }
 
 pub(super) fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream) -> R<()> {
-    begin(h, mode, d, |stream| Ok(Request::StreamBeginCapture { stream, mode: mode.0 }))
+    begin(h, mode, d, false, |stream| Ok(Request::StreamBeginCapture { stream, mode: mode.0 }))
 }
 
 /// `cuStreamBeginCaptureToGraph`: into `graph`, after `deps` (its nodes; default edges only).
@@ -184,7 +112,7 @@ pub(super) fn begin_capture_to_graph(
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let deps = node_ids(deps, n, ep)?;
-    begin(h, mode, d, move |stream| {
+    begin(h, mode, d, true, move |stream| {
         Ok(Request::StreamBeginCaptureToGraph { stream, graph: GraphId(gid), deps, mode: mode.0 })
     })
 }
@@ -229,7 +157,13 @@ pub(super) fn update_capture_dependencies_v1(
     update_capture_dependencies(h, deps, std::ptr::null(), n, flags, d)
 }
 
-fn begin(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream, req: impl FnOnce(StreamId) -> R<Request>) -> R<()> {
+fn begin(
+    h: CUstream,
+    mode: CUstreamCaptureMode,
+    d: DefaultStream,
+    into_graph: bool,
+    req: impl FnOnce(StreamId) -> R<Request>,
+) -> R<()> {
     if mode.0 > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -242,7 +176,7 @@ fn begin(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream, req: impl FnO
         let endpoint = client::current_endpoint();
         c.live()?.call_ok(req(stream)?)?;
         let thread = std::thread::current().id();
-        captures().push(Capture { stream, endpoint, thread, mode, allocs: Vec::new(), freed: Vec::new() });
+        captures().push(Capture { stream, endpoint, thread, mode, into_graph });
         Ok(())
     })
 }
@@ -252,12 +186,10 @@ pub(super) fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -
     if pgraph.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    // Freed after the client's lock is let go (a free takes it).
-    let pending_free = std::cell::Cell::new(Vec::new());
-    let r = client::call(|c| {
+    client::call(|c| {
         let stream = resolve(c, h, d)?;
         let endpoint = client::current_endpoint();
-        let mut memory = None;
+        let mut into_graph = false;
         {
             let mut caps = captures();
             if let Some(i) = caps.iter().position(|k| k.stream == stream && k.endpoint == endpoint) {
@@ -268,33 +200,28 @@ pub(super) fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -
                     log("CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: a capture that is not relaxed ends on its own thread");
                     return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
                 }
-                let k = caps.remove(i);
-                memory = Some((k.allocs, k.freed));
+                into_graph = caps.remove(i).into_graph;
             }
         }
         let conn = c.live()?;
-        let ended = conn.ask::<answer::Graph>(Request::StreamEndCapture { stream });
-        let (allocs, freed) = memory.unwrap_or_default();
-        let graph = match ended {
+        let graph = match conn.ask::<answer::Graph>(Request::StreamEndCapture { stream }) {
             Ok(answer::Graph { graph }) => graph,
             Err(e) => {
                 crate::api::export::put(pgraph, std::ptr::null_mut());
-                // No graph: its allocation nodes never happen.
-                pending_free.set(allocs);
+                // An invalidated capture's own graph is gone, with its allocation nodes.
+                if let Some(g) = super::graph_mem::capture_ended(stream, endpoint)
+                    && !into_graph
+                {
+                    super::graph_mem::forget_graph(g);
+                }
                 return Err(e);
             }
         };
         let handle = make(Kind::Graph, endpoint, graph.0)?;
+        super::graph_mem::capture_ended(stream, endpoint);
         crate::api::export::put(pgraph, handle as CUgraph);
-        if !freed.is_empty() {
-            graph_memory().push((handle, std::sync::Arc::new(GraphMemory(freed))));
-        }
         Ok(())
-    });
-    for p in pending_free.take() {
-        let _ = super::memory::free(p);
-    }
-    r
+    })
 }
 
 fn capture_info(h: CUstream, d: DefaultStream) -> R<(CUstreamCaptureStatus, u64)> {
@@ -374,7 +301,6 @@ pub(super) fn graph_destroy(graph: CUgraph) -> R<()> {
     let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     super::graph_kernel::forget_graph(graph);
     client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphDestroy { graph: GraphId(id) }))?;
-    release_graph_memory(graph as u64);
     super::graph_mem::forget_graph(graph as u64);
     super::graph_params::forget_graph(graph);
     Ok(())
@@ -389,12 +315,6 @@ pub(super) fn graph_instantiate(pexec: *mut CUgraphExec, graph: CUgraph, flags: 
         let answer::GraphExec { exec } = c.conn_at(ep)?.ask(Request::GraphInstantiate { graph: GraphId(id), flags })?;
         make(Kind::GraphExec, ep, exec.0)
     })?;
-    {
-        let mut all = graph_memory();
-        if let Some(m) = all.iter().find(|(g, _)| *g == graph as u64).map(|(_, m)| m.clone()) {
-            all.push((h, m));
-        }
-    }
     exec_flags().insert(h, flags);
     crate::api::export::put(pexec, h as CUgraphExec);
     Ok(())
@@ -416,7 +336,6 @@ pub(super) fn graph_exec_destroy(exec: CUgraphExec) -> R<()> {
     let (id, ep) = id_of(exec as u64, Kind::GraphExec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphExecDestroy { exec: GraphExecId(id) }))?;
     exec_flags().remove(&(exec as u64));
-    release_graph_memory(exec as u64);
     Ok(())
 }
 

@@ -9,10 +9,11 @@ use super::graph::id_of;
 use crate::client::{self, Client, Kind, make};
 use crate::util::{R, log};
 use gpupool_protocol::ops::{GraphId, answer};
-use gpupool_protocol::{DevicePtr, Request};
+use gpupool_protocol::{DevicePtr, Request, StreamId};
 use gpupool_shim::cuda::{
     CUDA_MEM_ALLOC_NODE_PARAMS, CUdevice, CUdeviceptr, CUgraph, CUgraphMem_attribute, CUgraphNode, CUmemAccess_flags,
-    CUmemAccessDesc, CUmemAllocationHandleType, CUmemAllocationType, CUmemLocationType, CUresult,
+    CUmemAccessDesc, CUmemAllocationHandleType, CUmemAllocationType, CUmemLocation, CUmemLocationType, CUmemPoolProps,
+    CUresult,
 };
 use std::collections::HashMap;
 use std::os::raw::c_void;
@@ -41,6 +42,8 @@ struct Books {
     nodes: HashMap<u64, Node>,
     /// Graph allocation addresses -> what is known of them.
     allocs: HashMap<u64, GraphAlloc>,
+    /// Captures with allocation nodes: (stream, endpoint) -> the capture's graph handle.
+    captures: HashMap<(StreamId, usize), u64>,
 }
 
 /// A graph allocation, recorded as an allocation of the context that added it (so copies and
@@ -189,6 +192,64 @@ pub(super) fn add_free_node(
     });
     crate::api::export::put(out, h as CUgraphNode);
     Ok(())
+}
+
+/// `cuMemAllocAsync` or `cuMemAllocFromPoolAsync` on `stream`, which this process is capturing: an
+/// allocation node of the capture's graph, as CUDA makes one (pool-daemon's `capture_mem_alloc`:
+/// its memory is mapped and charged at once, since what is captured after it names it), kept here
+/// with its parameters like an added node. The node has the current context's device's default
+/// pool properties, whichever pool was asked.
+pub fn captured_alloc(c: &mut Client, stream: StreamId, bytes: usize) -> R<CUdeviceptr> {
+    if bytes == 0 {
+        return invalid("stream-ordered allocation of 0 bytes on a capturing stream");
+    }
+    let ep = client::current_endpoint();
+    let (hctx, ..) = c.current()?;
+    let ordinal = c.reg.ctx(hctx)?.device as i32;
+    let (_, device) = c.route(ordinal)?;
+    let req = Request::CaptureMemAlloc { stream, device, bytes: bytes as u64 };
+    let answer::CapturedMemNode { graph, node, ptr } = c.conn_at(ep)?.ask(req)?;
+    c.reg.allocs.insert((ep, ptr.0), (bytes as u64, hctx));
+    let (graph, node) = (make(Kind::Graph, ep, graph.0)?, make(Kind::GraphNode, ep, node)?);
+    let params = CUDA_MEM_ALLOC_NODE_PARAMS {
+        poolProps: CUmemPoolProps {
+            allocType: CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            location: CUmemLocation { type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal },
+            ..Default::default()
+        },
+        accessDescs: std::ptr::null(),
+        accessDescCount: 0,
+        bytesize: bytes,
+        dptr: ptr.0,
+    };
+    books(|b| {
+        b.allocs.insert(ptr.0, GraphAlloc { endpoint: ep, graph, freed_in_graph: false, graph_gone: false });
+        b.nodes.insert(node, Node::Alloc { graph, params, _access: Box::new([]) });
+        b.captures.insert((stream, ep), graph);
+    });
+    Ok(ptr.0)
+}
+
+/// `cuMemFreeAsync` on `stream`, which this process is capturing: a free node, which must free an
+/// allocation of the capture's graph (CUDA documents that it frees a graph allocation).
+pub fn captured_free(c: &mut Client, stream: StreamId, dptr: CUdeviceptr) -> R<()> {
+    let ep = client::current_endpoint();
+    let req = Request::CaptureMemFree { stream, ptr: DevicePtr(dptr) };
+    let answer::GraphNode { node } = c.conn_at(ep)?.ask(req)?;
+    let node = make(Kind::GraphNode, ep, node)?;
+    books(|b| {
+        let graph = b.allocs.get_mut(&dptr).map_or(0, |a| {
+            a.freed_in_graph = true;
+            a.graph
+        });
+        b.nodes.insert(node, Node::Free { graph, dptr });
+    });
+    Ok(())
+}
+
+/// The capture on `(stream, endpoint)` ended: the graph its allocation nodes went into, if any.
+pub fn capture_ended(stream: StreamId, endpoint: usize) -> Option<u64> {
+    books(|b| b.captures.remove(&(stream, endpoint)))
 }
 
 pub(super) fn alloc_params(node: CUgraphNode) -> R<CUDA_MEM_ALLOC_NODE_PARAMS> {

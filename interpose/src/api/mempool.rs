@@ -317,11 +317,28 @@ pub(super) fn set_current_pool(dev: CUdevice, pool: CUmemoryPool) -> R<()> {
 /// Stream-ordered allocation from pool `pool` (`None`: the current pool of the current
 /// context's device), in the current context.
 pub(super) fn alloc_from(bytesize: usize, pool: Option<u64>, h: CUstream, d: DefaultStream) -> R<CUdeviceptr> {
-    client::call(|c| super::stream::resolve(c, h, d).map(|_| ()))?;
+    // On a capturing stream: an allocation node (super::graph_mem), after the pool's checks.
+    let capturing = client::call(|c| {
+        let stream = super::stream::resolve(c, h, d)?;
+        Ok(super::graph::capturing(stream, client::current_endpoint()).then_some(stream))
+    })?;
     if bytesize == 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let (ctx, device) = current()?;
+    if let Some(stream) = capturing {
+        if let Some(handle) = pool {
+            with_pools(|p| {
+                let pl = p.pool(handle)?;
+                if pl.imported || pl.device != device {
+                    log("stream-ordered allocation: an imported pool, or a pool of another device than the context's");
+                    return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+                }
+                Ok(())
+            })?;
+        }
+        return client::call(|c| super::graph_mem::captured_alloc(c, stream, bytesize));
+    }
     let size = bytesize as u64;
     let stream = h as u64;
     // An idle block this context may reuse on this stream, or room to reserve a new one.

@@ -164,6 +164,8 @@ impl Session {
             if let Some((id, true)) = named {
                 self.graphs.graphs.remove(&id);
                 self.graphs.nodes.retain(|_, n| n.0 != id);
+                // Its captured allocations' memory goes to the cache (trim returns it).
+                self.after_mem_graph_destroy(id);
             }
             self.release_held_regions();
             return Err(e.into());

@@ -38,15 +38,20 @@
 use super::dispatch::{Fail, INVALID_VALUE, NOT_SUPPORTED, Result};
 use super::session::Session;
 use crate::call;
-use gpupool_protocol::DevicePtr;
 use gpupool_protocol::ops::{GraphExecId, GraphId, MemAccess, MemHandleId, answer};
+use gpupool_protocol::{DevicePtr, StreamId};
 use gpupool_shim::cuda::{
     CUmemAllocationGranularity_flags, CUmemAllocationProp, CUmemAllocationType, CUmemLocation, CUmemLocationType,
+    CUstreamCaptureStatus,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.
 const AUTO_FREE_ON_LAUNCH: u64 = 1;
+/// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+const CAPTURE_INVALIDATED: u32 = 901;
+/// CUDA_ERROR_ILLEGAL_STATE.
+const ILLEGAL_STATE: u32 = 401;
 /// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
 const READWRITE: u32 = 3;
 
@@ -196,6 +201,85 @@ impl Session {
         }
         self.graphs.mem.with_free_nodes.insert(graph);
         self.graphs.mem.free_nodes.insert(n.node);
+        Ok(n)
+    }
+
+    /// The capture on `stream` (its graph and current dependencies), for a node captured there.
+    fn active_capture(&mut self, stream: StreamId, what: &str) -> Result<answer::CaptureGraph> {
+        let cap = self.capture_graph(stream)?;
+        match CUstreamCaptureStatus(cap.status) {
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(cap),
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => Err(Fail::new(
+                CAPTURE_INVALIDATED,
+                format!("{what}: the stream's capture was invalidated by an earlier call"),
+            )),
+            _ => Err(Fail::new(ILLEGAL_STATE, format!("{what}: the stream is not capturing"))),
+        }
+    }
+
+    /// The capture's dependencies become `node` alone, as after any captured work.
+    fn capture_after(&mut self, stream: StreamId, node: u64) -> Result<()> {
+        let (s, d) = self.stream(stream, None)?;
+        let Some((_, n)) = self.graphs.nodes.get(&node).copied() else {
+            return Err(Fail::invalid_value(format!("node {node} is not a node this session holds")));
+        };
+        self.enter(d)?;
+        let mut deps = [n.0];
+        call!(self.shared.cuda, cuStreamUpdateCaptureDependencies(s.0, deps.as_mut_ptr(), 1, 1))?;
+        Ok(())
+    }
+
+    /// `cuMemAllocAsync` (or a pool's allocation) on a capturing stream: an allocation node of the
+    /// capture's graph, as CUDA makes one. Its memory is mapped and charged at once, not at
+    /// instantiation: the memsets, copies and kernels captured after it name it, and the backend
+    /// checks their memory as it captures them. Past the quota that is CUDA_ERROR_OUT_OF_MEMORY
+    /// and no node. From then on it is graph memory like an added node's.
+    pub(super) fn capture_mem_alloc(
+        &mut self,
+        stream: StreamId,
+        device: u32,
+        bytes: u64,
+    ) -> Result<answer::CapturedMemNode> {
+        let what = "stream-ordered allocation on a capturing stream";
+        let cap = self.active_capture(stream, what)?;
+        let answer::GraphMemNode { node, ptr } = self.add_mem_alloc_node(cap.graph, &cap.deps, device, bytes)?;
+        let placed = self.map_one(ptr.0).and_then(|()| self.capture_after(stream, node));
+        if let Err(e) = placed {
+            self.undo_captured_alloc(node, ptr.0);
+            return Err(Fail::new(e.code, format!("{what} of {bytes} bytes: {}", e.message)));
+        }
+        self.graphs.mem.note_high(device);
+        Ok(answer::CapturedMemNode { graph: cap.graph, node, ptr })
+    }
+
+    /// An allocation node whose capture failed goes, with its memory (to the cache) and address.
+    fn undo_captured_alloc(&mut self, node: u64, base: u64) {
+        self.unmap_to_cache(base);
+        if let Some(a) = self.graphs.mem.allocs.remove(&base)
+            && let Err(e) = self.vmm_address_free(base, a.size)
+        {
+            tracing::warn!(session = self.id, "freeing a captured allocation's addresses at {base:#x}: {}", e.message);
+        }
+        if let Some((graph, n)) = self.graphs.nodes.remove(&node)
+            && let Ok((_, d)) = self.graph(graph)
+            && self.enter(d).is_ok()
+        {
+            let _ = call!(self.shared.cuda, cuGraphDestroyNode(n.0));
+        }
+    }
+
+    /// `cuMemFreeAsync` on a capturing stream: a free node, which CUDA documents must free a graph
+    /// allocation (here: one of the capture's graph).
+    pub(super) fn capture_mem_free(&mut self, stream: StreamId, ptr: u64) -> Result<answer::GraphNode> {
+        let what = "cuMemFreeAsync on a capturing stream";
+        let cap = self.active_capture(stream, what)?;
+        if !self.graphs.mem.allocs.contains_key(&ptr) {
+            return Err(Fail::invalid_value(format!(
+                "{what} makes a free node, which frees a graph allocation: {ptr:#x} is not one"
+            )));
+        }
+        let n = self.add_mem_free_node(cap.graph, &cap.deps, ptr)?;
+        self.capture_after(stream, n.node)?;
         Ok(n)
     }
 

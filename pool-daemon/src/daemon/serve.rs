@@ -1017,6 +1017,20 @@ impl Serve for Session {
         self.add_mem_free_node(graph, &deps, ptr.0)
     }
 
+    fn capture_mem_alloc(
+        &mut self,
+        _cx: Cx<'_>,
+        stream: StreamId,
+        device: u32,
+        bytes: u64,
+    ) -> Result<answer::CapturedMemNode> {
+        Session::capture_mem_alloc(self, stream, device, bytes)
+    }
+
+    fn capture_mem_free(&mut self, _cx: Cx<'_>, stream: StreamId, ptr: DevicePtr) -> Result<answer::GraphNode> {
+        Session::capture_mem_free(self, stream, ptr.0)
+    }
+
     fn stream_begin_capture_to_graph(
         &mut self,
         _cx: Cx<'_>,

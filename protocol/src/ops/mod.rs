@@ -337,6 +337,12 @@ op_table! {
     /// daemon/graph_kernel.rs).
     0x0b39 GraphKernelNodeGetParams graph_kernel_node_get_params { node: u64 } => KernelNodeParams;
     0x0b3a GraphKernelNodeSetParams graph_kernel_node_set_params { node: u64, kernel: KernelNode } => Ok;
+    /// Graph memory captured (pool-daemon's daemon/graph_mem.rs): `cuMemAllocAsync` (or a pool's
+    /// allocation) on a capturing stream is an allocation node of the capture's graph, answered
+    /// with the graph, the node and its fixed address (mapped and charged at once: what is
+    /// captured after it names it); `cuMemFreeAsync` there of the graph's allocation is a free node.
+    0x0b3b CaptureMemAlloc capture_mem_alloc { stream: StreamId, device: u32, bytes: u64 } => CapturedMemNode;
+    0x0b3c CaptureMemFree capture_mem_free { stream: StreamId, ptr: DevicePtr } => GraphNode;
     0x0b27 StreamUpdateCaptureDependencies stream_update_capture_dependencies { stream: StreamId, deps: Vec<u64>, set: bool } => Ok;
     // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
     // own addresses, never used by the daemon, only handed back when the function must run.
@@ -464,6 +470,8 @@ op_table! {
     0x8b05 ExecUpdate { result: u32, node: u64 };
     /// An allocation node and its address.
     0x8b20 GraphMemNode { node: u64, ptr: DevicePtr };
+    /// A captured allocation node: the capture's graph, the node and its address.
+    0x8b3b CapturedMemNode { graph: crate::ops::GraphId, node: u64, ptr: DevicePtr };
     /// A `CUstreamCaptureStatus`; while capturing, the capture's id, graph and dependencies.
     /// Node ids with their types, and the edges `from[i] -> to[i]`.
     0x8b22 Topology { nodes: Vec<u64>, types: Vec<u32>, from: Vec<u64>, to: Vec<u64> };

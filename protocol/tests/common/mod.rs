@@ -293,6 +293,8 @@ pub fn all_request_examples() -> Vec<Request> {
         GraphAddMemcpyNode { graph: GRAPH, deps: vec![5], copy: copy3d() },
         GraphAddMemAllocNode { graph: GRAPH, deps: vec![6], device: 0, bytes: 3 << 20 },
         GraphAddMemFreeNode { graph: GRAPH, deps: vec![7], ptr: PTR },
+        CaptureMemAlloc { stream: STREAM, device: 0, bytes: 5 << 20 },
+        CaptureMemFree { stream: STREAM, ptr: PTR },
         GraphMemFree { ptr: PTR },
         GraphMemTrim { device: 0 },
         GraphMemAttribute { device: 0, attr: 3, reset: true },
@@ -440,6 +442,7 @@ pub fn all_reply_examples() -> Vec<Reply> {
         GraphNode { node: 9 },
         ExecUpdate { result: 2, node: 3 },
         GraphMemNode { node: 8, ptr: PTR },
+        CapturedMemNode { graph: GRAPH, node: 9, ptr: PTR },
         CaptureGraph { status: 1, id: 12, graph: GRAPH, deps: vec![8, 9] },
         Topology { nodes: vec![8, 9], types: vec![0, 10], from: vec![8], to: vec![9] },
         MemsetParams {
