@@ -91,6 +91,7 @@ fn a_graph_with_a_memory_node_is_held_to_the_quota() {
         "a graph with a memory node is held to the quota",
         "an allocation not freed in its graph is freed by cuMemFree and cuMemFreeAsync",
         "capture into a graph with a memory node",
+        "captured stream-ordered allocation: nodes, the graph's memory, trimmed back",
     ] {
         assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
     }

@@ -189,6 +189,47 @@ pub fn add_alloc(ctx: &Arc<Context>, graph: u64, p: &CUDA_MEM_ALLOC_NODE_PARAMS)
     Ok(Arc::new(AllocParams { params, _access: access }))
 }
 
+/// `cuMemAllocAsync`/`cuMemAllocFromPoolAsync` on a capturing stream: an allocation node of the
+/// capture's graph after its dependencies, which it then replaces (CUDA's stream-ordered
+/// allocation during capture); the answer is its address. The node has the device's default pool
+/// properties, whichever pool was asked.
+pub fn capture_alloc(ctx: &Arc<Context>, cap: &mut crate::stream::ActiveCapture, bytes: usize) -> CuResult<u64> {
+    use gpupool_shim::cuda::{CUmemAllocationType as T, CUmemLocation, CUmemLocationType as L, CUmemPoolProps};
+    let p = CUDA_MEM_ALLOC_NODE_PARAMS {
+        poolProps: CUmemPoolProps {
+            allocType: T::CU_MEM_ALLOCATION_TYPE_PINNED,
+            location: CUmemLocation { type_: L::CU_MEM_LOCATION_TYPE_DEVICE, id: ctx.device.ordinal },
+            ..Default::default()
+        },
+        accessDescs: std::ptr::null(),
+        accessDescCount: 0,
+        bytesize: bytes,
+        dptr: 0,
+    };
+    let a = add_alloc(ctx, cap.handle, &p)?;
+    let base = a.params.dptr;
+    match cap.graph.add(crate::graph::Op::MemAlloc(a), cap.deps.clone()) {
+        Ok(i) => {
+            cap.deps = vec![i];
+            Ok(base)
+        }
+        Err(e) => {
+            undo_alloc(base);
+            Err(e)
+        }
+    }
+}
+
+/// `cuMemFreeAsync` on a capturing stream: a free node, which CUDA documents must free a graph
+/// allocation (here one of the capture's graph).
+pub fn capture_free(cap: &mut crate::stream::ActiveCapture, dptr: u64) -> CuResult<()> {
+    add_free(cap.handle, dptr, false)?;
+    let i = cap.graph.add(crate::graph::Op::MemFree(dptr), cap.deps.clone())?;
+    add_free(cap.handle, dptr, true)?;
+    cap.deps = vec![i];
+    Ok(())
+}
+
 /// Forgets an allocation whose node could not be added.
 pub fn undo_alloc(base: u64) {
     with(|s| {
@@ -213,7 +254,7 @@ pub fn add_free(graph: u64, dptr: u64, commit: bool) -> CuResult<()> {
             format!("{dptr:#x} is another graph's allocation (the simulator frees it only in its own graph)")
         }),
         None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
-            format!("{dptr:#x} is not an address an allocation node returned")
+            format!("{dptr:#x} is not a graph allocation (an address an allocation node returned)")
         }),
     })
 }

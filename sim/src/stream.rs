@@ -304,6 +304,18 @@ impl Stream {
         !matches!(*self.capture.lock().unwrap_or_else(|e| e.into_inner()), Capture::None)
     }
 
+    /// Runs `f` on the capture under way, which records a node there (`None`: not capturing;
+    /// an invalidated capture is CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).
+    pub fn with_capture<T>(&self, f: impl FnOnce(&mut ActiveCapture) -> CuResult<T>) -> Option<CuResult<T>> {
+        match &mut *self.capture.lock().unwrap_or_else(|e| e.into_inner()) {
+            Capture::None => None,
+            Capture::Invalidated => Some(crate::error::fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, || {
+                "the stream's capture was invalidated by an earlier call".into()
+            })),
+            Capture::Active(a) => Some(f(a)),
+        }
+    }
+
     /// Refuses a synchronising call on a capturing stream, invalidating the capture,
     /// as CUDA does (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`).
     pub fn refuse_if_capturing(&self, what: &str) -> CuResult<()> {
@@ -437,5 +449,7 @@ pub fn drop_capture_graph(c: Capture) {
         && let Ok(d) = crate::driver::initialized()
     {
         d.graphs.remove(a.handle);
+        // Its allocation nodes' addresses go with it.
+        crate::graph_mem::graph_destroyed(a.handle);
     }
 }

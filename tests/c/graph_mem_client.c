@@ -42,7 +42,8 @@
     X(cuGraphAddMemAllocNode) X(cuGraphAddMemFreeNode) X(cuGraphMemAllocNodeGetParams)                      \
     X(cuGraphMemFreeNodeGetParams) X(cuDeviceGraphMemTrim) X(cuDeviceGetGraphMemAttribute)                  \
     X(cuDeviceSetGraphMemAttribute) X(cuMemFreeAsync) X(cuGraphNodeGetType) X(cuStreamBeginCaptureToGraph)   \
-    X(cuStreamEndCapture) X(cuStreamGetCaptureInfo_v2) X(cuMemsetD32Async) X(cuLaunchKernel) X(cuMemsetD32_v2)
+    X(cuStreamEndCapture) X(cuStreamGetCaptureInfo_v2) X(cuMemsetD32Async) X(cuLaunchKernel) X(cuMemsetD32_v2)  \
+    X(cuStreamBeginCapture_v2) X(cuMemAllocAsync) X(cuGraphGetNodes)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -346,6 +347,53 @@ int main(int argc, char **argv) {
             CU(cuGraphDestroy, g);
         }
         printf("ok capture into a graph with a memory node\n");
+    }
+    /* Stream-ordered allocation captured: cuMemAllocAsync and cuMemFreeAsync on a capturing stream
+     * are allocation and free nodes (the address at capture, the same at every launch); a
+     * captured free must free a graph allocation. The memory is the graph's from its launch
+     * (--sim) or from the capture (through the pool: the captured work names it), kept after the
+     * instantiated graph, trimmed back. */
+    {
+        CUgraph g;
+        CUgraphExec e;
+        CUdeviceptr p = 0;
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CU(cuMemAllocAsync, &p, 4 * MiB, s);
+        CHECK(p != 0, "a captured allocation has its address", p, 0);
+        size_t want = sim ? 0 : 4 * MiB;
+        CHECK(free0 - free_now() == want, "a captured allocation's memory", free0 - free_now(), want);
+        CU(cuMemsetD32Async, p, 0x44u, N, s);
+        CUdeviceptr y = p;
+        uint32_t n = N;
+        void *args[] = {&out, &y, &n};
+        CU(cuLaunchKernel, f_addto, N / 128, 1, 1, 128, 1, 1, 0, s, args, NULL);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemFreeAsync, out, s); /* not a graph allocation */
+        CU(cuMemFreeAsync, p, s);
+        CU(cuStreamEndCapture, s, &g);
+        CUgraphNode nodes[8];
+        size_t count = 8;
+        CU(cuGraphGetNodes, g, nodes, &count);
+        CHECK(count == 4, "alloc, memset, kernel, free", count, 4);
+        CUgraphNodeType first, last;
+        CU(cuGraphNodeGetType, nodes[0], &first);
+        CU(cuGraphNodeGetType, nodes[3], &last);
+        CHECK(first == CU_GRAPH_NODE_TYPE_MEM_ALLOC && last == CU_GRAPH_NODE_TYPE_MEM_FREE, "captured node types",
+              first, last);
+        CUDA_MEM_ALLOC_NODE_PARAMS got;
+        CU(cuGraphMemAllocNodeGetParams, nodes[0], &got);
+        CHECK(got.dptr == p && got.bytesize == 4 * MiB, "the captured node's parameters", got.dptr, got.bytesize);
+        CU(cuGraphInstantiateWithFlags, &e, g, 0);
+        CU(cuMemsetD32_v2, out, 0, N);
+        CU(cuGraphLaunch, e, s);
+        CU(cuGraphLaunch, e, s);
+        expect_out(out, 2 * 0x44u, "two launches of the captured graph in its memory");
+        CHECK(free0 - free_now() == 4 * MiB, "the launched graph holds its memory", free0 - free_now(), 4 * MiB);
+        CU(cuGraphExecDestroy, e);
+        CU(cuGraphDestroy, g);
+        CHECK(free0 - free_now() == 4 * MiB, "kept for reuse after the graph", free0 - free_now(), 4 * MiB);
+        CU(cuDeviceGraphMemTrim, dev);
+        CHECK(free_now() == free0, "trim returns the captured allocation", free_now(), free0);
+        printf("ok captured stream-ordered allocation: nodes, the graph's memory, trimmed back\n");
     }
     CU(cuMemFree_v2, out);
     printf("done\n");

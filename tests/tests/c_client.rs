@@ -144,7 +144,7 @@ fn c_graph_memory_nodes_on_the_simulator() {
     let out = output_with_sim_env(cmd, &env, Duration::from_secs(120)).expect("graph_mem_client did not finish");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.matches("\nok ").count() + usize::from(stdout.starts_with("ok ")), 6, "{stdout}");
+    assert_eq!(stdout.matches("\nok ").count() + usize::from(stdout.starts_with("ok ")), 7, "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }
 

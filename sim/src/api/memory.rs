@@ -217,7 +217,10 @@ fn alloc_async(dptr: *mut CUdeviceptr, bytesize: usize, h: CUstream, d: DefaultS
 fn free_async(ptr: CUdeviceptr, h: CUstream, d: DefaultStream) -> CuResult<()> {
     let (ctx, s) = resolve_stream(initialized()?, h, d)?;
     ctx.check_sticky()?;
-    s.refuse_if_capturing("cuMemFreeAsync (free nodes)")?;
+    // During capture: a free node of a graph allocation (crate::graph_mem).
+    if let Some(r) = s.with_capture(|cap| crate::graph_mem::capture_free(cap, ptr)) {
+        return r;
+    }
     if crate::graph_mem::app_free(ptr)? {
         return Ok(());
     }

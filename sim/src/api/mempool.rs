@@ -272,7 +272,6 @@ pub(super) fn alloc_from(
     let driver = initialized()?;
     let (ctx, s) = resolve_stream(driver, h, d)?;
     ctx.check_sticky()?;
-    s.refuse_if_capturing("stream-ordered allocation (allocation nodes)")?;
     if dptr.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null dptr".into());
     }
@@ -286,6 +285,10 @@ pub(super) fn alloc_from(
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
             format!("pool {handle:#x} is on device {}, the stream on device {device}", p.device)
         });
+    }
+    // During capture: an allocation node, graph memory (crate::graph_mem).
+    if let Some(r) = s.with_capture(|cap| crate::graph_mem::capture_alloc(&ctx, cap, bytesize)) {
+        return out(dptr, r?);
     }
     let base = p.alloc(&ctx, &s, bytesize as u64)?;
     out(dptr, base)
