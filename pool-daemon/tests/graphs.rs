@@ -44,6 +44,7 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
         "a pageable copy invalidates the capture",
         "cuMemAlloc during a global capture is refused and invalidates it",
         "cuMemAlloc during a relaxed capture is allowed",
+        "cuThreadExchangeStreamCaptureMode: relaxed, the thread allocates during its global capture",
         "empty graphs launch",
         "the stream works after captures",
         "forged handles are refused",

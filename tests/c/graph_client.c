@@ -72,7 +72,7 @@
     X(cuGraphHostNodeGetParams) X(cuGraphHostNodeSetParams) X(cuGraphExecHostNodeSetParams) X(cuMemcpyDtoHAsync_v2) \
     X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams_v2) X(cuGraphKernelNodeSetParams_v2)        \
     X(cuGraphKernelNodeGetParams) X(cuGraphExecGetFlags) X(cuGraphMemAllocNodeGetParams)                        \
-    X(cuGraphMemFreeNodeGetParams) X(cuDeviceGraphMemTrim)
+    X(cuGraphMemFreeNodeGetParams) X(cuDeviceGraphMemTrim) X(cuThreadExchangeStreamCaptureMode)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -495,6 +495,30 @@ int main(int argc, char **argv) {
     bad = (CUgraph)0x1;
     CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture, s, &bad);
     ok("cuMemAlloc during a global capture is refused and invalidates it");
+
+    /* The thread's interaction mode (what PyTorch's allocator does around its cudaMalloc during a
+     * capture): relaxed lets it allocate during its own global capture; swapped back, it is
+     * forbidden again; an unknown mode is refused. */
+    {
+        CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+        CUgraph ok_graph = NULL;
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CU(cuThreadExchangeStreamCaptureMode, &m);
+        if (m != CU_STREAM_CAPTURE_MODE_GLOBAL) fail("interaction mode", "previous %ld, not global %ld", m, 0);
+        CU(cuMemAlloc_v2, &extra, 4096);
+        CU(cuMemFree_v2, extra);
+        CU(cuThreadExchangeStreamCaptureMode, &m);
+        if (m != CU_STREAM_CAPTURE_MODE_RELAXED) fail("interaction mode", "previous %ld, not relaxed %ld", m, 2);
+        CU(cuStreamEndCapture, s, &ok_graph);
+        CU(cuGraphDestroy, ok_graph);
+        CUstreamCaptureMode unknown = (CUstreamCaptureMode)7;
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuThreadExchangeStreamCaptureMode, &unknown);
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemAlloc_v2, &extra, 4096);
+        bad = (CUgraph)0x1;
+        CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture, s, &bad);
+        ok("cuThreadExchangeStreamCaptureMode: relaxed, the thread allocates during its global capture");
+    }
 
     CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED);
     CU(cuMemAlloc_v2, &extra, 4096);

@@ -243,6 +243,41 @@ def check_streams(quota):
     say("streams", "wait_event / wait_stream order work across streams; torch.cuda.synchronize")
 
 
+# ---- CUDA graphs ---------------------------------------------------------------------------
+
+
+def check_graphs(quota):
+    """torch.cuda.graph with the default caching allocator: the capture's tensors come from the
+    graph's private pool, whose cudaMalloc during a global-mode capture PyTorch makes in relaxed
+    interaction mode (cudaThreadExchangeStreamCaptureMode). Only copies are captured: PyTorch's
+    own kernels are SASS only."""
+    n = 1 << 18
+    x = torch.zeros(n).cuda()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x.clone()
+        z = y.clone()
+    say("graphs", "torch.cuda.graph captures, allocating from its private pool")
+    got = []
+    for r in range(1, 4):
+        x.copy_(torch.full((n,), float(r)))
+        g.replay()
+        torch.cuda.synchronize()
+        got.append((float(y[7].cpu()), float(z[n - 1].cpu())))
+    assert got == [(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)], got
+    say("graphs", "three replays with new inputs")
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g2, pool=g.pool()):
+        w = z.clone()
+    x.copy_(torch.full((n,), 9.0))
+    g.replay()
+    g2.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(w.cpu(), torch.full((n,), 9.0)), w[:4].cpu()
+    say("graphs", "a second graph sharing the first's memory pool replays after it")
+
+
 # ---- two devices --------------------------------------------------------------------------
 
 
@@ -344,6 +379,7 @@ SECTIONS = {
     "copies": check_copies,
     "streams": check_streams,
     "devices": check_devices,
+    "graphs": check_graphs,
     "blas": check_blas,
 }
 

@@ -216,6 +216,7 @@ exports! { CUresult;
         user: val *mut c_void, flags: val c_uint) = stream::add_callback;
     cuStreamIsCapturing | cuStreamIsCapturing_ptsz (h: val CUstream, status: out CUstreamCaptureStatus)
         = graph::is_capturing;
+    cuThreadExchangeStreamCaptureMode(mode: val *mut CUstreamCaptureMode) = graph::exchange_capture_mode;
     cuStreamGetCaptureInfo_v2 | cuStreamGetCaptureInfo_v2_ptsz (h: val CUstream, status: out CUstreamCaptureStatus,
         id: opt cuuint64_t, graph: val *mut CUgraph, deps: val *mut *const CUgraphNode,
         num_deps: val *mut usize) = graph::capture_info_v2;

@@ -70,15 +70,47 @@ pub fn refuse_pageable(c: &mut Client, stream: StreamId) -> R<()> {
     Err(invalidate(c, stream, ep, "a copy from or to pageable host memory cannot be captured through the pool"))
 }
 
+thread_local! {
+    /// The calling thread's capture interaction mode (`cuThreadExchangeStreamCaptureMode`): which
+    /// captures forbid its potentially unsafe calls (global by default, as in CUDA).
+    static INTERACTION: std::cell::Cell<CUstreamCaptureMode> =
+        const { std::cell::Cell::new(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL) };
+}
+
+/// `cuThreadExchangeStreamCaptureMode`: the thread's interaction mode becomes `*mode`, and `*mode`
+/// the previous one (PyTorch's allocator turns relaxed around its `cudaMalloc` during capture).
+pub(super) fn exchange_capture_mode(mode: *mut CUstreamCaptureMode) -> R<()> {
+    if mode.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the API's contract makes it point to a CUstreamCaptureMode.
+    let new = unsafe { mode.read_unaligned() };
+    if new.0 > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
+        log(&format!("cuThreadExchangeStreamCaptureMode: unknown mode {}", new.0));
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let old = INTERACTION.with(|m| m.replace(new));
+    // SAFETY: as above, and writable: the driver writes the previous mode there.
+    unsafe { mode.write_unaligned(old) };
+    Ok(())
+}
+
 /// A potentially unsafe call (allocating or freeing memory) by the calling thread, checked against
-/// the captures under way (see the module's comment).
+/// the captures under way (see the module's comment) with the thread's interaction mode: global,
+/// any global-mode capture of another thread forbids it too; thread-local, only its own; relaxed,
+/// none.
 pub fn unsafe_call(c: &mut Client, what: &str) -> R<()> {
     let me = std::thread::current().id();
+    let interaction = INTERACTION.with(std::cell::Cell::get);
+    if interaction == CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED {
+        return Ok(());
+    }
+    let others = interaction == CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
     let forbidding = captures()
         .iter()
         .find(|k| {
             let mine = k.thread == me && k.mode != CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-            mine || (k.thread != me && k.mode == CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+            mine || (others && k.thread != me && k.mode == CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
         })
         .map(|k| (k.stream, k.endpoint));
     match forbidding {

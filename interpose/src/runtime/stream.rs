@@ -10,8 +10,9 @@ use crate::api::exports::{
 use crate::api::exports::{
     cuLaunchHostFunc, cuStreamAddCallback, cuStreamCreate, cuStreamCreateWithPriority, cuStreamDestroy_v2,
     cuStreamGetFlags, cuStreamGetPriority, cuStreamIsCapturing, cuStreamQuery, cuStreamSynchronize, cuStreamWaitEvent,
+    cuThreadExchangeStreamCaptureMode,
 };
-use gpupool_shim::cuda::{CUevent, CUhostFn, CUstream, CUstreamCallback, CUstreamCaptureStatus};
+use gpupool_shim::cuda::{CUevent, CUhostFn, CUstream, CUstreamCallback, CUstreamCaptureMode, CUstreamCaptureStatus};
 use gpupool_shim::cudart::{cudaError, cudaHostFn_t, cudaStreamCallback_t, cudaStreamCaptureStatus};
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -64,6 +65,12 @@ fn stream_is_capturing(s: CUstream, status: *mut cudaStreamCaptureStatus, ns: Nu
     state::context()?;
     // SAFETY: our own export; the capture-status enums share numbers and size.
     cu(unsafe { cuStreamIsCapturing(ns.resolve(s), status.cast::<CUstreamCaptureStatus>()) })
+}
+
+/// No context needed: the mode is the calling thread's.
+fn exchange_capture_mode(mode: *mut CUstreamCaptureMode) -> Rt<()> {
+    // SAFETY: our own export; the runtime's and the driver's capture modes share numbers and size.
+    cu(unsafe { cuThreadExchangeStreamCaptureMode(mode) })
 }
 
 fn stream_get_flags(s: CUstream, flags: *mut c_uint, ns: NullStream) -> Rt<()> {
@@ -161,6 +168,7 @@ rt_exports! {
     cudaEventElapsedTime => event_elapsed(ms: *mut f32, start: CUevent, end: CUevent);
     cudaEventElapsedTime_v2 => event_elapsed(ms: *mut f32, start: CUevent, end: CUevent);
     cudaEventDestroy => event_destroy(e: CUevent);
+    cudaThreadExchangeStreamCaptureMode => exchange_capture_mode(mode: *mut CUstreamCaptureMode);
 }
 
 rt_variants! {

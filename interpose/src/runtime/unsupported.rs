@@ -104,7 +104,7 @@ unsupported! {
     cudaStreamGetDevice_ptsz, cudaStreamGetId, cudaStreamGetId_ptsz, cudaStreamSetAttribute,
     cudaStreamSetAttribute_ptsz,
 
-    cudaThreadExchangeStreamCaptureMode, cudaUserObjectCreate, cudaUserObjectRelease, cudaUserObjectRetain,
+    cudaUserObjectCreate, cudaUserObjectRelease, cudaUserObjectRetain,
     cudaVDPAUGetDevice, cudaVDPAUSetVDPAUDevice, cudaWaitExternalSemaphoresAsync,
     cudaWaitExternalSemaphoresAsync_ptsz, cudaWaitExternalSemaphoresAsync_v2,
     cudaWaitExternalSemaphoresAsync_v2_ptsz

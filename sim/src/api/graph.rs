@@ -60,6 +60,33 @@ fn begin(
     Ok(())
 }
 
+thread_local! {
+    /// The thread's capture interaction mode (`cuThreadExchangeStreamCaptureMode`).
+    static INTERACTION: std::cell::Cell<CUstreamCaptureMode> =
+        const { std::cell::Cell::new(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL) };
+}
+
+/// `cuThreadExchangeStreamCaptureMode`: the calling thread's interaction mode becomes `*mode`,
+/// and `*mode` the previous one.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut CUstreamCaptureMode) -> CUresult {
+    cuda_entry(|| {
+        initialized()?;
+        if mode.is_null() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null mode".into());
+        }
+        // SAFETY: non-null; the API's contract makes it point to a CUstreamCaptureMode.
+        let new = unsafe { mode.read_unaligned() };
+        if new.0 > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown capture mode {}", new.0));
+        }
+        let old = INTERACTION.with(|m| m.replace(new));
+        // SAFETY: as above, and writable: the previous mode is written back there.
+        unsafe { mode.write_unaligned(old) };
+        Ok(())
+    })
+}
+
 fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream) -> CuResult<()> {
     begin(h, mode, d, None)
 }
