@@ -33,7 +33,7 @@ fn cublas_and_cublaslt_run_in_the_daemon_and_match_numpy() {
 
     let mut cmd = gpupool_run_script(&d, &python, "cublas_checks.py");
     cmd.arg(format!("{:#x}", foreign.0));
-    run_checks(cmd, "cublas_checks", 30, &d);
+    run_checks(cmd, "cublas_checks", 33, &d);
     let log = d.log();
     // Each refusal is logged with its reason, and the other tenant's bytes are untouched.
     assert!(

@@ -400,8 +400,13 @@ exports! {
         if s.device_pointers {
             sim()?.check(s.stream(), result, 4, "result (device pointer mode)")?;
         }
-        let (tx, rx) = std::sync::mpsc::channel();
         let device_result = s.device_pointers;
+        if !device_result && sim()?.capturing(s.stream()) {
+            return fail(S::CUBLAS_STATUS_NOT_SUPPORTED, || {
+                "a result returned to host memory cannot be captured (CUBLAS_POINTER_MODE_DEVICE can)".into()
+            });
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
         sim()?.enqueue(s.stream(), Box::new(move |job: &Job| {
             let v = if n == 0 {
                 0.0

@@ -11,7 +11,7 @@
 
 use crate::status::{BlasResult, fail};
 use gpupool_shim::cublas::cublasStatus_t as S;
-use gpupool_shim::cuda::{CUdeviceptr, CUresult, CUstream};
+use gpupool_shim::cuda::{CUdeviceptr, CUresult, CUstream, CUstreamCaptureStatus};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
@@ -20,12 +20,14 @@ type ReleaseFn = unsafe extern "C" fn(*mut c_void);
 type CheckFn = unsafe extern "C" fn(CUstream, CUdeviceptr, usize) -> CUresult;
 type EnqueueFn = unsafe extern "C" fn(CUstream, Option<RunFn>, Option<ReleaseFn>, *mut c_void) -> CUresult;
 type SpanFn = unsafe extern "C" fn(*const c_void, CUdeviceptr, usize, *mut *mut c_void) -> CUresult;
+type IsCapturingFn = unsafe extern "C" fn(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
 
 /// The simulator's private exports.
 pub struct Sim {
     check: CheckFn,
     enqueue: EnqueueFn,
     span: SpanFn,
+    is_capturing: IsCapturingFn,
     /// Keeps the functions above loaded.
     _lib: libloading::os::unix::Library,
 }
@@ -56,25 +58,27 @@ fn load() -> Result<Sim, String> {
             check: *lib.get::<CheckFn>(b"gpupool_sim_check_device_span\0").map_err(missing)?,
             enqueue: *lib.get::<EnqueueFn>(b"gpupool_sim_enqueue_host_job\0").map_err(missing)?,
             span: *lib.get::<SpanFn>(b"gpupool_sim_job_device_span\0").map_err(missing)?,
+            is_capturing: *lib.get::<IsCapturingFn>(b"cuStreamIsCapturing\0").map_err(missing)?,
             _lib: lib,
         })
     }
 }
 
-/// A job body: computes with the device ranges it resolves through the [`Job`].
-pub type Body = Box<dyn FnOnce(&Job) -> Result<(), CUresult> + Send>;
+/// A job body: computes with the device ranges it resolves through the [`Job`]. It may run more
+/// than once: a stream capture records it as a node that every launch of the graph runs.
+pub type Body = Box<dyn Fn(&Job) -> Result<(), CUresult> + Send + Sync>;
 
 /// The queued body, owned by the simulator between enqueue and release.
-struct Queued(Option<Body>);
+struct Queued(Body);
 
 unsafe extern "C" fn run_queued(user: *mut c_void, job: *const c_void) -> CUresult {
-    // SAFETY: `user` is the `Queued` that `enqueue` leaked; the simulator calls run before
-    // release and never concurrently with it.
-    let queued = unsafe { &mut *user.cast::<Queued>() };
-    let Some(body) = queued.0.take() else { return CUresult::CUDA_ERROR_UNKNOWN };
+    // SAFETY: `user` is the `Queued` that `enqueue` leaked; the simulator calls run (once per
+    // launch of a captured job, maybe from two streams at once: the body is `Sync`) only before
+    // release.
+    let queued = unsafe { &*user.cast::<Queued>() };
     let Ok(sim) = sim() else { return CUresult::CUDA_ERROR_NOT_INITIALIZED };
     let job = Job { sim, raw: job };
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&job)))
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (queued.0)(&job)))
         .unwrap_or_else(|_| {
             eprintln!("gpupool-sim-blas: internal panic in a queued cuBLAS job");
             Err(CUresult::CUDA_ERROR_UNKNOWN)
@@ -89,6 +93,14 @@ unsafe extern "C" fn release_queued(user: *mut c_void) {
 }
 
 impl Sim {
+    /// Whether work queued on `stream` is being captured (not run now).
+    pub fn capturing(&self, stream: CUstream) -> bool {
+        let mut st = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the driver's own call, with a valid out-pointer; it validates the stream.
+        let r = unsafe { (self.is_capturing)(stream, &mut st) };
+        r == CUresult::CUDA_SUCCESS && st != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    }
+
     /// Refuses a range that is not inside one live allocation of `stream`'s context.
     pub fn check(&self, stream: CUstream, ptr: u64, bytes: usize, what: &str) -> BlasResult<()> {
         if ptr == 0 {
@@ -108,12 +120,13 @@ impl Sim {
         }
     }
 
-    /// Queues `body` on `stream`. A stream the simulator refuses (destroyed, capturing, a
-    /// context with a sticky error) fails the call with EXECUTION_FAILED.
+    /// Queues `body` on `stream` (on a capturing stream, records it in the capture's graph). A
+    /// stream the simulator refuses (destroyed, a context with a sticky error) fails the call with
+    /// EXECUTION_FAILED.
     pub fn enqueue(&self, stream: CUstream, body: Body) -> BlasResult<()> {
-        let user = Box::into_raw(Box::new(Queued(Some(body))));
-        // SAFETY: the simulator calls `run_queued` at most once and `release_queued` exactly
-        // once with `user`, also when it refuses the enqueue.
+        let user = Box::into_raw(Box::new(Queued(body)));
+        // SAFETY: the simulator calls `run_queued` before, and `release_queued` exactly once with
+        // `user`, also when it refuses the enqueue.
         let r = unsafe { (self.enqueue)(stream, Some(run_queued), Some(release_queued), user.cast()) };
         if r == CUresult::CUDA_SUCCESS {
             Ok(())

@@ -233,6 +233,26 @@ err = np.max(np.abs(from_colmajor(get(pc, m * n, np.float32), m, n, m) - (3 * A 
 check("Sgemm with alpha/beta in device memory", err <= 1e-4, f"max error {err}")
 st(blas.cublasSetPointerMode_v2(h, 0), "pointer mode host")
 
+# Captured into a CUDA graph on the handle's stream: an axpy node replayed three times; a dot whose
+# result goes to host memory cannot be captured (it would return before running).
+xs, ys = exact(300), exact(300)
+px, py = put(xs), put(ys)
+cu(cuda.cuStreamBeginCapture_v2(stream, 2), "begin capture")
+dot_status = blas.cublasSdot_v2(h, 300, C.c_void_p(px), 1, C.c_void_p(py), 1, C.byref(F(0)))
+st(blas.cublasSaxpy_v2(h, 300, C.byref(F(0.5)), C.c_void_p(px), 1, C.c_void_p(py), 1), "captured Saxpy")
+graph, gexec = C.c_void_p(), C.c_void_p()
+cu(cuda.cuStreamEndCapture(stream, C.byref(graph)), "end capture")
+check("nothing ran during the capture", np.array_equal(get(py, 300, np.float32), ys))
+cu(cuda.cuGraphInstantiateWithFlags(C.byref(gexec), graph, C.c_ulonglong(0)), "instantiate")
+for _ in range(3):
+    cu(cuda.cuGraphLaunch(gexec, stream), "graph launch")
+cu(cuda.cuStreamSynchronize(stream), "sync")
+err = np.max(np.abs(get(py, 300, np.float32) - (ys + 1.5 * xs)))
+check("a captured Saxpy replayed three times", err <= 1e-4, f"max error {err}")
+check("a captured Sdot to host memory is CUBLAS_STATUS_NOT_SUPPORTED", dot_status == 15, f"status {dot_status}")
+cu(cuda.cuGraphExecDestroy(gexec), "exec destroy")
+cu(cuda.cuGraphDestroy(graph), "graph destroy")
+
 py = put(w)
 st(blas.cublasSaxpy_v2(h, 1000, C.byref(F(-2.0)), C.c_void_p(pv), 1, C.c_void_p(py), 1), "Saxpy")
 check("Saxpy", np.allclose(get(py, 1000, np.float32), w - 2 * v))

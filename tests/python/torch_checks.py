@@ -277,6 +277,34 @@ def check_graphs(quota):
     assert torch.equal(w.cpu(), torch.full((n,), 9.0)), w[:4].cpu()
     say("graphs", "a second graph sharing the first's memory pool replays after it")
 
+    # cuBLAS and cuBLASLt captured: the daemon's math library calls are kernel nodes of the graph.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    gen = torch.Generator().manual_seed(5)
+    m, k, n = 37, 53, 29
+    a, b, w, bias = (torch.zeros(*shape).cuda() for shape in ((m, k), (k, n), (n, n), (n,)))
+    F.linear(torch.mm(a, b), w, bias)
+    torch.cuda.synchronize()
+    g3 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g3):
+        c = torch.mm(a, b)
+        lin = F.linear(c, w, bias)
+    worst = 0.0
+    for _ in range(3):
+        ha, hb, hw, hbias = (torch.randn(*t.shape, generator=gen) for t in (a, b, w, bias))
+        for dst, src in ((a, ha), (b, hb), (w, hw), (bias, hbias)):
+            dst.copy_(src)
+        g3.replay()
+        torch.cuda.synchronize()
+        got_c, got_lin = c.cpu().double(), lin.cpu().double()
+        ref_c = ha.double() @ hb.double()
+        lim_c = bound(torch.float32, ha.double().abs() @ hb.double().abs(), ref_c, k)
+        ref_lin = got_c @ hw.double().T + hbias.double()
+        lim_lin = bound(torch.float32, got_c.abs() @ hw.double().abs().T + hbias.double().abs(), ref_lin, n)
+        worst = max(worst, ((got_c - ref_c).abs() / lim_c).max().item(), ((got_lin - ref_lin).abs() / lim_lin).max().item())
+        assert ref_c.abs().max().item() > 1.0
+    assert worst <= 1.0, f"{worst:.2f} x the GEMM error bound"
+    say("graphs", f"torch.mm and F.linear with bias captured and replayed with new inputs ({worst:.2f} of the bound)")
+
 
 # ---- two devices --------------------------------------------------------------------------
 

@@ -6,7 +6,9 @@
 //!   one live allocation of the context `stream` belongs to, so a bad pointer is refused when
 //!   the call is made;
 //! - `gpupool_sim_enqueue_host_job(stream, run, release, user)`: queues `run` on `stream` as
-//!   device work (kernel time for NVML), ordered with the stream's kernels and copies;
+//!   device work (kernel time for NVML), ordered with the stream's kernels and copies; on a
+//!   capturing stream it is a kernel node, run at every launch of the graph (so `run` may be
+//!   called many times, and from two streams at once, before the one `release`);
 //! - `gpupool_sim_job_device_span(job, ptr, bytes, &host)`: inside `run`, the host address of
 //!   the bytes behind a device range of the job's context. The allocation is held until `run`
 //!   returns, so a free racing the job cannot unmap them.
@@ -67,8 +69,8 @@ fn enqueue(
     let data = UserData { user: user as usize, release };
     let (ctx, s) = resolve_stream(initialized()?, stream, DefaultStream::Legacy)?;
     ctx.check_sticky()?;
-    // A captured job would be replayed, but its `user` is released after one run.
-    s.refuse_if_capturing("a math library call")?;
+    // On a capturing stream the job becomes a kernel node that every launch of the graph runs;
+    // `user` is released when the last graph holding it goes.
     let job_ctx = ctx.clone();
     s.enqueue(
         &ctx,
