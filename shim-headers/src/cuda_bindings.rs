@@ -4923,6 +4923,9 @@ unsafe extern "C" {
     ) -> CUresult;
 }
 unsafe extern "C" {
+    pub fn cuThreadExchangeStreamCaptureMode(mode: *mut CUstreamCaptureMode) -> CUresult;
+}
+unsafe extern "C" {
     pub fn cuStreamGetCaptureInfo_v3(
         hStream: CUstream,
         captureStatus_out: *mut CUstreamCaptureStatus,
