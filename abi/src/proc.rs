@@ -315,6 +315,7 @@ macro_rules! driver_entry_points {
         "cuStreamWaitEvent" => [3020 => cuStreamWaitEvent | cuStreamWaitEvent_ptsz];
         "cuStreamAddCallback" => [5000 => cuStreamAddCallback | cuStreamAddCallback_ptsz];
         "cuStreamIsCapturing" => [10000 => cuStreamIsCapturing | cuStreamIsCapturing_ptsz];
+        "cuThreadExchangeStreamCaptureMode" => [10010 => cuThreadExchangeStreamCaptureMode];
         "cuStreamBeginCapture" => [10000 => !, 10010 => cuStreamBeginCapture_v2 | cuStreamBeginCapture_v2_ptsz];
         "cuStreamEndCapture" => [10000 => cuStreamEndCapture | cuStreamEndCapture_ptsz];
         "cuStreamBeginCaptureToGraph" => [12030 => cuStreamBeginCaptureToGraph | cuStreamBeginCaptureToGraph_ptsz];
