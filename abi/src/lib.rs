@@ -12,6 +12,7 @@
 
 pub mod absent;
 pub mod errors;
+pub mod graph_node;
 pub mod identity;
 pub mod launch;
 pub mod mempool;

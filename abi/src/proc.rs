@@ -342,6 +342,15 @@ macro_rules! driver_entry_points {
         "cuGraphAddChildGraphNode" => [10000 => cuGraphAddChildGraphNode];
         "cuGraphAddEventRecordNode" => [11010 => cuGraphAddEventRecordNode];
         "cuGraphAddEventWaitNode" => [11010 => cuGraphAddEventWaitNode];
+        "cuGraphEventRecordNodeGetEvent" => [11010 => cuGraphEventRecordNodeGetEvent];
+        "cuGraphEventRecordNodeSetEvent" => [11010 => cuGraphEventRecordNodeSetEvent];
+        "cuGraphEventWaitNodeGetEvent" => [11010 => cuGraphEventWaitNodeGetEvent];
+        "cuGraphEventWaitNodeSetEvent" => [11010 => cuGraphEventWaitNodeSetEvent];
+        "cuGraphExecEventRecordNodeSetEvent" => [11010 => cuGraphExecEventRecordNodeSetEvent];
+        "cuGraphExecEventWaitNodeSetEvent" => [11010 => cuGraphExecEventWaitNodeSetEvent];
+        "cuGraphAddNode" => [12020 => cuGraphAddNode, 12030 => cuGraphAddNode_v2];
+        "cuGraphNodeSetParams" => [12020 => cuGraphNodeSetParams];
+        "cuGraphExecNodeSetParams" => [12020 => cuGraphExecNodeSetParams];
         "cuGraphAddDependencies" => [10000 => cuGraphAddDependencies, 12030 => cuGraphAddDependencies_v2];
         "cuGraphRemoveDependencies" => [10000 => cuGraphRemoveDependencies, 12030 => cuGraphRemoveDependencies_v2];
         "cuGraphDestroyNode" => [10000 => cuGraphDestroyNode];

@@ -197,7 +197,8 @@ fn capture_into_a_graph_with_updated_dependencies_replays_right() {
 
 /// Memset and memcpy node parameters (pool-daemon/src/daemon/graph_params.rs): tests/c/graph_params_client.c
 /// under gpupool run reads them back, changes them on the graph (an exec made before keeps its nodes) and on
-/// one instantiated graph, and relaunches with the new results; bad changes are INVALID_VALUE.
+/// one instantiated graph, and relaunches with the new results; bad changes are INVALID_VALUE. The generic
+/// node calls (cuGraphAddNode, cuGraphNodeSetParams, cuGraphExecNodeSetParams) and event nodes' events too.
 #[test]
 fn memset_and_memcpy_node_parameters_change_through_the_pool() {
     ensure_interposer();
@@ -211,7 +212,7 @@ fn memset_and_memcpy_node_parameters_change_through_the_pool() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "graph_params_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 7, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 9, "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }
 

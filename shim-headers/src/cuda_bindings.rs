@@ -6417,3 +6417,527 @@ unsafe extern "C" {
         numDependentNodes: *mut usize,
     ) -> CUresult;
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_KERNEL_NODE_PARAMS_v3_st {
+    pub func: CUfunction,
+    pub gridDimX: ::std::os::raw::c_uint,
+    pub gridDimY: ::std::os::raw::c_uint,
+    pub gridDimZ: ::std::os::raw::c_uint,
+    pub blockDimX: ::std::os::raw::c_uint,
+    pub blockDimY: ::std::os::raw::c_uint,
+    pub blockDimZ: ::std::os::raw::c_uint,
+    pub sharedMemBytes: ::std::os::raw::c_uint,
+    pub kernelParams: *mut *mut ::std::os::raw::c_void,
+    pub extra: *mut *mut ::std::os::raw::c_void,
+    pub kern: CUkernel,
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_KERNEL_NODE_PARAMS_v3_st",
+    ][::std::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_v3_st>() - 72usize];
+    [
+        "Alignment of CUDA_KERNEL_NODE_PARAMS_v3_st",
+    ][::std::mem::align_of::<CUDA_KERNEL_NODE_PARAMS_v3_st>() - 8usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::func",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, func) - 0usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::gridDimX",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, gridDimX) - 8usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::gridDimY",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, gridDimY) - 12usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::gridDimZ",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, gridDimZ) - 16usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::blockDimX",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, blockDimX) - 20usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::blockDimY",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, blockDimY) - 24usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::blockDimZ",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, blockDimZ) - 28usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::sharedMemBytes",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, sharedMemBytes) - 32usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::kernelParams",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, kernelParams) - 40usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::extra",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, extra) - 48usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::kern",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, kern) - 56usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v3_st::ctx",
+    ][::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v3_st, ctx) - 64usize];
+};
+impl Default for CUDA_KERNEL_NODE_PARAMS_v3_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_KERNEL_NODE_PARAMS_v3 = CUDA_KERNEL_NODE_PARAMS_v3_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_MEMSET_NODE_PARAMS_v2_st {
+    pub dst: CUdeviceptr,
+    pub pitch: usize,
+    pub value: ::std::os::raw::c_uint,
+    pub elementSize: ::std::os::raw::c_uint,
+    pub width: usize,
+    pub height: usize,
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_MEMSET_NODE_PARAMS_v2_st",
+    ][::std::mem::size_of::<CUDA_MEMSET_NODE_PARAMS_v2_st>() - 48usize];
+    [
+        "Alignment of CUDA_MEMSET_NODE_PARAMS_v2_st",
+    ][::std::mem::align_of::<CUDA_MEMSET_NODE_PARAMS_v2_st>() - 8usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::dst",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, dst) - 0usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::pitch",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, pitch) - 8usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::value",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, value) - 16usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::elementSize",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, elementSize) - 20usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::width",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, width) - 24usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::height",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, height) - 32usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_v2_st::ctx",
+    ][::std::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_v2_st, ctx) - 40usize];
+};
+impl Default for CUDA_MEMSET_NODE_PARAMS_v2_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_MEMSET_NODE_PARAMS_v2 = CUDA_MEMSET_NODE_PARAMS_v2_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUDA_HOST_NODE_PARAMS_v2_st {
+    pub fn_: CUhostFn,
+    pub userData: *mut ::std::os::raw::c_void,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_HOST_NODE_PARAMS_v2_st",
+    ][::std::mem::size_of::<CUDA_HOST_NODE_PARAMS_v2_st>() - 16usize];
+    [
+        "Alignment of CUDA_HOST_NODE_PARAMS_v2_st",
+    ][::std::mem::align_of::<CUDA_HOST_NODE_PARAMS_v2_st>() - 8usize];
+    [
+        "Offset of field: CUDA_HOST_NODE_PARAMS_v2_st::fn_",
+    ][::std::mem::offset_of!(CUDA_HOST_NODE_PARAMS_v2_st, fn_) - 0usize];
+    [
+        "Offset of field: CUDA_HOST_NODE_PARAMS_v2_st::userData",
+    ][::std::mem::offset_of!(CUDA_HOST_NODE_PARAMS_v2_st, userData) - 8usize];
+};
+impl Default for CUDA_HOST_NODE_PARAMS_v2_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_HOST_NODE_PARAMS_v2 = CUDA_HOST_NODE_PARAMS_v2_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_MEMCPY_NODE_PARAMS_st {
+    pub flags: ::std::os::raw::c_int,
+    pub reserved: ::std::os::raw::c_int,
+    pub copyCtx: CUcontext,
+    pub copyParams: CUDA_MEMCPY3D,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_MEMCPY_NODE_PARAMS_st",
+    ][::std::mem::size_of::<CUDA_MEMCPY_NODE_PARAMS_st>() - 216usize];
+    [
+        "Alignment of CUDA_MEMCPY_NODE_PARAMS_st",
+    ][::std::mem::align_of::<CUDA_MEMCPY_NODE_PARAMS_st>() - 8usize];
+    [
+        "Offset of field: CUDA_MEMCPY_NODE_PARAMS_st::flags",
+    ][::std::mem::offset_of!(CUDA_MEMCPY_NODE_PARAMS_st, flags) - 0usize];
+    [
+        "Offset of field: CUDA_MEMCPY_NODE_PARAMS_st::reserved",
+    ][::std::mem::offset_of!(CUDA_MEMCPY_NODE_PARAMS_st, reserved) - 4usize];
+    [
+        "Offset of field: CUDA_MEMCPY_NODE_PARAMS_st::copyCtx",
+    ][::std::mem::offset_of!(CUDA_MEMCPY_NODE_PARAMS_st, copyCtx) - 8usize];
+    [
+        "Offset of field: CUDA_MEMCPY_NODE_PARAMS_st::copyParams",
+    ][::std::mem::offset_of!(CUDA_MEMCPY_NODE_PARAMS_st, copyParams) - 16usize];
+};
+impl Default for CUDA_MEMCPY_NODE_PARAMS_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_MEMCPY_NODE_PARAMS = CUDA_MEMCPY_NODE_PARAMS_st;
+impl CUgraphChildGraphNodeOwnership_enum {
+    pub const CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE: CUgraphChildGraphNodeOwnership_enum = CUgraphChildGraphNodeOwnership_enum(
+        0,
+    );
+}
+impl CUgraphChildGraphNodeOwnership_enum {
+    pub const CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE: CUgraphChildGraphNodeOwnership_enum = CUgraphChildGraphNodeOwnership_enum(
+        1,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUgraphChildGraphNodeOwnership_enum(pub ::std::os::raw::c_uint);
+pub use self::CUgraphChildGraphNodeOwnership_enum as CUgraphChildGraphNodeOwnership;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_CHILD_GRAPH_NODE_PARAMS_st {
+    pub graph: CUgraph,
+    pub ownership: CUgraphChildGraphNodeOwnership,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_CHILD_GRAPH_NODE_PARAMS_st",
+    ][::std::mem::size_of::<CUDA_CHILD_GRAPH_NODE_PARAMS_st>() - 16usize];
+    [
+        "Alignment of CUDA_CHILD_GRAPH_NODE_PARAMS_st",
+    ][::std::mem::align_of::<CUDA_CHILD_GRAPH_NODE_PARAMS_st>() - 8usize];
+    [
+        "Offset of field: CUDA_CHILD_GRAPH_NODE_PARAMS_st::graph",
+    ][::std::mem::offset_of!(CUDA_CHILD_GRAPH_NODE_PARAMS_st, graph) - 0usize];
+    [
+        "Offset of field: CUDA_CHILD_GRAPH_NODE_PARAMS_st::ownership",
+    ][::std::mem::offset_of!(CUDA_CHILD_GRAPH_NODE_PARAMS_st, ownership) - 8usize];
+};
+impl Default for CUDA_CHILD_GRAPH_NODE_PARAMS_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_CHILD_GRAPH_NODE_PARAMS = CUDA_CHILD_GRAPH_NODE_PARAMS_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_EVENT_RECORD_NODE_PARAMS_st {
+    pub event: CUevent,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_EVENT_RECORD_NODE_PARAMS_st",
+    ][::std::mem::size_of::<CUDA_EVENT_RECORD_NODE_PARAMS_st>() - 8usize];
+    [
+        "Alignment of CUDA_EVENT_RECORD_NODE_PARAMS_st",
+    ][::std::mem::align_of::<CUDA_EVENT_RECORD_NODE_PARAMS_st>() - 8usize];
+    [
+        "Offset of field: CUDA_EVENT_RECORD_NODE_PARAMS_st::event",
+    ][::std::mem::offset_of!(CUDA_EVENT_RECORD_NODE_PARAMS_st, event) - 0usize];
+};
+impl Default for CUDA_EVENT_RECORD_NODE_PARAMS_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_EVENT_RECORD_NODE_PARAMS = CUDA_EVENT_RECORD_NODE_PARAMS_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_EVENT_WAIT_NODE_PARAMS_st {
+    pub event: CUevent,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_EVENT_WAIT_NODE_PARAMS_st",
+    ][::std::mem::size_of::<CUDA_EVENT_WAIT_NODE_PARAMS_st>() - 8usize];
+    [
+        "Alignment of CUDA_EVENT_WAIT_NODE_PARAMS_st",
+    ][::std::mem::align_of::<CUDA_EVENT_WAIT_NODE_PARAMS_st>() - 8usize];
+    [
+        "Offset of field: CUDA_EVENT_WAIT_NODE_PARAMS_st::event",
+    ][::std::mem::offset_of!(CUDA_EVENT_WAIT_NODE_PARAMS_st, event) - 0usize];
+};
+impl Default for CUDA_EVENT_WAIT_NODE_PARAMS_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_EVENT_WAIT_NODE_PARAMS = CUDA_EVENT_WAIT_NODE_PARAMS_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_MEM_ALLOC_NODE_PARAMS_v2_st {
+    pub poolProps: CUmemPoolProps,
+    pub accessDescs: *const CUmemAccessDesc,
+    pub accessDescCount: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_MEM_ALLOC_NODE_PARAMS_v2_st",
+    ][::std::mem::size_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v2_st>() - 120usize];
+    [
+        "Alignment of CUDA_MEM_ALLOC_NODE_PARAMS_v2_st",
+    ][::std::mem::align_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v2_st>() - 8usize];
+    [
+        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v2_st::poolProps",
+    ][::std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v2_st, poolProps) - 0usize];
+    [
+        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v2_st::accessDescs",
+    ][::std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v2_st, accessDescs) - 88usize];
+    [
+        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v2_st::accessDescCount",
+    ][::std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v2_st, accessDescCount)
+        - 96usize];
+    [
+        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v2_st::bytesize",
+    ][::std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v2_st, bytesize) - 104usize];
+    [
+        "Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v2_st::dptr",
+    ][::std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v2_st, dptr) - 112usize];
+};
+impl Default for CUDA_MEM_ALLOC_NODE_PARAMS_v2_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_MEM_ALLOC_NODE_PARAMS_v2 = CUDA_MEM_ALLOC_NODE_PARAMS_v2_st;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_MEM_FREE_NODE_PARAMS_st {
+    pub dptr: CUdeviceptr,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_MEM_FREE_NODE_PARAMS_st",
+    ][::std::mem::size_of::<CUDA_MEM_FREE_NODE_PARAMS_st>() - 8usize];
+    [
+        "Alignment of CUDA_MEM_FREE_NODE_PARAMS_st",
+    ][::std::mem::align_of::<CUDA_MEM_FREE_NODE_PARAMS_st>() - 8usize];
+    [
+        "Offset of field: CUDA_MEM_FREE_NODE_PARAMS_st::dptr",
+    ][::std::mem::offset_of!(CUDA_MEM_FREE_NODE_PARAMS_st, dptr) - 0usize];
+};
+pub type CUDA_MEM_FREE_NODE_PARAMS = CUDA_MEM_FREE_NODE_PARAMS_st;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct CUgraphNodeParams_st {
+    pub type_: CUgraphNodeType,
+    pub reserved0: [::std::os::raw::c_int; 3usize],
+    pub __bindgen_anon_1: CUgraphNodeParams_st__bindgen_ty_1,
+    pub reserved2: ::std::os::raw::c_longlong,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union CUgraphNodeParams_st__bindgen_ty_1 {
+    pub reserved1: [::std::os::raw::c_longlong; 29usize],
+    pub kernel: CUDA_KERNEL_NODE_PARAMS_v3,
+    pub memcpy: CUDA_MEMCPY_NODE_PARAMS,
+    pub memset: CUDA_MEMSET_NODE_PARAMS_v2,
+    pub host: CUDA_HOST_NODE_PARAMS_v2,
+    pub graph: CUDA_CHILD_GRAPH_NODE_PARAMS,
+    pub eventWait: CUDA_EVENT_WAIT_NODE_PARAMS,
+    pub eventRecord: CUDA_EVENT_RECORD_NODE_PARAMS,
+    pub alloc: CUDA_MEM_ALLOC_NODE_PARAMS_v2,
+    pub free: CUDA_MEM_FREE_NODE_PARAMS,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUgraphNodeParams_st__bindgen_ty_1",
+    ][::std::mem::size_of::<CUgraphNodeParams_st__bindgen_ty_1>() - 232usize];
+    [
+        "Alignment of CUgraphNodeParams_st__bindgen_ty_1",
+    ][::std::mem::align_of::<CUgraphNodeParams_st__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::reserved1",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, reserved1) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::kernel",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, kernel) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::memcpy",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, memcpy) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::memset",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, memset) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::host",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, host) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::graph",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, graph) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::eventWait",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, eventWait) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::eventRecord",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, eventRecord) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::alloc",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, alloc) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::free",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, free) - 0usize];
+};
+impl Default for CUgraphNodeParams_st__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUgraphNodeParams_st",
+    ][::std::mem::size_of::<CUgraphNodeParams_st>() - 256usize];
+    [
+        "Alignment of CUgraphNodeParams_st",
+    ][::std::mem::align_of::<CUgraphNodeParams_st>() - 8usize];
+    [
+        "Offset of field: CUgraphNodeParams_st::type_",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st, type_) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st::reserved0",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st, reserved0) - 4usize];
+    [
+        "Offset of field: CUgraphNodeParams_st::reserved2",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st, reserved2) - 248usize];
+};
+impl Default for CUgraphNodeParams_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUgraphNodeParams = CUgraphNodeParams_st;
+unsafe extern "C" {
+    pub fn cuGraphAddNode(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        nodeParams: *mut CUgraphNodeParams,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphAddNode_v2(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        dependencyData: *const CUgraphEdgeData,
+        numDependencies: usize,
+        nodeParams: *mut CUgraphNodeParams,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphNodeSetParams(
+        hNode: CUgraphNode,
+        nodeParams: *mut CUgraphNodeParams,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphExecNodeSetParams(
+        hGraphExec: CUgraphExec,
+        hNode: CUgraphNode,
+        nodeParams: *mut CUgraphNodeParams,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphEventRecordNodeGetEvent(
+        hNode: CUgraphNode,
+        event_out: *mut CUevent,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphEventRecordNodeSetEvent(
+        hNode: CUgraphNode,
+        event: CUevent,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphEventWaitNodeGetEvent(
+        hNode: CUgraphNode,
+        event_out: *mut CUevent,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphEventWaitNodeSetEvent(hNode: CUgraphNode, event: CUevent) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphExecEventRecordNodeSetEvent(
+        hGraphExec: CUgraphExec,
+        hNode: CUgraphNode,
+        event: CUevent,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphExecEventWaitNodeSetEvent(
+        hGraphExec: CUgraphExec,
+        hNode: CUgraphNode,
+        event: CUevent,
+    ) -> CUresult;
+}
+unsafe extern "C" {
+    pub fn cuGraphChildGraphNodeGetGraph(
+        hNode: CUgraphNode,
+        phGraph: *mut CUgraph,
+    ) -> CUresult;
+}

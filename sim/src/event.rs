@@ -19,12 +19,19 @@ struct EventState {
 pub struct Event {
     pub ctx_handle: u64,
     pub flags: u32,
+    /// Its handle, set when registered (an event node answers it: `cuGraphEventRecordNodeGetEvent`).
+    pub handle: std::sync::OnceLock<u64>,
     state: Mutex<EventState>,
 }
 
 impl Event {
     pub fn new(ctx_handle: u64, flags: u32) -> Arc<Event> {
-        Arc::new(Event { ctx_handle, flags, state: Mutex::new(EventState::default()) })
+        Arc::new(Event {
+            ctx_handle,
+            flags,
+            handle: std::sync::OnceLock::new(),
+            state: Mutex::new(EventState::default()),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, EventState> {

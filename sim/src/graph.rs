@@ -256,7 +256,8 @@ fn order(nodes: &[Node]) -> CuResult<Vec<usize>> {
 }
 
 /// The steps of `nodes` in dependency order, child graphs inlined; `top` gets, for each top-level
-/// kernel, host, memset or memcpy node, the index of its step (its parameters can be changed there).
+/// kernel, host, memset, memcpy or event node, the index of its step (its parameters can be changed
+/// there).
 fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Option<usize>>>) -> CuResult<()> {
     if let Some(t) = top.as_deref_mut() {
         t.resize(nodes.len(), None);
@@ -275,7 +276,13 @@ fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Optio
         }
         let settable = matches!(
             nodes[i].op,
-            Op::Kernel(..) | Op::Captured(Work::Kernel, _) | Op::Host(..) | Op::Memset(..) | Op::Memcpy(..)
+            Op::Kernel(..)
+                | Op::Captured(Work::Kernel, _)
+                | Op::Host(..)
+                | Op::Memset(..)
+                | Op::Memcpy(..)
+                | Op::EventRecord(_)
+                | Op::EventWait(_)
         );
         if let Some(t) = top.as_deref_mut()
             && settable
@@ -354,7 +361,7 @@ pub struct GraphExec {
     /// The flags it was instantiated with (`cuGraphExecGetFlags`).
     pub flags: u64,
     steps: Mutex<Vec<Step>>,
-    /// Per node of the graph: its step, if it is a kernel, host, memset or memcpy node.
+    /// Per node of the graph: its step, if it is a kernel, host, memset, memcpy or event node.
     top: Vec<Option<usize>>,
     topology: Topology,
 }
@@ -393,6 +400,24 @@ impl GraphExec {
     /// The type name (as [`Op::type_name`]) of node `index` of the graph this was made from.
     pub fn node_type(&self, index: usize) -> Option<&'static str> {
         self.topology.0.get(index).map(|t| t.0)
+    }
+
+    /// Replaces the event of node `index`'s step, an event record (`record`) or wait node's.
+    pub fn set_event(&self, index: usize, record: bool, event: Arc<Event>) -> CuResult<()> {
+        let mut steps = self.steps.lock().unwrap_or_else(|e| e.into_inner());
+        match (self.top.get(index), record) {
+            (Some(&Some(at)), true) if matches!(steps[at], Step::Record(_)) => steps[at] = Step::Record(event),
+            (Some(&Some(at)), false) if matches!(steps[at], Step::Wait(_)) => steps[at] = Step::Wait(event),
+            _ => {
+                return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                    format!(
+                        "not an event {} node of the graph this was instantiated from",
+                        if record { "record" } else { "wait" }
+                    )
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Replaces the job of node `index`'s step, which must be a `work` step (a kernel node's is

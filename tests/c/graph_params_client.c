@@ -25,6 +25,9 @@
  * and cuMemcpyHtoDAsync from page-locked memory (its host address as this process knows it) are
  * MEMSET and MEMCPY nodes whose GetParams answer what was captured.
  *
+ * The generic node calls (cuGraphAddNode, _v2, cuGraphNodeSetParams, cuGraphExecNodeSetParams) and
+ * event nodes' events (Get/SetEvent on a graph and an instantiated graph): see that section.
+ *
  * Output: "ok <check>" per check, then "done"; a failure prints "FAIL ..." on stderr, exits 1.
  */
 #define _GNU_SOURCE
@@ -46,7 +49,10 @@
     X(cuGraphClone) X(cuGraphNodeFindInClone) X(cuGraphNodeGetType) X(cuGraphNodeGetDependencies)           \
     X(cuGraphAddEmptyNode) X(cuGraphAddDependencies) X(cuGraphRemoveDependencies)                           \
     X(cuGraphRemoveDependencies_v2) X(cuGraphDestroyNode) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)        \
-    X(cuMemsetD32Async) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemAllocHost_v2) X(cuMemFreeHost)
+    X(cuMemsetD32Async) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemAllocHost_v2) X(cuMemFreeHost)   \
+    X(cuEventCreate) X(cuEventDestroy_v2) X(cuGraphAddNode) X(cuGraphAddNode_v2) X(cuGraphNodeSetParams)          \
+    X(cuGraphExecNodeSetParams) X(cuGraphEventRecordNodeGetEvent) X(cuGraphEventWaitNodeGetEvent)                  \
+    X(cuGraphEventRecordNodeSetEvent) X(cuGraphEventWaitNodeSetEvent) X(cuGraphExecEventWaitNodeSetEvent)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -309,6 +315,96 @@ int main(void) {
     CU(cuGraphDestroy, cap);
     CU(cuGraphDestroy, gk);
     CU(cuMemFreeHost, pinned);
+
+    /* The generic node calls: cuGraphAddNode (and _v2) of a memset, a memcpy, an event record, an
+     * empty and an event wait node, each of its own type; cuGraphNodeSetParams changes the graph's
+     * memset (a later instantiation runs it), cuGraphExecNodeSetParams an instantiated graph's; event
+     * nodes answer their events, and take others on the graph and on an instantiated graph. Refused:
+     * parameters of another type than the node's, a node type the pool has not (conditional). */
+    {
+        CUgraph gn;
+        CUgraphNode n[5], extra;
+        CUgraphExec xn, xn2;
+        CUevent e1, e2, got;
+        CUgraphNodeParams p;
+        CU(cuEventCreate, &e1, 0);
+        CU(cuEventCreate, &e2, 0);
+        CU(cuGraphCreate, &gn, 0);
+        memset(&p, 0, sizeof p);
+        p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+        p.memset.dst = a, p.memset.value = 21, p.memset.elementSize = 4, p.memset.width = N, p.memset.height = 1;
+        p.memset.ctx = ctx;
+        CU(cuGraphAddNode, &n[0], gn, NULL, 0, &p);
+        memset(&p, 0, sizeof p);
+        p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+        p.memcpy.copyCtx = ctx;
+        p.memcpy.copyParams = copy_of(a, b);
+        CU(cuGraphAddNode_v2, &n[1], gn, &n[0], NULL, 1, &p);
+        memset(&p, 0, sizeof p);
+        p.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+        p.eventRecord.event = e1;
+        CU(cuGraphAddNode, &n[2], gn, &n[1], 1, &p);
+        memset(&p, 0, sizeof p);
+        p.type = CU_GRAPH_NODE_TYPE_EMPTY;
+        CU(cuGraphAddNode, &n[3], gn, &n[2], 1, &p);
+        memset(&p, 0, sizeof p);
+        p.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+        p.eventWait.event = e1;
+        CU(cuGraphAddNode, &n[4], gn, &n[3], 1, &p);
+        const CUgraphNodeType want[5] = {CU_GRAPH_NODE_TYPE_MEMSET, CU_GRAPH_NODE_TYPE_MEMCPY,
+                                         CU_GRAPH_NODE_TYPE_EVENT_RECORD, CU_GRAPH_NODE_TYPE_EMPTY,
+                                         CU_GRAPH_NODE_TYPE_WAIT_EVENT};
+        for (int i = 0; i < 5; i++) {
+            CUgraphNodeType t;
+            CU(cuGraphNodeGetType, n[i], &t);
+            CHECK(t == want[i], "cuGraphAddNode's node type", i, t);
+        }
+        CU(cuGraphEventRecordNodeGetEvent, n[2], &got);
+        CHECK(got == e1, "an event record node's event", got == e1, 1);
+        CU(cuGraphEventWaitNodeGetEvent, n[4], &got);
+        CHECK(got == e1, "an event wait node's event", got == e1, 1);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphEventWaitNodeGetEvent, n[2], &got);
+        memset(&p, 0, sizeof p);
+        p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+        CU_EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddNode, &extra, gn, NULL, 0, &p);
+        printf("ok cuGraphAddNode: memset, memcpy, event record, empty and event wait nodes\n");
+
+        CU(cuGraphInstantiateWithFlags, &xn, gn, 0);
+        CU(cuGraphLaunch, xn, s);
+        CU(cuStreamSynchronize, s);
+        expect_all(b, 21, "cuGraphAddNode's memset and memcpy ran");
+        memset(&p, 0, sizeof p);
+        p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+        p.memset.dst = a, p.memset.value = 22, p.memset.elementSize = 4, p.memset.width = N, p.memset.height = 1;
+        CU(cuGraphNodeSetParams, n[0], &p);
+        p.memset.value = 23;
+        CU(cuGraphExecNodeSetParams, xn, n[0], &p);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphNodeSetParams, n[1], &p); /* a memcpy node */
+        CU(cuGraphEventRecordNodeSetEvent, n[2], e2);
+        CU(cuGraphEventRecordNodeGetEvent, n[2], &got);
+        CHECK(got == e2, "the record node's new event", got == e2, 1);
+        CU(cuGraphEventWaitNodeSetEvent, n[4], e2);
+        CU(cuGraphEventWaitNodeGetEvent, n[4], &got);
+        CHECK(got == e2, "the wait node's new event", got == e2, 1);
+        memset(&p, 0, sizeof p);
+        p.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+        p.eventRecord.event = e2;
+        CU(cuGraphExecNodeSetParams, xn, n[2], &p);
+        CU(cuGraphExecEventWaitNodeSetEvent, xn, n[4], e2);
+        CU(cuGraphLaunch, xn, s);
+        CU(cuStreamSynchronize, s);
+        expect_all(b, 23, "cuGraphExecNodeSetParams changed the instantiated graph's memset");
+        CU(cuGraphInstantiateWithFlags, &xn2, gn, 0);
+        CU(cuGraphLaunch, xn2, s);
+        CU(cuStreamSynchronize, s);
+        expect_all(b, 22, "cuGraphNodeSetParams changed the graph's memset");
+        printf("ok cuGraphNodeSetParams, cuGraphExecNodeSetParams, and event nodes' events\n");
+        CU(cuGraphExecDestroy, xn);
+        CU(cuGraphExecDestroy, xn2);
+        CU(cuGraphDestroy, gn);
+        CU(cuEventDestroy_v2, e1);
+        CU(cuEventDestroy_v2, e2);
+    }
 
     CU(cuGraphExecDestroy, e3);
     CU(cuGraphExecDestroy, e4);

@@ -38,6 +38,7 @@ fn generate(include_dir: &Path, target: &Target) -> Result<String> {
         .derive_eq(true)
         // A struct holding a function pointer: comparing those is meaningless (rustc warns).
         .no_partialeq("CUDA_HOST_NODE_PARAMS_st")
+        .no_partialeq("CUDA_HOST_NODE_PARAMS_v2_st")
         .derive_hash(false)
         .layout_tests(true)
         .generate_comments(false)

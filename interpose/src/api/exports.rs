@@ -144,6 +144,21 @@ exports! { CUresult;
     cuGraphExecKernelNodeSetParams_v2(exec: val CUgraphExec, node: val CUgraphNode,
         params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::exec_kernel_node_set_params;
     cuGraphExecGetFlags(exec: val CUgraphExec, flags: out cuuint64_t) = graph::exec_get_flags;
+    cuGraphEventRecordNodeGetEvent(node: val CUgraphNode, event: out CUevent) = graph_node::record_node_get_event;
+    cuGraphEventWaitNodeGetEvent(node: val CUgraphNode, event: out CUevent) = graph_node::wait_node_get_event;
+    cuGraphEventRecordNodeSetEvent(node: val CUgraphNode, event: val CUevent) = graph_node::record_node_set_event;
+    cuGraphEventWaitNodeSetEvent(node: val CUgraphNode, event: val CUevent) = graph_node::wait_node_set_event;
+    cuGraphExecEventRecordNodeSetEvent(exec: val CUgraphExec, node: val CUgraphNode, event: val CUevent)
+        = graph_node::exec_record_node_set_event;
+    cuGraphExecEventWaitNodeSetEvent(exec: val CUgraphExec, node: val CUgraphNode, event: val CUevent)
+        = graph_node::exec_wait_node_set_event;
+    cuGraphAddNode(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode, n: val usize,
+        params: val *mut CUgraphNodeParams) = graph_node::add_node;
+    cuGraphAddNode_v2(node: val *mut CUgraphNode, graph: val CUgraph, deps: val *const CUgraphNode,
+        edges: val *const CUgraphEdgeData, n: val usize, params: val *mut CUgraphNodeParams) = graph_node::add_node_v2;
+    cuGraphNodeSetParams(node: val CUgraphNode, params: val *mut CUgraphNodeParams) = graph_node::node_set_params;
+    cuGraphExecNodeSetParams(exec: val CUgraphExec, node: val CUgraphNode, params: val *mut CUgraphNodeParams)
+        = graph_node::exec_node_set_params;
     cuGraphKernelNodeGetParams_v2(node: val CUgraphNode, params: val *mut CUDA_KERNEL_NODE_PARAMS)
         = graph_kernel::get_params;
     cuGraphKernelNodeSetParams_v2(node: val CUgraphNode, params: val *const CUDA_KERNEL_NODE_PARAMS)

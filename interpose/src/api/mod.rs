@@ -24,6 +24,7 @@ pub mod graph;
 pub mod graph_edit;
 pub mod graph_kernel;
 pub mod graph_mem;
+pub mod graph_node;
 pub mod graph_params;
 pub mod graph_topology;
 pub mod init;

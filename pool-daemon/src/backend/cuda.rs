@@ -162,6 +162,12 @@ driver_table! {
     cuGraphAddEventRecordNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUevent);
     cuGraphAddEventWaitNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUevent);
     cuGraphAddDependencies: fn(cu::CUgraph, *const cu::CUgraphNode, *const cu::CUgraphNode, usize);
+    cuGraphEventRecordNodeGetEvent: fn(cu::CUgraphNode, *mut cu::CUevent);
+    cuGraphEventWaitNodeGetEvent: fn(cu::CUgraphNode, *mut cu::CUevent);
+    cuGraphEventRecordNodeSetEvent: fn(cu::CUgraphNode, cu::CUevent);
+    cuGraphEventWaitNodeSetEvent: fn(cu::CUgraphNode, cu::CUevent);
+    cuGraphExecEventRecordNodeSetEvent: fn(cu::CUgraphExec, cu::CUgraphNode, cu::CUevent);
+    cuGraphExecEventWaitNodeSetEvent: fn(cu::CUgraphExec, cu::CUgraphNode, cu::CUevent);
     cuGraphExecKernelNodeSetParams_v2: fn(cu::CUgraphExec, cu::CUgraphNode, *const cu::CUDA_KERNEL_NODE_PARAMS);
     cuGraphKernelNodeGetParams_v2: fn(cu::CUgraphNode, *mut cu::CUDA_KERNEL_NODE_PARAMS);
     cuGraphKernelNodeSetParams_v2: fn(cu::CUgraphNode, *const cu::CUDA_KERNEL_NODE_PARAMS);

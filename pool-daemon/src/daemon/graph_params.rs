@@ -7,13 +7,15 @@
 //! Reading parameters back: the client answers what it added or set itself; for a node it never
 //! described (captured, or of a cloned graph) it asks here, and the backend's parameters are
 //! answered in the session's terms (a host end as the session's region and offset, an array by
-//! its handle). This module owns no state.
+//! its handle). Event nodes' events are read back and changed here too (events of the session on
+//! the graph's device). This module owns no state.
 
 use super::dispatch::{Fail, INVALID_VALUE, NOT_SUPPORTED, Result};
 use super::session::Session;
 use crate::call;
+use gpupool_protocol::EventId;
 use gpupool_protocol::ops::{Copy3D, Copy3DEnd, DevicePtr, GraphExecId, MemSpace, Memset, MemsetValue, answer};
-use gpupool_shim::cuda::{CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUgraphNode, CUmemorytype};
+use gpupool_shim::cuda::{CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUevent, CUgraphNode, CUmemorytype};
 
 impl Session {
     /// A memset node's backend parameters, its memory checked as this session's on device `d`.
@@ -156,5 +158,53 @@ impl Session {
                 }),
             _ => Ok(MemSpace::Device(DevicePtr(device))),
         }
+    }
+}
+
+impl Session {
+    /// `cuGraphEventRecordNodeGetEvent` / `cuGraphEventWaitNodeGetEvent`: the node's event, as
+    /// this session's id (every event a node of the session can hold is one of its own).
+    pub(super) fn event_node_event(&mut self, node: u64, record: bool) -> Result<answer::Event> {
+        let (n, d) = self.param_node(node, None)?;
+        self.enter(d)?;
+        let mut e: CUevent = std::ptr::null_mut();
+        if record {
+            call!(self.shared.cuda, cuGraphEventRecordNodeGetEvent(n, &mut e))?;
+        } else {
+            call!(self.shared.cuda, cuGraphEventWaitNodeGetEvent(n, &mut e))?;
+        }
+        match self.events.iter().find(|(_, (x, _))| x.0 == e) {
+            Some((&event, _)) => Ok(answer::Event { event }),
+            None => Err(Fail::new(NOT_SUPPORTED, format!("node {node}: its event is no longer one of the session's"))),
+        }
+    }
+
+    /// `cuGraphEvent{Record,Wait}NodeSetEvent`, or with `exec` `cuGraphExecEvent{Record,Wait}NodeSetEvent`:
+    /// the node's event becomes `event`, an event of this session on the graph's device.
+    pub(super) fn event_node_set_event(
+        &mut self,
+        exec: Option<GraphExecId>,
+        node: u64,
+        event: EventId,
+        record: bool,
+    ) -> Result<()> {
+        let (n, d) = self.param_node(node, exec)?;
+        let (e, ed) = self.event(event)?;
+        if ed != d {
+            return Err(Fail::invalid_value("the event is on another device than the graph"));
+        }
+        let x = match exec {
+            Some(x) => Some(self.exec(x, INVALID_VALUE)?.0),
+            None => None,
+        };
+        self.enter(d)?;
+        let cu = &self.shared.cuda;
+        match (x, record) {
+            (None, true) => call!(cu, cuGraphEventRecordNodeSetEvent(n, e.0)),
+            (None, false) => call!(cu, cuGraphEventWaitNodeSetEvent(n, e.0)),
+            (Some(x), true) => call!(cu, cuGraphExecEventRecordNodeSetEvent(x.0, n, e.0)),
+            (Some(x), false) => call!(cu, cuGraphExecEventWaitNodeSetEvent(x.0, n, e.0)),
+        }?;
+        Ok(())
     }
 }

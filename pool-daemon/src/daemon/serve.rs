@@ -1031,6 +1031,33 @@ impl Serve for Session {
         Session::capture_mem_free(self, stream, ptr.0)
     }
 
+    fn graph_event_node_get_event(&mut self, _cx: Cx<'_>, node: u64, record: bool) -> Result<answer::Event> {
+        self.event_node_event(node, record)
+    }
+
+    fn graph_event_node_set_event(
+        &mut self,
+        _cx: Cx<'_>,
+        node: u64,
+        event: EventId,
+        record: bool,
+    ) -> Result<answer::Ok> {
+        self.event_node_set_event(None, node, event, record)?;
+        Ok(answer::Ok {})
+    }
+
+    fn graph_exec_event_node_set_event(
+        &mut self,
+        _cx: Cx<'_>,
+        exec: GraphExecId,
+        node: u64,
+        event: EventId,
+        record: bool,
+    ) -> Result<answer::Ok> {
+        self.event_node_set_event(Some(exec), node, event, record)?;
+        Ok(answer::Ok {})
+    }
+
     fn stream_begin_capture_to_graph(
         &mut self,
         _cx: Cx<'_>,

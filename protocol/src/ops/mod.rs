@@ -343,6 +343,11 @@ op_table! {
     /// captured after it names it); `cuMemFreeAsync` there of the graph's allocation is a free node.
     0x0b3b CaptureMemAlloc capture_mem_alloc { stream: StreamId, device: u32, bytes: u64 } => CapturedMemNode;
     0x0b3c CaptureMemFree capture_mem_free { stream: StreamId, ptr: DevicePtr } => GraphNode;
+    /// An event record (`record`) or wait node's event, as this session's id; the graph's node
+    /// given another event of the session; or that node in one instantiated graph only.
+    0x0b3d GraphEventNodeGetEvent graph_event_node_get_event { node: u64, record: bool } => Event;
+    0x0b3e GraphEventNodeSetEvent graph_event_node_set_event { node: u64, event: EventId, record: bool } => Ok;
+    0x0b3f GraphExecEventNodeSetEvent graph_exec_event_node_set_event { exec: GraphExecId, node: u64, event: EventId, record: bool } => Ok;
     0x0b27 StreamUpdateCaptureDependencies stream_update_capture_dependencies { stream: StreamId, deps: Vec<u64>, set: bool } => Ok;
     // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
     // own addresses, never used by the daemon, only handed back when the function must run.

@@ -29,7 +29,9 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUres
         if flags & !EVENT_FLAGS_MASK != 0 {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown event flags {flags:#x}"));
         }
-        let h = initialized()?.events.insert(Event::new(ctx.handle(), flags));
+        let e = Event::new(ctx.handle(), flags);
+        let h = initialized()?.events.insert(e.clone());
+        let _ = e.handle.set(h);
         out(ph, h as CUevent)
     })
 }

@@ -92,7 +92,7 @@ fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, d: DefaultStream) -> Cu
 }
 
 /// Edge data other than the default (type 0, ports 0) is not simulated.
-fn default_edges(edges: *const CUgraphEdgeData, n: usize) -> CuResult<()> {
+pub(super) fn default_edges(edges: *const CUgraphEdgeData, n: usize) -> CuResult<()> {
     if !edges.is_null() && n > 0 {
         // SAFETY: `n` edge records at `edges`, as the API documents.
         let list = unsafe { std::slice::from_raw_parts(edges, n) };
@@ -880,6 +880,84 @@ pub unsafe extern "C" fn cuGraphAddEventRecordNode(
     event: CUevent,
 ) -> CUresult {
     cuda_entry(|| add_node(node, graph, deps, n, Op::EventRecord(event_of(event)?)))
+}
+
+/// The event of event node `node` (`record`: an event record node, else a wait node).
+fn node_event(node: CUgraphNode, record: bool) -> CuResult<u64> {
+    let (g, i) = node_in_graph(node)?;
+    match (&g.nodes()[i].op, record) {
+        (Op::EventRecord(e), true) | (Op::EventWait(e), false) => Ok(e.handle.get().copied().unwrap_or(0)),
+        _ => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            format!("{node:?} is not an event {} node", if record { "record" } else { "wait" })
+        }),
+    }
+}
+
+/// Gives the graph's event node `node` the event `event` (of the graph's context); graphs
+/// instantiated before keep theirs.
+fn set_node_event(node: CUgraphNode, event: CUevent, record: bool) -> CuResult<()> {
+    node_event(node, record)?;
+    let e = event_of(event)?;
+    let (g, i) = node_in_graph(node)?;
+    if e.ctx_handle != g.ctx_handle {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            "the event belongs to another context than the graph".into()
+        });
+    }
+    g.nodes()[i].op = if record { Op::EventRecord(e) } else { Op::EventWait(e) };
+    Ok(())
+}
+
+fn exec_set_node_event(exec: CUgraphExec, node: CUgraphNode, event: CUevent, record: bool) -> CuResult<()> {
+    let Some(x) = initialized()?.graph_execs.get(exec as u64) else {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{exec:?} is not an instantiated graph"));
+    };
+    let index = node_of(x.graph, node)?;
+    let e = event_of(event)?;
+    if e.ctx_handle != x.ctx_handle {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+            "the event belongs to another context than the graph".into()
+        });
+    }
+    x.set_event(index, record, e)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent(node: CUgraphNode, event_out: *mut CUevent) -> CUresult {
+    cuda_entry(|| out(event_out, node_event(node, true)? as CUevent))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent(node: CUgraphNode, event_out: *mut CUevent) -> CUresult {
+    cuda_entry(|| out(event_out, node_event(node, false)? as CUevent))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphEventRecordNodeSetEvent(node: CUgraphNode, event: CUevent) -> CUresult {
+    cuda_entry(|| set_node_event(node, event, true))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphEventWaitNodeSetEvent(node: CUgraphNode, event: CUevent) -> CUresult {
+    cuda_entry(|| set_node_event(node, event, false))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecEventRecordNodeSetEvent(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    event: CUevent,
+) -> CUresult {
+    cuda_entry(|| exec_set_node_event(exec, node, event, true))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecEventWaitNodeSetEvent(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    event: CUevent,
+) -> CUresult {
+    cuda_entry(|| exec_set_node_event(exec, node, event, false))
 }
 
 #[unsafe(no_mangle)]

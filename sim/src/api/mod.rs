@@ -15,6 +15,7 @@ pub mod device;
 pub mod event;
 pub mod features;
 pub mod graph;
+pub mod graph_node;
 pub mod host_job;
 pub mod init;
 pub mod ipc;

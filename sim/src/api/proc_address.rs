@@ -14,6 +14,7 @@ use super::device::*;
 use super::event::*;
 use super::features::*;
 use super::graph::*;
+use super::graph_node::*;
 use super::init::*;
 use super::ipc::*;
 use super::launch::*;
