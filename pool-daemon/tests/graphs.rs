@@ -170,7 +170,7 @@ fn runtime_graph_edit_checks(cudart13: bool, nvidia: bool) {
     if cudart13 {
         cmd.arg("--cudart13");
     }
-    common::run_checks(cmd, "runtime_graph_edit_checks", 11, &d);
+    common::run_checks(cmd, "runtime_graph_edit_checks", 12, &d);
 }
 
 /// Capture into an existing graph and a capture's dependencies (pool-daemon/src/daemon/graph_capture.rs):

@@ -2474,6 +2474,251 @@ impl Default for cudaKernelNodeParams {
         }
     }
 }
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeKernel: cudaGraphNodeType = cudaGraphNodeType(0);
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeMemcpy: cudaGraphNodeType = cudaGraphNodeType(1);
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeMemset: cudaGraphNodeType = cudaGraphNodeType(2);
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeHost: cudaGraphNodeType = cudaGraphNodeType(3);
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeGraph: cudaGraphNodeType = cudaGraphNodeType(4);
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeEmpty: cudaGraphNodeType = cudaGraphNodeType(5);
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeWaitEvent: cudaGraphNodeType = cudaGraphNodeType(6);
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeEventRecord: cudaGraphNodeType = cudaGraphNodeType(7);
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeExtSemaphoreSignal: cudaGraphNodeType = cudaGraphNodeType(
+        8,
+    );
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeExtSemaphoreWait: cudaGraphNodeType = cudaGraphNodeType(
+        9,
+    );
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeMemAlloc: cudaGraphNodeType = cudaGraphNodeType(10);
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeMemFree: cudaGraphNodeType = cudaGraphNodeType(11);
+}
+impl cudaGraphNodeType {
+    pub const cudaGraphNodeTypeConditional: cudaGraphNodeType = cudaGraphNodeType(13);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct cudaGraphNodeType(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaKernelNodeParamsV2 {
+    pub func: *mut ::std::os::raw::c_void,
+    pub gridDim: dim3,
+    pub blockDim: dim3,
+    pub sharedMemBytes: ::std::os::raw::c_uint,
+    pub kernelParams: *mut *mut ::std::os::raw::c_void,
+    pub extra: *mut *mut ::std::os::raw::c_void,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaKernelNodeParamsV2",
+    ][::std::mem::size_of::<cudaKernelNodeParamsV2>() - 56usize];
+    [
+        "Alignment of cudaKernelNodeParamsV2",
+    ][::std::mem::align_of::<cudaKernelNodeParamsV2>() - 8usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::func",
+    ][::std::mem::offset_of!(cudaKernelNodeParamsV2, func) - 0usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::gridDim",
+    ][::std::mem::offset_of!(cudaKernelNodeParamsV2, gridDim) - 8usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::blockDim",
+    ][::std::mem::offset_of!(cudaKernelNodeParamsV2, blockDim) - 20usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::sharedMemBytes",
+    ][::std::mem::offset_of!(cudaKernelNodeParamsV2, sharedMemBytes) - 32usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::kernelParams",
+    ][::std::mem::offset_of!(cudaKernelNodeParamsV2, kernelParams) - 40usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::extra",
+    ][::std::mem::offset_of!(cudaKernelNodeParamsV2, extra) - 48usize];
+};
+impl Default for cudaKernelNodeParamsV2 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaMemcpyNodeParams {
+    pub flags: ::std::os::raw::c_int,
+    pub reserved: [::std::os::raw::c_int; 3usize],
+    pub copyParams: cudaMemcpy3DParms,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaMemcpyNodeParams",
+    ][::std::mem::size_of::<cudaMemcpyNodeParams>() - 176usize];
+    [
+        "Alignment of cudaMemcpyNodeParams",
+    ][::std::mem::align_of::<cudaMemcpyNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaMemcpyNodeParams::flags",
+    ][::std::mem::offset_of!(cudaMemcpyNodeParams, flags) - 0usize];
+    [
+        "Offset of field: cudaMemcpyNodeParams::reserved",
+    ][::std::mem::offset_of!(cudaMemcpyNodeParams, reserved) - 4usize];
+    [
+        "Offset of field: cudaMemcpyNodeParams::copyParams",
+    ][::std::mem::offset_of!(cudaMemcpyNodeParams, copyParams) - 16usize];
+};
+impl Default for cudaMemcpyNodeParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct cudaMemsetParamsV2 {
+    pub dst: *mut ::std::os::raw::c_void,
+    pub pitch: usize,
+    pub value: ::std::os::raw::c_uint,
+    pub elementSize: ::std::os::raw::c_uint,
+    pub width: usize,
+    pub height: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaMemsetParamsV2",
+    ][::std::mem::size_of::<cudaMemsetParamsV2>() - 40usize];
+    [
+        "Alignment of cudaMemsetParamsV2",
+    ][::std::mem::align_of::<cudaMemsetParamsV2>() - 8usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::dst",
+    ][::std::mem::offset_of!(cudaMemsetParamsV2, dst) - 0usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::pitch",
+    ][::std::mem::offset_of!(cudaMemsetParamsV2, pitch) - 8usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::value",
+    ][::std::mem::offset_of!(cudaMemsetParamsV2, value) - 16usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::elementSize",
+    ][::std::mem::offset_of!(cudaMemsetParamsV2, elementSize) - 20usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::width",
+    ][::std::mem::offset_of!(cudaMemsetParamsV2, width) - 24usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::height",
+    ][::std::mem::offset_of!(cudaMemsetParamsV2, height) - 32usize];
+};
+impl Default for cudaMemsetParamsV2 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct cudaGraphNodeParams {
+    pub type_: cudaGraphNodeType,
+    pub reserved0: [::std::os::raw::c_int; 3usize],
+    pub __bindgen_anon_1: cudaGraphNodeParams__bindgen_ty_1,
+    pub reserved2: ::std::os::raw::c_longlong,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union cudaGraphNodeParams__bindgen_ty_1 {
+    pub reserved1: [::std::os::raw::c_longlong; 29usize],
+    pub kernel: cudaKernelNodeParamsV2,
+    pub memcpy: cudaMemcpyNodeParams,
+    pub memset: cudaMemsetParamsV2,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaGraphNodeParams__bindgen_ty_1",
+    ][::std::mem::size_of::<cudaGraphNodeParams__bindgen_ty_1>() - 232usize];
+    [
+        "Alignment of cudaGraphNodeParams__bindgen_ty_1",
+    ][::std::mem::align_of::<cudaGraphNodeParams__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::reserved1",
+    ][::std::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, reserved1) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::kernel",
+    ][::std::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, kernel) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::memcpy",
+    ][::std::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, memcpy) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::memset",
+    ][::std::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, memset) - 0usize];
+};
+impl Default for cudaGraphNodeParams__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaGraphNodeParams",
+    ][::std::mem::size_of::<cudaGraphNodeParams>() - 256usize];
+    [
+        "Alignment of cudaGraphNodeParams",
+    ][::std::mem::align_of::<cudaGraphNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaGraphNodeParams::type_",
+    ][::std::mem::offset_of!(cudaGraphNodeParams, type_) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams::reserved0",
+    ][::std::mem::offset_of!(cudaGraphNodeParams, reserved0) - 4usize];
+    [
+        "Offset of field: cudaGraphNodeParams::reserved2",
+    ][::std::mem::offset_of!(cudaGraphNodeParams, reserved2) - 248usize];
+};
+impl Default for cudaGraphNodeParams {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 unsafe extern "C" {
     pub fn cudaGetDeviceCount(count: *mut ::std::os::raw::c_int) -> cudaError_t;
 }

@@ -31,6 +31,10 @@ each of NVIDIA's own (the wheels' libcudart.so.12 and .13, `gpupool run --cudart
   empty node cudaGraphExecUpdateErrorNodeTypeChanged naming that node; the exec still writes 7.
 - cudaGraphDebugDotPrint: the memset/copy graph written as a DOT file (a digraph with both nodes'
   lines); a path in a missing directory is an error.
+- cudaGraphAddNode (CUDA 12's four arguments, CUDA 13's with edge data) of a memset (a = 9) and an
+  event record node: their types, cudaGraphEventRecordNodeGetEvent gives the event back; a launch
+  writes 9; cudaGraphNodeSetParams (a = 11) and cudaGraphExecNodeSetParams (a = 12): the exec
+  writes 12, a new instantiation 11.
 
 Prints PASS/FAIL lines and SUMMARY passed/total; exits 1 on any failure.
 """
@@ -132,6 +136,35 @@ def count(what, g):
     n = C.c_size_t(0)
     call(what, g, None, C.byref(n))
     return n.value
+
+
+MEMSET_T = 2
+
+
+class NodeParams(C.Structure):
+    """cudaGraphNodeParams: the type, then a 232-byte union of the per-type parameters."""
+
+    _fields_ = [("type", C.c_int), ("reserved0", C.c_int * 3), ("union", C.c_longlong * 29), ("reserved2", C.c_longlong)]
+
+
+def node_params(t, member):
+    p = NodeParams()
+    p.type = t
+    C.memmove(C.addressof(p.union), C.addressof(member), C.sizeof(member))
+    return p
+
+
+def add_node(out, g, deps, n, p):
+    """cudaGraphAddNode in the loaded runtime's form: CUDA 13's takes edge data (NULL here)."""
+    if CUDART13:
+        return rt.cudaGraphAddNode(C.byref(out), g, deps, None, C.c_size_t(n), C.byref(p))
+    return rt.cudaGraphAddNode(C.byref(out), g, deps, C.c_size_t(n), C.byref(p))
+
+
+def node_type(node):
+    t = C.c_int(-1)
+    call("cudaGraphNodeGetType", node, C.byref(t))
+    return t.value
 
 
 def launch(g, s):
@@ -324,7 +357,44 @@ def main():
         f"rc {rc_dot} bad {rc_bad} text {text[:200]!r}",
     )
 
-    for x in (ev, parent, clone, g, u1, u2, u3, u4):
+    # The generic node calls: cudaGraphAddNode (CUDA 12's four arguments, CUDA 13's with edge data)
+    # of a memset (a = 9) and an event record node after it; cudaGraphEventRecordNodeGetEvent;
+    # cudaGraphNodeSetParams (a = 11) and cudaGraphExecNodeSetParams (a = 12, that exec only).
+    gn, e1, xn, xn2 = C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_void_p()
+    nm, nr, got = C.c_void_p(), C.c_void_p(), C.c_void_p()
+    call("cudaGraphCreate", C.byref(gn), 0)
+    call("cudaEventCreate", C.byref(e1))
+    rc_m = add_node(nm, gn, None, 0, node_params(MEMSET_T, MemsetParams(a, 0, 9, 4, N // 4, 1)))
+    rc_r = add_node(nr, gn, C.byref(nm), 1, node_params(EVENT_RECORD, C.c_void_p(e1.value)))
+    types = [node_type(nm), node_type(nr)]
+    rc_get = rt.cudaGraphEventRecordNodeGetEvent(nr, C.byref(got))
+    call("cudaGraphInstantiate", C.byref(xn), gn, C.c_uint64(0))
+    call("cudaGraphLaunch", xn, s)
+    call("cudaStreamSynchronize", s)
+    first = words(a)
+    rc_set = rt.cudaGraphNodeSetParams(nm, C.byref(node_params(MEMSET_T, MemsetParams(a, 0, 11, 4, N // 4, 1))))
+    rc_xset = rt.cudaGraphExecNodeSetParams(xn, nm, C.byref(node_params(MEMSET_T, MemsetParams(a, 0, 12, 4, N // 4, 1))))
+    call("cudaGraphLaunch", xn, s)
+    call("cudaStreamSynchronize", s)
+    exec_set = words(a)
+    call("cudaGraphInstantiate", C.byref(xn2), gn, C.c_uint64(0))
+    call("cudaGraphLaunch", xn2, s)
+    call("cudaStreamSynchronize", s)
+    graph_set = words(a)
+    record(
+        "cudaGraphAddNode, cudaGraphEventRecordNodeGetEvent, cudaGraphNodeSetParams, cudaGraphExecNodeSetParams",
+        (rc_m, rc_r, rc_get, rc_set, rc_xset) == (0, 0, 0, 0, 0)
+        and types == [MEMSET_T, EVENT_RECORD]
+        and got.value == e1.value
+        and (first, exec_set, graph_set) == ({9}, {12}, {11}),
+        f"rc {rc_m},{rc_r},{rc_get},{rc_set},{rc_xset} types {types} event {got.value} vs {e1.value} "
+        f"a {first}/{exec_set}/{graph_set}",
+    )
+    for x in (xn, xn2):
+        call("cudaGraphExecDestroy", x)
+    call("cudaEventDestroy", e1)
+
+    for x in (ev, parent, clone, g, u1, u2, u3, u4, gn):
         call("cudaGraphDestroy", x)
     print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
     return 0 if all(results) else 1

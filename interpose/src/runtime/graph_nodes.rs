@@ -25,7 +25,7 @@ use gpupool_shim::cudart::{
 };
 
 /// The driver's kernel node parameters for the runtime's (the stub resolved in the current context).
-fn kernel_params(p: *const cudaKernelNodeParams) -> Rt<CUDA_KERNEL_NODE_PARAMS> {
+pub(super) fn kernel_params(p: *const cudaKernelNodeParams) -> Rt<CUDA_KERNEL_NODE_PARAMS> {
     if p.is_null() {
         return Err(cudaError::cudaErrorInvalidValue);
     }

@@ -32,6 +32,7 @@ pub mod errors;
 pub mod graph;
 pub mod graph_capture;
 pub mod graph_mem;
+pub mod graph_node;
 pub mod graph_nodes;
 pub mod graph_query;
 pub mod ipc;
