@@ -293,6 +293,15 @@ fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Optio
     Ok(())
 }
 
+/// Why `cuGraphExecUpdate` refused: the `CUgraphExecUpdateResult`, and the graph's nodes it names
+/// (`errorNode`, and `errorFromNode` for an edge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpdateError {
+    pub result: u32,
+    pub node: Option<usize>,
+    pub from: Option<usize>,
+}
+
 /// What `cuGraphExecUpdate` compares: each node's type and dependencies, child graphs' inside.
 #[derive(PartialEq, Eq)]
 pub struct Topology(Vec<(&'static str, Vec<usize>, Option<Topology>)>);
@@ -314,22 +323,30 @@ impl Topology {
     }
 
     /// Why `other` cannot update a graph of this topology: the result code (a
-    /// `CUgraphExecUpdateResult`) and the first node that differs, if one does.
+    /// `CUgraphExecUpdateResult`), the first node that differs, if one does, and for an edge that
+    /// differs its other end (CUDA's `errorFromNode`).
     /// Nodes are paired in the order they were added, destroyed nodes left out (so their holes
-    /// do not count); the node answered is `other`'s index.
-    pub fn mismatch(&self, other: &Topology) -> Option<(u32, Option<usize>)> {
+    /// do not count); the nodes answered are `other`'s indices.
+    pub fn mismatch(&self, other: &Topology) -> Option<UpdateError> {
         const TOPOLOGY_CHANGED: u32 = 2;
         const NODE_TYPE_CHANGED: u32 = 3;
         let (a, b) = (self.live(), other.live());
         if a.len() != b.len() {
-            return Some((TOPOLOGY_CHANGED, None));
+            return Some(UpdateError { result: TOPOLOGY_CHANGED, node: None, from: None });
         }
         for (x, y) in a.iter().zip(&b) {
             if x.1 != y.1 {
-                return Some((NODE_TYPE_CHANGED, Some(y.0)));
+                return Some(UpdateError { result: NODE_TYPE_CHANGED, node: Some(y.0), from: None });
             }
-            if x.2 != y.2 || x.3 != y.3 {
-                return Some((TOPOLOGY_CHANGED, Some(y.0)));
+            if x.2 != y.2 {
+                // The first dependency one side has and the other has not, as `other`'s node.
+                let added = y.2.iter().find(|d| !x.2.contains(d));
+                let removed = x.2.iter().find(|d| !y.2.contains(d));
+                let from = added.or(removed).map(|&pos| b[pos].0);
+                return Some(UpdateError { result: TOPOLOGY_CHANGED, node: Some(y.0), from });
+            }
+            if x.3 != y.3 {
+                return Some(UpdateError { result: TOPOLOGY_CHANGED, node: Some(y.0), from: None });
             }
         }
         None
@@ -377,18 +394,18 @@ impl GraphExec {
     }
 
     /// `cuGraphExecUpdate`: every node's parameters from `graph`, whose topology must be this one's
-    /// (then its steps come in the same order). `Err`: the result code and the differing node.
-    pub fn update(&self, graph: &Graph) -> Result<(), (u32, Option<usize>)> {
-        const ERROR: u32 = 1;
+    /// (then its steps come in the same order). `Err`: why, with the nodes that differ.
+    pub fn update(&self, graph: &Graph) -> Result<(), UpdateError> {
+        const ERROR: UpdateError = UpdateError { result: 1, node: None, from: None };
         let nodes = graph.nodes();
         if let Some(why) = self.topology.mismatch(&Topology::of(&nodes)) {
             return Err(why);
         }
         if graph.ctx_handle != self.ctx_handle {
-            return Err((ERROR, None));
+            return Err(ERROR);
         }
         let mut steps = Vec::new();
-        flatten(&nodes, &mut steps, None).map_err(|_| (ERROR, None))?;
+        flatten(&nodes, &mut steps, None).map_err(|_| ERROR)?;
         *self.steps.lock().unwrap_or_else(|e| e.into_inner()) = steps;
         Ok(())
     }

@@ -52,7 +52,8 @@
     X(cuMemsetD32Async) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemAllocHost_v2) X(cuMemFreeHost)   \
     X(cuEventCreate) X(cuEventDestroy_v2) X(cuGraphAddNode) X(cuGraphAddNode_v2) X(cuGraphNodeSetParams)          \
     X(cuGraphExecNodeSetParams) X(cuGraphEventRecordNodeGetEvent) X(cuGraphEventWaitNodeGetEvent)                  \
-    X(cuGraphEventRecordNodeSetEvent) X(cuGraphEventWaitNodeSetEvent) X(cuGraphExecEventWaitNodeSetEvent)
+    X(cuGraphEventRecordNodeSetEvent) X(cuGraphEventWaitNodeSetEvent) X(cuGraphExecEventWaitNodeSetEvent)          \
+    X(cuGraphExecUpdate_v2)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -399,6 +400,30 @@ int main(void) {
         CU(cuStreamSynchronize, s);
         expect_all(b, 22, "cuGraphNodeSetParams changed the graph's memset");
         printf("ok cuGraphNodeSetParams, cuGraphExecNodeSetParams, and event nodes' events\n");
+
+        /* cuGraphExecUpdate from a graph with an edge the instantiated one has not: TOPOLOGY_CHANGED,
+         * errorNode the edge's end and errorFromNode its start. */
+        CUgraph g1, g2;
+        CUgraphNode m1[2], m2[2];
+        CUgraphExec x1;
+        CUDA_MEMSET_NODE_PARAMS s1 = set_of(a, 1), s2 = set_of(c, 2);
+        CU(cuGraphCreate, &g1, 0);
+        CU(cuGraphAddMemsetNode, &m1[0], g1, NULL, 0, &s1, ctx);
+        CU(cuGraphAddMemsetNode, &m1[1], g1, NULL, 0, &s2, ctx);
+        CU(cuGraphCreate, &g2, 0);
+        CU(cuGraphAddMemsetNode, &m2[0], g2, NULL, 0, &s1, ctx);
+        CU(cuGraphAddMemsetNode, &m2[1], g2, &m2[0], 1, &s2, ctx);
+        CU(cuGraphInstantiateWithFlags, &x1, g1, 0);
+        CUgraphExecUpdateResultInfo info;
+        memset(&info, 0, sizeof info);
+        CU_EXPECT(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cuGraphExecUpdate_v2, x1, g2, &info);
+        CHECK(info.result == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED && info.errorNode == m2[1] &&
+                  info.errorFromNode == m2[0],
+              "cuGraphExecUpdate names the differing edge", info.result, info.errorFromNode == m2[0]);
+        printf("ok cuGraphExecUpdate's errorNode and errorFromNode name an edge that differs\n");
+        CU(cuGraphExecDestroy, x1);
+        CU(cuGraphDestroy, g1);
+        CU(cuGraphDestroy, g2);
         CU(cuGraphExecDestroy, xn);
         CU(cuGraphExecDestroy, xn2);
         CU(cuGraphDestroy, gn);

@@ -626,15 +626,16 @@ pub(super) fn exec_update(exec: CUgraphExec, graph: CUgraph, info: *mut CUgraphE
     if gep != ep {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    let answer::ExecUpdate { result, node } =
+    let answer::ExecUpdate { result, node, from } =
         client::call(|c| c.conn_at(ep)?.ask(Request::GraphExecUpdate { exec: GraphExecId(eid), graph: GraphId(gid) }))?;
-    let error_node = if node == 0 { std::ptr::null_mut() } else { make(Kind::GraphNode, ep, node)? as CUgraphNode };
+    let handle =
+        |n: u64| if n == 0 { Ok(std::ptr::null_mut()) } else { make(Kind::GraphNode, ep, n).map(|h| h as CUgraphNode) };
     crate::api::export::put(
         info,
         CUgraphExecUpdateResultInfo {
             result: CUgraphExecUpdateResult(result),
-            errorNode: error_node,
-            errorFromNode: std::ptr::null_mut(),
+            errorNode: handle(node)?,
+            errorFromNode: handle(from)?,
         },
     );
     if result != 0 {

@@ -570,13 +570,13 @@ impl Session {
         let (e, d) = self.exec(exec, INVALID_VALUE)?;
         let (g, gd) = self.graph(graph)?;
         if gd != d {
-            return Ok(answer::ExecUpdate { result: 1, node: 0 });
+            return Ok(answer::ExecUpdate { result: 1, node: 0, from: 0 });
         }
         let from = self.graphs.exec_graph.get(&exec).copied();
         if self.graphs.mem.has_nodes(graph) || from.is_some_and(|f| self.graphs.mem.has_nodes(f)) {
             tracing::info!(session = self.id, "cuGraphExecUpdate: graphs with memory nodes cannot be updated");
             // CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED
-            return Ok(answer::ExecUpdate { result: 6, node: 0 });
+            return Ok(answer::ExecUpdate { result: 6, node: 0, from: 0 });
         }
         self.enter(d)?;
         let mut info = CUgraphExecUpdateResultInfo {
@@ -585,23 +585,19 @@ impl Session {
             errorFromNode: std::ptr::null_mut(),
         };
         let r = call!(self.shared.cuda, cuGraphExecUpdate_v2(e.0, g.0, &mut info));
-        // The offending node of `graph`, named by an id of this session (a captured graph's node
+        // The offending nodes of `graph`, named by ids of this session (a captured graph's node
         // gets its id here, as the topology query would give it one).
-        let known = self.graphs.nodes.iter().find(|(_, (_, n))| n.0 == info.errorNode).map(|(id, _)| *id);
-        let node = match known {
-            Some(id) => id,
-            None if !info.errorNode.is_null() => {
-                let id = self.next_handle();
-                self.graphs.nodes.insert(id, (graph, Raw(info.errorNode)));
-                id
-            }
-            None => 0,
-        };
+        let (node, from) = (self.update_node_id(graph, info.errorNode), self.update_node_id(graph, info.errorFromNode));
         match r {
-            Ok(()) => Ok(answer::ExecUpdate { result: 0, node: 0 }),
-            Err(_) if info.result.0 != 0 => Ok(answer::ExecUpdate { result: info.result.0, node }),
+            Ok(()) => Ok(answer::ExecUpdate { result: 0, node: 0, from: 0 }),
+            Err(_) if info.result.0 != 0 => Ok(answer::ExecUpdate { result: info.result.0, node, from }),
             Err(err) => Err(err.into()),
         }
+    }
+
+    /// The session's id of backend node `n` of `graph` (0 for none).
+    fn update_node_id(&mut self, graph: GraphId, n: CUgraphNode) -> u64 {
+        if n.is_null() { 0 } else { self.node_id(graph, n) }
     }
 
     /// `cuGraphDebugDotPrint` into a file of the daemon's own, read back and removed.

@@ -471,8 +471,9 @@ op_table! {
     /// A `CUstreamCaptureStatus`, and the capture's id (0 when none is active).
     0x8b03 CaptureInfo { status: u32, id: u64 };
     0x8b04 GraphNode { node: u64 };
-    /// The update's `CUgraphExecUpdateResult` and the node that stopped it (0: none).
-    0x8b05 ExecUpdate { result: u32, node: u64 };
+    /// The update's `CUgraphExecUpdateResult`, the node that stopped it and for an edge its other
+    /// end (0: none).
+    0x8b05 ExecUpdate { result: u32, node: u64, from: u64 };
     /// An allocation node and its address.
     0x8b20 GraphMemNode { node: u64, ptr: DevicePtr };
     /// A captured allocation node: the capture's graph, the node and its address.

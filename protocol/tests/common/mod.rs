@@ -443,7 +443,7 @@ pub fn all_reply_examples() -> Vec<Reply> {
         GraphExec { exec: GRAPH_EXEC },
         CaptureInfo { status: 1, id: 42 },
         GraphNode { node: 9 },
-        ExecUpdate { result: 2, node: 3 },
+        ExecUpdate { result: 2, node: 3, from: 5 },
         GraphMemNode { node: 8, ptr: PTR },
         CapturedMemNode { graph: GRAPH, node: 9, ptr: PTR },
         CaptureGraph { status: 1, id: 12, graph: GRAPH, deps: vec![8, 9] },

@@ -1120,16 +1120,17 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
         };
         let g = graph_of(graph)?;
         let mem = crate::graph_mem::has_nodes(graph as u64) || crate::graph_mem::has_nodes(e.graph);
-        let (result, node) = match if mem { Err((6, None)) } else { e.update(&g) } {
-            Ok(()) => (0, None),
-            Err(why) => why,
+        let not_supported = crate::graph::UpdateError { result: 6, node: None, from: None };
+        let (result, node, from) = match if mem { Err(not_supported) } else { e.update(&g) } {
+            Ok(()) => (0, None, None),
+            Err(why) => (why.result, why.node, why.from),
         };
         if !info.is_null() {
-            let error_node = node.map_or(std::ptr::null_mut(), |i| node_handle(graph as u64, i));
+            let handle = |n: Option<usize>| n.map_or(std::ptr::null_mut(), |i| node_handle(graph as u64, i));
             let r = CUgraphExecUpdateResultInfo {
                 result: CUgraphExecUpdateResult(result),
-                errorNode: error_node,
-                errorFromNode: std::ptr::null_mut(),
+                errorNode: handle(node),
+                errorFromNode: handle(from),
             };
             out(info, r)?;
         }
