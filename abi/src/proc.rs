@@ -340,6 +340,7 @@ macro_rules! driver_entry_points {
         "cuGraphExecHostNodeSetParams" => [10020 => cuGraphExecHostNodeSetParams];
         "cuGraphAddEmptyNode" => [10000 => cuGraphAddEmptyNode];
         "cuGraphAddChildGraphNode" => [10000 => cuGraphAddChildGraphNode];
+        "cuGraphChildGraphNodeGetGraph" => [10000 => cuGraphChildGraphNodeGetGraph];
         "cuGraphAddEventRecordNode" => [11010 => cuGraphAddEventRecordNode];
         "cuGraphAddEventWaitNode" => [11010 => cuGraphAddEventWaitNode];
         "cuGraphEventRecordNodeGetEvent" => [11010 => cuGraphEventRecordNodeGetEvent];

@@ -212,7 +212,7 @@ fn memset_and_memcpy_node_parameters_change_through_the_pool() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "graph_params_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 10, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 11, "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }
 

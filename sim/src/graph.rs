@@ -104,8 +104,9 @@ pub enum Op {
     Host(HostFn, Job),
     EventRecord(Arc<Event>),
     EventWait(Arc<Event>),
-    /// A copy of the child graph's nodes, made when the node was added (as CUDA clones it).
-    Child(Vec<Node>),
+    /// The node's own copy of the child graph, made when the node was added (as CUDA clones
+    /// it); `cuGraphChildGraphNodeGetGraph` hands it out, and changes to it are the node's.
+    Child(Arc<Graph>),
     Empty,
     /// Graph memory ([`crate::graph_mem`]): allocated when the graph is uploaded or launched,
     /// so nothing runs at the node itself.
@@ -149,18 +150,46 @@ pub struct Graph {
     /// For a clone (`cuGraphClone`): the original's handle and how many node indices it had then;
     /// node `i` below that is the clone of the original's node `i` (`cuGraphNodeFindInClone`).
     pub origin: Option<(u64, usize)>,
+    /// For a child graph node's graph: its handle, once `cuGraphChildGraphNodeGetGraph` gave one
+    /// (it goes with the node; the application cannot destroy it).
+    pub embedded: std::sync::OnceLock<u64>,
 }
 
 impl Graph {
     pub fn new(ctx_handle: u64, nodes: Vec<Node>) -> Graph {
-        Graph { ctx_handle, nodes: Mutex::new(nodes), origin: None }
+        Graph { ctx_handle, nodes: Mutex::new(nodes), origin: None, embedded: std::sync::OnceLock::new() }
     }
 
     /// A copy of `original` (handle `handle`): the same nodes at the same indices.
     pub fn clone_of(original: &Graph, handle: u64) -> Graph {
-        let nodes = original.nodes().clone();
+        let nodes = Graph::copy_nodes(&original.nodes());
         let origin = Some((handle, nodes.len()));
-        Graph { ctx_handle: original.ctx_handle, nodes: Mutex::new(nodes), origin }
+        Graph { origin, ..Graph::new(original.ctx_handle, nodes) }
+    }
+
+    /// A copy of `nodes` that shares no child graph with them (each child node gets its own).
+    pub fn copy_nodes(nodes: &[Node]) -> Vec<Node> {
+        nodes
+            .iter()
+            .map(|n| match &n.op {
+                Op::Child(c) => Node {
+                    op: Op::Child(Arc::new(Graph::new(c.ctx_handle, Graph::copy_nodes(&c.nodes())))),
+                    deps: n.deps.clone(),
+                },
+                _ => n.clone(),
+            })
+            .collect()
+    }
+
+    /// The handles `cuGraphChildGraphNodeGetGraph` gave out for child graphs in `nodes`, at any
+    /// depth: they go with the nodes.
+    pub fn embedded_handles(nodes: &[Node], out: &mut Vec<u64>) {
+        for n in nodes {
+            if let Op::Child(c) = &n.op {
+                out.extend(c.embedded.get().copied());
+                Graph::embedded_handles(&c.nodes(), out);
+            }
+        }
     }
 
     /// Whether `i` names a node of this graph (not one destroyed).
@@ -271,7 +300,7 @@ fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Optio
             Op::Host(_, j) => steps.push(Step::Run(Work::Control, j.clone())),
             Op::EventRecord(e) => steps.push(Step::Record(e.clone())),
             Op::EventWait(e) => steps.push(Step::Wait(e.clone())),
-            Op::Child(c) => flatten(c, steps, None)?,
+            Op::Child(c) => flatten(&c.nodes(), steps, None)?,
             Op::Empty | Op::MemAlloc(_) | Op::MemFree(_) | Op::Removed => {}
         }
         let settable = matches!(
@@ -313,7 +342,7 @@ impl Topology {
                 .iter()
                 .map(|n| {
                     let inner = match &n.op {
-                        Op::Child(c) => Some(Topology::of(c)),
+                        Op::Child(c) => Some(Topology::of(&c.nodes())),
                         _ => None,
                     };
                     (n.op.type_name(), n.deps.clone(), inner)

@@ -53,7 +53,7 @@
     X(cuEventCreate) X(cuEventDestroy_v2) X(cuGraphAddNode) X(cuGraphAddNode_v2) X(cuGraphNodeSetParams)          \
     X(cuGraphExecNodeSetParams) X(cuGraphEventRecordNodeGetEvent) X(cuGraphEventWaitNodeGetEvent)                  \
     X(cuGraphEventRecordNodeSetEvent) X(cuGraphEventWaitNodeSetEvent) X(cuGraphExecEventWaitNodeSetEvent)          \
-    X(cuGraphExecUpdate_v2)
+    X(cuGraphExecUpdate_v2) X(cuGraphChildGraphNodeGetGraph) X(cuGraphAddChildGraphNode)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -424,6 +424,35 @@ int main(void) {
         CU(cuGraphExecDestroy, x1);
         CU(cuGraphDestroy, g1);
         CU(cuGraphDestroy, g2);
+
+        /* cuGraphChildGraphNodeGetGraph: the child node's own graph (a copy of the graph added), which
+         * takes new nodes as the node's; it cannot be destroyed on its own and goes with its parent. */
+        CUgraph child, parent, own;
+        CUgraphNode cnode, inner;
+        CUgraphExec px;
+        CUDA_MEMSET_NODE_PARAMS sa = set_of(a, 31), sc = set_of(c, 32);
+        size_t count = 0;
+        CU(cuGraphCreate, &child, 0);
+        CU(cuGraphAddMemsetNode, &inner, child, NULL, 0, &sa, ctx);
+        CU(cuGraphCreate, &parent, 0);
+        CU(cuGraphAddChildGraphNode, &cnode, parent, NULL, 0, child);
+        CU(cuGraphChildGraphNodeGetGraph, cnode, &own);
+        CU(cuGraphGetNodes, own, NULL, &count);
+        CHECK(own != child && count == 1, "the child node's graph is its own copy", own == child, count);
+        CU(cuGraphAddMemsetNode, &inner, own, NULL, 0, &sc, ctx);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy, own);
+        CU(cuMemsetD32_v2, a, 0, N);
+        CU(cuMemsetD32_v2, c, 0, N);
+        CU(cuGraphInstantiateWithFlags, &px, parent, 0);
+        CU(cuGraphLaunch, px, s);
+        CU(cuStreamSynchronize, s);
+        expect_all(a, 31, "the child graph's node runs with the parent");
+        expect_all(c, 32, "a node added to the child node's graph runs with the parent");
+        CU(cuGraphExecDestroy, px);
+        CU(cuGraphDestroy, parent);
+        CU(cuGraphDestroy, child);
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphGetNodes, own, NULL, &count);
+        printf("ok cuGraphChildGraphNodeGetGraph: the node's own graph, changed, gone with its parent\n");
         CU(cuGraphExecDestroy, xn);
         CU(cuGraphExecDestroy, xn2);
         CU(cuGraphDestroy, gn);

@@ -159,7 +159,7 @@ fn c_graph_node_parameters_on_the_simulator() {
     let out = output_with_sim_env(cmd, &[], Duration::from_secs(120)).expect("graph_params_client did not finish");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 10, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 11, "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }
 

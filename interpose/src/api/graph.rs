@@ -331,8 +331,8 @@ pub(super) fn graph_create(pgraph: *mut CUgraph, flags: c_uint) -> R<()> {
 
 pub(super) fn graph_destroy(graph: CUgraph) -> R<()> {
     let (id, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-    super::graph_kernel::forget_graph(graph);
     client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphDestroy { graph: GraphId(id) }))?;
+    super::graph_kernel::forget_graph(graph);
     super::graph_mem::forget_graph(graph as u64);
     super::graph_params::forget_graph(graph);
     Ok(())

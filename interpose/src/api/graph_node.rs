@@ -1,4 +1,4 @@
-//! Event nodes' events through the pool (`cuGraphEvent{Record,Wait}NodeGetEvent`/`SetEvent`, and
+//! A child graph node's own graph (`cuGraphChildGraphNodeGetGraph`), and event nodes' events through the pool (`cuGraphEvent{Record,Wait}NodeGetEvent`/`SetEvent`, and
 //! `cuGraphExecEvent{Record,Wait}NodeSetEvent` for one instantiated graph): the daemon answers and
 //! changes them on its graph (pool-daemon's `daemon/graph_params.rs`), events named as this
 //! process's handles. And the generic node calls (`cuGraphAddNode`, `cuGraphNodeSetParams`,
@@ -73,6 +73,13 @@ pub(super) fn exec_record_node_set_event(exec: CUgraphExec, node: CUgraphNode, e
 
 pub(super) fn exec_wait_node_set_event(exec: CUgraphExec, node: CUgraphNode, e: CUevent) -> R<()> {
     set_event(Some(exec), node, e, false)
+}
+
+/// `cuGraphChildGraphNodeGetGraph`: the node's own graph (pool-daemon's `child_node_graph`).
+pub(super) fn child_graph(node: CUgraphNode) -> R<CUgraph> {
+    let (id, ep) = node_id(node)?;
+    let answer::Graph { graph } = client::call(|c| c.conn_at(ep)?.ask(Request::GraphChildNodeGraph { node: id }))?;
+    Ok(make(Kind::Graph, ep, graph.0)? as CUgraph)
 }
 
 fn done(r: Result<(), gpupool_abi::graph_node::Refusal>) -> R<()> {

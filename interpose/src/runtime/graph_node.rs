@@ -1,7 +1,8 @@
 //! The runtime's generic node calls (`cudaGraphAddNode`: CUDA 12's four arguments and `_v2`, CUDA
 //! 13's with edge data, by the runtime the program loaded; `cudaGraphNodeSetParams`,
 //! `cudaGraphExecNodeSetParams`) and event nodes' events (`cudaGraphEvent{Record,Wait}NodeGet`/
-//! `SetEvent`, `cudaGraphExecEvent{Record,Wait}NodeSetEvent`). A `cudaGraphNodeParams` has the
+//! `SetEvent`, `cudaGraphExecEvent{Record,Wait}NodeSetEvent`), a child graph node's graph
+//! (`cudaGraphChildGraphNodeGetGraph`). A `cudaGraphNodeParams` has the
 //! driver's `CUgraphNodeParams` size and layout; three members differ and are translated (a
 //! kernel's host stub resolved to its function, a copy's `cudaMemcpy3DParms` made a
 //! `CUDA_MEMCPY3D`, a memset's pointer and no context), the rest (host, child graph, event and
@@ -10,9 +11,9 @@
 
 use super::{Rt, cu, graph_nodes::kernel_params, rt_exports, runtime_major, state};
 use crate::api::exports::{
-    cuGraphAddNode_v2, cuGraphEventRecordNodeGetEvent, cuGraphEventRecordNodeSetEvent, cuGraphEventWaitNodeGetEvent,
-    cuGraphEventWaitNodeSetEvent, cuGraphExecEventRecordNodeSetEvent, cuGraphExecEventWaitNodeSetEvent,
-    cuGraphExecNodeSetParams, cuGraphNodeSetParams,
+    cuGraphAddNode_v2, cuGraphChildGraphNodeGetGraph, cuGraphEventRecordNodeGetEvent, cuGraphEventRecordNodeSetEvent,
+    cuGraphEventWaitNodeGetEvent, cuGraphEventWaitNodeSetEvent, cuGraphExecEventRecordNodeSetEvent,
+    cuGraphExecEventWaitNodeSetEvent, cuGraphExecNodeSetParams, cuGraphNodeSetParams,
 };
 use gpupool_shim::cuda::{
     CUDA_KERNEL_NODE_PARAMS_v3, CUDA_MEMCPY_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS_v2, CUevent, CUgraph, CUgraphEdgeData,
@@ -129,6 +130,12 @@ fn exec_node_set_params(exec: CUgraphExec, node: CUgraphNode, p: *mut cudaGraphN
     cu(unsafe { cuGraphExecNodeSetParams(exec, node, &mut d) })
 }
 
+fn child_graph(node: CUgraphNode, out: *mut CUgraph) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the node and the out-pointer.
+    cu(unsafe { cuGraphChildGraphNodeGetGraph(node, out) })
+}
+
 fn record_node_get_event(node: CUgraphNode, out: *mut CUevent) -> Rt<()> {
     state::context()?;
     // SAFETY: our own export; it checks the node and the out-pointer.
@@ -172,6 +179,7 @@ rt_exports! {
         edges: *const CUgraphEdgeData, n: usize, p: *mut cudaGraphNodeParams);
     cudaGraphNodeSetParams => node_set_params(node: CUgraphNode, p: *mut cudaGraphNodeParams);
     cudaGraphExecNodeSetParams => exec_node_set_params(exec: CUgraphExec, node: CUgraphNode, p: *mut cudaGraphNodeParams);
+    cudaGraphChildGraphNodeGetGraph => child_graph(node: CUgraphNode, out: *mut CUgraph);
     cudaGraphEventRecordNodeGetEvent => record_node_get_event(node: CUgraphNode, out: *mut CUevent);
     cudaGraphEventWaitNodeGetEvent => wait_node_get_event(node: CUgraphNode, out: *mut CUevent);
     cudaGraphEventRecordNodeSetEvent => record_node_set_event(node: CUgraphNode, e: CUevent);

@@ -60,7 +60,7 @@ unsupported! {
     cudaGLMapBufferObjectAsync, cudaGLRegisterBufferObject, cudaGLSetBufferObjectMapFlags, cudaGLSetGLDevice,
     cudaGLUnmapBufferObject, cudaGLUnmapBufferObjectAsync, cudaGLUnregisterBufferObject, cudaGetExportTable,
     cudaGetTextureObjectResourceViewDesc, cudaGraphAddExternalSemaphoresSignalNode, cudaGraphAddExternalSemaphoresWaitNode,
-    cudaGraphChildGraphNodeGetGraph, cudaGraphConditionalHandleCreate,
+    cudaGraphConditionalHandleCreate,
     cudaGraphExecChildGraphNodeSetParams,
     cudaGraphExecExternalSemaphoresSignalNodeSetParams, cudaGraphExecExternalSemaphoresWaitNodeSetParams,
     cudaGraphExternalSemaphoresSignalNodeGetParams, cudaGraphExternalSemaphoresSignalNodeSetParams,

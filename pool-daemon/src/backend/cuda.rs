@@ -162,6 +162,7 @@ driver_table! {
     cuGraphAddEventRecordNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUevent);
     cuGraphAddEventWaitNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUevent);
     cuGraphAddDependencies: fn(cu::CUgraph, *const cu::CUgraphNode, *const cu::CUgraphNode, usize);
+    cuGraphChildGraphNodeGetGraph: fn(cu::CUgraphNode, *mut cu::CUgraph);
     cuGraphEventRecordNodeGetEvent: fn(cu::CUgraphNode, *mut cu::CUevent);
     cuGraphEventWaitNodeGetEvent: fn(cu::CUgraphNode, *mut cu::CUevent);
     cuGraphEventRecordNodeSetEvent: fn(cu::CUgraphNode, cu::CUevent);

@@ -82,6 +82,9 @@ pub struct Graphs {
     host_captures: std::collections::HashSet<StreamId>,
     /// The session's host-function keys ([`super::host_fn`]).
     pub host: super::host_fn::HostFns,
+    /// Child graph nodes' own graphs given out (`cuGraphChildGraphNodeGetGraph`): id -> (the
+    /// parent graph, the child node). They go with the node and cannot be destroyed on their own.
+    pub(super) embedded: HashMap<GraphId, (GraphId, u64)>,
 }
 
 impl Graphs {
@@ -179,6 +182,34 @@ impl Session {
         Ok(answer::Graph { graph })
     }
 
+    /// Child graph nodes' graphs given out whose (parent, node) `gone` says are gone, with
+    /// theirs in turn: their ids name nothing any more.
+    pub(super) fn forget_embedded(&mut self, gone: impl Fn(GraphId, u64) -> bool) {
+        let mut dead: Vec<GraphId> =
+            self.graphs.embedded.iter().filter(|&(_, &(p, n))| gone(p, n)).map(|(&id, _)| id).collect();
+        while let Some(id) = dead.pop() {
+            self.graphs.embedded.remove(&id);
+            self.graphs.graphs.remove(&id);
+            self.graphs.nodes.retain(|_, n| n.0 != id);
+            self.graphs.host_graphs.remove(&id);
+            dead.extend(self.graphs.embedded.iter().filter(|&(_, &(p, _))| p == id).map(|(&k, _)| k));
+        }
+    }
+
+    /// `cuGraphChildGraphNodeGetGraph`: the node's own graph (changes to it are the node's), as an
+    /// id of this session that lives as long as the node.
+    pub(super) fn child_node_graph(&mut self, node: u64) -> Result<answer::Graph> {
+        let (n, d) = self.param_node(node, None)?;
+        let parent = self.graphs.nodes.get(&node).map(|x| x.0).unwrap_or(GraphId(0));
+        self.enter(d)?;
+        let mut g: CUgraph = std::ptr::null_mut();
+        call!(self.shared.cuda, cuGraphChildGraphNodeGetGraph(n, &mut g))?;
+        let known = self.graphs.graphs.iter().find(|(_, (x, _))| x.0 == g).map(|(id, _)| *id);
+        let graph = known.unwrap_or_else(|| self.keep_graph(g, d));
+        self.graphs.embedded.insert(graph, (parent, node));
+        Ok(answer::Graph { graph })
+    }
+
     pub(super) fn keep_graph(&mut self, g: CUgraph, d: u32) -> GraphId {
         let id = GraphId(self.next_handle());
         self.graphs.graphs.insert(id, (Raw(g), d));
@@ -220,10 +251,17 @@ impl Session {
 
     pub(super) fn destroy_graph(&mut self, id: GraphId) -> Result<()> {
         let (g, d) = self.graph(id)?;
+        if self.graphs.embedded.contains_key(&id) {
+            return Err(Fail::invalid_value(format!(
+                "graph {} is a child graph node's (cuGraphChildGraphNodeGetGraph): it goes with the node",
+                id.0
+            )));
+        }
         self.enter(d)?;
         call!(self.shared.cuda, cuGraphDestroy(g.0))?;
         self.graphs.graphs.remove(&id);
         self.graphs.nodes.retain(|_, n| n.0 != id);
+        self.forget_embedded(|parent, _| parent == id);
         self.after_mem_graph_destroy(id);
         self.graphs.host_graphs.remove(&id);
         let nodes = &self.graphs.nodes;
@@ -463,7 +501,12 @@ impl Session {
             Ok(call!(me.shared.cuda, cuGraphAddHostNode(node, g, deps.as_ptr(), deps.len(), &p))?)
         })?;
         self.graphs.host_nodes.insert(added.node, (func, user));
-        self.graphs.host_graphs.insert(graph);
+        // The graphs holding it as a child node's graph have host functions too.
+        let mut g = Some(graph);
+        while let Some(x) = g {
+            self.graphs.host_graphs.insert(x);
+            g = self.graphs.embedded.get(&x).map(|e| e.0);
+        }
         Ok(added)
     }
 
@@ -640,9 +683,12 @@ impl Session {
                 tracing::debug!(session = self.id, "freeing a graph exec: {err}");
             }
         }
-        for (_, (g, d)) in std::mem::take(&mut self.graphs.graphs) {
+        // A child graph node's graph goes with its parent, never on its own.
+        let embedded = std::mem::take(&mut self.graphs.embedded);
+        for (id, (g, d)) in std::mem::take(&mut self.graphs.graphs) {
             n += 1;
-            if self.enter(d).is_ok()
+            if !embedded.contains_key(&id)
+                && self.enter(d).is_ok()
                 && let Err(err) = call!(cuda, cuGraphDestroy(g.0))
             {
                 tracing::debug!(session = self.id, "freeing a graph: {err}");

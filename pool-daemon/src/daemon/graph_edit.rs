@@ -30,6 +30,7 @@ impl Session {
         call!(self.shared.cuda, cuGraphDestroyNode(n.0))?;
         self.graphs.nodes.remove(&node);
         self.forget_host_node(node);
+        self.forget_embedded(|_, n| n == node);
         Ok(())
     }
 

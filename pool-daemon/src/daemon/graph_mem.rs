@@ -144,6 +144,9 @@ impl Session {
         bytes: u64,
     ) -> Result<answer::GraphMemNode> {
         let (_, d) = self.graph(graph)?;
+        if self.graphs.embedded.contains_key(&graph) {
+            return Err(Fail::invalid_value("cuGraphAddMemAllocNode: a child graph cannot hold memory nodes"));
+        }
         if device != d {
             return Err(Fail::invalid_value(format!(
                 "cuGraphAddMemAllocNode: the pool is on device {device}, the graph on device {d}"

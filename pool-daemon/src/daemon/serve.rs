@@ -1058,6 +1058,10 @@ impl Serve for Session {
         Ok(answer::Ok {})
     }
 
+    fn graph_child_node_graph(&mut self, _cx: Cx<'_>, node: u64) -> Result<answer::Graph> {
+        self.child_node_graph(node)
+    }
+
     fn stream_begin_capture_to_graph(
         &mut self,
         _cx: Cx<'_>,

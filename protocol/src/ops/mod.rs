@@ -348,6 +348,8 @@ op_table! {
     0x0b3d GraphEventNodeGetEvent graph_event_node_get_event { node: u64, record: bool } => Event;
     0x0b3e GraphEventNodeSetEvent graph_event_node_set_event { node: u64, event: EventId, record: bool } => Ok;
     0x0b3f GraphExecEventNodeSetEvent graph_exec_event_node_set_event { exec: GraphExecId, node: u64, event: EventId, record: bool } => Ok;
+    /// `cuGraphChildGraphNodeGetGraph`: the child node's own graph, as an id that goes with the node.
+    0x0b48 GraphChildNodeGraph graph_child_node_graph { node: u64 } => Graph;
     0x0b27 StreamUpdateCaptureDependencies stream_update_capture_dependencies { stream: StreamId, deps: Vec<u64>, set: bool } => Ok;
     // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
     // own addresses, never used by the daemon, only handed back when the function must run.

@@ -298,6 +298,7 @@ pub fn all_request_examples() -> Vec<Request> {
         GraphEventNodeGetEvent { node: 4, record: true },
         GraphEventNodeSetEvent { node: 4, event: EVENT, record: false },
         GraphExecEventNodeSetEvent { exec: GRAPH_EXEC, node: 4, event: EVENT, record: true },
+        GraphChildNodeGraph { node: 6 },
         GraphMemFree { ptr: PTR },
         GraphMemTrim { device: 0 },
         GraphMemAttribute { device: 0, attr: 3, reset: true },

@@ -301,12 +301,47 @@ pub unsafe extern "C" fn cuGraphCreate(pgraph: *mut CUgraph, flags: c_uint) -> C
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
-    cuda_entry(|| match initialized()?.graphs.remove(graph as u64) {
-        Some(_) => {
-            crate::graph_mem::graph_destroyed(graph as u64);
-            Ok(())
+    cuda_entry(|| {
+        let driver = initialized()?;
+        let g = graph_of(graph)?;
+        if g.embedded.get() == Some(&(graph as u64)) {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!(
+                    "{graph:?} is a child graph node's graph (cuGraphChildGraphNodeGetGraph): it goes with the node"
+                )
+            });
         }
-        None => fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{graph:?} is not a graph")),
+        driver.graphs.remove(graph as u64);
+        forget_embedded(&g.nodes());
+        crate::graph_mem::graph_destroyed(graph as u64);
+        Ok(())
+    })
+}
+
+/// The handles given out for the child graphs in `nodes` go with them.
+fn forget_embedded(nodes: &[Node]) {
+    let mut gone = Vec::new();
+    Graph::embedded_handles(nodes, &mut gone);
+    if let Ok(d) = initialized() {
+        for h in gone {
+            d.graphs.remove(h);
+        }
+    }
+}
+
+/// `cuGraphChildGraphNodeGetGraph`: the node's own graph (not a copy): what is added to it is
+/// the node's. Its handle lives as long as the node.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphChildGraphNodeGetGraph(node: CUgraphNode, graph_out: *mut CUgraph) -> CUresult {
+    cuda_entry(|| {
+        let (g, i) = node_in_graph(node)?;
+        let child = match &g.nodes()[i].op {
+            Op::Child(c) => c.clone(),
+            _ => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("{node:?} is not a child graph node")),
+        };
+        let driver = initialized()?;
+        let h = *child.embedded.get_or_init(|| driver.graphs.insert(child.clone()));
+        out(graph_out, h as CUgraph)
     })
 }
 
@@ -859,8 +894,8 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
         if c.ctx_handle != graph_of(graph)?.ctx_handle {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the child graph belongs to another context".into());
         }
-        let nodes: Vec<Node> = c.nodes().clone();
-        add_node(node, graph, deps, n, Op::Child(nodes))
+        let nodes = Graph::copy_nodes(&c.nodes());
+        add_node(node, graph, deps, n, Op::Child(Arc::new(Graph::new(c.ctx_handle, nodes))))
     })
 }
 
@@ -1070,7 +1105,7 @@ fn dot(nodes: &[Node], prefix: &str, out: &mut String) {
             Op::Removed => continue,
             Op::Child(c) => {
                 let _ = writeln!(out, "subgraph cluster_{id} {{\nlabel=\"{id} CHILD_GRAPH\";");
-                dot(c, &format!("{id}_"), out);
+                dot(&c.nodes(), &format!("{id}_"), out);
                 let _ = writeln!(out, "}}");
                 let _ = writeln!(out, "\"{id}\" [shape=point];");
             }
@@ -1156,6 +1191,9 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     cuda_entry(|| {
         let p = super::read(params.cast_const(), "allocation node parameters")?;
         let g = graph_of(graph)?;
+        if g.embedded.get().is_some() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a child graph cannot hold memory nodes".into());
+        }
         let ctx = graph_ctx(&g)?;
         if node.is_null() {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null node output pointer".into());
@@ -1408,7 +1446,10 @@ pub unsafe extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> CUresult {
     cuda_entry(|| {
         let (g, i) = node_in_graph(node)?;
         no_mem_nodes(node as u64 & ((1 << 48) - 1))?;
-        g.destroy_node(i)
+        let child = g.nodes()[i].clone();
+        g.destroy_node(i)?;
+        forget_embedded(std::slice::from_ref(&child));
+        Ok(())
     })
 }
 
