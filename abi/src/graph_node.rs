@@ -6,14 +6,14 @@
 //!
 //! A node's context (`ctx` of a kernel or memset node, `copyCtx` of a memcpy node) goes to the
 //! per-type call, which takes it.
-//! External semaphore, batch memory operation and conditional nodes, and a child graph moved
-//! into its parent (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`), are CUDA_ERROR_NOT_SUPPORTED: the
-//! front-ends have no such nodes.
+//! External semaphore and batch memory operation nodes, and a child graph moved into its parent
+//! (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`), are CUDA_ERROR_NOT_SUPPORTED: the front-ends have no
+//! such nodes. A conditional node's parameters cannot be changed (CUDA_ERROR_NOT_SUPPORTED).
 
 use gpupool_shim::cuda::{
-    CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS,
-    CUcontext, CUdeviceptr, CUevent, CUgraph, CUgraphChildGraphNodeOwnership, CUgraphExec, CUgraphNode,
-    CUgraphNodeParams, CUgraphNodeType as T, CUresult,
+    CUDA_CONDITIONAL_NODE_PARAMS, CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS,
+    CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUdeviceptr, CUevent, CUgraph, CUgraphChildGraphNodeOwnership,
+    CUgraphExec, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T, CUresult,
 };
 
 /// A refusal: the code, and why (empty when the per-type call already said so).
@@ -34,6 +34,8 @@ pub struct AddFns {
     pub event_wait: unsafe extern "C" fn(Out, CUgraph, Deps, usize, CUevent) -> CUresult,
     pub mem_alloc: unsafe extern "C" fn(Out, CUgraph, Deps, usize, *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult,
     pub mem_free: unsafe extern "C" fn(Out, CUgraph, Deps, usize, CUdeviceptr) -> CUresult,
+    /// Writes the body graphs' handles to the parameters' `phGraph_out`.
+    pub conditional: unsafe extern "C" fn(Out, CUgraph, Deps, usize, *mut CUDA_CONDITIONAL_NODE_PARAMS) -> CUresult,
 }
 
 /// The per-type `SetParams` calls of a graph's node.
@@ -180,6 +182,9 @@ pub unsafe fn add_node(
                 Ok(())
             }
             T::CU_GRAPH_NODE_TYPE_MEM_FREE => ok((f.mem_free)(out, graph, deps, n, p.__bindgen_anon_1.free.dptr)),
+            T::CU_GRAPH_NODE_TYPE_CONDITIONAL => {
+                ok((f.conditional)(out, graph, deps, n, &mut p.__bindgen_anon_1.conditional))
+            }
             t => unsupported(t),
         }
     }

@@ -341,6 +341,7 @@ macro_rules! driver_entry_points {
         "cuGraphAddEmptyNode" => [10000 => cuGraphAddEmptyNode];
         "cuGraphAddChildGraphNode" => [10000 => cuGraphAddChildGraphNode];
         "cuGraphChildGraphNodeGetGraph" => [10000 => cuGraphChildGraphNodeGetGraph];
+        "cuGraphConditionalHandleCreate" => [12030 => cuGraphConditionalHandleCreate];
         "cuGraphAddEventRecordNode" => [11010 => cuGraphAddEventRecordNode];
         "cuGraphAddEventWaitNode" => [11010 => cuGraphAddEventWaitNode];
         "cuGraphEventRecordNodeGetEvent" => [11010 => cuGraphEventRecordNodeGetEvent];

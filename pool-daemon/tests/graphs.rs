@@ -170,7 +170,7 @@ fn runtime_graph_edit_checks(cudart13: bool, nvidia: bool) {
     if cudart13 {
         cmd.arg("--cudart13");
     }
-    common::run_checks(cmd, "runtime_graph_edit_checks", 12, &d);
+    common::run_checks(cmd, "runtime_graph_edit_checks", 13, &d);
 }
 
 /// Capture into an existing graph and a capture's dependencies (pool-daemon/src/daemon/graph_capture.rs):
@@ -213,6 +213,25 @@ fn memset_and_memcpy_node_parameters_change_through_the_pool() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "graph_params_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
     assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 11, "{stdout}");
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+}
+
+/// Conditional graph nodes through the pool: tests/c/graph_cond_client.c under gpupool run (WHILE, IF/ELSE
+/// and SWITCH nodes, their body graphs made by the daemon's backend, values set by the program's kernels).
+#[test]
+fn conditional_nodes_run_through_the_pool() {
+    ensure_interposer();
+    let d = Daemon::start(None);
+    let exe = gpupool_e2e::compile_c("graph_cond_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
+    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
+        .args(["run", "--endpoint", &d.endpoint(), "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "graph_cond_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 3, "{stdout}");
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }
 

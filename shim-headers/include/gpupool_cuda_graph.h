@@ -274,6 +274,28 @@ typedef struct CUDA_MEM_FREE_NODE_PARAMS_st {
     CUdeviceptr dptr;
 } CUDA_MEM_FREE_NODE_PARAMS;
 
+/* Conditional nodes (cuda.h 12.9): a handle whose value a kernel sets with cudaGraphSetConditional,
+ * and an IF, WHILE or SWITCH node over body graphs the driver makes. */
+typedef cuuint64_t CUgraphConditionalHandle;
+#define CU_GRAPH_COND_ASSIGN_DEFAULT 0x1
+
+typedef enum CUgraphConditionalNodeType_enum {
+    CU_GRAPH_COND_TYPE_IF = 0,
+    CU_GRAPH_COND_TYPE_WHILE = 1,
+    CU_GRAPH_COND_TYPE_SWITCH = 2
+} CUgraphConditionalNodeType;
+
+typedef struct CUDA_CONDITIONAL_NODE_PARAMS {
+    CUgraphConditionalHandle handle;
+    CUgraphConditionalNodeType type;
+    unsigned int size;
+    CUgraph *phGraph_out;
+    CUcontext ctx;
+} CUDA_CONDITIONAL_NODE_PARAMS;
+
+CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx,
+                                        unsigned int defaultLaunchValue, unsigned int flags);
+
 typedef struct CUgraphNodeParams_st {
     CUgraphNodeType type;
     int reserved0[3];
@@ -288,6 +310,7 @@ typedef struct CUgraphNodeParams_st {
         CUDA_EVENT_RECORD_NODE_PARAMS eventRecord;
         CUDA_MEM_ALLOC_NODE_PARAMS_v2 alloc;
         CUDA_MEM_FREE_NODE_PARAMS free;
+        CUDA_CONDITIONAL_NODE_PARAMS conditional;
     };
     long long reserved2;
 } CUgraphNodeParams;

@@ -23,6 +23,7 @@ pub const CU_TRSF_NORMALIZED_COORDINATES: u32 = 2;
 pub const CU_TRSF_SRGB: u32 = 16;
 pub const CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION: u32 = 32;
 pub const CU_TRSF_SEAMLESS_CUBEMAP: u32 = 64;
+pub const CU_GRAPH_COND_ASSIGN_DEFAULT: u32 = 1;
 pub type cuuint32_t = u32;
 pub type cuuint64_t = u64;
 pub type CUdeviceptr_v2 = ::std::os::raw::c_ulonglong;
@@ -6770,6 +6771,77 @@ const _: () = {
     ][::std::mem::offset_of!(CUDA_MEM_FREE_NODE_PARAMS_st, dptr) - 0usize];
 };
 pub type CUDA_MEM_FREE_NODE_PARAMS = CUDA_MEM_FREE_NODE_PARAMS_st;
+pub type CUgraphConditionalHandle = cuuint64_t;
+impl CUgraphConditionalNodeType_enum {
+    pub const CU_GRAPH_COND_TYPE_IF: CUgraphConditionalNodeType_enum = CUgraphConditionalNodeType_enum(
+        0,
+    );
+}
+impl CUgraphConditionalNodeType_enum {
+    pub const CU_GRAPH_COND_TYPE_WHILE: CUgraphConditionalNodeType_enum = CUgraphConditionalNodeType_enum(
+        1,
+    );
+}
+impl CUgraphConditionalNodeType_enum {
+    pub const CU_GRAPH_COND_TYPE_SWITCH: CUgraphConditionalNodeType_enum = CUgraphConditionalNodeType_enum(
+        2,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUgraphConditionalNodeType_enum(pub ::std::os::raw::c_uint);
+pub use self::CUgraphConditionalNodeType_enum as CUgraphConditionalNodeType;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub struct CUDA_CONDITIONAL_NODE_PARAMS {
+    pub handle: CUgraphConditionalHandle,
+    pub type_: CUgraphConditionalNodeType,
+    pub size: ::std::os::raw::c_uint,
+    pub phGraph_out: *mut CUgraph,
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_CONDITIONAL_NODE_PARAMS",
+    ][::std::mem::size_of::<CUDA_CONDITIONAL_NODE_PARAMS>() - 32usize];
+    [
+        "Alignment of CUDA_CONDITIONAL_NODE_PARAMS",
+    ][::std::mem::align_of::<CUDA_CONDITIONAL_NODE_PARAMS>() - 8usize];
+    [
+        "Offset of field: CUDA_CONDITIONAL_NODE_PARAMS::handle",
+    ][::std::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, handle) - 0usize];
+    [
+        "Offset of field: CUDA_CONDITIONAL_NODE_PARAMS::type_",
+    ][::std::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, type_) - 8usize];
+    [
+        "Offset of field: CUDA_CONDITIONAL_NODE_PARAMS::size",
+    ][::std::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, size) - 12usize];
+    [
+        "Offset of field: CUDA_CONDITIONAL_NODE_PARAMS::phGraph_out",
+    ][::std::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, phGraph_out) - 16usize];
+    [
+        "Offset of field: CUDA_CONDITIONAL_NODE_PARAMS::ctx",
+    ][::std::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, ctx) - 24usize];
+};
+impl Default for CUDA_CONDITIONAL_NODE_PARAMS {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+unsafe extern "C" {
+    pub fn cuGraphConditionalHandleCreate(
+        pHandle_out: *mut CUgraphConditionalHandle,
+        hGraph: CUgraph,
+        ctx: CUcontext,
+        defaultLaunchValue: ::std::os::raw::c_uint,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult;
+}
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct CUgraphNodeParams_st {
@@ -6791,6 +6863,7 @@ pub union CUgraphNodeParams_st__bindgen_ty_1 {
     pub eventRecord: CUDA_EVENT_RECORD_NODE_PARAMS,
     pub alloc: CUDA_MEM_ALLOC_NODE_PARAMS_v2,
     pub free: CUDA_MEM_FREE_NODE_PARAMS,
+    pub conditional: CUDA_CONDITIONAL_NODE_PARAMS,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -6830,6 +6903,9 @@ const _: () = {
     [
         "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::free",
     ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, free) - 0usize];
+    [
+        "Offset of field: CUgraphNodeParams_st__bindgen_ty_1::conditional",
+    ][::std::mem::offset_of!(CUgraphNodeParams_st__bindgen_ty_1, conditional) - 0usize];
 };
 impl Default for CUgraphNodeParams_st__bindgen_ty_1 {
     fn default() -> Self {

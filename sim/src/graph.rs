@@ -112,6 +112,8 @@ pub enum Op {
     /// so nothing runs at the node itself.
     MemAlloc(Arc<crate::graph_mem::AllocParams>),
     MemFree(u64),
+    /// A conditional node ([`crate::graph_cond`]).
+    Conditional(Arc<CondNode>),
     /// A node `cuGraphDestroyNode` removed: a hole, so that the other nodes keep their indices
     /// (their handles carry them) and a clone's nodes the indices of the original's.
     Removed,
@@ -131,9 +133,21 @@ impl Op {
             Op::Empty => "EMPTY",
             Op::MemAlloc(_) => "MEM_ALLOC",
             Op::MemFree(_) => "MEM_FREE",
+            Op::Conditional(_) => "CONDITIONAL",
             Op::Removed => "REMOVED",
         }
     }
+}
+
+/// A conditional node as added: its handle, type, body graphs (made by the driver, each with a
+/// handle of its own that goes with the node) and the array of those handles the application was
+/// given (`phGraph_out`, valid while the node lives).
+pub struct CondNode {
+    pub handle: u64,
+    pub kind: u32,
+    pub bodies: Vec<Arc<Graph>>,
+    /// The bodies' `CUgraph` handles (pointer-sized, as the application reads them).
+    pub handles_out: Box<[u64]>,
 }
 
 #[derive(Clone)]
@@ -185,11 +199,29 @@ impl Graph {
     /// depth: they go with the nodes.
     pub fn embedded_handles(nodes: &[Node], out: &mut Vec<u64>) {
         for n in nodes {
-            if let Op::Child(c) = &n.op {
-                out.extend(c.embedded.get().copied());
-                Graph::embedded_handles(&c.nodes(), out);
+            match &n.op {
+                Op::Child(c) => {
+                    out.extend(c.embedded.get().copied());
+                    Graph::embedded_handles(&c.nodes(), out);
+                }
+                Op::Conditional(c) => {
+                    for b in &c.bodies {
+                        out.extend(b.embedded.get().copied());
+                        Graph::embedded_handles(&b.nodes(), out);
+                    }
+                }
+                _ => {}
             }
         }
+    }
+
+    /// Whether `nodes` hold a conditional node, at any depth of child graphs.
+    pub fn has_conditionals(nodes: &[Node]) -> bool {
+        nodes.iter().any(|n| match &n.op {
+            Op::Conditional(_) => true,
+            Op::Child(c) => Graph::has_conditionals(&c.nodes()),
+            _ => false,
+        })
     }
 
     /// Whether `i` names a node of this graph (not one destroyed).
@@ -254,6 +286,8 @@ pub enum Step {
     Run(Work, Job),
     Record(Arc<Event>),
     Wait(Arc<Event>),
+    /// A conditional node, run where the launch gets to it ([`crate::graph_cond::Cond::run`]).
+    Cond(Arc<crate::graph_cond::Cond>),
 }
 
 /// The order of `nodes` that honours every dependency, preferring lower indices; a cycle is
@@ -300,6 +334,7 @@ fn flatten(nodes: &[Node], steps: &mut Vec<Step>, mut top: Option<&mut Vec<Optio
             Op::Host(_, j) => steps.push(Step::Run(Work::Control, j.clone())),
             Op::EventRecord(e) => steps.push(Step::Record(e.clone())),
             Op::EventWait(e) => steps.push(Step::Wait(e.clone())),
+            Op::Conditional(c) => steps.push(Step::Cond(Arc::new(cond_steps(c)?))),
             Op::Child(c) => flatten(&c.nodes(), steps, None)?,
             Op::Empty | Op::MemAlloc(_) | Op::MemFree(_) | Op::Removed => {}
         }
@@ -329,6 +364,44 @@ pub struct UpdateError {
     pub result: u32,
     pub node: Option<usize>,
     pub from: Option<usize>,
+}
+
+/// A conditional node's bodies as steps: the node types CUDA allows in a body (kernels,
+/// memsets, copies, empty nodes, child graphs and conditionals), others refused.
+fn cond_steps(c: &CondNode) -> CuResult<crate::graph_cond::Cond> {
+    let handle = crate::graph_cond::lookup(c.handle)?;
+    let mut bodies = Vec::with_capacity(c.bodies.len());
+    for b in &c.bodies {
+        let nodes = b.nodes();
+        let bad = nodes.iter().find(|n| {
+            matches!(n.op, Op::Host(..) | Op::EventRecord(_) | Op::EventWait(_) | Op::MemAlloc(_) | Op::MemFree(_))
+                || matches!(n.op, Op::Captured(Work::Control, _))
+        });
+        if let Some(n) = bad {
+            let t = n.op.type_name();
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("a conditional node's body cannot hold a {t} node")
+            });
+        }
+        let mut steps = Vec::new();
+        flatten(&nodes, &mut steps, None)?;
+        bodies.push(steps);
+    }
+    Ok(crate::graph_cond::Cond { handle, kind: c.kind, bodies })
+}
+
+/// The conditional handles `steps` use, at any depth (given their defaults at each launch).
+fn cond_handles(steps: &[Step], out: &mut Vec<Arc<crate::graph_cond::Handle>>) {
+    for s in steps {
+        if let Step::Cond(c) = s {
+            if !out.iter().any(|h| Arc::ptr_eq(h, &c.handle)) {
+                out.push(c.handle.clone());
+            }
+            for b in &c.bodies {
+                cond_handles(b, out);
+            }
+        }
+    }
 }
 
 /// What `cuGraphExecUpdate` compares: each node's type and dependencies, child graphs' inside.
@@ -407,6 +480,8 @@ pub struct GraphExec {
     /// The flags it was instantiated with (`cuGraphExecGetFlags`).
     pub flags: u64,
     steps: Mutex<Vec<Step>>,
+    /// The conditional handles its steps use.
+    pub cond_handles: Vec<Arc<crate::graph_cond::Handle>>,
     /// Per node of the graph: its step, if it is a kernel, host, memset, memcpy or event node.
     top: Vec<Option<usize>>,
     topology: Topology,
@@ -418,8 +493,10 @@ impl GraphExec {
         let (mut steps, mut top) = (Vec::new(), Vec::new());
         flatten(&nodes, &mut steps, Some(&mut top))?;
         let topology = Topology::of(&nodes);
+        let mut cond_handles = Vec::new();
+        self::cond_handles(&steps, &mut cond_handles);
         let steps = Mutex::new(steps);
-        Ok(GraphExec { ctx_handle: graph.ctx_handle, graph: graph_handle, flags, steps, top, topology })
+        Ok(GraphExec { ctx_handle: graph.ctx_handle, graph: graph_handle, flags, steps, cond_handles, top, topology })
     }
 
     /// `cuGraphExecUpdate`: every node's parameters from `graph`, whose topology must be this one's

@@ -131,10 +131,12 @@ pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, param
     Ok(std::sync::Arc::new(move || {
         // The kernel sees the memory that exists when it runs, as on a GPU.
         let me = ctx2.handle();
-        let memory = MemoryMap::new(ctx2.memory.live_allocations(), driver.pinned.visible_to(me)).with_objects(
-            driver.textures.select(|t| t.ctx_handle == me),
-            driver.surfaces.select(|s| s.ctx_handle == me),
-        );
+        let memory = MemoryMap::new(ctx2.memory.live_allocations(), driver.pinned.visible_to(me))
+            .with_objects(
+                driver.textures.select(|t| t.ctx_handle == me),
+                driver.surfaces.select(|s| s.ctx_handle == me),
+            )
+            .in_context(me);
         let name = f.name.to_string_lossy();
         let _grid = ctx2.preemption.grid();
         crate::exec::execute(&Launch {

@@ -28,6 +28,7 @@ pub mod event;
 pub mod exec;
 pub mod fatbin;
 pub mod graph;
+pub mod graph_cond;
 pub mod graph_mem;
 pub mod handles;
 pub mod launch;

@@ -321,7 +321,8 @@ int main(void) {
      * empty and an event wait node, each of its own type; cuGraphNodeSetParams changes the graph's
      * memset (a later instantiation runs it), cuGraphExecNodeSetParams an instantiated graph's; event
      * nodes answer their events, and take others on the graph and on an instantiated graph. Refused:
-     * parameters of another type than the node's, a node type the pool has not (conditional). */
+     * parameters of another type than the node's, a conditional node without a handle, a node type
+     * the pool has not (external semaphores). */
     {
         CUgraph gn;
         CUgraphNode n[5], extra;
@@ -366,7 +367,9 @@ int main(void) {
         CHECK(got == e1, "an event wait node's event", got == e1, 1);
         CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphEventWaitNodeGetEvent, n[2], &got);
         memset(&p, 0, sizeof p);
-        p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+        p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL; /* no handle */
+        CU_EXPECT(CUDA_ERROR_INVALID_VALUE, cuGraphAddNode, &extra, gn, NULL, 0, &p);
+        p.type = CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL;
         CU_EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddNode, &extra, gn, NULL, 0, &p);
         printf("ok cuGraphAddNode: memset, memcpy, event record, empty and event wait nodes\n");
 

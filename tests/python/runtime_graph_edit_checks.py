@@ -35,6 +35,9 @@ each of NVIDIA's own (the wheels' libcudart.so.12 and .13, `gpupool run --cudart
   event record node: their types, cudaGraphEventRecordNodeGetEvent gives the event back; a launch
   writes 9; cudaGraphNodeSetParams (a = 11) and cudaGraphExecNodeSetParams (a = 12): the exec
   writes 12, a new instantiation 11.
+- cudaGraphConditionalHandleCreate (default 1, assigned at each launch) and a conditional IF node
+  from cudaGraphAddNode: its body graph comes back in phGraph_out; a memset added there runs
+  (a = 17).
 
 Prints PASS/FAIL lines and SUMMARY passed/total; exits 1 on any failure.
 """
@@ -139,6 +142,14 @@ def count(what, g):
 
 
 MEMSET_T = 2
+CONDITIONAL_T = 13
+
+
+class CondParams(C.Structure):
+    """cudaConditionalNodeParams: the handle, IF (0) / WHILE / SWITCH, the body count, and the
+    array of body graphs the runtime writes."""
+
+    _fields_ = [("handle", C.c_uint64), ("type", C.c_int), ("size", C.c_uint), ("phGraph_out", C.POINTER(C.c_void_p))]
 
 
 class NodeParams(C.Structure):
@@ -159,6 +170,15 @@ def add_node(out, g, deps, n, p):
     if CUDART13:
         return rt.cudaGraphAddNode(C.byref(out), g, deps, None, C.c_size_t(n), C.byref(p))
     return rt.cudaGraphAddNode(C.byref(out), g, deps, C.c_size_t(n), C.byref(p))
+
+
+def driver_node_type(node):
+    """The driver's cuGraphNodeGetType (libcuda.so.1: the pool's), for a conditional node: NVIDIA's
+    runtime 12.9's cudaGraphNodeGetType answered cudaErrorUnknown for one over the pool's driver,
+    whose cuGraphNodeGetType answers CU_GRAPH_NODE_TYPE_CONDITIONAL (not investigated further)."""
+    t = C.c_int(-1)
+    rc = C.CDLL("libcuda.so.1").cuGraphNodeGetType(node, C.byref(t))
+    return t.value if rc == 0 else -rc
 
 
 def node_type(node):
@@ -393,6 +413,29 @@ def main():
     for x in (xn, xn2):
         call("cudaGraphExecDestroy", x)
     call("cudaEventDestroy", e1)
+
+    # A conditional IF node (cudaGraphConditionalHandleCreate, default 1 applied at each launch):
+    # cudaGraphAddNode writes its body graph to phGraph_out; a memset added there runs (a = 17).
+    gc, hc, nc = C.c_void_p(), C.c_uint64(0), C.c_void_p()
+    call("cudaGraphCreate", C.byref(gc), 0)
+    rc_h = rt.cudaGraphConditionalHandleCreate(C.byref(hc), gc, C.c_uint(1), C.c_uint(1))
+    cp = node_params(CONDITIONAL_T, CondParams(hc.value, 0, 1, None))
+    rc_c = add_node(nc, gc, None, 0, cp)
+    body = CondParams.from_buffer(cp, NodeParams.union.offset).phGraph_out
+    body_graph = C.c_void_p(body[0]) if body else C.c_void_p()
+    rc_b = -1
+    if body_graph.value:
+        bm = C.c_void_p()
+        rc_b = rt.cudaGraphAddMemsetNode(C.byref(bm), body_graph, None, C.c_size_t(0), C.byref(MemsetParams(a, 0, 17, 4, N // 4, 1)))
+    call("cudaMemset", a, 0, C.c_size_t(N))
+    if (rc_h, rc_c, rc_b) == (0, 0, 0):
+        launch(gc, s)
+    record(
+        "cudaGraphConditionalHandleCreate and a conditional node from cudaGraphAddNode",
+        (rc_h, rc_c, rc_b) == (0, 0, 0) and driver_node_type(nc) == CONDITIONAL_T and words(a) == {17},
+        f"rc {rc_h},{rc_c},{rc_b} body {body_graph.value} type {driver_node_type(nc)} a {words(a)}",
+    )
+    call("cudaGraphDestroy", gc)
 
     for x in (ev, parent, clone, g, u1, u2, u3, u4, gn):
         call("cudaGraphDestroy", x)

@@ -148,6 +148,20 @@ fn c_graph_memory_nodes_on_the_simulator() {
     assert!(stdout.ends_with("done\n"), "{stdout}");
 }
 
+/// Conditional graph nodes on the simulator (tests/c/graph_cond_client.c): WHILE, IF/ELSE and SWITCH
+/// nodes over body graphs the driver makes, on values kernels set with cudaGraphSetConditional.
+#[test]
+fn c_graph_conditional_nodes_on_the_simulator() {
+    let exe = gpupool_e2e::compile_c("graph_cond_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client"));
+    let mut cmd = Command::new(exe);
+    cmd.env("LD_LIBRARY_PATH", sim_libdir());
+    let out = output_with_sim_env(cmd, &[], Duration::from_secs(120)).expect("graph_cond_client did not finish");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 3, "{stdout}");
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+}
+
 /// Memset and memcpy node parameters on the simulator (tests/c/graph_params_client.c): read back,
 /// changed on the graph and on one instantiated graph, bad changes refused.
 #[test]

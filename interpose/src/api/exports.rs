@@ -145,6 +145,8 @@ exports! { CUresult;
         params: val *const CUDA_KERNEL_NODE_PARAMS) = graph::exec_kernel_node_set_params;
     cuGraphExecGetFlags(exec: val CUgraphExec, flags: out cuuint64_t) = graph::exec_get_flags;
     cuGraphChildGraphNodeGetGraph(node: val CUgraphNode, graph: out CUgraph) = graph_node::child_graph;
+    cuGraphConditionalHandleCreate(out: val *mut u64, graph: val CUgraph, ctx: val CUcontext, default: val c_uint,
+        flags: val c_uint) = graph_node::cond_handle_create;
     cuGraphEventRecordNodeGetEvent(node: val CUgraphNode, event: out CUevent) = graph_node::record_node_get_event;
     cuGraphEventWaitNodeGetEvent(node: val CUgraphNode, event: out CUevent) = graph_node::wait_node_get_event;
     cuGraphEventRecordNodeSetEvent(node: val CUgraphNode, event: val CUevent) = graph_node::record_node_set_event;

@@ -334,6 +334,7 @@ pub(super) fn graph_destroy(graph: CUgraph) -> R<()> {
     client::call(|c| c.conn_at(ep)?.call_ok(Request::GraphDestroy { graph: GraphId(id) }))?;
     super::graph_kernel::forget_graph(graph);
     super::graph_mem::forget_graph(graph as u64);
+    super::graph_node::forget_graph(graph as u64);
     super::graph_params::forget_graph(graph);
     Ok(())
 }

@@ -1,4 +1,6 @@
-//! A child graph node's own graph (`cuGraphChildGraphNodeGetGraph`), and event nodes' events through the pool (`cuGraphEvent{Record,Wait}NodeGetEvent`/`SetEvent`, and
+//! Conditional nodes (`cuGraphConditionalHandleCreate`, `cuGraphAddNode` of a conditional: the
+//! daemon's backend makes the handle and the body graphs), a child graph node's own graph
+//! (`cuGraphChildGraphNodeGetGraph`), and event nodes' events through the pool (`cuGraphEvent{Record,Wait}NodeGetEvent`/`SetEvent`, and
 //! `cuGraphExecEvent{Record,Wait}NodeSetEvent` for one instantiated graph): the daemon answers and
 //! changes them on its graph (pool-daemon's `daemon/graph_params.rs`), events named as this
 //! process's handles. And the generic node calls (`cuGraphAddNode`, `cuGraphNodeSetParams`,
@@ -11,8 +13,14 @@ use crate::client::{self, Kind, make};
 use crate::util::{R, log};
 use gpupool_abi::graph_node::{AddFns, ExecSetFns, SetFns};
 use gpupool_protocol::Request;
-use gpupool_protocol::ops::{GraphExecId, answer};
-use gpupool_shim::cuda::{CUevent, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams, CUresult};
+use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
+use gpupool_shim::cuda::{
+    CUDA_CONDITIONAL_NODE_PARAMS, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams,
+    CUresult,
+};
+use std::collections::BTreeMap;
+use std::os::raw::c_uint;
+use std::sync::Mutex;
 
 fn node_id(node: CUgraphNode) -> R<(u64, usize)> {
     id_of(node as u64, Kind::GraphNode).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
@@ -82,6 +90,73 @@ pub(super) fn child_graph(node: CUgraphNode) -> R<CUgraph> {
     Ok(make(Kind::Graph, ep, graph.0)? as CUgraph)
 }
 
+/// `cuGraphConditionalHandleCreate`: the daemon makes it in the tenant's context (`ctx` is the
+/// current one's, which the daemon's is).
+pub(super) fn cond_handle_create(
+    out: *mut u64,
+    graph: CUgraph,
+    _ctx: gpupool_shim::cuda::CUcontext,
+    default: c_uint,
+    flags: c_uint,
+) -> R<()> {
+    if out.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let (gid, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let req = Request::GraphConditionalHandleCreate { graph: GraphId(gid), default, flags };
+    let answer::CondHandle { handle } = client::call(|c| c.conn_at(ep)?.ask(req))?;
+    crate::api::export::put(out, handle);
+    Ok(())
+}
+
+/// The body graphs' handle arrays of conditional nodes (`phGraph_out`: valid while the node
+/// lives), by the graph holding the node.
+fn bodies() -> std::sync::MutexGuard<'static, BTreeMap<u64, Vec<Box<[u64]>>>> {
+    static B: Mutex<BTreeMap<u64, Vec<Box<[u64]>>>> = Mutex::new(BTreeMap::new());
+    B.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A destroyed graph's conditional nodes' arrays go with it.
+pub fn forget_graph(graph: u64) {
+    bodies().remove(&graph);
+}
+
+/// A conditional node (pool-daemon's `add_conditional_node`): its body graphs' handles go to
+/// `phGraph_out`, an array kept here while the graph lives.
+unsafe extern "C" fn add_conditional_node(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut CUDA_CONDITIONAL_NODE_PARAMS,
+) -> CUresult {
+    let r = (|| {
+        if out.is_null() || params.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: non-null; the API's contract makes it a CUDA_CONDITIONAL_NODE_PARAMS.
+        let p = unsafe { params.read_unaligned() };
+        let (gid, ep) = id_of(graph as u64, Kind::Graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let deps = super::graph::node_ids(deps, n, ep)?;
+        let req = Request::GraphAddConditionalNode {
+            graph: GraphId(gid),
+            deps,
+            handle: p.handle,
+            kind: p.type_.0,
+            size: p.size,
+        };
+        let answer::CondNode { node, bodies: ids } = client::call(|c| c.conn_at(ep)?.ask(req))?;
+        let handles: Box<[u64]> = ids.iter().map(|g| make(Kind::Graph, ep, g.0)).collect::<R<_>>()?;
+        let array = handles.as_ptr() as *mut CUgraph;
+        bodies().entry(graph as u64).or_default().push(handles);
+        // SAFETY: non-null and writable, as the API documents (the driver writes phGraph_out).
+        unsafe { std::ptr::addr_of_mut!((*params).phGraph_out).write_unaligned(array) };
+        crate::api::export::put(out, make(Kind::GraphNode, ep, node)? as CUgraphNode);
+        Ok(())
+    })();
+    r.err().unwrap_or(CUresult::CUDA_SUCCESS)
+}
+
 fn done(r: Result<(), gpupool_abi::graph_node::Refusal>) -> R<()> {
     r.map_err(|(code, why)| {
         if !why.is_empty() {
@@ -102,6 +177,7 @@ const ADD: AddFns = AddFns {
     event_wait: exports::cuGraphAddEventWaitNode,
     mem_alloc: exports::cuGraphAddMemAllocNode,
     mem_free: exports::cuGraphAddMemFreeNode,
+    conditional: add_conditional_node,
 };
 
 const SET: SetFns = SetFns {

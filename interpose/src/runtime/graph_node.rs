@@ -2,7 +2,8 @@
 //! 13's with edge data, by the runtime the program loaded; `cudaGraphNodeSetParams`,
 //! `cudaGraphExecNodeSetParams`) and event nodes' events (`cudaGraphEvent{Record,Wait}NodeGet`/
 //! `SetEvent`, `cudaGraphExecEvent{Record,Wait}NodeSetEvent`), a child graph node's graph
-//! (`cudaGraphChildGraphNodeGetGraph`). A `cudaGraphNodeParams` has the
+//! (`cudaGraphChildGraphNodeGetGraph`), conditional handles (`cudaGraphConditionalHandleCreate`;
+//! a conditional node's body graphs are written back to its `phGraph_out`). A `cudaGraphNodeParams` has the
 //! driver's `CUgraphNodeParams` size and layout; three members differ and are translated (a
 //! kernel's host stub resolved to its function, a copy's `cudaMemcpy3DParms` made a
 //! `CUDA_MEMCPY3D`, a memset's pointer and no context), the rest (host, child graph, event and
@@ -11,15 +12,17 @@
 
 use super::{Rt, cu, graph_nodes::kernel_params, rt_exports, runtime_major, state};
 use crate::api::exports::{
-    cuGraphAddNode_v2, cuGraphChildGraphNodeGetGraph, cuGraphEventRecordNodeGetEvent, cuGraphEventRecordNodeSetEvent,
-    cuGraphEventWaitNodeGetEvent, cuGraphEventWaitNodeSetEvent, cuGraphExecEventRecordNodeSetEvent,
-    cuGraphExecEventWaitNodeSetEvent, cuGraphExecNodeSetParams, cuGraphNodeSetParams,
+    cuGraphAddNode_v2, cuGraphChildGraphNodeGetGraph, cuGraphConditionalHandleCreate, cuGraphEventRecordNodeGetEvent,
+    cuGraphEventRecordNodeSetEvent, cuGraphEventWaitNodeGetEvent, cuGraphEventWaitNodeSetEvent,
+    cuGraphExecEventRecordNodeSetEvent, cuGraphExecEventWaitNodeSetEvent, cuGraphExecNodeSetParams,
+    cuGraphNodeSetParams,
 };
 use gpupool_shim::cuda::{
     CUDA_KERNEL_NODE_PARAMS_v3, CUDA_MEMCPY_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS_v2, CUevent, CUgraph, CUgraphEdgeData,
     CUgraphExec, CUgraphNode, CUgraphNodeParams, CUgraphNodeType,
 };
 use gpupool_shim::cudart::{cudaError, cudaGraphNodeParams, cudaGraphNodeType as RT, cudaKernelNodeParams};
+use std::os::raw::c_uint;
 
 const _: () = assert!(std::mem::size_of::<cudaGraphNodeParams>() == std::mem::size_of::<CUgraphNodeParams>());
 
@@ -82,6 +85,10 @@ fn driver_params(p: *const cudaGraphNodeParams) -> Rt<CUgraphNodeParams> {
                 ctx: std::ptr::null_mut(),
             };
         }
+        // cudaConditionalNodeParams has no context after phGraph_out: the current one.
+        RT::cudaGraphNodeTypeConditional => {
+            d.__bindgen_anon_1.conditional.ctx = std::ptr::null_mut();
+        }
         _ => {}
     }
     Ok(d)
@@ -98,12 +105,19 @@ fn add(
     let mut d = driver_params(p)?;
     // SAFETY: our own export; it checks the pointers and handles.
     cu(unsafe { cuGraphAddNode_v2(node, graph, deps, edges, n, &mut d) })?;
+    // SAFETY (both): non-null (driver_params checked); what the driver wrote goes back where the
+    // runtime's layout has it, the driver's: an allocation node's address, a conditional node's
+    // body graphs.
+    let out = p.cast::<CUgraphNodeParams>();
     if d.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC {
-        // SAFETY: non-null (driver_params checked); the allocation node's address goes back where
-        // the runtime's layout has it, the driver's.
         unsafe {
-            let out = p.cast::<CUgraphNodeParams>();
             std::ptr::addr_of_mut!((*out).__bindgen_anon_1.alloc.dptr).write_unaligned(d.__bindgen_anon_1.alloc.dptr);
+        }
+    }
+    if d.type_ == CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL {
+        unsafe {
+            std::ptr::addr_of_mut!((*out).__bindgen_anon_1.conditional.phGraph_out)
+                .write_unaligned(d.__bindgen_anon_1.conditional.phGraph_out);
         }
     }
     Ok(())
@@ -128,6 +142,13 @@ fn exec_node_set_params(exec: CUgraphExec, node: CUgraphNode, p: *mut cudaGraphN
     let mut d = driver_params(p)?;
     // SAFETY: our own export; it checks the handles.
     cu(unsafe { cuGraphExecNodeSetParams(exec, node, &mut d) })
+}
+
+/// The runtime's form has no context: the current one.
+fn cond_handle_create(out: *mut u64, graph: CUgraph, default: c_uint, flags: c_uint) -> Rt<()> {
+    state::context()?;
+    // SAFETY: our own export; it checks the graph and the out-pointer.
+    cu(unsafe { cuGraphConditionalHandleCreate(out, graph, std::ptr::null_mut(), default, flags) })
 }
 
 fn child_graph(node: CUgraphNode, out: *mut CUgraph) -> Rt<()> {
@@ -180,6 +201,7 @@ rt_exports! {
     cudaGraphNodeSetParams => node_set_params(node: CUgraphNode, p: *mut cudaGraphNodeParams);
     cudaGraphExecNodeSetParams => exec_node_set_params(exec: CUgraphExec, node: CUgraphNode, p: *mut cudaGraphNodeParams);
     cudaGraphChildGraphNodeGetGraph => child_graph(node: CUgraphNode, out: *mut CUgraph);
+    cudaGraphConditionalHandleCreate => cond_handle_create(out: *mut u64, graph: CUgraph, default: c_uint, flags: c_uint);
     cudaGraphEventRecordNodeGetEvent => record_node_get_event(node: CUgraphNode, out: *mut CUevent);
     cudaGraphEventWaitNodeGetEvent => wait_node_get_event(node: CUgraphNode, out: *mut CUevent);
     cudaGraphEventRecordNodeSetEvent => record_node_set_event(node: CUgraphNode, e: CUevent);

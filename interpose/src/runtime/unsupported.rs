@@ -60,7 +60,6 @@ unsupported! {
     cudaGLMapBufferObjectAsync, cudaGLRegisterBufferObject, cudaGLSetBufferObjectMapFlags, cudaGLSetGLDevice,
     cudaGLUnmapBufferObject, cudaGLUnmapBufferObjectAsync, cudaGLUnregisterBufferObject, cudaGetExportTable,
     cudaGetTextureObjectResourceViewDesc, cudaGraphAddExternalSemaphoresSignalNode, cudaGraphAddExternalSemaphoresWaitNode,
-    cudaGraphConditionalHandleCreate,
     cudaGraphExecChildGraphNodeSetParams,
     cudaGraphExecExternalSemaphoresSignalNodeSetParams, cudaGraphExecExternalSemaphoresWaitNodeSetParams,
     cudaGraphExternalSemaphoresSignalNodeGetParams, cudaGraphExternalSemaphoresSignalNodeSetParams,

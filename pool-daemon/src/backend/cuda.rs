@@ -163,6 +163,8 @@ driver_table! {
     cuGraphAddEventWaitNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, cu::CUevent);
     cuGraphAddDependencies: fn(cu::CUgraph, *const cu::CUgraphNode, *const cu::CUgraphNode, usize);
     cuGraphChildGraphNodeGetGraph: fn(cu::CUgraphNode, *mut cu::CUgraph);
+    cuGraphConditionalHandleCreate: fn(*mut u64, cu::CUgraph, CUcontext, u32, u32);
+    cuGraphAddNode: fn(*mut cu::CUgraphNode, cu::CUgraph, *const cu::CUgraphNode, usize, *mut cu::CUgraphNodeParams);
     cuGraphEventRecordNodeGetEvent: fn(cu::CUgraphNode, *mut cu::CUevent);
     cuGraphEventWaitNodeGetEvent: fn(cu::CUgraphNode, *mut cu::CUevent);
     cuGraphEventRecordNodeSetEvent: fn(cu::CUgraphNode, cu::CUevent);

@@ -42,8 +42,9 @@ use gpupool_protocol::ops::{Copy3D, KernelNode, Memset};
 use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
 use gpupool_protocol::{CtxId, StreamId};
 use gpupool_shim::cuda::{
-    CUDA_KERNEL_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode,
-    CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUDA_CONDITIONAL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUgraph, CUgraphConditionalNodeType, CUgraphExec,
+    CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode, CUgraphNodeParams, CUgraphNodeType, CUstream,
+    CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 use std::collections::HashMap;
 use std::os::raw::c_void;
@@ -85,6 +86,8 @@ pub struct Graphs {
     /// Child graph nodes' own graphs given out (`cuGraphChildGraphNodeGetGraph`): id -> (the
     /// parent graph, the child node). They go with the node and cannot be destroyed on their own.
     pub(super) embedded: HashMap<GraphId, (GraphId, u64)>,
+    /// Conditional handles this session made (the backend's values) -> the graph they are for.
+    cond_handles: HashMap<u64, GraphId>,
 }
 
 impl Graphs {
@@ -210,6 +213,78 @@ impl Session {
         Ok(answer::Graph { graph })
     }
 
+    /// `cuGraphConditionalHandleCreate` for `graph`, in the tenant's context on its device.
+    pub(super) fn cond_handle_create(
+        &mut self,
+        graph: GraphId,
+        default: u32,
+        flags: u32,
+    ) -> Result<answer::CondHandle> {
+        let (g, d) = self.graph(graph)?;
+        if flags > 1 {
+            return Err(Fail::invalid_value(format!(
+                "cuGraphConditionalHandleCreate: flags {flags:#x} (0 or CU_GRAPH_COND_ASSIGN_DEFAULT)"
+            )));
+        }
+        self.enter(d)?;
+        let ctx = self.tenant_ctxs.get(&d).map_or(std::ptr::null_mut(), |tc| tc.ctx.0);
+        let mut h = 0u64;
+        call!(self.shared.cuda, cuGraphConditionalHandleCreate(&mut h, g.0, ctx, default, flags))?;
+        self.graphs.cond_handles.insert(h, graph);
+        Ok(answer::CondHandle { handle: h })
+    }
+
+    /// A conditional node of `graph` with a handle this session made for it; its body graphs
+    /// (the backend's) are answered as ids that go with the node.
+    pub(super) fn add_conditional_node(
+        &mut self,
+        graph: GraphId,
+        deps: &[u64],
+        handle: u64,
+        kind: u32,
+        size: u32,
+    ) -> Result<answer::CondNode> {
+        if self.graphs.cond_handles.get(&handle) != Some(&graph) {
+            return Err(Fail::invalid_value(format!(
+                "conditional node: {handle:#x} is not a handle this session made for graph {}",
+                graph.0
+            )));
+        }
+        let d = self.graph(graph)?.1;
+        let ctx = {
+            self.enter(d)?;
+            self.tenant_ctxs.get(&d).map_or(std::ptr::null_mut(), |tc| tc.ctx.0)
+        };
+        let mut p = CUgraphNodeParams { type_: CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL, ..Default::default() };
+        p.__bindgen_anon_1.conditional = CUDA_CONDITIONAL_NODE_PARAMS {
+            handle,
+            type_: CUgraphConditionalNodeType(kind),
+            size,
+            phGraph_out: std::ptr::null_mut(),
+            ctx,
+        };
+        let added = self.add_node(graph, deps, |me, g, deps, node| {
+            Ok(call!(me.shared.cuda, cuGraphAddNode(node, g, deps.as_ptr(), deps.len(), &mut p))?)
+        })?;
+        // SAFETY: the union member the node type names, written by the backend.
+        let out = unsafe { p.__bindgen_anon_1.conditional.phGraph_out };
+        let bodies: Vec<CUgraph> = if out.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the backend's array of `size` body graphs, valid while the node lives.
+            unsafe { std::slice::from_raw_parts(out, size as usize) }.to_vec()
+        };
+        let bodies = bodies
+            .into_iter()
+            .map(|b| {
+                let id = self.keep_graph(b, d);
+                self.graphs.embedded.insert(id, (graph, added.node));
+                id
+            })
+            .collect();
+        Ok(answer::CondNode { node: added.node, bodies })
+    }
+
     pub(super) fn keep_graph(&mut self, g: CUgraph, d: u32) -> GraphId {
         let id = GraphId(self.next_handle());
         self.graphs.graphs.insert(id, (Raw(g), d));
@@ -261,6 +336,7 @@ impl Session {
         call!(self.shared.cuda, cuGraphDestroy(g.0))?;
         self.graphs.graphs.remove(&id);
         self.graphs.nodes.retain(|_, n| n.0 != id);
+        self.graphs.cond_handles.retain(|_, g| *g != id);
         self.forget_embedded(|parent, _| parent == id);
         self.after_mem_graph_destroy(id);
         self.graphs.host_graphs.remove(&id);
@@ -703,6 +779,7 @@ impl Session {
         self.graphs.host_execs.clear();
         self.graphs.host_captures.clear();
         self.graphs.exec_graph.clear();
+        self.graphs.cond_handles.clear();
         self.release_held_regions();
         n
     }

@@ -1062,6 +1062,28 @@ impl Serve for Session {
         self.child_node_graph(node)
     }
 
+    fn graph_conditional_handle_create(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        default: u32,
+        flags: u32,
+    ) -> Result<answer::CondHandle> {
+        self.cond_handle_create(graph, default, flags)
+    }
+
+    fn graph_add_conditional_node(
+        &mut self,
+        _cx: Cx<'_>,
+        graph: GraphId,
+        deps: Vec<u64>,
+        handle: u64,
+        kind: u32,
+        size: u32,
+    ) -> Result<answer::CondNode> {
+        Session::add_conditional_node(self, graph, &deps, handle, kind, size)
+    }
+
     fn stream_begin_capture_to_graph(
         &mut self,
         _cx: Cx<'_>,

@@ -350,6 +350,11 @@ op_table! {
     0x0b3f GraphExecEventNodeSetEvent graph_exec_event_node_set_event { exec: GraphExecId, node: u64, event: EventId, record: bool } => Ok;
     /// `cuGraphChildGraphNodeGetGraph`: the child node's own graph, as an id that goes with the node.
     0x0b48 GraphChildNodeGraph graph_child_node_graph { node: u64 } => Graph;
+    /// Conditional nodes: a handle for `graph` (the backend's value, which the application's
+    /// kernels pass to `cudaGraphSetConditional`), and an IF/WHILE/SWITCH node over `size` body
+    /// graphs the backend makes, answered as ids that go with the node.
+    0x0b49 GraphConditionalHandleCreate graph_conditional_handle_create { graph: GraphId, default: u32, flags: u32 } => CondHandle;
+    0x0b4a GraphAddConditionalNode graph_add_conditional_node { graph: GraphId, deps: Vec<u64>, handle: u64, kind: u32, size: u32 } => CondNode;
     0x0b27 StreamUpdateCaptureDependencies stream_update_capture_dependencies { stream: StreamId, deps: Vec<u64>, set: bool } => Ok;
     // Host functions (pool-daemon's daemon/host_fn.rs): `func` and `user` are the client's
     // own addresses, never used by the daemon, only handed back when the function must run.
@@ -487,6 +492,10 @@ op_table! {
     0x8b38 CopyParams { copy: Box<crate::ops::Copy3D> };
     0x8b39 KernelNodeParams { kernel: crate::ops::KernelNode };
     0x8b21 CaptureGraph { status: u32, id: u64, graph: crate::ops::GraphId, deps: Vec<u64> };
+    /// A conditional handle (the backend's value).
+    0x8b49 CondHandle { handle: u64 };
+    /// A conditional node and its body graphs.
+    0x8b4a CondNode { node: u64, bodies: Vec<crate::ops::GraphId> };
     /// The session and the secret a host-function channel attaches with.
     0x8b40 HostChannelKey { session: u64, secret: [u8; 16] };
     /// A session's identity for [`Request::Resume`].

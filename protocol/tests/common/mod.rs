@@ -299,6 +299,8 @@ pub fn all_request_examples() -> Vec<Request> {
         GraphEventNodeSetEvent { node: 4, event: EVENT, record: false },
         GraphExecEventNodeSetEvent { exec: GRAPH_EXEC, node: 4, event: EVENT, record: true },
         GraphChildNodeGraph { node: 6 },
+        GraphConditionalHandleCreate { graph: GRAPH, default: 1, flags: 1 },
+        GraphAddConditionalNode { graph: GRAPH, deps: vec![3], handle: 0xc0de, kind: 1, size: 1 },
         GraphMemFree { ptr: PTR },
         GraphMemTrim { device: 0 },
         GraphMemAttribute { device: 0, attr: 3, reset: true },
@@ -447,6 +449,8 @@ pub fn all_reply_examples() -> Vec<Reply> {
         ExecUpdate { result: 2, node: 3, from: 5 },
         GraphMemNode { node: 8, ptr: PTR },
         CapturedMemNode { graph: GRAPH, node: 9, ptr: PTR },
+        CondHandle { handle: 0xc0de },
+        CondNode { node: 10, bodies: vec![GraphId(0x702), GraphId(0x703)] },
         CaptureGraph { status: 1, id: 12, graph: GRAPH, deps: vec![8, 9] },
         Topology { nodes: vec![8, 9], types: vec![0, 10], from: vec![8], to: vec![9] },
         MemsetParams {

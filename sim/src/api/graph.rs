@@ -256,10 +256,26 @@ fn graph_launch(exec: CUgraphExec, h: CUstream, d: DefaultStream) -> CuResult<()
         return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || "the graph belongs to another context".into());
     }
     crate::graph_mem::before_run(exec as u64, true)?;
+    if !g.cond_handles.is_empty() {
+        // The defaults are applied where the launch starts, in stream order.
+        let handles = g.cond_handles.clone();
+        s.enqueue(
+            &ctx,
+            Work::Control,
+            Vec::new(),
+            Arc::new(move || {
+                crate::graph_cond::assign_defaults(&handles);
+                Ok(())
+            }),
+        );
+    }
     for step in g.steps() {
         match step {
             Step::Run(work, job) => {
                 s.enqueue(&ctx, work, Vec::new(), job);
+            }
+            Step::Cond(c) => {
+                s.enqueue(&ctx, Work::Kernel, Vec::new(), Arc::new(move || c.run()));
             }
             // Recorded where the stream gets to it, as a record queued there would be.
             Step::Record(e) => e.record(&ctx, &s),
@@ -314,6 +330,7 @@ pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
         driver.graphs.remove(graph as u64);
         forget_embedded(&g.nodes());
         crate::graph_mem::graph_destroyed(graph as u64);
+        crate::graph_cond::graph_destroyed(graph as u64);
         Ok(())
     })
 }
@@ -327,6 +344,91 @@ fn forget_embedded(nodes: &[Node]) {
             d.graphs.remove(h);
         }
     }
+}
+
+/// `cuGraphConditionalHandleCreate`: a handle for conditional nodes of `graph` (its context, or
+/// `ctx` if given, which must be the graph's).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
+    out_handle: *mut u64,
+    graph: CUgraph,
+    ctx: gpupool_shim::cuda::CUcontext,
+    default_value: c_uint,
+    flags: c_uint,
+) -> CUresult {
+    cuda_entry(|| {
+        let g = graph_of(graph)?;
+        if !ctx.is_null() && ctx as u64 != g.ctx_handle {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the context is not the graph's".into());
+        }
+        if flags > 1 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!("flags {flags:#x}: 0 or CU_GRAPH_COND_ASSIGN_DEFAULT")
+            });
+        }
+        if out_handle.is_null() {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null handle output pointer".into());
+        }
+        out(out_handle, crate::graph_cond::create(graph as u64, g.ctx_handle, default_value, flags == 1))
+    })
+}
+
+/// A conditional node (`cuGraphAddNode` of `CU_GRAPH_NODE_TYPE_CONDITIONAL`): its body graphs are
+/// made here, their handles written to `phGraph_out` (an array the node owns).
+pub(super) unsafe extern "C" fn add_conditional_node(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut gpupool_shim::cuda::CUDA_CONDITIONAL_NODE_PARAMS,
+) -> CUresult {
+    cuda_entry(|| {
+        let p = super::read(params.cast_const(), "conditional node parameters")?;
+        let g = graph_of(graph)?;
+        let handle = crate::graph_cond::lookup(p.handle)?;
+        if handle.graph != graph as u64 {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the handle was made for another graph".into());
+        }
+        if !p.ctx.is_null() && p.ctx as u64 != g.ctx_handle {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the context is not the graph's".into());
+        }
+        let size_ok = match p.type_.0 {
+            crate::graph_cond::IF => p.size == 1 || p.size == 2,
+            crate::graph_cond::WHILE => p.size == 1,
+            crate::graph_cond::SWITCH => (1..=1024).contains(&p.size),
+            _ => false,
+        };
+        if !size_ok {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                format!(
+                    "conditional type {} with {} bodies (IF: 1 or 2, WHILE: 1, SWITCH: 1 to 1024)",
+                    p.type_.0, p.size
+                )
+            });
+        }
+        let driver = initialized()?;
+        let bodies: Vec<Arc<Graph>> = (0..p.size).map(|_| Arc::new(Graph::new(g.ctx_handle, Vec::new()))).collect();
+        let handles_out: Box<[u64]> = bodies
+            .iter()
+            .map(|b| {
+                let h = driver.graphs.insert(b.clone());
+                let _ = b.embedded.set(h);
+                h
+            })
+            .collect();
+        let out_ptr = handles_out.as_ptr() as *mut CUgraph;
+        let c = crate::graph::CondNode { handle: p.handle, kind: p.type_.0, bodies, handles_out };
+        let gone: Vec<u64> = c.handles_out.to_vec();
+        if let Err(e) = add_node(node, graph, deps, n, Op::Conditional(Arc::new(c))) {
+            for h in gone {
+                driver.graphs.remove(h);
+            }
+            return Err(e);
+        }
+        // SAFETY: non-null (read above); the driver writes `phGraph_out` there.
+        unsafe { std::ptr::addr_of_mut!((*params).phGraph_out).write_unaligned(out_ptr) };
+        Ok(())
+    })
 }
 
 /// `cuGraphChildGraphNodeGetGraph`: the node's own graph (not a copy): what is added to it is
@@ -894,6 +996,11 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
         if c.ctx_handle != graph_of(graph)?.ctx_handle {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "the child graph belongs to another context".into());
         }
+        if Graph::has_conditionals(&c.nodes()) {
+            return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || {
+                "a graph with conditional nodes is not added as a child graph".into()
+            });
+        }
         let nodes = Graph::copy_nodes(&c.nodes());
         add_node(node, graph, deps, n, Op::Child(Arc::new(Graph::new(c.ctx_handle, nodes))))
     })
@@ -1089,6 +1196,9 @@ pub unsafe extern "C" fn cuGraphClone(pclone: *mut CUgraph, graph: CUgraph) -> C
         let g = graph_of(graph)?;
         if crate::graph_mem::has_nodes(graph as u64) {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a graph with memory nodes cannot be cloned".into());
+        }
+        if Graph::has_conditionals(&g.nodes()) {
+            return fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, || "a graph with conditional nodes is not cloned".into());
         }
         let copy = Graph::clone_of(&g, graph as u64);
         out(pclone, initialized()?.graphs.insert(Arc::new(copy)) as CUgraph)
@@ -1305,6 +1415,7 @@ fn node_type(op: &Op) -> CUgraphNodeType {
         Op::EventRecord(_) => T::CU_GRAPH_NODE_TYPE_EVENT_RECORD,
         Op::EventWait(_) => T::CU_GRAPH_NODE_TYPE_WAIT_EVENT,
         Op::Child(_) => T::CU_GRAPH_NODE_TYPE_GRAPH,
+        Op::Conditional(_) => T::CU_GRAPH_NODE_TYPE_CONDITIONAL,
         Op::Empty => T::CU_GRAPH_NODE_TYPE_EMPTY,
         Op::MemAlloc(_) => T::CU_GRAPH_NODE_TYPE_MEM_ALLOC,
         Op::MemFree(_) => T::CU_GRAPH_NODE_TYPE_MEM_FREE,

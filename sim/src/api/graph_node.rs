@@ -18,6 +18,7 @@ const ADD: AddFns = AddFns {
     event_wait: g::cuGraphAddEventWaitNode,
     mem_alloc: g::cuGraphAddMemAllocNode,
     mem_free: g::cuGraphAddMemFreeNode,
+    conditional: g::add_conditional_node,
 };
 
 const SET: SetFns = SetFns {

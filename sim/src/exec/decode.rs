@@ -463,6 +463,7 @@ impl<'a> Decoder<'a> {
         let callee = match target.as_str() {
             "vprintf" => Callee::Printf,
             "__assertfail" => Callee::AssertFail,
+            "cudaGraphSetConditional" => Callee::GraphSetConditional,
             name if self.syms.module.functions.iter().any(|f| f.name == name) => {
                 if !self.callees.contains(&target) {
                     self.callees.push(target.clone());

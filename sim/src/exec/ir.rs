@@ -462,6 +462,8 @@ pub enum Callee {
     Printf,
     /// `__assertfail(message, file, line, function, charSize)`: a failed `assert`.
     AssertFail,
+    /// `cudaGraphSetConditional(handle, value)`: a conditional node's value ([`crate::graph_cond`]).
+    GraphSetConditional,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -147,6 +147,13 @@ pub fn execute(l: &Launch) -> CuResult<()> {
         Err(Fault::Trap { thread, block }) => {
             fault(CUresult::CUDA_ERROR_LAUNCH_FAILED, format!("trap by {}", at(thread, block, l.kernel)))
         }
+        Err(Fault::BadConditional { handle, thread, block }) => fault(
+            CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+            format!(
+                "cudaGraphSetConditional: {handle:#x} is not a conditional handle, used by {}",
+                at(thread, block, l.kernel)
+            ),
+        ),
         // A forged object handle reads whatever descriptor the hardware finds there; the
         // simulator stops the kernel as an illegal access instead of inventing texels.
         Err(Fault::BadObject { handle, surface, thread, block }) => fault(

@@ -43,6 +43,8 @@ pub struct MemoryMap {
     /// through the 64-bit handles it is passed.
     textures: HashMap<u64, Arc<TexObject>>,
     surfaces: HashMap<u64, Arc<SurfObject>>,
+    /// The launching context: conditional handles of its graphs are the ones a kernel may set.
+    ctx_handle: u64,
 }
 
 impl MemoryMap {
@@ -53,7 +55,13 @@ impl MemoryMap {
             .chain(pinned.iter().map(|b| (b.addr(), b.addr() + b.len, b.addr() as usize)))
             .collect();
         regions.sort_unstable_by_key(|r| r.0);
-        MemoryMap { regions, _keep: (allocs, pinned), textures: HashMap::new(), surfaces: HashMap::new() }
+        MemoryMap {
+            regions,
+            _keep: (allocs, pinned),
+            textures: HashMap::new(),
+            surfaces: HashMap::new(),
+            ctx_handle: 0,
+        }
     }
 
     /// Adds the texture and surface objects the kernel may use.
@@ -67,10 +75,22 @@ impl MemoryMap {
         self
     }
 
+    /// The launching context's handle.
+    pub fn in_context(mut self, ctx_handle: u64) -> MemoryMap {
+        self.ctx_handle = ctx_handle;
+        self
+    }
+
     /// A map over raw regions `(device base, device end, host address)`, for tests.
     #[cfg(test)]
     pub fn from_regions(regions: Vec<(u64, u64, usize)>) -> MemoryMap {
-        MemoryMap { regions, _keep: (Vec::new(), Vec::new()), textures: HashMap::new(), surfaces: HashMap::new() }
+        MemoryMap {
+            regions,
+            _keep: (Vec::new(), Vec::new()),
+            textures: HashMap::new(),
+            surfaces: HashMap::new(),
+            ctx_handle: 0,
+        }
     }
 
     fn translate(&self, addr: u64, len: u64) -> Option<*mut u8> {
@@ -97,12 +117,42 @@ pub struct Launch<'a> {
 /// Why a kernel stopped early.
 #[derive(Debug)]
 pub enum Fault {
-    Illegal { space: Space, addr: u64, len: u64, write: bool, thread: [u32; 3], block: [u32; 3] },
-    Misaligned { addr: u64, len: u64, thread: [u32; 3], block: [u32; 3] },
-    Trap { thread: [u32; 3], block: [u32; 3] },
-    Assert { message: String, thread: [u32; 3], block: [u32; 3] },
+    Illegal {
+        space: Space,
+        addr: u64,
+        len: u64,
+        write: bool,
+        thread: [u32; 3],
+        block: [u32; 3],
+    },
+    Misaligned {
+        addr: u64,
+        len: u64,
+        thread: [u32; 3],
+        block: [u32; 3],
+    },
+    Trap {
+        thread: [u32; 3],
+        block: [u32; 3],
+    },
+    Assert {
+        message: String,
+        thread: [u32; 3],
+        block: [u32; 3],
+    },
     // A texture or surface instruction named no live object of the context.
-    BadObject { handle: u64, surface: bool, thread: [u32; 3], block: [u32; 3] },
+    BadObject {
+        handle: u64,
+        surface: bool,
+        thread: [u32; 3],
+        block: [u32; 3],
+    },
+    /// `cudaGraphSetConditional` with a handle no graph made.
+    BadConditional {
+        handle: u64,
+        thread: [u32; 3],
+        block: [u32; 3],
+    },
 }
 
 /// A device function activation: where to resume, and the return value to hand back.
@@ -580,6 +630,16 @@ impl<'a> Block<'a> {
                             let n = self.printf(t, fmt, args)?;
                             if let Some((dst, _)) = call.ret {
                                 self.store(Space::Local, Ty::U32, dst, n as u64, t)?;
+                            }
+                        }
+                        Callee::GraphSetConditional => {
+                            let handle = self.local_word(t, call.args.first().map(|a| a.0));
+                            // A .b32 argument: a 4-byte slot.
+                            let at = call.args.get(1).map(|a| a.0);
+                            let value =
+                                at.and_then(|a| self.load(Space::Local, Ty::U32, a, t).ok()).unwrap_or(0) as u32;
+                            if !crate::graph_cond::set(handle, value, self.l.memory.ctx_handle) {
+                                return Err(Fault::BadConditional { handle, thread: self.tid(t), block: self.ctaid });
                             }
                         }
                         Callee::AssertFail => {
