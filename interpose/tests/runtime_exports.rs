@@ -148,7 +148,7 @@ unsafe fn sym<F: Copy>(handle: *mut c_void, name: &str) -> F {
 /// The child's body: dlopen libgpupool.so, call unsupported functions, check what they return
 /// and the last error (the parent checks stderr).
 fn unsupported_child() {
-    type ChildGraph = unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> c_int;
+    type InstantiateWithParams = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *mut c_void) -> c_int;
     type GetViewDesc = unsafe extern "C" fn(*mut c_void, u64) -> c_int;
     type LastError = unsafe extern "C" fn() -> c_int;
 
@@ -158,9 +158,9 @@ fn unsupported_child() {
     assert!(!handle.is_null(), "dlopen({}) failed", interposer().display());
     // SAFETY: the types are the CUDA runtime's declarations (cudaGraph_t and cudaArray_t are
     // pointers, cudaTextureObject_t is 64 bits, cudaResourceViewDesc is only passed by pointer here).
-    let (child_graph, get_view_desc, get_last, peek_last) = unsafe {
+    let (instantiate, get_view_desc, get_last, peek_last) = unsafe {
         (
-            sym::<ChildGraph>(handle, "cudaGraphChildGraphNodeGetGraph"),
+            sym::<InstantiateWithParams>(handle, "cudaGraphInstantiateWithParams"),
             sym::<GetViewDesc>(handle, "cudaGetTextureObjectResourceViewDesc"),
             sym::<LastError>(handle, "cudaGetLastError"),
             sym::<LastError>(handle, "cudaPeekAtLastError"),
@@ -173,21 +173,14 @@ fn unsupported_child() {
         assert_eq!(get_last(), SUCCESS, "a fresh thread starts without an error");
 
         let sentinel = 0x5eed as *mut c_void;
-        let mut graph = sentinel;
-        assert_eq!(
-            child_graph(std::ptr::null_mut(), &mut graph),
-            NOT_SUPPORTED,
-            "cudaGraphChildGraphNodeGetGraph, first call"
-        );
-        assert_eq!(graph, sentinel, "cudaGraphChildGraphNodeGetGraph wrote through its out-pointer");
-        assert_eq!(
-            child_graph(std::ptr::null_mut(), &mut graph),
-            NOT_SUPPORTED,
-            "cudaGraphChildGraphNodeGetGraph, second call"
-        );
-        assert_eq!(graph, sentinel, "cudaGraphChildGraphNodeGetGraph wrote through its out-pointer");
-        assert_eq!(peek_last(), NOT_SUPPORTED, "cudaPeekAtLastError after cudaGraphChildGraphNodeGetGraph");
-        assert_eq!(get_last(), NOT_SUPPORTED, "cudaGetLastError after cudaGraphChildGraphNodeGetGraph");
+        let mut exec = sentinel;
+        let none = std::ptr::null_mut();
+        assert_eq!(instantiate(&mut exec, none, none), NOT_SUPPORTED, "cudaGraphInstantiateWithParams, first call");
+        assert_eq!(exec, sentinel, "cudaGraphInstantiateWithParams wrote through its out-pointer");
+        assert_eq!(instantiate(&mut exec, none, none), NOT_SUPPORTED, "cudaGraphInstantiateWithParams, second call");
+        assert_eq!(exec, sentinel, "cudaGraphInstantiateWithParams wrote through its out-pointer");
+        assert_eq!(peek_last(), NOT_SUPPORTED, "cudaPeekAtLastError after cudaGraphInstantiateWithParams");
+        assert_eq!(get_last(), NOT_SUPPORTED, "cudaGetLastError after cudaGraphInstantiateWithParams");
         assert_eq!(get_last(), SUCCESS, "cudaGetLastError resets the last error");
 
         let mut desc = [0xA5u8; 144]; // cudaResourceViewDesc (112 bytes in CUDA 13)
@@ -238,9 +231,9 @@ fn unsupported_runtime_function_returns_801_logs_once_and_sets_the_last_error() 
         stderr.lines().filter(|l| l.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').any(|w| w == f)).count()
     };
     assert_eq!(
-        lines_naming("cudaGraphChildGraphNodeGetGraph"),
+        lines_naming("cudaGraphInstantiateWithParams"),
         1,
-        "want one stderr line naming cudaGraphChildGraphNodeGetGraph (called twice) {context}"
+        "want one stderr line naming cudaGraphInstantiateWithParams (called twice) {context}"
     );
     assert_eq!(
         lines_naming("cudaGetTextureObjectResourceViewDesc"),
