@@ -11,9 +11,9 @@
 //! such nodes. A conditional node's parameters cannot be changed (CUDA_ERROR_NOT_SUPPORTED).
 
 use gpupool_shim::cuda::{
-    CUDA_CONDITIONAL_NODE_PARAMS, CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS,
-    CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUdeviceptr, CUevent, CUgraph, CUgraphChildGraphNodeOwnership,
-    CUgraphExec, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T, CUresult,
+    CUDA_CONDITIONAL_NODE_PARAMS, CUDA_HOST_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v3,
+    CUDA_MEM_ALLOC_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUdeviceptr, CUevent, CUgraph,
+    CUgraphChildGraphNodeOwnership, CUgraphExec, CUgraphNode, CUgraphNodeParams, CUgraphNodeType as T, CUresult,
 };
 
 /// A refusal: the code, and why (empty when the per-type call already said so).
@@ -77,6 +77,24 @@ fn kernel_params(p: &CUgraphNodeParams) -> CUDA_KERNEL_NODE_PARAMS {
     // SAFETY: reading the union member the node type names; every bit pattern is a valid value.
     let k = unsafe { p.__bindgen_anon_1.kernel };
     CUDA_KERNEL_NODE_PARAMS {
+        func: k.func,
+        gridDimX: k.gridDimX,
+        gridDimY: k.gridDimY,
+        gridDimZ: k.gridDimZ,
+        blockDimX: k.blockDimX,
+        blockDimY: k.blockDimY,
+        blockDimZ: k.blockDimZ,
+        sharedMemBytes: k.sharedMemBytes,
+        kernelParams: k.kernelParams,
+        extra: k.extra,
+        kern: k.kern,
+        ctx: k.ctx,
+    }
+}
+
+/// A kernel node's parameters as the generic union's member (the same fields).
+pub fn kernel_v3(k: &CUDA_KERNEL_NODE_PARAMS) -> CUDA_KERNEL_NODE_PARAMS_v3 {
+    CUDA_KERNEL_NODE_PARAMS_v3 {
         func: k.func,
         gridDimX: k.gridDimX,
         gridDimY: k.gridDimY,

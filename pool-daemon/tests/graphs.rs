@@ -19,20 +19,35 @@ const INVALID_HANDLE: u32 = 400;
 const STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
 const STREAM_CAPTURE_INVALIDATED: u32 = 901;
 
-#[test]
-fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
+/// Runs tests/c/NAME.c (compiled here) under `gpupool run --endpoint D RUN_ARGS -- EXE PROG_ARGS`;
+/// it must exit 0 (else the failure, with its output and the daemon's log). Answers its stdout.
+fn run_c_client(d: &Daemon, name: &str, run_args: &[&str], prog_args: &[&str]) -> String {
     ensure_interposer();
-    let d = Daemon::start(None);
-    let exe = gpupool_e2e::compile_c("graph_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
+    let exe = gpupool_e2e::compile_c(name, &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
     let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
-        .args(["run", "--endpoint", &d.endpoint(), "--"])
+        .args(["run", "--endpoint", &d.endpoint()])
+        .args(run_args)
+        .arg("--")
         .arg(&exe)
-        .args(["--replays", "1000"])
+        .args(prog_args)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "graph_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
+    assert!(out.status.success(), "{name} failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
+    stdout
+}
+
+/// The number of "ok" lines, and that the program finished.
+fn ok_lines(stdout: &str) -> usize {
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+    stdout.lines().filter(|l| l.starts_with("ok ")).count()
+}
+
+#[test]
+fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
+    let d = Daemon::start(None);
+    let stdout = run_c_client(&d, "graph_client", &[], &["--replays", "1000"]);
     for check in [
         "capture records without running",
         "graph replays equal the eager run and the CPU",
@@ -56,7 +71,7 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
         "a forked child runs host nodes of its own; the parent's still run",
         "graphs destroyed once",
     ] {
-        assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
+        assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}");
     }
     assert!(stdout.contains("replays 1000 "), "{stdout}");
     assert!(stdout.contains("host replays 100\n"), "{stdout}");
@@ -74,17 +89,8 @@ fn a_captured_graph_replayed_a_thousand_times_matches_the_eager_run() {
 /// ledger is back to 0 after the program exits.
 #[test]
 fn a_graph_with_a_memory_node_is_held_to_the_quota() {
-    ensure_interposer();
     let d = Daemon::start(None);
-    let exe = gpupool_e2e::compile_c("graph_mem_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
-    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
-        .args(["run", "--endpoint", &d.endpoint(), "--memory", "64MiB", "--"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "graph_mem_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
+    let stdout = run_c_client(&d, "graph_mem_client", &["--memory", "64MiB"], &[]);
     for check in [
         "allocation nodes: the address when added, the parameters back",
         "graph memory is counted from instantiation and the graph runs in it",
@@ -94,7 +100,7 @@ fn a_graph_with_a_memory_node_is_held_to_the_quota() {
         "capture into a graph with a memory node",
         "captured stream-ordered allocation: nodes, the graph's memory, trimmed back",
     ] {
-        assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}\n{stderr}");
+        assert!(stdout.contains(&format!("ok {check}\n")), "missing 'ok {check}':\n{stdout}");
     }
     assert!(stdout.ends_with("done\n"), "{stdout}");
     let log = d.log();
@@ -179,20 +185,9 @@ fn runtime_graph_edit_checks(cudart13: bool, nvidia: bool) {
 /// the CPU's result.
 #[test]
 fn capture_into_a_graph_with_updated_dependencies_replays_right() {
-    ensure_interposer();
     let d = Daemon::start(None);
-    let exe =
-        gpupool_e2e::compile_c("graph_capture_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
-    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
-        .args(["run", "--endpoint", &d.endpoint(), "--"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "graph_capture_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 4, "{stdout}");
-    assert!(stdout.ends_with("done\n"), "{stdout}");
+    let stdout = run_c_client(&d, "graph_capture_client", &[], &[]);
+    assert_eq!(ok_lines(&stdout), 4, "{stdout}");
 }
 
 /// Memset and memcpy node parameters (pool-daemon/src/daemon/graph_params.rs): tests/c/graph_params_client.c
@@ -201,38 +196,18 @@ fn capture_into_a_graph_with_updated_dependencies_replays_right() {
 /// node calls (cuGraphAddNode, cuGraphNodeSetParams, cuGraphExecNodeSetParams) and event nodes' events too.
 #[test]
 fn memset_and_memcpy_node_parameters_change_through_the_pool() {
-    ensure_interposer();
     let d = Daemon::start(None);
-    let exe = gpupool_e2e::compile_c("graph_params_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
-    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
-        .args(["run", "--endpoint", &d.endpoint(), "--"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "graph_params_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 11, "{stdout}");
-    assert!(stdout.ends_with("done\n"), "{stdout}");
+    let stdout = run_c_client(&d, "graph_params_client", &[], &[]);
+    assert_eq!(ok_lines(&stdout), 11, "{stdout}");
 }
 
 /// Conditional graph nodes through the pool: tests/c/graph_cond_client.c under gpupool run (WHILE, IF/ELSE
 /// and SWITCH nodes, their body graphs made by the daemon's backend, values set by the program's kernels).
 #[test]
 fn conditional_nodes_run_through_the_pool() {
-    ensure_interposer();
     let d = Daemon::start(None);
-    let exe = gpupool_e2e::compile_c("graph_cond_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graphs"));
-    let out = Command::new(env!("CARGO_BIN_EXE_gpupool"))
-        .args(["run", "--endpoint", &d.endpoint(), "--"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "graph_cond_client failed ({}):\n{stdout}\n{stderr}\n{}", out.status, d.log());
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 3, "{stdout}");
-    assert!(stdout.ends_with("done\n"), "{stdout}");
+    let stdout = run_c_client(&d, "graph_cond_client", &[], &[]);
+    assert_eq!(ok_lines(&stdout), 3, "{stdout}");
 }
 
 /// On the wire: another session cannot change or read a memset or memcpy node (its id names nothing there),

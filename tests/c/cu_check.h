@@ -44,4 +44,20 @@ static const char *err_name(CUresult rc) {
         }                                                                                                    \
     } while (0)
 
+/* Loads libcuda.so.1 (the simulator, or libgpupool.so under `gpupool run`) and resolves each
+ * function the including file's X-macro list names into its p_<name>; on failure prints FAIL and
+ * returns 1 from the calling function (main). Needs <dlfcn.h>. */
+#define CU_RESOLVE_ONE_(name)                                                                                \
+    if (!(p_##name = (__typeof__(name) *)dlsym(cu_lib_, #name))) {                                           \
+        fprintf(stderr, "FAIL dlsym %s\n", #name);                                                           \
+        return 1;                                                                                            \
+    }
+#define CU_LOAD_DRIVER(LIST)                                                                                 \
+    void *cu_lib_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);                                          \
+    if (!cu_lib_) {                                                                                          \
+        fprintf(stderr, "FAIL dlopen: %s\n", dlerror());                                                     \
+        return 1;                                                                                            \
+    }                                                                                                        \
+    LIST(CU_RESOLVE_ONE_)
+
 #endif

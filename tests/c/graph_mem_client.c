@@ -125,17 +125,7 @@ static void expect_out(CUdeviceptr out, uint32_t want, const char *what) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     sim = argc > 1 && strcmp(argv[1], "--sim") == 0;
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!lib) {
-        fprintf(stderr, "FAIL dlopen: %s\n", dlerror());
-        return 1;
-    }
-#define RESOLVE(name)                                                                                        \
-    if (!(p_##name = (__typeof__(name) *)dlsym(lib, #name))) {                                               \
-        fprintf(stderr, "FAIL dlsym %s\n", #name);                                                           \
-        return 1;                                                                                            \
-    }
-    FUNCS(RESOLVE)
+    CU_LOAD_DRIVER(FUNCS)
 
     CUcontext ctx;
     CUmodule mod;

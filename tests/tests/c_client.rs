@@ -137,44 +137,28 @@ fn c_driver_api_single_device() {
 /// CUDA_ERROR_OUT_OF_MEMORY; CUDA's rules for graphs with memory nodes.
 #[test]
 fn c_graph_memory_nodes_on_the_simulator() {
-    let exe = gpupool_e2e::compile_c("graph_mem_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client"));
-    let mut cmd = Command::new(exe);
-    cmd.arg("--sim").env("LD_LIBRARY_PATH", sim_libdir());
-    let env = [("GPUPOOL_SIM_MEMORY", "64MiB"), ("GPUPOOL_SIM_DEVICES", "1")];
-    let out = output_with_sim_env(cmd, &env, Duration::from_secs(120)).expect("graph_mem_client did not finish");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.matches("\nok ").count() + usize::from(stdout.starts_with("ok ")), 7, "{stdout}");
-    assert!(stdout.ends_with("done\n"), "{stdout}");
+    assert_eq!(
+        graph_client_on_sim(
+            "graph_mem_client",
+            &["--sim"],
+            &[("GPUPOOL_SIM_MEMORY", "64MiB"), ("GPUPOOL_SIM_DEVICES", "1")]
+        ),
+        7
+    );
 }
 
 /// Conditional graph nodes on the simulator (tests/c/graph_cond_client.c): WHILE, IF/ELSE and SWITCH
 /// nodes over body graphs the driver makes, on values kernels set with cudaGraphSetConditional.
 #[test]
 fn c_graph_conditional_nodes_on_the_simulator() {
-    let exe = gpupool_e2e::compile_c("graph_cond_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client"));
-    let mut cmd = Command::new(exe);
-    cmd.env("LD_LIBRARY_PATH", sim_libdir());
-    let out = output_with_sim_env(cmd, &[], Duration::from_secs(120)).expect("graph_cond_client did not finish");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 3, "{stdout}");
-    assert!(stdout.ends_with("done\n"), "{stdout}");
+    assert_eq!(graph_client_on_sim("graph_cond_client", &[], &[]), 3);
 }
 
 /// Memset and memcpy node parameters on the simulator (tests/c/graph_params_client.c): read back,
 /// changed on the graph and on one instantiated graph, bad changes refused.
 #[test]
 fn c_graph_node_parameters_on_the_simulator() {
-    let exe =
-        gpupool_e2e::compile_c("graph_params_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client"));
-    let mut cmd = Command::new(exe);
-    cmd.env("LD_LIBRARY_PATH", sim_libdir());
-    let out = output_with_sim_env(cmd, &[], Duration::from_secs(120)).expect("graph_params_client did not finish");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 11, "{stdout}");
-    assert!(stdout.ends_with("done\n"), "{stdout}");
+    assert_eq!(graph_client_on_sim("graph_params_client", &[], &[]), 11);
 }
 
 /// Capture into an existing graph on the simulator (tests/c/graph_capture_client.c): after an
@@ -182,13 +166,19 @@ fn c_graph_node_parameters_on_the_simulator() {
 /// with cuStreamUpdateCaptureDependencies, the replay in dependency order.
 #[test]
 fn c_capture_to_graph_on_the_simulator() {
-    let exe =
-        gpupool_e2e::compile_c("graph_capture_client", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client"));
+    assert_eq!(graph_client_on_sim("graph_capture_client", &[], &[]), 4);
+}
+
+/// Runs tests/c/NAME.c (compiled here) on the simulator with ARGS and the simulator's ENV; it must
+/// exit 0 and end with "done". Answers its number of "ok" lines.
+fn graph_client_on_sim(name: &str, args: &[&str], env: &[(&str, &str)]) -> usize {
+    let exe = gpupool_e2e::compile_c(name, &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_client"));
     let mut cmd = Command::new(exe);
-    cmd.env("LD_LIBRARY_PATH", sim_libdir());
-    let out = output_with_sim_env(cmd, &[], Duration::from_secs(120)).expect("graph_capture_client did not finish");
+    cmd.args(args).env("LD_LIBRARY_PATH", sim_libdir());
+    let out =
+        output_with_sim_env(cmd, env, Duration::from_secs(120)).unwrap_or_else(|| panic!("{name} did not finish"));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 4, "{stdout}");
+    assert!(out.status.success(), "{name}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.ends_with("done\n"), "{stdout}");
+    stdout.lines().filter(|l| l.starts_with("ok ")).count()
 }

@@ -18,8 +18,8 @@ use crate::api::exports::{
     cuGraphNodeSetParams,
 };
 use gpupool_shim::cuda::{
-    CUDA_KERNEL_NODE_PARAMS_v3, CUDA_MEMCPY_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS_v2, CUevent, CUgraph, CUgraphEdgeData,
-    CUgraphExec, CUgraphNode, CUgraphNodeParams, CUgraphNodeType,
+    CUDA_MEMCPY_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS_v2, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode,
+    CUgraphNodeParams, CUgraphNodeType,
 };
 use gpupool_shim::cudart::{cudaError, cudaGraphNodeParams, cudaGraphNodeType as RT, cudaKernelNodeParams};
 use std::os::raw::c_uint;
@@ -49,21 +49,8 @@ fn driver_params(p: *const cudaGraphNodeParams) -> Rt<CUgraphNodeParams> {
                 kernelParams: k.kernelParams,
                 extra: k.extra,
             };
-            let f = kernel_params(&stub)?;
-            d.__bindgen_anon_1.kernel = CUDA_KERNEL_NODE_PARAMS_v3 {
-                func: f.func,
-                gridDimX: f.gridDimX,
-                gridDimY: f.gridDimY,
-                gridDimZ: f.gridDimZ,
-                blockDimX: f.blockDimX,
-                blockDimY: f.blockDimY,
-                blockDimZ: f.blockDimZ,
-                sharedMemBytes: f.sharedMemBytes,
-                kernelParams: f.kernelParams,
-                extra: f.extra,
-                kern: std::ptr::null_mut(),
-                ctx: std::ptr::null_mut(),
-            };
+            // The runtime's function is its own (the driver's kern and ctx: none).
+            d.__bindgen_anon_1.kernel = gpupool_abi::graph_node::kernel_v3(&kernel_params(&stub)?);
         }
         RT::cudaGraphNodeTypeMemcpy => {
             // SAFETY: the member the node type names.
