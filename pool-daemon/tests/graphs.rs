@@ -187,7 +187,7 @@ fn runtime_graph_edit_checks(cudart13: bool, nvidia: bool) {
 fn capture_into_a_graph_with_updated_dependencies_replays_right() {
     let d = Daemon::start(None);
     let stdout = run_c_client(&d, "graph_capture_client", &[], &[]);
-    assert_eq!(ok_lines(&stdout), 4, "{stdout}");
+    assert_eq!(ok_lines(&stdout), 5, "{stdout}");
 }
 
 /// Memset and memcpy node parameters (pool-daemon/src/daemon/graph_params.rs): tests/c/graph_params_client.c

@@ -13,7 +13,9 @@
  * Errors: a node of another graph is CUDA_ERROR_INVALID_VALUE, a stream not capturing
  * CUDA_ERROR_ILLEGAL_STATE and status NONE. Topology queries on the result: four nodes (a
  * larger array gets NULL past them), the fill node the one root with two dependents, one node
- * with two dependencies, node types KERNEL and EMPTY.
+ * with two dependencies, node types KERNEL and EMPTY. Capture modes: cuMemAlloc in a global-mode
+ * capture is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates it, allowed in relaxed interaction
+ * mode (cuThreadExchangeStreamCaptureMode), and a relaxed capture forbids nothing.
  *
  * Output: "ok <check>" per check, then "done"; a failure prints "FAIL ..." on stderr, exits 1.
  */
@@ -33,7 +35,8 @@
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphAddKernelNode_v2)        \
     X(cuGraphAddEmptyNode) X(cuStreamBeginCaptureToGraph) X(cuStreamGetCaptureInfo_v2)                     \
     X(cuStreamUpdateCaptureDependencies) X(cuStreamEndCapture) X(cuGraphGetNodes) X(cuGraphGetRootNodes)        \
-    X(cuGraphNodeGetType) X(cuGraphNodeGetDependencies) X(cuGraphNodeGetDependentNodes)
+    X(cuGraphNodeGetType) X(cuGraphNodeGetDependencies) X(cuGraphNodeGetDependentNodes)                    \
+    X(cuStreamBeginCapture_v2) X(cuThreadExchangeStreamCaptureMode) X(cuMemFree_v2)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
 FUNCS(DECLARE)
@@ -160,6 +163,31 @@ int main(void) {
     CU(cuGraphExecDestroy, e);
     CU(cuGraphDestroy, g);
     CU(cuGraphDestroy, other);
+
+    /* Capture modes: cuMemAlloc during the thread's own global-mode capture is refused and
+     * invalidates it; in relaxed interaction mode (cuThreadExchangeStreamCaptureMode) the thread
+     * may allocate; a relaxed capture forbids nothing. */
+    {
+        CUdeviceptr extra = 0;
+        CUgraph got = (CUgraph)0x1;
+        CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemAlloc_v2, &extra, 4096);
+        CU_EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture, s, &got);
+        CHECK(got == NULL, "an invalidated capture ends without a graph", got == NULL, 1);
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CU(cuThreadExchangeStreamCaptureMode, &m);
+        CU(cuMemAlloc_v2, &extra, 4096);
+        CU(cuThreadExchangeStreamCaptureMode, &m);
+        CHECK(m == CU_STREAM_CAPTURE_MODE_RELAXED, "the previous interaction mode comes back", m, 2);
+        CU(cuStreamEndCapture, s, &got);
+        CU(cuGraphDestroy, got);
+        CU(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED);
+        CU(cuMemFree_v2, extra);
+        CU(cuStreamEndCapture, s, &got);
+        CU(cuGraphDestroy, got);
+        printf("ok capture modes: an allocation in a global capture is refused, allowed when relaxed\n");
+    }
     printf("done\n");
     return 0;
 }

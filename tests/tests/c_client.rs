@@ -166,7 +166,7 @@ fn c_graph_node_parameters_on_the_simulator() {
 /// with cuStreamUpdateCaptureDependencies, the replay in dependency order.
 #[test]
 fn c_capture_to_graph_on_the_simulator() {
-    assert_eq!(graph_client_on_sim("graph_capture_client", &[], &[]), 4);
+    assert_eq!(graph_client_on_sim("graph_capture_client", &[], &[]), 5);
 }
 
 /// Runs tests/c/NAME.c (compiled here) on the simulator with ARGS and the simulator's ENV; it must

@@ -57,6 +57,8 @@ fn begin(
     };
     let id = NEXT_CAPTURE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     *cap = Capture::Active(crate::stream::ActiveCapture { graph, handle, owned, id, deps, dep_handles: Vec::new() });
+    let thread = std::thread::current().id();
+    live_captures().push(LiveCapture { thread, mode, stream: Arc::downgrade(&s) });
     Ok(())
 }
 
@@ -64,6 +66,52 @@ thread_local! {
     /// The thread's capture interaction mode (`cuThreadExchangeStreamCaptureMode`).
     static INTERACTION: std::cell::Cell<CUstreamCaptureMode> =
         const { std::cell::Cell::new(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL) };
+}
+
+/// A capture under way: the thread that began it, its mode and its stream.
+struct LiveCapture {
+    thread: std::thread::ThreadId,
+    mode: CUstreamCaptureMode,
+    stream: std::sync::Weak<crate::stream::Stream>,
+}
+
+static LIVE_CAPTURES: std::sync::Mutex<Vec<LiveCapture>> = std::sync::Mutex::new(Vec::new());
+
+fn live_captures() -> std::sync::MutexGuard<'static, Vec<LiveCapture>> {
+    LIVE_CAPTURES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A potentially unsafe call (allocating or freeing memory) by the calling thread, which CUDA
+/// forbids while a capture is under way that is not relaxed and began on this thread, or (in the
+/// thread's default global interaction mode) a global-mode capture of another thread. The call
+/// fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture that forbade it.
+pub(super) fn unsafe_call(what: &str) -> CuResult<()> {
+    let interaction = INTERACTION.with(std::cell::Cell::get);
+    if interaction == CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED {
+        return Ok(());
+    }
+    let me = std::thread::current().id();
+    let others = interaction == CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+    // The streams first, then their capture locks: a capture begins with its stream's lock held
+    // and this list's taken after it.
+    let candidates: Vec<Arc<crate::stream::Stream>> = {
+        let mut live = live_captures();
+        live.retain(|c| c.stream.strong_count() > 0);
+        live.iter()
+            .filter(|c| {
+                let mine = c.thread == me && c.mode != CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+                mine || (others && c.thread != me && c.mode == CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+            })
+            .filter_map(|c| c.stream.upgrade())
+            .collect()
+    };
+    let forbidding = candidates
+        .into_iter()
+        .find(|s| matches!(*s.capture.lock().unwrap_or_else(|e| e.into_inner()), Capture::Active(_)));
+    match forbidding {
+        Some(s) => s.refuse_if_capturing(&format!("{what} during a stream capture (its mode forbids it)")),
+        None => Ok(()),
+    }
 }
 
 /// `cuThreadExchangeStreamCaptureMode`: the calling thread's interaction mode becomes `*mode`,
@@ -125,6 +173,7 @@ fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -> CuResult<
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null graph output pointer".into());
     }
     let taken = std::mem::take(&mut *s.capture.lock().unwrap_or_else(|e| e.into_inner()));
+    live_captures().retain(|c| !std::ptr::eq(c.stream.as_ptr(), Arc::as_ptr(&s)));
     match taken {
         Capture::None => fail(CUresult::CUDA_ERROR_ILLEGAL_STATE, || "the stream is not capturing".into()),
         Capture::Invalidated => {

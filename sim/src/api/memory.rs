@@ -30,6 +30,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     cuda_entry(|| {
         let ctx = current_healthy()?;
+        super::graph::unsafe_call("cuMemAlloc")?;
         if dptr.is_null() {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null dptr".into());
         }
@@ -48,6 +49,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 ) -> CUresult {
     cuda_entry(|| {
         let ctx = current_healthy()?;
+        super::graph::unsafe_call("cuMemAllocPitch")?;
         if dptr.is_null() || pitch.is_null() {
             return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null output pointer".into());
         }
@@ -78,6 +80,7 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         if dptr == 0 {
             return Ok(());
         }
+        super::graph::unsafe_call("cuMemFree")?;
         if crate::graph_mem::app_free(dptr)? {
             return Ok(());
         }
@@ -141,7 +144,10 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> CUresult {
-    cuda_entry(|| host_alloc(pp, bytesize, flags))
+    cuda_entry(|| {
+        super::graph::unsafe_call("cuMemHostAlloc")?;
+        host_alloc(pp, bytesize, flags)
+    })
 }
 
 #[unsafe(no_mangle)]
