@@ -5,7 +5,7 @@
 //! this side checks the node's parameters, which the pool serves for one device (the pool's own,
 //! read-write), and keeps each node's parameters for `GetParams`.
 
-use super::graph::id_of;
+use super::graph::{id_of, node_ids};
 use crate::client::{self, Client, Kind, make};
 use crate::util::{R, log};
 use gpupool_protocol::ops::{GraphId, answer};
@@ -109,24 +109,6 @@ fn check_params(c: &mut Client, p: &CUDA_MEM_ALLOC_NODE_PARAMS) -> R<(usize, u32
         }
     }
     Ok((ep, device, access))
-}
-
-/// The daemon's node ids of `deps[..n]`, of endpoint `ep`.
-fn node_ids(deps: *const CUgraphNode, n: usize, ep: usize) -> R<Vec<u64>> {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    if deps.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: the caller passes `n` node handles at `deps`, as the API documents.
-    let list = unsafe { std::slice::from_raw_parts(deps, n) };
-    list.iter()
-        .map(|&d| match id_of(d as u64, Kind::GraphNode) {
-            Some((id, e)) if e == ep => Ok(id),
-            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-        })
-        .collect()
 }
 
 pub(super) fn add_alloc_node(

@@ -42,7 +42,7 @@ use gpupool_protocol::ops::{Copy3D, KernelNode, Memset};
 use gpupool_protocol::ops::{GraphExecId, GraphId, answer};
 use gpupool_protocol::{CtxId, StreamId};
 use gpupool_shim::cuda::{
-    CUDA_CONDITIONAL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUgraph, CUgraphConditionalNodeType, CUgraphExec,
+    CUDA_CONDITIONAL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUcontext, CUgraph, CUgraphConditionalNodeType, CUgraphExec,
     CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode, CUgraphNodeParams, CUgraphNodeType, CUstream,
     CUstreamCaptureMode, CUstreamCaptureStatus,
 };
@@ -213,6 +213,12 @@ impl Session {
         Ok(answer::Graph { graph })
     }
 
+    /// The tenant's backend context on device `d`, made current.
+    fn enter_tenant_ctx(&mut self, d: u32) -> Result<CUcontext> {
+        self.enter(d)?;
+        Ok(self.tenant_ctxs.get(&d).map_or(std::ptr::null_mut(), |tc| tc.ctx.0))
+    }
+
     /// `cuGraphConditionalHandleCreate` for `graph`, in the tenant's context on its device.
     pub(super) fn cond_handle_create(
         &mut self,
@@ -226,8 +232,7 @@ impl Session {
                 "cuGraphConditionalHandleCreate: flags {flags:#x} (0 or CU_GRAPH_COND_ASSIGN_DEFAULT)"
             )));
         }
-        self.enter(d)?;
-        let ctx = self.tenant_ctxs.get(&d).map_or(std::ptr::null_mut(), |tc| tc.ctx.0);
+        let ctx = self.enter_tenant_ctx(d)?;
         let mut h = 0u64;
         call!(self.shared.cuda, cuGraphConditionalHandleCreate(&mut h, g.0, ctx, default, flags))?;
         self.graphs.cond_handles.insert(h, graph);
@@ -251,10 +256,7 @@ impl Session {
             )));
         }
         let d = self.graph(graph)?.1;
-        let ctx = {
-            self.enter(d)?;
-            self.tenant_ctxs.get(&d).map_or(std::ptr::null_mut(), |tc| tc.ctx.0)
-        };
+        let ctx = self.enter_tenant_ctx(d)?;
         let mut p = CUgraphNodeParams { type_: CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL, ..Default::default() };
         p.__bindgen_anon_1.conditional = CUDA_CONDITIONAL_NODE_PARAMS {
             handle,

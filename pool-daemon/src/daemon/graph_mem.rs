@@ -220,18 +220,6 @@ impl Session {
         }
     }
 
-    /// The capture's dependencies become `node` alone, as after any captured work.
-    fn capture_after(&mut self, stream: StreamId, node: u64) -> Result<()> {
-        let (s, d) = self.stream(stream, None)?;
-        let Some((_, n)) = self.graphs.nodes.get(&node).copied() else {
-            return Err(Fail::invalid_value(format!("node {node} is not a node this session holds")));
-        };
-        self.enter(d)?;
-        let mut deps = [n.0];
-        call!(self.shared.cuda, cuStreamUpdateCaptureDependencies(s.0, deps.as_mut_ptr(), 1, 1))?;
-        Ok(())
-    }
-
     /// `cuMemAllocAsync` (or a pool's allocation) on a capturing stream: an allocation node of the
     /// capture's graph, as CUDA makes one. Its memory is mapped and charged at once, not at
     /// instantiation: the memsets, copies and kernels captured after it name it, and the backend
@@ -246,7 +234,7 @@ impl Session {
         let what = "stream-ordered allocation on a capturing stream";
         let cap = self.active_capture(stream, what)?;
         let answer::GraphMemNode { node, ptr } = self.add_mem_alloc_node(cap.graph, &cap.deps, device, bytes)?;
-        let placed = self.map_one(ptr.0).and_then(|()| self.capture_after(stream, node));
+        let placed = self.map_one(ptr.0).and_then(|()| self.update_capture_dependencies(stream, &[node], true));
         if let Err(e) = placed {
             self.undo_captured_alloc(node, ptr.0);
             return Err(Fail::new(e.code, format!("{what} of {bytes} bytes: {}", e.message)));
@@ -282,7 +270,8 @@ impl Session {
             )));
         }
         let n = self.add_mem_free_node(cap.graph, &cap.deps, ptr)?;
-        self.capture_after(stream, n.node)?;
+        // The capture goes on after the node, as after any captured work.
+        self.update_capture_dependencies(stream, &[n.node], true)?;
         Ok(n)
     }
 
