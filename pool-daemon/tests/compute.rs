@@ -664,3 +664,48 @@ fn a_high_priority_kernel_preempts_a_long_low_priority_grid_between_blocks() {
         "gpupool status shows no PREEMPTED count of {n} for lo:\n{text}"
     );
 }
+
+/// Back-to-back launches of one session on one stream share one pair of timing events
+/// (pool-daemon/src/daemon/compute.rs, `extend`), two kernels (two kinds) alternating: each launch
+/// must still be counted, charged and settled once. 3000 asynchronous launches of 256-thread
+/// kernels, one synchronize: the tenant's kernel count reaches 3000 with none left in flight, time
+/// was charged, and both kernels ran (each buffer holds the value its kernel writes).
+#[test]
+fn back_to_back_launches_sharing_a_bracket_are_each_counted_and_settled() {
+    let _s = serial();
+    let d = Daemon::start(Some(&config(&[("a", 100, "share", "normal")])));
+    let mut c = common::Client::connect_as(&d.socket, None, Some("token-a")).expect("session of tenant a");
+    let ctx = c.ctx(0);
+    let bufs = [c.alloc(ctx, 1024).expect("1 KiB"), c.alloc(ctx, 1024).expect("1 KiB")];
+    const N: u64 = 3000;
+    let kernels = [c.fill_kernel(ctx, bufs[0], 0x5eed), c.fill_kernel(ctx, bufs[1], 0xbeef)];
+    assert_ne!(kernels[0].0, kernels[1].0, "two loads, two functions");
+    for i in 0..N as usize {
+        let (func, packed) = &kernels[i % 2];
+        c.launch_one_block(*func, packed.clone());
+    }
+    let r = c.call(gpupool_protocol::Request::StreamSynchronize { stream: gpupool_protocol::StreamId::NULL });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    for (buf, value) in bufs.into_iter().zip([0x5eed_u32, 0xbeef]) {
+        let words = c.read_back(buf, 1024);
+        assert!(words.chunks(4).all(|w| w == value.to_le_bytes()), "a kernel did not run");
+    }
+    // The monitor charges in batches (at most every 100 us while kernels are short).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let st = d.status();
+        let a = st["tenants"].as_array().unwrap().iter().find(|t| t["tenant"] == "a").unwrap();
+        let u = &a["devices"][0]["compute"];
+        let (kernels, inflight) = (u["kernels"].as_u64().unwrap_or(0), u["inflight"].as_u64().unwrap_or(u64::MAX));
+        if kernels == N && inflight == 0 {
+            assert!(u["charged_ns"].as_u64().unwrap_or(0) > 0, "no device time charged: {u}");
+            break;
+        }
+        assert!(kernels <= N, "more kernels charged than launched: {u}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after 5 s: {kernels} of {N} kernels charged, {inflight} in flight"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
