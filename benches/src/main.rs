@@ -32,6 +32,7 @@
 //! plain device-to-host copy plus a file write of the same bytes.
 //! See benches/README.md for what each baseline means.
 
+mod admission;
 mod blas;
 mod chaos;
 mod checkpoint;
@@ -54,7 +55,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime|remote|npu [--json PATH]\n       \
-                     gpupool-bench chaos|fuzz|blas|torch-start|containers|evict|checkpoint [OPTIONS] (see benches/README.md)";
+                     gpupool-bench admission|chaos|fuzz|blas|torch-start|containers|evict|checkpoint [OPTIONS] (see benches/README.md)";
 
 fn main() -> ExitCode {
     let all: Vec<String> = std::env::args().skip(1).collect();
@@ -63,6 +64,9 @@ fn main() -> ExitCode {
     }
     if all.first().map(String::as_str) == Some(remote::CLIENT_COMMAND) {
         return remote::client_main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some("admission") {
+        return admission::main(&all[1..]);
     }
     if all.first().map(String::as_str) == Some("blas") {
         return blas::main(&all[1..]);

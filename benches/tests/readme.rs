@@ -1,4 +1,4 @@
-//! The benches/README.md commands of `gpupool-bench blas`, `torch-start` and `evict`, run
+//! The benches/README.md commands of `gpupool-bench blas`, `torch-start`, `evict` and `admission`, run
 //! exactly as written (their `--quick` forms), from the workspace root. Each must finish, and
 //! its table must hold every figure it promises, measured (positive, finite); the figures'
 //! values against their targets are the benchmark's to report, not this test's to enforce.
@@ -151,4 +151,21 @@ fn checkpoint_quick_measures_full_incremental_and_the_pause() {
     let ratio =
         number(row(&table, "full checkpoint GB/s (256 MiB)")[2].trim_end_matches(" of plain copy + write"), &table);
     assert!((ratio - full / plain).abs() <= 0.01 + 0.02 * ratio, "{table}");
+}
+
+#[test]
+fn admission_times_the_policy_for_each_tenant_count() {
+    let line =
+        gpupool_e2e::readme::command_in("benches/README.md", "cargo run --release -p gpupool-benches -- admission");
+    let table = run(&line);
+    for tenants in ["1", "8", "64", "256", "1024"] {
+        let cells = row(&table, tenants);
+        // Count, median ns, slowest sample ns, ratio to the 1-tenant row.
+        assert_eq!(cells.len(), 4, "{tenants}: {cells:?}");
+        let v: Vec<f64> = cells[1..].iter().map(|c| number(c, &table)).collect();
+        assert!(v[0] <= v[1], "{tenants}: the median above the slowest sample:\n{table}");
+        if tenants == "1" {
+            assert_eq!(cells[3], "1.00x", "the baseline row:\n{table}");
+        }
+    }
 }

@@ -269,6 +269,9 @@ pub struct DeviceScheduler {
     active_at: [Nanos; 3],
     epoch: u64,
     inflight: u32,
+    /// The sum of every account's `waiting`: when it is the holder's own, nobody else waits and
+    /// admission needs no look at the other accounts (O(1) however many tenants there are).
+    waiting_total: u64,
 }
 
 impl DeviceScheduler {
@@ -284,6 +287,7 @@ impl DeviceScheduler {
             active_at: [0; 3],
             epoch: 0,
             inflight: 0,
+            waiting_total: 0,
         }
     }
 
@@ -315,7 +319,10 @@ impl DeviceScheduler {
 
     /// Gives a client that narrowed its compute to `percent` its own `limit` bucket.
     pub fn set_client_limit(&mut self, client: u64, percent: u8, now: Nanos) {
-        self.clients.entry(client).or_insert_with(|| Credit::new(percent, now)).percent = percent.clamp(1, 100).into();
+        let c = self.clients.entry(client).or_insert_with(|| Credit::new(percent, now));
+        // Credit accrues lazily (when read): what was earned at the old rate is banked first.
+        c.accrue(now, self.tuning.burst_ns);
+        c.percent = percent.clamp(1, 100).into();
     }
 
     /// Forgets a client's bucket (its session ended).
@@ -327,27 +334,34 @@ impl DeviceScheduler {
     /// and [`Self::stop_waiting`] if it gives up.
     pub fn want(&mut self, tenant: &str, now: Nanos) {
         let slice = self.tuning.slice_ns;
-        let others_min = self
-            .accounts
-            .iter()
-            .filter(|(n, a)| n.as_str() != tenant && a.active())
-            .map(|(_, a)| a.vtime)
-            .fold(f64::INFINITY, f64::min);
-        if let Some(a) = self.accounts.get_mut(tenant) {
-            self.active_at[rank(a.policy.priority) as usize] = now.max(1);
-            // Idle for more than a slice: start level with the others (idling banks nothing). A shorter
-            // pause (a client between two batches) keeps its place.
-            let long_idle = !a.active() && now.saturating_sub(a.idle_since) > slice;
-            if long_idle && others_min.is_finite() && a.vtime < others_min {
-                a.vtime = others_min;
-            }
-            a.waiting += 1;
+        let Some(a) = self.accounts.get(tenant) else { return };
+        // Idle for more than a slice: start level with the others (idling banks nothing). A shorter
+        // pause (a client between two batches) keeps its place. Only then are the others looked at.
+        let long_idle = !a.active() && now.saturating_sub(a.idle_since) > slice;
+        let others_min = if long_idle {
+            self.accounts
+                .iter()
+                .filter(|(n, a)| n.as_str() != tenant && a.active())
+                .map(|(_, a)| a.vtime)
+                .fold(f64::INFINITY, f64::min)
+        } else {
+            f64::INFINITY
+        };
+        let a = self.accounts.get_mut(tenant).expect("looked up above");
+        self.active_at[rank(a.policy.priority) as usize] = now.max(1);
+        if others_min.is_finite() && a.vtime < others_min {
+            a.vtime = others_min;
         }
+        a.waiting += 1;
+        self.waiting_total += 1;
     }
 
     /// A waiting session gave up without dispatching.
     pub fn stop_waiting(&mut self, tenant: &str, now: Nanos) {
         if let Some(a) = self.accounts.get_mut(tenant) {
+            if a.waiting > 0 {
+                self.waiting_total -= 1;
+            }
             a.waiting = a.waiting.saturating_sub(1);
             if !a.active() {
                 a.idle_since = now;
@@ -452,7 +466,21 @@ impl DeviceScheduler {
     /// May a waiting session of `tenant` (client `client`) dispatch a kernel of kind `kind` now?
     /// On a grant the kernel counts as in flight until [`Self::complete`] or [`Self::abandon`].
     pub fn try_grant(&mut self, tenant: &str, client: u64, kind: u64, now: Nanos) -> Decision {
-        self.accrue_all(now);
+        let holder_waiting = self.holder.as_deref().and_then(|h| self.accounts.get(h)).map_or(0, |h| h.waiting);
+        // Someone besides the holder waits: the successor is chosen among all accounts, with their
+        // credit brought up to now. Otherwise only this tenant's and this client's credit is read.
+        let contended = self.waiting_total > u64::from(holder_waiting);
+        if contended {
+            self.accrue_all(now);
+        } else {
+            let cap = self.tuning.burst_ns;
+            if let Some(a) = self.accounts.get_mut(tenant) {
+                a.credit.accrue(now, cap);
+            }
+            if let Some(c) = self.clients.get_mut(&client) {
+                c.accrue(now, cap);
+            }
+        }
         let Some(a) = self.accounts.get(tenant) else {
             return Decision::Wait { until: None, for_credit: false };
         };
@@ -480,7 +508,7 @@ impl DeviceScheduler {
             return Decision::Wait { until: None, for_credit: false };
         }
         let is_holder = self.holder.as_deref() == Some(tenant);
-        let next = self.successor(now);
+        let next = if contended { self.successor(now) } else { None };
         let mine = match (is_holder, next) {
             // The holder keeps the device unless someone should take over.
             (true, next) => next.is_none(),
@@ -502,6 +530,9 @@ impl DeviceScheduler {
             self.epoch += 1;
         }
         let a = self.accounts.get_mut(tenant).expect("checked");
+        if a.waiting > 0 {
+            self.waiting_total -= 1;
+        }
         a.waiting = a.waiting.saturating_sub(1);
         a.inflight += 1;
         a.inflight_est += est;

@@ -508,7 +508,18 @@ impl Compute {
     ) {
         st.policy.abandon(tc.tenant.as_str(), session, est, self.now());
         let last = self.now();
-        st.loose.push(InFlight { client: session, kind, est, more: Vec::new(), last, start, end, stream, seq: 0, tc: tc.clone() });
+        st.loose.push(InFlight {
+            client: session,
+            kind,
+            est,
+            more: Vec::new(),
+            last,
+            start,
+            end,
+            stream,
+            seq: 0,
+            tc: tc.clone(),
+        });
         let resumed = st.resume_ready();
         let waiters = st.waiters;
         drop(st);

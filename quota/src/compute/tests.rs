@@ -339,3 +339,34 @@ fn inflight_above_sees_only_higher_priorities_granted_and_unfinished() {
     assert!(!s.inflight_above(Priority::Low), "complete: nothing keeps the low tenant stopped");
     s.complete("lo", 1, 0, lo_est, MS, 3);
 }
+
+/// Admission reads only the asking tenant's credit while nobody else waits (credit accrues when
+/// read), and looks at every account once another tenant waits: with 100 idle tenants joined, two
+/// `limit` tenants still hold their caps alone, together and after one stops, and the count of
+/// waiting sessions stays the sum of the accounts'.
+#[test]
+fn lazy_credit_and_the_waiting_count_hold_quotas_among_idle_tenants() {
+    let mut m = Model::new(50_000);
+    let idle: Vec<&'static str> = (0..100).map(|i| &*Box::leak(format!("idle-{i}").into_boxed_str())).collect();
+    for t in &idle {
+        m.tenant(t, policy(10, Mode::Limit, Priority::Normal));
+    }
+    m.tenant("a", policy(30, Mode::Limit, Priority::Normal));
+    m.tenant("b", policy(50, Mode::Limit, Priority::Normal));
+    let a = m.client("a", MS, 2);
+    let b = m.client("b", MS, 2);
+    m.clients[b].active = false;
+    m.run(3000 * MS, 1000 * MS);
+    assert_near("a alone", m.share(a, 2000 * MS), 30.0, 0.5);
+    m.clients[a].busy = 0;
+    m.clients[b].active = true;
+    m.run(6000 * MS, 4000 * MS);
+    assert_near("a beside b", m.share(a, 2000 * MS), 30.0, 0.5);
+    assert_near("b beside a", m.share(b, 2000 * MS), 50.0, 0.5);
+    m.stop(b);
+    m.clients[a].busy = 0;
+    m.run(9000 * MS, 7000 * MS);
+    assert_near("a after b stopped", m.share(a, 2000 * MS), 30.0, 0.5);
+    let sum: u64 = m.s.accounts.values().map(|acc| u64::from(acc.waiting)).sum();
+    assert_eq!(m.s.waiting_total, sum, "the waiting count drifted from the accounts'");
+}
