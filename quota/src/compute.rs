@@ -254,6 +254,14 @@ pub struct ComputeUsage {
     pub throttled_ns: u64,
 }
 
+/// One of `a`'s waiting sessions stops waiting (granted or gone), kept in the device's count.
+fn unwait(a: &mut Account, waiting_total: &mut u64) {
+    if a.waiting > 0 {
+        a.waiting -= 1;
+        *waiting_total -= 1;
+    }
+}
+
 /// The compute scheduler of one device.
 #[derive(Debug)]
 pub struct DeviceScheduler {
@@ -366,10 +374,7 @@ impl DeviceScheduler {
     /// A waiting session gave up without dispatching.
     pub fn stop_waiting(&mut self, tenant: &str, now: Nanos) {
         if let Some(a) = self.accounts.get_mut(tenant) {
-            if a.waiting > 0 {
-                self.waiting_total -= 1;
-            }
-            a.waiting = a.waiting.saturating_sub(1);
+            unwait(a, &mut self.waiting_total);
             if !a.active() {
                 a.idle_since = now;
             }
@@ -537,10 +542,7 @@ impl DeviceScheduler {
             self.epoch += 1;
         }
         let a = self.accounts.get_mut(tenant).expect("checked");
-        if a.waiting > 0 {
-            self.waiting_total -= 1;
-        }
-        a.waiting = a.waiting.saturating_sub(1);
+        unwait(a, &mut self.waiting_total);
         a.inflight += 1;
         a.inflight_est += est;
         a.last_grant = now;
