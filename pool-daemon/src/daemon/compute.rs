@@ -14,8 +14,7 @@
 //! priority is in flight. The monitor then polls every kernel in flight rather than waiting for
 //! the oldest, since a stopped kernel ends after kernels dispatched behind it.
 //!
-//! Back-to-back launches of one session on one stream share a bracket ([`Compute::extend`]), unless a
-//! `limit` below 100% holds the tenant or its client (its credit is paced by each kernel's charge): the
+//! Back-to-back launches of one session on one stream share a bracket ([`Compute::extend`]): the
 //! end event moves behind each new kernel while the monitor has not taken the entry yet, and the
 //! measured time is split among the kernels by their estimates. A burst of short launches then costs
 //! one event record per kernel, not two records, two events and a charge each.
@@ -135,8 +134,7 @@ enum Extended<F> {
 }
 
 /// Completes each kernel of `k` in the policy, the measured time split in proportion to their
-/// estimates (evenly where there are none yet). The total is exact; a kind only ever launched in
-/// shared brackets keeps the estimate it had (the split follows the estimates, it cannot correct them).
+/// estimates (evenly where there are none yet), so a kind's learned length stays its own.
 fn settle(policy: &mut DeviceScheduler, k: &InFlight, charged: u64, now: u64) {
     let tenant = k.tc.tenant.as_str();
     if k.more.is_empty() {
