@@ -325,13 +325,6 @@ impl DeviceScheduler {
         self.accounts.get(tenant).map(|a| a.policy)
     }
 
-    /// Whether `tenant`, or its narrowing `client`, is held to a `limit` below 100% (its kernels'
-    /// charges pace its credit, so they are best applied one kernel at a time).
-    pub fn limited(&self, tenant: &str, client: u64) -> bool {
-        self.accounts.get(tenant).is_some_and(Account::limited)
-            || self.clients.get(&client).is_some_and(|c| !c.unlimited())
-    }
-
     /// Gives a client that narrowed its compute to `percent` its own `limit` bucket.
     pub fn set_client_limit(&mut self, client: u64, percent: u8, now: Nanos) {
         let c = self.clients.entry(client).or_insert_with(|| Credit::new(percent, now));

@@ -109,22 +109,6 @@ pub struct Grant {
     /// Contexts of lower priorities stopped for this kernel: their grids must be seen stopped
     /// before it is launched (instead of fences on their kernels).
     stop: Vec<Arc<TenantCtx>>,
-    /// Whether the kernel may join the bracket of the stream's previous kernel ([`Compute::extend`]):
-    /// not for a tenant or client held to a `limit` below 100%, whose credit is paced by each
-    /// kernel's charge (one charge for a bracket of several kernels makes its dispatch burstier,
-    /// `limit 1%` delivering in bursts several kernels long).
-    share_bracket: bool,
-}
-
-/// Where a dispatched launch goes: the device, the tenant's context, the session, the kind of work
-/// (the policy's estimate key) and the stream.
-#[derive(Clone, Copy)]
-struct Site<'a> {
-    device: u32,
-    tc: &'a Arc<TenantCtx>,
-    session: u64,
-    kind: u64,
-    stream: Raw<CUstream>,
 }
 
 /// What [`Compute::extend`] did with a launch: ran it (its result), or handed it back.
@@ -300,8 +284,7 @@ impl Compute {
                         }
                         st.synced.insert(stream, epoch);
                     }
-                    let share_bracket = !st.policy.limited(tenant, session);
-                    return Ok(Grant { est, fences, stop, share_bracket });
+                    return Ok(Grant { est, fences, stop });
                 }
                 Decision::Wait { until, .. } => {
                     let gone = || peer.is_some_and(gpupool_protocol::transport::hung_up);
@@ -374,10 +357,9 @@ impl Compute {
         let est = grant.est;
         let dev = &self.devices[device as usize];
         let skey = Self::stream_key(tc, stream);
-        let at = Site { device, tc, session, kind, stream };
-        let (start, end) = match self.extend(shared, at, grant, launch) {
+        let (start, end) = match self.extend(shared, device, tc, session, kind, stream, grant, launch) {
             Extended::Done(r) => return r,
-            Extended::No(grant, launch) => self.bracket(shared, at, grant, launch)?,
+            Extended::No(grant, launch) => self.bracket(shared, device, tc, session, stream, grant, launch)?,
         };
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.loose.iter().any(|k| k.stream == skey) {
@@ -424,9 +406,19 @@ impl Compute {
     /// instead of two records, two events and the monitor's wait and charge per kernel. Anything
     /// else (another tenant's fences, stopped contexts, a loose launch on the stream, a stream
     /// idle for longer) gets a bracket of its own.
-    fn extend<F: FnOnce() -> Result<()>>(&self, shared: &Shared, at: Site<'_>, grant: Grant, launch: F) -> Extended<F> {
-        let Site { device, tc, session, kind, stream } = at;
-        if !grant.share_bracket || !grant.fences.is_empty() || !grant.stop.is_empty() {
+    #[allow(clippy::too_many_arguments)]
+    fn extend<F: FnOnce() -> Result<()>>(
+        &self,
+        shared: &Shared,
+        device: u32,
+        tc: &Arc<TenantCtx>,
+        session: u64,
+        kind: u64,
+        stream: Raw<CUstream>,
+        grant: Grant,
+        launch: F,
+    ) -> Extended<F> {
+        if !grant.fences.is_empty() || !grant.stop.is_empty() {
             return Extended::No(grant, launch);
         }
         let dev = &self.devices[device as usize];
@@ -492,7 +484,7 @@ impl Compute {
         launch: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let est = grant.est;
-        let (start, end) = self.bracket(shared, Site { device, tc, session, kind, stream }, grant, launch)?;
+        let (start, end) = self.bracket(shared, device, tc, session, stream, grant, launch)?;
         let dev = &self.devices[device as usize];
         let st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         self.settle_loose(shared, st, dev, tc, session, kind, est, start, end, Self::stream_key(tc, stream));
@@ -539,14 +531,17 @@ impl Compute {
 
     /// Waits for the grant's fences and runs `launch` between two events of `tc` on `stream`; a
     /// failure gives the grant back.
+    #[allow(clippy::too_many_arguments)]
     fn bracket(
         &self,
         shared: &Shared,
-        at: Site<'_>,
+        device: u32,
+        tc: &Arc<TenantCtx>,
+        session: u64,
+        stream: Raw<CUstream>,
         grant: Grant,
         launch: impl FnOnce() -> Result<()>,
     ) -> Result<(Raw<CUevent>, Raw<CUevent>)> {
-        let Site { device, tc, session, stream, .. } = at;
         let cuda = &shared.cuda;
         let dev = &self.devices[device as usize];
         let tenant = tc.tenant.as_str();
