@@ -14,11 +14,6 @@
 //! priority is in flight. The monitor then polls every kernel in flight rather than waiting for
 //! the oldest, since a stopped kernel ends after kernels dispatched behind it.
 //!
-//! Back-to-back launches of one session on one stream share a bracket ([`Compute::extend`]): the
-//! end event moves behind each new kernel while the monitor has not taken the entry yet, and the
-//! measured time is split among the kernels by their estimates. A burst of short launches then costs
-//! one event record per kernel, not two records, two events and a charge each.
-//!
 //! Except for a graph with host functions ([`Compute::dispatch_loose`]): it may wait in its client's
 //! host function for as long as the client likes (or until the client dies), which is not the
 //! device's time. Such a launch is admitted and charged its measured time like any other, but
@@ -44,11 +39,6 @@ struct InFlight {
     client: u64,
     kind: u64,
     est: u64,
-    /// Later kernels timed by the same bracket, each (kind, estimate): back-to-back launches of one
-    /// session on one stream share it ([`Compute::extend`]). Empty for most entries (no allocation).
-    more: Vec<(u64, u64)>,
-    /// When the last kernel in the bracket was dispatched (the scheduler's clock).
-    last: u64,
     start: Raw<CUevent>,
     end: Raw<CUevent>,
     stream: usize,
@@ -110,44 +100,6 @@ pub struct Grant {
     /// before it is launched (instead of fences on their kernels).
     stop: Vec<Arc<TenantCtx>>,
 }
-
-/// What [`Compute::extend`] did with a launch: ran it (its result), or handed it back.
-enum Extended<F> {
-    Done(Result<()>),
-    No(Grant, F),
-}
-
-/// Completes each kernel of `k` in the policy, the measured time split in proportion to their
-/// estimates (evenly where there are none yet), so a kind's learned length stays its own.
-fn settle(policy: &mut DeviceScheduler, k: &InFlight, charged: u64, now: u64) {
-    let tenant = k.tc.tenant.as_str();
-    if k.more.is_empty() {
-        policy.complete(tenant, k.client, k.kind, k.est, charged, now);
-        return;
-    }
-    let parts = || std::iter::once((k.kind, k.est)).chain(k.more.iter().copied());
-    let n = 1 + k.more.len() as u128;
-    let total: u128 = parts().map(|(_, e)| u128::from(e)).sum();
-    let mut left = charged;
-    for (i, (kind, est)) in parts().enumerate() {
-        let share = if i as u128 == n - 1 {
-            left
-        } else {
-            let even = u128::from(charged) / n;
-            (u128::from(charged) * u128::from(est)).checked_div(total).unwrap_or(even) as u64
-        };
-        left -= share.min(left);
-        policy.complete(tenant, k.client, kind, est, share, now);
-    }
-}
-
-/// Back-to-back launches share a bracket when the next comes within this long of the previous
-/// one, even if the stream went idle in between: the idle time charged is at most this per
-/// kernel, and only while the tenant's launches arrive faster than the daemon turns them around.
-const MERGE_GAP_NS: u64 = 10_000;
-/// At most this many kernels after the first share a bracket, so a tenant launching without
-/// pause is still charged (and its waiters woken) at least every few milliseconds.
-const MERGE_MAX: usize = 1023;
 
 /// The compute scheduler of every device, or none (`--no-compute-scheduler`).
 pub struct Compute {
@@ -355,12 +307,9 @@ impl Compute {
         launch: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let est = grant.est;
+        let (start, end) = self.bracket(shared, device, tc, session, stream, grant, launch)?;
         let dev = &self.devices[device as usize];
         let skey = Self::stream_key(tc, stream);
-        let (start, end) = match self.extend(shared, device, tc, session, kind, stream, grant, launch) {
-            Extended::Done(r) => return r,
-            Extended::No(grant, launch) => self.bracket(shared, device, tc, session, stream, grant, launch)?,
-        };
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.loose.iter().any(|k| k.stream == skey) {
             // Queued behind a loose launch (its host function may never return): loose too.
@@ -371,102 +320,16 @@ impl Compute {
         let seq = st.seq;
         st.preempt.dispatched(tc, start, end);
         let replaced = st.tails.insert(skey, (tc.clone(), end, seq));
-        st.queue.push_back(InFlight {
-            client: session,
-            kind,
-            est,
-            more: Vec::new(),
-            last: self.now(),
-            start,
-            end,
-            stream: skey,
-            seq,
-            tc: tc.clone(),
-        });
+        st.queue.push_back(InFlight { client: session, kind, est, start, end, stream: skey, seq, tc: tc.clone() });
         let asleep = st.monitor_asleep;
         drop(st);
         if asleep {
             dev.dispatched.notify_one();
         }
-        match replaced {
-            // Our own context's reference: `tc` holds another, so this one is not the last (and
-            // the contexts' lock, which every session's launches would contend for, is not needed).
-            Some((owner, ..)) if Arc::ptr_eq(&owner, tc) => drop(owner),
-            Some((owner, ..)) => shared.release_ctx(owner),
-            None => {}
+        if let Some((owner, ..)) = replaced {
+            shared.release_ctx(owner);
         }
         Ok(())
-    }
-
-    /// Runs `launch` inside the bracket of the stream's previous kernel when that kernel is this
-    /// session's, not yet taken by the monitor, and either still running (its end event not
-    /// reached: the new kernel starts when it ends, no idle time between them) or dispatched less
-    /// than [`MERGE_GAP_NS`] ago (the idle time charged is bounded by that). The end event is
-    /// re-recorded behind the new kernel, so a burst of short launches costs one event record each
-    /// instead of two records, two events and the monitor's wait and charge per kernel. Anything
-    /// else (another tenant's fences, stopped contexts, a loose launch on the stream, a stream
-    /// idle for longer) gets a bracket of its own.
-    #[allow(clippy::too_many_arguments)]
-    fn extend<F: FnOnce() -> Result<()>>(
-        &self,
-        shared: &Shared,
-        device: u32,
-        tc: &Arc<TenantCtx>,
-        session: u64,
-        kind: u64,
-        stream: Raw<CUstream>,
-        grant: Grant,
-        launch: F,
-    ) -> Extended<F> {
-        if !grant.fences.is_empty() || !grant.stop.is_empty() {
-            return Extended::No(grant, launch);
-        }
-        let dev = &self.devices[device as usize];
-        let skey = Self::stream_key(tc, stream);
-        let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mergeable = |k: &InFlight| {
-            k.stream == skey && k.client == session && Arc::ptr_eq(&k.tc, tc) && k.more.len() < MERGE_MAX
-        };
-        if !st.queue.back().is_some_and(mergeable) || st.loose.iter().any(|l| l.stream == skey) {
-            return Extended::No(grant, launch);
-        }
-        let cuda = &shared.cuda;
-        let back = st.queue.back().expect("looked at");
-        let recent = self.now().saturating_sub(back.last) < MERGE_GAP_NS;
-        if !recent && !matches!(super::streams::ready(call!(cuda, cuEventQuery(back.end.0))), Ok(false)) {
-            return Extended::No(grant, launch);
-        }
-        // Out of the queue while the kernel is launched without the lock (a launch may take long:
-        // a BLAS call), so the monitor cannot wait on the end event before it is moved.
-        let mut k = st.queue.pop_back().expect("looked at");
-        drop(st);
-        let r = launch();
-        if r.is_ok() {
-            // The end event moves behind the new kernel; if re-recording fails, the bracket still
-            // ends after the earlier kernels, and this one is charged with them (less, not more).
-            if let Err(e) = call!(cuda, cuEventRecord(k.end.0, stream.0)) {
-                tracing::debug!(tenant = tc.tenant.as_str(), "extending a kernel's bracket: {e}");
-            }
-            k.more.push((kind, grant.est));
-            k.last = self.now();
-        }
-        let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.queue.push_back(k);
-        let mut resumed = Vec::new();
-        if r.is_err() {
-            st.policy.abandon(tc.tenant.as_str(), session, grant.est, self.now());
-            resumed = st.resume_ready();
-        }
-        let (waiters, asleep) = (st.waiters, st.monitor_asleep);
-        drop(st);
-        release_all(shared, resumed);
-        if asleep {
-            dev.dispatched.notify_one();
-        }
-        if r.is_err() && waiters > 0 {
-            dev.changed.notify_all();
-        }
-        Extended::Done(r)
     }
 
     /// [`Self::dispatch`] for a launch whose length is not the device's (a graph with host
@@ -507,19 +370,7 @@ impl Compute {
         stream: usize,
     ) {
         st.policy.abandon(tc.tenant.as_str(), session, est, self.now());
-        let last = self.now();
-        st.loose.push(InFlight {
-            client: session,
-            kind,
-            est,
-            more: Vec::new(),
-            last,
-            start,
-            end,
-            stream,
-            seq: 0,
-            tc: tc.clone(),
-        });
+        st.loose.push(InFlight { client: session, kind, est, start, end, stream, seq: 0, tc: tc.clone() });
         let resumed = st.resume_ready();
         let waiters = st.waiters;
         drop(st);
@@ -644,7 +495,7 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
             let now = compute.now();
             for (k, measured) in done.iter() {
                 let charged = st.preempt.charge(&k.tc, k.start, *measured);
-                settle(&mut st.policy, k, charged, now);
+                st.policy.complete(k.tc.tenant.as_str(), k.client, k.kind, k.est, charged, now);
                 if st.tails.get(&k.stream).is_some_and(|t| t.2 == k.seq) {
                     ended_tails.extend(st.tails.remove(&k.stream).map(|t| t.0));
                 }
