@@ -665,6 +665,14 @@ fn a_high_priority_kernel_preempts_a_long_low_priority_grid_between_blocks() {
     );
 }
 
+/// A daemon with one tenant, `a` (share, 100%), and a protocol client of it with a context on device 0.
+fn alone_on_the_device() -> (Daemon, common::Client, gpupool_protocol::CtxId) {
+    let d = Daemon::start(Some(&config(&[("a", 100, "share", "normal")])));
+    let mut c = common::Client::connect_as(&d.socket, None, Some("token-a")).expect("session of tenant a");
+    let ctx = c.ctx(0);
+    (d, c, ctx)
+}
+
 /// Waits until the monitor has charged `tenant` `kernels` kernels on device 0 with none in flight
 /// (it charges in batches), and returns the tenant's compute figures then.
 fn settled(d: &Daemon, tenant: &str, kernels: u64) -> serde_json::Value {
@@ -690,9 +698,7 @@ fn settled(d: &Daemon, tenant: &str, kernels: u64) -> serde_json::Value {
 #[test]
 fn back_to_back_launches_are_each_counted_and_settled() {
     let _s = serial();
-    let d = Daemon::start(Some(&config(&[("a", 100, "share", "normal")])));
-    let mut c = common::Client::connect_as(&d.socket, None, Some("token-a")).expect("session of tenant a");
-    let ctx = c.ctx(0);
+    let (d, mut c, ctx) = alone_on_the_device();
     let bufs = [c.alloc(ctx, 1024).expect("1 KiB"), c.alloc(ctx, 1024).expect("1 KiB")];
     const N: u64 = 3000;
     let kernels = [c.fill_kernel(ctx, bufs[0], 0x5eed), c.fill_kernel(ctx, bufs[1], 0xbeef)];
@@ -729,9 +735,7 @@ fn a_kernel_is_charged_its_own_time_not_the_streams_other_work() {
     use gpupool_protocol::ops::{Memset, MemsetValue};
     use gpupool_protocol::{Request, StreamId};
     let _s = serial();
-    let d = Daemon::start(Some(&config(&[("a", 100, "share", "normal")])));
-    let mut c = common::Client::connect_as(&d.socket, None, Some("token-a")).expect("session of tenant a");
-    let ctx = c.ctx(0);
+    let (d, mut c, ctx) = alone_on_the_device();
     let buf = c.alloc(ctx, 1024).expect("1 KiB");
     let (func, packed) = c.fill_kernel(ctx, buf, 0x600d);
     const N: u64 = 200;
