@@ -250,3 +250,35 @@ fn bad_stream_handles_are_invalid_handle() {
     expect(call!(d.cuStreamCreate(&mut s, 0x10)), status::INVALID_VALUE, "cuStreamCreate with unknown flags");
     expect(call!(d.cuLaunchHostFunc(LEGACY, None, null_mut())), status::INVALID_VALUE, "cuLaunchHostFunc(NULL fn)");
 }
+
+/// Threads waiting for different points of one stream each return when their own point is
+/// reached, not before and not never: the simulator wakes its sleepers only once the lowest
+/// point any of them waits for completes (then each registers again), so a thread waiting for
+/// the stream's end is woken by, and must sleep again after, the completion another thread
+/// waited for. Two gates, an event after the first: the event's waiter returns when the first
+/// gate opens while the stream's waiter stays asleep; both return when the second opens.
+#[test]
+fn waiters_for_different_points_of_a_stream_each_wake_at_their_own() {
+    let d = cuda();
+    let ctx = Context::new(0);
+    let s = Stream::new(BLOCKING);
+    let (first, second) = (Gate::new(), Gate::new());
+    let mut e = null_mut();
+    check(call!(d.cuEventCreate(&mut e, 0)));
+    first.enqueue(s.raw);
+    check(call!(d.cuEventRecord(e, s.raw)));
+    second.enqueue(s.raw);
+    let event = Shared(e);
+    let at_event = spawn_in(ctx.raw, move || {
+        let event = event;
+        call!(cuda().cuEventSynchronize(event.0))
+    });
+    let at_end = sync_stream_in(ctx.raw, s.raw);
+    assert_eq!(at_event.recv_timeout(SHORT), Err(RecvTimeoutError::Timeout), "the event's waiter returned early");
+    first.open();
+    assert_eq!(at_event.recv_timeout(LONG), Ok(status::SUCCESS), "the event's waiter was not woken");
+    assert_eq!(at_end.recv_timeout(SHORT), Err(RecvTimeoutError::Timeout), "the stream's waiter returned early");
+    second.open();
+    assert_eq!(at_end.recv_timeout(LONG), Ok(status::SUCCESS), "the stream's waiter was not woken");
+    check(call!(d.cuEventDestroy_v2(e)));
+}
