@@ -88,9 +88,9 @@ mod tests {
             let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
             line.split_whitespace().nth(1).unwrap().parse().unwrap()
         }
-        // 64 MiB in chunks below the mmap threshold, so they come from an arena; every
+        // 128 MiB in chunks below the mmap threshold, so they come from an arena; every
         // other one freed, so the free memory sits inside the arena, not only at its top.
-        let mut chunks: Vec<Vec<u8>> = (0..2048).map(|_| vec![1u8; 32 << 10]).collect();
+        let mut chunks: Vec<Vec<u8>> = (0..4096).map(|_| vec![1u8; 32 << 10]).collect();
         let mut kept = Vec::new();
         for (i, c) in chunks.drain(..).enumerate() {
             if i % 2 == 0 {
@@ -101,8 +101,9 @@ mod tests {
         trim();
         let after = rss_anon_kib();
         assert!(kept.iter().all(|c| c[0] == 1));
-        // The 32 MiB freed in the middle of the heap are given back (allow other tests'
-        // threads some slack).
-        assert!(before.saturating_sub(after) >= 24 << 10, "RssAnon {before} KiB before the trim, {after} KiB after");
+        // The 64 MiB freed in the middle of the heap are given back. RssAnon is the whole
+        // process's, and this binary's other tests allocate meanwhile: a CI run saw 8 MiB of
+        // theirs inside the window (32 MiB freed, 23.8 MiB seen given back), so 16 MiB of slack.
+        assert!(before.saturating_sub(after) >= 48 << 10, "RssAnon {before} KiB before the trim, {after} KiB after");
     }
 }
