@@ -275,11 +275,12 @@ pub struct Gone;
 /// when there is room); a client that hangs up meanwhile is not waited for. `Ok(None)`:
 /// preemption has never been used, nothing to count.
 pub fn gate(s: &mut Session) -> std::result::Result<Option<Inside>, Gone> {
-    let shared = s.shared.clone();
-    let ev = &shared.evict;
-    if !ev.active.load(Ordering::Relaxed) {
+    // Before every request: one load, no reference count touched (a shared cache line).
+    if !s.shared.evict.active.load(Ordering::Relaxed) {
         return Ok(None);
     }
+    let shared = s.shared.clone();
+    let ev = &shared.evict;
     let tenant = s.quota.tenant().clone();
     let mut st = ev.st();
     let mut paused_at = None;
