@@ -6,7 +6,7 @@
 //! loads `target/release/libgpupool.so` into this process through the same driver table
 //! as the simulator (`gpupool_e2e::Driver`), and loads the simulator itself next to it
 //! (the "direct" baseline). Client processes are this binary re-executed as
-//! `gpupool-bench __pool-client start|rtt LIB ...` with `GPUPOOL_ENDPOINT` set; they print
+//! `gpupool-bench __pool-client start|rtt|launches LIB ...` with `GPUPOOL_ENDPOINT` set; they print
 //! one line of results that the parent parses ([`parse_start`], [`parse_rtt`]).
 //!
 //! Every latency is one call timed alone (p99 is a real tail); rates and bandwidths are
@@ -29,7 +29,7 @@ use gpupool_e2e::{Driver, EMPTY_PTX, build_sim_libdir, call};
 
 use crate::report::{cpus, grid, json_str, json_summary};
 use crate::sim::ok;
-use crate::stats::{Summary, summarize};
+use crate::stats::{Summary, monotonic_ns, summarize};
 
 /// The hidden subcommand a client process runs.
 pub const CLIENT_COMMAND: &str = "__pool-client";
@@ -50,9 +50,11 @@ const COPY_SAMPLES: usize = 10;
 const COPY_WARMUP: usize = 2;
 /// Part 4: client processes of each kind.
 const START_SAMPLES: usize = 25;
-/// Part 5: (clients, round trips each, deadline).
-const CONCURRENCY: [(usize, usize, Duration); 3] =
-    [(1, 20_000, Duration::from_secs(3)), (16, 2_000, Duration::from_secs(4)), (128, 200, Duration::from_secs(6))];
+/// Part 5: (clients, the window all of them make round trips in).
+const CONCURRENCY: [(usize, Duration); 3] =
+    [(1, Duration::from_millis(300)), (16, Duration::from_millis(500)), (128, Duration::from_millis(1000))];
+/// Part 5: how far ahead of "go" the common window opens, so that every client has read it.
+const WINDOW_LEAD: Duration = Duration::from_millis(30);
 
 // ---------------------------------------------------------------------------------------
 // Results
@@ -304,20 +306,17 @@ pub fn parse_hello_us(line: &str) -> Option<f64> {
     v.parse::<u64>().ok().map(|x| x as f64)
 }
 
-/// `gpupool-bench __pool-client start LIB` or `... rtt LIB ITERS DEADLINE_MS`.
+/// `gpupool-bench __pool-client start LIB`, `... rtt LIB` or `... launches LIB SAMPLES`.
 pub fn client_main(args: &[String]) -> ExitCode {
     let r = match args {
         [mode, lib] if mode == "start" => client_start(Path::new(lib)),
-        [mode, lib, iters, ms] if mode == "rtt" => match (iters.parse(), ms.parse()) {
-            (Ok(i), Ok(m)) => client_rtt(Path::new(lib), i, Duration::from_millis(m)),
-            _ => Err("rtt ITERS DEADLINE_MS must be numbers".into()),
-        },
+        [mode, lib] if mode == "rtt" => client_rtt(Path::new(lib)),
         [mode, lib, samples] if mode == "launches" => match samples.parse() {
             Ok(n) => client_launches(Path::new(lib), n),
             Err(_) => Err("launches SAMPLES must be a number".into()),
         },
         _ => Err(format!(
-            "usage: gpupool-bench {CLIENT_COMMAND} start LIB | rtt LIB ITERS DEADLINE_MS | launches LIB SAMPLES"
+            "usage: gpupool-bench {CLIENT_COMMAND} start LIB | rtt LIB | launches LIB SAMPLES"
         )),
     };
     match r {
@@ -356,7 +355,11 @@ pub(crate) fn primary_context(d: &Driver) -> Result<CUcontext, String> {
     Ok(ctx)
 }
 
-fn client_rtt(lib: &Path, iters: usize, deadline: Duration) -> Result<(), String> {
+/// Part 5's client: after `ready`, reads `go OPEN_NS CLOSE_NS` (CLOCK_MONOTONIC), sleeps until
+/// the window opens and makes back-to-back round trips until it closes; prints `rtt WALL N
+/// ...` with WALL from the opening to its last reply, so that every client's count is of the
+/// same window and the parent's aggregate is a rate over it.
+fn client_rtt(lib: &Path) -> Result<(), String> {
     let d = Driver::load(lib)?;
     primary_context(&d)?;
     for _ in 0..200 {
@@ -366,20 +369,22 @@ fn client_rtt(lib: &Path, iters: usize, deadline: Duration) -> Result<(), String
     writeln!(stdout, "ready").and_then(|_| stdout.flush()).map_err(|e| e.to_string())?;
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).map_err(|e| e.to_string())?;
-    let mut v = Vec::with_capacity(iters);
-    let start = Instant::now();
-    let end = start + deadline;
-    for _ in 0..iters {
+    let window: Vec<f64> = go.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let [open, close] = window[..] else { return Err(format!("expected `go OPEN_NS CLOSE_NS`, got {go:?}")) };
+    let ahead = open - monotonic_ns();
+    if ahead > 0.0 {
+        std::thread::sleep(Duration::from_nanos(ahead as u64));
+    }
+    let mut v = Vec::with_capacity(1 << 16);
+    let mut last = monotonic_ns();
+    while last < close {
         let t = Instant::now();
         let r = call!(d.cuCtxSynchronize());
-        let now = Instant::now();
+        v.push(t.elapsed().as_nanos() as u64);
         ok(r, "cuCtxSynchronize")?;
-        v.push((now - t).as_nanos() as u64);
-        if now >= end {
-            break;
-        }
+        last = monotonic_ns();
     }
-    let wall = start.elapsed().as_nanos();
+    let wall = (last - open).max(1.0) as u64;
     let mut line = format!("rtt {wall} {}", v.len());
     for x in &v {
         let _ = write!(line, " {x}");
@@ -1019,28 +1024,29 @@ fn part4(exe: &Path, pool_lib: &Path, sim_lib: &Path, daemon: &Daemon) -> Result
 
 struct Phase {
     clients: usize,
-    iters: usize,
+    window: Duration,
     samples: Vec<f64>,
-    /// Clients that stopped at the deadline before `iters` round trips.
-    cut: usize,
+    /// Round trips of each client in the window.
+    counts: Vec<usize>,
+    /// From the window's opening to the last reply of any client.
     max_wall_ns: f64,
 }
 
-fn concurrent(
-    exe: &Path,
-    lib: &Path,
-    endpoint: &str,
-    clients: usize,
-    iters: usize,
-    deadline: Duration,
-) -> Result<Phase, String> {
+/// Jain's fairness index of the clients' round-trip counts: (sum x)^2 / (n sum x^2), 1 when all
+/// made the same number, 1/n when one client made them all.
+fn jain_fairness(counts: &[usize]) -> f64 {
+    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
+    let squares: f64 = counts.iter().map(|&c| (c as f64).powi(2)).sum();
+    if squares == 0.0 { 0.0 } else { sum * sum / (counts.len() as f64 * squares) }
+}
+
+/// `clients` processes, each connected and warm, make round trips in one common window.
+fn concurrent(exe: &Path, lib: &Path, endpoint: &str, clients: usize, window: Duration) -> Result<Phase, String> {
     let mut kids = Kids(Vec::with_capacity(clients));
     for _ in 0..clients {
         let c = Command::new(exe)
             .args([CLIENT_COMMAND, "rtt"])
             .arg(lib)
-            .arg(iters.to_string())
-            .arg(deadline.as_millis().to_string())
             .env("GPUPOOL_ENDPOINT", endpoint)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1059,11 +1065,13 @@ fn concurrent(
         }
         readers.push(r);
     }
+    let open = monotonic_ns() + WINDOW_LEAD.as_nanos() as f64;
+    let go = format!("go {open:.0} {:.0}\n", open + window.as_nanos() as f64);
     for c in &mut kids.0 {
         let mut stdin = c.stdin.take().ok_or("no stdin")?;
-        stdin.write_all(b"go\n").map_err(|e| e.to_string())?;
+        stdin.write_all(go.as_bytes()).map_err(|e| e.to_string())?;
     }
-    let mut phase = Phase { clients, iters, samples: Vec::new(), cut: 0, max_wall_ns: 0.0 };
+    let mut phase = Phase { clients, window, samples: Vec::new(), counts: Vec::new(), max_wall_ns: 0.0 };
     for (c, mut r) in kids.0.iter_mut().zip(readers) {
         let mut s = String::new();
         r.read_to_string(&mut s).map_err(|e| e.to_string())?;
@@ -1072,9 +1080,7 @@ fn concurrent(
             return Err(format!("a round-trip client failed: {st}"));
         }
         let (wall, v) = parse_rtt(s.trim())?;
-        if v.len() < iters {
-            phase.cut += 1;
-        }
+        phase.counts.push(v.len());
         phase.max_wall_ns = phase.max_wall_ns.max(wall);
         phase.samples.extend(v);
     }
@@ -1083,12 +1089,14 @@ fn concurrent(
 
 fn part5(exe: &Path, lib: &Path, endpoint: &str) -> Result<Section, String> {
     let mut phases = Vec::new();
-    for (k, m, deadline) in CONCURRENCY {
-        phases.push(concurrent(exe, lib, endpoint, k, m, deadline)?);
+    for (k, window) in CONCURRENCY {
+        phases.push(concurrent(exe, lib, endpoint, k, window)?);
     }
     let one = summarize(phases[0].samples.clone());
     let mut rows = Vec::new();
     let mut notes = Vec::new();
+    let rate = |ph: &Phase| ph.samples.len() as f64 / ph.max_wall_ns * 1e9;
+    let one_rate = rate(&phases[0]);
     for ph in &phases {
         let s = summarize(ph.samples.clone());
         let mut r = row(
@@ -1101,21 +1109,21 @@ fn part5(exe: &Path, lib: &Path, endpoint: &str) -> Result<Section, String> {
         r.verdict = rtt_verdict(&s);
         rows.push(r);
         notes.push(format!(
-            "{} client{}: {} round trips ({} each asked{}), {:.0} k round trips/s in aggregate",
+            "{} client{}: {} round trips in a common {:?} window (per client {}..{}, Jain's fairness {:.2}), {:.0} k round trips/s in aggregate{}",
             ph.clients,
             if ph.clients == 1 { "" } else { "s" },
             ph.samples.len(),
-            ph.iters,
-            if ph.cut > 0 {
-                format!(
-                    ", {} stopped at the {:?} deadline",
-                    ph.cut,
-                    CONCURRENCY.iter().find(|c| c.0 == ph.clients).map(|c| c.2).unwrap_or_default()
-                )
-            } else {
+            ph.window,
+            ph.counts.iter().min().unwrap_or(&0),
+            ph.counts.iter().max().unwrap_or(&0),
+            jain_fairness(&ph.counts),
+            rate(ph) / 1e3,
+            if ph.clients == 1 {
                 String::new()
+            } else {
+                let share = rate(ph) / one_rate;
+                format!(", {:.0}% of 1 client's (target >= 100% {})", share * 100.0, pass(share >= 1.0))
             },
-            ph.samples.len() as f64 / ph.max_wall_ns * 1e6,
         ));
     }
     let n = cpus();

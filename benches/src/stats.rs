@@ -10,6 +10,15 @@ pub struct Summary {
     pub samples: usize,
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process on the machine, so a parent
+/// and its client processes can agree on a moment (`Instant` cannot cross a process).
+pub fn monotonic_ns() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+}
+
 /// Nearest-rank percentile of sorted values.
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     assert!(!sorted.is_empty());

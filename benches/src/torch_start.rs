@@ -18,6 +18,7 @@
 
 use crate::pool::{Daemon, build_pool, loadavg, release_dir};
 use crate::report::{cpus, grid};
+use crate::stats::monotonic_ns;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -72,13 +73,6 @@ struct Env {
     gpupool: PathBuf,
     endpoint: String,
     sim_libdir: PathBuf,
-}
-
-fn monotonic_ns() -> f64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec we own; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
 }
 
 /// One process of `v`: its stamps, or its output when it failed.
