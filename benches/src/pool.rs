@@ -51,8 +51,12 @@ const COPY_WARMUP: usize = 2;
 /// Part 4: client processes of each kind.
 const START_SAMPLES: usize = 25;
 /// Part 5: (clients, the window all of them make round trips in).
-const CONCURRENCY: [(usize, Duration); 3] =
-    [(1, Duration::from_millis(300)), (16, Duration::from_millis(500)), (128, Duration::from_millis(1000))];
+const CONCURRENCY: [(usize, Duration); 4] = [
+    (1, Duration::from_millis(300)),
+    (2, Duration::from_millis(500)),
+    (16, Duration::from_millis(500)),
+    (128, Duration::from_millis(1000)),
+];
 /// Part 5: how far ahead of "go" the common window opens, so that every client has read it.
 const WINDOW_LEAD: Duration = Duration::from_millis(30);
 
@@ -315,9 +319,7 @@ pub fn client_main(args: &[String]) -> ExitCode {
             Ok(n) => client_launches(Path::new(lib), n),
             Err(_) => Err("launches SAMPLES must be a number".into()),
         },
-        _ => Err(format!(
-            "usage: gpupool-bench {CLIENT_COMMAND} start LIB | rtt LIB | launches LIB SAMPLES"
-        )),
+        _ => Err(format!("usage: gpupool-bench {CLIENT_COMMAND} start LIB | rtt LIB | launches LIB SAMPLES")),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -164,8 +164,9 @@ pub fn run() -> Result<TransportRun, String> {
     let unix = || UnixTransport::pair(1 << 20).map_err(|e| e.to_string());
     let default = WaitPolicy::default();
     let spin_forever = WaitPolicy { spin: u32::MAX, spin_max: u32::MAX, ..default };
-    let fixed = WaitPolicy { spin_max: default.spin, ..default };
-    let futex_only = WaitPolicy { spin: 0, spin_max: 0, ..default };
+    let adaptive = WaitPolicy { spin_max: 20 * default.spin, yield_for: Duration::ZERO, ..default };
+    let fixed = WaitPolicy { spin_max: default.spin, yield_for: Duration::ZERO, ..default };
+    let futex_only = WaitPolicy { spin: 0, spin_max: 0, yield_for: Duration::ZERO, ..default };
     let mut rtts = Vec::new();
     // The baseline first, then the shared-memory regimes, then the baseline again (the
     // baseline figure pools both runs' samples: same machine conditions as the rest).
@@ -175,11 +176,17 @@ pub fn run() -> Result<TransportRun, String> {
         ("shm, both ends spin", "spin without limit".to_string(), spin_forever, 200_000),
         (
             "shm, default policy",
-            format!("spin {}..{} adaptive, futex", default.spin, default.spin_max),
+            format!("spin {}, yield {:?}, futex", default.spin, default.yield_for),
             default,
             200_000,
         ),
-        ("shm, fixed short spin", format!("spin {}, futex (no adapting)", default.spin), fixed, 20_000),
+        (
+            "shm, adaptive spin (the default before 2026-11-28)",
+            format!("spin {}..{} adaptive, futex", adaptive.spin, adaptive.spin_max),
+            adaptive,
+            200_000,
+        ),
+        ("shm, fixed short spin", format!("spin {}, futex (no yield)", default.spin), fixed, 20_000),
         ("shm, futex path", "spin 0: sleep every time".to_string(), futex_only, 20_000),
     ];
     for (name, policy, wait, iters) in regimes {

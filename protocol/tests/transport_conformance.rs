@@ -256,7 +256,14 @@ fn shm(wait: WaitPolicy) -> (End, End) {
 }
 
 conformance!(shm_spinning, shm(WaitPolicy::default()));
-conformance!(shm_futex_only, shm(WaitPolicy { spin: 0, spin_max: 0, ..WaitPolicy::default() }));
+conformance!(
+    shm_yield_then_futex,
+    shm(WaitPolicy { spin: 0, spin_max: 0, yield_for: std::time::Duration::from_micros(200), ..WaitPolicy::default() })
+);
+conformance!(
+    shm_futex_only,
+    shm(WaitPolicy { spin: 0, spin_max: 0, yield_for: std::time::Duration::ZERO, ..WaitPolicy::default() })
+);
 conformance!(unix_socket, {
     let (a, b) = UnixTransport::pair(1 << 20).unwrap();
     (Box::new(a), Box::new(b))

@@ -8,7 +8,8 @@
 //! before it touches anything else. The socket stays open next to the segment: its
 //! hang-up is how either side learns that the other died.
 //!
-//! Waiting ([`WaitPolicy`]): spin on the ring index (no syscall; the budget adapts), then
+//! Waiting ([`WaitPolicy`]): spin on the ring index (no syscall), yield the CPU for a while
+//! (a peer waiting for this core gets it), then
 //! announce "I sleep" in the ring's waiter flag and FUTEX_WAIT on its sequence word in
 //! slices of `slice`; the other side issues FUTEX_WAKE only when that flag is set. Between
 //! slices the sleeper polls the socket for POLLHUP/POLLRDHUP, so a SIGKILLed peer is
@@ -57,11 +58,19 @@ impl Default for ShmConfig {
 
 impl Default for WaitPolicy {
     /// Spin 100 times (about 4 us on this machine class, where a `pause` costs ~37 ns;
-    /// `gpupool-bench transport` prints the measured budget), adapting up to 2000 (~75
-    /// us, more than a futex wake-up takes) when the peer answers within 100 us of our
-    /// falling asleep; then 20 ms futex slices.
+    /// `gpupool-bench transport` prints the measured budget), yield for 50 us, then 20 ms
+    /// futex slices. No adapting: the spin that grew up to 2000 (~75 us) whenever the peer
+    /// answered soon after a sleep kept waiting threads on the cores their peers needed when
+    /// clients outnumber cores, and two clients on two cores sometimes fell into ~55 us round
+    /// trips (benches/README.md, "Issue 24", the wait policy).
     fn default() -> Self {
-        Self { spin: 100, spin_max: 2000, adapt_window: Duration::from_micros(100), slice: Duration::from_millis(20) }
+        Self {
+            spin: 100,
+            spin_max: 100,
+            adapt_window: Duration::from_micros(100),
+            yield_for: Duration::from_micros(50),
+            slice: Duration::from_millis(20),
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! One single-producer single-consumer byte ring of length-prefixed frames, and the
-//! spin-then-futex wait both ends use.
+//! spin-yield-futex wait both ends use.
 //!
 //! A record is a 4-byte little-endian length and the frame's bytes, written at
 //! `pos % capacity` and split in two where it wraps. The producer copies the record in,
@@ -159,8 +159,15 @@ fn wake_if_waiting(w: &WaitWords) {
     }
 }
 
-/// How an end waits: spin, then sleep on the futex in slices of at most `slice`,
-/// checking the peer's liveness between slices.
+/// How an end waits: spin, then yield the CPU for a while, then sleep on the futex in slices
+/// of at most `slice`, checking the peer's liveness between slices.
+///
+/// The yield phase is for more runnable threads than cores (many clients, each with its
+/// daemon session thread): there the peer is often ready to run but waiting for a core, often
+/// this one, and neither spinning (which keeps the core from it) nor a futex sleep (a wake-up
+/// per round trip, ~20-40 us on a VM) lets it answer soon; `sched_yield` hands the core over
+/// at once. With a core to spare a yield returns at once and the phase is a spin in all but
+/// name, bounded in time rather than in iterations because a yield may last a time slice.
 ///
 /// The spin budget adapts between `spin` and `spin_max` (per direction): a wait that had
 /// to sleep but was woken within `adapt_window` doubles it (a longer spin would have
@@ -172,12 +179,14 @@ pub struct WaitPolicy {
     pub spin: u32,
     pub spin_max: u32,
     pub adapt_window: Duration,
+    /// How long to keep yielding after the spin before sleeping (zero: straight to the futex).
+    pub yield_for: Duration,
     pub slice: Duration,
 }
 
 /// Runs `attempt` until it yields a value: spinning up to `*budget` times (adapted as
-/// described on [`WaitPolicy`]), then sleeping on `w`. `gone(deep)` says whether the
-/// peer is gone (`deep`: also ask the kernel, a syscall; only after a sleep slice). A
+/// described on [`WaitPolicy`]), yielding for `policy.yield_for`, then sleeping on `w`.
+/// `gone(deep)` says whether the peer is gone (`deep`: also ask the kernel, a syscall; only after a sleep slice). A
 /// gone peer gets one last `attempt` (to deliver what it sent before leaving), then
 /// `PeerGone`.
 pub(crate) fn wait<T>(
@@ -197,6 +206,19 @@ pub(crate) fn wait<T>(
             return attempt()?.ok_or(TransportError::PeerGone);
         }
         std::hint::spin_loop();
+    }
+    if !policy.yield_for.is_zero() {
+        let until = Instant::now() + policy.yield_for;
+        let until = deadline.map_or(until, |d| d.min(until));
+        loop {
+            if let Some(v) = attempt()? {
+                return Ok(v);
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            std::thread::yield_now();
+        }
     }
     let slept_at = Instant::now();
     let mut slept = false;
