@@ -181,7 +181,7 @@ pub fn run() -> Result<TransportRun, String> {
             200_000,
         ),
         (
-            "shm, adaptive spin (the default before 2026-11-28)",
+            "shm, old adaptive default",
             format!("spin {}..{} adaptive, futex", adaptive.spin, adaptive.spin_max),
             adaptive,
             200_000,
