@@ -120,6 +120,9 @@ pub struct Resume {
     /// newest may be the call that found the daemon gone, which is sent again, not replayed).
     journal: VecDeque<Entry>,
     bytes: usize,
+    /// Buffers of frames the journal let go, reused for the next ones: a fresh allocation
+    /// per host-to-device chunk (megabytes) cost page faults and zeroing on every copy.
+    spare: Vec<Vec<u8>>,
     /// Requests up to this id are not in the journal (sent before it began, or dropped for room).
     floor: u64,
 }
@@ -127,7 +130,7 @@ pub struct Resume {
 impl Resume {
     /// `sent`: the id of the last request already sent (none of them journaled).
     pub fn new(ep: Endpoint, session: u64, secret: [u8; 16], bound: Duration, sent: u64) -> Resume {
-        Resume { ep, session, secret, bound, journal: VecDeque::new(), bytes: 0, floor: sent }
+        Resume { ep, session, secret, bound, journal: VecDeque::new(), bytes: 0, spare: Vec::new(), floor: sent }
     }
 
     /// Request `id` was sent as `parts` (its frame, and a bulk request's bytes).
@@ -135,21 +138,51 @@ impl Resume {
         if !replayable {
             // What came before the previous unreplayable request can never be needed again.
             if let Some(i) = self.journal.iter().rposition(|e| e.frame.is_none()) {
-                for e in self.journal.drain(..i) {
-                    self.bytes -= e.frame.map_or(0, |f| f.len());
-                    self.floor = self.floor.max(e.id);
+                for _ in 0..i {
+                    self.drop_oldest();
                 }
             }
             self.journal.push_back(Entry { id, frame: None, reply });
             return;
         }
-        let frame: Vec<u8> = parts.concat();
-        self.bytes += frame.len();
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > JOURNAL_BYTES {
+            // It would push everything out, itself included: the same end without the copy.
+            while !self.journal.is_empty() {
+                self.drop_oldest();
+            }
+            self.floor = self.floor.max(id);
+            return;
+        }
+        while self.bytes + len > JOURNAL_BYTES && !self.journal.is_empty() {
+            self.drop_oldest();
+        }
+        let mut frame = self.spare.pop().unwrap_or_default();
+        frame.clear();
+        for p in parts {
+            frame.extend_from_slice(p);
+        }
+        self.bytes += len;
         self.journal.push_back(Entry { id, frame: Some(frame), reply });
-        while self.bytes > JOURNAL_BYTES {
-            let Some(e) = self.journal.pop_front() else { break };
-            self.bytes -= e.frame.map_or(0, |f| f.len());
+    }
+
+    /// Lets the oldest request go: a checkpoint from before it can no longer be caught up with.
+    fn drop_oldest(&mut self) {
+        if let Some(e) = self.journal.pop_front() {
             self.floor = self.floor.max(e.id);
+            self.release(e);
+        }
+    }
+
+    /// Keeps a dropped frame's buffer for reuse, while the spares and the journal together stay
+    /// within twice the journal's cap.
+    fn release(&mut self, e: Entry) {
+        if let Some(f) = e.frame {
+            self.bytes -= f.len();
+            let spare: usize = self.spare.iter().map(|b| b.capacity()).sum();
+            if spare + f.capacity() <= JOURNAL_BYTES {
+                self.spare.push(f);
+            }
         }
     }
 
@@ -157,7 +190,7 @@ impl Resume {
     pub fn forget_from(&mut self, id: u64) {
         while self.journal.back().is_some_and(|e| e.id >= id) {
             let e = self.journal.pop_back().expect("just seen");
-            self.bytes -= e.frame.map_or(0, |f| f.len());
+            self.release(e);
         }
     }
 
@@ -247,6 +280,29 @@ mod tests {
         r.forget_from(11);
         assert!(r.lost(6, 10).unwrap_err().contains("no longer journaled"));
         assert_eq!(r.lost(9, 10).unwrap(), vec![(&[10u8][..], false)]);
+    }
+
+    #[test]
+    fn a_frame_larger_than_the_journal_is_not_copied_and_ends_what_can_be_replayed() {
+        let mut r = resume();
+        let chunk = vec![7u8; JOURNAL_BYTES / 4];
+        for id in 3..=6 {
+            r.record(id, &[&[id as u8], &chunk], true, true);
+        }
+        // Four quarters and their heads exceed the cap by the heads: the oldest went.
+        assert!(r.lost(2, 6).is_err_and(|e| e.contains("no longer journaled")));
+        assert_eq!(r.lost(3, 6).map(|l| l.len()), Ok(3));
+        let huge = vec![9u8; JOURNAL_BYTES + 1];
+        r.record(7, &[&[7], &huge], true, true);
+        assert!(r.journal.is_empty() && r.bytes == 0, "nothing of the journal is kept");
+        assert!(r.lost(6, 7).is_err_and(|e| e.contains("no longer journaled")));
+        assert_eq!(r.lost(7, 7).map(|l| l.len()), Ok(0));
+        // The frames it pushed out left their buffers for the next ones, within the cap.
+        let spare: usize = r.spare.iter().map(|b| b.capacity()).sum();
+        assert!(spare > 0 && spare <= JOURNAL_BYTES, "{spare}");
+        r.record(8, &[&[8], &chunk], true, false);
+        let lost = r.lost(7, 8).expect("request 8 is journaled");
+        assert!(lost.len() == 1 && lost[0].0.len() == 1 + chunk.len() && lost[0].0[0] == 8 && !lost[0].1);
     }
 
     #[test]
