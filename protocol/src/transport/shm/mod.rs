@@ -61,7 +61,7 @@ impl Default for WaitPolicy {
     /// `gpupool-bench transport` prints the measured budget), yield for 50 us, then 20 ms
     /// futex slices. No adapting: the spin that grew up to 2000 (~75 us) whenever the peer
     /// answered soon after a sleep kept waiting threads on the cores their peers needed when
-    /// clients outnumber cores, and two clients on two cores sometimes fell into ~55 us round
+    /// clients outnumber cores, and two clients on two cores sometimes fell into ~110 us round
     /// trips (benches/README.md, "Issue 24", the wait policy).
     fn default() -> Self {
         Self {

@@ -186,9 +186,9 @@ pub struct WaitPolicy {
 
 /// Runs `attempt` until it yields a value: spinning up to `*budget` times (adapted as
 /// described on [`WaitPolicy`]), yielding for `policy.yield_for`, then sleeping on `w`.
-/// `gone(deep)` says whether the peer is gone (`deep`: also ask the kernel, a syscall; only after a sleep slice). A
-/// gone peer gets one last `attempt` (to deliver what it sent before leaving), then
-/// `PeerGone`.
+/// `gone(deep)` says whether the peer is gone (`deep`: also ask the kernel, a syscall; only
+/// after a sleep slice). A gone peer gets one last `attempt` (to deliver what it sent before
+/// leaving), then `PeerGone`.
 pub(crate) fn wait<T>(
     w: &WaitWords,
     policy: WaitPolicy,
