@@ -164,7 +164,8 @@ pub fn run() -> Result<TransportRun, String> {
     let unix = || UnixTransport::pair(1 << 20).map_err(|e| e.to_string());
     let default = WaitPolicy::default();
     let spin_forever = WaitPolicy { spin: u32::MAX, spin_max: u32::MAX, ..default };
-    let adaptive = WaitPolicy { spin_max: 20 * default.spin, yield_for: Duration::ZERO, ..default };
+    // The default until 2026-11-28, spelled out: it must not follow today's default.
+    let adaptive = WaitPolicy { spin: 100, spin_max: 2000, yield_for: Duration::ZERO, ..default };
     let fixed = WaitPolicy { spin_max: default.spin, yield_for: Duration::ZERO, ..default };
     let futex_only = WaitPolicy { spin: 0, spin_max: 0, yield_for: Duration::ZERO, ..default };
     let mut rtts = Vec::new();

@@ -34,6 +34,9 @@ pub const DEFAULT_BOUND: Duration = Duration::from_secs(30);
 /// The journal's cap: beyond it the oldest frames are dropped, and a checkpoint older than
 /// what remains cannot be caught up with.
 pub const JOURNAL_BYTES: usize = 64 << 20;
+/// Buffers of frames at least this large are kept for reuse when the journal lets them go:
+/// glibc serves larger allocations with fresh pages (mmap), faulted in and zeroed each time.
+const SPARE_MIN: usize = 128 << 10;
 /// A device-to-host copy's reply longer than this comes back as bulk bytes, which a replay
 /// does not read: such copies are not replayed.
 const INLINE_REPLY_MAX: u32 = 64 << 10;
@@ -157,7 +160,12 @@ impl Resume {
         while self.bytes + len > JOURNAL_BYTES && !self.journal.is_empty() {
             self.drop_oldest();
         }
-        let mut frame = self.spare.pop().unwrap_or_default();
+        // A spare at most twice the frame's size, so that a small frame never holds a chunk's buffer.
+        let fits = |b: &Vec<u8>| b.capacity() >= len && b.capacity() / 2 <= len;
+        let mut frame = match self.spare.iter().position(fits) {
+            Some(i) => self.spare.swap_remove(i),
+            None => Vec::with_capacity(len),
+        };
         frame.clear();
         for p in parts {
             frame.extend_from_slice(p);
@@ -174,13 +182,13 @@ impl Resume {
         }
     }
 
-    /// Keeps a dropped frame's buffer for reuse, while the spares and the journal together stay
-    /// within twice the journal's cap.
+    /// Keeps a dropped frame's buffer for reuse if it is a large one (smaller ones come from the
+    /// allocator's arena, already cheap), the spares together within the journal's cap.
     fn release(&mut self, e: Entry) {
         if let Some(f) = e.frame {
             self.bytes -= f.len();
             let spare: usize = self.spare.iter().map(|b| b.capacity()).sum();
-            if spare + f.capacity() <= JOURNAL_BYTES {
+            if f.capacity() >= SPARE_MIN && spare + f.capacity() <= JOURNAL_BYTES {
                 self.spare.push(f);
             }
         }
