@@ -41,7 +41,8 @@ use crate::util::{R, log, warn};
 
 /// Copies at most this long travel inside the frame; longer ones go through staging.
 pub const INLINE_MAX: usize = 64 * 1024;
-/// Device-to-host chunk over the network, and how many are in flight at once.
+/// A copy's chunk over the network (either direction), and how many device-to-host chunks
+/// are asked for at once.
 const NET_CHUNK: usize = 1 << 20;
 const NET_WINDOW: usize = 8;
 /// A pipelined pageable copy through shared staging moves this much per request.
@@ -728,9 +729,13 @@ impl Conn {
     }
 
     /// Host-to-device over the network: every chunk is sent before any reply is awaited
-    /// (the daemon answers each in order), so the copy streams at the link's rate.
+    /// (the daemon answers each in order), so the copy streams at the link's rate. Chunks of
+    /// [`NET_CHUNK`], not the staging area's size: a chunk that fits in a core's L2 cache is
+    /// still there when the journal copies it after encryption here and when the daemon
+    /// copies it into the device after decryption there (8 MiB chunks made each of those
+    /// copies a second pass over memory; benches/README.md, "Issue 24").
     pub fn write_device_streamed(&mut self, dst: u64, src: &[u8]) -> R<()> {
-        let chunk = self.staging_len();
+        let chunk = NET_CHUNK;
         self.write_pipelined(src, chunk, usize::MAX, |c, i, part| {
             c.send_bulk(Bulk::HtoD { dst: DevicePtr(dst + (i * chunk) as u64) }, false, part, true)
         })
