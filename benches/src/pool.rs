@@ -946,7 +946,7 @@ fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
         format!(
             "64 MiB per copy, {COPY_SAMPLES} samples after {COPY_WARMUP} warm-up; memcpy, then each copy through the pool and direct, round-robin; data checked after timing"
         ),
-        "through the pool a pageable copy crosses the 8 MiB shared staging area in 2 MiB slots: the \
+        "through the pool a pageable copy crosses the 8 MiB shared staging area in 512 KiB slots: the \
          client copies one slot while the daemon copies earlier ones into the sim's device memory (the \
          reverse for DtoH), so a copy is two overlapping memory passes where the direct sim does one; \
          two passes at once share the memory bus (first row), and a slot still in cache when the \

@@ -1,5 +1,7 @@
 //! Streams: FIFO queues of device work, each drained by its own worker thread, so
-//! work on different streams runs concurrently and device time is real wall time.
+//! work on different streams runs concurrently and device time is real wall time. A
+//! synchronous copy on a stream with nothing outstanding runs on the caller's thread instead
+//! ([`Stream::run_sync`]), as a driver's calling thread does the CPU's part of one.
 //!
 //! Ordering across streams is expressed as dependencies `(stream, sequence number)`
 //! attached to a queued operation: the worker waits until each named stream has
@@ -91,6 +93,9 @@ struct Queue {
     /// waits on the stream that its session keeps enqueueing on; a futex wake per operation
     /// cost the stream worker a third of its time).
     progress_wanted: u64,
+    /// A caller's thread is running operation `enqueued` itself ([`Stream::run_sync`]): the
+    /// worker leaves what was queued after it until it completes.
+    running_inline: bool,
     shutdown: bool,
 }
 
@@ -184,28 +189,7 @@ impl Stream {
             }
         }
         let _order = ctx.order.lock().unwrap_or_else(|e| e.into_inner());
-        match self.kind {
-            StreamKind::Legacy => {
-                for s in ctx.live_streams() {
-                    if s.is_blocking() && !Arc::ptr_eq(&s, self) {
-                        let last = s.last_enqueued();
-                        if last > 0 {
-                            deps.push((s, last));
-                        }
-                    }
-                }
-            }
-            _ if self.is_blocking() => {
-                if let Some(l) = ctx.legacy_if_created() {
-                    let last = l.last_enqueued();
-                    if last > 0 {
-                        deps.push((l, last));
-                    }
-                }
-            }
-            _ => {}
-        }
-        deps.retain(|(s, seq)| !Arc::ptr_eq(s, self) && s.completed() < *seq);
+        self.add_implied_deps(ctx, &mut deps);
         let mut q = self.lock();
         q.enqueued += 1;
         let seq = q.enqueued;
@@ -232,8 +216,70 @@ impl Stream {
         seq
     }
 
+    /// Runs synchronous work (`job`, which must be done when the call returns) on the calling
+    /// thread when the stream has nothing queued or running and nothing it must wait for, as a
+    /// driver's own thread does the CPU's part of a synchronous copy; otherwise queues it
+    /// behind the rest and waits. Handing the work to the stream's worker and sleeping until
+    /// it is done costs two thread wake-ups per call (most of what a pipelined copy's 512 KiB
+    /// chunks cost through the pool). Not for capturing streams (the caller refused those).
+    pub fn run_sync(self: &Arc<Self>, ctx: &Context, work: Work, job: Job, node: impl FnOnce(Job) -> crate::graph::Op) {
+        let seq = {
+            let _order = ctx.order.lock().unwrap_or_else(|e| e.into_inner());
+            let mut deps = Vec::new();
+            self.add_implied_deps(ctx, &mut deps);
+            let mut q = self.lock();
+            if deps.is_empty() && q.pending.is_empty() && q.completed == q.enqueued && !q.running_inline {
+                q.enqueued += 1;
+                q.running_inline = true;
+                Some(q.enqueued)
+            } else {
+                None
+            }
+        };
+        match seq {
+            Some(seq) => {
+                let _running = RunningOn::enter(self);
+                let (result, sticky) = self.execute(work, &job);
+                self.finish(seq, result, sticky, true);
+            }
+            None => {
+                let seq = self.enqueue_node(ctx, work, Vec::new(), job, node);
+                self.wait_for(seq);
+            }
+        }
+    }
+
+    /// The ordering the legacy default stream implies: `deps` gains the operations on other
+    /// streams this stream's next one must wait for, and keeps only those not yet done.
+    fn add_implied_deps(self: &Arc<Self>, ctx: &Context, deps: &mut Vec<(Arc<Stream>, u64)>) {
+        match self.kind {
+            StreamKind::Legacy => {
+                for s in ctx.live_streams() {
+                    if s.is_blocking() && !Arc::ptr_eq(&s, self) {
+                        let last = s.last_enqueued();
+                        if last > 0 {
+                            deps.push((s, last));
+                        }
+                    }
+                }
+            }
+            _ if self.is_blocking() => {
+                if let Some(l) = ctx.legacy_if_created() {
+                    let last = l.last_enqueued();
+                    if last > 0 {
+                        deps.push((l, last));
+                    }
+                }
+            }
+            _ => {}
+        }
+        deps.retain(|(s, seq)| !Arc::ptr_eq(s, self) && s.completed() < *seq);
+    }
+
     fn drain_inline(self: &Arc<Self>) {
         while let Some(p) = self.lock().pending.pop_front() {
+            // After an operation a caller may still be running itself (run_sync).
+            self.wait_for(p.seq - 1);
             self.run(p);
         }
     }
@@ -243,6 +289,11 @@ impl Stream {
             let next = {
                 let mut q = self.lock();
                 loop {
+                    if q.running_inline {
+                        q.progress_wanted = q.progress_wanted.min(q.completed + 1);
+                        q = self.progress.wait(q).unwrap_or_else(|e| e.into_inner());
+                        continue;
+                    }
                     if let Some(p) = q.pending.pop_front() {
                         break Some(p);
                     }
@@ -267,7 +318,14 @@ impl Stream {
         for (s, seq) in &p.deps {
             s.wait_for(*seq);
         }
-        let channel = match p.work {
+        let (result, sticky) = self.execute(p.work, &p.job);
+        self.finish(p.seq, result, sticky, false);
+    }
+
+    /// Runs one operation's job (unless the context has a sticky error) and counts its device
+    /// time: its result, and the sticky error it met if any.
+    fn execute(&self, work: Work, job: &Job) -> (CuResult<()>, Option<CUresult>) {
+        let channel = match work {
             Work::Kernel => Some(Channel::Kernel),
             Work::Memory => Some(Channel::Memory),
             Work::Control => None,
@@ -279,13 +337,22 @@ impl Stream {
         // A context with a sticky error executes nothing more, as on a GPU.
         let result = match sticky {
             Some(code) => Err(code),
-            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (p.job)()))
+            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job()))
                 .unwrap_or(Err(CUresult::CUDA_ERROR_UNKNOWN)),
         };
         if let Some(ch) = channel {
             self.device.busy.end(ch);
         }
+        (result, sticky)
+    }
+
+    /// Records operation `seq` as done (its error kept for the next synchronisation) and wakes
+    /// whoever waits for it.
+    fn finish(&self, seq: u64, result: CuResult<()>, sticky: Option<CUresult>, inline: bool) {
         let mut q = self.lock();
+        if inline {
+            q.running_inline = false;
+        }
         if let Err(code) = result
             && sticky.is_none()
         {
@@ -296,7 +363,7 @@ impl Stream {
             }
             q.error.get_or_insert(code);
         }
-        q.completed = p.seq;
+        q.completed = seq;
         let wake = q.completed >= q.progress_wanted;
         if wake {
             // The woken threads that still wait register again.

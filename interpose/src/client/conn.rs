@@ -45,8 +45,11 @@ pub const INLINE_MAX: usize = 64 * 1024;
 /// are asked for at once.
 const NET_CHUNK: usize = 1 << 20;
 const NET_WINDOW: usize = 8;
-/// A pipelined pageable copy through shared staging moves this much per request.
-const STAGED_CHUNK: usize = 2 << 20;
+/// A pipelined pageable copy through shared staging moves this much per request: small
+/// enough that a slot the client just wrote is still in cache when the daemon reads it (and
+/// the reverse), large enough that a request's own cost stays small (256 KiB slots were slower
+/// than 512 KiB, 2 MiB slots slower still; benches/README.md, "Issue 24").
+const STAGED_CHUNK: usize = 512 << 10;
 
 // One per connection, never in bulk: the size difference costs nothing.
 #[allow(clippy::large_enum_variant)]

@@ -242,13 +242,15 @@ fn submit_copy(
             Ok(())
         })
     };
-    let seq = stream.enqueue_node(ctx, Work::Memory, Vec::new(), job, |j| match params {
+    let node = |j| match params {
         Some(p) => crate::graph::Op::Memcpy(Arc::new(crate::graph::MemcpyParams(p)), j),
         None => crate::graph::Op::Captured(Work::Memory, j),
-    });
+    };
     if must_wait {
-        stream.wait_for(seq);
+        stream.run_sync(ctx, Work::Memory, job, node);
         ctx.check_sticky()?;
+    } else {
+        stream.enqueue_node(ctx, Work::Memory, Vec::new(), job, node);
     }
     Ok(())
 }
