@@ -526,3 +526,95 @@ pub fn drop_capture_graph(c: Capture) {
         crate::graph_mem::graph_destroyed(a.handle);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    fn user_stream() -> (Arc<Context>, Arc<Stream>) {
+        let d = crate::driver::state();
+        d.init(0).expect("cuInit");
+        let dev = d.device(0).expect("device 0").clone();
+        let ctx = Context::create(d, dev, 0, false).expect("a context");
+        let s = Stream::new(&ctx, StreamKind::User, 0, 0);
+        (ctx, s)
+    }
+
+    fn captured(j: Job) -> crate::graph::Op {
+        crate::graph::Op::Captured(Work::Memory, j)
+    }
+
+    /// A job that reports the thread it runs on, waits to be released, then notes `name`.
+    fn held_job(
+        name: &'static str,
+        order: &Arc<Mutex<Vec<&'static str>>>,
+    ) -> (Job, mpsc::Receiver<std::thread::ThreadId>, mpsc::Sender<()>) {
+        let (ran_on, ran_on_rx) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let (ran_on, release_rx) = (Mutex::new(ran_on), Mutex::new(release_rx));
+        let order = order.clone();
+        let job: Job = Arc::new(move || {
+            let _ = ran_on.lock().unwrap().send(std::thread::current().id());
+            let _ = release_rx.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            order.lock().unwrap().push(name);
+            Ok(())
+        });
+        (job, ran_on_rx, release)
+    }
+
+    #[test]
+    fn sync_work_on_an_idle_stream_runs_on_the_caller_and_what_is_queued_behind_it_waits() {
+        let (ctx, s) = user_stream();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (job, ran_on, release) = held_job("sync", &order);
+        let caller = {
+            let (ctx, s) = (ctx.clone(), s.clone());
+            std::thread::spawn(move || s.run_sync(&ctx, Work::Memory, job, captured))
+        };
+        let ran_on = ran_on.recv_timeout(Duration::from_secs(10)).expect("the synchronous job ran");
+        assert_eq!(ran_on, caller.thread().id(), "an idle stream's synchronous work runs on the caller's thread");
+        let behind = {
+            let order = order.clone();
+            s.enqueue(
+                &ctx,
+                Work::Control,
+                Vec::new(),
+                Arc::new(move || {
+                    order.lock().unwrap().push("queued");
+                    Ok(())
+                }),
+            )
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(order.lock().unwrap().is_empty(), "work queued behind the running synchronous job ran before it");
+        assert!(s.completed() < behind);
+        release.send(()).unwrap();
+        caller.join().unwrap();
+        s.wait_for(behind);
+        assert_eq!(*order.lock().unwrap(), ["sync", "queued"]);
+    }
+
+    #[test]
+    fn sync_work_behind_queued_work_goes_through_the_worker_in_order() {
+        let (ctx, s) = user_stream();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (first, first_ran_on, release_first) = held_job("queued", &order);
+        s.enqueue(&ctx, Work::Control, Vec::new(), first);
+        let worker = first_ran_on.recv_timeout(Duration::from_secs(10)).expect("the queued job ran");
+        let (job, ran_on, release) = held_job("sync", &order);
+        let caller = {
+            let (ctx, s) = (ctx.clone(), s.clone());
+            std::thread::spawn(move || s.run_sync(&ctx, Work::Memory, job, captured))
+        };
+        assert!(ran_on.recv_timeout(Duration::from_millis(50)).is_err(), "the synchronous job overtook queued work");
+        release_first.send(()).unwrap();
+        let sync_ran_on = ran_on.recv_timeout(Duration::from_secs(10)).expect("the synchronous job ran");
+        assert_eq!(sync_ran_on, worker, "behind queued work, synchronous work runs on the stream's worker");
+        assert!(!caller.is_finished(), "the synchronous call returned before its work was done");
+        release.send(()).unwrap();
+        caller.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), ["queued", "sync"]);
+    }
+}
