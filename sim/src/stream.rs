@@ -240,7 +240,7 @@ impl Stream {
             Some(seq) => {
                 let _running = RunningOn::enter(self);
                 let (result, sticky) = self.execute(work, &job);
-                self.finish(seq, result, sticky, true);
+                self.finish(seq, result, sticky);
             }
             None => {
                 let seq = self.enqueue_node(ctx, work, Vec::new(), job, node);
@@ -319,7 +319,7 @@ impl Stream {
             s.wait_for(*seq);
         }
         let (result, sticky) = self.execute(p.work, &p.job);
-        self.finish(p.seq, result, sticky, false);
+        self.finish(p.seq, result, sticky);
     }
 
     /// Runs one operation's job (unless the context has a sticky error) and counts its device
@@ -347,12 +347,11 @@ impl Stream {
     }
 
     /// Records operation `seq` as done (its error kept for the next synchronisation) and wakes
-    /// whoever waits for it.
-    fn finish(&self, seq: u64, result: CuResult<()>, sticky: Option<CUresult>, inline: bool) {
+    /// whoever waits for it. Whoever ran it, nothing runs now: an operation runs inline only when
+    /// nothing else is queued or running, and the worker runs nothing while one does.
+    fn finish(&self, seq: u64, result: CuResult<()>, sticky: Option<CUresult>) {
         let mut q = self.lock();
-        if inline {
-            q.running_inline = false;
-        }
+        q.running_inline = false;
         if let Err(code) = result
             && sticky.is_none()
         {
