@@ -7,6 +7,9 @@ every step and comparing it with the same recurrence computed on the host, which
 uninterrupted run gives. It prints `READY` before the loop and `STEP k` every step, and stops
 after the step in which a line `stop` arrives on stdin; then it reads all 64 MiB back. With
 `--alloc`, every step also allocates and frees 1 MiB, which cannot be replayed after a restore.
+With `--reads=N`, every step reads the buffer back N - 1 more times after its `STEP` line (each
+read checked), so that a daemon killed when the test sees that line most likely goes during a
+device-to-host copy.
 A CUDA error ends it with `ERROR <code>` and exit status 3. Between
 READY and stop the test checkpoints the session, SIGKILLs the daemon and starts it again with
 --restore: the client must not notice beyond the pause. Prints PASS/FAIL lines and
@@ -21,6 +24,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 BIG = 64 << 20
+READS = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--reads=")), 1)
 WORDS = 4096
 PATTERN = 0x6B000000
 STEP_PTX = b"""
@@ -113,6 +117,14 @@ def main():
             report(f"step {k} as an uninterrupted run", False, f"first difference at word {np.argmax(back != host)}")
             break
         print(f"STEP {k}", flush=True)
+        same = True
+        for _ in range(READS - 1):
+            back.fill(0)
+            check(cu.cuMemcpyDtoH(back.ctypes.data, work, back.nbytes))
+            same = same and np.array_equal(back, host)
+        if not same:
+            report(f"step {k}'s reads after it as an uninterrupted run", False, "a read differs")
+            break
         k += 1
     report(f"{k} steps, each as an uninterrupted run", failed == 0)
 

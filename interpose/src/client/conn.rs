@@ -739,29 +739,52 @@ impl Conn {
     /// copies a second pass over memory; benches/README.md, "Issue 24").
     pub fn write_device_streamed(&mut self, dst: u64, src: &[u8]) -> R<()> {
         let chunk = NET_CHUNK;
-        self.write_pipelined(src, chunk, usize::MAX, |c, i, part| {
-            c.send_bulk(Bulk::HtoD { dst: DevicePtr(dst + (i * chunk) as u64) }, false, part, true)
+        self.again_after_resume(|c| {
+            c.write_pipelined(src, chunk, usize::MAX, |c, i, part| {
+                c.send_bulk(Bulk::HtoD { dst: DevicePtr(dst + (i * chunk) as u64) }, false, part, true)
+            })
         })
+    }
+
+    /// Runs `copy`, a network copy whose requests can all be sent again from the first (each
+    /// chunk's bytes travel in its frame, or it only reads the device); if the daemon went away
+    /// meanwhile and the session can be resumed, resumes it and runs `copy` again from the
+    /// start, as [`Self::call_raw`] sends a single call again.
+    fn again_after_resume(&mut self, mut copy: impl FnMut(&mut Self) -> R<()>) -> R<()> {
+        let first = self.next_id;
+        match copy(self) {
+            Err(_) if self.broken && self.resume.is_some() => {
+                self.reconnect(first)?;
+                copy(self)
+            }
+            r => r,
+        }
     }
 
     /// Device-to-host over the network: chunks requested [`NET_WINDOW`] ahead of the one
     /// being received, so the daemon always has the next one to send.
     pub fn read_device_pipelined(&mut self, dst: &mut [u8], src: u64) -> R<()> {
-        self.read_pipelined(
-            dst,
-            NET_CHUNK,
-            NET_WINDOW,
-            // Deferred: requests leave together when we next wait.
-            |c, _, o, n| {
-                c.send_frame(Request::MemcpyDtoHInline { src: DevicePtr(src + o as u64), len: n as u32 }, false, true)
-            },
-            |c, _, id, part, first_err| {
-                if !c.bytes_reply_into(id, part, first_err)? {
-                    first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
-                }
-                Ok(())
-            },
-        )
+        self.again_after_resume(|c| {
+            c.read_pipelined(
+                dst,
+                NET_CHUNK,
+                NET_WINDOW,
+                // Deferred: requests leave together when we next wait.
+                |c, _, o, n| {
+                    c.send_frame(
+                        Request::MemcpyDtoHInline { src: DevicePtr(src + o as u64), len: n as u32 },
+                        false,
+                        true,
+                    )
+                },
+                |c, _, id, part, first_err| {
+                    if !c.bytes_reply_into(id, part, first_err)? {
+                        first_err.get_or_insert(CUresult::CUDA_ERROR_UNKNOWN);
+                    }
+                    Ok(())
+                },
+            )
+        })
     }
 
     /// Waits for the reply to `id`, a `Bytes` reply of exactly `dst.len()` bytes, and copies
