@@ -307,17 +307,12 @@ impl Conn {
 
     /// Sends `op` and waits for its reply (an `Error` reply is returned as a reply).
     fn call_raw(&mut self, op: Request) -> R<Reply> {
-        let again = self.resume.is_some().then(|| op.clone());
-        let first = self.next_id;
-        let r = self.send(op, false).and_then(|id| self.wait_reply(id));
-        match (r, again) {
-            (Err(_), Some(op)) if self.broken => {
-                self.reconnect(first)?;
-                let id = self.send(op, false)?;
-                self.wait_reply(id)
-            }
-            (r, _) => r,
-        }
+        let (mut again, mut op) = (self.resume.is_some().then(|| op.clone()), Some(op));
+        self.again_after_resume(|c| {
+            let op = op.take().or_else(|| again.take()).ok_or(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE)?;
+            let id = c.send(op, false)?;
+            c.wait_reply(id)
+        })
     }
 
     /// After the daemon went away while request `failed` was sent or awaited: waits for a
@@ -509,15 +504,11 @@ impl Conn {
     /// Any request, sent without waiting for its reply: it runs in order with the others,
     /// and its failure is reported at the next sync point as an asynchronous one's is.
     fn post_any(&mut self, op: Request) -> R<()> {
-        let again = self.resume.is_some().then(|| op.clone());
-        let first = self.next_id;
-        match (self.posted_with(|c| c.send(op, true)), again) {
-            (Err(_), Some(op)) if self.broken => {
-                self.reconnect(first)?;
-                self.posted_with(|c| c.send(op, true))
-            }
-            (r, _) => r,
-        }
+        let (mut again, mut op) = (self.resume.is_some().then(|| op.clone()), Some(op));
+        self.again_after_resume(|c| {
+            let op = op.take().or_else(|| again.take()).ok_or(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE)?;
+            c.posted_with(|c| c.send(op, true))
+        })
     }
 
     /// Bookkeeping of a request sent without a reply by `send`: the flusher is woken for a
@@ -746,16 +737,16 @@ impl Conn {
         })
     }
 
-    /// Runs `copy`, a network copy whose requests can all be sent again from the first (each
-    /// chunk's bytes travel in its frame, or it only reads the device); if the daemon went away
-    /// meanwhile and the session can be resumed, resumes it and runs `copy` again from the
-    /// start, as [`Self::call_raw`] sends a single call again.
-    fn again_after_resume(&mut self, mut copy: impl FnMut(&mut Self) -> R<()>) -> R<()> {
+    /// Runs `send`, requests that can all be sent again from the first (a single call, or a
+    /// network copy whose chunks carry their bytes in their frames or only read the device); if
+    /// the daemon went away meanwhile and the session can be resumed, resumes it (replaying
+    /// what came before) and runs `send` again from the start.
+    fn again_after_resume<T>(&mut self, mut send: impl FnMut(&mut Self) -> R<T>) -> R<T> {
         let first = self.next_id;
-        match copy(self) {
+        match send(self) {
             Err(_) if self.broken && self.resume.is_some() => {
                 self.reconnect(first)?;
-                copy(self)
+                send(self)
             }
             r => r,
         }
