@@ -97,6 +97,34 @@ fn modules_streams_events_and_launches_are_served() {
     assert_eq!(c.async_errors[0].1, 400);
 }
 
+/// `GPUPOOL_SIM_KERNELS=discard`, the backend that does nothing (`gpupool-bench pool` part 2
+/// measures the pool's own cost per launch on it): a launch still gets every check, through
+/// the whole pool, and then changes nothing.
+#[test]
+fn a_simulator_that_discards_kernels_checks_each_launch_and_runs_none() {
+    let d = Daemon::start_env(None, &[], &[("GPUPOOL_SIM_KERNELS", "discard")]);
+    let mut c = Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let buf = c.alloc(ctx, 1024).unwrap();
+    let (func, packed) = c.fill_kernel(ctx, buf, 7);
+    let launch = |params: Vec<u8>| Request::LaunchKernel {
+        func,
+        grid: [1, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+        stream: StreamId::NULL,
+        params: KernelParams(params),
+        cooperative: false,
+    };
+    assert_eq!(code_of(c.call(launch(packed.clone()))), 0);
+    assert_eq!(code_of(c.call(Request::CtxSynchronize { ctx })), 0);
+    assert!(c.read_back(buf, 1024).iter().all(|&b| b == 0), "a discarded kernel wrote memory");
+    // CUDA_ERROR_INVALID_VALUE for a parameter buffer of the wrong size, as with kernels that run.
+    assert_eq!(code_of(c.call(launch(packed[..4].to_vec()))), 1);
+    assert!(d.log().contains("parameter") || d.log().contains("refused"), "{}", d.log());
+    assert!(c.async_errors.is_empty(), "{:?}", c.async_errors);
+}
+
 #[test]
 fn a_forged_pointer_is_refused_and_never_reaches_the_backend() {
     let d = Daemon::start(Some(&tenant_config("256MiB")));

@@ -1,10 +1,13 @@
 //! Which devices the simulator presents: from `GPUPOOL_SIM_CONFIG` (a TOML file),
 //! overridden field by field by `GPUPOOL_SIM_DEVICES`, `GPUPOOL_SIM_MEMORY` and
 //! `GPUPOOL_SIM_DRIVER_VERSION`. The default is two H100-like devices and a CUDA 13.0
-//! driver.
+//! driver. `GPUPOOL_SIM_KERNELS=discard` (or `kernels = "discard"`) makes a backend that
+//! does nothing: launches are checked as always and then dropped, so a benchmark can
+//! measure what the pool itself costs per launch (benches/README.md, `pool` part 2).
 //!
 //! ```toml
 //! driver_version = "13.0"        # reported by cuDriverGetVersion (13000)
+//! kernels = "run"                # or "discard": check each launch, then drop it
 //! [[device]]
 //! name = "gpupool sim H100 80GB HBM3"
 //! memory = "80GiB"               # bytes, or a number with KiB/MiB/GiB/TiB (also KB/MB/GB)
@@ -36,6 +39,8 @@ pub struct SimConfig {
     pub driver_version: i32,
     pub devices: Vec<DeviceConfig>,
     pub topology: Topology,
+    /// Whether a checked launch is dropped instead of queued (`kernels = "discard"`).
+    pub discard_kernels: bool,
 }
 
 /// How the devices are wired, by device ordinal. The default: no NVLink, no PCIe switch,
@@ -153,6 +158,7 @@ impl Default for SimConfig {
             driver_version: 13000,
             devices: vec![DeviceConfig::default(); DEFAULT_DEVICE_COUNT],
             topology: Topology::default(),
+            discard_kernels: false,
         }
     }
 }
@@ -161,6 +167,7 @@ impl Default for SimConfig {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     driver_version: Option<String>,
+    kernels: Option<String>,
     #[serde(default, rename = "device")]
     devices: Vec<FileDevice>,
     topology: Option<Topology>,
@@ -214,6 +221,15 @@ pub fn parse_driver_version(text: &str) -> Result<i32, String> {
     }
 }
 
+/// "run" (the default) or "discard": whether launches are dropped after their checks.
+fn parse_kernels(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "run" => Ok(false),
+        "discard" => Ok(true),
+        other => Err(format!("{other:?} is neither \"run\" nor \"discard\"")),
+    }
+}
+
 fn parse_cc(text: &str) -> Result<(u32, u32), String> {
     let (a, b) = text.trim().split_once('.').ok_or_else(|| format!("bad compute capability {text:?}"))?;
     Ok((
@@ -232,6 +248,9 @@ impl SimConfig {
                 cfg.driver_version = parse_driver_version(&v)?;
             }
             cfg.topology = file.topology.unwrap_or_default();
+            if let Some(k) = file.kernels {
+                cfg.discard_kernels = parse_kernels(&k).map_err(|e| format!("config: kernels: {e}"))?;
+            }
             if !file.devices.is_empty() {
                 cfg.devices = file
                     .devices
@@ -269,6 +288,9 @@ impl SimConfig {
         if let Some(m) = env("GPUPOOL_SIM_MEMORY") {
             let bytes = parse_size(&m).map_err(|e| format!("GPUPOOL_SIM_MEMORY: {e}"))?;
             cfg.devices.iter_mut().for_each(|d| d.memory_bytes = bytes);
+        }
+        if let Some(k) = env("GPUPOOL_SIM_KERNELS") {
+            cfg.discard_kernels = parse_kernels(&k).map_err(|e| format!("GPUPOOL_SIM_KERNELS: {e}"))?;
         }
         if let Some(v) = env("GPUPOOL_SIM_DRIVER_VERSION") {
             cfg.driver_version = parse_driver_version(&v).map_err(|e| format!("GPUPOOL_SIM_DRIVER_VERSION: {e}"))?;
@@ -354,5 +376,17 @@ mod tests {
         assert!(SimConfig::from_sources(None, |k| (k == "GPUPOOL_SIM_DEVICES").then(|| "two".into())).is_err());
         assert_eq!(parse_size("4GB").unwrap(), 4_000_000_000);
         assert_eq!(parse_driver_version("13000").unwrap(), 13000);
+    }
+
+    #[test]
+    fn kernels_run_unless_told_to_discard() {
+        assert!(!SimConfig::from_sources(None, |_| None).unwrap().discard_kernels);
+        let toml = SimConfig::from_sources(Some("kernels = \"discard\""), |_| None).unwrap();
+        assert!(toml.discard_kernels);
+        let env = |v: &'static str| move |k: &str| (k == "GPUPOOL_SIM_KERNELS").then(|| v.to_string());
+        assert!(SimConfig::from_sources(None, env("discard")).unwrap().discard_kernels);
+        assert!(!SimConfig::from_sources(Some("kernels = \"discard\""), env("run")).unwrap().discard_kernels);
+        let bad = SimConfig::from_sources(None, env("skip")).unwrap_err();
+        assert!(bad.contains("GPUPOOL_SIM_KERNELS") && bad.contains("skip"), "{bad}");
     }
 }

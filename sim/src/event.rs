@@ -52,10 +52,9 @@ impl Event {
         };
         let me = self.clone();
         let capturing = stream.is_capturing();
-        let seq = stream.enqueue(
+        let seq = stream.enqueue_or_run(
             ctx,
             Work::Control,
-            Vec::new(),
             std::sync::Arc::new(move || {
                 let mut st = me.lock();
                 if st.generation == generation {

@@ -102,6 +102,12 @@ pub fn launch(
     cfg: LaunchConfig,
     params: Vec<u8>,
 ) -> CuResult<()> {
+    let driver = crate::driver::initialized()?;
+    if driver.config.discard_kernels && !stream.is_capturing() {
+        // The backend that does nothing (config.rs): every check a launch gets, then nothing.
+        check(ctx, &f, &cfg, &params)?;
+        return Ok(());
+    }
     let job = kernel_job(ctx, f.clone(), cfg, params.clone())?;
     let node = move |j| {
         let args = crate::graph::KernelArgs::new(&f, params);
@@ -111,12 +117,10 @@ pub fn launch(
     Ok(())
 }
 
-/// Validates a launch and makes the job that runs it (a stream runs it, or a graph's kernel node
-/// at each launch of the graph).
-pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, params: Vec<u8>) -> CuResult<Job> {
-    validate(ctx, &f, &cfg)?;
-    let driver = crate::driver::initialized()?;
-    let prog = program(driver, &f)?;
+/// A launch's checks: its configuration, its decoded body, its parameter buffer's size.
+fn check(ctx: &Context, f: &Function, cfg: &LaunchConfig, params: &[u8]) -> CuResult<Arc<Program>> {
+    validate(ctx, f, cfg)?;
+    let prog = program(crate::driver::initialized()?, f)?;
     if params.len() as u64 != f.entry.param_bytes {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
             format!(
@@ -127,6 +131,14 @@ pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, param
             )
         });
     }
+    Ok(prog)
+}
+
+/// Validates a launch and makes the job that runs it (a stream runs it, or a graph's kernel node
+/// at each launch of the graph).
+pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, params: Vec<u8>) -> CuResult<Job> {
+    let prog = check(ctx, &f, &cfg, &params)?;
+    let driver = crate::driver::initialized()?;
     let ctx2 = ctx.clone();
     Ok(std::sync::Arc::new(move || {
         // The kernel sees the memory that exists when it runs, as on a GPU.

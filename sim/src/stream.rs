@@ -223,30 +223,47 @@ impl Stream {
     /// it is done costs two thread wake-ups per call (most of what a pipelined copy's 512 KiB
     /// chunks cost through the pool). Not for capturing streams (the caller refused those).
     pub fn run_sync(self: &Arc<Self>, ctx: &Context, work: Work, job: Job, node: impl FnOnce(Job) -> crate::graph::Op) {
+        if self.run_if_idle(ctx, work, &job).is_none() {
+            let seq = self.enqueue_node(ctx, work, Vec::new(), job, node);
+            self.wait_for(seq);
+        }
+    }
+
+    /// An operation the device does at once when its stream is idle (an event record, whose
+    /// timestamp a GPU writes as soon as the work before it is done): run on the caller's thread
+    /// when the stream has nothing queued or running and nothing it must wait for, otherwise
+    /// queued. Returns its sequence number (0 while capturing, as [`Stream::enqueue`]). A record
+    /// on an idle stream then wakes no worker: the compute scheduler brackets every kernel with
+    /// two, and those wake-ups were most of what a scheduled launch cost the daemon.
+    pub fn enqueue_or_run(self: &Arc<Self>, ctx: &Context, work: Work, job: Job) -> u64 {
+        if self.is_capturing() {
+            return self.enqueue(ctx, work, Vec::new(), job);
+        }
+        match self.run_if_idle(ctx, work, &job) {
+            Some(seq) => seq,
+            None => self.enqueue(ctx, work, Vec::new(), job),
+        }
+    }
+
+    /// Runs `job` on this thread if the stream is idle (see [`Stream::run_sync`]): its sequence
+    /// number, or None with nothing done.
+    fn run_if_idle(self: &Arc<Self>, ctx: &Context, work: Work, job: &Job) -> Option<u64> {
         let seq = {
             let _order = ctx.order.lock().unwrap_or_else(|e| e.into_inner());
             let mut deps = Vec::new();
             self.add_implied_deps(ctx, &mut deps);
             let mut q = self.lock();
-            if deps.is_empty() && q.pending.is_empty() && q.completed == q.enqueued && !q.running_inline {
-                q.enqueued += 1;
-                q.running_inline = true;
-                Some(q.enqueued)
-            } else {
-                None
+            if !(deps.is_empty() && q.pending.is_empty() && q.completed == q.enqueued && !q.running_inline) {
+                return None;
             }
+            q.enqueued += 1;
+            q.running_inline = true;
+            q.enqueued
         };
-        match seq {
-            Some(seq) => {
-                let _running = RunningOn::enter(self);
-                let (result, sticky) = self.execute(work, &job);
-                self.finish(seq, result, sticky);
-            }
-            None => {
-                let seq = self.enqueue_node(ctx, work, Vec::new(), job, node);
-                self.wait_for(seq);
-            }
-        }
+        let _running = RunningOn::enter(self);
+        let (result, sticky) = self.execute(work, job);
+        self.finish(seq, result, sticky);
+        Some(seq)
     }
 
     /// The ordering the legacy default stream implies: `deps` gains the operations on other
@@ -615,5 +632,23 @@ mod tests {
         release.send(()).unwrap();
         caller.join().unwrap();
         assert_eq!(*order.lock().unwrap(), ["queued", "sync"]);
+    }
+
+    #[test]
+    fn an_event_record_on_an_idle_stream_completes_at_once_and_behind_work_waits_for_it() {
+        let (ctx, s) = user_stream();
+        let event = crate::event::Event::new(ctx.handle(), 0);
+        event.record(&ctx, &s);
+        assert!(event.query().is_ok(), "a record on an idle stream is complete when it returns");
+        assert!(!s.lock().worker_running, "a record on an idle stream woke the stream's worker");
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (first, first_ran_on, release_first) = held_job("queued", &order);
+        s.enqueue(&ctx, Work::Control, Vec::new(), first);
+        first_ran_on.recv_timeout(Duration::from_secs(10)).expect("the queued job ran");
+        event.record(&ctx, &s);
+        assert_eq!(event.query(), Err(CUresult::CUDA_ERROR_NOT_READY), "a record overtook the work before it");
+        release_first.send(()).unwrap();
+        assert!(event.wait_timeout(Duration::from_secs(10)), "the record behind the work never completed");
+        assert_eq!(*order.lock().unwrap(), ["queued"]);
     }
 }
