@@ -209,11 +209,13 @@ impl Compute {
         let dev = &self.devices[device as usize];
         let tenant = tc.tenant.as_str();
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.policy.want(tenant, self.now());
+        // One clock read serves the first try (most kernels are granted at once).
+        let mut first = Some(self.now());
+        st.policy.want(tenant, first.unwrap_or_default());
         // Since when this client has been waiting for its own credit (for the throttled figure).
         let mut throttled_since: Option<u64> = None;
         loop {
-            let now = self.now();
+            let now = first.take().unwrap_or_else(|| self.now());
             let decision = st.policy.try_grant(tenant, session, kind, now);
             let for_credit = matches!(decision, Decision::Wait { for_credit: true, .. });
             if !for_credit && let Some(t) = throttled_since.take() {

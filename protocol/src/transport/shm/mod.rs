@@ -26,7 +26,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use layout::{CLIENT, REQUEST, RESPONSE, SERVER, SegmentHeader, SegmentLayout};
 use ring::RingEnd;
@@ -230,14 +230,13 @@ impl Transport for ShmTransport {
         if self.closed {
             return Err(TransportError::Closed);
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
         let (map, socket, me, rx) = (&self.map, &self.socket, self.me, &mut self.rx);
         let words = &ring::control(map, rx.control_offset()).data_wait.0;
         ring::wait(
             words,
             self.policy,
             &mut self.recv_spin,
-            deadline,
+            timeout,
             || rx.try_pop(buf).map(|got| got.then_some(())),
             |deep| peer_gone(map, socket, me, deep),
         )

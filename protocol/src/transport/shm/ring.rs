@@ -186,6 +186,8 @@ pub struct WaitPolicy {
 
 /// Runs `attempt` until it yields a value: spinning up to `*budget` times (adapted as
 /// described on [`WaitPolicy`]), yielding for `policy.yield_for`, then sleeping on `w`.
+/// `timeout` counts from the end of the spin: a frame that is already there (most of them,
+/// under load) then costs no clock read.
 /// `gone(deep)` says whether the peer is gone (`deep`: also ask the kernel, a syscall; only
 /// after a sleep slice). A gone peer gets one last `attempt` (to deliver what it sent before
 /// leaving), then `PeerGone`.
@@ -193,7 +195,7 @@ pub(crate) fn wait<T>(
     w: &WaitWords,
     policy: WaitPolicy,
     budget: &mut u32,
-    deadline: Option<Instant>,
+    timeout: Option<Duration>,
     mut attempt: impl FnMut() -> Result<Option<T>, TransportError>,
     mut gone: impl FnMut(bool) -> bool,
 ) -> Result<T, TransportError> {
@@ -207,6 +209,7 @@ pub(crate) fn wait<T>(
         }
         std::hint::spin_loop();
     }
+    let deadline = timeout.map(|t| Instant::now() + t);
     if !policy.yield_for.is_zero() {
         let until = Instant::now() + policy.yield_for;
         let until = deadline.map_or(until, |d| d.min(until));
