@@ -1009,12 +1009,13 @@ fn part3(pool: &Side, sim: &Side) -> Result<Section, String> {
         format!(
             "64 MiB per copy, {COPY_SAMPLES} samples after {COPY_WARMUP} warm-up; memcpy, then each copy through the pool and direct, round-robin; data checked after timing"
         ),
-        "through the pool a pageable copy crosses the 8 MiB shared staging area in 512 KiB slots: the \
-         client copies one slot while the daemon copies earlier ones into the sim's device memory (the \
-         reverse for DtoH), so a copy is two overlapping memory passes where the direct sim does one; \
-         two passes at once share the memory bus (first row), and a slot still in cache when the \
-         other side reads it is what lifts the pool above that row; libgpupool's pinned memory is a \
-         shared region the daemon maps, so a pinned copy is one request and one pass"
+        "through the pool a pageable copy crosses the shared staging area in slots (HtoD 2 of 256 KiB, \
+         DtoH 4 of 512 KiB in flight): the client copies one slot while the daemon copies others into \
+         the sim's device memory (the reverse for DtoH), so a copy is two overlapping copies where the \
+         direct sim does one; what is in flight fits in a core's cache, so the reader takes a slot from \
+         the writer's cache and the staging area never goes to memory, which is what lifts the pool \
+         above two memory passes at once (first row); libgpupool's pinned memory is a shared region \
+         the daemon maps, so a pinned copy is one request and one pass"
             .into(),
     ];
     Ok(Section { title: "3. Copy bandwidth, 64 MiB (GB/s = 10^9 bytes/s)".into(), rows, notes })
