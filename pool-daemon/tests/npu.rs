@@ -833,13 +833,17 @@ fn priority_run(hi_priority: &str, lo_priority: &str) -> PriorityRun {
 /// The tenant config's dispatch priority orders NPU operators in the one compute scheduler, as it
 /// orders kernels: measured in one run as a comparison, not against a fixed latency. While `lo`
 /// floods NPU 0 with 128x128 matmuls, `hi`'s 32x32 matmul (every 5 ms) is timed with `hi` high and
-/// `lo` low priority, then with both normal. At equal priority `hi` queues behind `lo`'s slice
-/// (the holder keeps the device for 20 ms); at high priority it takes the device at the next
-/// operator boundary: its p50 must be under half the equal-priority p50 and its p99 below that
-/// case's. Its p99 is also held to the documented bound, one low-priority operator (`lo`'s own p99
-/// in that run) plus its own cost alone (p99, same load) plus 2 ms; past it, on a machine with more
-/// runnable threads than cores (load average), the test reports "machine busy" with the figures,
-/// since the operating system, not the pool, then delays the client and the daemon between calls.
+/// `lo` low priority, then with both normal. At high priority `hi` takes the device at once; at
+/// equal priority it waits until `lo`'s 20 ms slice has run out or `lo` is between operators. Since
+/// the clients' wait yields before it sleeps (5d99221), `lo`'s gaps between operators are long
+/// enough that `hi` at equal priority often gets in within an operator too (its p50 0.3-0.65 ms
+/// against 0.1-0.2 ms at high priority; before, 5.6 ms), and both tails reach one `lo` operator,
+/// so the two p99s do not order. The test therefore asks that the high-priority p50 be under two
+/// thirds of the equal-priority one, and holds the high-priority p99 to the documented bound, one
+/// low-priority operator (`lo`'s own p99 in that run) plus its own cost alone (p99, same load) plus
+/// 2 ms; past it, on a machine with more runnable threads than cores (load average), the test
+/// reports "machine busy" with the figures, since the operating system, not the pool, then delays
+/// the client and the daemon between calls.
 #[test]
 fn config_priority_orders_npu_operators_in_the_one_scheduler() {
     let high = priority_run("high", "low");
@@ -866,7 +870,7 @@ fn config_priority_orders_npu_operators_in_the_one_scheduler() {
     eprintln!("{report}");
     assert!(high.lo_ops.len() > 10 && equal.lo_ops.len() > 10, "the flood did not run: {report}");
     assert!(
-        pct(&high.hi, 0.5) * 2.0 < pct(&equal.hi, 0.5) && pct(&high.hi, 0.99) < pct(&equal.hi, 0.99),
+        pct(&high.hi, 0.5) * 1.5 < pct(&equal.hi, 0.5),
         "high priority is not clearly ahead of equal priority: {report}"
     );
     let bound = pct(&high.lo_ops, 0.99) + pct(&high.alone, 0.99) + 2000.0;
