@@ -1,24 +1,27 @@
 //! `gpupool daemon --metrics ADDR`: Prometheus (OpenMetrics text) over plain HTTP, `GET /metrics`.
 //!
 //! Calls per operation and their latency are counted as requests are served (one pre-made counter and
-//! histogram per operation, so serving a request costs two atomic updates, no lookup or allocation);
+//! histogram per operation, so serving a request costs three atomic updates, no lock, lookup or
+//! allocation; [`CallLatency`]);
 //! everything else is read at scrape time from the same snapshot `gpupool status` shows. Labels are the
 //! tenant, the device index, its UUID and its kind (`gpu` or `npu`: one family per figure for both), the
 //! operation and the error code: all bounded (tenants come from the config, not from clients), so
 //! thousands of short-lived clients add no series.
 
 use super::Shared;
+use crossbeam_utils::CachePadded;
 use gpupool_protocol::ops::RequestOp;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 use std::io::{BufRead, BufReader, Read as _, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -62,22 +65,95 @@ struct DeviceLabels {
 
 type F64Gauge = Gauge<f64, AtomicU64>;
 
+/// Upper bounds of the call-duration buckets below +Inf: 1 us .. ~4 s, 4x apart.
+const LATENCY_BUCKETS: usize = 12;
+/// Shards of a [`CallLatency`]: sessions spread over them by id.
+const LATENCY_SHARDS: usize = 16;
+
+fn latency_bounds() -> impl Iterator<Item = f64> {
+    exponential_buckets(1e-6, 4.0, LATENCY_BUCKETS as u16)
+}
+
+/// One shard's bucket counts (the last is +Inf) and sum, on a cache line of its own.
+#[derive(Default, Debug)]
+struct LatencyShard {
+    buckets: [AtomicU64; LATENCY_BUCKETS + 1],
+    sum_ns: AtomicU64,
+}
+
+/// A request-duration histogram that many session threads update at once. prometheus-client's
+/// `Histogram` takes a mutex per observation: one lock per operation for every session, on the
+/// path of every request (a `cuCtxSynchronize` round trip is ~600 ns). Here a session adds to
+/// the shard its id selects, with relaxed atomics; a scrape adds the shards up. Sessions on one
+/// shard share a line but never wait for each other.
+#[derive(Clone, Debug)]
+pub struct CallLatency {
+    shards: Arc<[CachePadded<LatencyShard>]>,
+    bounds_ns: [u64; LATENCY_BUCKETS],
+}
+
+impl Default for CallLatency {
+    fn default() -> Self {
+        let mut bounds_ns = [0; LATENCY_BUCKETS];
+        for (b, s) in bounds_ns.iter_mut().zip(latency_bounds()) {
+            *b = (s * 1e9).round() as u64;
+        }
+        CallLatency { shards: (0..LATENCY_SHARDS).map(|_| CachePadded::default()).collect(), bounds_ns }
+    }
+}
+
+impl CallLatency {
+    pub fn observe(&self, session: u64, took: Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = self.bounds_ns.iter().position(|&b| ns <= b).unwrap_or(LATENCY_BUCKETS);
+        let shard = &self.shards[(session % LATENCY_SHARDS as u64) as usize];
+        shard.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        shard.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// (sum in seconds, count, per-bucket counts with their upper bounds, +Inf last).
+    fn totals(&self) -> (f64, u64, Vec<(f64, u64)>) {
+        let mut buckets: Vec<(f64, u64)> = latency_bounds().chain([f64::INFINITY]).map(|b| (b, 0)).collect();
+        let mut sum_ns = 0u64;
+        for shard in self.shards.iter() {
+            for (total, n) in buckets.iter_mut().zip(&shard.buckets) {
+                total.1 += n.load(Ordering::Relaxed);
+            }
+            sum_ns = sum_ns.wrapping_add(shard.sum_ns.load(Ordering::Relaxed));
+        }
+        let count = buckets.iter().map(|b| b.1).sum();
+        (sum_ns as f64 / 1e9, count, buckets)
+    }
+}
+
+impl TypedMetric for CallLatency {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for CallLatency {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let (sum, count, buckets) = self.totals();
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
 /// The counters the session threads update.
 pub struct Calls {
     calls: Family<OpLabels, Counter>,
-    latency: Family<OpLabels, Histogram>,
+    latency: Family<OpLabels, CallLatency>,
     errors: Family<CodeLabels, Counter>,
     /// Per opcode: the operation's counter and histogram, made once.
-    by_code: Vec<Option<(Counter, Histogram)>>,
+    by_code: Vec<Option<(Counter, CallLatency)>>,
 }
 
 impl Default for Calls {
     fn default() -> Self {
         let calls = Family::<OpLabels, Counter>::default();
-        let latency = Family::<OpLabels, Histogram>::new_with_constructor(|| {
-            // 1 us .. ~4 s.
-            Histogram::new(exponential_buckets(1e-6, 4.0, 12))
-        });
+        let latency = Family::<OpLabels, CallLatency>::default();
         let max = RequestOp::ALL.iter().map(|o| o.code()).max().unwrap_or(0) as usize;
         let mut by_code = vec![None; max + 1];
         for op in RequestOp::ALL {
@@ -89,11 +165,11 @@ impl Default for Calls {
 }
 
 impl Calls {
-    /// One request served in `took`; `error`: the code it was refused with.
-    pub fn record(&self, op: RequestOp, took: Duration, error: Option<u32>) {
+    /// One request of `session` served in `took`; `error`: the code it was refused with.
+    pub fn record(&self, session: u64, op: RequestOp, took: Duration, error: Option<u32>) {
         if let Some(Some((c, h))) = self.by_code.get(op.code() as usize) {
             c.inc();
-            h.observe(took.as_secs_f64());
+            h.observe(session, took);
         }
         if let Some(code) = error {
             self.errors.get_or_create(&CodeLabels { code: code.to_string() }).inc();
@@ -275,5 +351,54 @@ fn answer(shared: &Shared, stream: TcpStream) -> std::io::Result<()> {
     } else {
         let body = "not found: GET /metrics\n";
         write!(out, "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exposition of one histogram registered alone.
+    fn exposition(h: &CallLatency) -> String {
+        let mut reg = Registry::default();
+        reg.register_with_unit("d", "durations", Unit::Seconds, h.clone());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
+        text
+    }
+
+    #[test]
+    fn a_sharded_histogram_adds_up_every_sessions_observations_into_cumulative_buckets() {
+        let h = CallLatency::default();
+        // 500 ns and exactly 1 us fall in le=0.000001; 3 us in 0.000004; an hour only in +Inf.
+        h.observe(1, Duration::from_nanos(500));
+        h.observe(17, Duration::from_micros(1)); // 17 % 16: the same shard as session 1
+        h.observe(2, Duration::from_micros(3));
+        h.observe(u64::MAX, Duration::from_secs(3600));
+        let text = exposition(&h);
+        let line =
+            |prefix: &str| text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix}: {text}"));
+        assert!(text.contains("# TYPE d_seconds histogram"), "{text}");
+        assert!(line("d_seconds_bucket{le=\"0.000001\"}").ends_with(" 2"), "{text}");
+        assert!(line("d_seconds_bucket{le=\"0.000004\"}").ends_with(" 3"), "{text}");
+        assert!(line("d_seconds_bucket{le=\"+Inf\"}").ends_with(" 4"), "{text}");
+        assert!(line("d_seconds_count").ends_with(" 4"), "{text}");
+        let sum: f64 = line("d_seconds_sum").rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((sum - 3600.0000045).abs() < 1e-6, "{sum}");
+    }
+
+    #[test]
+    fn concurrent_sessions_lose_no_observation() {
+        let h = CallLatency::default();
+        std::thread::scope(|s| {
+            for session in 0..8u64 {
+                let h = &h;
+                s.spawn(move || (0..10_000).for_each(|_| h.observe(session, Duration::from_micros(2))));
+            }
+        });
+        let (sum, count, buckets) = h.totals();
+        assert_eq!(count, 80_000);
+        assert_eq!(buckets[1].1, 80_000, "{buckets:?}");
+        assert!((sum - 0.16).abs() < 1e-9, "{sum}");
     }
 }

@@ -539,7 +539,7 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
         };
         drop(inside);
         s.last_request = id;
-        s.shared.calls.record(kind, started.elapsed(), result.as_ref().err().map(|f| f.code));
+        s.shared.calls.record(s.id, kind, started.elapsed(), result.as_ref().err().map(|f| f.code));
         let msg = match result {
             Ok(_) if no_reply => continue,
             // Copied bytes go from the reply's buffer to the transport, not through `out`.
