@@ -105,7 +105,7 @@ pub fn launch(
     let driver = crate::driver::initialized()?;
     if driver.config.discard_kernels && !stream.is_capturing() {
         // The backend that does nothing (config.rs): every check a launch gets, then nothing.
-        check(ctx, &f, &cfg, &params)?;
+        check(driver, ctx, &f, &cfg, &params)?;
         return Ok(());
     }
     let job = kernel_job(ctx, f.clone(), cfg, params.clone())?;
@@ -118,9 +118,9 @@ pub fn launch(
 }
 
 /// A launch's checks: its configuration, its decoded body, its parameter buffer's size.
-fn check(ctx: &Context, f: &Function, cfg: &LaunchConfig, params: &[u8]) -> CuResult<Arc<Program>> {
+fn check(driver: &Driver, ctx: &Context, f: &Function, cfg: &LaunchConfig, params: &[u8]) -> CuResult<Arc<Program>> {
     validate(ctx, f, cfg)?;
-    let prog = program(crate::driver::initialized()?, f)?;
+    let prog = program(driver, f)?;
     if params.len() as u64 != f.entry.param_bytes {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
             format!(
@@ -137,8 +137,8 @@ fn check(ctx: &Context, f: &Function, cfg: &LaunchConfig, params: &[u8]) -> CuRe
 /// Validates a launch and makes the job that runs it (a stream runs it, or a graph's kernel node
 /// at each launch of the graph).
 pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, params: Vec<u8>) -> CuResult<Job> {
-    let prog = check(ctx, &f, &cfg, &params)?;
     let driver = crate::driver::initialized()?;
+    let prog = check(driver, ctx, &f, &cfg, &params)?;
     let ctx2 = ctx.clone();
     Ok(std::sync::Arc::new(move || {
         // The kernel sees the memory that exists when it runs, as on a GPU.

@@ -210,8 +210,9 @@ impl Compute {
         let tenant = tc.tenant.as_str();
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         // One clock read serves the first try (most kernels are granted at once).
-        let mut first = Some(self.now());
-        st.policy.want(tenant, first.unwrap_or_default());
+        let asked = self.now();
+        st.policy.want(tenant, asked);
+        let mut first = Some(asked);
         // Since when this client has been waiting for its own credit (for the throttled figure).
         let mut throttled_since: Option<u64> = None;
         loop {
