@@ -107,15 +107,7 @@ fn a_simulator_that_discards_kernels_checks_each_launch_and_runs_none() {
     let ctx = c.ctx(0);
     let buf = c.alloc(ctx, 1024).unwrap();
     let (func, packed) = c.fill_kernel(ctx, buf, 7);
-    let launch = |params: Vec<u8>| Request::LaunchKernel {
-        func,
-        grid: [1, 1, 1],
-        block: [256, 1, 1],
-        shared_mem_bytes: 0,
-        stream: StreamId::NULL,
-        params: KernelParams(params),
-        cooperative: false,
-    };
+    let launch = |params: Vec<u8>| one_block_launch(func, params);
     assert_eq!(code_of(c.call(launch(packed.clone()))), 0);
     assert_eq!(code_of(c.call(Request::CtxSynchronize { ctx })), 0);
     assert!(c.read_back(buf, 1024).iter().all(|&b| b == 0), "a discarded kernel wrote memory");

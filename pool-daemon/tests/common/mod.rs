@@ -225,15 +225,7 @@ impl Client {
     /// Launches `func` on one block of 256 threads on the null stream without waiting for a reply
     /// (the shape [`FILL_PTX`]'s `fill` covers: 256 words).
     pub fn launch_one_block(&mut self, func: FuncId, packed: Vec<u8>) {
-        self.send_async(Request::LaunchKernel {
-            func,
-            grid: [1, 1, 1],
-            block: [256, 1, 1],
-            shared_mem_bytes: 0,
-            stream: StreamId::NULL,
-            params: KernelParams(packed),
-            cooperative: false,
-        });
+        self.send_async(one_block_launch(func, packed));
     }
 
     /// Reads `len` bytes at `src` back through the staging area, a MiB at a time.
@@ -255,6 +247,19 @@ impl Client {
             Reply::Error { code, message } => Err((code, message)),
             r => panic!("{r:?}"),
         }
+    }
+}
+
+/// A launch of `func` on one block of 256 threads on the null stream, with `packed` parameters.
+pub fn one_block_launch(func: FuncId, packed: Vec<u8>) -> Request {
+    Request::LaunchKernel {
+        func,
+        grid: [1, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+        stream: StreamId::NULL,
+        params: KernelParams(packed),
+        cooperative: false,
     }
 }
 
