@@ -34,6 +34,7 @@
 
 mod admission;
 mod blas;
+mod ceiling;
 mod chaos;
 mod checkpoint;
 mod compute;

@@ -13,7 +13,7 @@
 //! computed from per-sample times, so their "p99" is the rate at the 99th-percentile
 //! (slowest) sample, the slow tail as well.
 
-use std::ffi::c_void;
+use std::ffi::{OsStr, c_void};
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -310,16 +310,20 @@ pub fn parse_hello_us(line: &str) -> Option<f64> {
     v.parse::<u64>().ok().map(|x| x as f64)
 }
 
-/// `gpupool-bench __pool-client start LIB`, `... rtt LIB` or `... launches LIB SAMPLES`.
+/// `gpupool-bench __pool-client start LIB`, `... rtt LIB`, `... echo SOCKET` ([`crate::ceiling`])
+/// or `... launches LIB SAMPLES`.
 pub fn client_main(args: &[String]) -> ExitCode {
     let r = match args {
         [mode, lib] if mode == "start" => client_start(Path::new(lib)),
         [mode, lib] if mode == "rtt" => client_rtt(Path::new(lib)),
+        [mode, socket] if mode == "echo" => crate::ceiling::client_echo(Path::new(socket)),
         [mode, lib, samples] if mode == "launches" => match samples.parse() {
             Ok(n) => client_launches(Path::new(lib), n),
             Err(_) => Err("launches SAMPLES must be a number".into()),
         },
-        _ => Err(format!("usage: gpupool-bench {CLIENT_COMMAND} start LIB | rtt LIB | launches LIB SAMPLES")),
+        _ => Err(format!(
+            "usage: gpupool-bench {CLIENT_COMMAND} start LIB | rtt LIB | echo SOCKET | launches LIB SAMPLES"
+        )),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -357,15 +361,21 @@ pub(crate) fn primary_context(d: &Driver) -> Result<CUcontext, String> {
     Ok(ctx)
 }
 
-/// Part 5's client: after `ready`, reads `go OPEN_NS CLOSE_NS` (CLOCK_MONOTONIC), sleeps until
-/// the window opens and makes back-to-back round trips until it closes; prints `rtt WALL N
-/// ...` with WALL from the opening to its last reply, so that every client's count is of the
-/// same window and the parent's aggregate is a rate over it.
+/// Part 5's client: `cuCtxSynchronize` round trips through the pool ([`round_trips_in_window`]).
 fn client_rtt(lib: &Path) -> Result<(), String> {
     let d = Driver::load(lib)?;
     primary_context(&d)?;
+    round_trips_in_window(&mut || ok(call!(d.cuCtxSynchronize()), "cuCtxSynchronize"))
+}
+
+/// A part 5 client's window: 200 warm-up calls of `round_trip`, then `ready`; reads `go
+/// OPEN_NS CLOSE_NS` (CLOCK_MONOTONIC), sleeps until the window opens and makes back-to-back
+/// calls until it closes; prints `rtt WALL N ...` with WALL from the opening to its last reply,
+/// so that every client's count is of the same window and the parent's aggregate is a rate
+/// over it.
+pub(crate) fn round_trips_in_window(round_trip: &mut dyn FnMut() -> Result<(), String>) -> Result<(), String> {
     for _ in 0..200 {
-        ok(call!(d.cuCtxSynchronize()), "cuCtxSynchronize")?;
+        round_trip()?;
     }
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "ready").and_then(|_| stdout.flush()).map_err(|e| e.to_string())?;
@@ -381,9 +391,8 @@ fn client_rtt(lib: &Path) -> Result<(), String> {
     let mut last = monotonic_ns();
     while last < close {
         let t = Instant::now();
-        let r = call!(d.cuCtxSynchronize());
+        round_trip()?;
         v.push(t.elapsed().as_nanos() as u64);
-        ok(r, "cuCtxSynchronize")?;
         last = monotonic_ns();
     }
     let wall = (last - open).max(1.0) as u64;
@@ -1106,13 +1115,20 @@ fn jain_fairness(counts: &[usize]) -> f64 {
     if squares == 0.0 { 0.0 } else { sum * sum / (counts.len() as f64 * squares) }
 }
 
-/// `clients` processes, each connected and warm, make round trips in one common window.
-fn concurrent(exe: &Path, lib: &Path, endpoint: &str, clients: usize, window: Duration) -> Result<Phase, String> {
+/// `clients` processes (`gpupool-bench __pool-client` with `client`, the rtt or echo client and
+/// its argument), each connected and warm, make round trips in one common window.
+fn concurrent(
+    exe: &Path,
+    client: [&OsStr; 2],
+    endpoint: &str,
+    clients: usize,
+    window: Duration,
+) -> Result<Phase, String> {
     let mut kids = Kids(Vec::with_capacity(clients));
     for _ in 0..clients {
         let c = Command::new(exe)
-            .args([CLIENT_COMMAND, "rtt"])
-            .arg(lib)
+            .arg(CLIENT_COMMAND)
+            .args(client)
             .env("GPUPOOL_ENDPOINT", endpoint)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1156,7 +1172,7 @@ fn concurrent(exe: &Path, lib: &Path, endpoint: &str, clients: usize, window: Du
 fn part5(exe: &Path, lib: &Path, endpoint: &str) -> Result<Section, String> {
     let mut phases = Vec::new();
     for (k, window) in CONCURRENCY {
-        phases.push(concurrent(exe, lib, endpoint, k, window)?);
+        phases.push(concurrent(exe, [OsStr::new("rtt"), lib.as_os_str()], endpoint, k, window)?);
     }
     let one = summarize(phases[0].samples.clone());
     let mut rows = Vec::new();
@@ -1192,6 +1208,7 @@ fn part5(exe: &Path, lib: &Path, endpoint: &str) -> Result<Section, String> {
             },
         ));
     }
+    notes.push(echo_ceiling(exe, endpoint, one_rate, rate(&phases[phases.len() - 1]))?);
     let n = cpus();
     if phases.iter().any(|p| p.clients > n) {
         notes.push(format!(
@@ -1207,6 +1224,46 @@ fn part5(exe: &Path, lib: &Path, endpoint: &str) -> Result<Section, String> {
         rows,
         notes,
     })
+}
+
+/// Part 5's clients with nothing of the pool behind the transport ([`crate::ceiling`]): one
+/// client, then the most clients part 5 has with each kind of echo server. A note that puts
+/// the pool's rates (`pool_one`: one client; `pool_most`: the most clients) beside them, so
+/// that a missed target says whether the pool or the machine fell short.
+fn echo_ceiling(exe: &Path, endpoint: &str, pool_one: f64, pool_most: f64) -> Result<String, String> {
+    use crate::ceiling::{EchoServer, Server};
+    let socket = std::env::temp_dir().join(format!("gpupool-bench-echo-{}.sock", std::process::id()));
+    let (one_window, (most, most_window)) = (CONCURRENCY[0].1, CONCURRENCY[CONCURRENCY.len() - 1]);
+    let mut rates = Vec::new();
+    for (server, clients, window) in [
+        (Server::ThreadPerClient, 1, one_window),
+        (Server::ThreadPerClient, most, most_window),
+        (Server::OnePoller, most, most_window),
+    ] {
+        let _echo = EchoServer::start(&socket, server)?;
+        let ph = concurrent(exe, [OsStr::new("echo"), socket.as_os_str()], endpoint, clients, window)?;
+        rates.push(ph.samples.len() as f64 / ph.max_wall_ns * 1e9);
+    }
+    let [one, per_client, poller] = rates[..] else { unreachable!("three phases") };
+    let best = per_client.max(poller);
+    Ok(format!(
+        "this machine's ceiling (`__pool-client echo`: the same client processes echoing 64 B over the \
+         same shared-memory transport and wait policy to a server that does nothing else): 1 client {:.0} k/s; \
+         {most} clients {:.0} k/s with {} ({:.0}% of 1 client's), {:.0} k/s with {} ({:.0}%). The pool's \
+         {most} clients reach {:.0}% of the first ceiling (its design's); the higher ceiling is {:.0}% of the \
+         pool's 1 client, so the target is {} on {} CPUs",
+        one / 1e3,
+        per_client / 1e3,
+        Server::ThreadPerClient.describe(),
+        per_client / one * 100.0,
+        poller / 1e3,
+        Server::OnePoller.describe(),
+        poller / one * 100.0,
+        pool_most / per_client * 100.0,
+        best / pool_one * 100.0,
+        if best >= pool_one { "within reach" } else { "out of this machine's reach with either design" },
+        cpus(),
+    ))
 }
 
 pub fn run() -> Result<PoolRun, String> {

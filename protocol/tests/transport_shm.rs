@@ -279,3 +279,20 @@ fn largest_frame_of_a_default_segment() {
     assert!(s.recv(Some(Duration::from_secs(1))).unwrap() == big);
     assert!(matches!(c.send(&vec![0; max + 1]), Err(TransportError::FrameTooLarge { .. })));
 }
+
+#[test]
+fn try_recv_looks_once_and_delivers_what_came_before_a_close() {
+    let (mut c, mut s) = ShmTransport::pair(&ShmConfig::default()).unwrap();
+    let mut buf = Vec::new();
+    let t = Instant::now();
+    assert!(!s.try_recv_into(&mut buf).unwrap(), "nothing sent yet");
+    assert!(t.elapsed() < Duration::from_millis(50), "one look, no wait: {:?}", t.elapsed());
+    c.send(b"first").unwrap();
+    c.send(b"last").unwrap();
+    assert!(s.try_recv_into(&mut buf).unwrap());
+    assert_eq!(buf, b"first");
+    c.close();
+    assert!(s.try_recv_into(&mut buf).unwrap(), "a frame sent before the close still arrives");
+    assert_eq!(buf, b"last");
+    assert!(matches!(s.try_recv_into(&mut buf), Err(TransportError::PeerGone)));
+}
