@@ -12,7 +12,7 @@ use gpupool_protocol::bulk::{self, Bulk, BulkView};
 use gpupool_protocol::frame::split_frame;
 use gpupool_protocol::ops::{DeviceInfo, ParamInfo};
 use gpupool_protocol::transport::net::NetTransport;
-use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport};
+use gpupool_protocol::transport::shm::{ShmConfig, ShmTransport, WaitPolicy};
 use gpupool_protocol::transport::{Transport, TransportError};
 use gpupool_protocol::{
     CtxId, EventId, FuncId, Message, ModuleId, PROTOCOL_VERSION, Reply, Request, RequestOp, StreamId,
@@ -209,7 +209,10 @@ pub fn run_in_container(
 
 fn run_unix(shared: Arc<Shared>, stream: UnixStream, origin: Origin, cred: PeerCred, ticket: Ticket) {
     let t0 = Instant::now();
-    let transport = match ShmTransport::serve(stream, &ShmConfig::default()) {
+    // A session thread woken onto its client's core leaves it (WaitPolicy::leave_shared_core).
+    let config =
+        ShmConfig { wait: WaitPolicy { leave_shared_core: true, ..WaitPolicy::default() }, ..ShmConfig::default() };
+    let transport = match ShmTransport::serve(stream, &config) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(pid = cred.pid, uid = cred.uid, "transport set-up failed: {e}");

@@ -210,3 +210,46 @@ pub(crate) fn send_nosignal(sock: impl AsFd, buf: &[u8]) -> io::Result<usize> {
         }
     }
 }
+
+/// The CPU the calling thread runs on (the vDSO's getcpu: no system call).
+pub(crate) fn current_cpu() -> u32 {
+    rustix::thread::sched_getcpu() as u32
+}
+
+/// Moves the calling thread to another core it may run on, leaving its CPU affinity as it was:
+/// narrowing the affinity to exclude the current core migrates the thread at once, and widening
+/// it again does not move it back. Nothing happens if the thread may run on one core only or an
+/// affinity call fails. (Should someone else change this thread's affinity between the two
+/// calls, the second one undoes that; only a session thread of the daemon does this.)
+pub(crate) fn leave_this_core() {
+    use rustix::thread::{sched_getaffinity, sched_setaffinity};
+    let Ok(allowed) = sched_getaffinity(None) else { return };
+    let here = current_cpu() as usize;
+    if allowed.count() < 2 || !allowed.is_set(here) {
+        return;
+    }
+    let mut elsewhere = allowed;
+    elsewhere.unset(here);
+    if sched_setaffinity(None, &elsewhere).is_ok() {
+        let _ = sched_setaffinity(None, &allowed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn leaving_this_core_moves_the_thread_and_keeps_its_affinity() {
+        use rustix::thread::sched_getaffinity;
+        std::thread::spawn(|| {
+            let before = sched_getaffinity(None).unwrap();
+            let here = super::current_cpu() as usize;
+            super::leave_this_core();
+            assert_eq!(sched_getaffinity(None).unwrap(), before, "the affinity is as it was");
+            if before.count() >= 2 {
+                assert_ne!(super::current_cpu() as usize, here, "moved off CPU {here}");
+            }
+        })
+        .join()
+        .unwrap();
+    }
+}

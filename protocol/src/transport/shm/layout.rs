@@ -5,7 +5,7 @@
 //! offset 0      SegmentHeader   (128 B) magic "GPUPSHM1", layout version, sizes, offsets,
 //!                               closed flags of both ends
 //! 128           RingControl     (256 B) request ring: four cache lines: tail | head |
-//!                               data futex word + waiter flag | space futex word + flag
+//!                               data futex word + waiter flag + yielding CPU | the same for space
 //! 384           RingControl     (256 B) response ring
 //! 4096          request data    (capacity, a power of two)
 //! ...           response data   (capacity, a power of two)
@@ -113,13 +113,17 @@ pub struct WaitWords {
     pub seq: AtomicU32,
     /// Nonzero while the waiter is (about to be) asleep on `seq`.
     pub waiting: AtomicU32,
+    /// The CPU the waiter was on when it last began yielding, plus one (0: not known; a peer
+    /// of an earlier version never writes it). Lets the other side tell that both run on one
+    /// core ([`super::WaitPolicy::leave_shared_core`]).
+    pub yielding_on: AtomicU32,
 }
 
 // SAFETY: repr(C), integers/atomics/arrays of them only, valid for any bit pattern.
 unsafe impl ShmSafe for SegmentHeader {}
 // SAFETY: as above (Line<T> is repr(C) around atomics).
 unsafe impl ShmSafe for RingControl {}
-// SAFETY: repr(C), two atomics.
+// SAFETY: repr(C), three atomics.
 unsafe impl ShmSafe for WaitWords {}
 
 const _: () = {

@@ -70,6 +70,7 @@ impl Default for WaitPolicy {
             adapt_window: Duration::from_micros(100),
             yield_for: Duration::from_micros(50),
             slice: Duration::from_millis(20),
+            leave_shared_core: false,
         }
     }
 }
@@ -99,9 +100,9 @@ pub struct ShmTransport {
     /// CLIENT or SERVER: which `closed` flag is ours.
     me: usize,
     policy: WaitPolicy,
-    /// Current adaptive spin budgets for sending (ring full) and receiving (ring empty).
-    send_spin: u32,
-    recv_spin: u32,
+    /// How sending (ring full) and receiving (ring empty) have been waiting.
+    send_wait: ring::WaitState,
+    recv_wait: ring::WaitState,
     closed: bool,
 }
 
@@ -164,8 +165,8 @@ impl ShmTransport {
             layout,
             me,
             policy,
-            send_spin: policy.spin,
-            recv_spin: policy.spin,
+            send_wait: ring::WaitState::new(policy),
+            recv_wait: ring::WaitState::new(policy),
             closed: false,
         })
     }
@@ -181,7 +182,7 @@ impl ShmTransport {
 
     pub fn set_wait_policy(&mut self, policy: WaitPolicy) {
         self.policy = policy;
-        (self.send_spin, self.recv_spin) = (policy.spin, policy.spin);
+        (self.send_wait, self.recv_wait) = (ring::WaitState::new(policy), ring::WaitState::new(policy));
     }
 
     /// The unix socket that came with the segment (e.g. for SO_PEERCRED).
@@ -235,8 +236,9 @@ impl Transport for ShmTransport {
         let words = &ring::control(map, tx.control_offset()).space_wait.0;
         ring::wait(
             words,
+            None,
             self.policy,
-            &mut self.send_spin,
+            &mut self.send_wait,
             None,
             || tx.try_push(frame).map(|done| done.then_some(())),
             |deep| peer_gone(map, socket, me, deep),
@@ -249,10 +251,13 @@ impl Transport for ShmTransport {
         }
         let (map, socket, me, rx) = (&self.map, &self.socket, self.me, &mut self.rx);
         let words = &ring::control(map, rx.control_offset()).data_wait.0;
+        // The peer waits for our frames on the other ring's words.
+        let peer = &ring::control(map, self.tx.control_offset()).data_wait.0;
         ring::wait(
             words,
+            Some(peer),
             self.policy,
-            &mut self.recv_spin,
+            &mut self.recv_wait,
             timeout,
             || rx.try_pop(buf).map(|got| got.then_some(())),
             |deep| peer_gone(map, socket, me, deep),

@@ -169,6 +169,10 @@ fn wake_if_waiting(w: &WaitWords) {
 /// at once. With a core to spare a yield returns at once and the phase is a spin in all but
 /// name, bounded in time rather than in iterations because a yield may last a time slice.
 ///
+/// A waiter that begins yielding notes its CPU in its wait words (`yielding_on`): the other
+/// end, when told to ([`WaitPolicy::leave_shared_core`]), compares it with its own to notice
+/// that the two ping-pong on one core.
+///
 /// The spin budget adapts between `spin` and `spin_max` (per direction): a wait that had
 /// to sleep but was woken within `adapt_window` doubles it (a longer spin would have
 /// caught the peer; this breaks the convoy where each side's spin ends just before the
@@ -182,6 +186,102 @@ pub struct WaitPolicy {
     /// How long to keep yielding after the spin before sleeping (zero: straight to the futex).
     pub yield_for: Duration,
     pub slice: Duration,
+    /// Move this thread to another core after a run of waits that each ended only once a yield
+    /// had handed the core to the peer ([`WaitState`]). For the daemon's side: a client and
+    /// its session thread woken onto one core otherwise ping-pong there at ~10 us a call (two
+    /// spins in turn) for thousands of calls while the other core idles. Never for a client:
+    /// moving it means rewriting its thread's CPU affinity, which is the application's.
+    pub leave_shared_core: bool,
+}
+
+/// A yield that lasted longer than this gave the core to another thread.
+const GAVE_CORE: Duration = Duration::from_micros(2);
+/// This many waits in a row, each answered right after a yield that gave the core to the peer
+/// (the peer began yielding on this thread's core), mean that the two share a core.
+const SHARED_CORE_RUN: u32 = 8;
+/// A move helped if this many waits in a row were then answered within the spin (the peer on
+/// another core, running). With more runnable threads than cores that seldom happens, and
+/// moving does not help: a core given up is taken by another thread.
+const HELPED_RUN: u32 = 8;
+/// After a move that did not help, the next waits at least this long, doubling up to
+/// [`MOVE_BACKOFF_MAX`] while moves keep not helping (a move costs ~100 us here: two
+/// affinity calls and a migration).
+const MOVE_BACKOFF_MIN: Duration = Duration::from_millis(1);
+const MOVE_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// One direction's waiting state: the adapted spin budget, and whether the peer seems to share
+/// this thread's core ([`WaitPolicy::leave_shared_core`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WaitState {
+    budget: u32,
+    /// Waits in a row that ended only once the peer had the core.
+    shared_core_waits: u32,
+    /// Waits in a row answered within the spin.
+    spin_answers: u32,
+    last_move: Option<Instant>,
+    /// Whether [`HELPED_RUN`] waits in a row were answered in the spin since the last move.
+    helped: bool,
+    /// The least time between the last move and the next (zero while moves help).
+    backoff: Duration,
+}
+
+impl WaitState {
+    pub(crate) fn new(policy: WaitPolicy) -> WaitState {
+        WaitState {
+            budget: policy.spin,
+            shared_core_waits: 0,
+            spin_answers: 0,
+            last_move: None,
+            helped: false,
+            backoff: Duration::ZERO,
+        }
+    }
+
+    fn answered_in_spin(&mut self) {
+        self.shared_core_waits = 0;
+        self.spin_answers = self.spin_answers.saturating_add(1);
+        if self.spin_answers >= HELPED_RUN {
+            self.helped = true;
+        }
+    }
+
+    /// A wait ended right after a yield that took `took`; `peer`: the words the peer waits on.
+    fn answered_after_yield(&mut self, policy: WaitPolicy, took: Duration, peer: Option<&WaitWords>) {
+        self.spin_answers = 0;
+        if !policy.leave_shared_core {
+            return;
+        }
+        let here = sys::current_cpu() + 1;
+        let peer_here = peer.is_some_and(|p| p.yielding_on.load(Ordering::Relaxed) == here);
+        if self.should_move(took >= GAVE_CORE && peer_here, Instant::now()) {
+            sys::leave_this_core();
+        }
+    }
+
+    /// Counts a wait that ended only once the peer, on this core, had it (`shared`), or ends
+    /// the run; true when this thread should move now (the move is then counted as made).
+    fn should_move(&mut self, shared: bool, now: Instant) -> bool {
+        if !shared {
+            self.shared_core_waits = 0;
+            return false;
+        }
+        self.shared_core_waits += 1;
+        if self.shared_core_waits < SHARED_CORE_RUN {
+            return false;
+        }
+        self.shared_core_waits = 0;
+        if let Some(last) = self.last_move {
+            let backoff =
+                if self.helped { Duration::ZERO } else { (self.backoff * 2).clamp(MOVE_BACKOFF_MIN, MOVE_BACKOFF_MAX) };
+            if now.saturating_duration_since(last) < backoff {
+                return false;
+            }
+            self.backoff = backoff;
+        }
+        self.last_move = Some(now);
+        self.helped = false;
+        true
+    }
 }
 
 /// Runs `attempt` until it yields a value: spinning up to `*budget` times (adapted as
@@ -193,14 +293,16 @@ pub struct WaitPolicy {
 /// leaving), then `PeerGone`.
 pub(crate) fn wait<T>(
     w: &WaitWords,
+    peer: Option<&WaitWords>,
     policy: WaitPolicy,
-    budget: &mut u32,
+    state: &mut WaitState,
     timeout: Option<Duration>,
     mut attempt: impl FnMut() -> Result<Option<T>, TransportError>,
     mut gone: impl FnMut(bool) -> bool,
 ) -> Result<T, TransportError> {
-    for i in 0..*budget {
+    for i in 0..state.budget {
         if let Some(v) = attempt()? {
+            state.answered_in_spin();
             return Ok(v);
         }
         // A long spin still notices a clean close (one atomic load, no syscall).
@@ -213,16 +315,24 @@ pub(crate) fn wait<T>(
     if !policy.yield_for.is_zero() {
         let until = Instant::now() + policy.yield_for;
         let until = deadline.map_or(until, |d| d.min(until));
+        let mut yielded_at: Option<Instant> = None;
+        w.yielding_on.store(sys::current_cpu() + 1, Ordering::Relaxed);
         loop {
             if let Some(v) = attempt()? {
+                if let Some(at) = yielded_at {
+                    state.answered_after_yield(policy, at.elapsed(), peer);
+                }
                 return Ok(v);
             }
-            if Instant::now() >= until {
+            let now = Instant::now();
+            if now >= until {
                 break;
             }
+            yielded_at = Some(now);
             std::thread::yield_now();
         }
     }
+    let budget = &mut state.budget;
     let slept_at = Instant::now();
     let mut slept = false;
     let got = |budget: &mut u32| {
@@ -258,5 +368,49 @@ pub(crate) fn wait<T>(
         sys::futex_wait(&w.seq, seq, slice);
         w.waiting.store(0, Ordering::Relaxed);
         slept = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_of_shared_waits(s: &mut WaitState, now: Instant) -> bool {
+        (0..SHARED_CORE_RUN).map(|_| s.should_move(true, now)).fold(false, |_, moved| moved)
+    }
+
+    #[test]
+    fn a_run_of_waits_on_a_shared_core_moves_and_moves_that_do_not_help_back_off() {
+        let mut s = WaitState::new(WaitPolicy { leave_shared_core: true, ..WaitPolicy::default() });
+        let t0 = Instant::now();
+        for _ in 0..SHARED_CORE_RUN - 1 {
+            assert!(!s.should_move(true, t0), "fewer than a run: no move");
+        }
+        assert!(!s.should_move(false, t0), "a wait on separate cores ends the run");
+        assert!(run_of_shared_waits(&mut s, t0), "a whole run moves");
+        // Nothing answered in the spin since: the move did not help, the next waits 1 ms, then 2...
+        assert!(!run_of_shared_waits(&mut s, t0 + Duration::from_micros(900)));
+        assert!(run_of_shared_waits(&mut s, t0 + Duration::from_millis(1)));
+        let t1 = t0 + Duration::from_millis(1);
+        assert!(!run_of_shared_waits(&mut s, t1 + Duration::from_micros(1900)));
+        assert!(run_of_shared_waits(&mut s, t1 + Duration::from_millis(2)));
+        // A move followed by a run of waits answered in the spin helped: the next may come at once.
+        let t2 = t1 + Duration::from_millis(2);
+        for _ in 0..HELPED_RUN {
+            s.answered_in_spin();
+        }
+        assert!(run_of_shared_waits(&mut s, t2 + Duration::from_micros(10)));
+    }
+
+    #[test]
+    fn the_backoff_stops_growing_at_its_cap() {
+        let mut s = WaitState::new(WaitPolicy { leave_shared_core: true, ..WaitPolicy::default() });
+        let mut t = Instant::now();
+        assert!(run_of_shared_waits(&mut s, t));
+        for _ in 0..20 {
+            t += MOVE_BACKOFF_MAX;
+            assert!(run_of_shared_waits(&mut s, t), "at most MOVE_BACKOFF_MAX apart, however many failed");
+        }
+        assert_eq!(s.backoff, MOVE_BACKOFF_MAX);
     }
 }
