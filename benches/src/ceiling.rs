@@ -82,8 +82,10 @@ impl Drop for EchoServer {
     }
 }
 
+/// The daemon's session threads' policy (pool-daemon/src/daemon/session.rs), as the server's.
 fn config() -> ShmConfig {
-    ShmConfig { ring_capacity: RING, staging_size: STAGING, wait: WaitPolicy::default() }
+    let wait = WaitPolicy { leave_shared_core: true, ..WaitPolicy::default() };
+    ShmConfig { ring_capacity: RING, staging_size: STAGING, wait }
 }
 
 /// Accepts until stopped; a thread-per-client server's echo threads end with their clients.

@@ -1242,23 +1242,28 @@ fn echo_ceiling(exe: &Path, endpoint: &str, pool_one: f64, pool_most: f64) -> Re
     ] {
         let _echo = EchoServer::start(&socket, server)?;
         let ph = concurrent(exe, [OsStr::new("echo"), socket.as_os_str()], endpoint, clients, window)?;
-        rates.push(ph.samples.len() as f64 / ph.max_wall_ns * 1e9);
+        rates.push((ph.samples.len() as f64 / ph.max_wall_ns * 1e9, jain_fairness(&ph.counts)));
     }
-    let [one, per_client, poller] = rates[..] else { unreachable!("three phases") };
+    let [(one, _), (per_client, per_client_jain), (poller, poller_jain)] = rates[..] else {
+        unreachable!("three phases")
+    };
     let best = per_client.max(poller);
     Ok(format!(
         "this machine's ceiling (`__pool-client echo`: the same client processes echoing 64 B over the \
          same shared-memory transport and wait policy to a server that does nothing else): 1 client {:.0} k/s; \
-         {most} clients {:.0} k/s with {} ({:.0}% of 1 client's), {:.0} k/s with {} ({:.0}%). The pool's \
+         {most} clients {:.0} k/s with {} ({:.0}% of 1 client's, Jain's fairness {:.2}), {:.0} k/s with {} ({:.0}%, \
+         {:.2}). The pool's \
          {most} clients reach {:.0}% of the first ceiling (its design's); the higher ceiling is {:.0}% of the \
          pool's 1 client, so the target is {} on {} CPUs",
         one / 1e3,
         per_client / 1e3,
         Server::ThreadPerClient.describe(),
         per_client / one * 100.0,
+        per_client_jain,
         poller / 1e3,
         Server::OnePoller.describe(),
         poller / one * 100.0,
+        poller_jain,
         pool_most / per_client * 100.0,
         best / pool_one * 100.0,
         if best >= pool_one { "within reach" } else { "out of this machine's reach with either design" },
