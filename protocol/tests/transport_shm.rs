@@ -177,7 +177,8 @@ fn corrupted_header_is_refused_on_attach() {
     let good = SegmentLayout::new(1 << 20, 8 << 20);
     let cases: Vec<(usize, Vec<u8>, &str)> = vec![
         (offset_of!(SegmentLayout, magic), b"NOTGPUPL".to_vec(), "magic"),
-        (offset_of!(SegmentLayout, version), 2u32.to_le_bytes().to_vec(), "version"),
+        (offset_of!(SegmentLayout, version), 1u32.to_le_bytes().to_vec(), "version"),
+        (offset_of!(SegmentLayout, version), 3u32.to_le_bytes().to_vec(), "version"),
         (offset_of!(SegmentLayout, header_size), 64u32.to_le_bytes().to_vec(), "header size"),
         (offset_of!(SegmentLayout, segment_size), (1u64 << 40).to_le_bytes().to_vec(), "segment has"),
         (ring_field(REQUEST, offset_of!(RingLayout, capacity)), 1000u64.to_le_bytes().to_vec(), "power of two"),

@@ -35,7 +35,9 @@ unsafe impl ShmSafe for AtomicU32 {}
 unsafe impl ShmSafe for AtomicU64 {}
 
 pub const MAGIC: [u8; 8] = *b"GPUPSHM1";
-pub const LAYOUT_VERSION: u32 = 1;
+/// 2: a ring's producer may go back to the ring's start when it is empty (a skip marker,
+/// `ring::REWIND`), which a consumer of version 1 would take for a corrupt frame length.
+pub const LAYOUT_VERSION: u32 = 2;
 /// Index of the request ring (client -> daemon) in `SegmentLayout::rings`.
 pub const REQUEST: usize = 0;
 /// Index of the response ring (daemon -> client).

@@ -17,6 +17,12 @@ use crate::transport::TransportError;
 use crate::transport::sys::{self, Mapping};
 
 const LEN: u64 = 4;
+/// A length no frame has (frames are shorter than a ring, at most 1 GiB): the rest of this lap
+/// of the ring holds no frame, the next one starts at the ring's first byte.
+const REWIND: u32 = u32::MAX;
+/// How far into an empty ring the producer writes before going back to its start: 128
+/// connections' rings then stay within a few MiB, inside the last-level cache.
+const REWIND_AFTER: u64 = 16 << 10;
 
 /// The ring control block at `offset` of `map`; `offset` was validated at attach (inside
 /// the mapping, 64-byte aligned).
@@ -61,6 +67,12 @@ impl RingEnd {
         self.control_offset
     }
 
+    /// Where in the ring's bytes this end reads or writes next.
+    #[cfg(test)]
+    pub(crate) fn offset(&self) -> u64 {
+        self.pos & (self.cap - 1)
+    }
+
     /// Largest frame this ring can ever hold.
     pub(crate) fn max_frame(&self) -> usize {
         (self.cap - LEN) as usize
@@ -99,7 +111,19 @@ impl RingEnd {
             return Err(TransportError::Corrupt(format!("ring head {head} is ahead of tail {}", self.pos)));
         }
         let need = LEN + frame.len() as u64;
-        if self.cap - used < need {
+        let at = self.pos & (self.cap - 1);
+        if used == 0 && at >= self.cap.min(2 * REWIND_AFTER) / 2 && need <= at && at + LEN <= self.cap {
+            // Empty, past the first REWIND_AFTER bytes (or half the ring), and the frame fits
+            // before the write position: mark the rest of this lap skipped and write at the
+            // ring's start. Back-and-forth traffic then keeps to the ring's first bytes instead
+            // of walking through all of it, a fresh line per frame, which with many connections
+            // is a miss to memory on both sides per frame. The marker and the frame do not
+            // overlap (need <= at); until the consumer passes the marker the skipped bytes count
+            // as in use ((cap - at) + need <= cap), so what the producer may put in flight then
+            // shrinks to `at - need`, at least REWIND_AFTER less one frame.
+            self.copy_in(self.pos, &REWIND.to_le_bytes());
+            self.pos = self.pos - at + self.cap;
+        } else if self.cap - used < need {
             return Ok(false);
         }
         self.copy_in(self.pos, &(frame.len() as u32).to_le_bytes());
@@ -115,16 +139,29 @@ impl RingEnd {
     pub(crate) fn try_pop(&mut self, buf: &mut Vec<u8>) -> Result<bool, TransportError> {
         let c = self.ctrl();
         let tail = c.tail.0.load(Ordering::Acquire);
+        let len = loop {
+            let avail = tail.wrapping_sub(self.pos);
+            if avail == 0 {
+                return Ok(false);
+            }
+            if avail > self.cap || avail < LEN {
+                return Err(TransportError::Corrupt(format!("ring tail {tail} vs head {}", self.pos)));
+            }
+            let mut len = [0u8; 4];
+            self.copy_out(self.pos, &mut len);
+            let len = u32::from_le_bytes(len);
+            if len != REWIND {
+                break len as u64;
+            }
+            // The producer went back to the ring's start (see try_push): so do we. Each
+            // skip moves towards `tail`; one past it is caught as corrupt above.
+            let at = self.pos & (self.cap - 1);
+            if at + LEN > self.cap {
+                return Err(TransportError::Corrupt(format!("a skip marker across the ring's end at {at}")));
+            }
+            self.pos = self.pos - at + self.cap;
+        };
         let avail = tail.wrapping_sub(self.pos);
-        if avail == 0 {
-            return Ok(false);
-        }
-        if avail > self.cap || avail < LEN {
-            return Err(TransportError::Corrupt(format!("ring tail {tail} vs head {}", self.pos)));
-        }
-        let mut len = [0u8; 4];
-        self.copy_out(self.pos, &mut len);
-        let len = u32::from_le_bytes(len) as u64;
         if len > avail - LEN {
             return Err(TransportError::Corrupt(format!("frame length {len} > {} published bytes", avail - LEN)));
         }
