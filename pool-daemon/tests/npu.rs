@@ -865,14 +865,22 @@ fn config_priority_orders_npu_operators_in_the_one_scheduler() {
             r.lo_ops.len()
         )
     };
-    let report =
-        format!("{}\n{}\nload average {}", figures("high vs low", &high), figures("equal", &equal), load.trim());
+    // How often an operator of the light tenant at high priority was faster than one at equal
+    // priority (ties count half): 0.5 when priority orders nothing. Eight runs gave 0.78-0.91.
+    // The whole distributions, not one percentile: since the flood's gaps hand the device over
+    // at equal priority too (DeviceScheduler::takes_over), the p50s differ by only 1.5-4x and
+    // a p50 threshold failed now and then on a busy CI machine.
+    let faster = share_faster(&high.hi, &equal.hi);
+    let report = format!(
+        "{}\n{}\nhigh faster than equal in {:.0}% of pairs\nload average {}",
+        figures("high vs low", &high),
+        figures("equal", &equal),
+        faster * 100.0,
+        load.trim()
+    );
     eprintln!("{report}");
     assert!(high.lo_ops.len() > 10 && equal.lo_ops.len() > 10, "the flood did not run: {report}");
-    assert!(
-        pct(&high.hi, 0.5) * 1.5 < pct(&equal.hi, 0.5),
-        "high priority is not clearly ahead of equal priority: {report}"
-    );
+    assert!(faster > 0.6, "high priority is not clearly ahead of equal priority: {report}");
     let bound = pct(&high.lo_ops, 0.99) + pct(&high.alone, 0.99) + 2000.0;
     if pct(&high.hi, 0.99) > bound {
         assert!(
@@ -883,4 +891,23 @@ fn config_priority_orders_npu_operators_in_the_one_scheduler() {
         );
         eprintln!("machine busy: high-priority p99 past {bound:.0} us with load average {one_min} on {cores} cores");
     }
+}
+
+/// The share of pairs (one from `a`, one from `b`) in which `a`'s is the smaller, ties half.
+fn share_faster(a: &[f64], b: &[f64]) -> f64 {
+    let wins: f64 = a
+        .iter()
+        .flat_map(|x| {
+            b.iter().map(move |y| {
+                if x < y {
+                    1.0
+                } else if x == y {
+                    0.5
+                } else {
+                    0.0
+                }
+            })
+        })
+        .sum();
+    wins / (a.len() * b.len()) as f64
 }

@@ -315,9 +315,7 @@ impl Conn {
 
     /// Sends `op` and waits for its reply (an `Error` reply is returned as a reply).
     fn call_raw(&mut self, op: Request) -> R<Reply> {
-        let (mut again, mut op) = (self.resume.is_some().then(|| op.clone()), Some(op));
-        self.again_after_resume(|c| {
-            let op = op.take().or_else(|| again.take()).ok_or(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE)?;
+        self.again_after_resume_with(op, |c, op| {
             let id = c.send(op, false)?;
             c.wait_reply(id)
         })
@@ -512,11 +510,7 @@ impl Conn {
     /// Any request, sent without waiting for its reply: it runs in order with the others,
     /// and its failure is reported at the next sync point as an asynchronous one's is.
     fn post_any(&mut self, op: Request) -> R<()> {
-        let (mut again, mut op) = (self.resume.is_some().then(|| op.clone()), Some(op));
-        self.again_after_resume(|c| {
-            let op = op.take().or_else(|| again.take()).ok_or(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE)?;
-            c.posted_with(|c| c.send(op, true))
-        })
+        self.again_after_resume_with(op, |c, op| c.posted_with(|c| c.send(op, true)))
     }
 
     /// Bookkeeping of a request sent without a reply by `send`: the flusher is woken for a
@@ -759,6 +753,16 @@ impl Conn {
             }
             r => r,
         }
+    }
+
+    /// [`Self::again_after_resume`] for `send` of one request: a clone of `op` is kept for
+    /// the second try only when the session can be resumed (no clone otherwise).
+    fn again_after_resume_with<T>(&mut self, op: Request, mut send: impl FnMut(&mut Self, Request) -> R<T>) -> R<T> {
+        let (mut again, mut op) = (self.resume.is_some().then(|| op.clone()), Some(op));
+        self.again_after_resume(|c| {
+            let op = op.take().or_else(|| again.take()).ok_or(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE)?;
+            send(c, op)
+        })
     }
 
     /// Device-to-host over the network: chunks requested [`NET_WINDOW`] ahead of the one
