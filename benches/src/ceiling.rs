@@ -82,10 +82,9 @@ impl Drop for EchoServer {
     }
 }
 
-/// The daemon's session threads' policy (pool-daemon/src/daemon/session.rs), as the server's.
+/// The daemon's session threads' wait policy, as the server's.
 fn config() -> ShmConfig {
-    let wait = WaitPolicy { leave_shared_core: true, ..WaitPolicy::default() };
-    ShmConfig { ring_capacity: RING, staging_size: STAGING, wait }
+    ShmConfig { ring_capacity: RING, staging_size: STAGING, wait: WaitPolicy::session() }
 }
 
 /// Accepts until stopped; a thread-per-client server's echo threads end with their clients.

@@ -209,9 +209,7 @@ pub fn run_in_container(
 
 fn run_unix(shared: Arc<Shared>, stream: UnixStream, origin: Origin, cred: PeerCred, ticket: Ticket) {
     let t0 = Instant::now();
-    // A session thread woken onto its client's core leaves it (WaitPolicy::leave_shared_core).
-    let config =
-        ShmConfig { wait: WaitPolicy { leave_shared_core: true, ..WaitPolicy::default() }, ..ShmConfig::default() };
+    let config = ShmConfig { wait: WaitPolicy::session(), ..ShmConfig::default() };
     let transport = match ShmTransport::serve(stream, &config) {
         Ok(t) => t,
         Err(e) => {

@@ -75,6 +75,14 @@ impl Default for WaitPolicy {
     }
 }
 
+impl WaitPolicy {
+    /// The daemon's session threads' policy: the default, and a session thread woken onto its
+    /// client's core leaves it ([`WaitPolicy::leave_shared_core`]).
+    pub fn session() -> Self {
+        Self { leave_shared_core: true, ..Self::default() }
+    }
+}
+
 /// Creates a sealed memfd segment with an initialised header. Exposed for tests and for
 /// daemons that hand segments out themselves; [`ShmTransport::serve`] is the usual way.
 pub fn create_segment(config: &ShmConfig) -> Result<OwnedFd, TransportError> {
