@@ -722,6 +722,52 @@ fn back_to_back_launches_are_each_counted_and_settled() {
     }
 }
 
+/// Launches of one kernel that a client queues back to back reach the device in batches (one
+/// grant, one pair of events per batch: benches/README.md, "Issue 24"), but each launch still
+/// stands alone: 2000 asynchronous launches of one function on the null stream, each filling the
+/// buffer with its own index, one of them (the 1000th) with an empty grid. That one alone is
+/// refused, with CUDA_ERROR_INVALID_VALUE and its own request id; the others run in order (the
+/// buffer holds the last index) and are counted and charged once each. Then again, so that events
+/// and grants given back by batches are reused.
+#[test]
+fn back_to_back_launches_of_one_kernel_are_batched_yet_each_stands_alone() {
+    let _s = serial();
+    let (d, mut c, ctx) = alone_on_the_device();
+    let buf = c.alloc(ctx, 1024).expect("1 KiB");
+    let (func, packed) = c.fill_kernel(ctx, buf, 0);
+    const N: u32 = 2000;
+    const BAD: u32 = 1000;
+    let value_at = packed.len() - 4;
+    for round in 1..=2u64 {
+        let mut bad_id = 0;
+        for i in 0..N {
+            let mut p = packed.clone();
+            p[value_at..].copy_from_slice(&i.to_le_bytes());
+            let mut launch = common::one_block_launch(func, p);
+            if i == BAD {
+                if let gpupool_protocol::Request::LaunchKernel { grid, .. } = &mut launch {
+                    *grid = [0, 1, 1];
+                }
+                bad_id = c.next_id();
+            }
+            c.send_async(launch);
+        }
+        let r = c.call(gpupool_protocol::Request::StreamSynchronize { stream: gpupool_protocol::StreamId::NULL });
+        assert_eq!(common::code(&r), 0, "{r:?}");
+        let errors = std::mem::take(&mut c.async_errors);
+        assert_eq!(errors.len(), 1, "round {round}: one launch was invalid: {errors:?}");
+        assert_eq!((errors[0].0, errors[0].1), (bad_id, 1), "round {round}: {errors:?}");
+        let words = c.read_back(buf, 1024);
+        assert!(
+            words.chunks(4).all(|w| w == (N - 1).to_le_bytes()),
+            "round {round}: the launches did not all run in order: {:?}",
+            &words[..16]
+        );
+        let u = settled(&d, "a", round * u64::from(N - 1));
+        assert!(u["charged_ns"].as_u64().unwrap_or(0) > 0, "round {round}: no device time charged: {u}");
+    }
+}
+
 /// A kernel is charged its own time, not the stream's other work around it. Short kernels (one
 /// 256-thread block), so that many are in flight at once, on the null stream: 200 back to back,
 /// then 200 each followed by an asynchronous 16 MiB memset on the same stream. The memsets must

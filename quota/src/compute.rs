@@ -45,6 +45,10 @@ pub struct Tuning {
     pub inflight_ns: u64,
     /// At most this many kernels dispatched and unfinished per device.
     pub max_inflight: u32,
+    /// Launches of one kind that a client has already queued behind each other are granted as one
+    /// batch while their estimate stays under this ([`DeviceScheduler::try_grant_batch`]): a batch
+    /// is one kernel for the in-flight bound and for a tenant of higher priority.
+    pub batch_ns: u64,
 }
 
 impl Default for Tuning {
@@ -55,6 +59,7 @@ impl Default for Tuning {
             slice_ns: 20_000_000,
             inflight_ns: 2_000_000,
             max_inflight: 4096,
+            batch_ns: 100_000,
         }
     }
 }
@@ -89,6 +94,8 @@ pub enum Decision {
         est: u64,
         /// The holder's epoch.
         epoch: u64,
+        /// How many of the kernels asked for are granted (1 unless asked for a batch).
+        kernels: u32,
     },
     /// Not now. `until`: when the tenant's own credit allows it (nothing else to wait for); `None`: wait
     /// for a completion or another tenant's change.
@@ -201,15 +208,17 @@ impl Account {
     fn estimate(&self, kind: u64) -> u64 {
         self.estimates.get(&kind).copied().unwrap_or(self.typical)
     }
-    fn record(&mut self, kind: u64, ns: u64, now: Nanos) {
-        let smooth = |old: u64| if old == 0 { ns } else { (old * 3 + ns) / 4 };
+    /// Charges `ns` for `kernels` kernels of `kind` (a batch teaches the estimate its average).
+    fn record(&mut self, kind: u64, ns: u64, kernels: u32, now: Nanos) {
+        let each = ns / u64::from(kernels.max(1));
+        let smooth = |old: u64| if old == 0 { each } else { (old * 3 + each) / 4 };
         if self.estimates.len() < 1024 || self.estimates.contains_key(&kind) {
             let e = self.estimates.entry(kind).or_insert(0);
             *e = smooth(*e);
         }
         self.typical = smooth(self.typical);
         self.charged_total += ns;
-        self.kernels += 1;
+        self.kernels += u64::from(kernels.max(1));
         let b = now / BUCKET_NS;
         let slot = &mut self.history[(b % BUCKETS as u64) as usize];
         if slot.0 != b {
@@ -471,6 +480,14 @@ impl DeviceScheduler {
     /// May a waiting session of `tenant` (client `client`) dispatch a kernel of kind `kind` now?
     /// On a grant the kernel counts as in flight until [`Self::complete`] or [`Self::abandon`].
     pub fn try_grant(&mut self, tenant: &str, client: u64, kind: u64, now: Nanos) -> Decision {
+        self.try_grant_batch(tenant, client, kind, 1, now)
+    }
+
+    /// [`Self::try_grant`] for up to `want` launches of kind `kind` the client queued back to back.
+    /// They are granted together (`kernels` in the grant) while their estimate fits in
+    /// [`Tuning::batch_ns`] and no tenant of higher priority is about; the batch is then one kernel
+    /// in flight, settled by one [`Self::complete_batch`]. A kind never measured is granted alone.
+    pub fn try_grant_batch(&mut self, tenant: &str, client: u64, kind: u64, want: u32, now: Nanos) -> Decision {
         let holder_waiting = self.holder.as_deref().and_then(|h| self.accounts.get(h)).map_or(0, |h| h.waiting);
         // Someone besides the holder waits: the successor is chosen among all accounts, with their
         // credit brought up to now. Otherwise only this tenant's and this client's credit is read.
@@ -490,7 +507,8 @@ impl DeviceScheduler {
             return Decision::Wait { until: None, for_credit: false };
         };
         // Nothing measured yet: assume the kernel fills the in-flight bound until one completes.
-        let est = if a.kernels == 0 && a.typical == 0 { self.tuning.inflight_ns } else { a.estimate(kind) };
+        let unmeasured = a.kernels == 0 && a.typical == 0;
+        let each = if unmeasured { self.tuning.inflight_ns } else { a.estimate(kind) };
         // The tenant's own credit, then the narrowing client's.
         if a.limited() && a.credit.available() < 0 {
             return Decision::Wait { until: Some(a.credit.ready_at(now, 0)), for_credit: true };
@@ -512,6 +530,12 @@ impl DeviceScheduler {
         {
             return Decision::Wait { until: None, for_credit: false };
         }
+        let kernels = if want <= 1 || outranked || unmeasured || !a.estimates.contains_key(&kind) {
+            1
+        } else {
+            want.min((self.tuning.batch_ns / each.max(1)).clamp(1, u64::from(u32::MAX)) as u32)
+        };
+        let est = each * u64::from(kernels);
         let is_holder = self.holder.as_deref() == Some(tenant);
         let next = if contended { self.successor(now) } else { None };
         let mine = match (is_holder, next) {
@@ -543,7 +567,7 @@ impl DeviceScheduler {
         ci.0 += 1;
         ci.1 += est;
         self.inflight += 1;
-        Decision::Grant { est, epoch: self.epoch }
+        Decision::Grant { est, epoch: self.epoch, kernels }
     }
 
     fn settle(&mut self, tenant: &str, client: u64, est: u64, now: Nanos) -> Option<&mut Account> {
@@ -566,14 +590,35 @@ impl DeviceScheduler {
 
     /// A granted kernel finished after `charged` ns of measured device time.
     pub fn complete(&mut self, tenant: &str, client: u64, kind: u64, est: u64, charged: u64, now: Nanos) {
+        self.complete_batch(tenant, client, kind, 1, est, charged, now);
+    }
+
+    /// A granted batch of `kernels` kernels ([`Self::try_grant_batch`]) finished after `charged` ns
+    /// of measured device time in all.
+    #[allow(clippy::too_many_arguments)]
+    pub fn complete_batch(
+        &mut self,
+        tenant: &str,
+        client: u64,
+        kind: u64,
+        kernels: u32,
+        est: u64,
+        charged: u64,
+        now: Nanos,
+    ) {
         self.settle(tenant, client, est, now);
-        self.charge(tenant, client, kind, charged, now);
+        self.charge_batch(tenant, client, kind, kernels, charged, now);
     }
 
     /// Charges `charged` ns of measured device time for work no longer in flight here: a grant
     /// settled with [`Self::abandon`] when it was dispatched, because its length is not the
     /// device's (a graph that waits on its client's host function), measured once it ended.
     pub fn charge(&mut self, tenant: &str, client: u64, kind: u64, charged: u64, now: Nanos) {
+        self.charge_batch(tenant, client, kind, 1, charged, now);
+    }
+
+    /// [`Self::charge`] for a batch of `kernels` kernels ([`Self::try_grant_batch`]).
+    pub fn charge_batch(&mut self, tenant: &str, client: u64, kind: u64, kernels: u32, charged: u64, now: Nanos) {
         let cap = self.tuning.burst_ns;
         if let Some(c) = self.clients.get_mut(&client) {
             c.accrue(now, cap);
@@ -583,7 +628,7 @@ impl DeviceScheduler {
             a.credit.accrue(now, cap);
             a.credit.balance -= charged as i64;
             a.vtime += charged as f64 * 100.0 / a.weight();
-            a.record(kind, charged, now);
+            a.record(kind, charged, kernels, now);
         }
     }
 

@@ -38,6 +38,8 @@ const MAX_NAP: Duration = Duration::from_millis(20);
 struct InFlight {
     client: u64,
     kind: u64,
+    /// How many kernels the events bracket (a batch, [`Compute::admit_batch`]).
+    kernels: u32,
     est: u64,
     start: Raw<CUevent>,
     end: Raw<CUevent>,
@@ -91,6 +93,8 @@ pub struct Device {
 /// What a session must do before dispatching its kernel.
 pub struct Grant {
     est: u64,
+    /// How many of the kernels asked for it covers ([`Compute::admit_batch`]).
+    pub kernels: u32,
     /// End events of other tenants' in-flight kernels the stream must wait for, each with its
     /// context: held until the wait is queued, so the monitor cannot end that tenant's
     /// context (destroying the event) between the grant and the wait. A destroyed event
@@ -206,6 +210,24 @@ impl Compute {
         stream: usize,
         peer: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Grant> {
+        self.admit_batch(shared, device, tc, session, kind, 1, stream, peer)
+    }
+
+    /// [`Self::admit`] for `want` kernels of kind `kind` the client queued back to back on one
+    /// stream: the grant covers the first `Grant::kernels` of them (at least one), dispatched and
+    /// charged as one ([`gpupool_quota::DeviceScheduler::try_grant_batch`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn admit_batch(
+        &self,
+        shared: &Shared,
+        device: u32,
+        tc: &TenantCtx,
+        session: u64,
+        kind: u64,
+        want: u32,
+        stream: usize,
+        peer: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<Grant> {
         let dev = &self.devices[device as usize];
         let tenant = tc.tenant.as_str();
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -217,7 +239,7 @@ impl Compute {
         let mut throttled_since: Option<u64> = None;
         loop {
             let now = first.take().unwrap_or_else(|| self.now());
-            let decision = st.policy.try_grant(tenant, session, kind, now);
+            let decision = st.policy.try_grant_batch(tenant, session, kind, want, now);
             let for_credit = matches!(decision, Decision::Wait { for_credit: true, .. });
             if !for_credit && let Some(t) = throttled_since.take() {
                 st.policy.note_throttled(tenant, now.saturating_sub(t));
@@ -225,7 +247,7 @@ impl Compute {
                 throttled_since = Some(now);
             }
             match decision {
-                Decision::Grant { est, epoch } => {
+                Decision::Grant { est, epoch, kernels } => {
                     let rank = st.policy.policy(tenant).map_or(0, |p| preempt::rank(p.priority));
                     let State { preempt, policy, tails, .. } = &mut *st;
                     let stop = preempt.stop_below(policy, rank, tc.ctx.0 as usize, tails.values().map(|t| &t.0));
@@ -239,7 +261,7 @@ impl Compute {
                         }
                         st.synced.insert(stream, epoch);
                     }
-                    return Ok(Grant { est, fences, stop });
+                    return Ok(Grant { est, kernels, fences, stop });
                 }
                 Decision::Wait { until, .. } => {
                     let gone = || peer.is_some_and(gpupool_protocol::transport::hung_up);
@@ -309,21 +331,53 @@ impl Compute {
         grant: Grant,
         launch: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
+        self.dispatch_batch(shared, device, tc, session, kind, stream, grant, || launch().map(|()| 1))
+    }
+
+    /// [`Self::dispatch`] for a batch's grant: `launch` launches the batch's kernels and says how
+    /// many reached the stream (the rest failed alone); none is a failed launch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dispatch_batch(
+        &self,
+        shared: &Shared,
+        device: u32,
+        tc: &Arc<TenantCtx>,
+        session: u64,
+        kind: u64,
+        stream: Raw<CUstream>,
+        grant: Grant,
+        launch: impl FnOnce() -> Result<u32>,
+    ) -> Result<()> {
         let est = grant.est;
-        let (start, end) = self.bracket(shared, device, tc, session, stream, grant, launch)?;
+        let mut kernels = 0;
+        let counted = || {
+            kernels = launch()?;
+            if kernels == 0 { Err(Fail::invalid_value("no kernel of the batch was launched")) } else { Ok(()) }
+        };
+        let (start, end) = self.bracket(shared, device, tc, session, stream, grant, counted)?;
         let dev = &self.devices[device as usize];
         let skey = Self::stream_key(tc, stream);
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.loose.iter().any(|k| k.stream == skey) {
             // Queued behind a loose launch (its host function may never return): loose too.
-            self.settle_loose(shared, st, dev, tc, session, kind, est, start, end, skey);
+            self.settle_loose(shared, st, dev, tc, session, kind, kernels, est, start, end, skey);
             return Ok(());
         }
         st.seq += 1;
         let seq = st.seq;
         st.preempt.dispatched(tc, start, end);
         let replaced = st.tails.insert(skey, (tc.clone(), end, seq));
-        st.queue.push_back(InFlight { client: session, kind, est, start, end, stream: skey, seq, tc: tc.clone() });
+        st.queue.push_back(InFlight {
+            client: session,
+            kind,
+            kernels,
+            est,
+            start,
+            end,
+            stream: skey,
+            seq,
+            tc: tc.clone(),
+        });
         let asleep = st.monitor_asleep;
         drop(st);
         if asleep {
@@ -353,7 +407,7 @@ impl Compute {
         let (start, end) = self.bracket(shared, device, tc, session, stream, grant, launch)?;
         let dev = &self.devices[device as usize];
         let st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
-        self.settle_loose(shared, st, dev, tc, session, kind, est, start, end, Self::stream_key(tc, stream));
+        self.settle_loose(shared, st, dev, tc, session, kind, 1, est, start, end, Self::stream_key(tc, stream));
         Ok(())
     }
 
@@ -367,13 +421,14 @@ impl Compute {
         tc: &Arc<TenantCtx>,
         session: u64,
         kind: u64,
+        kernels: u32,
         est: u64,
         start: Raw<CUevent>,
         end: Raw<CUevent>,
         stream: usize,
     ) {
         st.policy.abandon(tc.tenant.as_str(), session, est, self.now());
-        st.loose.push(InFlight { client: session, kind, est, start, end, stream, seq: 0, tc: tc.clone() });
+        st.loose.push(InFlight { client: session, kind, kernels, est, start, end, stream, seq: 0, tc: tc.clone() });
         let resumed = st.resume_ready();
         let waiters = st.waiters;
         drop(st);
@@ -498,7 +553,7 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
             let now = compute.now();
             for (k, measured) in done.iter() {
                 let charged = st.preempt.charge(&k.tc, k.start, *measured);
-                st.policy.complete(k.tc.tenant.as_str(), k.client, k.kind, k.est, charged, now);
+                st.policy.complete_batch(k.tc.tenant.as_str(), k.client, k.kind, k.kernels, k.est, charged, now);
                 if st.tails.get(&k.stream).is_some_and(|t| t.2 == k.seq) {
                     ended_tails.extend(st.tails.remove(&k.stream).map(|t| t.0));
                 }
@@ -639,7 +694,7 @@ fn poll_loose(shared: &Arc<Shared>, device: u32) {
         st.loose.extend(left);
         let now = compute.now();
         for (k, charged) in &done {
-            st.policy.charge(k.tc.tenant.as_str(), k.client, k.kind, *charged, now);
+            st.policy.charge_batch(k.tc.tenant.as_str(), k.client, k.kind, k.kernels, *charged, now);
         }
         st.waiters
     };

@@ -39,7 +39,7 @@ pub struct Cx<'a> {
 }
 
 /// A refused or failed request: the CUresult and why.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Fail {
     pub code: u32,
     pub message: String,

@@ -34,6 +34,72 @@ impl Session {
         Ok(answer::Ok {})
     }
 
+    /// Launches of `func` on `stream` that the client queued back to back (a single launch is a
+    /// batch of one), in order, each succeeding or failing on its own. Under the compute
+    /// scheduler they are admitted, bracketed by events and charged in batches
+    /// ([`super::compute::Compute::admit_batch`]): its cost per kernel (a grant, two event
+    /// records, the monitor's wait and charge) is paid once per batch.
+    pub(super) fn launch_queued(
+        &mut self,
+        func: FuncId,
+        stream: StreamId,
+        launches: Vec<QueuedLaunch>,
+    ) -> Vec<(u64, Result<()>)> {
+        let target = (|| {
+            let (_, d) = self.func(func)?;
+            let (s, _) = self.stream(stream, Some(d))?;
+            self.enter(d)?;
+            Ok((d, s))
+        })();
+        let (d, s) = match target {
+            Ok(t) => t,
+            Err(e) => return refuse_all(launches, &e),
+        };
+        let go = |l: QueuedLaunch| {
+            let r = self.launch_now(func, l.grid, l.block, l.shared_mem_bytes, s, l.params, l.cooperative);
+            (l.id, r)
+        };
+        // A launch into a capturing stream records a node and runs nothing: not scheduled.
+        let shared = self.shared.clone();
+        if !shared.compute.enabled || self.capturing(s) {
+            return launches.into_iter().map(go).collect();
+        }
+        let tc = self.tenant_ctxs[&d].clone();
+        let key = super::compute::Compute::stream_key(&tc, s);
+        let mut done = Vec::with_capacity(launches.len());
+        let mut queue = std::collections::VecDeque::from(launches);
+        while !queue.is_empty() {
+            let want = u32::try_from(queue.len()).unwrap_or(u32::MAX);
+            let grant =
+                match shared.compute.admit_batch(&shared, d, &tc, self.id, func.0, want, key, self.peer.as_ref()) {
+                    Ok(g) => g,
+                    Err(e) => {
+                        done.extend(refuse_all(queue, &e));
+                        break;
+                    }
+                };
+            let part: Vec<QueuedLaunch> = queue.drain(..(grant.kernels as usize).clamp(1, queue.len())).collect();
+            let ids: Vec<u64> = part.iter().map(|l| l.id).collect();
+            let mut results = Vec::with_capacity(part.len());
+            let dispatched = shared.compute.dispatch_batch(&shared, d, &tc, self.id, func.0, s, grant, || {
+                results.extend(part.into_iter().map(go));
+                Ok(results.iter().filter(|r| r.1.is_ok()).count() as u32)
+            });
+            if let Err(e) = dispatched {
+                // Not bracketed (a fence, an event or the batch's end failed): what was launched
+                // fails as a lone launch would, and what was not, with the same error.
+                for r in &mut results {
+                    if r.1.is_ok() {
+                        r.1 = Err(e.clone());
+                    }
+                }
+                results.extend(ids[results.len()..].iter().map(|&id| (id, Err(e.clone()))));
+            }
+            done.extend(results);
+        }
+        done
+    }
+
     /// Hands a kernel to the backend (after the compute scheduler's grant).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_now(
@@ -166,4 +232,20 @@ impl Session {
     pub(super) fn func(&self, id: FuncId) -> Result<(Raw<CUfunction>, u32)> {
         self.funcs.get(&id).map(|f| (f.f, f.device)).ok_or_else(|| Fail::invalid_handle("function", id.0))
     }
+}
+
+/// One kernel launch as the client asked for it ([`Session::launch_queued`]).
+pub struct QueuedLaunch {
+    /// The request's id, for its error.
+    pub id: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    pub params: Vec<u8>,
+    pub cooperative: bool,
+}
+
+/// Every launch refused with `e`.
+fn refuse_all(launches: impl IntoIterator<Item = QueuedLaunch>, e: &Fail) -> Vec<(u64, Result<()>)> {
+    launches.into_iter().map(|l| (l.id, Err(e.clone()))).collect()
 }

@@ -626,21 +626,10 @@ impl Serve for Session {
         params: KernelParams,
         cooperative: bool,
     ) -> Result<answer::Ok> {
-        let (_, d) = self.func(func)?;
-        let (s, _) = self.stream(stream, Some(d))?;
-        self.enter(d)?;
-        let shared = self.shared.clone();
-        // A launch into a capturing stream records a node and runs nothing: not scheduled.
-        let captured = self.capturing(s);
-        let go = || self.launch_now(func, grid, block, shared_mem_bytes, s, params.0, cooperative);
-        if !shared.compute.enabled || captured {
-            go()?;
-            return Ok(answer::Ok {});
-        }
-        let tc = self.tenant_ctxs[&d].clone();
-        let key = super::compute::Compute::stream_key(&tc, s);
-        let grant = shared.compute.admit(&shared, d, &tc, self.id, func.0, key, self.peer.as_ref())?;
-        shared.compute.dispatch(&shared, d, &tc, self.id, func.0, s, grant, go)?;
+        // Its id is the serving loop's to report.
+        let launch = super::exec::QueuedLaunch { id: 0, grid, block, shared_mem_bytes, params: params.0, cooperative };
+        let mut done = self.launch_queued(func, stream, vec![launch]);
+        done.pop().map_or_else(|| Err(Fail::invalid_value("no launch")), |(_, r)| r)?;
         Ok(answer::Ok {})
     }
 

@@ -6,6 +6,7 @@
 
 use super::admission::{HELLO_TIMEOUT, Ticket};
 use super::dispatch::{Cx, Fail, NOT_PERMITTED};
+use super::exec::QueuedLaunch;
 use super::listener::PeerCred;
 use super::{Raw, SessionInfo, Shared, TenantCtx};
 use gpupool_protocol::bulk::{self, Bulk, BulkView};
@@ -478,8 +479,17 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
     let t = &mut *link.t;
     let mut buf = Vec::new();
     let mut out = Vec::new();
+    // A frame taken while looking for launches to batch ([`queued_launches`]), served next.
+    let mut ahead = Vec::new();
+    let mut have_ahead = false;
     loop {
-        match t.recv_into(&mut buf, Some(IDLE_POLL)) {
+        let got = if std::mem::take(&mut have_ahead) {
+            std::mem::swap(&mut buf, &mut ahead);
+            Ok(())
+        } else {
+            t.recv_into(&mut buf, Some(IDLE_POLL))
+        };
+        match got {
             Ok(()) => {}
             Err(TransportError::Timeout) => {
                 // A quiet client's checkpoint is written here, within one poll.
@@ -505,7 +515,7 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             Ok(v) => v,
             Err(e) => return format!("malformed frame: {e}"),
         };
-        let (id, no_reply, op) = match view {
+        let (id, no_reply, mut op) = match view {
             Some(v) => (v.id, v.no_reply, None),
             None => match Message::from_parts(&header, payload) {
                 Ok(Message::Request { id, no_reply, op }) => (id, no_reply, Some(op)),
@@ -532,6 +542,30 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
         let Ok(inside) = super::evict::gate(s) else {
             return "client gone (hung up while paused for memory preemption)".into();
         };
+        if let Some(Request::LaunchKernel { func, stream, .. }) = &op
+            && no_reply
+            && s.shared.compute.enabled
+        {
+            let (func, stream) = (*func, *stream);
+            // Noted above: the batch's other launches may write what the first may (anything).
+            let launches = queued_launches(t, id, op.take(), func, stream, &mut ahead, &mut have_ahead);
+            let n = (launches.len() as u32).max(1);
+            let started = Instant::now();
+            let done = s.launch_queued(func, stream, launches);
+            drop(inside);
+            let each = started.elapsed() / n;
+            for (id, result) in done {
+                s.last_request = id;
+                s.shared.calls.record(s.id, kind, each, result.as_ref().err().map(|f| f.code));
+                if let Err(Fail { code, message }) = result {
+                    log_refusal(s, name, code, &message);
+                    if let Err(why) = send(t, &mut out, Message::AsyncError { id, code, message }) {
+                        return why;
+                    }
+                }
+            }
+            continue;
+        }
         let started = Instant::now();
         let result = match (op, &view) {
             (Some(op), _) => op.serve(s, Cx { staging: t.staging(), fds: link.fds.as_ref() }),
@@ -557,7 +591,7 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             }
             Ok(r) => Message::Reply { id, op: r },
             Err(Fail { code, message }) => {
-                tracing::info!(session = s.id, pid = s.cred.pid, tenant = %s.tenant(), request = name, code, "refused: {message}");
+                log_refusal(s, name, code, &message);
                 if no_reply {
                     Message::AsyncError { id, code, message }
                 } else {
@@ -565,14 +599,78 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
                 }
             }
         };
-        out.clear();
-        if let Err(e) = msg.encode_into(&mut out) {
-            return format!("cannot encode a reply: {e}");
+        if let Err(why) = send(t, &mut out, msg) {
+            return why;
         }
-        match t.send(&out) {
-            Ok(()) => {}
-            Err(TransportError::PeerGone) => return "client gone (closed or died)".into(),
-            Err(e) => return format!("transport failed: {e}"),
+    }
+}
+
+fn log_refusal(s: &Session, request: &str, code: u32, message: &str) {
+    tracing::info!(session = s.id, pid = s.cred.pid, tenant = %s.tenant(), request, code, "refused: {message}");
+}
+
+/// Encodes `msg` into `out` and sends it; the session's end, and why, if that fails.
+fn send(t: &mut dyn Transport, out: &mut Vec<u8>, msg: Message) -> Result<(), String> {
+    out.clear();
+    if let Err(e) = msg.encode_into(out) {
+        return Err(format!("cannot encode a reply: {e}"));
+    }
+    match t.send(out) {
+        Ok(()) => Ok(()),
+        Err(TransportError::PeerGone) => Err("client gone (closed or died)".into()),
+        Err(e) => Err(format!("transport failed: {e}")),
+    }
+}
+
+/// The most launches served as one batch (the scheduler may grant fewer at a time).
+const MAX_BATCH: usize = 64;
+
+/// `first` (launch `id` of `func` on `stream`) and the launches of the same function on the
+/// same stream the client has already queued right behind it, up to [`MAX_BATCH`]: served
+/// together, the compute scheduler admits and brackets them as batches
+/// ([`Session::launch_queued`]). The first other frame found is left in `ahead`.
+fn queued_launches(
+    t: &mut dyn Transport,
+    id: u64,
+    first: Option<Request>,
+    func: FuncId,
+    stream: StreamId,
+    ahead: &mut Vec<u8>,
+    have_ahead: &mut bool,
+) -> Vec<QueuedLaunch> {
+    let mut launches: Vec<QueuedLaunch> = first.into_iter().filter_map(|op| queued(id, op)).collect();
+    while launches.len() < MAX_BATCH {
+        // A transport error shows again at the next receive, where the session ends on it.
+        if !matches!(t.try_recv_into(ahead), Ok(true)) {
+            break;
         }
+        let next = split_frame(ahead).ok().and_then(|(header, payload, _)| match bulk::view_parts(&header, payload) {
+            Ok(None) => Message::from_parts(&header, payload).ok(),
+            _ => None,
+        });
+        match next {
+            Some(Message::Request {
+                id,
+                no_reply: true,
+                op: op @ Request::LaunchKernel { func: f, stream: st, .. },
+            }) if f == func && st == stream => {
+                launches.extend(queued(id, op));
+            }
+            _ => {
+                *have_ahead = true;
+                break;
+            }
+        }
+    }
+    launches
+}
+
+/// A launch request as [`Session::launch_queued`] takes it.
+fn queued(id: u64, op: Request) -> Option<QueuedLaunch> {
+    match op {
+        Request::LaunchKernel { grid, block, shared_mem_bytes, params, cooperative, .. } => {
+            Some(QueuedLaunch { id, grid, block, shared_mem_bytes, params: params.0, cooperative })
+        }
+        _ => None,
     }
 }

@@ -190,6 +190,11 @@ impl Client {
         }
     }
 
+    /// The id the next request will carry.
+    pub fn next_id(&self) -> u64 {
+        self.next
+    }
+
     pub fn send_async(&mut self, op: Request) {
         let id = self.next;
         self.next += 1;

@@ -133,6 +133,17 @@ pub trait Transport: Send {
     /// frame arrives or the peer is gone; `Some(Duration::ZERO)` only polls.
     fn recv_into(&mut self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<(), TransportError>;
 
+    /// The next frame into `buf` if one is already there (true), without waiting; nothing yet
+    /// (false). For a server that looks ahead for work the client queued back to back, or one
+    /// thread serving many connections in turn.
+    fn try_recv_into(&mut self, buf: &mut Vec<u8>) -> Result<bool, TransportError> {
+        match self.recv_into(buf, Some(Duration::ZERO)) {
+            Ok(()) => Ok(true),
+            Err(TransportError::Timeout) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// [`Self::recv_into`] into a new vector.
     fn recv(&mut self, timeout: Option<Duration>) -> Result<Vec<u8>, TransportError> {
         let mut buf = Vec::new();
@@ -185,6 +196,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn recv_into(&mut self, buf: &mut Vec<u8>, t: Option<Duration>) -> Result<(), TransportError> {
         (**self).recv_into(buf, t)
+    }
+    fn try_recv_into(&mut self, buf: &mut Vec<u8>) -> Result<bool, TransportError> {
+        (**self).try_recv_into(buf)
     }
     fn send_deferred(&mut self, frame: &[u8]) -> Result<(), TransportError> {
         (**self).send_deferred(frame)

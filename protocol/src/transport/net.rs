@@ -227,6 +227,18 @@ impl NetTransport {
         Ok(super::stream_frame_len(&self.rbuf[self.start..self.end], self.max_frame)?.map(|len| (self.start + 4, len)))
     }
 
+    /// Moves the whole frame at the front of `rbuf`, if one has arrived, into `buf`.
+    fn take_buffered(&mut self, buf: &mut Vec<u8>) -> Result<bool, TransportError> {
+        let Some((at, len)) = self.buffered_frame()? else { return Ok(false) };
+        buf.clear();
+        buf.extend_from_slice(&self.rbuf[at..at + len]);
+        self.start = at + len;
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        }
+        Ok(true)
+    }
+
     /// Makes room for at least READ_CHUNK more bytes (or the rest of a large frame).
     fn make_room(&mut self) {
         if self.start > 0 && self.rbuf.len() - self.end < READ_CHUNK {
@@ -423,6 +435,14 @@ impl Transport for NetTransport {
         !self.wbuf.is_empty()
     }
 
+    /// Only what has already been read (no system call): a batch of frames arrives together.
+    fn try_recv_into(&mut self, buf: &mut Vec<u8>) -> Result<bool, TransportError> {
+        if self.closed {
+            return Err(TransportError::Closed);
+        }
+        self.take_buffered(buf)
+    }
+
     fn recv_into(&mut self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<(), TransportError> {
         if self.closed {
             return Err(TransportError::Closed);
@@ -431,13 +451,7 @@ impl Transport for NetTransport {
         self.flush_queue()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            if let Some((at, len)) = self.buffered_frame()? {
-                buf.clear();
-                buf.extend_from_slice(&self.rbuf[at..at + len]);
-                self.start = at + len;
-                if self.start == self.end {
-                    (self.start, self.end) = (0, 0);
-                }
+            if self.take_buffered(buf)? {
                 return Ok(());
             }
             if self.eof {

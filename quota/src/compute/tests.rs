@@ -323,6 +323,44 @@ fn unknown_tenant_waits_and_in_flight_is_bounded() {
     assert_eq!(granted, 2);
 }
 
+/// A batch of launches of one kind is granted as far as its estimate fits in `batch_ns`, counts as
+/// one kernel in flight, and teaches the estimate its average; a kind never measured, or a tenant
+/// outranked by a higher priority, gets one kernel at a time.
+#[test]
+fn batches_fit_their_estimate_and_count_each_kernel() {
+    let mut s = DeviceScheduler::new(Tuning::default());
+    s.set_policy("a", policy(100, Mode::Limit, Priority::Normal), 0);
+    s.set_policy("hi", policy(100, Mode::Limit, Priority::High), 0);
+    let grant = |s: &mut DeviceScheduler, kind: u64, want: u32, now: u64| {
+        s.want("a", now);
+        match s.try_grant_batch("a", 1, kind, want, now) {
+            Decision::Grant { est, kernels, .. } => (est, kernels),
+            d => panic!("{d:?}"),
+        }
+    };
+    let (est, kernels) = grant(&mut s, 7, 64, 0);
+    assert_eq!(kernels, 1, "nothing measured yet");
+    s.complete_batch("a", 1, 7, 1, est, 2_000, 10);
+    let (est, kernels) = grant(&mut s, 7, 64, 20);
+    assert_eq!((est, kernels), (100_000, 50), "2 us each, within 100 us");
+    assert_eq!(s.usage(20)[0].inflight, 1, "a batch is one kernel in flight");
+    // 50 kernels in 50 us: 1 us each from now on.
+    s.complete_batch("a", 1, 7, 50, est, 50_000, 30);
+    let u = s.usage(30).into_iter().find(|u| u.tenant == "a").unwrap();
+    assert_eq!((u.kernels, u.charged_ns, u.inflight), (51, 52_000, 0));
+    let (est, kernels) = grant(&mut s, 7, 64, 40);
+    // Smoothed: (3 x 2 us + 1 us) / 4 = 1.75 us each.
+    assert_eq!((est, kernels), (57 * 1_750, 57), "the estimate learned the batch's average");
+    s.complete_batch("a", 1, 7, kernels, est, 64_000, 50);
+    assert_eq!(grant(&mut s, 8, 64, 60).1, 1, "kind 8 was never measured");
+    s.abandon("a", 1, 0, 61);
+    // A tenant of higher priority about: one kernel at a time again.
+    s.want("hi", 70);
+    let Decision::Grant { est: hi_est, .. } = s.try_grant("hi", 2, 0, 70) else { panic!("high takes over at once") };
+    s.complete("hi", 2, 0, hi_est, 1_000, 80);
+    assert_eq!(grant(&mut s, 7, 64, 90).1, 1, "outranked");
+}
+
 #[test]
 fn inflight_above_sees_only_higher_priorities_granted_and_unfinished() {
     let mut s = DeviceScheduler::new(Tuning::default());

@@ -197,23 +197,6 @@ impl ShmTransport {
     pub fn socket(&self) -> &UnixStream {
         &self.socket
     }
-
-    /// One look at the ring, no waiting: the next frame into `buf` (true), nothing yet
-    /// (false), or `PeerGone` once the peer closed and everything it sent was taken. For a
-    /// thread that serves many connections in turn, where waiting on one would stall the rest.
-    pub fn try_recv_into(&mut self, buf: &mut Vec<u8>) -> Result<bool, TransportError> {
-        if self.closed {
-            return Err(TransportError::Closed);
-        }
-        if self.rx.try_pop(buf)? {
-            return Ok(true);
-        }
-        if peer_gone(&self.map, &self.socket, self.me, false) {
-            // The peer's last frames are published before its closed flag.
-            return if self.rx.try_pop(buf)? { Ok(true) } else { Err(TransportError::PeerGone) };
-        }
-        Ok(false)
-    }
 }
 
 fn closed_flags(map: &Mapping) -> &[AtomicU32; 2] {
@@ -270,6 +253,23 @@ impl Transport for ShmTransport {
             || rx.try_pop(buf).map(|got| got.then_some(())),
             |deep| peer_gone(map, socket, me, deep),
         )
+    }
+
+    /// One look at the ring, no waiting: the next frame into `buf` (true), nothing yet
+    /// (false), or `PeerGone` once the peer closed and everything it sent was taken. For a
+    /// thread that serves many connections in turn, where waiting on one would stall the rest.
+    fn try_recv_into(&mut self, buf: &mut Vec<u8>) -> Result<bool, TransportError> {
+        if self.closed {
+            return Err(TransportError::Closed);
+        }
+        if self.rx.try_pop(buf)? {
+            return Ok(true);
+        }
+        if peer_gone(&self.map, &self.socket, self.me, false) {
+            // The peer's last frames are published before its closed flag.
+            return if self.rx.try_pop(buf)? { Ok(true) } else { Err(TransportError::PeerGone) };
+        }
+        Ok(false)
     }
 
     fn max_frame_len(&self) -> usize {
