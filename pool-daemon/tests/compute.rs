@@ -722,48 +722,59 @@ fn back_to_back_launches_are_each_counted_and_settled() {
     }
 }
 
-/// Launches of one kernel that a client queues back to back reach the device in batches (one
-/// grant, one pair of events per batch: benches/README.md, "Issue 24"), but each launch still
-/// stands alone: 2000 asynchronous launches of one function on the null stream, each filling the
-/// buffer with its own index, one of them (the 1000th) with an empty grid. That one alone is
-/// refused, with CUDA_ERROR_INVALID_VALUE and its own request id; the others run in order (the
-/// buffer holds the last index) and are counted and charged once each. Then again, so that events
-/// and grants given back by batches are reused.
+/// Launches that a client queues back to back on one stream reach the device in batches (one
+/// grant, one pair of events per batch: benches/README.md, "Issue 24"), whatever their kernels,
+/// but each launch still stands alone: 2000 asynchronous launches on the null stream,
+/// alternating two functions that each fill a buffer of their own with the launch's index, one
+/// of them (the 1000th) with an empty grid and one (the 1001st) of a function that does not
+/// exist. Those two alone are refused, with CUDA_ERROR_INVALID_VALUE and
+/// CUDA_ERROR_INVALID_HANDLE and their own request ids; the others run in order (each buffer
+/// holds the last index its function was launched with) and are counted and charged once each.
+/// Then again, so that events and grants given back by batches are reused.
 #[test]
-fn back_to_back_launches_of_one_kernel_are_batched_yet_each_stands_alone() {
+fn back_to_back_launches_are_batched_yet_each_stands_alone() {
+    use gpupool_protocol::Request;
     let _s = serial();
     let (d, mut c, ctx) = alone_on_the_device();
-    let buf = c.alloc(ctx, 1024).expect("1 KiB");
-    let (func, packed) = c.fill_kernel(ctx, buf, 0);
+    let bufs = [c.alloc(ctx, 1024).expect("1 KiB"), c.alloc(ctx, 1024).expect("1 KiB")];
+    let kernels = [c.fill_kernel(ctx, bufs[0], 0), c.fill_kernel(ctx, bufs[1], 0)];
     const N: u32 = 2000;
-    const BAD: u32 = 1000;
-    let value_at = packed.len() - 4;
+    const EMPTY_GRID: u32 = 1000;
+    const NO_FUNCTION: u32 = 1001;
     for round in 1..=2u64 {
-        let mut bad_id = 0;
+        let mut refused = Vec::new();
         for i in 0..N {
+            let (func, packed) = &kernels[(i % 2) as usize];
             let mut p = packed.clone();
-            p[value_at..].copy_from_slice(&i.to_le_bytes());
-            let mut launch = common::one_block_launch(func, p);
-            if i == BAD {
-                if let gpupool_protocol::Request::LaunchKernel { grid, .. } = &mut launch {
+            let at = p.len() - 4;
+            p[at..].copy_from_slice(&i.to_le_bytes());
+            let mut launch = common::one_block_launch(*func, p);
+            if let Request::LaunchKernel { grid, func, .. } = &mut launch {
+                if i == EMPTY_GRID {
                     *grid = [0, 1, 1];
+                    refused.push((c.next_id(), 1));
                 }
-                bad_id = c.next_id();
+                if i == NO_FUNCTION {
+                    *func = gpupool_protocol::FuncId(u64::MAX - 1);
+                    refused.push((c.next_id(), 400));
+                }
             }
             c.send_async(launch);
         }
-        let r = c.call(gpupool_protocol::Request::StreamSynchronize { stream: gpupool_protocol::StreamId::NULL });
+        let r = c.call(Request::StreamSynchronize { stream: gpupool_protocol::StreamId::NULL });
         assert_eq!(common::code(&r), 0, "{r:?}");
-        let errors = std::mem::take(&mut c.async_errors);
-        assert_eq!(errors.len(), 1, "round {round}: one launch was invalid: {errors:?}");
-        assert_eq!((errors[0].0, errors[0].1), (bad_id, 1), "round {round}: {errors:?}");
-        let words = c.read_back(buf, 1024);
-        assert!(
-            words.chunks(4).all(|w| w == (N - 1).to_le_bytes()),
-            "round {round}: the launches did not all run in order: {:?}",
-            &words[..16]
-        );
-        let u = settled(&d, "a", round * u64::from(N - 1));
+        let errors: Vec<(u64, u32)> = std::mem::take(&mut c.async_errors).into_iter().map(|e| (e.0, e.1)).collect();
+        assert_eq!(errors, refused, "round {round}: only the two invalid launches are refused");
+        for (k, buf) in bufs.into_iter().enumerate() {
+            let last = N - 2 + k as u32;
+            let words = c.read_back(buf, 1024);
+            assert!(
+                words.chunks(4).all(|w| w == last.to_le_bytes()),
+                "round {round}: function {k}'s launches did not all run in order: {:?}",
+                &words[..16]
+            );
+        }
+        let u = settled(&d, "a", round * u64::from(N - 2));
         assert!(u["charged_ns"].as_u64().unwrap_or(0) > 0, "round {round}: no device time charged: {u}");
     }
 }

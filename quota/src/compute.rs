@@ -208,17 +208,23 @@ impl Account {
     fn estimate(&self, kind: u64) -> u64 {
         self.estimates.get(&kind).copied().unwrap_or(self.typical)
     }
-    /// Charges `ns` for `kernels` kernels of `kind` (a batch teaches the estimate its average).
-    fn record(&mut self, kind: u64, ns: u64, kernels: u32, now: Nanos) {
-        let each = ns / u64::from(kernels.max(1));
-        let smooth = |old: u64| if old == 0 { each } else { (old * 3 + each) / 4 };
-        if self.estimates.len() < 1024 || self.estimates.contains_key(&kind) {
-            let e = self.estimates.entry(kind).or_insert(0);
-            *e = smooth(*e);
+    /// Charges `ns` for a batch of kernels of `kinds` (one each, in launch order). The batch's
+    /// time is split between its kernels in proportion to their estimates (evenly when none has
+    /// one), and each kind's estimate learns its part.
+    fn record(&mut self, kinds: &[u64], ns: u64, now: Nanos) {
+        let ests: Vec<u64> = kinds.iter().map(|&k| self.estimate(k)).collect();
+        let sum: u128 = ests.iter().map(|&e| u128::from(e)).sum();
+        for (&kind, &e) in kinds.iter().zip(&ests) {
+            let part = if sum == 0 { ns / kinds.len() as u64 } else { (u128::from(ns) * u128::from(e) / sum) as u64 };
+            let smooth = |old: u64| if old == 0 { part } else { (old * 3 + part) / 4 };
+            if self.estimates.len() < 1024 || self.estimates.contains_key(&kind) {
+                let e = self.estimates.entry(kind).or_insert(0);
+                *e = smooth(*e);
+            }
+            self.typical = smooth(self.typical);
         }
-        self.typical = smooth(self.typical);
         self.charged_total += ns;
-        self.kernels += u64::from(kernels.max(1));
+        self.kernels += kinds.len() as u64;
         let b = now / BUCKET_NS;
         let slot = &mut self.history[(b % BUCKETS as u64) as usize];
         if slot.0 != b {
@@ -480,14 +486,16 @@ impl DeviceScheduler {
     /// May a waiting session of `tenant` (client `client`) dispatch a kernel of kind `kind` now?
     /// On a grant the kernel counts as in flight until [`Self::complete`] or [`Self::abandon`].
     pub fn try_grant(&mut self, tenant: &str, client: u64, kind: u64, now: Nanos) -> Decision {
-        self.try_grant_batch(tenant, client, kind, 1, now)
+        self.try_grant_batch(tenant, client, &[kind], now)
     }
 
-    /// [`Self::try_grant`] for up to `want` launches of kind `kind` the client queued back to back.
-    /// They are granted together (`kernels` in the grant) while their estimate fits in
-    /// [`Tuning::batch_ns`] and no tenant of higher priority is about; the batch is then one kernel
-    /// in flight, settled by one [`Self::complete_batch`]. A kind never measured is granted alone.
-    pub fn try_grant_batch(&mut self, tenant: &str, client: u64, kind: u64, want: u32, now: Nanos) -> Decision {
+    /// [`Self::try_grant`] for launches of `kinds` (one each, in order) the client queued back to
+    /// back. The first `kernels` of them (in the grant) are granted together: as many as their
+    /// estimates fit in [`Tuning::batch_ns`], stopping before a kind never measured, and only the
+    /// first while a tenant of higher priority is about. The batch is then one kernel in flight,
+    /// settled by one [`Self::complete_batch`] with the granted kinds. `kinds` must not be empty.
+    pub fn try_grant_batch(&mut self, tenant: &str, client: u64, kinds: &[u64], now: Nanos) -> Decision {
+        let kind = kinds.first().copied().unwrap_or_default();
         let holder_waiting = self.holder.as_deref().and_then(|h| self.accounts.get(h)).map_or(0, |h| h.waiting);
         // Someone besides the holder waits: the successor is chosen among all accounts, with their
         // credit brought up to now. Otherwise only this tenant's and this client's credit is read.
@@ -530,12 +538,17 @@ impl DeviceScheduler {
         {
             return Decision::Wait { until: None, for_credit: false };
         }
-        let kernels = if want <= 1 || outranked || unmeasured || !a.estimates.contains_key(&kind) {
-            1
-        } else {
-            want.min((self.tuning.batch_ns / each.max(1)).clamp(1, u64::from(u32::MAX)) as u32)
-        };
-        let est = each * u64::from(kernels);
+        let (mut kernels, mut est) = (1u32, each);
+        if !outranked && !unmeasured && a.estimates.contains_key(&kind) {
+            for k in kinds.iter().skip(1) {
+                let Some(&e) = a.estimates.get(k) else { break };
+                if est + e > self.tuning.batch_ns {
+                    break;
+                }
+                est += e;
+                kernels += 1;
+            }
+        }
         let is_holder = self.holder.as_deref() == Some(tenant);
         let next = if contended { self.successor(now) } else { None };
         let mine = match (is_holder, next) {
@@ -590,35 +603,25 @@ impl DeviceScheduler {
 
     /// A granted kernel finished after `charged` ns of measured device time.
     pub fn complete(&mut self, tenant: &str, client: u64, kind: u64, est: u64, charged: u64, now: Nanos) {
-        self.complete_batch(tenant, client, kind, 1, est, charged, now);
+        self.complete_batch(tenant, client, &[kind], est, charged, now);
     }
 
-    /// A granted batch of `kernels` kernels ([`Self::try_grant_batch`]) finished after `charged` ns
-    /// of measured device time in all.
-    #[allow(clippy::too_many_arguments)]
-    pub fn complete_batch(
-        &mut self,
-        tenant: &str,
-        client: u64,
-        kind: u64,
-        kernels: u32,
-        est: u64,
-        charged: u64,
-        now: Nanos,
-    ) {
+    /// A granted batch of kernels of `kinds` ([`Self::try_grant_batch`]) finished after `charged`
+    /// ns of measured device time in all.
+    pub fn complete_batch(&mut self, tenant: &str, client: u64, kinds: &[u64], est: u64, charged: u64, now: Nanos) {
         self.settle(tenant, client, est, now);
-        self.charge_batch(tenant, client, kind, kernels, charged, now);
+        self.charge_batch(tenant, client, kinds, charged, now);
     }
 
     /// Charges `charged` ns of measured device time for work no longer in flight here: a grant
     /// settled with [`Self::abandon`] when it was dispatched, because its length is not the
     /// device's (a graph that waits on its client's host function), measured once it ended.
     pub fn charge(&mut self, tenant: &str, client: u64, kind: u64, charged: u64, now: Nanos) {
-        self.charge_batch(tenant, client, kind, 1, charged, now);
+        self.charge_batch(tenant, client, &[kind], charged, now);
     }
 
-    /// [`Self::charge`] for a batch of `kernels` kernels ([`Self::try_grant_batch`]).
-    pub fn charge_batch(&mut self, tenant: &str, client: u64, kind: u64, kernels: u32, charged: u64, now: Nanos) {
+    /// [`Self::charge`] for a batch of kernels of `kinds` ([`Self::try_grant_batch`]).
+    pub fn charge_batch(&mut self, tenant: &str, client: u64, kinds: &[u64], charged: u64, now: Nanos) {
         let cap = self.tuning.burst_ns;
         if let Some(c) = self.clients.get_mut(&client) {
             c.accrue(now, cap);
@@ -628,7 +631,7 @@ impl DeviceScheduler {
             a.credit.accrue(now, cap);
             a.credit.balance -= charged as i64;
             a.vtime += charged as f64 * 100.0 / a.weight();
-            a.record(kind, charged, kernels, now);
+            a.record(kinds, charged, now);
         }
     }
 

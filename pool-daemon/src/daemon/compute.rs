@@ -37,9 +37,8 @@ const MAX_NAP: Duration = Duration::from_millis(20);
 /// A granted, dispatched kernel, until the monitor has charged it.
 struct InFlight {
     client: u64,
-    kind: u64,
-    /// How many kernels the events bracket (a batch, [`Compute::admit_batch`]).
-    kernels: u32,
+    /// The kind of each kernel the events bracket (several: a batch, [`Compute::admit_batch`]).
+    kinds: Vec<u64>,
     est: u64,
     start: Raw<CUevent>,
     end: Raw<CUevent>,
@@ -210,12 +209,12 @@ impl Compute {
         stream: usize,
         peer: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Grant> {
-        self.admit_batch(shared, device, tc, session, kind, 1, stream, peer)
+        self.admit_batch(shared, device, tc, session, &[kind], stream, peer)
     }
 
-    /// [`Self::admit`] for `want` kernels of kind `kind` the client queued back to back on one
-    /// stream: the grant covers the first `Grant::kernels` of them (at least one), dispatched and
-    /// charged as one ([`gpupool_quota::DeviceScheduler::try_grant_batch`]).
+    /// [`Self::admit`] for kernels of `kinds` (one each, in order, not empty) the client queued
+    /// back to back on one stream: the grant covers the first `Grant::kernels` of them (at least
+    /// one), dispatched and charged as one ([`gpupool_quota::DeviceScheduler::try_grant_batch`]).
     #[allow(clippy::too_many_arguments)]
     pub fn admit_batch(
         &self,
@@ -223,8 +222,7 @@ impl Compute {
         device: u32,
         tc: &TenantCtx,
         session: u64,
-        kind: u64,
-        want: u32,
+        kinds: &[u64],
         stream: usize,
         peer: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Grant> {
@@ -239,7 +237,7 @@ impl Compute {
         let mut throttled_since: Option<u64> = None;
         loop {
             let now = first.take().unwrap_or_else(|| self.now());
-            let decision = st.policy.try_grant_batch(tenant, session, kind, want, now);
+            let decision = st.policy.try_grant_batch(tenant, session, kinds, now);
             let for_credit = matches!(decision, Decision::Wait { for_credit: true, .. });
             if !for_credit && let Some(t) = throttled_since.take() {
                 st.policy.note_throttled(tenant, now.saturating_sub(t));
@@ -331,11 +329,11 @@ impl Compute {
         grant: Grant,
         launch: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        self.dispatch_batch(shared, device, tc, session, kind, stream, grant, || launch().map(|()| 1))
+        self.dispatch_batch(shared, device, tc, session, stream, grant, || launch().map(|()| vec![kind]))
     }
 
-    /// [`Self::dispatch`] for a batch's grant: `launch` launches the batch's kernels and says how
-    /// many reached the stream (the rest failed alone); none is a failed launch.
+    /// [`Self::dispatch`] for a batch's grant: `launch` launches the batch's kernels and gives the
+    /// kinds of those that reached the stream (the rest failed alone); none is a failed launch.
     #[allow(clippy::too_many_arguments)]
     pub fn dispatch_batch(
         &self,
@@ -343,16 +341,15 @@ impl Compute {
         device: u32,
         tc: &Arc<TenantCtx>,
         session: u64,
-        kind: u64,
         stream: Raw<CUstream>,
         grant: Grant,
-        launch: impl FnOnce() -> Result<u32>,
+        launch: impl FnOnce() -> Result<Vec<u64>>,
     ) -> Result<()> {
         let est = grant.est;
-        let mut kernels = 0;
+        let mut kinds = Vec::new();
         let counted = || {
-            kernels = launch()?;
-            if kernels == 0 { Err(Fail::invalid_value("no kernel of the batch was launched")) } else { Ok(()) }
+            kinds = launch()?;
+            if kinds.is_empty() { Err(Fail::invalid_value("no kernel of the batch was launched")) } else { Ok(()) }
         };
         let (start, end) = self.bracket(shared, device, tc, session, stream, grant, counted)?;
         let dev = &self.devices[device as usize];
@@ -360,24 +357,14 @@ impl Compute {
         let mut st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.loose.iter().any(|k| k.stream == skey) {
             // Queued behind a loose launch (its host function may never return): loose too.
-            self.settle_loose(shared, st, dev, tc, session, kind, kernels, est, start, end, skey);
+            self.settle_loose(shared, st, dev, tc, session, kinds, est, start, end, skey);
             return Ok(());
         }
         st.seq += 1;
         let seq = st.seq;
         st.preempt.dispatched(tc, start, end);
         let replaced = st.tails.insert(skey, (tc.clone(), end, seq));
-        st.queue.push_back(InFlight {
-            client: session,
-            kind,
-            kernels,
-            est,
-            start,
-            end,
-            stream: skey,
-            seq,
-            tc: tc.clone(),
-        });
+        st.queue.push_back(InFlight { client: session, kinds, est, start, end, stream: skey, seq, tc: tc.clone() });
         let asleep = st.monitor_asleep;
         drop(st);
         if asleep {
@@ -407,7 +394,7 @@ impl Compute {
         let (start, end) = self.bracket(shared, device, tc, session, stream, grant, launch)?;
         let dev = &self.devices[device as usize];
         let st = dev.state.lock().unwrap_or_else(|e| e.into_inner());
-        self.settle_loose(shared, st, dev, tc, session, kind, 1, est, start, end, Self::stream_key(tc, stream));
+        self.settle_loose(shared, st, dev, tc, session, vec![kind], est, start, end, Self::stream_key(tc, stream));
         Ok(())
     }
 
@@ -420,15 +407,14 @@ impl Compute {
         dev: &Device,
         tc: &Arc<TenantCtx>,
         session: u64,
-        kind: u64,
-        kernels: u32,
+        kinds: Vec<u64>,
         est: u64,
         start: Raw<CUevent>,
         end: Raw<CUevent>,
         stream: usize,
     ) {
         st.policy.abandon(tc.tenant.as_str(), session, est, self.now());
-        st.loose.push(InFlight { client: session, kind, kernels, est, start, end, stream, seq: 0, tc: tc.clone() });
+        st.loose.push(InFlight { client: session, kinds, est, start, end, stream, seq: 0, tc: tc.clone() });
         let resumed = st.resume_ready();
         let waiters = st.waiters;
         drop(st);
@@ -553,7 +539,7 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
             let now = compute.now();
             for (k, measured) in done.iter() {
                 let charged = st.preempt.charge(&k.tc, k.start, *measured);
-                st.policy.complete_batch(k.tc.tenant.as_str(), k.client, k.kind, k.kernels, k.est, charged, now);
+                st.policy.complete_batch(k.tc.tenant.as_str(), k.client, &k.kinds, k.est, charged, now);
                 if st.tails.get(&k.stream).is_some_and(|t| t.2 == k.seq) {
                     ended_tails.extend(st.tails.remove(&k.stream).map(|t| t.0));
                 }
@@ -694,7 +680,7 @@ fn poll_loose(shared: &Arc<Shared>, device: u32) {
         st.loose.extend(left);
         let now = compute.now();
         for (k, charged) in &done {
-            st.policy.charge_batch(k.tc.tenant.as_str(), k.client, k.kind, k.kernels, *charged, now);
+            st.policy.charge_batch(k.tc.tenant.as_str(), k.client, &k.kinds, *charged, now);
         }
         st.waiters
     };

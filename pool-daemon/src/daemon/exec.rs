@@ -15,6 +15,7 @@ use gpupool_protocol::ops::{HostSrc, Memset, MemsetValue, ParamInfo, answer};
 use gpupool_protocol::transport::Staging;
 use gpupool_protocol::{DevicePtr, FuncId, StreamId};
 use gpupool_shim::cuda::CUfunction;
+use std::collections::VecDeque;
 use std::os::raw::c_void;
 
 impl Session {
@@ -34,29 +35,43 @@ impl Session {
         Ok(answer::Ok {})
     }
 
-    /// Launches of `func` on `stream` that the client queued back to back (a single launch is a
-    /// batch of one), in order, each succeeding or failing on its own. Under the compute
-    /// scheduler they are admitted, bracketed by events and charged in batches
+    /// Launches on `stream` that the client queued back to back (a single launch is a batch of
+    /// one), in order, each succeeding or failing on its own: a launch of an unknown function
+    /// fails alone, and the others go in runs of one device ([`Self::launch_on`]).
+    pub(super) fn launch_queued(&mut self, stream: StreamId, launches: Vec<QueuedLaunch>) -> Vec<(u64, Result<()>)> {
+        let mut done = Vec::with_capacity(launches.len());
+        let mut queue = VecDeque::from(launches);
+        while let Some(first) = queue.front() {
+            let d = match self.func(first.func) {
+                Ok((_, d)) => d,
+                Err(e) => {
+                    done.extend(queue.pop_front().map(|l| (l.id, Err(e))));
+                    continue;
+                }
+            };
+            let run = queue.iter().take_while(|l| self.func(l.func).is_ok_and(|(_, fd)| fd == d)).count();
+            let run: Vec<QueuedLaunch> = queue.drain(..run).collect();
+            done.extend(self.launch_on(d, stream, run));
+        }
+        done
+    }
+
+    /// Launches of functions of device `d` on `stream`, in order. Under the compute scheduler
+    /// they are admitted, bracketed by events and charged in batches
     /// ([`super::compute::Compute::admit_batch`]): its cost per kernel (a grant, two event
     /// records, the monitor's wait and charge) is paid once per batch.
-    pub(super) fn launch_queued(
-        &mut self,
-        func: FuncId,
-        stream: StreamId,
-        launches: Vec<QueuedLaunch>,
-    ) -> Vec<(u64, Result<()>)> {
+    fn launch_on(&mut self, d: u32, stream: StreamId, launches: Vec<QueuedLaunch>) -> Vec<(u64, Result<()>)> {
         let target = (|| {
-            let (_, d) = self.func(func)?;
             let (s, _) = self.stream(stream, Some(d))?;
             self.enter(d)?;
-            Ok((d, s))
+            Ok(s)
         })();
-        let (d, s) = match target {
-            Ok(t) => t,
+        let s = match target {
+            Ok(s) => s,
             Err(e) => return refuse_all(launches, &e),
         };
         let go = |l: QueuedLaunch| {
-            let r = self.launch_now(func, l.grid, l.block, l.shared_mem_bytes, s, l.params, l.cooperative);
+            let r = self.launch_now(l.func, l.grid, l.block, l.shared_mem_bytes, s, l.params, l.cooperative);
             (l.id, r)
         };
         // A launch into a capturing stream records a node and runs nothing: not scheduled.
@@ -67,23 +82,30 @@ impl Session {
         let tc = self.tenant_ctxs[&d].clone();
         let key = super::compute::Compute::stream_key(&tc, s);
         let mut done = Vec::with_capacity(launches.len());
-        let mut queue = std::collections::VecDeque::from(launches);
+        let mut queue = VecDeque::from(launches);
         while !queue.is_empty() {
-            let want = u32::try_from(queue.len()).unwrap_or(u32::MAX);
-            let grant =
-                match shared.compute.admit_batch(&shared, d, &tc, self.id, func.0, want, key, self.peer.as_ref()) {
-                    Ok(g) => g,
-                    Err(e) => {
-                        done.extend(refuse_all(queue, &e));
-                        break;
-                    }
-                };
+            let kinds: Vec<u64> = queue.iter().map(|l| l.func.0).collect();
+            let grant = match shared.compute.admit_batch(&shared, d, &tc, self.id, &kinds, key, self.peer.as_ref()) {
+                Ok(g) => g,
+                Err(e) => {
+                    done.extend(refuse_all(queue, &e));
+                    break;
+                }
+            };
             let part: Vec<QueuedLaunch> = queue.drain(..(grant.kernels as usize).clamp(1, queue.len())).collect();
             let ids: Vec<u64> = part.iter().map(|l| l.id).collect();
             let mut results = Vec::with_capacity(part.len());
-            let dispatched = shared.compute.dispatch_batch(&shared, d, &tc, self.id, func.0, s, grant, || {
-                results.extend(part.into_iter().map(go));
-                Ok(results.iter().filter(|r| r.1.is_ok()).count() as u32)
+            let dispatched = shared.compute.dispatch_batch(&shared, d, &tc, self.id, s, grant, || {
+                let mut launched = Vec::with_capacity(part.len());
+                for l in part {
+                    let kind = l.func.0;
+                    let r = go(l);
+                    if r.1.is_ok() {
+                        launched.push(kind);
+                    }
+                    results.push(r);
+                }
+                Ok(launched)
             });
             if let Err(e) = dispatched {
                 // Not bracketed (a fence, an event or the batch's end failed): what was launched
@@ -238,6 +260,7 @@ impl Session {
 pub struct QueuedLaunch {
     /// The request's id, for its error.
     pub id: u64,
+    pub func: FuncId,
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub shared_mem_bytes: u32,

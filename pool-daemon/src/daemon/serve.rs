@@ -627,8 +627,9 @@ impl Serve for Session {
         cooperative: bool,
     ) -> Result<answer::Ok> {
         // Its id is the serving loop's to report.
-        let launch = super::exec::QueuedLaunch { id: 0, grid, block, shared_mem_bytes, params: params.0, cooperative };
-        let mut done = self.launch_queued(func, stream, vec![launch]);
+        let launch =
+            super::exec::QueuedLaunch { id: 0, func, grid, block, shared_mem_bytes, params: params.0, cooperative };
+        let mut done = self.launch_queued(stream, vec![launch]);
         done.pop().map_or_else(|| Err(Fail::invalid_value("no launch")), |(_, r)| r)?;
         Ok(answer::Ok {})
     }

@@ -542,16 +542,16 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
         let Ok(inside) = super::evict::gate(s) else {
             return "client gone (hung up while paused for memory preemption)".into();
         };
-        if let Some(Request::LaunchKernel { func, stream, .. }) = &op
+        if let Some(Request::LaunchKernel { stream, .. }) = &op
             && no_reply
             && s.shared.compute.enabled
         {
-            let (func, stream) = (*func, *stream);
+            let stream = *stream;
             // Noted above: the batch's other launches may write what the first may (anything).
-            let launches = queued_launches(t, id, op.take(), func, stream, &mut ahead, &mut have_ahead);
+            let launches = queued_launches(t, id, op.take(), stream, &mut ahead, &mut have_ahead);
             let n = (launches.len() as u32).max(1);
             let started = Instant::now();
-            let done = s.launch_queued(func, stream, launches);
+            let done = s.launch_queued(stream, launches);
             drop(inside);
             let each = started.elapsed() / n;
             for (id, result) in done {
@@ -625,15 +625,14 @@ fn send(t: &mut dyn Transport, out: &mut Vec<u8>, msg: Message) -> Result<(), St
 /// The most launches served as one batch (the scheduler may grant fewer at a time).
 const MAX_BATCH: usize = 64;
 
-/// `first` (launch `id` of `func` on `stream`) and the launches of the same function on the
-/// same stream the client has already queued right behind it, up to [`MAX_BATCH`]: served
-/// together, the compute scheduler admits and brackets them as batches
-/// ([`Session::launch_queued`]). The first other frame found is left in `ahead`.
+/// `first` (launch `id` on `stream`) and the asynchronous launches on the same stream the
+/// client has already queued right behind it, up to [`MAX_BATCH`]: served together, the
+/// compute scheduler admits and brackets them as batches ([`Session::launch_queued`]). The
+/// first other frame found is left in `ahead`.
 fn queued_launches(
     t: &mut dyn Transport,
     id: u64,
     first: Option<Request>,
-    func: FuncId,
     stream: StreamId,
     ahead: &mut Vec<u8>,
     have_ahead: &mut bool,
@@ -649,11 +648,9 @@ fn queued_launches(
             _ => None,
         });
         match next {
-            Some(Message::Request {
-                id,
-                no_reply: true,
-                op: op @ Request::LaunchKernel { func: f, stream: st, .. },
-            }) if f == func && st == stream => {
+            Some(Message::Request { id, no_reply: true, op: op @ Request::LaunchKernel { stream: st, .. } })
+                if st == stream =>
+            {
                 launches.extend(queued(id, op));
             }
             _ => {
@@ -668,8 +665,8 @@ fn queued_launches(
 /// A launch request as [`Session::launch_queued`] takes it.
 fn queued(id: u64, op: Request) -> Option<QueuedLaunch> {
     match op {
-        Request::LaunchKernel { grid, block, shared_mem_bytes, params, cooperative, .. } => {
-            Some(QueuedLaunch { id, grid, block, shared_mem_bytes, params: params.0, cooperative })
+        Request::LaunchKernel { func, grid, block, shared_mem_bytes, params, cooperative, .. } => {
+            Some(QueuedLaunch { id, func, grid, block, shared_mem_bytes, params: params.0, cooperative })
         }
         _ => None,
     }

@@ -323,42 +323,59 @@ fn unknown_tenant_waits_and_in_flight_is_bounded() {
     assert_eq!(granted, 2);
 }
 
-/// A batch of launches of one kind is granted as far as its estimate fits in `batch_ns`, counts as
-/// one kernel in flight, and teaches the estimate its average; a kind never measured, or a tenant
-/// outranked by a higher priority, gets one kernel at a time.
+/// A batch of launches is granted as far as its kernels' estimates fit in `batch_ns`, stopping
+/// before a kind never measured; it counts as one kernel in flight; its measured time is split
+/// between its kernels in proportion to their estimates, each kind learning its part. A tenant
+/// outranked by a higher priority gets one kernel at a time.
 #[test]
-fn batches_fit_their_estimate_and_count_each_kernel() {
+fn batches_fit_their_estimates_and_count_each_kernel() {
     let mut s = DeviceScheduler::new(Tuning::default());
     s.set_policy("a", policy(100, Mode::Limit, Priority::Normal), 0);
     s.set_policy("hi", policy(100, Mode::Limit, Priority::High), 0);
-    let grant = |s: &mut DeviceScheduler, kind: u64, want: u32, now: u64| {
+    let grant = |s: &mut DeviceScheduler, kinds: &[u64], now: u64| {
         s.want("a", now);
-        match s.try_grant_batch("a", 1, kind, want, now) {
+        match s.try_grant_batch("a", 1, kinds, now) {
             Decision::Grant { est, kernels, .. } => (est, kernels),
             d => panic!("{d:?}"),
         }
     };
-    let (est, kernels) = grant(&mut s, 7, 64, 0);
+    let figures = |s: &DeviceScheduler, now| {
+        let u = s.usage(now).into_iter().find(|u| u.tenant == "a").unwrap();
+        (u.kernels, u.charged_ns, u.inflight)
+    };
+    let (est, kernels) = grant(&mut s, &[7; 64], 0);
     assert_eq!(kernels, 1, "nothing measured yet");
-    s.complete_batch("a", 1, 7, 1, est, 2_000, 10);
-    let (est, kernels) = grant(&mut s, 7, 64, 20);
+    s.complete_batch("a", 1, &[7], est, 2_000, 10);
+    let (est, kernels) = grant(&mut s, &[7; 64], 20);
     assert_eq!((est, kernels), (100_000, 50), "2 us each, within 100 us");
-    assert_eq!(s.usage(20)[0].inflight, 1, "a batch is one kernel in flight");
+    assert_eq!(figures(&s, 20).2, 1, "a batch is one kernel in flight");
     // 50 kernels in 50 us: 1 us each from now on.
-    s.complete_batch("a", 1, 7, 50, est, 50_000, 30);
-    let u = s.usage(30).into_iter().find(|u| u.tenant == "a").unwrap();
-    assert_eq!((u.kernels, u.charged_ns, u.inflight), (51, 52_000, 0));
-    let (est, kernels) = grant(&mut s, 7, 64, 40);
-    // Smoothed: (3 x 2 us + 1 us) / 4 = 1.75 us each.
-    assert_eq!((est, kernels), (57 * 1_750, 57), "the estimate learned the batch's average");
-    s.complete_batch("a", 1, 7, kernels, est, 64_000, 50);
-    assert_eq!(grant(&mut s, 8, 64, 60).1, 1, "kind 8 was never measured");
-    s.abandon("a", 1, 0, 61);
+    s.complete_batch("a", 1, &[7; 50], est, 50_000, 30);
+    assert_eq!(figures(&s, 30), (51, 52_000, 0));
+    let (est, kernels) = grant(&mut s, &[7; 64], 40);
+    assert!(kernels == 64 && (64_000..=64_064).contains(&est), "learned 1 us each: {est} ns for {kernels}");
+    s.complete_batch("a", 1, &[7; 64], est, 64_000, 50);
+    // Kind 9 alone takes 3 us: pairs of 7 and 9 cost 4 us, 25 of them fit.
+    let (est, _) = grant(&mut s, &[9], 60);
+    s.complete_batch("a", 1, &[9], est, 3_000, 70);
+    let pairs: Vec<u64> = [7, 9].repeat(32);
+    let (est, kernels) = grant(&mut s, &pairs, 80);
+    assert_eq!(kernels, 50, "{est}");
+    // Twice the estimate: each kind's part doubles, the batch is charged exactly what it took.
+    let before = figures(&s, 80);
+    s.complete_batch("a", 1, &pairs[..50], est, 2 * est, 90);
+    let after = figures(&s, 90);
+    assert_eq!((after.0 - before.0, after.1 - before.1), (50, 2 * est));
+    let (est, kernels) = grant(&mut s, &[7, 9], 100);
+    assert!(kernels == 2 && (5_000..8_000).contains(&est), "both estimates grew toward 2 and 6 us: {est}");
+    s.complete_batch("a", 1, &[7, 9], est, est, 110);
+    assert_eq!(grant(&mut s, &[7, 7, 8, 7], 120).1, 2, "kind 8 was never measured");
+    s.abandon("a", 1, 0, 121);
     // A tenant of higher priority about: one kernel at a time again.
-    s.want("hi", 70);
-    let Decision::Grant { est: hi_est, .. } = s.try_grant("hi", 2, 0, 70) else { panic!("high takes over at once") };
-    s.complete("hi", 2, 0, hi_est, 1_000, 80);
-    assert_eq!(grant(&mut s, 7, 64, 90).1, 1, "outranked");
+    s.want("hi", 130);
+    let Decision::Grant { est: hi_est, .. } = s.try_grant("hi", 2, 0, 130) else { panic!("high takes over at once") };
+    s.complete("hi", 2, 0, hi_est, 1_000, 140);
+    assert_eq!(grant(&mut s, &[7; 64], 150).1, 1, "outranked");
 }
 
 #[test]
