@@ -215,7 +215,8 @@ impl Account {
         let ests: Vec<u64> = kinds.iter().map(|&k| self.estimate(k)).collect();
         let sum: u128 = ests.iter().map(|&e| u128::from(e)).sum();
         for (&kind, &e) in kinds.iter().zip(&ests) {
-            let part = if sum == 0 { ns / kinds.len() as u64 } else { (u128::from(ns) * u128::from(e) / sum) as u64 };
+            // Inside the loop, so `kinds` is not empty.
+            let part = (u128::from(ns) * u128::from(e)).checked_div(sum).map_or(ns / kinds.len() as u64, |p| p as u64);
             let smooth = |old: u64| if old == 0 { part } else { (old * 3 + part) / 4 };
             if self.estimates.len() < 1024 || self.estimates.contains_key(&kind) {
                 let e = self.estimates.entry(kind).or_insert(0);
