@@ -246,21 +246,32 @@ impl Conn {
         matches!(self.t, Link::Shm(_))
     }
 
-    fn send(&mut self, op: Request, no_reply: bool) -> R<u64> {
-        // A request that waits for nothing may wait in the write queue.
-        self.send_frame(op, no_reply, no_reply)
-    }
-
     /// Encodes and sends `op`; `defer` lets it wait in the transport's write queue (it goes
     /// out with the next write or wait, at the latest).
     fn send_frame(&mut self, op: Request, no_reply: bool, defer: bool) -> R<u64> {
+        self.send_frame_keeping(op, no_reply, defer).0
+    }
+
+    /// [`Self::send_frame`], handing `op` back: to be sent again after a resume without a
+    /// copy of it kept for every call.
+    fn send_frame_keeping(&mut self, op: Request, no_reply: bool, defer: bool) -> (R<u64>, Request) {
         let replay = self.resume.is_some() && super::resume::replayable(&op);
-        self.send_encoded(
-            |id, out| Message::Request { id, no_reply, op }.encode_into(out),
+        let mut msg = Message::Request { id: 0, no_reply, op };
+        let sent = self.send_encoded(
+            |id, out| {
+                if let Message::Request { id: at, .. } = &mut msg {
+                    *at = id;
+                }
+                msg.encode_into(out)
+            },
             &[],
             defer,
             (replay, !no_reply),
-        )
+        );
+        match msg {
+            Message::Request { op, .. } => (sent, op),
+            _ => unreachable!("built as a request above"),
+        }
     }
 
     /// Numbers a request, encodes it with `encode` into the reused frame buffer (no
@@ -316,8 +327,8 @@ impl Conn {
     /// Sends `op` and waits for its reply (an `Error` reply is returned as a reply).
     fn call_raw(&mut self, op: Request) -> R<Reply> {
         self.again_after_resume_with(op, |c, op| {
-            let id = c.send(op, false)?;
-            c.wait_reply(id)
+            let (sent, op) = c.send_frame_keeping(op, false, false);
+            (sent.and_then(|id| c.wait_reply(id)), Some(op))
         })
     }
 
@@ -510,7 +521,16 @@ impl Conn {
     /// Any request, sent without waiting for its reply: it runs in order with the others,
     /// and its failure is reported at the next sync point as an asynchronous one's is.
     fn post_any(&mut self, op: Request) -> R<()> {
-        self.again_after_resume_with(op, |c, op| c.posted_with(|c| c.send(op, true)))
+        self.again_after_resume_with(op, |c, op| {
+            let mut back = None;
+            let posted = c.posted_with(|c| {
+                // A request that waits for nothing may wait in the write queue.
+                let (sent, op) = c.send_frame_keeping(op, true, true);
+                back = Some(op);
+                sent
+            });
+            (posted, back)
+        })
     }
 
     /// Bookkeeping of a request sent without a reply by `send`: the flusher is woken for a
@@ -755,13 +775,20 @@ impl Conn {
         }
     }
 
-    /// [`Self::again_after_resume`] for `send` of one request: a clone of `op` is kept for
-    /// the second try only when the session can be resumed (no clone otherwise).
-    fn again_after_resume_with<T>(&mut self, op: Request, mut send: impl FnMut(&mut Self, Request) -> R<T>) -> R<T> {
-        let (mut again, mut op) = (self.resume.is_some().then(|| op.clone()), Some(op));
+    /// [`Self::again_after_resume`] for `send` of one request, which hands `op` back after
+    /// sending it (encoding reads it in place), for the second try: no copy of the request
+    /// per call, where there was one (with its parameter bytes) whenever the session could be
+    /// resumed.
+    fn again_after_resume_with<T>(
+        &mut self,
+        op: Request,
+        mut send: impl FnMut(&mut Self, Request) -> (R<T>, Option<Request>),
+    ) -> R<T> {
+        let mut op = Some(op);
         self.again_after_resume(|c| {
-            let op = op.take().or_else(|| again.take()).ok_or(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE)?;
-            send(c, op)
+            let (r, back) = send(c, op.take().ok_or(CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE)?);
+            op = back;
+            r
         })
     }
 
