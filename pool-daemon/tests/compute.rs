@@ -835,3 +835,56 @@ fn a_kernel_is_charged_its_own_time_not_the_streams_other_work() {
     let words = c.read_back(buf, 1024);
     assert!(words.chunks(4).all(|w| w == 0x600d_u32.to_le_bytes()), "the kernel did not run");
 }
+
+/// A session's cuCtxSynchronize waits for its own work, not for the other sessions of its tenant,
+/// which share the tenant's context on the device (a process's own context holds only its work).
+/// Session B of tenant `a` runs a 3 s kernel on a stream of its own; session A, of the same
+/// tenant, runs a 200 ms kernel on its own stream and calls cuCtxSynchronize: A's kernel is done
+/// when it returns, B's is still running (queried right after), and B's stream then ends it.
+#[test]
+fn a_context_synchronize_waits_for_its_own_session_not_its_tenants_others() {
+    use gpupool_protocol::{Reply, Request, StreamId};
+    let _s = serial();
+    let d = Daemon::start(Some(&config(&[("a", 100, "share", "normal")])));
+    let stream_of = |c: &mut common::Client, ctx| match c.call(Request::StreamCreate { ctx, flags: 1, priority: 0 }) {
+        Reply::Stream { stream } => stream,
+        r => panic!("{r:?}"),
+    };
+    let spin_on = |c: &mut common::Client, func, stream, ns: u64, counts: gpupool_protocol::DevicePtr| {
+        let mut params = ns.to_le_bytes().to_vec();
+        params.extend_from_slice(&counts.0.to_le_bytes());
+        c.send_async(Request::LaunchKernel {
+            func,
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_mem_bytes: 0,
+            stream,
+            params: gpupool_protocol::ops::KernelParams(params),
+            cooperative: false,
+        });
+    };
+    let ready = |c: &mut common::Client, stream: StreamId| match c.call(Request::StreamQuery { stream }) {
+        Reply::Ready { ready } => ready,
+        r => panic!("{r:?}"),
+    };
+    let (mut b, b_ctx, [b_spin, _]) = preempt_client(&d, "a");
+    let b_stream = stream_of(&mut b, b_ctx);
+    let b_counts = b.alloc(b_ctx, 4).unwrap();
+    spin_on(&mut b, b_spin, b_stream, 3_000_000_000, b_counts);
+    assert!(!ready(&mut b, b_stream), "B's 3 s kernel is queued: {:?}", b.async_errors);
+    let (mut a, a_ctx, [a_spin, _]) = preempt_client(&d, "a");
+    let a_stream = stream_of(&mut a, a_ctx);
+    let a_counts = a.alloc(a_ctx, 4).unwrap();
+    spin_on(&mut a, a_spin, a_stream, 200_000_000, a_counts);
+    let r = a.call(Request::CtxSynchronize { ctx: a_ctx });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert!(ready(&mut a, a_stream), "A's own kernel is done when its cuCtxSynchronize returns");
+    assert_eq!(a.read_back(a_counts, 4), 1u32.to_le_bytes(), "A's kernel ran once");
+    assert!(
+        !ready(&mut b, b_stream),
+        "A's cuCtxSynchronize waited for B's 3 s kernel, work of another session of its tenant"
+    );
+    let r = b.call(Request::StreamSynchronize { stream: b_stream });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert_eq!(b.read_back(b_counts, 4), 1u32.to_le_bytes(), "B's kernel ran once");
+}

@@ -146,7 +146,21 @@ impl Serve for Session {
             return Ok(answer::Ok {});
         }
         self.enter(d)?;
-        call!(self.shared.cuda, cuCtxSynchronize())?;
+        // The tenant's context is shared by all its sessions on the device, so cuCtxSynchronize
+        // there would wait for every session's work (and, in a driver that walks the context's
+        // streams, cost as much as they have streams). A process's own context holds its own
+        // work: here, this session's streams and the default stream. Each is waited for; the
+        // first failure is the answer, as the driver reports the first stream's.
+        let mut first = Ok(());
+        let own = self.streams.values().filter(|(_, sd)| *sd == d).map(|(s, _)| *s);
+        for s in own.chain([Raw(std::ptr::null_mut())]) {
+            if let Err(e) = call!(self.shared.cuda, cuStreamSynchronize(s.0))
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first?;
         Ok(answer::Ok {})
     }
 
