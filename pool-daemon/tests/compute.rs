@@ -839,8 +839,9 @@ fn a_kernel_is_charged_its_own_time_not_the_streams_other_work() {
 /// A session's cuCtxSynchronize waits for its own work, not for the other sessions of its tenant,
 /// which share the tenant's context on the device (a process's own context holds only its work).
 /// Session B of tenant `a` runs a 3 s kernel on a stream of its own; session A, of the same
-/// tenant, runs a 200 ms kernel on its own stream and calls cuCtxSynchronize: A's kernel is done
-/// when it returns, B's is still running (queried right after), and B's stream then ends it.
+/// tenant, runs a 200 ms kernel on its own stream, destroys that stream (the kernel still runs)
+/// and calls cuCtxSynchronize: A's kernel is done when it returns, B's is still running (queried
+/// right after), and B's stream then ends it.
 #[test]
 fn a_context_synchronize_waits_for_its_own_session_not_its_tenants_others() {
     use gpupool_protocol::{Reply, Request, StreamId};
@@ -876,10 +877,13 @@ fn a_context_synchronize_waits_for_its_own_session_not_its_tenants_others() {
     let a_stream = stream_of(&mut a, a_ctx);
     let a_counts = a.alloc(a_ctx, 4).unwrap();
     spin_on(&mut a, a_spin, a_stream, 200_000_000, a_counts);
+    // Destroyed with the kernel queued: the kernel still runs, and A's sync waits for it.
+    let r = a.call(Request::StreamDestroy { stream: a_stream });
+    assert_eq!(common::code(&r), 0, "{r:?}");
     let r = a.call(Request::CtxSynchronize { ctx: a_ctx });
     assert_eq!(common::code(&r), 0, "{r:?}");
-    assert!(ready(&mut a, a_stream), "A's own kernel is done when its cuCtxSynchronize returns");
-    assert_eq!(a.read_back(a_counts, 4), 1u32.to_le_bytes(), "A's kernel ran once");
+    // The read goes through the default stream, which does not wait for a non-blocking stream.
+    assert_eq!(a.read_back(a_counts, 4), 1u32.to_le_bytes(), "A's kernel is done when its cuCtxSynchronize returns");
     assert!(
         !ready(&mut b, b_stream),
         "A's cuCtxSynchronize waited for B's 3 s kernel, work of another session of its tenant"

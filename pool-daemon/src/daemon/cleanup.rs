@@ -168,6 +168,11 @@ fn release(mut s: Session) -> (Freed, usize) {
     let regions = s.free_regions();
     // Leave no context of ours current on this (ending) thread, then let go of them.
     let _ = call!(shared.cuda, cuCtxSetCurrent(std::ptr::null_mut()));
+    for (d, e) in std::mem::take(&mut s.stream_tails) {
+        if let Some(tc) = s.tenant_ctxs.get(&d) {
+            tc.give_events(&[e]);
+        }
+    }
     for (d, tc) in std::mem::take(&mut s.tenant_ctxs) {
         shared.compute.leave(d, s.id);
         shared.release_ctx(tc);

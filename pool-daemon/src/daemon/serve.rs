@@ -160,6 +160,18 @@ impl Serve for Session {
                 first = Err(e);
             }
         }
+        // And what streams it destroyed still had queued.
+        let (tails, others): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.stream_tails).into_iter().partition(|t| t.0 == d);
+        self.stream_tails = others;
+        for (_, e) in tails {
+            if let Err(err) = call!(self.shared.cuda, cuEventSynchronize(e.0))
+                && first.is_ok()
+            {
+                first = Err(err);
+            }
+            self.tenant_ctxs[&d].give_events(&[e]);
+        }
         first?;
         Ok(answer::Ok {})
     }
@@ -671,6 +683,7 @@ impl Serve for Session {
             return Ok(answer::Ok {});
         }
         self.enter(d)?;
+        self.mark_stream_tail(d, s);
         call!(self.shared.cuda, cuStreamDestroy_v2(s.0))?;
         self.streams.remove(&stream);
         self.owner.remove(&Handle::Stream(stream));

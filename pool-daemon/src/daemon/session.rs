@@ -57,6 +57,10 @@ pub struct Session {
     /// Module globals: address → (size, module, device).
     pub globals: BTreeMap<u64, (u64, ModuleId, u32)>,
     pub streams: HashMap<StreamId, (Raw<CUstream>, u32)>,
+    /// An event after the last operation of each stream the session destroyed while work was
+    /// queued on it, by device: that work still runs, and the session's `cuCtxSynchronize`
+    /// waits for it as the driver's would (events of the tenant context's pool).
+    pub stream_tails: Vec<(u32, Raw<CUevent>)>,
     pub events: HashMap<EventId, (Raw<CUevent>, u32)>,
     pub modules: HashMap<ModuleId, (Raw<CUmodule>, u32)>,
     pub funcs: HashMap<FuncId, Func>,
@@ -137,6 +141,7 @@ impl Session {
             allocs: BTreeMap::new(),
             globals: BTreeMap::new(),
             streams: HashMap::new(),
+            stream_tails: Vec::new(),
             events: HashMap::new(),
             modules: HashMap::new(),
             funcs: HashMap::new(),

@@ -3,10 +3,37 @@
 use super::Raw;
 use super::dispatch::{Fail, NOT_READY, Result};
 use super::session::Session;
+use crate::call;
 use gpupool_protocol::EventId;
-use gpupool_shim::cuda::CUevent;
+use gpupool_shim::cuda::{CUevent, CUstream};
 
 impl Session {
+    /// Before stream `s` of device `d` (entered) is destroyed: marks its last operation with an
+    /// event if work is still queued on it ([`Session::stream_tails`]), and gives back the
+    /// marks of destroyed streams whose work has ended.
+    pub(super) fn mark_stream_tail(&mut self, d: u32, s: Raw<CUstream>) {
+        let Some(tc) = self.tenant_ctxs.get(&d).cloned() else { return };
+        let cuda = &self.shared.cuda;
+        let done = |e: Raw<CUevent>| !matches!(ready(call!(cuda, cuEventQuery(e.0))), Ok(false));
+        self.stream_tails.retain(|&(td, e)| {
+            let ended = td == d && done(e);
+            if ended {
+                tc.give_events(&[e]);
+            }
+            !ended
+        });
+        // A capturing stream runs nothing of what it records (and a query would end the capture).
+        if !self.capturing(s)
+            && matches!(ready(call!(cuda, cuStreamQuery(s.0))), Ok(false))
+            && let Ok(e) = tc.take_event(&self.shared)
+        {
+            match call!(cuda, cuEventRecord(e.0, s.0)) {
+                Ok(()) => self.stream_tails.push((d, e)),
+                Err(_) => tc.give_events(&[e]),
+            }
+        }
+    }
+
     pub(super) fn event(&self, id: EventId) -> Result<(Raw<CUevent>, u32)> {
         self.events.get(&id).copied().ok_or_else(|| Fail::invalid_handle("event", id.0))
     }
