@@ -49,8 +49,9 @@ impl Session {
                     continue;
                 }
             };
-            let run = queue.iter().take_while(|l| self.func(l.func).is_ok_and(|(_, fd)| fd == d)).count();
-            let run: Vec<QueuedLaunch> = queue.drain(..run).collect();
+            let n = queue.iter().take_while(|l| self.func(l.func).is_ok_and(|(_, fd)| fd == d)).count();
+            // Usually all of them: one device.
+            let run = if n == queue.len() { std::mem::take(&mut queue) } else { queue.drain(..n).collect() };
             done.extend(self.launch_on(d, stream, run));
         }
         done
@@ -60,7 +61,7 @@ impl Session {
     /// they are admitted, bracketed by events and charged in batches
     /// ([`super::compute::Compute::admit_batch`]): its cost per kernel (a grant, two event
     /// records, the monitor's wait and charge) is paid once per batch.
-    fn launch_on(&mut self, d: u32, stream: StreamId, launches: Vec<QueuedLaunch>) -> Vec<(u64, Result<()>)> {
+    fn launch_on(&mut self, d: u32, stream: StreamId, mut queue: VecDeque<QueuedLaunch>) -> Vec<(u64, Result<()>)> {
         let target = (|| {
             let (s, _) = self.stream(stream, Some(d))?;
             self.enter(d)?;
@@ -68,7 +69,7 @@ impl Session {
         })();
         let s = match target {
             Ok(s) => s,
-            Err(e) => return refuse_all(launches, &e),
+            Err(e) => return refuse_all(queue, &e),
         };
         let go = |l: QueuedLaunch| {
             let r = self.launch_now(l.func, l.grid, l.block, l.shared_mem_bytes, s, l.params, l.cooperative);
@@ -77,12 +78,11 @@ impl Session {
         // A launch into a capturing stream records a node and runs nothing: not scheduled.
         let shared = self.shared.clone();
         if !shared.compute.enabled || self.capturing(s) {
-            return launches.into_iter().map(go).collect();
+            return queue.into_iter().map(go).collect();
         }
         let tc = self.tenant_ctxs[&d].clone();
         let key = super::compute::Compute::stream_key(&tc, s);
-        let mut done = Vec::with_capacity(launches.len());
-        let mut queue = VecDeque::from(launches);
+        let mut done = Vec::with_capacity(queue.len());
         while !queue.is_empty() {
             let kinds: Vec<u64> = queue.iter().map(|l| l.func.0).collect();
             let grant = match shared.compute.admit_batch(&shared, d, &tc, self.id, &kinds, key, self.peer.as_ref()) {
@@ -92,12 +92,13 @@ impl Session {
                     break;
                 }
             };
-            let part: Vec<QueuedLaunch> = queue.drain(..(grant.kernels as usize).clamp(1, queue.len())).collect();
-            let ids: Vec<u64> = part.iter().map(|l| l.id).collect();
-            let mut results = Vec::with_capacity(part.len());
+            let granted = (grant.kernels as usize).clamp(1, queue.len());
+            let mut results = Vec::with_capacity(granted);
+            // Taken from the queue as they are launched: what a failed bracket never reached stays.
+            let mut part = queue.drain(..granted);
             let dispatched = shared.compute.dispatch_batch(&shared, d, &tc, self.id, s, grant, || {
-                let mut launched = Vec::with_capacity(part.len());
-                for l in part {
+                let mut launched = Vec::with_capacity(granted);
+                for l in part.by_ref() {
                     let kind = l.func.0;
                     let r = go(l);
                     if r.1.is_ok() {
@@ -115,7 +116,7 @@ impl Session {
                         r.1 = Err(e.clone());
                     }
                 }
-                results.extend(ids[results.len()..].iter().map(|&id| (id, Err(e.clone()))));
+                results.extend(refuse_all(part, &e));
             }
             done.extend(results);
         }
