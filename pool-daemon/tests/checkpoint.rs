@@ -180,6 +180,9 @@ fn a_running_session_is_checkpointed_and_continues() {
     assert_eq!(manifest["format"], "gpupool-checkpoint");
     assert_eq!(manifest["format_version"], 2);
     assert_eq!(manifest["generation"], 1);
+    // The client was told, before the reply to its next request, which requests the
+    // checkpoint had seen (so that it keeps only what came after them to replay).
+    assert_eq!(c.checkpoints, [manifest["last_request"].as_u64().unwrap()], "{manifest:#}");
     assert_eq!(manifest["session"], session_id);
     assert_eq!(manifest["tenant"], tenant.as_str());
     let allocs = manifest["allocations"].as_array().unwrap();
@@ -685,8 +688,9 @@ fn a_client_moves_over_tls_to_another_hosts_daemon_that_restored_its_checkpoint(
     cmd.args(["run", "--endpoint", &host_a, "--"]).arg(PyClient::python());
     cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/restore_client.py"));
     // Mostly reading back: host A most likely goes while a device-to-host copy is in flight,
-    // which is sent again after the resume as a single call is.
-    cmd.arg("--reads=200");
+    // which is sent again after the resume as a single call is. Every step also writes 2 MiB
+    // from the host, which the client keeps only because a checkpoint came before it.
+    cmd.args(["--reads=200", "--writes"]);
     cmd.env("GPUPOOL_TOKEN", TOKEN).env("GPUPOOL_CA", pki.join("ca.pem"));
     cmd.env("GPUPOOL_RECONNECT", "30").env("GPUPOOL_FAILOVER", &host_b);
     let err = work.join("client.err");
@@ -724,10 +728,10 @@ fn a_client_moves_over_tls_to_another_hosts_daemon_that_restored_its_checkpoint(
     let (status, lines) = c.finish(secs(120));
     eprintln!("the client exited {:.1} s into the test", started.elapsed().as_secs_f64());
     let s = story(&lines, &a, Some(&b));
-    // SUMMARY 2/2: every step and the 64 MiB read back at the end bit-identical to an
-    // uninterrupted run.
+    // SUMMARY 3/3: every step, the 64 MiB read back at the end and the last step's 2 MiB
+    // written bit-identical to an uninterrupted run.
     assert!(status.is_some_and(|st| st.success()), "{status:?}\n{s}");
-    assert!(lines.iter().any(|l| l == "SUMMARY 2/2"), "{s}");
+    assert!(lines.iter().any(|l| l == "SUMMARY 3/3"), "{s}");
     assert!(b.log().contains("session resumed by its client after a restore"), "{s}");
     let text = std::fs::read_to_string(&err).unwrap();
     let line = text

@@ -46,6 +46,8 @@ pub enum DecodeError {
     KindMismatch { kind: crate::frame::FrameKind, opcode: u16 },
     #[error("a bye frame must have request id 0 and an empty payload")]
     BadBye,
+    #[error("a checkpointed frame must have an empty payload")]
+    BadCheckpointed,
 }
 
 /// A value could not be encoded because it breaks a cap or a rule the decoder enforces.

@@ -22,7 +22,7 @@ use thiserror::Error;
 pub const MAGIC: [u8; 4] = *b"GPPL";
 /// The wire version. Bump it on any change to the header or to an operation's encoding;
 /// peers of different versions refuse each other at the first frame.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Size of the header in bytes (this version).
 pub const HEADER_LEN: usize = 24;
 /// The largest payload a frame may carry: 64 MiB. Bulk data normally travels through the
@@ -46,11 +46,15 @@ pub enum FrameKind {
     HelloReply = 5,
     /// Orderly goodbye, either direction: request id 0, empty payload.
     Bye = 6,
+    /// The daemon wrote a checkpoint of the session (version 4): the id is the last request
+    /// that checkpoint had seen, the payload is empty. Sent before the reply to any later
+    /// request, so a client may let go of what it kept to replay from before it.
+    Checkpointed = 7,
 }
 
 impl FrameKind {
-    pub const ALL: [FrameKind; 6] =
-        [Self::Request, Self::Reply, Self::AsyncError, Self::Hello, Self::HelloReply, Self::Bye];
+    pub const ALL: [FrameKind; 7] =
+        [Self::Request, Self::Reply, Self::AsyncError, Self::Hello, Self::HelloReply, Self::Bye, Self::Checkpointed];
 
     pub fn from_u16(v: u16) -> Option<Self> {
         Self::ALL.into_iter().find(|k| *k as u16 == v)

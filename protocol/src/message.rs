@@ -52,6 +52,11 @@ pub enum Message {
         message: String,
     },
     Bye,
+    /// The daemon wrote a checkpoint of the session that had seen the requests up to `seen`
+    /// ([`FrameKind::Checkpointed`]).
+    Checkpointed {
+        seen: u64,
+    },
 }
 
 impl Message {
@@ -63,12 +68,14 @@ impl Message {
             Message::Reply { .. } => FrameKind::Reply,
             Message::AsyncError { .. } => FrameKind::AsyncError,
             Message::Bye => FrameKind::Bye,
+            Message::Checkpointed { .. } => FrameKind::Checkpointed,
         }
     }
 
     pub fn request_id(&self) -> u64 {
         match self {
             Message::Request { id, .. } | Message::Reply { id, .. } | Message::AsyncError { id, .. } => *id,
+            Message::Checkpointed { seen } => *seen,
             Message::Bye => 0,
         }
     }
@@ -108,7 +115,7 @@ impl Message {
             Message::AsyncError { code, message, .. } => {
                 Reply::Error { code: *code, message: message.clone() }.encode_payload(out)?
             }
-            Message::Bye => {}
+            Message::Bye | Message::Checkpointed { .. } => {}
         }
         let payload_len = out.len() - start - HEADER_LEN;
         if payload_len > MAX_PAYLOAD as usize {
@@ -167,6 +174,12 @@ impl Message {
                     return Err(DecodeError::BadBye.into());
                 }
                 Message::Bye
+            }
+            FrameKind::Checkpointed => {
+                if !payload.is_empty() {
+                    return Err(DecodeError::BadCheckpointed.into());
+                }
+                Message::Checkpointed { seen: id }
             }
         };
         Ok(msg)

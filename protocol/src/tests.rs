@@ -29,6 +29,7 @@ fn sample_message(seed: u64) -> Message {
             Reply::Error { code, message } => Message::AsyncError { id, code, message },
             _ => unreachable!(),
         },
+        7 if g.next() & 1 == 1 => Message::Checkpointed { seen: id },
         _ => Message::Bye,
     }
 }

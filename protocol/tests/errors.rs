@@ -46,7 +46,7 @@ fn header_errors_are_typed() {
     b[6] = 32;
     assert_eq!(frame_err(&b), FrameError::BadHeaderLen { expected: 24, found: 32 });
 
-    for kind in [0u16, 7, 0xffff] {
+    for kind in [0u16, 8, 0xffff] {
         let mut b = good.clone();
         b[8..10].copy_from_slice(&kind.to_le_bytes());
         assert_eq!(frame_err(&b), FrameError::UnknownKind(kind));
@@ -112,6 +112,10 @@ fn payload_errors_are_typed() {
     let mut b = Message::Bye.encode().unwrap();
     b[16] = 1;
     assert_eq!(payload_err(&b), DecodeError::BadBye);
+    // A checkpoint notice is empty too.
+    let mut b = Message::Reply { id: 1, op: Reply::Ok {} }.encode().unwrap();
+    b[8] = FrameKind::Checkpointed as u8;
+    assert_eq!(payload_err(&b), DecodeError::BadCheckpointed);
 
     // NO_REPLY on a synchronous request.
     let mut b = good.clone();

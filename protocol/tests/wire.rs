@@ -40,7 +40,11 @@ fn every_example_round_trips() {
         let bytes = msg.encode().unwrap();
         assert_eq!(Message::decode(&bytes), Ok((msg.clone(), bytes.len())), "{msg:?}");
     }
-    for msg in [Message::Bye, Message::AsyncError { id: 9, code: 700, message: "illegal address".into() }] {
+    for msg in [
+        Message::Bye,
+        Message::AsyncError { id: 9, code: 700, message: "illegal address".into() },
+        Message::Checkpointed { seen: 41 },
+    ] {
         let bytes = msg.encode().unwrap();
         assert_eq!(Message::decode(&bytes), Ok((msg, bytes.len())));
     }
@@ -109,7 +113,7 @@ fn golden_bytes() {
     };
     let expected: Vec<u8> = [
         &b"GPPL"[..],
-        &[3, 0],        // version
+        &[4, 0],        // version
         &[24, 0],       // header length
         &[1, 0],        // kind: request
         &[0, 0],        // flags

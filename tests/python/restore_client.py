@@ -9,7 +9,9 @@ after the step in which a line `stop` arrives on stdin; then it reads all 64 MiB
 `--alloc`, every step also allocates and frees 1 MiB, which cannot be replayed after a restore.
 With `--reads=N`, every step reads the buffer back N - 1 more times after its `STEP` line (each
 read checked), so that a daemon killed when the test sees that line most likely goes during a
-device-to-host copy.
+device-to-host copy. With `--writes`, every step also copies 2 MiB from the host into a buffer
+of its own (bytes that differ from step to step), and the end checks that buffer holds the last
+step's bytes: over the network such copies are replayed from the bytes the client kept.
 A CUDA error ends it with `ERROR <code>` and exit status 3. Between
 READY and stop the test checkpoints the session, SIGKILLs the daemon and starts it again with
 --restore: the client must not notice beyond the pause. Prints PASS/FAIL lines and
@@ -26,6 +28,7 @@ from cuda.bindings import driver as cu
 BIG = 64 << 20
 READS = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--reads=")), 1)
 WORDS = 4096
+ASIDE = 2 << 20
 PATTERN = 0x6B000000
 STEP_PTX = b"""
 .version 8.0
@@ -96,6 +99,9 @@ def main():
     work = check(cu.cuMemAlloc(WORDS * 4))
     host = np.arange(WORDS, dtype=np.uint32) * np.uint32(2654435761)
     check(cu.cuMemcpyHtoD(work, host.ctypes.data, host.nbytes))
+    writes = "--writes" in sys.argv
+    aside_bytes = np.random.default_rng(24).integers(0, 256, ASIDE, dtype=np.uint8)
+    aside = check(cu.cuMemAlloc(ASIDE)) if writes else None
     check(cu.cuCtxSynchronize())
     print("READY", flush=True)
 
@@ -111,6 +117,9 @@ def main():
         check(cu.cuCtxSynchronize())
         if "--alloc" in sys.argv:
             check(cu.cuMemFree(check(cu.cuMemAlloc(1 << 20))))
+        if writes:
+            np.bitwise_xor(aside_bytes, np.uint8(k & 0xFF), out=aside_bytes)
+            check(cu.cuMemcpyHtoD(aside, aside_bytes.ctypes.data, ASIDE))
         host = (host * np.uint32(1664525) + np.uint32(k)).astype(np.uint32)
         check(cu.cuMemcpyDtoH(back.ctypes.data, work, back.nbytes))
         if not np.array_equal(back, host):
@@ -133,6 +142,11 @@ def main():
     want = np.frombuffer(np.full(BIG // 4, PATTERN, dtype=np.uint32).tobytes(), dtype=np.uint8).copy()
     want[1 << 20 : 2 << 20] = rnd
     report("64 MiB bit-identical", np.array_equal(got, want), "the pattern differs")
+    if writes:
+        got = np.empty(ASIDE, dtype=np.uint8)
+        check(cu.cuMemcpyDtoH(got.ctypes.data, aside, ASIDE))
+        report("the last step's 2 MiB written", np.array_equal(got, aside_bytes), "the bytes differ")
+        check(cu.cuMemFree(aside))
     check(cu.cuMemFree(work))
     check(cu.cuMemFree(big))
     print(f"SUMMARY {passed}/{passed + failed}", flush=True)

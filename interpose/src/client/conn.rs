@@ -88,6 +88,17 @@ pub struct Conn {
     resume: Option<super::resume::Resume>,
 }
 
+/// What the resume journal keeps of a request sent ([`super::resume`]).
+#[derive(Clone, Copy)]
+struct Keep {
+    /// It can be sent again after a restore.
+    replay: bool,
+    /// It is answered.
+    reply: bool,
+    /// Its bulk bytes are left in the caller's memory until its reply ([`Conn::keep_tail`]).
+    tail_later: bool,
+}
+
 /// Every this many async posts, failure frames the daemon queued are collected, so a
 /// long run of failing async calls never fills the reply ring while nobody reads it.
 const DRAIN_EVERY: u32 = 64;
@@ -266,7 +277,7 @@ impl Conn {
             },
             &[],
             defer,
-            (replay, !no_reply),
+            Keep { replay, reply: !no_reply, tail_later: false },
         );
         match msg {
             Message::Request { op, .. } => (sent, op),
@@ -276,13 +287,14 @@ impl Conn {
 
     /// Numbers a request, encodes it with `encode` into the reused frame buffer (no
     /// allocation per call once it has grown) and sends it, followed by `tail` (a bulk
-    /// request's bytes, sent from the caller's memory) if there is one.
+    /// request's bytes, sent from the caller's memory) if there is one; `keep` says what the
+    /// resume journal keeps of it.
     fn send_encoded(
         &mut self,
         encode: impl FnOnce(u64, &mut Vec<u8>) -> Result<usize, EncodeError>,
         tail: &[u8],
         defer: bool,
-        (replay, reply): (bool, bool),
+        keep: Keep,
     ) -> R<u64> {
         let id = self.next_id;
         self.next_id += 1;
@@ -301,7 +313,12 @@ impl Conn {
                     (false, _) => t.send_parts(&[&frame, tail], defer),
                 };
                 if let Some(j) = &mut self.resume {
-                    j.record(id, &[&frame, tail], replay, reply);
+                    let Keep { replay, reply, tail_later } = keep;
+                    if tail_later {
+                        j.record_head(id, &[&frame], tail.len(), replay, reply);
+                    } else {
+                        j.record(id, &[&frame, tail], replay, reply);
+                    }
                 }
                 r.map(|()| id).map_err(|e| self.fail(&format!("sending to {}: {e}", self.endpoint)))
             }
@@ -313,15 +330,26 @@ impl Conn {
     }
 
     /// Sends a bulk request ([`bulk`]): its head, then `data` straight from the caller's
-    /// memory.
+    /// memory. A host-to-device copy's reply must be awaited while `data` is still there, and
+    /// `data` then given to [`Self::keep_tail`]: the journal copies it only if a checkpoint
+    /// may need it.
     fn send_bulk(&mut self, b: Bulk, no_reply: bool, data: &[u8], defer: bool) -> R<u64> {
         let replay = matches!(b, Bulk::HtoD { .. } | Bulk::StagingWrite { .. });
+        let tail_later = matches!(b, Bulk::HtoD { .. }) && !no_reply;
         self.send_encoded(
             |id, out| bulk::encode_head(id, no_reply, b, data.len(), out),
             data,
             defer,
-            (replay, !no_reply),
+            Keep { replay, reply: !no_reply, tail_later },
         )
+    }
+
+    /// Request `id`, answered, was a bulk copy sent with `tail` as its bytes: the resume
+    /// journal takes a copy of them if it still holds the request ([`super::resume::Resume::keep_tail`]).
+    fn keep_tail(&mut self, id: u64, tail: &[u8]) {
+        if let Some(j) = &mut self.resume {
+            j.keep_tail(id, tail);
+        }
     }
 
     /// Sends `op` and waits for its reply (an `Error` reply is returned as a reply).
@@ -385,6 +413,7 @@ impl Conn {
                             ));
                             // A later reconnect looks here first.
                             j.ep = ep;
+                            j.resumed_from(last_request);
                             self.resume = Some(j);
                             return Ok(());
                         }
@@ -451,6 +480,14 @@ impl Conn {
         }
     }
 
+    /// The daemon answered request `id` (so it served every one before it): the journal lets go
+    /// of what no checkpoint can need.
+    fn served(&mut self, id: u64) {
+        if let Some(j) = &mut self.resume {
+            j.served(id);
+        }
+    }
+
     /// Marks the connection broken (sticky) and returns the code every call now gets.
     fn fail(&mut self, why: &str) -> CUresult {
         if !self.broken && self.resume.is_none() {
@@ -466,11 +503,20 @@ impl Conn {
     /// next sync point (`None`).
     fn handle_frame(&mut self, want: Option<u64>) -> R<Option<Reply>> {
         match Message::decode(&self.buf) {
-            Ok((Message::Reply { id, op }, _)) if Some(id) == want => Ok(Some(op)),
-            Ok((Message::Reply { .. }, _)) => Ok(None),
-            Ok((Message::AsyncError { code, message, .. }, _)) => {
+            Ok((Message::Reply { id, op }, _)) => {
+                self.served(id);
+                Ok((Some(id) == want).then_some(op))
+            }
+            Ok((Message::AsyncError { id, code, message }, _)) => {
+                self.served(id);
                 log(&format!("asynchronous failure {code}: {message}"));
                 self.pending.get_or_insert(CUresult(code));
+                Ok(None)
+            }
+            Ok((Message::Checkpointed { seen }, _)) => {
+                if let Some(j) = &mut self.resume {
+                    j.checkpointed(seen);
+                }
                 Ok(None)
             }
             Ok((Message::Bye, _)) => Err(self.fail("the daemon said goodbye")),
@@ -689,16 +735,18 @@ impl Conn {
         let mut first_err = None;
         for (i, part) in src.chunks(chunk).enumerate() {
             if in_flight.len() == window {
-                let id = in_flight.pop_front().expect("a full window");
+                let (id, sent) = in_flight.pop_front().expect("a full window");
                 self.expect_ok(id, &mut first_err)?;
+                self.keep_tail(id, sent);
             }
             if first_err.is_some() {
                 break;
             }
-            in_flight.push_back(send(self, i, part)?);
+            in_flight.push_back((send(self, i, part)?, part));
         }
-        for id in in_flight {
+        for (id, sent) in in_flight {
             self.expect_ok(id, &mut first_err)?;
+            self.keep_tail(id, sent);
         }
         self.first_or_pending(first_err)
     }
@@ -828,6 +876,9 @@ impl Conn {
                 && v.id == id
                 && v.bulk == Bulk::Bytes
             {
+                if let Some(j) = &mut self.resume {
+                    j.served(id);
+                }
                 if v.data.len() != dst.len() {
                     return Ok(false);
                 }

@@ -110,6 +110,8 @@ struct Entry {
     id: u64,
     /// None: a request that cannot be replayed.
     frame: Option<Vec<u8>>,
+    /// Bytes of the frame's tail still in the caller's memory ([`Resume::record_head`]).
+    missing: usize,
     reply: bool,
 }
 
@@ -126,18 +128,42 @@ pub struct Resume {
     /// Buffers of frames the journal let go, reused for the next ones: a fresh allocation
     /// per host-to-device chunk (megabytes) cost page faults and zeroing on every copy.
     spare: Vec<Vec<u8>>,
-    /// Requests up to this id are not in the journal (sent before it began, or dropped for room).
+    /// Requests up to this id are not in the journal (sent before it began, dropped for room,
+    /// or let go because no checkpoint can need them).
     floor: u64,
+    /// The last request the newest checkpoint the daemon told of had seen (or the one this
+    /// session was last resumed from): a restore replays from there, so what came after it is
+    /// kept; None: no checkpoint yet, so nothing answered can be needed.
+    checkpoint: Option<u64>,
 }
 
 impl Resume {
     /// `sent`: the id of the last request already sent (none of them journaled).
     pub fn new(ep: Endpoint, session: u64, secret: [u8; 16], bound: Duration, sent: u64) -> Resume {
-        Resume { ep, session, secret, bound, journal: VecDeque::new(), bytes: 0, spare: Vec::new(), floor: sent }
+        Resume {
+            ep,
+            session,
+            secret,
+            bound,
+            journal: VecDeque::new(),
+            bytes: 0,
+            spare: Vec::new(),
+            floor: sent,
+            checkpoint: None,
+        }
     }
 
     /// Request `id` was sent as `parts` (its frame, and a bulk request's bytes).
     pub fn record(&mut self, id: u64, parts: &[&[u8]], replayable: bool, reply: bool) {
+        self.record_head(id, parts, 0, replayable, reply);
+    }
+
+    /// [`Self::record`] of a request whose last `later` bytes are not copied now: its caller
+    /// waits for the reply with the bytes still in its memory, and gives them
+    /// ([`Self::keep_tail`]) only if the journal still needs them then. A copy answered before
+    /// any checkpoint never is, so the copy into the journal is saved (benches/README.md,
+    /// "Issue 24").
+    pub fn record_head(&mut self, id: u64, parts: &[&[u8]], later: usize, replayable: bool, reply: bool) {
         if !replayable {
             // What came before the previous unreplayable request can never be needed again.
             if let Some(i) = self.journal.iter().rposition(|e| e.frame.is_none()) {
@@ -145,10 +171,10 @@ impl Resume {
                     self.drop_oldest();
                 }
             }
-            self.journal.push_back(Entry { id, frame: None, reply });
+            self.journal.push_back(Entry { id, frame: None, missing: 0, reply });
             return;
         }
-        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let len: usize = parts.iter().map(|p| p.len()).sum::<usize>() + later;
         if len > JOURNAL_BYTES {
             // It would push everything out, itself included: the same end without the copy.
             while !self.journal.is_empty() {
@@ -171,7 +197,49 @@ impl Resume {
             frame.extend_from_slice(p);
         }
         self.bytes += len;
-        self.journal.push_back(Entry { id, frame: Some(frame), reply });
+        self.journal.push_back(Entry { id, frame: Some(frame), missing: later, reply });
+    }
+
+    /// The bytes [`Self::record_head`] left out of request `id`'s frame, now answered: copied
+    /// if the journal still holds it (a checkpoint from before it was told of).
+    pub fn keep_tail(&mut self, id: u64, tail: &[u8]) {
+        let Ok(i) = self.journal.binary_search_by_key(&id, |e| e.id) else { return };
+        let e = &mut self.journal[i];
+        if let Some(f) = &mut e.frame
+            && e.missing == tail.len()
+            && e.missing > 0
+        {
+            f.extend_from_slice(tail);
+            e.missing = 0;
+        }
+    }
+
+    /// The reply (or asynchronous failure) of request `id` came: the daemon served every request
+    /// up to it, so a checkpoint it has not told of yet had seen at least that far.
+    pub fn served(&mut self, id: u64) {
+        self.let_go_through(self.checkpoint.map_or(id, |c| c.min(id)));
+    }
+
+    /// The daemon wrote a checkpoint that had seen the requests up to `seen`: a restore
+    /// replays what came after it; what came before is let go (a checkpoint older than the
+    /// newest told of cannot be caught up with).
+    pub fn checkpointed(&mut self, seen: u64) {
+        self.checkpoint = Some(seen);
+        self.let_go_through(seen);
+    }
+
+    /// Resumed from a checkpoint that had seen the requests up to `seen`: until the daemon tells
+    /// of a newer one, a second restore would be of the same checkpoint.
+    pub fn resumed_from(&mut self, seen: u64) {
+        self.checkpoint = Some(seen);
+    }
+
+    fn let_go_through(&mut self, id: u64) {
+        while self.journal.front().is_some_and(|e| e.id <= id) {
+            let e = self.journal.pop_front().expect("just seen");
+            self.release(e);
+        }
+        self.floor = self.floor.max(id);
     }
 
     /// Lets the oldest request go: a checkpoint from before it can no longer be caught up with.
@@ -186,7 +254,7 @@ impl Resume {
     /// allocator's arena, already cheap), the spares together within the journal's cap.
     fn release(&mut self, e: Entry) {
         if let Some(f) = e.frame {
-            self.bytes -= f.len();
+            self.bytes -= f.len() + e.missing;
             let spare: usize = self.spare.iter().map(|b| b.capacity()).sum();
             if f.capacity() >= SPARE_MIN && spare + f.capacity() <= JOURNAL_BYTES {
                 self.spare.push(f);
@@ -215,6 +283,9 @@ impl Resume {
         let mut out = Vec::new();
         for e in self.journal.iter().filter(|e| e.id > last_request && e.id <= upto) {
             match &e.frame {
+                Some(_) if e.missing > 0 => {
+                    return Err(format!("request {} after the checkpoint was not kept whole", e.id));
+                }
                 Some(f) => out.push((f.as_slice(), e.reply)),
                 None => {
                     return Err(format!(
@@ -311,6 +382,62 @@ mod tests {
         r.record(8, &[&[8], &chunk], true, false);
         let lost = r.lost(7, 8).expect("request 8 is journaled");
         assert!(lost.len() == 1 && lost[0].0.len() == 1 + chunk.len() && lost[0].0[0] == 8 && !lost[0].1);
+    }
+
+    #[test]
+    fn what_no_checkpoint_can_need_is_let_go_when_answered() {
+        let mut r = resume();
+        for id in 3..=6 {
+            r.record(id, &[&[id as u8]], true, id == 5);
+        }
+        // No checkpoint told of: any later one has seen at least the request answered.
+        r.served(5);
+        assert_eq!(r.journal.iter().map(|e| e.id).collect::<Vec<_>>(), [6]);
+        assert_eq!(r.bytes, 1);
+        assert!(r.lost(4, 6).is_err_and(|e| e.contains("no longer journaled")));
+        assert_eq!(r.lost(5, 6).unwrap(), vec![(&[6u8][..], false)]);
+        // A checkpoint that had seen request 6: what comes after it is kept, answered or not.
+        r.checkpointed(6);
+        assert!(r.journal.is_empty() && r.bytes == 0);
+        for id in 7..=9 {
+            r.record(id, &[&[id as u8]], true, true);
+        }
+        r.served(9);
+        assert_eq!(r.lost(6, 9).unwrap().len(), 3);
+        // A newer checkpoint lets go of what it had seen; an older one can no longer be caught up with.
+        r.checkpointed(8);
+        assert_eq!(r.lost(8, 9).unwrap(), vec![(&[9u8][..], true)]);
+        assert!(r.lost(6, 9).is_err_and(|e| e.contains("no longer journaled")));
+        // Resumed from checkpoint 8: what was replayed stays until a newer checkpoint.
+        r.resumed_from(8);
+        r.served(9);
+        assert_eq!(r.lost(8, 9).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_copys_bytes_are_copied_into_the_journal_only_when_a_checkpoint_needs_them() {
+        let chunk = vec![5u8; 1 << 20];
+        let mut r = resume();
+        // Before any checkpoint: answered, let go, never copied.
+        r.record_head(3, &[&[3]], chunk.len(), true, true);
+        assert_eq!(r.bytes, 1 + chunk.len(), "the cap counts the bytes still to come");
+        r.served(3);
+        r.keep_tail(3, &chunk);
+        assert!(r.journal.is_empty() && r.bytes == 0);
+        // After a checkpoint: kept whole once answered.
+        r.checkpointed(3);
+        r.record_head(4, &[&[4]], chunk.len(), true, true);
+        r.record_head(5, &[&[5]], chunk.len(), true, true);
+        assert!(r.lost(3, 5).is_err_and(|e| e.contains("request 4 after the checkpoint was not kept whole")));
+        r.served(4);
+        r.keep_tail(4, &chunk);
+        r.keep_tail(5, &chunk[1..]);
+        assert!(r.lost(3, 5).is_err_and(|e| e.contains("request 5")), "a tail of another length is refused");
+        r.keep_tail(5, &chunk);
+        let lost = r.lost(3, 5).unwrap();
+        assert_eq!(lost.len(), 2);
+        assert!(lost.iter().zip([4u8, 5]).all(|((f, _), id)| f.len() == 1 + chunk.len() && f[0] == id));
+        assert_eq!(r.bytes, 2 * (1 + chunk.len()));
     }
 
     #[test]

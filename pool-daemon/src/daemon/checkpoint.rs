@@ -349,10 +349,13 @@ pub fn periodic_loop(shared: Arc<Shared>) {
 }
 
 /// Called by a session's thread between requests: writes a checkpoint asked of it, if any.
-pub fn at_call(s: &mut Session) {
+/// Returns the last request a checkpoint it wrote had seen, for the client's notice
+/// ([`gpupool_protocol::Message::Checkpointed`]).
+#[must_use = "the client is told of a checkpoint written"]
+pub fn at_call(s: &mut Session) -> Option<u64> {
     // Before every request: one load, no reference count touched (a shared cache line).
     if s.shared.checkpoints.any.load(Ordering::Acquire) == 0 {
-        return;
+        return None;
     }
     let shared = s.shared.clone();
     let p = &shared.checkpoints;
@@ -361,9 +364,10 @@ pub fn at_call(s: &mut Session) {
             j.running = true;
             (j.dir.clone(), j.periodic)
         }
-        _ => return,
+        _ => return None,
     };
     let t0 = Instant::now();
+    let seen = s.last_request;
     // Inside the eviction gate (issue 22): memory being evicted is waited for, and no eviction
     // unmaps the session's memory while it is copied.
     let res = match super::evict::gate(s) {
@@ -382,6 +386,7 @@ pub fn at_call(s: &mut Session) {
         Err(e) => tracing::warn!(session = s.id, dir = %dir.display(), "checkpoint failed: {e}"),
     }
     p.record(s.tenant(), periodic, t0.elapsed(), &res);
+    let written = res.is_ok();
     let mut jobs = p.jobs();
     if periodic {
         jobs.remove(&s.id);
@@ -391,6 +396,7 @@ pub fn at_call(s: &mut Session) {
     }
     drop(jobs);
     p.cv.notify_all();
+    written.then_some(seen)
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -498,7 +498,9 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             Ok(()) => {}
             Err(TransportError::Timeout) => {
                 // A quiet client's checkpoint is written here, within one poll.
-                super::checkpoint::at_call(s);
+                if let Err(why) = checkpoint_at_call(s, t, &mut out) {
+                    return why;
+                }
                 if s.shared.stopping() {
                     return "daemon shutting down".into();
                 }
@@ -540,7 +542,9 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
         };
         let name = kind.name();
         // A checkpoint asked of this session is written before the request is served.
-        super::checkpoint::at_call(s);
+        if let Err(why) = checkpoint_at_call(s, t, &mut out) {
+            return why;
+        }
         // What it may write, for the next incremental checkpoint (before serving: conservative).
         s.ckpt.note(op.as_ref(), view.as_ref());
         // Paused here while the tenant's memory is evicted (issue 22).
@@ -607,6 +611,16 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
         if let Err(why) = send(t, &mut out, msg) {
             return why;
         }
+    }
+}
+
+/// Writes a checkpoint asked of the session, if any ([`super::checkpoint::at_call`]), and tells
+/// the client, before the reply to its next request: it keeps what it sent since to replay
+/// on a daemon that restores this checkpoint, and lets go of what came before.
+fn checkpoint_at_call(s: &mut Session, t: &mut dyn Transport, out: &mut Vec<u8>) -> Result<(), String> {
+    match super::checkpoint::at_call(s) {
+        Some(seen) => send(t, out, Message::Checkpointed { seen }),
+        None => Ok(()),
     }
 }
 

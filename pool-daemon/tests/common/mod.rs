@@ -128,6 +128,8 @@ pub struct Client {
     next: u64,
     pub hello: Reply,
     pub async_errors: Vec<(u64, u32, String)>,
+    /// The daemon's checkpoint notices (`Message::Checkpointed`): the last request each had seen.
+    pub checkpoints: Vec<u64>,
 }
 
 pub fn hello(name: &str, memory_limit: Option<u64>) -> Request {
@@ -165,7 +167,7 @@ impl Client {
     pub fn connect_hello(socket: &Path, hello: Request) -> Result<Client, Reply> {
         let s = UnixStream::connect(socket).expect("connect");
         let t = ShmTransport::connect(s, WaitPolicy::default()).expect("shm connect");
-        let mut c = Client { t, next: 1, hello: Reply::Ok {}, async_errors: Vec::new() };
+        let mut c = Client { t, next: 1, hello: Reply::Ok {}, async_errors: Vec::new(), checkpoints: Vec::new() };
         let r = c.call(hello);
         match r {
             Reply::HelloReply { .. } | Reply::Resumed { .. } => {
@@ -185,6 +187,10 @@ impl Client {
             match Message::decode(&f).unwrap().0 {
                 Message::Reply { id: rid, op } if rid == id => return op,
                 Message::AsyncError { id, code, message } => self.async_errors.push((id, code, message)),
+                Message::Checkpointed { seen } => {
+                    assert!(seen < id, "a checkpoint told of before the reply to request {id} saw request {seen}");
+                    self.checkpoints.push(seen)
+                }
                 other => panic!("unexpected {other:?}"),
             }
         }
