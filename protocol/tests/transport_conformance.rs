@@ -386,3 +386,46 @@ fn net_large_frame_survives_a_timeout_midway() {
         assert_eq!(buf, b"end");
     });
 }
+
+/// A large frame of the length the caller expects is read with its head in the buffer and
+/// the rest in the caller's memory, over TLS and plain TCP, also when its head arrives in two
+/// pieces; frames of other lengths, large or small, come whole; the stream stays in step.
+#[test]
+fn net_large_frame_is_read_split_into_the_callers_memory() {
+    within(LIMIT * 2, || {
+        let (mut a, mut b) = tls_pair();
+        let big = frame(3, 900 << 10);
+        let (head_len, mut body) = (30, vec![0u8; big.len() - 30]);
+        let mut buf = Vec::new();
+        a.send_parts(&[&big[..head_len], &big[head_len..]], false).unwrap();
+        assert!(b.recv_split(&mut buf, head_len, &mut body).unwrap());
+        assert!(buf == big[..head_len] && body == big[head_len..]);
+        let other = frame(4, 700 << 10);
+        a.send(&other).unwrap();
+        a.send(b"small").unwrap();
+        assert!(!b.recv_split(&mut buf, head_len, &mut body).unwrap());
+        assert!(buf == other, "a large frame of another length, whole");
+        assert!(!b.recv_split(&mut buf, 2, &mut body[..3]).unwrap());
+        assert_eq!(buf, b"small");
+
+        use std::io::Write;
+        let (mut raw, s) = tcp_pair();
+        let mut t = NetTransport::plain(s, 1 << 20).unwrap();
+        let mut wire = (big.len() as u32).to_le_bytes().to_vec();
+        wire.extend_from_slice(&big);
+        wire.extend_from_slice(&3u32.to_le_bytes());
+        wire.extend_from_slice(b"end");
+        let writer = thread::spawn(move || {
+            raw.write_all(&wire[..14]).unwrap();
+            thread::sleep(Duration::from_millis(20));
+            raw.write_all(&wire[14..]).unwrap();
+            raw
+        });
+        body.fill(0);
+        assert!(t.recv_split(&mut buf, head_len, &mut body).unwrap());
+        assert!(buf == big[..head_len] && body == big[head_len..], "the head in two pieces");
+        t.recv_into(&mut buf, Some(LIMIT)).unwrap();
+        assert_eq!(buf, b"end");
+        drop(writer.join().unwrap());
+    });
+}

@@ -144,6 +144,16 @@ pub trait Transport: Send {
         }
     }
 
+    /// Receives the next frame as [`Self::recv_into`] with no timeout, except that a frame of
+    /// exactly `head_len + body.len()` bytes may come split (true): its first `head_len` bytes
+    /// in `buf`, the rest straight in `body`, never passing through a buffer of ours (a large
+    /// copy's bytes over a stream, read where the caller wants them). False: the whole frame
+    /// is in `buf` (the default never splits).
+    fn recv_split(&mut self, buf: &mut Vec<u8>, head_len: usize, body: &mut [u8]) -> Result<bool, TransportError> {
+        let _ = (head_len, body);
+        self.recv_into(buf, None).map(|()| false)
+    }
+
     /// [`Self::recv_into`] into a new vector.
     fn recv(&mut self, timeout: Option<Duration>) -> Result<Vec<u8>, TransportError> {
         let mut buf = Vec::new();

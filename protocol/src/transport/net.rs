@@ -444,28 +444,11 @@ impl Transport for NetTransport {
     }
 
     fn recv_into(&mut self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<(), TransportError> {
-        if self.closed {
-            return Err(TransportError::Closed);
-        }
-        // A reply may depend on what is still queued here.
-        self.flush_queue()?;
-        let deadline = timeout.map(|t| Instant::now() + t);
-        loop {
-            if self.take_buffered(buf)? {
-                return Ok(());
-            }
-            if self.eof {
-                return Err(TransportError::PeerGone);
-            }
-            if let Some((_, len)) = self.partial_len()
-                && len > READ_CHUNK
-            {
-                return if self.recv_large(buf, len, deadline)? { Ok(()) } else { Err(TransportError::Timeout) };
-            }
-            if !self.fill(deadline)? {
-                return Err(TransportError::Timeout);
-            }
-        }
+        self.recv_frame(buf, timeout.map(|t| Instant::now() + t), None).map(|_| ())
+    }
+
+    fn recv_split(&mut self, buf: &mut Vec<u8>, head_len: usize, body: &mut [u8]) -> Result<bool, TransportError> {
+        self.recv_frame(buf, None, Some((head_len, body)))
     }
 
     fn max_frame_len(&self) -> usize {
@@ -492,6 +475,77 @@ impl Transport for NetTransport {
 }
 
 impl NetTransport {
+    /// [`Transport::recv_into`], and with `split` [`Transport::recv_split`] (never with a
+    /// deadline: a split frame cannot be put back).
+    fn recv_frame(
+        &mut self,
+        buf: &mut Vec<u8>,
+        deadline: Option<Instant>,
+        split: Option<(usize, &mut [u8])>,
+    ) -> Result<bool, TransportError> {
+        if self.closed {
+            return Err(TransportError::Closed);
+        }
+        // A reply may depend on what is still queued here.
+        self.flush_queue()?;
+        loop {
+            if self.take_buffered(buf)? {
+                return Ok(false);
+            }
+            if self.eof {
+                return Err(TransportError::PeerGone);
+            }
+            if let Some((_, len)) = self.partial_len()
+                && len > READ_CHUNK
+            {
+                if let Some((head_len, body)) = split
+                    && deadline.is_none()
+                    && head_len.checked_add(body.len()) == Some(len)
+                {
+                    self.recv_large_split(buf, head_len, body)?;
+                    return Ok(true);
+                }
+                return if self.recv_large(buf, len, deadline)? { Ok(false) } else { Err(TransportError::Timeout) };
+            }
+            if !self.fill(deadline)? {
+                return Err(TransportError::Timeout);
+            }
+        }
+    }
+
+    /// [`Self::recv_large`] of a frame of `head_len + body.len()` bytes, its head into `head`
+    /// and the rest into `body`, waiting as long as it takes.
+    fn recv_large_split(&mut self, head: &mut Vec<u8>, head_len: usize, body: &mut [u8]) -> Result<(), TransportError> {
+        let at = self.start + 4;
+        let have = self.end - at;
+        let in_head = have.min(head_len);
+        head.clear();
+        head.extend_from_slice(&self.rbuf[at..at + in_head]);
+        head.resize(head_len, 0);
+        // Less than the whole frame is buffered (it is larger than the buffer's chunk).
+        let in_body = have - in_head;
+        body[..in_body].copy_from_slice(&self.rbuf[at + in_head..self.end]);
+        (self.start, self.end) = (0, 0);
+        self.read_exactly(&mut head[in_head..])?;
+        self.read_exactly(&mut body[in_body..])
+    }
+
+    /// Reads exactly `dst.len()` bytes of plaintext into `dst`, waiting as long as it takes.
+    fn read_exactly(&mut self, dst: &mut [u8]) -> Result<(), TransportError> {
+        let mut got = 0;
+        while got < dst.len() {
+            match read_some(&self.sock, &mut self.tls, &mut self.cipher, &mut dst[got..], None)? {
+                Some(0) => {
+                    self.eof = true;
+                    return Err(TransportError::PeerGone);
+                }
+                Some(n) => got += n,
+                None => return Err(TransportError::Corrupt("a read without a deadline timed out".into())),
+            }
+        }
+        Ok(())
+    }
+
     /// The announced length of a frame whose header has arrived but whose body has not.
     fn partial_len(&self) -> Option<(usize, usize)> {
         let have = &self.rbuf[self.start..self.end];
