@@ -71,7 +71,8 @@ impl Client {
             let f = self.t.recv(Some(Duration::from_secs(60))).map_err(|e| format!("reply: {e}"))?;
             match Message::decode(&f).map_err(|e| e.to_string())?.0 {
                 Message::Reply { id: rid, op } if rid == id => return Ok(op),
-                Message::Reply { .. } | Message::AsyncError { .. } => {}
+                // A checkpoint notice concerns a client that replays (libgpupool); this one does not.
+                Message::Reply { .. } | Message::AsyncError { .. } | Message::Checkpointed { .. } => {}
                 other => return Err(format!("unexpected {other:?}")),
             }
         }
