@@ -189,7 +189,7 @@ impl Session {
     }
 
     pub(super) fn npu_dtoh_inline(&mut self, d: u32, src: DevicePtr, len: u32) -> Result<answer::Bytes> {
-        let mut out = vec![0u8; len as usize];
+        let mut out = self.reply_buffer(len as usize);
         self.npu_copy(
             d,
             None,

@@ -438,7 +438,7 @@ impl Serve for Session {
             return self.npu_dtoh_inline(d, src, len);
         }
         self.enter(d)?;
-        let mut out = vec![0u8; len as usize];
+        let mut out = self.reply_buffer(len as usize);
         call!(self.shared.cuda, cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src.0, out.len()))?;
         Ok(answer::Bytes { data: InlineBytes(out) })
     }

@@ -103,9 +103,27 @@ pub struct Session {
     pub last_request: u64,
     next_handle: u64,
     pub current: Raw<CUcontext>,
+    /// The buffer of the last bulk device-to-host reply, sent and kept for the next one
+    /// ([`Session::reply_buffer`]).
+    reply_spare: Vec<u8>,
 }
 
 impl Session {
+    /// A buffer of `len` bytes for a device-to-host reply, every one of which the caller
+    /// overwrites before it is sent: the last bulk reply's buffer when there is one. A fresh
+    /// one per chunk cost a zeroing pass over it and its allocation (a megabyte of each per
+    /// chunk over the network).
+    pub(super) fn reply_buffer(&mut self, len: usize) -> Vec<u8> {
+        if len <= BULK_REPLY_MIN {
+            // Encoded into the reply frame, not handed back: the spare stays for bulk ones.
+            return vec![0; len];
+        }
+        let mut out = std::mem::take(&mut self.reply_spare);
+        // Only growth is zeroed: the bytes already there are this session's and overwritten.
+        out.resize(len, 0);
+        out
+    }
+
     pub fn next_handle(&mut self) -> u64 {
         self.next_handle += 1;
         self.next_handle
@@ -164,6 +182,7 @@ impl Session {
             secret,
             last_request: 0,
             next_handle: 0,
+            reply_spare: Vec::new(),
             current: Raw(std::ptr::null_mut()),
         }
     }
@@ -478,6 +497,8 @@ impl Session {
 /// Replies with more bytes than this are sent as a head and the bytes ([`bulk`]); below
 /// it, one copy into the reply buffer costs less than a second write.
 const BULK_REPLY_MIN: usize = 64 << 10;
+/// A bulk reply's buffer up to this size is kept for the session's next one.
+const REPLY_SPARE_MAX: usize = 16 << 20;
 
 /// Serves requests until the session ends; returns why it ended.
 fn serve(s: &mut Session, link: &mut Link) -> String {
@@ -592,7 +613,11 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
                 if let Err(e) = bulk::encode_head(id, false, Bulk::Bytes, data.0.len(), &mut out) {
                     return format!("cannot encode a reply: {e}");
                 }
-                match t.send_parts(&[&out, &data.0], false) {
+                let sent = t.send_parts(&[&out, &data.0], false);
+                if data.0.capacity() <= REPLY_SPARE_MAX {
+                    s.reply_spare = data.0;
+                }
+                match sent {
                     Ok(()) => continue,
                     Err(TransportError::PeerGone) => return "client gone (closed or died)".into(),
                     Err(e) => return format!("transport failed: {e}"),
