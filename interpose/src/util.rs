@@ -64,3 +64,9 @@ pub fn host_bytes_mut<'a>(p: *mut std::os::raw::c_void, n: usize) -> R<&'a mut [
     // nothing else accesses during the call.
     Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), n) })
 }
+
+/// A map by handle on a call's path (every launch looks up its function, stream and context):
+/// foldhash, several times faster than std's SipHash for integer keys, which were a twelfth of
+/// a forwarded launch's client time (benches/README.md, "Issue 24"). The keys are handles and
+/// addresses, not input chosen to collide, and the hasher is seeded per process all the same.
+pub type HandleMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;

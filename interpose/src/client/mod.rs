@@ -57,13 +57,13 @@ pub struct Client {
 /// What this process holds, by the handle values the application sees.
 #[derive(Default)]
 pub struct Registry {
-    pub ctxs: HashMap<u64, CtxInfo>,
+    pub ctxs: crate::util::HandleMap<u64, CtxInfo>,
     /// Per device ordinal: the primary context's handle and its retain count.
     pub primary: HashMap<u32, (u64, u32, u32)>,
-    pub streams: HashMap<u64, StreamInfo>,
-    pub events: HashMap<u64, EventInfo>,
-    pub modules: HashMap<u64, ModuleInfo>,
-    pub funcs: HashMap<u64, FuncInfo>,
+    pub streams: crate::util::HandleMap<u64, StreamInfo>,
+    pub events: crate::util::HandleMap<u64, EventInfo>,
+    pub modules: crate::util::HandleMap<u64, ModuleInfo>,
+    pub funcs: crate::util::HandleMap<u64, FuncInfo>,
     /// Device allocations: (endpoint, base) -> (size, context handle). Daemons on
     /// different hosts may hand out the same addresses; a pointer means the allocation of
     /// the endpoint whose context it is used in.
@@ -75,7 +75,7 @@ pub struct Registry {
     /// Page-locked host allocations (local): base -> (size, flags).
     pub host: BTreeMap<usize, (usize, u32)>,
     /// Per-thread default streams, per (thread, context handle).
-    pub per_thread: HashMap<(std::thread::ThreadId, u64), gpupool_protocol::StreamId>,
+    pub per_thread: crate::util::HandleMap<(std::thread::ThreadId, u64), gpupool_protocol::StreamId>,
     /// Host ranges registered with cuMemHostRegister: base -> size.
     pub registered: HashMap<usize, usize>,
     /// Page-locked allocations: base -> (the daemon's region id where the memory is

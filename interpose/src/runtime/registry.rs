@@ -58,13 +58,13 @@ struct Var {
 #[derive(Default)]
 struct Registry {
     /// By handle (the address of the slot we returned).
-    fatbins: HashMap<usize, Fatbin>,
+    fatbins: crate::util::HandleMap<usize, Fatbin>,
     /// By host stub address.
-    kernels: HashMap<usize, Kernel>,
+    kernels: crate::util::HandleMap<usize, Kernel>,
     /// By host shadow address.
     vars: HashMap<usize, Var>,
     /// (host stub, context) -> the function loaded there.
-    functions: HashMap<(usize, usize), CUfunction>,
+    functions: crate::util::HandleMap<(usize, usize), CUfunction>,
 }
 
 // SAFETY: the raw handles inside are numbers this library issued (never dereferenced
