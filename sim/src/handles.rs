@@ -39,12 +39,13 @@ pub enum Kind {
 pub struct Registry<T> {
     kind: Kind,
     next: AtomicU64,
-    live: RwLock<HashMap<u64, Arc<T>>>,
+    /// foldhash: every call looks its handles up here, and SipHash was most of the lookup.
+    live: RwLock<HashMap<u64, Arc<T>, foldhash::fast::RandomState>>,
 }
 
 impl<T> Registry<T> {
     pub fn new(kind: Kind) -> Self {
-        Registry { kind, next: AtomicU64::new(1), live: RwLock::new(HashMap::new()) }
+        Registry { kind, next: AtomicU64::new(1), live: RwLock::new(HashMap::default()) }
     }
 
     fn encode(&self, id: u64) -> u64 {

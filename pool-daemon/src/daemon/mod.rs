@@ -544,3 +544,9 @@ pub fn run(opts: Options) -> Result<()> {
     );
     listener::serve(shared, listeners, remote_listeners)
 }
+
+/// A session's map by handle on a request's path (every launch looks up its function and
+/// stream): foldhash, several times faster than std's SipHash for these integer keys. Keys are
+/// ids this daemon issued (a client's lookup of any other id only misses), and the hasher is
+/// seeded per process all the same.
+pub type HandleMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;

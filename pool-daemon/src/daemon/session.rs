@@ -51,19 +51,19 @@ pub struct Session {
     /// The tenant's context per device this session touched.
     pub tenant_ctxs: BTreeMap<u32, Arc<TenantCtx>>,
     /// Client-visible contexts → device.
-    pub ctxs: HashMap<CtxId, u32>,
+    pub ctxs: super::HandleMap<CtxId, u32>,
     pub primary: HashMap<u32, CtxId>,
     pub allocs: BTreeMap<u64, Alloc>,
     /// Module globals: address → (size, module, device).
     pub globals: BTreeMap<u64, (u64, ModuleId, u32)>,
-    pub streams: HashMap<StreamId, (Raw<CUstream>, u32)>,
+    pub streams: super::HandleMap<StreamId, (Raw<CUstream>, u32)>,
     /// An event after the last operation of each stream the session destroyed while work was
     /// queued on it, by device: that work still runs, and the session's `cuCtxSynchronize`
     /// waits for it as the driver's would (events of the tenant context's pool).
     pub stream_tails: Vec<(u32, Raw<CUevent>)>,
-    pub events: HashMap<EventId, (Raw<CUevent>, u32)>,
+    pub events: super::HandleMap<EventId, (Raw<CUevent>, u32)>,
     pub modules: HashMap<ModuleId, (Raw<CUmodule>, u32)>,
-    pub funcs: HashMap<FuncId, Func>,
+    pub funcs: super::HandleMap<FuncId, Func>,
     /// Client host-memory regions by id ([`super::regions`]).
     pub regions: HashMap<u64, super::regions::Region>,
     /// Allocations of the tenant's other sessions opened from IPC handles ([`super::ipc`]).
@@ -154,15 +154,15 @@ impl Session {
             cred,
             quota,
             tenant_ctxs: BTreeMap::new(),
-            ctxs: HashMap::new(),
+            ctxs: Default::default(),
             primary: HashMap::new(),
             allocs: BTreeMap::new(),
             globals: BTreeMap::new(),
-            streams: HashMap::new(),
+            streams: Default::default(),
             stream_tails: Vec::new(),
-            events: HashMap::new(),
+            events: Default::default(),
             modules: HashMap::new(),
-            funcs: HashMap::new(),
+            funcs: Default::default(),
             regions: HashMap::new(),
             ipc: Default::default(),
             owner: HashMap::new(),
