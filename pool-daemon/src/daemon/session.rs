@@ -497,8 +497,10 @@ impl Session {
 /// Replies with more bytes than this are sent as a head and the bytes ([`bulk`]); below
 /// it, one copy into the reply buffer costs less than a second write.
 const BULK_REPLY_MIN: usize = 64 << 10;
-/// A bulk reply's buffer up to this size is kept for the session's next one.
-const REPLY_SPARE_MAX: usize = 16 << 20;
+/// A bulk reply's buffer up to this size is kept for the session's next one: a network copy's
+/// chunk (1 MiB), so that an idle session holds at most that much (a larger one-off reply's
+/// buffer goes back to the allocator).
+const REPLY_SPARE_MAX: usize = 1 << 20;
 
 /// Serves requests until the session ends; returns why it ended.
 fn serve(s: &mut Session, link: &mut Link) -> String {
