@@ -7,6 +7,13 @@
 //! record out, then publishes `head` (Release). Each end keeps its own position locally
 //! and only reads the other's, checking it: a peer that scribbles on the indices gets
 //! `Corrupt`, never an out-of-bounds access.
+//!
+//! Each end also keeps the other's index as it last read it, and reads it again only when
+//! that copy has run out (no frame left before it, no room before it): the other end writes
+//! its index at every frame, so a read per frame is a cache line moving between cores per
+//! frame, where a pipeline of frames (asynchronous launches running ahead of the daemon)
+//! needs one per batch. A stale copy is safe: indices only grow, so it understates what
+//! was published and what was freed.
 
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
@@ -23,6 +30,12 @@ const REWIND: u32 = u32::MAX;
 /// How far into an empty ring the producer writes before going back to its start: 128
 /// connections' rings then stay within a few MiB, inside the last-level cache.
 const REWIND_AFTER: u64 = 16 << 10;
+/// While a rewind could be due but the consumer's head as last read says the ring is not
+/// empty, the producer reads it again only after writing this much more (at most a quarter
+/// of the distance at which rewinds begin): back-and-forth traffic then rewinds at most this
+/// much later than at the first chance, and a pipeline that keeps the ring busy (which never
+/// rewinds) reads the head once per ten or so launch frames instead of every one.
+const HEAD_REREAD: u64 = 1 << 10;
 
 /// The ring control block at `offset` of `map`; `offset` was validated at attach (inside
 /// the mapping, 64-byte aligned).
@@ -41,6 +54,11 @@ pub(crate) struct RingEnd {
     cap: u64,
     /// Our own position: `tail` for the producer, `head` for the consumer.
     pos: u64,
+    /// The other end's position as last read: `head` for the producer, `tail` for the
+    /// consumer. Never ahead of the real one.
+    peer: u64,
+    /// Producer: our position when `peer` was last read.
+    peer_read_at: u64,
 }
 
 impl RingEnd {
@@ -53,9 +71,13 @@ impl RingEnd {
             data_offset: ring.data_offset as usize,
             cap: ring.capacity,
             pos: 0,
+            peer: 0,
+            peer_read_at: 0,
         };
         let c = end.ctrl();
-        end.pos = if producer { c.tail.0.load(Ordering::Acquire) } else { c.head.0.load(Ordering::Acquire) };
+        let (tail, head) = (c.tail.0.load(Ordering::Acquire), c.head.0.load(Ordering::Acquire));
+        (end.pos, end.peer) = if producer { (tail, head) } else { (head, tail) };
+        end.peer_read_at = end.pos;
         end
     }
 
@@ -104,17 +126,25 @@ impl RingEnd {
 
     /// Producer: appends `frame` if it fits now. `frame.len() <= max_frame()`.
     pub(crate) fn try_push(&mut self, frame: &[u8]) -> Result<bool, TransportError> {
-        let c = self.ctrl();
-        let head = c.head.0.load(Ordering::Acquire);
-        let used = self.pos.wrapping_sub(head);
-        if used > self.cap {
-            return Err(TransportError::Corrupt(format!("ring head {head} is ahead of tail {}", self.pos)));
-        }
         let need = LEN + frame.len() as u64;
         let at = self.pos & (self.cap - 1);
-        if used == 0 && at >= self.cap.min(2 * REWIND_AFTER) / 2 && need <= at && at + LEN <= self.cap {
-            // Empty, past the first REWIND_AFTER bytes (or half the ring), and the frame fits
-            // before the write position: mark the rest of this lap skipped and write at the
+        let rewind_from = self.cap.min(2 * REWIND_AFTER) / 2;
+        let may_rewind = at >= rewind_from && need <= at && at + LEN <= self.cap;
+        let mut used = self.pos.wrapping_sub(self.peer);
+        if self.cap.saturating_sub(used) < need
+            || (may_rewind && used != 0 && self.pos.wrapping_sub(self.peer_read_at) >= HEAD_REREAD.min(rewind_from / 4))
+        {
+            let head = self.ctrl().head.0.load(Ordering::Acquire);
+            used = self.pos.wrapping_sub(head);
+            if used > self.cap {
+                return Err(TransportError::Corrupt(format!("ring head {head} is ahead of tail {}", self.pos)));
+            }
+            (self.peer, self.peer_read_at) = (head, self.pos);
+        }
+        if used == 0 && may_rewind {
+            // Empty (a head as last read that equals our position is the real one: it never
+            // passes us), past the first REWIND_AFTER bytes (or half the ring), and the frame
+            // fits before the write position: mark the rest of this lap skipped and write at the
             // ring's start. Back-and-forth traffic then keeps to the ring's first bytes instead
             // of walking through all of it, a fresh line per frame, which with many connections
             // is a miss to memory on both sides per frame. The marker and the frame do not
@@ -137,15 +167,18 @@ impl RingEnd {
 
     /// Consumer: takes the next frame into `buf` if there is one.
     pub(crate) fn try_pop(&mut self, buf: &mut Vec<u8>) -> Result<bool, TransportError> {
-        let c = self.ctrl();
-        let tail = c.tail.0.load(Ordering::Acquire);
         let len = loop {
-            let avail = tail.wrapping_sub(self.pos);
+            let mut avail = self.peer.wrapping_sub(self.pos);
             if avail == 0 {
-                return Ok(false);
+                // What was read last is used up: has the producer published more since?
+                self.peer = self.ctrl().tail.0.load(Ordering::Acquire);
+                avail = self.peer.wrapping_sub(self.pos);
+                if avail == 0 {
+                    return Ok(false);
+                }
             }
             if avail > self.cap || avail < LEN {
-                return Err(TransportError::Corrupt(format!("ring tail {tail} vs head {}", self.pos)));
+                return Err(TransportError::Corrupt(format!("ring tail {} vs head {}", self.peer, self.pos)));
             }
             let mut len = [0u8; 4];
             self.copy_out(self.pos, &mut len);
@@ -161,7 +194,7 @@ impl RingEnd {
             }
             self.pos = self.pos - at + self.cap;
         };
-        let avail = tail.wrapping_sub(self.pos);
+        let avail = self.peer.wrapping_sub(self.pos);
         if len > avail - LEN {
             return Err(TransportError::Corrupt(format!("frame length {len} > {} published bytes", avail - LEN)));
         }
