@@ -892,3 +892,114 @@ fn a_context_synchronize_waits_for_its_own_session_not_its_tenants_others() {
     assert_eq!(common::code(&r), 0, "{r:?}");
     assert_eq!(b.read_back(b_counts, 4), 1u32.to_le_bytes(), "B's kernel ran once");
 }
+
+/// Stream 0 of a session is its own, as a process's default stream is its own context's: the
+/// work the tenant's other sessions put on their stream 0 neither queues with it nor holds up
+/// its synchronizations. Session B of tenant `a` runs a 3 s kernel on stream 0; session A, of
+/// the same tenant, runs a 200 ms kernel on its stream 0: its `cuCtxSynchronize` and
+/// `cuStreamSynchronize(0)` return with A's kernel done and B's still running.
+#[test]
+fn a_sessions_default_stream_is_its_own_not_its_tenants() {
+    use gpupool_protocol::{Reply, Request, StreamId};
+    let _s = serial();
+    let d = Daemon::start(Some(&config(&[("a", 100, "share", "normal")])));
+    let ready = |c: &mut common::Client, stream: StreamId| match c.call(Request::StreamQuery { stream }) {
+        Reply::Ready { ready } => ready,
+        r => panic!("{r:?}"),
+    };
+    let (mut b, b_ctx, [b_spin, _]) = preempt_client(&d, "a");
+    let b_counts = b.alloc(b_ctx, 4).unwrap();
+    launch(&mut b, b_spin, 1, 3_000_000_000, b_counts.0);
+    assert!(!ready(&mut b, StreamId::NULL), "B's 3 s kernel is queued: {:?}", b.async_errors);
+    let (mut a, a_ctx, [a_spin, _]) = preempt_client(&d, "a");
+    let a_counts = a.alloc(a_ctx, 4).unwrap();
+    launch(&mut a, a_spin, 1, 200_000_000, a_counts.0);
+    let started = std::time::Instant::now();
+    let r = a.call(Request::CtxSynchronize { ctx: a_ctx });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert!(ready(&mut a, StreamId::NULL), "A's kernel is done when its cuCtxSynchronize returns");
+    assert_eq!(a.read_back(a_counts, 4), 1u32.to_le_bytes(), "A's kernel ran once");
+    launch(&mut a, a_spin, 1, 1_000_000, a_counts.0);
+    let r = a.call(Request::StreamSynchronize { stream: StreamId::NULL });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert_eq!(a.read_back(a_counts, 4), 2u32.to_le_bytes(), "A's second kernel ran");
+    assert!(
+        !ready(&mut b, StreamId::NULL),
+        "A's kernels queued behind B's 3 s kernel on one stream 0 (A waited {:?})",
+        started.elapsed()
+    );
+    let r = b.call(Request::StreamSynchronize { stream: StreamId::NULL });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert_eq!(b.read_back(b_counts, 4), 1u32.to_le_bytes(), "B's kernel ran once");
+}
+
+/// Within a session, stream 0 keeps the legacy stream's ordering: work on it waits for what the
+/// session's blocking streams queued before it, work on a blocking stream waits for what stream 0
+/// queued before it, a synchronous copy waits for both, and a non-blocking stream's work is
+/// waited for by none of them.
+#[test]
+fn a_sessions_default_stream_orders_against_its_blocking_streams_only() {
+    use gpupool_protocol::{Reply, Request, StreamId};
+    let _s = serial();
+    // Without the compute scheduler, whose admission of a kernel behind a 1.5 s one of the same
+    // tenant would hold the session up and hide the order the streams keep.
+    let d = Daemon::start_with(Some(&config(&[("a", 100, "share", "normal")])), &["--no-compute-scheduler"]);
+    let (mut a, ctx, [spin, _]) = preempt_client(&d, "a");
+    let mut stream_of = |flags| match a.call(Request::StreamCreate { ctx, flags, priority: 0 }) {
+        Reply::Stream { stream } => stream,
+        r => panic!("{r:?}"),
+    };
+    let (blocking, non_blocking) = (stream_of(0), stream_of(1));
+    let ready = |c: &mut common::Client, stream: StreamId| match c.call(Request::StreamQuery { stream }) {
+        Reply::Ready { ready } => ready,
+        r => panic!("{r:?}"),
+    };
+    let launch_on = |c: &mut common::Client, stream, ns: u64, counts: gpupool_protocol::DevicePtr| {
+        let mut params = ns.to_le_bytes().to_vec();
+        params.extend_from_slice(&counts.0.to_le_bytes());
+        c.send_async(Request::LaunchKernel {
+            func: spin,
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_mem_bytes: 0,
+            stream,
+            params: gpupool_protocol::ops::KernelParams(params),
+            cooperative: false,
+        });
+    };
+    let counts = a.alloc(ctx, 4).unwrap();
+    // A blocking stream's long kernel, then a short one on stream 0: the short one waits.
+    launch_on(&mut a, blocking, 1_500_000_000, counts);
+    launch_on(&mut a, StreamId::NULL, 1_000_000, counts);
+    launch_on(&mut a, non_blocking, 1_000_000, counts);
+    let r = a.call(Request::StreamSynchronize { stream: non_blocking });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert!(!ready(&mut a, StreamId::NULL), "stream 0's kernel did not wait for the blocking stream's");
+    let r = a.call(Request::StreamSynchronize { stream: StreamId::NULL });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert!(ready(&mut a, blocking), "stream 0's work ended before the blocking stream's it waited for");
+    assert_eq!(a.read_back(counts, 4), 3u32.to_le_bytes(), "the three kernels ran once each");
+    // Stream 0's long kernel, then a short one on the blocking stream: the short one waits.
+    launch_on(&mut a, StreamId::NULL, 1_500_000_000, counts);
+    launch_on(&mut a, blocking, 1_000_000, counts);
+    launch_on(&mut a, non_blocking, 1_000_000, counts);
+    let r = a.call(Request::StreamSynchronize { stream: non_blocking });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert!(!ready(&mut a, blocking), "the blocking stream's kernel did not wait for stream 0's");
+    let r = a.call(Request::CtxSynchronize { ctx });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert!(ready(&mut a, StreamId::NULL) && ready(&mut a, blocking), "cuCtxSynchronize left work running");
+    assert_eq!(a.read_back(counts, 4), 6u32.to_le_bytes(), "the six kernels ran once each");
+    // A synchronous copy waits for stream 0's and the blocking streams' work, not for a
+    // non-blocking stream's.
+    launch_on(&mut a, blocking, 300_000_000, counts);
+    assert_eq!(a.read_back(counts, 4), 7u32.to_le_bytes(), "the copy did not wait for the blocking stream");
+    launch_on(&mut a, StreamId::NULL, 300_000_000, counts);
+    assert_eq!(a.read_back(counts, 4), 8u32.to_le_bytes(), "the copy did not wait for stream 0");
+    launch_on(&mut a, non_blocking, 1_500_000_000, counts);
+    assert_eq!(a.read_back(counts, 4), 8u32.to_le_bytes(), "the copy waited for a non-blocking stream");
+    let r = a.call(Request::CtxSynchronize { ctx });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert_eq!(a.read_back(counts, 4), 9u32.to_le_bytes(), "the non-blocking stream's kernel ran");
+    assert!(a.async_errors.is_empty(), "{:?}", a.async_errors);
+}

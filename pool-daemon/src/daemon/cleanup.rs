@@ -67,10 +67,19 @@ impl Session {
         let streams: Vec<_> = self.streams.keys().copied().filter(|&k| mine(Handle::Stream(k))).collect();
         for k in streams {
             let (st, d) = self.streams.remove(&k).expect("listed");
+            self.legacy.forget(k);
             f.streams += 1;
             if self.is_npu(d) {
                 f.errors += usize::from(!self.npu_release_stream(st, d));
             } else if self.enter(d).is_ok() {
+                let _ = call!(cuda, cuStreamSynchronize(st.0));
+                note(call!(cuda, cuStreamDestroy_v2(st.0)), &mut f.errors);
+            }
+        }
+        // The session's default streams are its own, not a client context's: they go with it.
+        let defaults = if only.is_none() { self.legacy.clear() } else { Vec::new() };
+        for (d, st) in defaults {
+            if self.enter(d).is_ok() {
                 let _ = call!(cuda, cuStreamSynchronize(st.0));
                 note(call!(cuda, cuStreamDestroy_v2(st.0)), &mut f.errors);
             }

@@ -324,22 +324,44 @@ impl Session {
     /// the driver infers where each pointer lives); NULL is the default stream of
     /// `memory_device`, the device of the copy's memory.
     pub fn copy_stream(
-        &self,
+        &mut self,
         id: gpupool_protocol::StreamId,
         memory_device: u32,
     ) -> Result<(Raw<gpupool_shim::cuda::CUstream>, u32)> {
         self.stream(id, (id == gpupool_protocol::StreamId::NULL).then_some(memory_device))
     }
 
-    /// The stream's backend handle and device; NULL is the default stream of `device`.
+    /// The stream work is about to go to: its backend handle and device, ordered as the legacy
+    /// stream orders (see [`super::legacy`]). NULL is the session's default stream of `device`
+    /// (of its first device if none is named), made on first use.
     pub fn stream(
+        &mut self,
+        id: gpupool_protocol::StreamId,
+        device: Option<u32>,
+    ) -> Result<(Raw<gpupool_shim::cuda::CUstream>, u32)> {
+        let (s, d) = self.stream_ref(id, device)?;
+        if self.is_npu(d) {
+            return Ok((s, d));
+        }
+        self.enter(d)?;
+        let s = if id == gpupool_protocol::StreamId::NULL { self.default_stream(d)? } else { s };
+        self.order_for_work(id, s, d)?;
+        Ok((s, d))
+    }
+
+    /// As [`Self::stream`] for a call that queues no work (a query, a synchronization, a
+    /// capture's state): nothing is ordered or made. NULL is the session's default stream of
+    /// `device` if it was made, else the backend context's own legacy stream (which then holds
+    /// none of this session's work but synchronous copies, done when they returned).
+    pub fn stream_ref(
         &self,
         id: gpupool_protocol::StreamId,
         device: Option<u32>,
     ) -> Result<(Raw<gpupool_shim::cuda::CUstream>, u32)> {
         if id == gpupool_protocol::StreamId::NULL {
             let d = device.or_else(|| self.tenant_ctxs.keys().next().copied()).unwrap_or(0);
-            return Ok((Raw(std::ptr::null_mut()), d));
+            let s = self.legacy.stream_of(d).unwrap_or(Raw(std::ptr::null_mut()));
+            return Ok((s, d));
         }
         let &(s, d) = self.streams.get(&id).ok_or_else(|| Fail::invalid_handle("stream", id.0))?;
         if device.is_some_and(|want| want != d) {

@@ -157,7 +157,7 @@ impl Session {
     }
 
     pub(super) fn end_capture(&mut self, stream: StreamId) -> Result<answer::Graph> {
-        let (s, d) = self.stream(stream, None)?;
+        let (s, d) = self.stream_ref(stream, None)?;
         self.enter(d)?;
         let mut g: CUgraph = std::ptr::null_mut();
         let r = call!(self.shared.cuda, cuStreamEndCapture(s.0, &mut g));
@@ -294,7 +294,7 @@ impl Session {
     }
 
     pub(super) fn capture_info(&mut self, stream: StreamId) -> Result<answer::CaptureInfo> {
-        let (s, d) = self.stream(stream, None)?;
+        let (s, d) = self.stream_ref(stream, None)?;
         self.enter(d)?;
         let mut st = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         call!(self.shared.cuda, cuStreamIsCapturing(s.0, &mut st))?;

@@ -84,7 +84,7 @@ impl Session {
     /// `cuStreamGetCaptureInfo_v2`: the status, and while capturing the capture's id, its graph
     /// and its current dependencies, as the session's ids.
     pub(super) fn capture_graph(&mut self, stream: StreamId) -> Result<answer::CaptureGraph> {
-        let (s, d) = self.stream(stream, None)?;
+        let (s, d) = self.stream_ref(stream, None)?;
         self.enter(d)?;
         let mut st = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         let (mut id, mut deps, mut n) = (0u64, std::ptr::null(), 0usize);
@@ -116,7 +116,7 @@ impl Session {
     /// `cuStreamUpdateCaptureDependencies`: `deps` (nodes of the capture's graph) added to the
     /// capture's dependencies, or with `set` replacing them.
     pub(super) fn update_capture_dependencies(&mut self, stream: StreamId, deps: &[u64], set: bool) -> Result<()> {
-        let (s, d) = self.stream(stream, None)?;
+        let (s, d) = self.stream_ref(stream, None)?;
         if !self.graphs.captures.contains_key(&stream) {
             return Err(Fail::new(ILLEGAL_STATE, "cuStreamUpdateCaptureDependencies: the stream is not capturing"));
         }

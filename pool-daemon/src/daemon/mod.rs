@@ -45,6 +45,7 @@ pub mod graph_mem;
 pub mod graph_params;
 pub mod host_fn;
 pub mod ipc;
+pub mod legacy;
 pub mod listener;
 pub mod malloc;
 pub mod metrics;

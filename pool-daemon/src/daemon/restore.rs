@@ -606,8 +606,10 @@ fn fill(s: &mut Session, m: &Manifest, dir: &Path) -> Result<u64> {
     for h in &m.streams {
         s.enter(h.device).map_err(fail)?;
         let mut st: CUstream = std::ptr::null_mut();
-        call!(shared.cuda, cuStreamCreateWithPriority(&mut st, 0, 0)).map_err(|e| anyhow!("stream {}: {e}", h.id))?;
+        call!(shared.cuda, cuStreamCreateWithPriority(&mut st, super::legacy::BACKEND_STREAM_FLAGS, 0))
+            .map_err(|e| anyhow!("stream {}: {e}", h.id))?;
         s.streams.insert(StreamId(h.id), (Raw(st), h.device));
+        s.note_stream(StreamId(h.id), h.device, 0);
         s.owner.insert(Handle::Stream(StreamId(h.id)), owner(h.device)?);
         last = last.max(h.id);
     }

@@ -149,11 +149,12 @@ impl Serve for Session {
         // The tenant's context is shared by all its sessions on the device, so cuCtxSynchronize
         // there would wait for every session's work (and, in a driver that walks the context's
         // streams, cost as much as they have streams). A process's own context holds its own
-        // work: here, this session's streams and the default stream. Each is waited for; the
-        // first failure is the answer, as the driver reports the first stream's.
+        // work: here, this session's streams and its default stream ([`super::legacy`]). Each
+        // is waited for; the first failure is the answer, as the driver reports the first
+        // stream's. (Synchronous copies, on the backend context's legacy stream, are done.)
         let mut first = Ok(());
         let own = self.streams.values().filter(|(_, sd)| *sd == d).map(|(s, _)| *s);
-        for s in own.chain([Raw(std::ptr::null_mut())]) {
+        for s in own.chain(self.legacy.stream_of(d)) {
             if let Err(e) = call!(self.shared.cuda, cuStreamSynchronize(s.0))
                 && first.is_ok()
             {
@@ -535,7 +536,7 @@ impl Serve for Session {
 
     fn memcpy_2d_async(&mut self, cx: Cx<'_>, copy: Copy2D, stream: StreamId) -> Result<answer::Ok> {
         if [copy.src.space, copy.dst.space].iter().any(|m| matches!(m, MemSpace::Staging(_))) {
-            self.no_pageable_capture(self.stream(stream, None)?.0)?;
+            self.no_pageable_capture(self.stream_ref(stream, None)?.0)?;
         }
         self.copy_2d(copy, Some(stream), cx.staging)?;
         Ok(answer::Ok {})
@@ -548,7 +549,7 @@ impl Serve for Session {
 
     fn memcpy_3d_async(&mut self, cx: Cx<'_>, copy: Copy3D, stream: StreamId) -> Result<answer::Ok> {
         if [copy.src.space, copy.dst.space].iter().any(|m| matches!(m, MemSpace::Staging(_))) {
-            self.no_pageable_capture(self.stream(stream, None)?.0)?;
+            self.no_pageable_capture(self.stream_ref(stream, None)?.0)?;
         }
         self.copy_3d(copy, Some(stream), cx.staging)?;
         Ok(answer::Ok {})
@@ -669,9 +670,13 @@ impl Serve for Session {
         }
         self.enter(d)?;
         let mut s: CUstream = std::ptr::null_mut();
-        call!(self.shared.cuda, cuStreamCreateWithPriority(&mut s, flags, priority))?;
+        // Apart from the backend context's legacy ordering, which the tenant's sessions share; a
+        // blocking stream's is kept within the session ([`super::legacy`]).
+        let backend_flags = flags | super::legacy::BACKEND_STREAM_FLAGS;
+        call!(self.shared.cuda, cuStreamCreateWithPriority(&mut s, backend_flags, priority))?;
         let id = StreamId(self.next_handle());
         self.streams.insert(id, (Raw(s), d));
+        self.note_stream(id, d, flags);
         self.owner.insert(Handle::Stream(id), ctx);
         Ok(answer::Stream { stream: id })
     }
@@ -683,6 +688,7 @@ impl Serve for Session {
             return Ok(answer::Ok {});
         }
         self.enter(d)?;
+        self.forget_stream(stream, s, d);
         self.mark_stream_tail(d, s);
         call!(self.shared.cuda, cuStreamDestroy_v2(s.0))?;
         self.streams.remove(&stream);
@@ -697,11 +703,14 @@ impl Serve for Session {
                     self.npu_synchronize(d)?;
                     continue;
                 }
-                self.enter(d)?;
-                call!(self.shared.cuda, cuStreamSynchronize(std::ptr::null_mut()))?;
+                // The session's own default stream (none made: no work was ever put on it).
+                if let Some(s0) = self.legacy.stream_of(d) {
+                    self.enter(d)?;
+                    call!(self.shared.cuda, cuStreamSynchronize(s0.0))?;
+                }
             }
         } else {
-            let (s, d) = self.stream(stream, None)?;
+            let (s, d) = self.stream_ref(stream, None)?;
             if self.is_npu(d) {
                 self.npu_stream_synchronize(s, d)?;
                 return Ok(answer::Ok {});
@@ -713,7 +722,7 @@ impl Serve for Session {
     }
 
     fn stream_query(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::Ready> {
-        let (s, d) = self.stream(stream, None)?;
+        let (s, d) = self.stream_ref(stream, None)?;
         if self.is_npu(d) {
             return Ok(answer::Ready { ready: self.npu_stream_query(s, d)? });
         }

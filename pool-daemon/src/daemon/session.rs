@@ -57,6 +57,8 @@ pub struct Session {
     /// Module globals: address → (size, module, device).
     pub globals: BTreeMap<u64, (u64, ModuleId, u32)>,
     pub streams: super::HandleMap<StreamId, (Raw<CUstream>, u32)>,
+    /// The session's own default stream per device, and the legacy ordering ([`super::legacy`]).
+    pub legacy: super::legacy::Legacy,
     /// An event after the last operation of each stream the session destroyed while work was
     /// queued on it, by device: that work still runs, and the session's `cuCtxSynchronize`
     /// waits for it as the driver's would (events of the tenant context's pool).
@@ -159,6 +161,7 @@ impl Session {
             allocs: BTreeMap::new(),
             globals: BTreeMap::new(),
             streams: Default::default(),
+            legacy: Default::default(),
             stream_tails: Vec::new(),
             events: Default::default(),
             modules: HashMap::new(),
@@ -599,10 +602,14 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             continue;
         }
         let started = Instant::now();
-        let result = match (op, &view) {
-            (Some(op), _) => op.serve(s, Cx { staging: t.staging(), fds: link.fds.as_ref() }),
-            (None, Some(v)) => s.handle_bulk(v, t.staging()),
-            (None, None) => unreachable!("a request or a bulk view"),
+        // A synchronous copy runs on the backend context's legacy stream, which the session's
+        // streams are apart from: it waits for their work first, as it would in CUDA.
+        let settled = if super::legacy::synchronous_copy(kind) { s.settle_legacy() } else { Ok(()) };
+        let result = match (op, &view, settled) {
+            (_, _, Err(e)) => Err(e),
+            (Some(op), _, Ok(())) => op.serve(s, Cx { staging: t.staging(), fds: link.fds.as_ref() }),
+            (None, Some(v), Ok(())) => s.handle_bulk(v, t.staging()),
+            (None, None, Ok(())) => unreachable!("a request or a bulk view"),
         };
         drop(inside);
         s.last_request = id;
