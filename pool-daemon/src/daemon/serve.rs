@@ -153,8 +153,11 @@ impl Serve for Session {
         // is waited for; the first failure is the answer, as the driver reports the first
         // stream's. (Synchronous copies, on the backend context's legacy stream, are done.)
         let mut first = Ok(());
+        // Stream 0 even if it had no work: a context with nothing queued still answers with its
+        // sticky error.
+        let s0 = self.default_stream(d)?;
         let own = self.streams.values().filter(|(_, sd)| *sd == d).map(|(s, _)| *s);
-        for s in own.chain(self.legacy.stream_of(d)) {
+        for s in own.chain([s0]) {
             if let Err(e) = call!(self.shared.cuda, cuStreamSynchronize(s.0))
                 && first.is_ok()
             {
@@ -703,11 +706,11 @@ impl Serve for Session {
                     self.npu_synchronize(d)?;
                     continue;
                 }
-                // The session's own default stream (none made: no work was ever put on it).
-                if let Some(s0) = self.legacy.stream_of(d) {
-                    self.enter(d)?;
-                    call!(self.shared.cuda, cuStreamSynchronize(s0.0))?;
-                }
+                // The session's own default stream (made if it had no work yet: the answer
+                // carries the context's sticky error).
+                self.enter(d)?;
+                let s0 = self.default_stream(d)?;
+                call!(self.shared.cuda, cuStreamSynchronize(s0.0))?;
             }
         } else {
             let (s, d) = self.stream_ref(stream, None)?;
@@ -727,6 +730,8 @@ impl Serve for Session {
             return Ok(answer::Ready { ready: self.npu_stream_query(s, d)? });
         }
         self.enter(d)?;
+        // Stream 0 is asked even before it had work: the answer carries the context's sticky error.
+        let s = if stream == StreamId::NULL { self.default_stream(d)? } else { s };
         Ok(answer::Ready { ready: ready(call!(self.shared.cuda, cuStreamQuery(s.0)))? })
     }
 
