@@ -492,6 +492,18 @@ fn preempt_client(
 }
 
 fn launch(c: &mut common::Client, func: gpupool_protocol::FuncId, grid: u32, a: u64, b: u64) {
+    launch_on(c, func, gpupool_protocol::StreamId::NULL, grid, a, b);
+}
+
+/// [`launch`] on `stream`.
+fn launch_on(
+    c: &mut common::Client,
+    func: gpupool_protocol::FuncId,
+    stream: gpupool_protocol::StreamId,
+    grid: u32,
+    a: u64,
+    b: u64,
+) {
     let mut params = a.to_le_bytes().to_vec();
     params.extend_from_slice(&b.to_le_bytes());
     c.send_async(gpupool_protocol::Request::LaunchKernel {
@@ -499,10 +511,18 @@ fn launch(c: &mut common::Client, func: gpupool_protocol::FuncId, grid: u32, a: 
         grid: [grid, 1, 1],
         block: [1, 1, 1],
         shared_mem_bytes: 0,
-        stream: gpupool_protocol::StreamId::NULL,
+        stream,
         params: gpupool_protocol::ops::KernelParams(params),
         cooperative: false,
     });
+}
+
+/// `cuStreamQuery`: whether `stream`'s work is done.
+fn stream_ready(c: &mut common::Client, stream: gpupool_protocol::StreamId) -> bool {
+    match c.call(gpupool_protocol::Request::StreamQuery { stream }) {
+        gpupool_protocol::Reply::Ready { ready } => ready,
+        r => panic!("{r:?}"),
+    }
 }
 
 /// A low tenant launches [`LOW_BLOCKS`] blocks of 1 ms; 200 ms later a high tenant launches
@@ -844,39 +864,22 @@ fn a_kernel_is_charged_its_own_time_not_the_streams_other_work() {
 /// right after), and B's stream then ends it.
 #[test]
 fn a_context_synchronize_waits_for_its_own_session_not_its_tenants_others() {
-    use gpupool_protocol::{Reply, Request, StreamId};
+    use gpupool_protocol::{Reply, Request};
     let _s = serial();
     let d = Daemon::start(Some(&config(&[("a", 100, "share", "normal")])));
     let stream_of = |c: &mut common::Client, ctx| match c.call(Request::StreamCreate { ctx, flags: 1, priority: 0 }) {
         Reply::Stream { stream } => stream,
         r => panic!("{r:?}"),
     };
-    let spin_on = |c: &mut common::Client, func, stream, ns: u64, counts: gpupool_protocol::DevicePtr| {
-        let mut params = ns.to_le_bytes().to_vec();
-        params.extend_from_slice(&counts.0.to_le_bytes());
-        c.send_async(Request::LaunchKernel {
-            func,
-            grid: [1, 1, 1],
-            block: [1, 1, 1],
-            shared_mem_bytes: 0,
-            stream,
-            params: gpupool_protocol::ops::KernelParams(params),
-            cooperative: false,
-        });
-    };
-    let ready = |c: &mut common::Client, stream: StreamId| match c.call(Request::StreamQuery { stream }) {
-        Reply::Ready { ready } => ready,
-        r => panic!("{r:?}"),
-    };
     let (mut b, b_ctx, [b_spin, _]) = preempt_client(&d, "a");
     let b_stream = stream_of(&mut b, b_ctx);
     let b_counts = b.alloc(b_ctx, 4).unwrap();
-    spin_on(&mut b, b_spin, b_stream, 3_000_000_000, b_counts);
-    assert!(!ready(&mut b, b_stream), "B's 3 s kernel is queued: {:?}", b.async_errors);
+    launch_on(&mut b, b_spin, b_stream, 1, 3_000_000_000, b_counts.0);
+    assert!(!stream_ready(&mut b, b_stream), "B's 3 s kernel is queued: {:?}", b.async_errors);
     let (mut a, a_ctx, [a_spin, _]) = preempt_client(&d, "a");
     let a_stream = stream_of(&mut a, a_ctx);
     let a_counts = a.alloc(a_ctx, 4).unwrap();
-    spin_on(&mut a, a_spin, a_stream, 200_000_000, a_counts);
+    launch_on(&mut a, a_spin, a_stream, 1, 200_000_000, a_counts.0);
     // Destroyed with the kernel queued: the kernel still runs, and A's sync waits for it.
     let r = a.call(Request::StreamDestroy { stream: a_stream });
     assert_eq!(common::code(&r), 0, "{r:?}");
@@ -885,7 +888,7 @@ fn a_context_synchronize_waits_for_its_own_session_not_its_tenants_others() {
     // The read goes through the default stream, which does not wait for a non-blocking stream.
     assert_eq!(a.read_back(a_counts, 4), 1u32.to_le_bytes(), "A's kernel is done when its cuCtxSynchronize returns");
     assert!(
-        !ready(&mut b, b_stream),
+        !stream_ready(&mut b, b_stream),
         "A's cuCtxSynchronize waited for B's 3 s kernel, work of another session of its tenant"
     );
     let r = b.call(Request::StreamSynchronize { stream: b_stream });
@@ -900,31 +903,27 @@ fn a_context_synchronize_waits_for_its_own_session_not_its_tenants_others() {
 /// `cuStreamSynchronize(0)` return with A's kernel done and B's still running.
 #[test]
 fn a_sessions_default_stream_is_its_own_not_its_tenants() {
-    use gpupool_protocol::{Reply, Request, StreamId};
+    use gpupool_protocol::{Request, StreamId};
     let _s = serial();
     let d = Daemon::start(Some(&config(&[("a", 100, "share", "normal")])));
-    let ready = |c: &mut common::Client, stream: StreamId| match c.call(Request::StreamQuery { stream }) {
-        Reply::Ready { ready } => ready,
-        r => panic!("{r:?}"),
-    };
     let (mut b, b_ctx, [b_spin, _]) = preempt_client(&d, "a");
     let b_counts = b.alloc(b_ctx, 4).unwrap();
     launch(&mut b, b_spin, 1, 3_000_000_000, b_counts.0);
-    assert!(!ready(&mut b, StreamId::NULL), "B's 3 s kernel is queued: {:?}", b.async_errors);
+    assert!(!stream_ready(&mut b, StreamId::NULL), "B's 3 s kernel is queued: {:?}", b.async_errors);
     let (mut a, a_ctx, [a_spin, _]) = preempt_client(&d, "a");
     let a_counts = a.alloc(a_ctx, 4).unwrap();
     launch(&mut a, a_spin, 1, 200_000_000, a_counts.0);
     let started = std::time::Instant::now();
     let r = a.call(Request::CtxSynchronize { ctx: a_ctx });
     assert_eq!(common::code(&r), 0, "{r:?}");
-    assert!(ready(&mut a, StreamId::NULL), "A's kernel is done when its cuCtxSynchronize returns");
+    assert!(stream_ready(&mut a, StreamId::NULL), "A's kernel is done when its cuCtxSynchronize returns");
     assert_eq!(a.read_back(a_counts, 4), 1u32.to_le_bytes(), "A's kernel ran once");
     launch(&mut a, a_spin, 1, 1_000_000, a_counts.0);
     let r = a.call(Request::StreamSynchronize { stream: StreamId::NULL });
     assert_eq!(common::code(&r), 0, "{r:?}");
     assert_eq!(a.read_back(a_counts, 4), 2u32.to_le_bytes(), "A's second kernel ran");
     assert!(
-        !ready(&mut b, StreamId::NULL),
+        !stream_ready(&mut b, StreamId::NULL),
         "A's kernels queued behind B's 3 s kernel on one stream 0 (A waited {:?})",
         started.elapsed()
     );
@@ -950,53 +949,40 @@ fn a_sessions_default_stream_orders_against_its_blocking_streams_only() {
         r => panic!("{r:?}"),
     };
     let (blocking, non_blocking) = (stream_of(0), stream_of(1));
-    let ready = |c: &mut common::Client, stream: StreamId| match c.call(Request::StreamQuery { stream }) {
-        Reply::Ready { ready } => ready,
-        r => panic!("{r:?}"),
-    };
-    let launch_on = |c: &mut common::Client, stream, ns: u64, counts: gpupool_protocol::DevicePtr| {
-        let mut params = ns.to_le_bytes().to_vec();
-        params.extend_from_slice(&counts.0.to_le_bytes());
-        c.send_async(Request::LaunchKernel {
-            func: spin,
-            grid: [1, 1, 1],
-            block: [1, 1, 1],
-            shared_mem_bytes: 0,
-            stream,
-            params: gpupool_protocol::ops::KernelParams(params),
-            cooperative: false,
-        });
-    };
     let counts = a.alloc(ctx, 4).unwrap();
+    let spin_on = |c: &mut common::Client, stream, ns: u64| launch_on(c, spin, stream, 1, ns, counts.0);
     // A blocking stream's long kernel, then a short one on stream 0: the short one waits.
-    launch_on(&mut a, blocking, 1_500_000_000, counts);
-    launch_on(&mut a, StreamId::NULL, 1_000_000, counts);
-    launch_on(&mut a, non_blocking, 1_000_000, counts);
+    spin_on(&mut a, blocking, 1_500_000_000);
+    spin_on(&mut a, StreamId::NULL, 1_000_000);
+    spin_on(&mut a, non_blocking, 1_000_000);
     let r = a.call(Request::StreamSynchronize { stream: non_blocking });
     assert_eq!(common::code(&r), 0, "{r:?}");
-    assert!(!ready(&mut a, StreamId::NULL), "stream 0's kernel did not wait for the blocking stream's");
+    assert!(!stream_ready(&mut a, StreamId::NULL), "stream 0's kernel did not wait for the blocking stream's");
     let r = a.call(Request::StreamSynchronize { stream: StreamId::NULL });
     assert_eq!(common::code(&r), 0, "{r:?}");
-    assert!(ready(&mut a, blocking), "stream 0's work ended before the blocking stream's it waited for");
+    assert!(stream_ready(&mut a, blocking), "stream 0's work ended before the blocking stream's it waited for");
     assert_eq!(a.read_back(counts, 4), 3u32.to_le_bytes(), "the three kernels ran once each");
     // Stream 0's long kernel, then a short one on the blocking stream: the short one waits.
-    launch_on(&mut a, StreamId::NULL, 1_500_000_000, counts);
-    launch_on(&mut a, blocking, 1_000_000, counts);
-    launch_on(&mut a, non_blocking, 1_000_000, counts);
+    spin_on(&mut a, StreamId::NULL, 1_500_000_000);
+    spin_on(&mut a, blocking, 1_000_000);
+    spin_on(&mut a, non_blocking, 1_000_000);
     let r = a.call(Request::StreamSynchronize { stream: non_blocking });
     assert_eq!(common::code(&r), 0, "{r:?}");
-    assert!(!ready(&mut a, blocking), "the blocking stream's kernel did not wait for stream 0's");
+    assert!(!stream_ready(&mut a, blocking), "the blocking stream's kernel did not wait for stream 0's");
     let r = a.call(Request::CtxSynchronize { ctx });
     assert_eq!(common::code(&r), 0, "{r:?}");
-    assert!(ready(&mut a, StreamId::NULL) && ready(&mut a, blocking), "cuCtxSynchronize left work running");
+    assert!(
+        stream_ready(&mut a, StreamId::NULL) && stream_ready(&mut a, blocking),
+        "cuCtxSynchronize left work running"
+    );
     assert_eq!(a.read_back(counts, 4), 6u32.to_le_bytes(), "the six kernels ran once each");
     // A synchronous copy waits for stream 0's and the blocking streams' work, not for a
     // non-blocking stream's.
-    launch_on(&mut a, blocking, 300_000_000, counts);
+    spin_on(&mut a, blocking, 300_000_000);
     assert_eq!(a.read_back(counts, 4), 7u32.to_le_bytes(), "the copy did not wait for the blocking stream");
-    launch_on(&mut a, StreamId::NULL, 300_000_000, counts);
+    spin_on(&mut a, StreamId::NULL, 300_000_000);
     assert_eq!(a.read_back(counts, 4), 8u32.to_le_bytes(), "the copy did not wait for stream 0");
-    launch_on(&mut a, non_blocking, 1_500_000_000, counts);
+    spin_on(&mut a, non_blocking, 1_500_000_000);
     assert_eq!(a.read_back(counts, 4), 8u32.to_le_bytes(), "the copy waited for a non-blocking stream");
     let r = a.call(Request::CtxSynchronize { ctx });
     assert_eq!(common::code(&r), 0, "{r:?}");
