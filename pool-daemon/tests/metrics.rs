@@ -2,6 +2,7 @@
 //! Python parser (prometheus_client's OpenMetrics parser, from target/venv, which scripts/test makes);
 //! the values agree with `gpupool status --json`, and a burst of short-lived clients adds no series. An
 //! NPU tenant's figures are the same families with `kind="npu"`, and agree with `gpupool status`.
+//! Launches served in batches are counted one by one.
 
 mod common;
 
@@ -169,4 +170,37 @@ fn an_npu_tenant_is_in_the_same_families_labelled_npu() {
     assert!(text.lines().any(|l| l.starts_with("2       npu   Ascend910B3")), "the NPU in the device table: {text}");
     let out = c.wait_with_output().unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+/// Launches the daemon serves in batches are counted one by one: 500 asynchronous launches sent
+/// back to back on one stream, two of them refused (an empty grid: CUDA_ERROR_INVALID_VALUE, 1),
+/// are 500 calls of `LaunchKernel`, 500 observations of its duration and two errors with code 1.
+#[test]
+fn launches_served_in_batches_are_each_counted() {
+    use gpupool_protocol::Request;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let d = Daemon::start_with(None, &["--metrics", &addr]);
+    let mut c = common::Client::connect(&d.socket);
+    let ctx = c.ctx(0);
+    let buf = c.alloc(ctx, 1024).expect("1 KiB");
+    let (func, packed) = c.fill_kernel(ctx, buf, 7);
+    const N: usize = 500;
+    for i in 0..N {
+        let mut launch = common::one_block_launch(func, packed.clone());
+        if let Request::LaunchKernel { grid, .. } = &mut launch
+            && (i == 100 || i == 400)
+        {
+            *grid = [0, 1, 1];
+        }
+        c.send_async(launch);
+    }
+    let r = c.call(Request::StreamSynchronize { stream: gpupool_protocol::StreamId::NULL });
+    assert_eq!(common::code(&r), 0, "{r:?}");
+    assert_eq!(c.async_errors.len(), 2, "{:?}", c.async_errors);
+    let m = parse(&scrape(&addr, "/metrics").1);
+    let launches = [("operation", "LaunchKernel")];
+    assert_eq!(get(&m, "gpupool_calls_total", &launches).copied(), Some(N as f64));
+    assert_eq!(get(&m, "gpupool_call_duration_seconds_count", &launches).copied(), Some(N as f64));
+    assert_eq!(get(&m, "gpupool_errors_total", &[("code", "1")]).copied(), Some(2.0));
 }

@@ -103,12 +103,13 @@ impl Default for CallLatency {
 }
 
 impl CallLatency {
-    pub fn observe(&self, session: u64, took: Duration) {
+    /// `n` requests that took `took` each.
+    pub fn observe_n(&self, session: u64, took: Duration, n: u64) {
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         let bucket = self.bounds_ns.iter().position(|&b| ns <= b).unwrap_or(LATENCY_BUCKETS);
         let shard = &self.shards[(session % LATENCY_SHARDS as u64) as usize];
-        shard.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        shard.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        shard.buckets[bucket].fetch_add(n, Ordering::Relaxed);
+        shard.sum_ns.fetch_add(ns.saturating_mul(n), Ordering::Relaxed);
     }
 
     /// (sum in seconds, count, per-bucket counts with their upper bounds, +Inf last).
@@ -167,12 +168,18 @@ impl Default for Calls {
 impl Calls {
     /// One request of `session` served in `took`; `error`: the code it was refused with.
     pub fn record(&self, session: u64, op: RequestOp, took: Duration, error: Option<u32>) {
-        if let Some(Some((c, h))) = self.by_code.get(op.code() as usize) {
-            c.inc();
-            h.observe(session, took);
-        }
+        self.record_n(session, op, took, 1);
         if let Some(code) = error {
             self.errors.get_or_create(&CodeLabels { code: code.to_string() }).inc();
+        }
+    }
+
+    /// `n` requests of `session` that succeeded, served in `took` each (a batch of launches:
+    /// three atomic additions for the batch instead of three per launch).
+    pub fn record_n(&self, session: u64, op: RequestOp, took: Duration, n: u64) {
+        if let Some(Some((c, h))) = self.by_code.get(op.code() as usize) {
+            c.inc_by(n);
+            h.observe_n(session, took, n);
         }
     }
 }
@@ -370,21 +377,22 @@ mod tests {
     #[test]
     fn a_sharded_histogram_adds_up_every_sessions_observations_into_cumulative_buckets() {
         let h = CallLatency::default();
-        // 500 ns and exactly 1 us fall in le=0.000001; 3 us in 0.000004; an hour only in +Inf.
-        h.observe(1, Duration::from_nanos(500));
-        h.observe(17, Duration::from_micros(1)); // 17 % 16: the same shard as session 1
-        h.observe(2, Duration::from_micros(3));
-        h.observe(u64::MAX, Duration::from_secs(3600));
+        // 500 ns and exactly 1 us fall in le=0.000001; 3 us (three of them) in 0.000004; an
+        // hour only in +Inf.
+        h.observe_n(1, Duration::from_nanos(500), 1);
+        h.observe_n(17, Duration::from_micros(1), 1); // 17 % 16: the same shard as session 1
+        h.observe_n(2, Duration::from_micros(3), 3);
+        h.observe_n(u64::MAX, Duration::from_secs(3600), 1);
         let text = exposition(&h);
         let line =
             |prefix: &str| text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix}: {text}"));
         assert!(text.contains("# TYPE d_seconds histogram"), "{text}");
         assert!(line("d_seconds_bucket{le=\"0.000001\"}").ends_with(" 2"), "{text}");
-        assert!(line("d_seconds_bucket{le=\"0.000004\"}").ends_with(" 3"), "{text}");
-        assert!(line("d_seconds_bucket{le=\"+Inf\"}").ends_with(" 4"), "{text}");
-        assert!(line("d_seconds_count").ends_with(" 4"), "{text}");
+        assert!(line("d_seconds_bucket{le=\"0.000004\"}").ends_with(" 5"), "{text}");
+        assert!(line("d_seconds_bucket{le=\"+Inf\"}").ends_with(" 6"), "{text}");
+        assert!(line("d_seconds_count").ends_with(" 6"), "{text}");
         let sum: f64 = line("d_seconds_sum").rsplit(' ').next().unwrap().parse().unwrap();
-        assert!((sum - 3600.0000045).abs() < 1e-6, "{sum}");
+        assert!((sum - 3600.0000105).abs() < 1e-6, "{sum}");
     }
 
     #[test]
@@ -393,7 +401,7 @@ mod tests {
         std::thread::scope(|s| {
             for session in 0..8u64 {
                 let h = &h;
-                s.spawn(move || (0..10_000).for_each(|_| h.observe(session, Duration::from_micros(2))));
+                s.spawn(move || (0..10_000).for_each(|_| h.observe_n(session, Duration::from_micros(2), 1)));
             }
         });
         let (sum, count, buckets) = h.totals();

@@ -589,16 +589,21 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             let done = s.launch_queued(stream, launches);
             drop(inside);
             let each = started.elapsed() / n;
+            let mut served = 0;
             for (id, result) in done {
                 s.last_request = id;
-                s.shared.calls.record(s.id, kind, each, result.as_ref().err().map(|f| f.code));
-                if let Err(Fail { code, message }) = result {
-                    log_refusal(s, name, code, &message);
-                    if let Err(why) = send(t, &mut out, Message::AsyncError { id, code, message }) {
-                        return why;
+                match result {
+                    Ok(()) => served += 1,
+                    Err(Fail { code, message }) => {
+                        s.shared.calls.record(s.id, kind, each, Some(code));
+                        log_refusal(s, name, code, &message);
+                        if let Err(why) = send(t, &mut out, Message::AsyncError { id, code, message }) {
+                            return why;
+                        }
                     }
                 }
             }
+            s.shared.calls.record_n(s.id, kind, each, served);
             continue;
         }
         let started = Instant::now();
