@@ -105,6 +105,8 @@ if role == "allocator":
     ok(d.cuMemcpyDtoH(back.ctypes.data, buf, N))
     assert np.array_equal(back, second), "the opener's bytes are in the allocator's buffer"
     wait("refused")
+    # The test reads the ledger while the buffer is still allocated.
+    wait("checked")
     ok(d.cuMemFree(buf))
     mark("freed")
     wait("done")
@@ -208,6 +210,7 @@ memory = "256MiB"
         assert d.used("a")[0] == N, d.used("a")
         assert (free, total) == (256 * MiB - N, 256 * MiB)
         assert d.used("b")[0] == 0
+        (tmp_path / "checked").write_text("")
         for role, p in procs.items():
             out, err = p.communicate(timeout=60)
             assert p.returncode == 0 and f"{role} ok" in out, f"{role}: {p.returncode}\n{out}\n{err}\n{d.log()}"
