@@ -2,6 +2,7 @@
 //! time-stamped by the stream's worker at that moment.
 
 use crate::error::{CuResult, fail};
+use crate::capture::CaptureGroup;
 use crate::stream::{Stream, Work};
 use gpupool_shim::cuda::{CUevent_flags, CUresult};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,9 @@ struct EventState {
     generation: u64,
     /// When the marker of a given generation ran.
     stamp: Option<(u64, Instant)>,
+    /// The latest record was on a capturing stream: the capture and the nodes the event stands
+    /// for ([`crate::capture`]).
+    captured: Option<(Arc<CaptureGroup>, Vec<usize>)>,
 }
 
 pub struct Event {
@@ -67,6 +71,27 @@ impl Event {
         // A record captured into a graph happens when the graph runs, not now.
         if st.generation == generation && !capturing {
             st.record = Some((stream.clone(), seq, generation));
+            st.captured = None;
+        }
+    }
+
+    /// A record on a capturing stream: the event now stands for the capture's nodes `deps`.
+    pub fn record_captured(&self, group: Arc<CaptureGroup>, deps: Vec<usize>) {
+        let mut st = self.lock();
+        st.generation += 1;
+        st.record = None;
+        st.captured = Some((group, deps));
+    }
+
+    /// The capture and nodes of the latest record, if it was on a capturing stream.
+    pub fn captured(&self) -> Option<(Arc<CaptureGroup>, Vec<usize>)> {
+        self.lock().captured.clone()
+    }
+
+    fn refuse_if_captured(&self, what: &str) -> CuResult<()> {
+        match self.captured() {
+            Some((group, _)) => crate::capture::refuse_captured_event(&group, what),
+            None => Ok(()),
         }
     }
 
@@ -77,6 +102,7 @@ impl Event {
 
     /// `cuEventQuery`: an event never recorded counts as complete.
     pub fn query(&self) -> CuResult<()> {
+        self.refuse_if_captured("cuEventQuery")?;
         match self.position() {
             Some((s, seq)) if s.completed() < seq => Err(CUresult::CUDA_ERROR_NOT_READY),
             _ => Ok(()),
@@ -84,6 +110,7 @@ impl Event {
     }
 
     pub fn synchronize(&self) -> CuResult<()> {
+        self.refuse_if_captured("cuEventSynchronize")?;
         // The position is work queued before any capture began (a record captured into a graph
         // sets none), so waiting for it is allowed while the stream captures, as CUDA allows
         // synchronizing an event recorded outside the capture.
@@ -102,6 +129,7 @@ impl Event {
     }
 
     fn stamp(&self) -> CuResult<Instant> {
+        self.refuse_if_captured("cuEventElapsedTime")?;
         if self.timing_disabled() {
             return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || {
                 "event was created with CU_EVENT_DISABLE_TIMING".into()

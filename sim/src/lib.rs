@@ -19,6 +19,7 @@
 
 pub mod api;
 pub mod array;
+pub mod capture;
 pub mod config;
 pub mod context;
 pub mod device;

@@ -12,7 +12,7 @@ use crate::context::Context;
 use crate::device::Device;
 use crate::error::CuResult;
 use crate::utilization::Channel;
-use gpupool_shim::cuda::{CUresult, CUstream_flags};
+use gpupool_shim::cuda::{CUresult, CUstreamCaptureStatus, CUstream_flags};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
@@ -39,33 +39,11 @@ pub enum Work {
 /// graph replays the same work at every launch.
 pub type Job = Arc<dyn Fn() -> CuResult<()> + Send + Sync>;
 
-/// Stream capture (`cuStreamBeginCapture`, `cuStreamBeginCaptureToGraph`): work is recorded
-/// into a graph instead of running, each node after the capture's current dependencies, which it
-/// then replaces (`cuStreamUpdateCaptureDependencies` changes them).
-#[derive(Default)]
-pub enum Capture {
-    #[default]
-    None,
-    Active(ActiveCapture),
-    /// A call not allowed during capture was made; `cuStreamEndCapture` will fail.
-    Invalidated,
-}
-
-pub struct ActiveCapture {
-    pub graph: Arc<crate::graph::Graph>,
-    /// The graph's handle (registered when the capture began).
-    pub handle: u64,
-    /// Whether the capture made the graph (not `cuStreamBeginCaptureToGraph`'s).
-    pub owned: bool,
-    pub id: u64,
-    /// Indices of the nodes the next captured node depends on.
-    pub deps: Vec<usize>,
-    /// The dependencies as node handles, for `cuStreamGetCaptureInfo` (valid until the next call).
-    pub dep_handles: Vec<gpupool_shim::cuda::CUgraphNode>,
-}
-
-// SAFETY: `dep_handles` are handle values, never dereferenced.
-unsafe impl Send for ActiveCapture {}
+/// Stream capture (`cuStreamBeginCapture`, `cuStreamBeginCaptureToGraph`, and streams joined to
+/// one through events): work is recorded into a graph instead of running, each node after the
+/// stream's current dependencies in the capture, which it then replaces
+/// (`cuStreamUpdateCaptureDependencies` changes them). See [`crate::capture`].
+pub use crate::capture::{ActiveCapture, Capture};
 
 struct Pending {
     seq: u64,
@@ -172,20 +150,14 @@ impl Stream {
     ) -> u64 {
         {
             let mut cap = self.capture.lock().unwrap_or_else(|e| e.into_inner());
-            match &mut *cap {
-                Capture::Active(a) => {
+            if let Capture::Active(a) = &mut *cap {
+                if !a.is_invalidated() {
                     match a.graph.add(node(job), a.deps.clone()) {
                         Ok(i) => a.deps = vec![i],
-                        Err(_) => {
-                            let gone = std::mem::take(&mut *cap);
-                            drop_capture_graph(gone);
-                            *cap = Capture::Invalidated;
-                        }
+                        Err(_) => a.invalidate(),
                     }
-                    return 0;
                 }
-                Capture::Invalidated => return 0,
-                Capture::None => {}
+                return 0;
             }
         }
         let _order = ctx.order.lock().unwrap_or_else(|e| e.into_inner());
@@ -400,21 +372,28 @@ impl Stream {
     pub fn with_capture<T>(&self, f: impl FnOnce(&mut ActiveCapture) -> CuResult<T>) -> Option<CuResult<T>> {
         match &mut *self.capture.lock().unwrap_or_else(|e| e.into_inner()) {
             Capture::None => None,
-            Capture::Invalidated => Some(crate::error::fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, || {
-                "the stream's capture was invalidated by an earlier call".into()
-            })),
+            Capture::Active(a) if a.is_invalidated() => Some(crate::capture::invalidated()),
             Capture::Active(a) => Some(f(a)),
+        }
+    }
+
+    /// `cuStreamIsCapturing`'s answer.
+    pub fn capture_status(&self) -> CUstreamCaptureStatus {
+        match &*self.capture.lock().unwrap_or_else(|e| e.into_inner()) {
+            Capture::None => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
+            Capture::Active(a) if a.is_invalidated() => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED,
+            Capture::Active(_) => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
         }
     }
 
     /// Refuses a synchronising call on a capturing stream, invalidating the capture,
     /// as CUDA does (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`).
     pub fn refuse_if_capturing(&self, what: &str) -> CuResult<()> {
-        let mut cap = self.capture.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(*cap, Capture::None) {
+        if let Capture::Active(a) = &*self.capture.lock().unwrap_or_else(|e| e.into_inner()) {
+            a.invalidate();
+        } else {
             return Ok(());
         }
-        drop_capture_graph(std::mem::replace(&mut *cap, Capture::Invalidated));
         crate::error::fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, || {
             format!("{what} is not allowed on a capturing stream; the capture is invalidated")
         })
@@ -529,18 +508,6 @@ pub fn is_sticky(code: CUresult) -> bool {
             | CUresult::CUDA_ERROR_ASSERT
             | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
     )
-}
-
-/// An invalidated capture's graph goes, if the capture made it.
-pub fn drop_capture_graph(c: Capture) {
-    if let Capture::Active(a) = c
-        && a.owned
-        && let Ok(d) = crate::driver::initialized()
-    {
-        d.graphs.remove(a.handle);
-        // Its allocation nodes' addresses go with it.
-        crate::graph_mem::graph_destroyed(a.handle);
-    }
 }
 
 #[cfg(test)]

@@ -418,3 +418,18 @@ def test_host_node_parameters_and_no_callbacks_in_a_capture(cuda, gctx):
     check(cuda.cuGraphDestroy(graph))
     check(cuda.cuGraphDestroy(captured))
     check(cuda.cuStreamDestroy(stream))
+
+
+def test_cross_stream_capture_forks_and_joins():
+    """Fork/join capture across streams (capture_fork_checks.py lists what it checks) on the
+    simulator in a process of its own; pool-daemon/tests/graphs.rs runs the same script under
+    `gpupool run`."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capture_fork_checks.py")
+    out = subprocess.run([sys.executable, script], env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "SUMMARY 9/9" in out.stdout, out.stdout + out.stderr

@@ -270,6 +270,37 @@ fn linear(
     if n == 0 {
         return ctx.check_sticky();
     }
+    let graph_memory = |p: u64, kind: Expect| kind != Expect::Host && crate::graph_mem::holds(p, 1);
+    if mode == Mode::Async && s.is_capturing() && (graph_memory(dst, dst_kind) || graph_memory(src, src_kind)) {
+        // Graph memory (an allocation node's address) is allocated when its graph runs: the
+        // copy is a memcpy node checked then, as a memcpy node added by hand is.
+        let end = |p: u64, kind: Expect, what: &str| -> CuResult<CUmemorytype> {
+            if graph_memory(p, kind) {
+                return Ok(CUmemorytype::CU_MEMORYTYPE_DEVICE);
+            }
+            Ok(match locate(driver, &ctx, p, n as u64, kind, Scope::Process, what)?.keep {
+                Keep::Device(_) | Keep::Array(_) => CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                Keep::Pinned(_) | Keep::Pageable => CUmemorytype::CU_MEMORYTYPE_HOST,
+            })
+        };
+        let params = CUDA_MEMCPY3D {
+            srcMemoryType: end(src, src_kind, "source")?,
+            srcHost: src as *const c_void,
+            srcDevice: src,
+            dstMemoryType: end(dst, dst_kind, "destination")?,
+            dstHost: dst as *mut c_void,
+            dstDevice: dst,
+            WidthInBytes: n,
+            Height: 1,
+            Depth: 1,
+            ..Default::default()
+        };
+        ctx.check_sticky()?;
+        let job = super::graph::memcpy_node_job(&ctx, &params)?;
+        let node = |j| crate::graph::Op::Memcpy(Arc::new(crate::graph::MemcpyParams(params)), j);
+        s.enqueue_node(&ctx, Work::Memory, Vec::new(), job, node);
+        return Ok(());
+    }
     let dst = locate(driver, &ctx, dst, n as u64, dst_kind, Scope::Process, "destination")?;
     let src = locate(driver, &ctx, src, n as u64, src_kind, Scope::Process, "source")?;
     submit_copy(&ctx, &s, dst, src, Shape::linear(n as u64), mode)

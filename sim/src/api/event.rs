@@ -37,22 +37,41 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUres
 }
 
 fn record(event: CUevent, stream: CUstream, d: DefaultStream) -> CuResult<()> {
+    record_with_flags(event, stream, 0, d)
+}
+
+/// On a capturing stream the event becomes a captured one (it stands for the stream's current
+/// nodes, [`crate::capture`]), or with CU_EVENT_RECORD_EXTERNAL an event record node.
+fn record_with_flags(event: CUevent, stream: CUstream, flags: c_uint, d: DefaultStream) -> CuResult<()> {
+    // CU_EVENT_RECORD_DEFAULT (0) and CU_EVENT_RECORD_EXTERNAL (1).
+    if flags > 1 {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown record flags {flags:#x}"));
+    }
+    let external = flags == 1;
     let e = lookup(event)?;
     let (ctx, s) = resolve_stream(initialized()?, stream, d)?;
     if ctx.handle() != e.ctx_handle {
         return fail(CUresult::CUDA_ERROR_INVALID_HANDLE, || "event and stream belong to different contexts".into());
     }
     ctx.check_sticky()?;
+    let recorded = e.clone();
+    let captured = s.with_capture(|a| {
+        if external {
+            let i = a.graph.add(crate::graph::Op::EventRecord(recorded), a.deps.clone())?;
+            a.deps = vec![i];
+        } else {
+            recorded.record_captured(a.group.clone(), a.deps.clone());
+        }
+        Ok(())
+    });
+    if let Some(r) = captured {
+        return r;
+    }
+    if external {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "CU_EVENT_RECORD_EXTERNAL outside stream capture".into());
+    }
     e.record(&ctx, &s);
     Ok(())
-}
-
-fn record_with_flags(event: CUevent, stream: CUstream, flags: c_uint, d: DefaultStream) -> CuResult<()> {
-    // CU_EVENT_RECORD_DEFAULT (0) and CU_EVENT_RECORD_EXTERNAL (1).
-    if flags > 1 {
-        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown record flags {flags:#x}"));
-    }
-    record(event, stream, d)
 }
 
 #[unsafe(no_mangle)]

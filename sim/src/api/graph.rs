@@ -56,7 +56,8 @@ fn begin(
         }
     };
     let id = NEXT_CAPTURE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    *cap = Capture::Active(crate::stream::ActiveCapture { graph, handle, owned, id, deps, dep_handles: Vec::new() });
+    let group = crate::capture::CaptureGroup::new(graph, handle, owned, id, &s);
+    *cap = Capture::Active(crate::stream::ActiveCapture { group, deps, dep_handles: Vec::new() });
     let thread = std::thread::current().id();
     live_captures().push(LiveCapture { thread, mode, stream: Arc::downgrade(&s) });
     Ok(())
@@ -107,7 +108,7 @@ pub(super) fn unsafe_call(what: &str) -> CuResult<()> {
     };
     let forbidding = candidates
         .into_iter()
-        .find(|s| matches!(*s.capture.lock().unwrap_or_else(|e| e.into_inner()), Capture::Active(_)));
+        .find(|s| s.capture_status() == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE);
     match forbidding {
         Some(s) => s.refuse_if_capturing(&format!("{what} during a stream capture (its mode forbids it)")),
         None => Ok(()),
@@ -172,15 +173,18 @@ fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -> CuResult<
     if pgraph.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null graph output pointer".into());
     }
-    let taken = std::mem::take(&mut *s.capture.lock().unwrap_or_else(|e| e.into_inner()));
-    live_captures().retain(|c| !std::ptr::eq(c.stream.as_ptr(), Arc::as_ptr(&s)));
-    match taken {
-        Capture::None => fail(CUresult::CUDA_ERROR_ILLEGAL_STATE, || "the stream is not capturing".into()),
-        Capture::Invalidated => {
-            out(pgraph, std::ptr::null_mut())?;
-            fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, || "the capture was invalidated".into())
+    match crate::capture::end(&s) {
+        Ok(handle) => {
+            live_captures().retain(|c| !std::ptr::eq(c.stream.as_ptr(), Arc::as_ptr(&s)));
+            out(pgraph, handle as CUgraph)
         }
-        Capture::Active(a) => out(pgraph, a.handle as CUgraph),
+        Err(e) => {
+            if !s.is_capturing() {
+                live_captures().retain(|c| !std::ptr::eq(c.stream.as_ptr(), Arc::as_ptr(&s)));
+            }
+            out(pgraph, std::ptr::null_mut())?;
+            Err(e)
+        }
     }
 }
 
@@ -204,7 +208,7 @@ fn capture_info(
     let mut cap = s.capture.lock().unwrap_or_else(|e| e.into_inner());
     let put = |p: *mut u64, v: u64| if p.is_null() { Ok(()) } else { out(p, v) };
     match &mut *cap {
-        Capture::Active(a) => {
+        Capture::Active(a) if !a.is_invalidated() => {
             a.dep_handles = a.deps.iter().map(|&i| node_handle(a.handle, i)).collect();
             out(status, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE)?;
             put(id, a.id)?;
@@ -219,14 +223,8 @@ fn capture_info(
             }
             put(n.cast(), a.dep_handles.len() as u64)
         }
-        other => {
-            let st = if matches!(other, Capture::Invalidated) {
-                CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
-            } else {
-                CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-            };
-            out(status, st)
-        }
+        Capture::Active(_) => out(status, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED),
+        Capture::None => out(status, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE),
     }
 }
 
@@ -267,6 +265,9 @@ fn update_deps(h: CUstream, deps: *mut CUgraphNode, n: usize, flags: c_uint, d: 
     let Capture::Active(a) = &mut *cap else {
         return fail(CUresult::CUDA_ERROR_ILLEGAL_STATE, || "the stream is not capturing".into());
     };
+    if a.is_invalidated() {
+        return crate::capture::invalidated();
+    }
     let list = deps_of(a.handle, deps.cast_const(), n)?;
     if list.iter().any(|&i| !Graph::live(&a.graph.nodes(), i)) {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "a dependency is not a node of the capture's graph".into());
@@ -790,7 +791,7 @@ pub(super) fn memset_node_job(c: &Arc<crate::context::Context>, p: &MemsetParams
 }
 
 /// A memcpy node's work in context `c`, checked as [`memset_node_job`] checks a memset.
-fn memcpy_node_job(c: &Arc<crate::context::Context>, p: &CUDA_MEMCPY3D) -> CuResult<crate::stream::Job> {
+pub(super) fn memcpy_node_job(c: &Arc<crate::context::Context>, p: &CUDA_MEMCPY3D) -> CuResult<crate::stream::Job> {
     let device_end = |t: gpupool_shim::cuda::CUmemorytype, d: u64| {
         matches!(t, gpupool_shim::cuda::CUmemorytype::CU_MEMORYTYPE_DEVICE) && crate::graph_mem::holds(d, 1)
     };

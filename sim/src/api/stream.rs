@@ -101,10 +101,28 @@ fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultStream) -> C
     if flags > 1 {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown wait flags {flags:#x}"));
     }
-    if s.is_capturing() {
-        // Joining other streams into a capture (fork/join graphs) is not simulated;
-        // refusing is better than a graph with the dependency silently missing.
-        return s.refuse_if_capturing("cuStreamWaitEvent (a cross-stream capture dependency)");
+    let external = flags == 1;
+    // An event recorded in a capture: a fork or a join of that capture ([`crate::capture`]).
+    if let Some((group, deps)) = e.captured() {
+        return crate::capture::wait_captured(&s, &group, &deps);
+    }
+    let waited = e.clone();
+    if let Some(r) = s.with_capture(|a| {
+        if !external {
+            a.invalidate();
+            return fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION, || {
+                "a capturing stream waits for an event recorded outside the capture (CU_EVENT_WAIT_EXTERNAL makes it an event wait node); the capture is invalidated"
+                    .into()
+            });
+        }
+        let i = a.graph.add(crate::graph::Op::EventWait(waited), a.deps.clone())?;
+        a.deps = vec![i];
+        Ok(())
+    }) {
+        return r;
+    }
+    if external {
+        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "CU_EVENT_WAIT_EXTERNAL outside stream capture".into());
     }
     // An event never recorded imposes no wait.
     if let Some(pos) = e.position() {
@@ -170,12 +188,7 @@ fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_u
 
 fn is_capturing(h: CUstream, status: *mut CUstreamCaptureStatus, d: DefaultStream) -> CuResult<()> {
     let (_, s) = resolve_stream(initialized()?, h, d)?;
-    let st = match *s.capture.lock().unwrap_or_else(|e| e.into_inner()) {
-        crate::stream::Capture::None => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
-        crate::stream::Capture::Active(_) => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
-        crate::stream::Capture::Invalidated => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED,
-    };
-    out(status, st)
+    out(status, s.capture_status())
 }
 
 stream_variants! {
