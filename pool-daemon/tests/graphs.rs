@@ -115,6 +115,27 @@ fn a_graph_with_a_memory_node_is_held_to_the_quota() {
     }
 }
 
+/// Cross-stream capture through the pool (tests/python/capture_fork_checks.py, cuda-bindings under
+/// `gpupool run`, the same script tests/python/test_graphs.py runs on the simulator directly): a
+/// fork/join graph of two streams replays through both, a stream-ordered allocation on the forked
+/// stream is an allocation node, an unjoined fork, an end on the forked stream, a wait across
+/// captures or on an event from outside and a captured event queried get CUDA's capture errors. The
+/// ledger is back to 0 after.
+#[test]
+fn cross_stream_capture_forks_and_joins_through_the_pool() {
+    ensure_interposer();
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
+    assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
+    let d = Daemon::start(Some(&common::tenant_config("64MiB")));
+    let cmd = common::gpupool_run_script(&d, &python, "capture_fork_checks.py");
+    common::run_checks(cmd, "capture_fork_checks", 9, &d);
+    let t0 = Instant::now();
+    while d.used("team", 0) != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "memory still held after exit: {}", d.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The runtime's graph memory calls (tests/python/runtime_graph_checks.py, ctypes on libcudart.so.12) under a
 /// 64 MiB tenant quota: cudaGraphAddMemAllocNode/FreeNode and their parameters, the memory counted from
 /// cudaGraphInstantiate, kept and trimmed, and cudaErrorMemoryAllocation past the quota; the ledger is 0 after.

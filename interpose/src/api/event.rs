@@ -41,7 +41,12 @@ pub(super) fn record(event: CUevent, stream: CUstream, d: DefaultStream) -> R<()
             // An event of another daemon's context cannot be recorded here.
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
-        c.live()?.post(Request::EventRecord { event: ev, stream })
+        let req = Request::EventRecord { event: ev, stream };
+        if super::graph::event_recorded(event as u64, stream, client::current_endpoint()) {
+            // A captured event: its errors are the capture's, answered now.
+            return c.live()?.call_ok(req);
+        }
+        c.live()?.post(req)
     })
 }
 
@@ -92,6 +97,7 @@ pub(super) fn destroy(h: CUevent) -> R<()> {
         let event = event_id(c, h)?;
         c.conn_of(h as u64)?.call_ok(Request::EventDestroy { event })?;
         c.reg.events.remove(&(h as u64));
+        super::graph::event_destroyed(h as u64);
         Ok(())
     })
 }

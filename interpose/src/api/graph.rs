@@ -37,6 +37,17 @@ struct Capture {
     mode: CUstreamCaptureMode,
     /// `cuStreamBeginCaptureToGraph`'s: the graph outlives an invalidated capture.
     into_graph: bool,
+    /// Unique in the process: what a captured event names.
+    serial: u64,
+    /// Streams that joined it by waiting for an event recorded in it (CUDA's cross-stream capture;
+    /// `cuStreamEndCapture` on the origin takes them out of it).
+    joined: Vec<StreamId>,
+}
+
+impl Capture {
+    fn has(&self, stream: StreamId, endpoint: usize) -> bool {
+        self.endpoint == endpoint && (self.stream == stream || self.joined.contains(&stream))
+    }
 }
 
 static CAPTURES: Mutex<Vec<Capture>> = Mutex::new(Vec::new());
@@ -45,9 +56,77 @@ fn captures() -> std::sync::MutexGuard<'static, Vec<Capture>> {
     CAPTURES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The capture on `stream`, if this process began one there.
+static NEXT_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Events whose latest record was on a capturing stream (handle -> the capture's serial): a wait
+/// for one is a fork or a join of that capture.
+static CAPTURED_EVENTS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+fn captured_events() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
+    CAPTURED_EVENTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `stream` is in a capture this process began (on it, or joined to it).
 pub fn capturing(stream: StreamId, endpoint: usize) -> bool {
-    stream != StreamId::NULL && captures().iter().any(|c| c.stream == stream && c.endpoint == endpoint)
+    capture_origin(stream, endpoint).is_some()
+}
+
+/// The stream that began the capture `stream` is in.
+pub fn capture_origin(stream: StreamId, endpoint: usize) -> Option<StreamId> {
+    if stream == StreamId::NULL {
+        return None;
+    }
+    captures().iter().find(|c| c.has(stream, endpoint)).map(|c| c.stream)
+}
+
+/// `cuEventRecord(event, stream)`: notes whether the event is now a captured one; true when it is
+/// (the caller then waits for the daemon's answer, whose errors belong to the capture).
+pub fn event_recorded(event: u64, stream: StreamId, endpoint: usize) -> bool {
+    let serial = {
+        let caps = captures();
+        if caps.is_empty() && captured_events().is_empty() {
+            return false;
+        }
+        caps.iter().find(|c| stream != StreamId::NULL && c.has(stream, endpoint)).map(|c| c.serial)
+    };
+    let mut events = captured_events();
+    events.retain(|&(e, _)| e != event);
+    match serial {
+        Some(serial) => {
+            events.push((event, serial));
+            true
+        }
+        None => false,
+    }
+}
+
+/// `cuEventDestroy`: the event is no longer a captured one.
+pub fn event_destroyed(event: u64) {
+    let mut events = captured_events();
+    if !events.is_empty() {
+        events.retain(|&(e, _)| e != event);
+    }
+}
+
+/// `cuStreamWaitEvent(stream, event)`: `Some(serial)` when the event is a captured one (the wait
+/// forks or joins that capture), `Some(0)` when the stream captures and the event is not, `None`
+/// when neither (an ordinary wait).
+pub fn capture_wait(stream: StreamId, endpoint: usize, event: u64) -> Option<u64> {
+    let events = captured_events();
+    let serial = events.iter().find(|&&(e, _)| e == event).map(|&(_, s)| s);
+    drop(events);
+    serial.or_else(|| capturing(stream, endpoint).then_some(0))
+}
+
+/// The daemon let `stream` wait for an event of capture `serial`: the stream is in that capture.
+pub fn joined(stream: StreamId, endpoint: usize, serial: u64) {
+    let mut caps = captures();
+    if caps.iter().any(|c| c.has(stream, endpoint)) {
+        return;
+    }
+    if let Some(c) = caps.iter_mut().find(|c| c.serial == serial && c.endpoint == endpoint) {
+        c.joined.push(stream);
+    }
 }
 
 /// Fails a call made while the capture on `(stream, endpoint)` is under way, invalidating it as
@@ -208,7 +287,8 @@ fn begin(
         let endpoint = client::current_endpoint();
         c.live()?.call_ok(req(stream)?)?;
         let thread = std::thread::current().id();
-        captures().push(Capture { stream, endpoint, thread, mode, into_graph });
+        let serial = NEXT_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        captures().push(Capture { stream, endpoint, thread, mode, into_graph, serial, joined: Vec::new() });
         Ok(())
     })
 }

@@ -204,10 +204,12 @@ pub fn captured_alloc(c: &mut Client, stream: StreamId, bytes: usize) -> R<CUdev
         bytesize: bytes,
         dptr: ptr.0,
     };
+    // Kept by the capture's origin stream, which ends it.
+    let origin = super::graph::capture_origin(stream, ep).unwrap_or(stream);
     books(|b| {
         b.allocs.insert(ptr.0, GraphAlloc { endpoint: ep, graph, freed_in_graph: false, graph_gone: false });
         b.nodes.insert(node, Node::Alloc { graph, params, _access: Box::new([]) });
-        b.captures.insert((stream, ep), graph);
+        b.captures.insert((origin, ep), graph);
     });
     Ok(ptr.0)
 }

@@ -160,7 +160,18 @@ pub(super) fn wait_event(h: CUstream, event: CUevent, flags: c_uint, d: DefaultS
             conn.call_ok(Request::EventSynchronize { event: ev })?;
             return conn.take_pending();
         }
-        c.conn_at(ep)?.post(Request::StreamWaitEvent { stream, event: ev, flags })
+        let req = Request::StreamWaitEvent { stream, event: ev, flags };
+        if let Some(serial) = super::graph::capture_wait(stream, ep, event as u64) {
+            // A fork or join of a capture, or a capturing stream's wait: answered now (CUDA's
+            // capture errors: MERGE, ISOLATION, CAPTURED_EVENT), and a stream that joined a
+            // capture is noted as capturing.
+            c.conn_at(ep)?.call_ok(req)?;
+            if serial != 0 {
+                super::graph::joined(stream, ep, serial);
+            }
+            return Ok(());
+        }
+        c.conn_at(ep)?.post(req)
     })
 }
 

@@ -65,11 +65,17 @@ pub struct Graphs {
     pub(super) exec_graph: HashMap<GraphExecId, GraphId>,
     /// Nodes of graphs built node by node: id -> (graph, backend node).
     pub(super) nodes: HashMap<u64, (GraphId, Raw<CUgraphNode>)>,
-    /// Streams capturing, with their capture's id.
+    /// Streams capturing, with their capture's id: the stream that began it and those that
+    /// joined it by waiting for an event recorded in it ([`super::graph_capture`]).
     pub(super) captures: HashMap<StreamId, u64>,
+    /// Each capture's origin stream (the one that ends it).
+    pub(super) capture_origins: HashMap<u64, StreamId>,
+    /// The backend's capture ids -> the session's (how a stream that joined is placed).
+    pub(super) backend_captures: HashMap<u64, u64>,
     /// The graph a capture records into, once named (`cuStreamBeginCaptureToGraph`'s, or
-    /// the capture's own named by `cuStreamGetCaptureInfo`; `true`: the capture's own).
-    pub(super) capture_graphs: HashMap<StreamId, (GraphId, bool)>,
+    /// the capture's own named by `cuStreamGetCaptureInfo`; `true`: the capture's own), by
+    /// capture id.
+    pub(super) capture_graphs: HashMap<u64, (GraphId, bool)>,
     /// Host regions the client unmapped while a graph could name them.
     held_regions: Vec<super::regions::Region>,
     /// Graph memory nodes' memory ([`super::graph_mem`]).
@@ -80,7 +86,8 @@ pub struct Graphs {
     /// dispatched loose ([`super::compute::Compute::dispatch_loose`]).
     host_graphs: std::collections::HashSet<GraphId>,
     host_execs: std::collections::HashSet<GraphExecId>,
-    host_captures: std::collections::HashSet<StreamId>,
+    /// By capture id.
+    host_captures: std::collections::HashSet<u64>,
     /// The session's host-function keys ([`super::host_fn`]).
     pub host: super::host_fn::HostFns,
     /// Child graph nodes' own graphs given out (`cuGraphChildGraphNodeGetGraph`): id -> (the
@@ -151,8 +158,7 @@ impl Session {
         self.enter(d)?;
         let relaxed = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         call!(self.shared.cuda, cuStreamBeginCapture_v2(s.0, relaxed))?;
-        let id = NEXT_CAPTURE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.graphs.captures.insert(stream, id);
+        self.capture_begun(stream, s);
         Ok(())
     }
 
@@ -161,10 +167,16 @@ impl Session {
         self.enter(d)?;
         let mut g: CUgraph = std::ptr::null_mut();
         let r = call!(self.shared.cuda, cuStreamEndCapture(s.0, &mut g));
-        // Ended, whatever the answer (an invalidated capture ends with its error).
-        self.graphs.captures.remove(&stream);
-        let host = self.graphs.host_captures.remove(&stream);
-        let named = self.graphs.capture_graphs.remove(&stream);
+        // Ended, whatever the answer (an invalidated or unjoined capture ends with its error),
+        // when asked of the stream that began it; a stream that joined it ends nothing.
+        let id = self.capture_ended_by(stream);
+        if id.is_none()
+            && let Err(e) = r
+        {
+            return Err(e.into());
+        }
+        let host = id.is_some_and(|id| self.graphs.host_captures.remove(&id));
+        let named = id.and_then(|id| self.graphs.capture_graphs.remove(&id));
         if let Err(e) = r {
             // An invalidated capture's own graph is gone with it.
             if let Some((id, true)) = named {
@@ -300,7 +312,7 @@ impl Session {
         call!(self.shared.cuda, cuStreamIsCapturing(s.0, &mut st))?;
         let id = match st {
             CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => 0,
-            _ => self.graphs.captures.get(&stream).copied().unwrap_or(0),
+            _ => self.capture_of(stream, s),
         };
         Ok(answer::CaptureInfo { status: st.0, id })
     }
@@ -402,7 +414,8 @@ impl Session {
         let host = self.graphs.host_execs.contains(&id);
         if self.capturing(s) {
             if host {
-                self.graphs.host_captures.insert(stream);
+                let id = self.capture_of(stream, s);
+                self.graphs.host_captures.insert(id);
             }
             return go();
         }
@@ -643,7 +656,8 @@ impl Session {
         self.enter(d)?;
         call!(self.shared.cuda, cuLaunchHostFunc(s.0, p.fn_, p.userData))?;
         if self.capturing(s) {
-            self.graphs.host_captures.insert(stream);
+            let id = self.capture_of(stream, s);
+            self.graphs.host_captures.insert(id);
         }
         Ok(())
     }
@@ -773,6 +787,8 @@ impl Session {
             }
         }
         self.graphs.captures.clear();
+        self.graphs.capture_origins.clear();
+        self.graphs.backend_captures.clear();
         self.graphs.capture_graphs.clear();
         self.graphs.nodes.clear();
         self.graphs.mem.clear();

@@ -18,7 +18,7 @@ use super::session::Session;
 use crate::call;
 use gpupool_protocol::StreamId;
 use gpupool_protocol::ops::{GraphId, answer};
-use gpupool_shim::cuda::{CUgraph, CUgraphNode, CUstreamCaptureMode, CUstreamCaptureStatus};
+use gpupool_shim::cuda::{CUgraph, CUgraphNode, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus};
 
 /// CUDA_ERROR_ILLEGAL_STATE: a capture call on a stream that is not capturing.
 const ILLEGAL_STATE: u32 = 401;
@@ -65,10 +65,70 @@ impl Session {
         let relaxed = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         let edges = std::ptr::null();
         call!(self.shared.cuda, cuStreamBeginCaptureToGraph(s.0, g.0, nodes.as_ptr(), edges, nodes.len(), relaxed))?;
+        let id = self.capture_begun(stream, s);
+        self.graphs.capture_graphs.insert(id, (graph, false));
+        Ok(())
+    }
+
+    /// The backend's capture id of the capture on `s` (0 when it is not capturing).
+    fn backend_capture_id(&self, s: Raw<CUstream>) -> u64 {
+        let mut st = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut id = 0u64;
+        let (graph, deps, n) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        match call!(self.shared.cuda, cuStreamGetCaptureInfo_v2(s.0, &mut st, &mut id, graph, deps, n)) {
+            Ok(()) if st != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => id,
+            _ => 0,
+        }
+    }
+
+    /// A capture begun on `stream` (the backend's `s`): its id in this session.
+    pub(super) fn capture_begun(&mut self, stream: StreamId, s: Raw<CUstream>) -> u64 {
         let id = super::graph::next_capture_id();
         self.graphs.captures.insert(stream, id);
-        self.graphs.capture_graphs.insert(stream, (graph, false));
-        Ok(())
+        self.graphs.capture_origins.insert(id, stream);
+        let backend = self.backend_capture_id(s);
+        self.graphs.backend_captures.retain(|_, v| *v != id);
+        self.graphs.backend_captures.insert(backend, id);
+        id
+    }
+
+    /// The session's id of the capture `stream` is in (0: none), placing a stream that joined a
+    /// capture by waiting for an event recorded in it (`cuStreamWaitEvent`, which the backend
+    /// carries out) the first time it is asked.
+    pub(super) fn capture_of(&mut self, stream: StreamId, s: Raw<CUstream>) -> u64 {
+        if let Some(&id) = self.graphs.captures.get(&stream) {
+            return id;
+        }
+        if self.graphs.backend_captures.is_empty() {
+            return 0;
+        }
+        match self.graphs.backend_captures.get(&self.backend_capture_id(s)) {
+            Some(&id) => {
+                self.graphs.captures.insert(stream, id);
+                id
+            }
+            None => 0,
+        }
+    }
+
+    /// After `cuStreamWaitEvent` on `stream`: the capture it joined, if it did.
+    pub(super) fn after_capture_wait(&mut self, stream: StreamId, s: Raw<CUstream>) {
+        if !self.graphs.backend_captures.is_empty() && !self.graphs.captures.contains_key(&stream) {
+            self.capture_of(stream, s);
+        }
+    }
+
+    /// `cuStreamEndCapture` on `stream` was answered: if `stream` began its capture, every stream
+    /// of the capture has left it, and its id is returned for the rest to be let go.
+    pub(super) fn capture_ended_by(&mut self, stream: StreamId) -> Option<u64> {
+        let id = *self.graphs.captures.get(&stream)?;
+        if self.graphs.capture_origins.get(&id) != Some(&stream) {
+            return None;
+        }
+        self.graphs.capture_origins.remove(&id);
+        self.graphs.captures.retain(|_, v| *v != id);
+        self.graphs.backend_captures.retain(|_, v| *v != id);
+        Some(id)
     }
 
     /// The backend nodes of `deps`, which must be nodes of `graph`.
@@ -94,12 +154,12 @@ impl Session {
         if st != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
             return Ok(none);
         }
-        let capture = self.graphs.captures.get(&stream).copied().unwrap_or(0);
-        let graph = match self.graphs.capture_graphs.get(&stream) {
+        let capture = self.capture_of(stream, s);
+        let graph = match self.graphs.capture_graphs.get(&capture) {
             Some(&(graph, _)) => graph,
             None => {
                 let graph = self.keep_graph(g, d);
-                self.graphs.capture_graphs.insert(stream, (graph, true));
+                self.graphs.capture_graphs.insert(capture, (graph, true));
                 graph
             }
         };
@@ -117,10 +177,11 @@ impl Session {
     /// capture's dependencies, or with `set` replacing them.
     pub(super) fn update_capture_dependencies(&mut self, stream: StreamId, deps: &[u64], set: bool) -> Result<()> {
         let (s, d) = self.stream_ref(stream, None)?;
-        if !self.graphs.captures.contains_key(&stream) {
+        let capture = self.capture_of(stream, s);
+        if capture == 0 {
             return Err(Fail::new(ILLEGAL_STATE, "cuStreamUpdateCaptureDependencies: the stream is not capturing"));
         }
-        let Some(&(graph, _)) = self.graphs.capture_graphs.get(&stream) else {
+        let Some(&(graph, _)) = self.graphs.capture_graphs.get(&capture) else {
             return Err(Fail::invalid_value(
                 "cuStreamUpdateCaptureDependencies: no node of this capture's graph was named yet",
             ));

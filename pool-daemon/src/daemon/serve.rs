@@ -744,6 +744,7 @@ impl Serve for Session {
         }
         self.enter(d)?;
         call!(self.shared.cuda, cuStreamWaitEvent(s.0, e.0, flags))?;
+        self.after_capture_wait(stream, s);
         Ok(answer::Ok {})
     }
 
