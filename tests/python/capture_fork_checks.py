@@ -17,7 +17,8 @@ and under `gpupool run` by pool-daemon/tests/graphs.rs: the same answers both wa
   the capture (the origin's end is then CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).
 - A capturing stream waiting for an event recorded outside the capture is
   CUDA_ERROR_STREAM_CAPTURE_ISOLATION (invalidated); with CU_EVENT_WAIT_EXTERNAL it is a WAIT_EVENT
-  node.
+  node. cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL) in a capture is an EVENT_RECORD node (the
+  event completes with each launch), and INVALID_VALUE outside capture.
 - A stream of one capture waiting for an event of another is CUDA_ERROR_STREAM_CAPTURE_MERGE.
 - cuEventQuery of a captured event is CUDA_ERROR_CAPTURED_EVENT and invalidates the capture.
 
@@ -231,6 +232,28 @@ def isolation_and_external_wait():
     report("CU_EVENT_WAIT_EXTERNAL in a capture is a WAIT_EVENT node", True)
 
 
+def external_record():
+    ext = check(cuda.cuEventCreate(0))
+    (err,) = cuda.cuEventRecordWithFlags(ext, s0, cuda.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL)
+    assert err == R.CUDA_ERROR_INVALID_VALUE, ("CU_EVENT_RECORD_EXTERNAL outside capture", err)
+    check(cuda.cuStreamBeginCapture(s0, GLOBAL))
+    check(cuda.cuMemsetD8Async(ya, 8, N, s0))
+    check(cuda.cuEventRecordWithFlags(ext, s0, cuda.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL))
+    graph = check(cuda.cuStreamEndCapture(s0))
+    kind, edges = nodes_and_edges(graph)
+    types = sorted(int(t) for t in kind.values())
+    assert types == sorted([int(T.CU_GRAPH_NODE_TYPE_EVENT_RECORD), int(T.CU_GRAPH_NODE_TYPE_MEMSET)]), types
+    assert len(edges) == 1, edges
+    exe = check(cuda.cuGraphInstantiate(graph, 0))
+    check(cuda.cuGraphLaunch(exe, s0))
+    check(cuda.cuEventSynchronize(ext))
+    check(cuda.cuEventQuery(ext))
+    check(cuda.cuGraphExecDestroy(exe))
+    check(cuda.cuGraphDestroy(graph))
+    check(cuda.cuEventDestroy(ext))
+    report("CU_EVENT_RECORD_EXTERNAL in a capture is an EVENT_RECORD node, recorded by each launch", True)
+
+
 def merge():
     check(cuda.cuStreamBeginCapture(s0, GLOBAL))
     check(cuda.cuStreamBeginCapture(s2, GLOBAL))
@@ -265,6 +288,7 @@ for name, f in [
     ("idle fork and unjoined", idle_fork_and_unjoined),
     ("unmatched end", unmatched_end),
     ("isolation and external wait", isolation_and_external_wait),
+    ("external record", external_record),
     ("merge", merge),
     ("captured event query", captured_event_query),
 ]:
@@ -277,4 +301,4 @@ for name, f in [
 for s in (s0, s1, s2):
     check(cuda.cuStreamSynchronize(s))
 print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
-sys.exit(0 if all(results) and len(results) == 9 else 1)
+sys.exit(0 if all(results) and len(results) == 10 else 1)

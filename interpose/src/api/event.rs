@@ -50,11 +50,23 @@ pub(super) fn record(event: CUevent, stream: CUstream, d: DefaultStream) -> R<()
     })
 }
 
+/// CU_EVENT_RECORD_EXTERNAL (1): an event record node of the stream's capture, invalid outside
+/// capture (the daemon's backend says so).
 pub(super) fn record_with_flags(event: CUevent, stream: CUstream, flags: c_uint, d: DefaultStream) -> R<()> {
     if flags & !1 != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    record(event, stream, d)
+    if flags == 0 {
+        return record(event, stream, d);
+    }
+    client::call(|c| {
+        let ev = event_id(c, event)?;
+        let stream = resolve(c, stream, d)?;
+        if client::endpoint_of(event as u64) != client::current_endpoint() {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        c.live()?.call_ok(Request::EventRecordExternal { event: ev, stream })
+    })
 }
 
 pub(super) fn query(h: CUevent) -> R<()> {

@@ -105,6 +105,7 @@ driver_table! {
     cuStreamWaitEvent: fn(cu::CUstream, cu::CUevent, u32);
     cuEventCreate: fn(*mut cu::CUevent, u32);
     cuEventRecord: fn(cu::CUevent, cu::CUstream);
+    cuEventRecordWithFlags: fn(cu::CUevent, cu::CUstream, u32);
     cuEventSynchronize: fn(cu::CUevent);
     cuEventQuery: fn(cu::CUevent);
     cuEventElapsedTime: fn(*mut f32, cu::CUevent, cu::CUevent);

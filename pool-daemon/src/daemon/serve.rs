@@ -776,6 +776,18 @@ impl Serve for Session {
         Ok(answer::Ok {})
     }
 
+    fn event_record_external(&mut self, _cx: Cx<'_>, event: EventId, stream: StreamId) -> Result<answer::Ok> {
+        let (e, d) = self.event(event)?;
+        let (s, _) = self.stream(stream, Some(d))?;
+        if self.is_npu(d) {
+            return Err(Fail::new(NOT_SUPPORTED, "CU_EVENT_RECORD_EXTERNAL on an NPU stream"));
+        }
+        self.enter(d)?;
+        // CU_EVENT_RECORD_EXTERNAL: the backend refuses it outside capture.
+        call!(self.shared.cuda, cuEventRecordWithFlags(e.0, s.0, 1))?;
+        Ok(answer::Ok {})
+    }
+
     fn event_synchronize(&mut self, _cx: Cx<'_>, event: EventId) -> Result<answer::Ok> {
         let (e, d) = self.event(event)?;
         if self.is_npu(d) {

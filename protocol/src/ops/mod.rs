@@ -230,6 +230,9 @@ op_table! {
     0x0804 EventQuery event_query { event: EventId } => Ready;
     0x0805 EventElapsedTime event_elapsed_time { start: EventId, end: EventId } => Elapsed;
     0x0806 EventDestroy event_destroy { event: EventId } => Ok;
+    /// `cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL)`: an event record node of the stream's
+    /// capture (answered, as every call that only a capture allows).
+    0x0807 EventRecordExternal event_record_external { event: EventId, stream: StreamId } => Ok;
 
     // ---- management (NVML-like), per device ordinal ----
     0x0901 MgmtMemoryInfo mgmt_memory_info { device: u32 } => MemInfo;

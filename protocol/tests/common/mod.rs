@@ -236,6 +236,7 @@ pub fn all_request_examples() -> Vec<Request> {
         EventQuery { event: EVENT },
         EventElapsedTime { start: EVENT, end: EventId(EVENT.0 + 1) },
         EventDestroy { event: EVENT },
+        EventRecordExternal { event: EVENT, stream: STREAM },
         MgmtMemoryInfo { device: 0 },
         MgmtUtilization { device: 0 },
         GpuTopology {},

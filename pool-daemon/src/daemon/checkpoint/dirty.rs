@@ -76,6 +76,7 @@ pub fn writes(op: Option<&Request>, view: Option<&BulkView<'_>>) -> Writes {
         | R::StreamWaitEvent { .. }
         | R::EventCreate { .. }
         | R::EventRecord { .. }
+        | R::EventRecordExternal { .. }
         | R::EventSynchronize { .. }
         | R::EventQuery { .. }
         | R::EventElapsedTime { .. }
