@@ -7,8 +7,8 @@ Each section of torch_checks.py runs in its own process as the README shows it,
 GPUPOOL_ENDPOINT), against one `gpupool daemon` on two simulated devices: init and
 properties, the allocator in both modes (default and expandable_segments, which goes through
 the VMM API) up to torch.cuda.OutOfMemoryError at the quota and on, copies of every kind,
-streams and events, two devices and a peer copy, torch.cuda.graph capture and replay (copies, and
-torch.mm / F.linear on cuBLAS in the daemon),
+streams and events, two devices and a peer copy, torch.cuda.graph capture and replay (copies,
+torch.mm / F.linear on cuBLAS in the daemon, and a capture forked to a side stream and joined back),
 and torch.mm / bmm / addmm / F.linear on
 cuBLAS and cuBLASLt in the daemon in fp32, fp64, fp16 and bf16 against the CPU. After each,
 the daemon's ledger is back to zero.
@@ -67,7 +67,7 @@ SECTIONS = {
     "copies": 5,
     "streams": 3,
     "devices": 2,
-    "graphs": 4,
+    "graphs": 5,
 }
 
 

@@ -305,6 +305,36 @@ def check_graphs(quota):
     assert worst <= 1.0, f"{worst:.2f} x the GEMM error bound"
     say("graphs", f"torch.mm and F.linear with bias captured and replayed with new inputs ({worst:.2f} of the bound)")
 
+    # Two streams in one capture: wait_stream records an event on one stream and waits for it on
+    # the other, so the side stream joins the capture (a fork) and the capturing stream then
+    # depends on the side stream's work (the join), as multi-stream models capture.
+    side = torch.cuda.Stream()
+    src = torch.zeros(1 << 16).cuda()
+    torch.cuda.synchronize()
+    g4 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g4):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            side_capturing = torch.cuda.is_current_stream_capturing()
+            forked = src.clone()
+            prod = torch.mm(a, b)
+        torch.cuda.current_stream().wait_stream(side)
+        joined = forked.clone()
+        prod_joined = prod.clone()
+    assert side_capturing, "the side stream did not join the capture"
+    for r in (4.0, 5.0):
+        src.copy_(torch.full(src.shape, r))
+        ha, hb = torch.randn(*a.shape, generator=gen), torch.randn(*b.shape, generator=gen)
+        a.copy_(ha)
+        b.copy_(hb)
+        g4.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(joined.cpu(), torch.full(src.shape, r)), joined[:4].cpu()
+        ref = ha.double() @ hb.double()
+        err = ((prod_joined.cpu().double() - ref).abs() / bound(torch.float32, ha.double().abs() @ hb.double().abs(), ref, k)).max()
+        assert err.item() <= 1.0, f"{err.item():.2f} x the GEMM error bound"
+    say("graphs", "a capture forked to a side stream and joined back replays both streams' work")
+
 
 # ---- two devices --------------------------------------------------------------------------
 

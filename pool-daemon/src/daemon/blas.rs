@@ -276,7 +276,10 @@ impl Session {
         go: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let shared = self.shared.clone();
-        if !shared.compute.enabled {
+        // Captured, the call's kernels are nodes of a graph, charged when the graph is launched:
+        // events recorded now would be captured events (they stand for nodes; asking them
+        // whether they completed is an error that invalidates the capture).
+        if !shared.compute.enabled || self.capturing(stream) {
             return go();
         }
         let tc = self.tenant_ctxs[&d].clone();
