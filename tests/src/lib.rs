@@ -231,6 +231,13 @@ driver_table! {
     cuEventSynchronize(CUevent);
     cuEventElapsedTime(*mut f32, CUevent, CUevent);
     cuEventDestroy_v2(CUevent);
+    cuStreamBeginCapture_v2(CUstream, cu::CUstreamCaptureMode);
+    cuStreamEndCapture(CUstream, *mut cu::CUgraph);
+    cuStreamIsCapturing(CUstream, *mut cu::CUstreamCaptureStatus);
+    cuGraphInstantiateWithFlags(*mut cu::CUgraphExec, cu::CUgraph, u64);
+    cuGraphLaunch(cu::CUgraphExec, CUstream);
+    cuGraphExecDestroy(cu::CUgraphExec);
+    cuGraphDestroy(cu::CUgraph);
     cuModuleLoadData(*mut CUmodule, *const c_void);
     cuModuleUnload(CUmodule);
     cuModuleGetFunction(*mut CUfunction, CUmodule, *const c_char);

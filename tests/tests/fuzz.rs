@@ -1,7 +1,8 @@
 //! The stateful driver-API fuzzer, a fixed-seed run (`gpupool_e2e::fuzz`): rounds of concurrent
 //! tenants (one token-matched tenant each), every one running a random, valid-looking sequence of
 //! driver calls (allocations, frees in any order, async memsets and copies on several streams,
-//! events, kernel launches, module load and unload, context create and destroy, objects ended
+//! events, kernel launches, captures forked to a second stream and joined back (or not, or ended
+//! on the wrong stream) and their graphs launched, module load and unload, context create and destroy, objects ended
 //! with work queued, faulting kernels, exits) under `gpupool run`, some SIGKILLed part-way.
 //! After every round: each tenant's results equal the same sequence run directly on the
 //! simulator, every canary is intact (each tenant's own, and a watcher tenant's that lives through
@@ -54,4 +55,5 @@ fn concurrent_tenants_match_the_simulator_and_the_pool_keeps_nothing() {
     assert!(total.kills_sent > 0, "the seed draws no SIGKILL");
     assert!(total.faults > 0 && total.exits_drawn > 0, "the seed draws no faulting kernel or exit: {total:?}");
     assert!(total.pool_calls > 1000, "{total:?}");
+    assert!(total.captures > 100, "the seed draws few cross-stream captures: {total:?}");
 }

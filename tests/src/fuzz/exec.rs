@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::io::Write;
 use std::ptr::null_mut;
 
-use super::ops::{BadPtr, Buf, CtxSlot, HOME, Kernel, Op, SCRATCH, Sequence, Width};
+use super::ops::{BadPtr, Buf, CaptureEnd, CtxSlot, HOME, Kernel, Op, SCRATCH, Sequence, Width};
 use crate::churn::Rng;
 use crate::cu::{CUcontext, CUdeviceptr, CUevent, CUfunction, CUmodule, CUresult, CUstream};
 use crate::{Driver, call};
@@ -155,6 +155,67 @@ impl<'d, W: Write> Executor<'d, W> {
 
     fn stream_of(&self, owner: Option<usize>) -> CUstream {
         owner.and_then(|s| self.streams.get(&s)).map_or(null_mut(), |s| s.0)
+    }
+
+    /// [`Op::CaptureForkJoin`]: every call's result is recorded, and the status the side stream
+    /// is left in (it must be out of capture whatever the end).
+    fn capture_fork_join(&mut self, origin: usize, side: usize, a: Buf, b: Buf, value: u32, end: CaptureEnd) {
+        let d = self.d;
+        let ((so, ctx), (ss, _)) = (self.streams[&origin], self.streams[&side]);
+        let ((pa, na, ..), (pb, nb, ..)) = (self.buf(a), self.buf(b));
+        self.make_current(ctx);
+        let (mut fork, mut join) = (null_mut(), null_mut());
+        let r = call!(d.cuEventCreate(&mut fork, DISABLE_TIMING));
+        self.rec("cuEventCreate", r, None);
+        let r = call!(d.cuEventCreate(&mut join, DISABLE_TIMING));
+        self.rec("cuEventCreate", r, None);
+        let r = call!(d.cuStreamBeginCapture_v2(so, crate::cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL));
+        self.rec("cuStreamBeginCapture", r, None);
+        let r = call!(d.cuMemsetD32Async(pa, value, (na / 4) as usize, so));
+        self.rec("cuMemsetD32Async", r, None);
+        let r = call!(d.cuEventRecord(fork, so));
+        self.rec("cuEventRecord", r, None);
+        let r = call!(d.cuStreamWaitEvent(ss, fork, 0));
+        self.rec("cuStreamWaitEvent", r, None);
+        if end != CaptureEnd::IdleFork {
+            let r = call!(d.cuMemsetD32Async(pb, value.rotate_left(7), (nb / 8) as usize, ss));
+            self.rec("cuMemsetD32Async", r, None);
+        }
+        if end == CaptureEnd::Joined {
+            let r = call!(d.cuEventRecord(join, ss));
+            self.rec("cuEventRecord", r, None);
+            let r = call!(d.cuStreamWaitEvent(so, join, 0));
+            self.rec("cuStreamWaitEvent", r, None);
+        }
+        let mut graph = null_mut();
+        if end == CaptureEnd::EndOnSide {
+            let r = call!(d.cuStreamEndCapture(ss, &mut graph));
+            self.rec("cuStreamEndCapture(side)", r, None);
+        }
+        let r = call!(d.cuStreamEndCapture(so, &mut graph));
+        self.rec("cuStreamEndCapture", r, None);
+        let mut status = crate::cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        let r = call!(d.cuStreamIsCapturing(ss, &mut status));
+        self.rec("cuStreamIsCapturing(side)", r, Some(u64::from(status.0)));
+        if !graph.is_null() {
+            let mut exec = null_mut();
+            let r = call!(d.cuGraphInstantiateWithFlags(&mut exec, graph, 0));
+            self.rec("cuGraphInstantiate", r, None);
+            if r == CUresult::CUDA_SUCCESS {
+                let r = call!(d.cuGraphLaunch(exec, so));
+                self.rec("cuGraphLaunch", r, None);
+                let r = call!(d.cuStreamSynchronize(so));
+                self.rec("cuStreamSynchronize", r, None);
+                let r = call!(d.cuGraphExecDestroy(exec));
+                self.rec("cuGraphExecDestroy", r, None);
+            }
+            let r = call!(d.cuGraphDestroy(graph));
+            self.rec("cuGraphDestroy", r, None);
+        }
+        for e in [fork, join] {
+            let r = call!(d.cuEventDestroy_v2(e));
+            self.rec("cuEventDestroy", r, None);
+        }
     }
 
     fn buf(&self, id: Buf) -> (CUdeviceptr, u64, CtxSlot, CUstream) {
@@ -336,6 +397,7 @@ impl<'d, W: Write> Executor<'d, W> {
                     b.orphaned = true;
                 }
             }
+            Op::CaptureForkJoin { origin, side, a, b, value, end } => self.capture_fork_join(origin, side, a, b, value, end),
             Op::Alloc { id, ctx, bytes, owner } => {
                 self.make_current(ctx);
                 let mut ptr = 0;

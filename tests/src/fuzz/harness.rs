@@ -78,6 +78,8 @@ pub struct RoundReport {
     pub kills_sent: usize,
     pub faults: usize,
     pub exits_drawn: usize,
+    /// Cross-stream captures drawn (`Op::CaptureForkJoin`), of any end.
+    pub captures: usize,
 }
 
 impl RoundReport {
@@ -99,6 +101,7 @@ impl RoundReport {
         self.kills_sent += r.kills_sent;
         self.faults += r.faults;
         self.exits_drawn += r.exits_drawn;
+        self.captures += r.captures;
     }
 }
 
@@ -393,6 +396,7 @@ impl Fuzz {
             let ops = generate(seed, self.opts.len, true).ops;
             report.faults += usize::from(ops.iter().any(|o| matches!(o, Op::LaunchOutOfRange { .. })));
             report.exits_drawn += usize::from(matches!(ops.last(), Some(Op::Exit { .. })));
+            report.captures += ops.iter().filter(|o| matches!(o, Op::CaptureForkJoin { .. })).count();
         }
 
         // The reference: every sequence directly on the simulator, all at once.

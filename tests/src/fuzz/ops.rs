@@ -77,6 +77,19 @@ impl Width {
     }
 }
 
+/// How a [`Op::CaptureForkJoin`] capture ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureEnd {
+    /// The side stream's work joined back to the origin with an event: a graph of three nodes.
+    Joined,
+    /// The side stream did nothing after the fork: no join needed.
+    IdleFork,
+    /// The side stream's work left unjoined: CUDA_ERROR_STREAM_CAPTURE_UNJOINED.
+    Unjoined,
+    /// `cuStreamEndCapture` first on the side stream: UNMATCHED, then the origin's INVALIDATED.
+    EndOnSide,
+}
+
 /// One step of a sequence; each is one or a few driver calls (see `exec`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -134,6 +147,11 @@ pub enum Op {
     /// In the scratch context: a fill kernel through `ptr`, then `cuCtxSynchronize` (the sticky
     /// `CUDA_ERROR_ILLEGAL_ADDRESS`), a `cuMemAlloc` in the poisoned context, and `cuCtxDestroy`.
     LaunchOutOfRange { module: ModuleId, ptr: BadPtr, blocks: u32, threads: u32 },
+    /// A capture on `origin` forked to `side` with an event: a memset of `a` on the origin, one
+    /// of `b` on the side stream, then the capture ends as `end` says; a graph that comes of it
+    /// is instantiated, launched on the origin (which owns both buffers), synchronized and
+    /// destroyed.
+    CaptureForkJoin { origin: StreamId, side: StreamId, a: Buf, b: Buf, value: u32, end: CaptureEnd },
     /// Ends the process here: `exit(0)` (atexit handlers run) or `_exit(0)` (none do).
     Exit { run_atexit: bool },
 }
@@ -153,6 +171,11 @@ impl fmt::Display for Op {
                 )
             }
             Op::StreamDestroy { id } => write!(f, "cuStreamDestroy(s{id})"),
+            Op::CaptureForkJoin { origin, side, a, b, value, end } => write!(
+                f,
+                "cuStreamBeginCapture(s{origin}); cuMemsetD32Async(b{a}, {value:#x}, s{origin}); fork to s{side}; \
+                 cuMemsetD32Async(b{b}, s{side}); {end:?}; launch the graph on s{origin}"
+            ),
             Op::Alloc { id, ctx, bytes, owner } => {
                 write!(
                     f,
@@ -512,6 +535,21 @@ fn step(rng: &mut Rng, m: &mut Model, ops: &mut Vec<Op>) {
             } else {
                 m.scratch_live = true;
                 ops.push(Op::CtxCreate);
+            }
+        }
+        93..=95 => {
+            // Both buffers owned by the origin, so the graph's writes are ordered with the rest.
+            let streams = m.live_streams(ctx);
+            if let (Some(origin), Some(side)) = (pick(rng, &streams), pick(rng, &streams))
+                && origin != side
+            {
+                let owned: Vec<Buf> = bufs.iter().copied().filter(|&b| m.bufs[b].owner == Some(origin)).collect();
+                if let (Some(a), Some(b)) = (pick(rng, &owned), pick(rng, &owned)) {
+                    fence(m, ops, &[a, b]);
+                    let end = [CaptureEnd::Joined, CaptureEnd::Joined, CaptureEnd::IdleFork, CaptureEnd::Unjoined, CaptureEnd::EndOnSide]
+                        [rng.below(5) as usize];
+                    ops.push(Op::CaptureForkJoin { origin, side, a, b, value: rng.next_u64() as u32, end });
+                }
             }
         }
         _ => ops.push(Op::CtxSync { ctx }),
