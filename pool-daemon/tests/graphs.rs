@@ -761,3 +761,44 @@ fn host_nodes_wait_for_their_sessions_channel() {
     assert_eq!(code(&c.call(Request::StreamSynchronize { stream })), 0, "{}", d.log());
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
 }
+
+/// A client gone in the middle of a capture forked to a second stream (its forked stream holding
+/// a captured allocation, charged to the tenant) leaves nothing behind: the ledger is back to 0,
+/// the daemon serves the next client, whose own fork/join capture works. Over the wire, as a
+/// client that never ends its capture sends it.
+#[test]
+fn a_client_gone_mid_cross_stream_capture_leaves_nothing_behind() {
+    let d = Daemon::start(Some(&common::tenant_config("64MiB")));
+    let capture_forked = |c: &mut Client| {
+        let ctx = c.ctx(0);
+        let stream = |c: &mut Client| match c.call(Request::StreamCreate { ctx, flags: 0, priority: 0 }) {
+            Reply::Stream { stream } => stream,
+            r => panic!("{r:?}"),
+        };
+        let (s0, s1) = (stream(c), stream(c));
+        let Reply::Event { event } = c.call(Request::EventCreate { ctx, flags: 2 }) else { panic!("event") };
+        assert_eq!(code(&c.call(Request::StreamBeginCapture { stream: s0, mode: 0 })), 0, "{}", d.log());
+        assert_eq!(code(&c.call(Request::EventRecord { event, stream: s0 })), 0);
+        assert_eq!(code(&c.call(Request::StreamWaitEvent { stream: s1, event, flags: 0 })), 0, "{}", d.log());
+        let r = c.call(Request::CaptureMemAlloc { stream: s1, device: 0, bytes: 8 << 20 });
+        assert!(matches!(r, Reply::CapturedMemNode { .. }), "{r:?}\n{}", d.log());
+        (s0, s1, event)
+    };
+    let mut a = Client::connect(&d.socket);
+    capture_forked(&mut a);
+    assert_eq!(d.used("team", 0), 8 << 20, "the captured allocation is charged: {}", d.status());
+    drop(a);
+    let t0 = Instant::now();
+    while d.used("team", 0) != 0 || !d.status()["sessions"].as_array().unwrap().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "left behind: {}\n{}", d.status(), d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut b = Client::connect(&d.socket);
+    let (s0, s1, event) = capture_forked(&mut b);
+    let ctx = b.ctx(0);
+    let Reply::Event { event: back } = b.call(Request::EventCreate { ctx, flags: 2 }) else { panic!() };
+    assert_eq!(code(&b.call(Request::EventRecord { event: back, stream: s1 })), 0);
+    assert_eq!(code(&b.call(Request::StreamWaitEvent { stream: s0, event: back, flags: 0 })), 0);
+    assert!(matches!(b.call(Request::StreamEndCapture { stream: s0 }), Reply::Graph { .. }), "{}", d.log());
+    assert_eq!(code(&b.call(Request::EventDestroy { event })), 0);
+}
