@@ -109,7 +109,7 @@ pub(super) fn destroy(h: CUevent) -> R<()> {
         let event = event_id(c, h)?;
         c.conn_of(h as u64)?.call_ok(Request::EventDestroy { event })?;
         c.reg.events.remove(&(h as u64));
-        super::graph::event_destroyed(h as u64);
+        super::graph::forget_captured_event(h as u64);
         Ok(())
     })
 }

@@ -58,6 +58,23 @@ fn captures() -> std::sync::MutexGuard<'static, Vec<Capture>> {
 
 static NEXT_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// Captures begun and not ended, plus captured events noted: while 0 (a process that does not
+/// capture), an event record or a stream wait takes neither lock below.
+static IN_CAPTURE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn none_in_capture() -> bool {
+    IN_CAPTURE.load(std::sync::atomic::Ordering::Acquire) == 0
+}
+
+fn count_in_capture(up: bool) {
+    use std::sync::atomic::Ordering::AcqRel;
+    if up {
+        IN_CAPTURE.fetch_add(1, AcqRel);
+    } else {
+        IN_CAPTURE.fetch_sub(1, AcqRel);
+    }
+}
+
 /// Events whose latest record was on a capturing stream (handle -> the capture's serial): a wait
 /// for one is a fork or a join of that capture.
 static CAPTURED_EVENTS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
@@ -82,29 +99,31 @@ pub fn capture_origin(stream: StreamId, endpoint: usize) -> Option<StreamId> {
 /// `cuEventRecord(event, stream)`: notes whether the event is now a captured one; true when it is
 /// (the caller then waits for the daemon's answer, whose errors belong to the capture).
 pub fn event_recorded(event: u64, stream: StreamId, endpoint: usize) -> bool {
-    let serial = {
-        let caps = captures();
-        if caps.is_empty() && captured_events().is_empty() {
-            return false;
-        }
-        caps.iter().find(|c| stream != StreamId::NULL && c.has(stream, endpoint)).map(|c| c.serial)
-    };
-    let mut events = captured_events();
-    events.retain(|&(e, _)| e != event);
+    if none_in_capture() {
+        return false;
+    }
+    let serial =
+        captures().iter().find(|c| stream != StreamId::NULL && c.has(stream, endpoint)).map(|c| c.serial);
+    forget_captured_event(event);
     match serial {
         Some(serial) => {
-            events.push((event, serial));
+            captured_events().push((event, serial));
+            count_in_capture(true);
             true
         }
         None => false,
     }
 }
 
-/// `cuEventDestroy`: the event is no longer a captured one.
-pub fn event_destroyed(event: u64) {
+/// `cuEventDestroy`, or a record outside capture: the event is no longer a captured one.
+pub fn forget_captured_event(event: u64) {
+    if none_in_capture() {
+        return;
+    }
     let mut events = captured_events();
-    if !events.is_empty() {
-        events.retain(|&(e, _)| e != event);
+    if let Some(i) = events.iter().position(|&(e, _)| e == event) {
+        events.swap_remove(i);
+        count_in_capture(false);
     }
 }
 
@@ -112,6 +131,9 @@ pub fn event_destroyed(event: u64) {
 /// forks or joins that capture), `Some(0)` when the stream captures and the event is not, `None`
 /// when neither (an ordinary wait).
 pub fn capture_wait(stream: StreamId, endpoint: usize, event: u64) -> Option<u64> {
+    if none_in_capture() {
+        return None;
+    }
     let events = captured_events();
     let serial = events.iter().find(|&&(e, _)| e == event).map(|&(_, s)| s);
     drop(events);
@@ -289,6 +311,7 @@ fn begin(
         let thread = std::thread::current().id();
         let serial = NEXT_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         captures().push(Capture { stream, endpoint, thread, mode, into_graph, serial, joined: Vec::new() });
+        count_in_capture(true);
         Ok(())
     })
 }
@@ -313,6 +336,7 @@ pub(super) fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -
                     return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
                 }
                 into_graph = caps.remove(i).into_graph;
+                count_in_capture(false);
             }
         }
         let conn = c.live()?;
