@@ -69,8 +69,18 @@ pub struct CaptureGroup {
     ended: AtomicBool,
 }
 
+/// Captures begun and not yet ended in the process: while 0, no call needs to look for one.
+static UNDER_WAY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether a capture may be under way (one begun and not ended; a capturing stream destroyed
+/// without its end keeps this true, which only costs the look).
+pub fn any_under_way() -> bool {
+    UNDER_WAY.load(Ordering::Acquire) != 0
+}
+
 impl CaptureGroup {
     pub fn new(graph: Arc<Graph>, handle: u64, owned: bool, id: u64, origin: &Stream) -> Arc<CaptureGroup> {
+        UNDER_WAY.fetch_add(1, Ordering::AcqRel);
         Arc::new(CaptureGroup {
             graph,
             handle,
@@ -159,7 +169,9 @@ pub fn end(s: &Arc<Stream>) -> CuResult<u64> {
     drop(cap);
     let joined: Vec<Arc<Stream>> = {
         let mut list = group.joined.lock().unwrap_or_else(|e| e.into_inner());
-        group.ended.store(true, Ordering::Release);
+        if !group.ended.swap(true, Ordering::AcqRel) {
+            UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
+        }
         std::mem::take(&mut *list).iter().filter_map(Weak::upgrade).collect()
     };
     let mut unjoined = false;

@@ -108,6 +108,23 @@ impl Context {
         map.entry(id).or_insert_with(|| Stream::new(self, StreamKind::PerThread, 0, 0)).clone()
     }
 
+    /// Use of the legacy stream while a blocking stream of this context is in a capture:
+    /// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, and that capture is invalidated.
+    pub fn refuse_legacy_during_capture(&self) -> crate::error::CuResult<()> {
+        if !crate::capture::any_under_way() {
+            return Ok(());
+        }
+        let Some(s) = self.live_streams().into_iter().find(|s| s.is_blocking() && s.is_capturing()) else {
+            return Ok(());
+        };
+        s.invalidate_capture();
+        crate::error::fail(gpupool_shim::cuda::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, || {
+            "the legacy stream (or a synchronous call, which uses it) while a blocking stream of its context \
+             captures: its implicit synchronization would depend on the capture, which is invalidated"
+                .into()
+        })
+    }
+
     pub fn live_streams(&self) -> Vec<Arc<Stream>> {
         let mut list = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|w| w.strong_count() > 0);

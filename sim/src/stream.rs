@@ -377,6 +377,13 @@ impl Stream {
         }
     }
 
+    /// Invalidates the capture this stream is in, if any.
+    pub fn invalidate_capture(&self) {
+        if let Capture::Active(a) = &*self.capture.lock().unwrap_or_else(|e| e.into_inner()) {
+            a.invalidate();
+        }
+    }
+
     /// `cuStreamIsCapturing`'s answer.
     pub fn capture_status(&self) -> CUstreamCaptureStatus {
         match &*self.capture.lock().unwrap_or_else(|e| e.into_inner()) {

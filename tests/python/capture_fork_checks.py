@@ -19,6 +19,9 @@ and under `gpupool run` by pool-daemon/tests/graphs.rs: the same answers both wa
   CUDA_ERROR_STREAM_CAPTURE_ISOLATION (invalidated); with CU_EVENT_WAIT_EXTERNAL it is a WAIT_EVENT
   node. cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL) in a capture is an EVENT_RECORD node (the
   event completes with each launch), and INVALID_VALUE outside capture.
+- The legacy stream used while a blocking stream captures (an asynchronous memset on it, or a
+  synchronous copy, which uses it) is CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates the
+  capture; a non-blocking stream's capture leaves the legacy stream free.
 - A stream of one capture waiting for an event of another is CUDA_ERROR_STREAM_CAPTURE_MERGE.
 - cuEventQuery of a captured event is CUDA_ERROR_CAPTURED_EVENT and invalidates the capture.
 
@@ -254,6 +257,34 @@ def external_record():
     report("CU_EVENT_RECORD_EXTERNAL in a capture is an EVENT_RECORD node, recorded by each launch", True)
 
 
+def legacy_stream_during_capture():
+    legacy = cuda.CUstream(1)  # CU_STREAM_LEGACY
+    check(cuda.cuStreamBeginCapture(s0, GLOBAL))
+    (err,) = cuda.cuMemsetD8Async(ya, 1, N, legacy)
+    assert err == R.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, ("legacy-stream work", err)
+    assert status(s0) == S.CU_STREAM_CAPTURE_STATUS_INVALIDATED, status(s0)
+    err, _ = cuda.cuStreamEndCapture(s0)
+    assert err == R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, err
+    check(cuda.cuStreamBeginCapture(s0, GLOBAL))
+    host = np.zeros(16, dtype=np.uint8)
+    (err,) = cuda.cuMemcpyDtoH(host.ctypes.data, ya, 16)
+    assert err == R.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, ("a synchronous copy", err)
+    err, _ = cuda.cuStreamEndCapture(s0)
+    assert err == R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, err
+    # A non-blocking stream's capture does not involve the legacy stream.
+    free = check(cuda.cuStreamCreate(cuda.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    check(cuda.cuStreamBeginCapture(free, GLOBAL))
+    check(cuda.cuMemsetD8Async(yc, 9, N, legacy))
+    check(cuda.cuMemsetD8Async(ya, 2, N, free))
+    graph = check(cuda.cuStreamEndCapture(free))
+    check(cuda.cuStreamSynchronize(legacy))
+    check(cuda.cuMemcpyDtoH(host.ctypes.data, yc, 16))
+    assert (host == 9).all(), host
+    check(cuda.cuGraphDestroy(graph))
+    check(cuda.cuStreamDestroy(free))
+    report("the legacy stream while a blocking stream captures: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", True)
+
+
 def merge():
     check(cuda.cuStreamBeginCapture(s0, GLOBAL))
     check(cuda.cuStreamBeginCapture(s2, GLOBAL))
@@ -289,6 +320,7 @@ for name, f in [
     ("unmatched end", unmatched_end),
     ("isolation and external wait", isolation_and_external_wait),
     ("external record", external_record),
+    ("legacy stream during capture", legacy_stream_during_capture),
     ("merge", merge),
     ("captured event query", captured_event_query),
 ]:
@@ -301,4 +333,4 @@ for name, f in [
 for s in (s0, s1, s2):
     check(cuda.cuStreamSynchronize(s))
 print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
-sys.exit(0 if all(results) and len(results) == 10 else 1)
+sys.exit(0 if all(results) and len(results) == 11 else 1)

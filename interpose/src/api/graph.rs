@@ -83,6 +83,31 @@ fn captured_events() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
     CAPTURED_EVENTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether asynchronous request `op` is answered at once: it names stream 0 while a capture is
+/// under way in this process (the daemon refuses stream-0 work while a blocking stream captures).
+pub fn answer_now(op: &Request) -> bool {
+    if none_in_capture() {
+        return false;
+    }
+    let stream = match op {
+        Request::MemcpyHtoDAsync { stream, .. }
+        | Request::MemcpyDtoHAsync { stream, .. }
+        | Request::MemcpyDtoHRegionAsync { stream, .. }
+        | Request::MemcpyDtoDAsync { stream, .. }
+        | Request::Memcpy2DAsync { stream, .. }
+        | Request::Memcpy3DAsync { stream, .. }
+        | Request::MemsetAsync { stream, .. }
+        | Request::LaunchKernel { stream, .. }
+        | Request::StreamWaitEvent { stream, .. }
+        | Request::EventRecord { stream, .. }
+        | Request::GraphUpload { stream, .. }
+        | Request::GraphLaunch { stream, .. }
+        | Request::LaunchHostFunc { stream, .. } => *stream,
+        _ => return false,
+    };
+    stream == StreamId::NULL
+}
+
 /// Whether `stream` is in a capture this process began (on it, or joined to it).
 pub fn capturing(stream: StreamId, endpoint: usize) -> bool {
     capture_origin(stream, endpoint).is_some()

@@ -561,6 +561,11 @@ impl Conn {
     /// An asynchronous request: sent without a reply; failures come back later.
     pub fn post(&mut self, op: Request) -> R<()> {
         debug_assert!(op.is_async());
+        if crate::api::graph::answer_now(&op) {
+            // Work on stream 0 while this process captures: CUDA refuses it at the call when a
+            // blocking stream captures (the daemon says so), not at the next synchronization.
+            return self.call_ok(op);
+        }
         self.post_any(op)
     }
 

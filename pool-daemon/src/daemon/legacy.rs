@@ -23,7 +23,7 @@
 //! stream has no legacy ordering), or order anything across sessions.
 
 use super::Raw;
-use super::dispatch::Result;
+use super::dispatch::{Fail, Result};
 use super::session::Session;
 use crate::call;
 use gpupool_protocol::{RequestOp, StreamId};
@@ -32,6 +32,9 @@ use gpupool_shim::cuda::{CUevent, CUstream, CUstream_flags};
 /// What the backend's streams of a session are made with: none of them takes part in the
 /// backend context's legacy ordering, which every session of the tenant shares.
 pub const BACKEND_STREAM_FLAGS: u32 = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
+
+/// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT.
+const STREAM_CAPTURE_IMPLICIT: u32 = 906;
 
 #[derive(Default)]
 pub struct Legacy {
@@ -97,6 +100,36 @@ pub fn synchronous_copy(op: RequestOp) -> bool {
 }
 
 impl Session {
+    /// Stream 0 used (work, a synchronization or query, or a synchronous copy, which CUDA runs on
+    /// it) while a blocking stream of the session on device `d` (any device: `None`) is in a
+    /// capture: CUDA refuses it, since its implicit synchronization would depend on the capture,
+    /// and invalidates that capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
+    pub(super) fn refuse_legacy_during_capture(&mut self, d: Option<u32>) -> Result<()> {
+        if self.graphs.captures.is_empty() {
+            return Ok(());
+        }
+        let on = |x: u32| d.is_none_or(|d| d == x);
+        let blocking = &self.legacy.blocking;
+        let Some(id) = self.graphs.captures.keys().copied().find(|b| blocking.get(b).is_some_and(|&(x, _)| on(x)))
+        else {
+            return Ok(());
+        };
+        if let Some(&(s, sd)) = self.streams.get(&id)
+            && self.enter(sd).is_ok()
+        {
+            // The backend refuses a query of a capturing stream, invalidating its capture.
+            let _ = call!(self.shared.cuda, cuStreamQuery(s.0));
+        }
+        Err(Fail::new(
+            STREAM_CAPTURE_IMPLICIT,
+            format!(
+                "stream 0 (or a synchronous copy, which uses it) while the blocking stream {} is in a capture: its \
+                 implicit synchronization would depend on the capture, which is invalidated",
+                id.0
+            ),
+        ))
+    }
+
     /// A stream the client made (`flags` as it asked; the backend's was made with
     /// [`BACKEND_STREAM_FLAGS`]): a blocking one is ordered against the session's default stream.
     pub(super) fn note_stream(&mut self, id: StreamId, d: u32, flags: u32) {
@@ -134,6 +167,7 @@ impl Session {
     /// stream's ordering with the session's blocking streams.
     pub(super) fn order_for_work(&mut self, id: StreamId, s: Raw<CUstream>, d: u32) -> Result<()> {
         if id == StreamId::NULL {
+            self.refuse_legacy_during_capture(Some(d))?;
             let pending = self.legacy.unwaited.get_mut(&d).map(std::mem::take).unwrap_or_default();
             for b in &pending {
                 if let Some(&(bs, _)) = self.streams.get(b)
@@ -173,6 +207,7 @@ impl Session {
     /// stream would, were the session's streams part of it). The first failure is the answer:
     /// a synchronous call reports the error of the asynchronous work before it.
     pub(crate) fn settle_legacy(&mut self) -> Result<()> {
+        self.refuse_legacy_during_capture(None)?;
         if !std::mem::take(&mut self.legacy.unsettled) {
             return Ok(());
         }

@@ -701,6 +701,7 @@ impl Serve for Session {
 
     fn stream_synchronize(&mut self, _cx: Cx<'_>, stream: StreamId) -> Result<answer::Ok> {
         if stream == StreamId::NULL {
+            self.refuse_legacy_during_capture(None)?;
             for d in self.tenant_ctxs.keys().copied().collect::<Vec<_>>() {
                 if self.is_npu(d) {
                     self.npu_synchronize(d)?;
@@ -730,6 +731,9 @@ impl Serve for Session {
             return Ok(answer::Ready { ready: self.npu_stream_query(s, d)? });
         }
         self.enter(d)?;
+        if stream == StreamId::NULL {
+            self.refuse_legacy_during_capture(Some(d))?;
+        }
         // Stream 0 is asked even before it had work: the answer carries the context's sticky error.
         let s = if stream == StreamId::NULL { self.default_stream(d)? } else { s };
         Ok(answer::Ready { ready: ready(call!(self.shared.cuda, cuStreamQuery(s.0)))? })

@@ -1,6 +1,6 @@
 //! Stream capture, graphs built node by node, instantiation and launch ([`crate::graph`]).
 
-use super::{DefaultStream, out, resolve_stream, stream_variants};
+use super::{DefaultStream, out, resolve_stream, resolve_stream_quiet, stream_variants};
 use crate::context::current_healthy;
 use crate::driver::initialized;
 use crate::error::{CuResult, cuda_entry, fail};
@@ -27,7 +27,7 @@ fn begin(
     into: Option<(CUgraph, Vec<usize>)>,
 ) -> CuResult<()> {
     let driver = initialized()?;
-    let (ctx, s) = resolve_stream(driver, h, d)?;
+    let (ctx, s) = resolve_stream_quiet(driver, h, d)?;
     ctx.check_sticky()?;
     if mode.0 > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown capture mode {}", mode.0));
@@ -169,7 +169,7 @@ fn begin_capture_to_graph(
 
 fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -> CuResult<()> {
     let driver = initialized()?;
-    let (_, s) = resolve_stream(driver, h, d)?;
+    let (_, s) = resolve_stream_quiet(driver, h, d)?;
     if pgraph.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null graph output pointer".into());
     }
@@ -201,7 +201,7 @@ fn capture_info(
     n: *mut usize,
     d: DefaultStream,
 ) -> CuResult<()> {
-    let (_, s) = resolve_stream(initialized()?, h, d)?;
+    let (_, s) = resolve_stream_quiet(initialized()?, h, d)?;
     if status.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null status pointer".into());
     }
@@ -257,7 +257,7 @@ fn capture_info_v3(
 /// `cuStreamUpdateCaptureDependencies`: `flags` 0 adds `deps` to the capture's dependencies,
 /// 1 replaces them; the nodes must be of the capture's graph.
 fn update_deps(h: CUstream, deps: *mut CUgraphNode, n: usize, flags: c_uint, d: DefaultStream) -> CuResult<()> {
-    let (_, s) = resolve_stream(initialized()?, h, d)?;
+    let (_, s) = resolve_stream_quiet(initialized()?, h, d)?;
     if flags > 1 {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || format!("unknown flags {flags}"));
     }

@@ -97,8 +97,25 @@ pub(crate) fn write_c_string(buf: *mut std::os::raw::c_char, len: usize, text: &
 const LEGACY_HANDLE: u64 = 0x1;
 const PER_THREAD_HANDLE: u64 = 0x2;
 
-/// Resolves a stream argument to the stream and the context whose work it carries.
+/// As [`resolve_stream_quiet`], for a call that uses the stream (queues work on it, waits for it
+/// or asks it): the legacy stream is refused while a blocking stream of its context captures
+/// (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which invalidates that capture), since its implicit
+/// synchronization would make it depend on the capture. Synchronous calls use it too.
 pub fn resolve_stream(
+    driver: &Driver,
+    handle: CUstream,
+    default: DefaultStream,
+) -> CuResult<(Arc<Context>, Arc<Stream>)> {
+    let (ctx, s) = resolve_stream_quiet(driver, handle, default)?;
+    if s.kind == crate::stream::StreamKind::Legacy {
+        ctx.refuse_legacy_during_capture()?;
+    }
+    Ok((ctx, s))
+}
+
+/// Resolves a stream argument to the stream and the context whose work it carries (for calls
+/// that only read what the stream is, or begin and end captures, which check it themselves).
+pub fn resolve_stream_quiet(
     driver: &Driver,
     handle: CUstream,
     default: DefaultStream,

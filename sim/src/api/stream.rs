@@ -1,7 +1,7 @@
 //! Streams.
 
 use super::context::clamp_priority;
-use super::{DefaultStream, out, resolve_stream, stream_variants};
+use super::{DefaultStream, out, resolve_stream, resolve_stream_quiet, stream_variants};
 use crate::context::current_healthy;
 use crate::driver::initialized;
 use crate::error::{CuResult, cuda_entry, fail};
@@ -56,22 +56,22 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(h: CUstream) -> CUresult {
 }
 
 fn get_flags(h: CUstream, flags: *mut c_uint, d: DefaultStream) -> CuResult<()> {
-    let (_, s) = resolve_stream(initialized()?, h, d)?;
+    let (_, s) = resolve_stream_quiet(initialized()?, h, d)?;
     out(flags, s.flags)
 }
 
 fn get_priority(h: CUstream, priority: *mut c_int, d: DefaultStream) -> CuResult<()> {
-    let (_, s) = resolve_stream(initialized()?, h, d)?;
+    let (_, s) = resolve_stream_quiet(initialized()?, h, d)?;
     out(priority, s.priority)
 }
 
 fn get_ctx(h: CUstream, pctx: *mut CUcontext, d: DefaultStream) -> CuResult<()> {
-    let (ctx, _) = resolve_stream(initialized()?, h, d)?;
+    let (ctx, _) = resolve_stream_quiet(initialized()?, h, d)?;
     out(pctx, ctx.handle() as CUcontext)
 }
 
 fn get_ctx_v2(h: CUstream, pctx: *mut CUcontext, green: *mut CUgreenCtx, d: DefaultStream) -> CuResult<()> {
-    let (ctx, _) = resolve_stream(initialized()?, h, d)?;
+    let (ctx, _) = resolve_stream_quiet(initialized()?, h, d)?;
     if pctx.is_null() || green.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null output pointer".into());
     }
@@ -187,7 +187,7 @@ fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_u
 }
 
 fn is_capturing(h: CUstream, status: *mut CUstreamCaptureStatus, d: DefaultStream) -> CuResult<()> {
-    let (_, s) = resolve_stream(initialized()?, h, d)?;
+    let (_, s) = resolve_stream_quiet(initialized()?, h, d)?;
     out(status, s.capture_status())
 }
 
