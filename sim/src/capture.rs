@@ -72,8 +72,7 @@ pub struct CaptureGroup {
 /// Captures begun and not yet ended in the process: while 0, no call needs to look for one.
 static UNDER_WAY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Whether a capture may be under way (one begun and not ended; a capturing stream destroyed
-/// without its end keeps this true, which only costs the look).
+/// Whether a capture may be under way (one begun, neither ended nor gone with its streams).
 pub fn any_under_way() -> bool {
     UNDER_WAY.load(Ordering::Acquire) != 0
 }
@@ -126,6 +125,15 @@ impl CaptureGroup {
         }
         joined.push(Arc::downgrade(s));
         true
+    }
+}
+
+impl Drop for CaptureGroup {
+    /// A capture that never ended (its streams destroyed while capturing) is no longer under way.
+    fn drop(&mut self) {
+        if !*self.ended.get_mut() {
+            UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -261,4 +269,29 @@ pub fn refuse_captured_event<T>(group: &CaptureGroup, what: &str) -> CuResult<T>
     fail(CUresult::CUDA_ERROR_CAPTURED_EVENT, || {
         format!("{what} of an event last recorded in a capturing stream (it stands for graph nodes, not work)")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Streams destroyed in the middle of a capture leave no capture counted as under way (the
+    /// count spares every legacy-stream call a look for capturing streams).
+    #[test]
+    fn a_capture_whose_streams_are_gone_is_no_longer_under_way() {
+        let d = crate::driver::state();
+        d.init(0).expect("cuInit");
+        let dev = d.device(0).expect("device 0").clone();
+        let ctx = crate::context::Context::create(d, dev, 0, false).expect("a context");
+        let before = UNDER_WAY.load(Ordering::Acquire);
+        {
+            let s = Stream::new(&ctx, crate::stream::StreamKind::User, 0, 0);
+            let graph = Arc::new(Graph::new(ctx.handle(), Vec::new()));
+            let group = CaptureGroup::new(graph, 0, false, 1, &s);
+            *s.capture.lock().unwrap() = Capture::Active(ActiveCapture { group, deps: Vec::new(), dep_handles: Vec::new() });
+            assert_eq!(UNDER_WAY.load(Ordering::Acquire), before + 1);
+            assert!(any_under_way());
+        }
+        assert_eq!(UNDER_WAY.load(Ordering::Acquire), before, "a capture gone with its stream still counts");
+    }
 }
