@@ -234,7 +234,8 @@ pub fn wait_captured(s: &Arc<Stream>, group: &Arc<CaptureGroup>, deps: &[usize])
             a.invalidate();
             group.invalidate();
             fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_MERGE, || {
-                "the stream captures another sequence than the one the event was recorded in; both are invalidated".into()
+                "the stream captures another sequence than the one the event was recorded in; both are invalidated"
+                    .into()
             })
         }
         Capture::None if s.kind == crate::stream::StreamKind::Legacy => {
@@ -250,14 +251,17 @@ pub fn wait_captured(s: &Arc<Stream>, group: &Arc<CaptureGroup>, deps: &[usize])
             if !group.join(s) {
                 return ended();
             }
-            *cap = Capture::Active(ActiveCapture { group: group.clone(), deps: deps.to_vec(), dep_handles: Vec::new() });
+            *cap =
+                Capture::Active(ActiveCapture { group: group.clone(), deps: deps.to_vec(), dep_handles: Vec::new() });
             Ok(())
         }
     }
 }
 
 pub fn invalidated<T>() -> CuResult<T> {
-    fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, || "the stream's capture was invalidated by an earlier call".into())
+    fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, || {
+        "the stream's capture was invalidated by an earlier call".into()
+    })
 }
 
 /// A captured event queried, synchronized or timed: not allowed, and an invalid operation
@@ -288,7 +292,8 @@ mod tests {
             let s = Stream::new(&ctx, crate::stream::StreamKind::User, 0, 0);
             let graph = Arc::new(Graph::new(ctx.handle(), Vec::new()));
             let group = CaptureGroup::new(graph, 0, false, 1, &s);
-            *s.capture.lock().unwrap() = Capture::Active(ActiveCapture { group, deps: Vec::new(), dep_handles: Vec::new() });
+            *s.capture.lock().unwrap() =
+                Capture::Active(ActiveCapture { group, deps: Vec::new(), dep_handles: Vec::new() });
             assert_eq!(UNDER_WAY.load(Ordering::Acquire), before + 1);
             assert!(any_under_way());
         }

@@ -1,8 +1,8 @@
 //! Events: markers recorded into a stream, completed when the stream reaches them,
 //! time-stamped by the stream's worker at that moment.
 
-use crate::error::{CuResult, fail};
 use crate::capture::CaptureGroup;
+use crate::error::{CuResult, fail};
 use crate::stream::{Stream, Work};
 use gpupool_shim::cuda::{CUevent_flags, CUresult};
 use std::sync::{Arc, Mutex};

@@ -12,7 +12,7 @@ use crate::context::Context;
 use crate::device::Device;
 use crate::error::CuResult;
 use crate::utilization::Channel;
-use gpupool_shim::cuda::{CUresult, CUstreamCaptureStatus, CUstream_flags};
+use gpupool_shim::cuda::{CUresult, CUstream_flags, CUstreamCaptureStatus};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 

@@ -127,8 +127,7 @@ pub fn event_recorded(event: u64, stream: StreamId, endpoint: usize) -> bool {
     if none_in_capture() {
         return false;
     }
-    let serial =
-        captures().iter().find(|c| stream != StreamId::NULL && c.has(stream, endpoint)).map(|c| c.serial);
+    let serial = captures().iter().find(|c| stream != StreamId::NULL && c.has(stream, endpoint)).map(|c| c.serial);
     forget_captured_event(event);
     match serial {
         Some(serial) => {

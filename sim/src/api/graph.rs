@@ -106,9 +106,8 @@ pub(super) fn unsafe_call(what: &str) -> CuResult<()> {
             .filter_map(|c| c.stream.upgrade())
             .collect()
     };
-    let forbidding = candidates
-        .into_iter()
-        .find(|s| s.capture_status() == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    let forbidding =
+        candidates.into_iter().find(|s| s.capture_status() == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE);
     match forbidding {
         Some(s) => s.refuse_if_capturing(&format!("{what} during a stream capture (its mode forbids it)")),
         None => Ok(()),

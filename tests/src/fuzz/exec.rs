@@ -397,7 +397,9 @@ impl<'d, W: Write> Executor<'d, W> {
                     b.orphaned = true;
                 }
             }
-            Op::CaptureForkJoin { origin, side, a, b, value, end } => self.capture_fork_join(origin, side, a, b, value, end),
+            Op::CaptureForkJoin { origin, side, a, b, value, end } => {
+                self.capture_fork_join(origin, side, a, b, value, end)
+            }
             Op::Alloc { id, ctx, bytes, owner } => {
                 self.make_current(ctx);
                 let mut ptr = 0;

@@ -546,8 +546,13 @@ fn step(rng: &mut Rng, m: &mut Model, ops: &mut Vec<Op>) {
                 let owned: Vec<Buf> = bufs.iter().copied().filter(|&b| m.bufs[b].owner == Some(origin)).collect();
                 if let (Some(a), Some(b)) = (pick(rng, &owned), pick(rng, &owned)) {
                     fence(m, ops, &[a, b]);
-                    let end = [CaptureEnd::Joined, CaptureEnd::Joined, CaptureEnd::IdleFork, CaptureEnd::Unjoined, CaptureEnd::EndOnSide]
-                        [rng.below(5) as usize];
+                    let end = [
+                        CaptureEnd::Joined,
+                        CaptureEnd::Joined,
+                        CaptureEnd::IdleFork,
+                        CaptureEnd::Unjoined,
+                        CaptureEnd::EndOnSide,
+                    ][rng.below(5) as usize];
                     ops.push(Op::CaptureForkJoin { origin, side, a, b, value: rng.next_u64() as u32, end });
                 }
             }
