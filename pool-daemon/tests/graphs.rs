@@ -802,3 +802,36 @@ fn a_client_gone_mid_cross_stream_capture_leaves_nothing_behind() {
     assert!(matches!(b.call(Request::StreamEndCapture { stream: s0 }), Reply::Graph { .. }), "{}", d.log());
     assert_eq!(code(&b.call(Request::EventDestroy { event })), 0);
 }
+
+/// An event shared between processes through IPC never stands for a capture's nodes (the
+/// sessions of a tenant share the backend event, so another process's stream waiting for it
+/// would join this process's capture): recorded on a capturing stream once exported, it is
+/// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and the capture is invalidated; recorded in a capture
+/// and then exported, the export is CUDA_ERROR_CAPTURED_EVENT, until it is recorded outside.
+#[test]
+fn an_ipc_shared_event_never_stands_for_a_capture() {
+    let d = Daemon::start(Some(&common::tenant_config("64MiB")));
+    let mut a = Client::connect(&d.socket);
+    let ctx = a.ctx(0);
+    let Reply::Stream { stream } = a.call(Request::StreamCreate { ctx, flags: 0, priority: 0 }) else { panic!() };
+    // CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING.
+    let mut event = || match a.call(Request::EventCreate { ctx, flags: 6 }) {
+        Reply::Event { event } => event,
+        r => panic!("{r:?}"),
+    };
+    let (shared, captured) = (event(), event());
+    let r = a.call(Request::IpcGetEventHandle { event: shared });
+    assert!(matches!(r, Reply::MemExported { .. }), "{r:?}");
+    assert_eq!(code(&a.call(Request::StreamBeginCapture { stream, mode: 0 })), 0);
+    assert_eq!(code(&a.call(Request::EventRecord { event: shared, stream })), 900, "{}", d.log());
+    assert_eq!(code(&a.call(Request::StreamEndCapture { stream })), 901, "the capture was not invalidated");
+    assert!(d.log().contains("IPC-shared event on a capturing stream"), "{}", d.log());
+
+    assert_eq!(code(&a.call(Request::StreamBeginCapture { stream, mode: 0 })), 0);
+    assert_eq!(code(&a.call(Request::EventRecord { event: captured, stream })), 0);
+    assert_eq!(code(&a.call(Request::IpcGetEventHandle { event: captured })), 907, "{}", d.log());
+    assert!(matches!(a.call(Request::StreamEndCapture { stream }), Reply::Graph { .. }));
+    assert_eq!(code(&a.call(Request::EventRecord { event: captured, stream })), 0);
+    let r = a.call(Request::IpcGetEventHandle { event: captured });
+    assert!(matches!(r, Reply::MemExported { .. }), "recorded outside capture, it is exported: {r:?}");
+}

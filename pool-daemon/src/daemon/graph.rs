@@ -88,6 +88,9 @@ pub struct Graphs {
     host_execs: std::collections::HashSet<GraphExecId>,
     /// By capture id.
     host_captures: std::collections::HashSet<u64>,
+    /// Events whose latest record was on a capturing stream (they stand for its nodes): not
+    /// exported, so no other session's stream can join the capture through one.
+    pub(super) captured_events: std::collections::HashSet<EventId>,
     /// The session's host-function keys ([`super::host_fn`]).
     pub host: super::host_fn::HostFns,
     /// Child graph nodes' own graphs given out (`cuGraphChildGraphNodeGetGraph`): id -> (the
@@ -796,6 +799,7 @@ impl Session {
         self.graphs.host_graphs.clear();
         self.graphs.host_execs.clear();
         self.graphs.host_captures.clear();
+        self.graphs.captured_events.clear();
         self.graphs.exec_graph.clear();
         self.graphs.cond_handles.clear();
         self.release_held_regions();

@@ -34,6 +34,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// CUDA_ERROR_INVALID_CONTEXT.
 const INVALID_CONTEXT: u32 = 201;
+/// CUDA_ERROR_CAPTURED_EVENT.
+const CAPTURED_EVENT: u32 = 907;
 
 /// Exported pools one session may hold (each is a live `cuMemPoolCreate` pool of the client).
 pub const MAX_POOL_EXPORTS: usize = 1024;
@@ -141,6 +143,12 @@ fn events() -> std::sync::MutexGuard<'static, Events> {
     E.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether backend event `raw` is shared between sessions (exported, so other sessions of the
+/// tenant may hold it).
+pub fn is_shared_event(raw: usize) -> bool {
+    events().by_raw.contains_key(&raw)
+}
+
 /// A session lets go of backend event `raw` (its destroy or its end): whether the backend
 /// event must be destroyed now, i.e. no other session holds it.
 pub fn release_event(raw: usize) -> bool {
@@ -159,6 +167,13 @@ pub fn release_event(raw: usize) -> bool {
 impl Session {
     pub(super) fn ipc_export_event(&mut self, event: gpupool_protocol::EventId) -> Result<[u8; 16]> {
         let (raw, device) = self.event(event)?;
+        if self.graphs.captured_events.contains(&event) {
+            // It stands for a capture's nodes in this session, which no other session may join.
+            return Err(Fail::new(
+                CAPTURED_EVENT,
+                "cuIpcGetEventHandle of an event last recorded in a capturing stream",
+            ));
+        }
         let raw = raw.0 as usize;
         let mut ev = events();
         if let Some(secret) = ev.by_raw.get(&raw) {

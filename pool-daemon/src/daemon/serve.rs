@@ -776,6 +776,21 @@ impl Serve for Session {
             return Ok(answer::Ok {});
         }
         self.enter(d)?;
+        if self.capturing(s) {
+            // Recorded in a capture, the event stands for the capture's nodes, and a stream that
+            // waits for it joins the capture: an event other sessions hold must not.
+            if super::ipc::is_shared_event(e.0 as usize) {
+                let _ = call!(self.shared.cuda, cuStreamQuery(s.0));
+                return Err(Fail::new(
+                    super::graph::STREAM_CAPTURE_UNSUPPORTED,
+                    "cuEventRecord of an IPC-shared event on a capturing stream: other processes' streams would join \
+                     the capture through it; the capture is invalidated",
+                ));
+            }
+            self.graphs.captured_events.insert(event);
+        } else if !self.graphs.captured_events.is_empty() {
+            self.graphs.captured_events.remove(&event);
+        }
         call!(self.shared.cuda, cuEventRecord(e.0, s.0))?;
         Ok(answer::Ok {})
     }
@@ -841,6 +856,7 @@ impl Serve for Session {
             call!(self.shared.cuda, cuEventDestroy_v2(e.0))?;
         }
         self.events.remove(&event);
+        self.graphs.captured_events.remove(&event);
         self.owner.remove(&Handle::Event(event));
         Ok(answer::Ok {})
     }
