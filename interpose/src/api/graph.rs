@@ -58,20 +58,22 @@ fn captures() -> std::sync::MutexGuard<'static, Vec<Capture>> {
 
 static NEXT_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// Captures begun and not ended, plus captured events noted: while 0 (a process that does not
-/// capture), an event record or a stream wait takes neither lock below.
-static IN_CAPTURE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Captures begun and not ended, and captured events noted: while both are 0 (a process that
+/// does not capture), an event record or a stream wait takes neither lock below.
+static LIVE_CAPTURES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static CAPTURED_EVENT_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn none_in_capture() -> bool {
-    IN_CAPTURE.load(std::sync::atomic::Ordering::Acquire) == 0
+    use std::sync::atomic::Ordering::Acquire;
+    LIVE_CAPTURES.load(Acquire) == 0 && CAPTURED_EVENT_COUNT.load(Acquire) == 0
 }
 
-fn count_in_capture(up: bool) {
+fn count(counter: &std::sync::atomic::AtomicUsize, up: bool) {
     use std::sync::atomic::Ordering::AcqRel;
     if up {
-        IN_CAPTURE.fetch_add(1, AcqRel);
+        counter.fetch_add(1, AcqRel);
     } else {
-        IN_CAPTURE.fetch_sub(1, AcqRel);
+        counter.fetch_sub(1, AcqRel);
     }
 }
 
@@ -86,7 +88,8 @@ fn captured_events() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
 /// Whether asynchronous request `op` is answered at once: it names stream 0 while a capture is
 /// under way in this process (the daemon refuses stream-0 work while a blocking stream captures).
 pub fn answer_now(op: &Request) -> bool {
-    if none_in_capture() {
+    // Only while a capture is under way: an event left captured by an ended one changes nothing.
+    if LIVE_CAPTURES.load(std::sync::atomic::Ordering::Acquire) == 0 {
         return false;
     }
     let stream = match op {
@@ -132,7 +135,7 @@ pub fn event_recorded(event: u64, stream: StreamId, endpoint: usize) -> bool {
     match serial {
         Some(serial) => {
             captured_events().push((event, serial));
-            count_in_capture(true);
+            count(&CAPTURED_EVENT_COUNT, true);
             true
         }
         None => false,
@@ -147,7 +150,7 @@ pub fn forget_captured_event(event: u64) {
     let mut events = captured_events();
     if let Some(i) = events.iter().position(|&(e, _)| e == event) {
         events.swap_remove(i);
-        count_in_capture(false);
+        count(&CAPTURED_EVENT_COUNT, false);
     }
 }
 
@@ -335,7 +338,7 @@ fn begin(
         let thread = std::thread::current().id();
         let serial = NEXT_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         captures().push(Capture { stream, endpoint, thread, mode, into_graph, serial, joined: Vec::new() });
-        count_in_capture(true);
+        count(&LIVE_CAPTURES, true);
         Ok(())
     })
 }
@@ -360,7 +363,7 @@ pub(super) fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -
                     return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
                 }
                 into_graph = caps.remove(i).into_graph;
-                count_in_capture(false);
+                count(&LIVE_CAPTURES, false);
             }
         }
         let conn = c.live()?;
