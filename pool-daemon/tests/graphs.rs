@@ -128,7 +128,7 @@ fn cross_stream_capture_forks_and_joins_through_the_pool() {
     assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
     let d = Daemon::start(Some(&common::tenant_config("64MiB")));
     let cmd = common::gpupool_run_script(&d, &python, "capture_fork_checks.py");
-    common::run_checks(cmd, "capture_fork_checks", 11, &d);
+    common::run_checks(cmd, "capture_fork_checks", 12, &d);
     let t0 = Instant::now();
     while d.used("team", 0) != 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "memory still held after exit: {}", d.status());

@@ -22,6 +22,8 @@ and under `gpupool run` by pool-daemon/tests/graphs.rs: the same answers both wa
 - The legacy stream used while a blocking stream captures (an asynchronous memset on it, or a
   synchronous copy, which uses it) is CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates the
   capture; a non-blocking stream's capture leaves the legacy stream free.
+- cuStreamEndCapture of a global-mode capture on another thread than the one that began it is
+  CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD and the capture goes on; a relaxed one ends anywhere.
 - A stream of one capture waiting for an event of another is CUDA_ERROR_STREAM_CAPTURE_MERGE.
 - cuEventQuery of a captured event is CUDA_ERROR_CAPTURED_EVENT and invalidates the capture.
 
@@ -285,6 +287,29 @@ def legacy_stream_during_capture():
     report("the legacy stream while a blocking stream captures: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", True)
 
 
+def end_on_another_thread():
+    import threading
+
+    for mode, want in (
+        (GLOBAL, R.CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD),
+        (cuda.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED, R.CUDA_SUCCESS),
+    ):
+        check(cuda.cuStreamBeginCapture(s0, mode))
+        check(cuda.cuMemsetD8Async(ya, 3, N, s0))
+        got = []
+        t = threading.Thread(target=lambda: (cuda.cuCtxSetCurrent(ctx), got.append(cuda.cuStreamEndCapture(s0))))
+        t.start()
+        t.join()
+        err, graph = got[0]
+        assert err == want, (mode, err)
+        if err == R.CUDA_SUCCESS:
+            check(cuda.cuGraphDestroy(graph))
+        else:
+            assert status(s0) == S.CU_STREAM_CAPTURE_STATUS_ACTIVE, "the capture goes on"
+            check(cuda.cuGraphDestroy(check(cuda.cuStreamEndCapture(s0))))
+    report("a global capture ends on its own thread (CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD), a relaxed one anywhere", True)
+
+
 def merge():
     check(cuda.cuStreamBeginCapture(s0, GLOBAL))
     check(cuda.cuStreamBeginCapture(s2, GLOBAL))
@@ -321,6 +346,7 @@ for name, f in [
     ("isolation and external wait", isolation_and_external_wait),
     ("external record", external_record),
     ("legacy stream during capture", legacy_stream_during_capture),
+    ("end on another thread", end_on_another_thread),
     ("merge", merge),
     ("captured event query", captured_event_query),
 ]:
@@ -333,4 +359,4 @@ for name, f in [
 for s in (s0, s1, s2):
     check(cuda.cuStreamSynchronize(s))
 print(f"SUMMARY {sum(results)}/{len(results)}", flush=True)
-sys.exit(0 if all(results) and len(results) == 11 else 1)
+sys.exit(0 if all(results) and len(results) == 12 else 1)

@@ -432,4 +432,4 @@ def test_cross_stream_capture_forks_and_joins():
 
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capture_fork_checks.py")
     out = subprocess.run([sys.executable, script], env=subprocess_env(), capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "SUMMARY 11/11" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "SUMMARY 12/12" in out.stdout, out.stdout + out.stderr

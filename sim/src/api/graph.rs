@@ -172,6 +172,18 @@ fn end_capture(h: CUstream, pgraph: *mut CUgraph, d: DefaultStream) -> CuResult<
     if pgraph.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null graph output pointer".into());
     }
+    // A capture that is not relaxed ends on the thread that began it; the capture goes on.
+    let me = std::thread::current().id();
+    let wrong_thread = live_captures().iter().any(|c| {
+        std::ptr::eq(c.stream.as_ptr(), Arc::as_ptr(&s))
+            && c.thread != me
+            && c.mode != CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED
+    });
+    if wrong_thread {
+        return fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, || {
+            "cuStreamEndCapture on another thread than the one that began a capture that is not relaxed".into()
+        });
+    }
     match crate::capture::end(&s) {
         Ok(handle) => {
             live_captures().retain(|c| !std::ptr::eq(c.stream.as_ptr(), Arc::as_ptr(&s)));
