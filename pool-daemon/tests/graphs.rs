@@ -123,12 +123,18 @@ fn a_graph_with_a_memory_node_is_held_to_the_quota() {
 /// ledger is back to 0 after.
 #[test]
 fn cross_stream_capture_forks_and_joins_through_the_pool() {
+    run_checks_under_a_64mib_tenant("capture_fork_checks", 12);
+}
+
+/// tests/python/`name`.py under `gpupool run` as a tenant with a 64 MiB quota: it passes at least
+/// `at_least` checks, and the tenant's ledger is back to 0 after it.
+fn run_checks_under_a_64mib_tenant(name: &str, at_least: usize) {
     ensure_interposer();
     let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
     assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
     let d = Daemon::start(Some(&common::tenant_config("64MiB")));
-    let cmd = common::gpupool_run_script(&d, &python, "capture_fork_checks.py");
-    common::run_checks(cmd, "capture_fork_checks", 12, &d);
+    let cmd = common::gpupool_run_script(&d, &python, &format!("{name}.py"));
+    common::run_checks(cmd, name, at_least, &d);
     let t0 = Instant::now();
     while d.used("team", 0) != 0 {
         assert!(t0.elapsed() < Duration::from_secs(5), "memory still held after exit: {}", d.status());
@@ -144,17 +150,7 @@ fn cross_stream_capture_forks_and_joins_through_the_pool() {
 /// memset and memcpy node parameters changed on the graph and on an instantiated graph.
 #[test]
 fn runtime_graph_memory_nodes_are_held_to_the_quota() {
-    ensure_interposer();
-    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
-    assert!(python.exists(), "{} missing: run scripts/setup-venv", python.display());
-    let d = Daemon::start(Some(&common::tenant_config("64MiB")));
-    let cmd = common::gpupool_run_script(&d, &python, "runtime_graph_checks.py");
-    common::run_checks(cmd, "runtime_graph_checks", 18, &d);
-    let t0 = Instant::now();
-    while d.used("team", 0) != 0 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "graph memory still held after exit: {}", d.status());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    run_checks_under_a_64mib_tenant("runtime_graph_checks", 18);
 }
 
 /// The runtime's graphs built and edited node by node (tests/python/runtime_graph_edit_checks.py; ctypes on

@@ -70,6 +70,20 @@ def nodes_and_edges(graph):
     return kind, [(int(a), int(b)) for a, b in zip(src, dst)]
 
 
+def replay_memset_and(graph, kind, done):
+    """`graph` is a memset and one node of type `kind`, one edge between them: launched once on
+    s0, `done()` waits for it; the graph and its instantiation are destroyed."""
+    nodes, edges = nodes_and_edges(graph)
+    types = sorted(int(t) for t in nodes.values())
+    assert types == sorted([int(kind), int(T.CU_GRAPH_NODE_TYPE_MEMSET)]), types
+    assert len(edges) == 1, edges
+    exe = check(cuda.cuGraphInstantiate(graph, 0))
+    check(cuda.cuGraphLaunch(exe, s0))
+    done()
+    check(cuda.cuGraphExecDestroy(exe))
+    check(cuda.cuGraphDestroy(graph))
+
+
 def run(name, f):
     try:
         f()
@@ -224,15 +238,7 @@ def isolation_and_external_wait():
     check(cuda.cuStreamWaitEvent(s0, outside, cuda.CUevent_wait_flags.CU_EVENT_WAIT_EXTERNAL))
     check(cuda.cuMemsetD8Async(ya, 5, N, s0))
     graph = check(cuda.cuStreamEndCapture(s0))
-    kind, edges = nodes_and_edges(graph)
-    types = sorted(int(t) for t in kind.values())
-    assert types == sorted([int(T.CU_GRAPH_NODE_TYPE_WAIT_EVENT), int(T.CU_GRAPH_NODE_TYPE_MEMSET)]), types
-    assert len(edges) == 1, edges
-    exe = check(cuda.cuGraphInstantiate(graph, 0))
-    check(cuda.cuGraphLaunch(exe, s0))
-    check(cuda.cuStreamSynchronize(s0))
-    check(cuda.cuGraphExecDestroy(exe))
-    check(cuda.cuGraphDestroy(graph))
+    replay_memset_and(graph, T.CU_GRAPH_NODE_TYPE_WAIT_EVENT, lambda: check(cuda.cuStreamSynchronize(s0)))
     check(cuda.cuEventDestroy(outside))
     report("CU_EVENT_WAIT_EXTERNAL in a capture is a WAIT_EVENT node", True)
 
@@ -245,16 +251,8 @@ def external_record():
     check(cuda.cuMemsetD8Async(ya, 8, N, s0))
     check(cuda.cuEventRecordWithFlags(ext, s0, cuda.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL))
     graph = check(cuda.cuStreamEndCapture(s0))
-    kind, edges = nodes_and_edges(graph)
-    types = sorted(int(t) for t in kind.values())
-    assert types == sorted([int(T.CU_GRAPH_NODE_TYPE_EVENT_RECORD), int(T.CU_GRAPH_NODE_TYPE_MEMSET)]), types
-    assert len(edges) == 1, edges
-    exe = check(cuda.cuGraphInstantiate(graph, 0))
-    check(cuda.cuGraphLaunch(exe, s0))
-    check(cuda.cuEventSynchronize(ext))
-    check(cuda.cuEventQuery(ext))
-    check(cuda.cuGraphExecDestroy(exe))
-    check(cuda.cuGraphDestroy(graph))
+    # The launch records the event: waiting for it waits for the launch.
+    replay_memset_and(graph, T.CU_GRAPH_NODE_TYPE_EVENT_RECORD, lambda: (check(cuda.cuEventSynchronize(ext)), check(cuda.cuEventQuery(ext))))
     check(cuda.cuEventDestroy(ext))
     report("CU_EVENT_RECORD_EXTERNAL in a capture is an EVENT_RECORD node, recorded by each launch", True)
 
