@@ -5,10 +5,11 @@ and under `gpupool run` by pool-daemon/tests/graphs.rs: the same answers both wa
 - Fork and join: an event recorded on the capturing stream and waited for by another stream
   makes that stream join the capture (cuStreamIsCapturing ACTIVE, cuStreamGetCaptureInfo the same
   capture id and graph); work on both streams, joined back with an event the other way, is one
-  graph of four nodes and four edges (A -> B on the forked stream, A -> C, both -> D), with no
-  node for the records; cuStreamEndCapture takes the forked stream out of capture; the graph,
+  graph of five nodes and five edges (A -> host function -> B on the forked stream, A -> C, both
+  -> D), with no node for the records; cuStreamEndCapture takes the forked stream out of capture; the graph,
   replayed with new host data from page-locked memory, carries the data through the fork
-  (A's copy read by B) and the join (B's result read by D).
+  (A's copy read by B) and the join (B's result read by D), and runs the forked stream's host
+  function once per launch (not during the capture).
 - A stream-ordered allocation on the forked stream is an allocation node of the capture's graph
   (freed by a free node on the origin after the join); the graph replays.
 - A fork whose stream did nothing needs no join; a fork whose work is not joined back ends with
@@ -116,10 +117,24 @@ def join_back(stream, origin=None):
     check(cuda.cuStreamWaitEvent(origin or s0, join, 0))
 
 
+host_calls = []
+HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda user: host_calls.append(user))
+
+
+def launch_host_func(stream, user):
+    """cuLaunchHostFunc through ctypes: cuda-bindings' own wrapper frees its callback data after
+    the first call, so a captured host function replayed twice would call freed memory."""
+    r = ctypes.CDLL("libcuda.so.1").cuLaunchHostFunc(ctypes.c_void_p(int(stream)), HOST_FN, ctypes.c_void_p(user))
+    assert r == 0, f"cuLaunchHostFunc: {r}"
+
+
 def fork_join_graph():
     check(cuda.cuStreamBeginCapture(s0, GLOBAL))
     check(cuda.cuMemcpyHtoDAsync(ya, hin, N, s0))  # A
     fork_to(s1)
+    # A host node on the forked stream: not run now, run by each launch (through the pool, in
+    # this process).
+    launch_host_func(s1, 7)
     st1, id1, g1, _, _ = check(cuda.cuStreamGetCaptureInfo(s1))
     st0, id0, g0, _, _ = check(cuda.cuStreamGetCaptureInfo(s0))
     assert st1 == S.CU_STREAM_CAPTURE_STATUS_ACTIVE, f"the forked stream's status {st1}"
@@ -131,16 +146,19 @@ def fork_join_graph():
     graph = check(cuda.cuStreamEndCapture(s0))
     assert status(s1) == S.CU_STREAM_CAPTURE_STATUS_NONE, "the forked stream is still capturing after the end"
     assert status(s0) == S.CU_STREAM_CAPTURE_STATUS_NONE
+    assert host_calls == [], "the captured host function ran at capture"
     kind, edges = nodes_and_edges(graph)
     types = sorted(int(t) for t in kind.values())
-    want = sorted([int(T.CU_GRAPH_NODE_TYPE_MEMCPY)] * 3 + [int(T.CU_GRAPH_NODE_TYPE_MEMSET)])
+    want = sorted([int(T.CU_GRAPH_NODE_TYPE_MEMCPY)] * 3 + [int(T.CU_GRAPH_NODE_TYPE_MEMSET), int(T.CU_GRAPH_NODE_TYPE_HOST)])
     assert types == want, f"node types {types}, want {want} (no node for the event records)"
-    assert len(edges) == 4, f"edges {edges}"
+    assert len(edges) == 5, f"edges {edges}"
     into = {}
     for a, b in edges:
         into.setdefault(b, []).append(a)
     roots = [n for n in kind if n not in into]
     assert len(roots) == 1 and kind[roots[0]] == T.CU_GRAPH_NODE_TYPE_MEMCPY, f"roots {roots}"
+    host = [n for n in kind if kind[n] == T.CU_GRAPH_NODE_TYPE_HOST]
+    assert into.get(host[0]) == roots, "the host node does not follow the fork"
     sinks = [n for n, deps in into.items() if len(deps) == 2]
     assert len(sinks) == 1, f"no node depends on both streams' work: {edges}"
     assert sorted(int(kind[x]) for x in into[sinks[0]]) == sorted(
@@ -153,12 +171,13 @@ def fork_join_graph():
         check(cuda.cuGraphLaunch(exe, s0))
         check(cuda.cuStreamSynchronize(s0))
         assert np.array_equal(host_out, host_in), f"replay {k}: the data did not go through the fork and the join"
+        assert host_calls == [7] * (k + 1), f"replay {k}: the forked stream's host node ran {host_calls}"
     got = np.zeros(16, dtype=np.uint8)
     check(cuda.cuMemcpyDtoH(got.ctypes.data, yc, 16))
     assert (got == 7).all(), "the origin's memset did not run"
     check(cuda.cuGraphExecDestroy(exe))
     check(cuda.cuGraphDestroy(graph))
-    report("fork and join: one graph of four nodes, replayed through both streams", True)
+    report("fork and join: one graph of five nodes, replayed through both streams", True)
 
 
 def forked_allocation():
