@@ -157,6 +157,17 @@ impl<'d, W: Write> Executor<'d, W> {
         owner.and_then(|s| self.streams.get(&s)).map_or(null_mut(), |s| s.0)
     }
 
+    /// Two fresh events (without timing) in the current context, both creations recorded.
+    fn two_events(&mut self) -> (CUevent, CUevent) {
+        let d = self.d;
+        let (mut a, mut b) = (null_mut(), null_mut());
+        let r = call!(d.cuEventCreate(&mut a, DISABLE_TIMING));
+        self.rec("cuEventCreate", r, None);
+        let r = call!(d.cuEventCreate(&mut b, DISABLE_TIMING));
+        self.rec("cuEventCreate", r, None);
+        (a, b)
+    }
+
     /// [`Op::CaptureForkJoin`]: every call's result is recorded, and the status the side stream
     /// is left in (it must be out of capture whatever the end).
     fn capture_fork_join(&mut self, origin: usize, side: usize, a: Buf, b: Buf, value: u32, end: CaptureEnd) {
@@ -164,11 +175,7 @@ impl<'d, W: Write> Executor<'d, W> {
         let ((so, ctx), (ss, _)) = (self.streams[&origin], self.streams[&side]);
         let ((pa, na, ..), (pb, nb, ..)) = (self.buf(a), self.buf(b));
         self.make_current(ctx);
-        let (mut fork, mut join) = (null_mut(), null_mut());
-        let r = call!(d.cuEventCreate(&mut fork, DISABLE_TIMING));
-        self.rec("cuEventCreate", r, None);
-        let r = call!(d.cuEventCreate(&mut join, DISABLE_TIMING));
-        self.rec("cuEventCreate", r, None);
+        let (fork, join) = self.two_events();
         let r = call!(d.cuStreamBeginCapture_v2(so, crate::cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL));
         self.rec("cuStreamBeginCapture", r, None);
         let r = call!(d.cuMemsetD32Async(pa, value, (na / 4) as usize, so));
@@ -464,11 +471,7 @@ impl<'d, W: Write> Executor<'d, W> {
                 let (dp, _, ctx, ds) = self.buf(dst);
                 let (sp, _, _, ss) = self.buf(src);
                 self.make_current(ctx);
-                let (mut e1, mut e2) = (null_mut(), null_mut());
-                let r = call!(d.cuEventCreate(&mut e1, DISABLE_TIMING));
-                self.rec("cuEventCreate", r, None);
-                let r = call!(d.cuEventCreate(&mut e2, DISABLE_TIMING));
-                self.rec("cuEventCreate", r, None);
+                let (e1, e2) = self.two_events();
                 let r = call!(d.cuEventRecord(e1, ss));
                 self.rec("cuEventRecord", r, None);
                 let r = call!(d.cuStreamWaitEvent(ds, e1, 0));
