@@ -1,5 +1,6 @@
 //! CuPy through the pool: tests/python/cupy_checks.py (array creation and copies, elementwise
-//! arithmetic, reductions, ElementwiseKernel / ReductionKernel / RawKernel, the memory quota), each
+//! arithmetic, reductions, ElementwiseKernel / ReductionKernel / RawKernel, a CUDA graph captured
+//! on two streams and replayed, the memory quota), each
 //! result compared with NumPy, run unmodified under `gpupool run` with CuPy 12 from
 //! target/venv-cupy (`scripts/setup-venv venv-cupy tests/python/requirements-cupy.txt`; see that
 //! file for why CuPy 12). CuPy loads `libcudart.so.12` and `libcuda.so.1`, both served by
@@ -56,7 +57,7 @@ fn cupy_arrays_elementwise_reductions_and_kernels_match_numpy() {
         .env("CUPY_COMPILE_WITH_PTX", "1")
         .env("CUPY_CACHE_DIR", &cache)
         .env("GPUPOOL_LOG", "1");
-    run_checks(cmd, "cupy_checks", 28, &d);
+    run_checks(cmd, "cupy_checks", 30, &d);
     // Everything the program held is back when it is gone.
     let t0 = std::time::Instant::now();
     while d.used("team", 0) != 0 || d.used("team", 1) != 0 {

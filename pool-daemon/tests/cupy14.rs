@@ -2,7 +2,7 @@
 //! runtime 12.9 statically, which runs over libgpupool.so's driver API through the driver's
 //! private export tables (interpose/EXPORT_TABLES.md). tests/python/cupy_checks.py (arrays and
 //! copies, elementwise arithmetic, reductions, ElementwiseKernel / ReductionKernel / RawKernel,
-//! the memory pool, OutOfMemoryError at the quota and recovery), each result compared with
+//! a CUDA graph captured on two streams, the memory pool, OutOfMemoryError at the quota and recovery), each result compared with
 //! NumPy, runs unmodified under `gpupool run` with CuPy 14 from target/venv-cupy14
 //! (`scripts/setup-venv venv-cupy14 tests/python/requirements-cupy14.txt`).
 //!
@@ -43,7 +43,7 @@ fn cupy14_static_runtime_arrays_kernels_memory_pool_and_quota_match_numpy() {
         .env("CUPY_CACHE_DIR", &cache)
         .env("GPUPOOL_TRACE_EXPORT_TABLES", "1")
         .env("GPUPOOL_LOG", "1");
-    let stderr = run_checks(cmd, "cupy_checks", 29, &d).stderr;
+    let stderr = run_checks(cmd, "cupy_checks", 30, &d).stderr;
     // It was NVIDIA's runtime 12.9, linked into CuPy, that ran: it proved the driver with the
     // integrity table and kept its per-context state in the context-local storage.
     assert!(

@@ -104,6 +104,41 @@ d_out = cp.empty_like(d_a)
 raw((h_a.shape[0],), (64,), (d_a, d_out, np.int32(h_a.shape[0]), np.int32(h_a.shape[1])))
 check("raw_kernel", lambda: same(d_out, h_a * np.arange(1, h_a.shape[0] + 1, dtype=np.float32)[:, None]))
 
+# --- a CUDA graph captured on two streams: forked to a second stream with an event and joined
+# back, as multi-stream code captures; replayed with new inputs ---
+def graph_fork_join():
+    main, side = cp.cuda.Stream(), cp.cuda.Stream()
+    x, y, z, out = (cp.empty_like(d_a) for _ in range(4))
+    scale = cp.ElementwiseKernel("float32 x, float32 a", "float32 y", "y = a * x", "gpupool_scale")
+    # Compiled and loaded before the capture (module loads are not stream work).
+    scale(d_a, np.float32(1), y)
+    saxpy(d_a, d_a, np.float32(1), out)
+    cp.cuda.Device(0).synchronize()
+    main.begin_capture()
+    with main:
+        scale(x, np.float32(2), y)
+        side.wait_event(main.record())
+        with side:
+            side_capturing = side.is_capturing()
+            scale(x, np.float32(-3), z)
+        main.wait_event(side.record())
+        saxpy(y, z, np.float32(0.5), out)  # 0.5 * 2x + (-3x) = -2x
+    graph = main.end_capture()
+    if not side_capturing or side.is_capturing():
+        return False, f"the side stream's capture: during {side_capturing}, after {side.is_capturing()}"
+    for k in range(3):
+        h = h_a * (k + 1)
+        x.set(h)
+        graph.launch(stream=main)
+        main.synchronize()
+        ok, why = same(out, -2 * h)
+        if not ok:
+            return False, f"replay {k}: {why}"
+    return True, ""
+
+
+check("graph_captured_on_two_streams", graph_fork_join)
+
 # --- CuPy's memory pool caches freed blocks and gives them back to the device on request ---
 def memory_pool():
     pool = cp.get_default_memory_pool()
