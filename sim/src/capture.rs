@@ -61,8 +61,9 @@ pub struct CaptureGroup {
     /// Whether the capture made the graph (not `cuStreamBeginCaptureToGraph`'s).
     pub owned: bool,
     pub id: u64,
-    /// The stream that began it (compared by address; it only ends the capture).
-    origin: usize,
+    /// The stream that began it, the only one that ends the capture (held weakly, so that its
+    /// address is not reused while the capture is known).
+    origin: Weak<Stream>,
     /// The streams that joined it through events.
     joined: Mutex<Vec<Weak<Stream>>>,
     invalidated: AtomicBool,
@@ -78,14 +79,14 @@ pub fn any_under_way() -> bool {
 }
 
 impl CaptureGroup {
-    pub fn new(graph: Arc<Graph>, handle: u64, owned: bool, id: u64, origin: &Stream) -> Arc<CaptureGroup> {
+    pub fn new(graph: Arc<Graph>, handle: u64, owned: bool, id: u64, origin: &Arc<Stream>) -> Arc<CaptureGroup> {
         UNDER_WAY.fetch_add(1, Ordering::AcqRel);
         Arc::new(CaptureGroup {
             graph,
             handle,
             owned,
             id,
-            origin: origin as *const Stream as usize,
+            origin: Arc::downgrade(origin),
             joined: Mutex::new(Vec::new()),
             invalidated: AtomicBool::new(false),
             ended: AtomicBool::new(false),
@@ -101,7 +102,7 @@ impl CaptureGroup {
     }
 
     fn is_origin(&self, s: &Stream) -> bool {
-        self.origin == s as *const Stream as usize
+        std::ptr::eq(self.origin.as_ptr(), s)
     }
 
     /// Invalidates the whole sequence: every stream of it fails what it captures from now on,
