@@ -2,7 +2,7 @@
 //! tenants (one token-matched tenant each), every one running a random, valid-looking sequence of
 //! driver calls (allocations, frees in any order, async memsets and copies on several streams,
 //! events, kernel launches, captures forked to a second stream and joined back (or not, or ended
-//! on the wrong stream) and their graphs launched, module load and unload, context create and destroy, objects ended
+//! on the wrong stream, or with the legacy stream touched in between) and their graphs launched, module load and unload, context create and destroy, objects ended
 //! with work queued, faulting kernels, exits) under `gpupool run`, some SIGKILLed part-way.
 //! After every round: each tenant's results equal the same sequence run directly on the
 //! simulator, every canary is intact (each tenant's own, and a watcher tenant's that lives through

@@ -188,7 +188,11 @@ impl<'d, W: Write> Executor<'d, W> {
             let r = call!(d.cuMemsetD32Async(pb, value.rotate_left(7), (nb / 8) as usize, ss));
             self.rec("cuMemsetD32Async", r, None);
         }
-        if end == CaptureEnd::Joined {
+        if end == CaptureEnd::LegacyTouched {
+            let r = call!(d.cuEventRecord(join, null_mut()));
+            self.rec("cuEventRecord(legacy)", r, None);
+        }
+        if matches!(end, CaptureEnd::Joined | CaptureEnd::LegacyTouched) {
             let r = call!(d.cuEventRecord(join, ss));
             self.rec("cuEventRecord", r, None);
             let r = call!(d.cuStreamWaitEvent(so, join, 0));

@@ -88,6 +88,9 @@ pub enum CaptureEnd {
     Unjoined,
     /// `cuStreamEndCapture` first on the side stream: UNMATCHED, then the origin's INVALIDATED.
     EndOnSide,
+    /// An event recorded on the legacy stream before the join: STREAM_CAPTURE_IMPLICIT (and the
+    /// capture invalidated) when either stream is a blocking one, allowed when both are not.
+    LegacyTouched,
 }
 
 /// One step of a sequence; each is one or a few driver calls (see `exec`).
@@ -552,7 +555,8 @@ fn step(rng: &mut Rng, m: &mut Model, ops: &mut Vec<Op>) {
                         CaptureEnd::IdleFork,
                         CaptureEnd::Unjoined,
                         CaptureEnd::EndOnSide,
-                    ][rng.below(5) as usize];
+                        CaptureEnd::LegacyTouched,
+                    ][rng.below(6) as usize];
                     ops.push(Op::CaptureForkJoin { origin, side, a, b, value: rng.next_u64() as u32, end });
                 }
             }
