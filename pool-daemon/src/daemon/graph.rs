@@ -142,12 +142,20 @@ impl Session {
         if !self.capturing(s) {
             return Ok(());
         }
-        let _ = call!(self.shared.cuda, cuStreamQuery(s.0));
-        Err(Fail::new(
+        Err(self.invalidate_capture(
+            s,
             STREAM_CAPTURE_UNSUPPORTED,
             "a copy from or to pageable host memory cannot be captured (use page-locked memory); \
              the capture is invalidated",
         ))
+    }
+
+    /// Invalidates the capture backend stream `s` (entered) is in, as CUDA does on a call the
+    /// capture cannot hold: the backend refuses a query of a capturing stream and invalidates its
+    /// capture. The refusal to answer the client is `code` with `why`.
+    pub(super) fn invalidate_capture(&self, s: Raw<CUstream>, code: u32, why: impl Into<String>) -> Fail {
+        let _ = call!(self.shared.cuda, cuStreamQuery(s.0));
+        Fail::new(code, why)
     }
 
     pub(super) fn begin_capture(&mut self, stream: StreamId, mode: u32) -> Result<()> {

@@ -113,9 +113,7 @@ impl Session {
 
     /// After `cuStreamWaitEvent` on `stream`: the capture it joined, if it did.
     pub(super) fn after_capture_wait(&mut self, stream: StreamId, s: Raw<CUstream>) {
-        if !self.graphs.backend_captures.is_empty() && !self.graphs.captures.contains_key(&stream) {
-            self.capture_of(stream, s);
-        }
+        self.capture_of(stream, s);
     }
 
     /// `cuStreamEndCapture` on `stream` was answered: if `stream` began its capture, every stream

@@ -114,20 +114,15 @@ impl Session {
         else {
             return Ok(());
         };
-        if let Some(&(s, sd)) = self.streams.get(&id)
-            && self.enter(sd).is_ok()
-        {
-            // The backend refuses a query of a capturing stream, invalidating its capture.
-            let _ = call!(self.shared.cuda, cuStreamQuery(s.0));
+        let why = format!(
+            "stream 0 (or a synchronous copy, which uses it) while the blocking stream {} is in a capture: its \
+             implicit synchronization would depend on the capture, which is invalidated",
+            id.0
+        );
+        match self.streams.get(&id).copied() {
+            Some((s, sd)) if self.enter(sd).is_ok() => Err(self.invalidate_capture(s, STREAM_CAPTURE_IMPLICIT, why)),
+            _ => Err(Fail::new(STREAM_CAPTURE_IMPLICIT, why)),
         }
-        Err(Fail::new(
-            STREAM_CAPTURE_IMPLICIT,
-            format!(
-                "stream 0 (or a synchronous copy, which uses it) while the blocking stream {} is in a capture: its \
-                 implicit synchronization would depend on the capture, which is invalidated",
-                id.0
-            ),
-        ))
     }
 
     /// A stream the client made (`flags` as it asked; the backend's was made with

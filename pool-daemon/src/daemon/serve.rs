@@ -780,8 +780,8 @@ impl Serve for Session {
             // Recorded in a capture, the event stands for the capture's nodes, and a stream that
             // waits for it joins the capture: an event other sessions hold must not.
             if super::ipc::is_shared_event(e.0 as usize) {
-                let _ = call!(self.shared.cuda, cuStreamQuery(s.0));
-                return Err(Fail::new(
+                return Err(self.invalidate_capture(
+                    s,
                     super::graph::STREAM_CAPTURE_UNSUPPORTED,
                     "cuEventRecord of an IPC-shared event on a capturing stream: other processes' streams would join \
                      the capture through it; the capture is invalidated",
