@@ -125,7 +125,9 @@ impl Site {
             binds: Vec::new(),
         };
         ct::write_config(&dir, &spec);
-        (dir, format!("gpupool-test-{}-{name}", std::process::id()))
+        // The daemon's directory is unique to this test; the process id alone is not, and
+        // runc ids are global: two tests running at once must not both start a container "a".
+        (dir, format!("{}-{name}", self.d.dir.file_name().unwrap().to_string_lossy()))
     }
 
     /// Runs a container to its end.
