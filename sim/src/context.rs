@@ -33,6 +33,10 @@ pub struct Context {
     pub cache_config: AtomicU32,
     /// Stops its grids between blocks while another context has the device ([`crate::preempt`]).
     pub preemption: crate::preempt::Preemption,
+    /// What its kernels printed, until a documented point flushes it ([`crate::printf`]).
+    pub printf: crate::printf::Fifo,
+    /// A kernel that uses printf was launched: CU_LIMIT_PRINTF_FIFO_SIZE is fixed from then on.
+    pub printf_launched: AtomicBool,
 }
 
 /// The primary context of a device and its reference count.
@@ -65,6 +69,8 @@ impl Context {
             limits: Mutex::new(default_limits()),
             cache_config: AtomicU32::new(0),
             preemption: Default::default(),
+            printf: Default::default(),
+            printf_launched: AtomicBool::new(false),
         });
         let handle = driver.contexts.insert(ctx.clone());
         let _ = ctx.handle.set(handle);
@@ -166,6 +172,7 @@ impl Context {
         // A stopped grid would never finish, and the drain below waits for it.
         self.preemption.resume();
         let _ = self.synchronize();
+        self.printf.flush();
         for s in self.live_streams() {
             s.shut_down();
         }

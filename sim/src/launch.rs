@@ -12,7 +12,7 @@ use crate::error::{CuResult, fail};
 use crate::exec::{Launch, MemoryMap, Program};
 use crate::module::Function;
 use crate::stream::{Job, Stream, Work};
-use gpupool_shim::cuda::CUresult;
+use gpupool_shim::cuda::{CUlimit, CUresult};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug)]
@@ -109,6 +109,15 @@ pub fn launch(
         return Ok(());
     }
     let job = kernel_job(ctx, f.clone(), cfg, params.clone())?;
+    if let Ok(prog) = program(driver, &f)
+        && prog.prints
+    {
+        ctx.printf_launched.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    if !stream.is_capturing() {
+        // What earlier kernels printed is written at the start of a launch.
+        ctx.printf.flush();
+    }
     let node = move |j| {
         let args = crate::graph::KernelArgs::new(&f, params);
         crate::graph::Op::Kernel(crate::graph::KernelLaunch { handle, f, cfg, args }, j)
@@ -140,6 +149,8 @@ pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, param
     let driver = crate::driver::initialized()?;
     let prog = check(driver, ctx, &f, &cfg, &params)?;
     let ctx2 = ctx.clone();
+    // The buffer's size is fixed when the kernel is launched.
+    let printf_capacity = ctx.limit(CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE).unwrap_or(1 << 20);
     Ok(std::sync::Arc::new(move || {
         // The kernel sees the memory that exists when it runs, as on a GPU.
         let me = ctx2.handle();
@@ -162,6 +173,7 @@ pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, param
             sms: ctx2.device.cfg.sms,
             clock_mhz: ctx2.device.cfg.clock_mhz,
             preemption: Some(&ctx2.preemption),
+            printf: Some((&ctx2.printf, printf_capacity)),
         })
     }))
 }

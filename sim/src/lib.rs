@@ -37,6 +37,7 @@ pub mod memory;
 pub mod mempool;
 pub mod module;
 pub mod preempt;
+pub mod printf;
 pub mod ptx;
 pub mod stream;
 pub mod texture;

@@ -171,6 +171,7 @@ pub fn unload(driver: &Driver, handle: u64) -> CuResult<()> {
     if let Some(ctx) = driver.contexts.get(m.ctx_handle) {
         // Launches already queued still run (and may read the variables).
         ctx.drain();
+        ctx.printf.flush();
         for (base, _) in m.globals.values() {
             let _ = ctx.memory.free(*base);
         }

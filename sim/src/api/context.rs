@@ -175,7 +175,9 @@ pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     cuda_entry(|| {
-        let r = current()?.synchronize();
+        let ctx = current()?;
+        let r = ctx.synchronize();
+        ctx.printf.flush();
         crate::mempool::on_synchronize();
         r
     })
@@ -193,6 +195,14 @@ pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: CUlimit) -> CUr
 pub unsafe extern "C" fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult {
     cuda_entry(|| {
         let ctx = current()?;
+        if limit == CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE && ctx.printf_launched.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            // NVIDIA: "must be performed before launching any kernel that uses the printf()
+            // device system call, otherwise CUDA_ERROR_INVALID_VALUE will be returned".
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || {
+                "CU_LIMIT_PRINTF_FIFO_SIZE cannot change after a kernel that uses printf was launched".into()
+            });
+        }
         let mut limits = ctx.limits.lock().unwrap_or_else(|e| e.into_inner());
         match limits.get_mut(&limit.0) {
             Some(slot) => {

@@ -248,6 +248,10 @@ fn submit_copy(
     };
     if must_wait {
         stream.run_sync(ctx, Work::Memory, job, node);
+        if mode == Mode::Sync {
+            // A blocking copy writes what kernels printed ([`crate::printf`]).
+            ctx.printf.flush();
+        }
         ctx.check_sticky()?;
     } else {
         stream.enqueue_node(ctx, Work::Memory, Vec::new(), job, node);

@@ -82,7 +82,11 @@ pub unsafe extern "C" fn cuEventQuery(h: CUevent) -> CUresult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventSynchronize(h: CUevent) -> CUresult {
     cuda_entry(|| {
-        let r = lookup(h)?.synchronize();
+        let e = lookup(h)?;
+        let r = e.synchronize();
+        if let Some(ctx) = initialized()?.contexts.get(e.ctx_handle) {
+            ctx.printf.flush();
+        }
         crate::mempool::on_synchronize();
         r
     })

@@ -15,6 +15,7 @@ use std::sync::Arc;
 fn load(pmod: *mut CUmodule, image: *const c_void) -> CuResult<()> {
     let ctx = current_healthy()?;
     let driver = initialized()?;
+    ctx.printf.flush();
     if pmod.is_null() || image.is_null() {
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null module or image pointer".into());
     }

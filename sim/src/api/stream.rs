@@ -85,8 +85,9 @@ fn query(h: CUstream, d: DefaultStream) -> CuResult<()> {
 }
 
 fn synchronize(h: CUstream, d: DefaultStream) -> CuResult<()> {
-    let (_, s) = resolve_stream(initialized()?, h, d)?;
+    let (ctx, s) = resolve_stream(initialized()?, h, d)?;
     let r = s.synchronize();
+    ctx.printf.flush();
     crate::mempool::on_synchronize();
     r
 }
@@ -141,11 +142,17 @@ fn launch_host_func(h: CUstream, f: CUhostFn, user: *mut c_void, d: DefaultStrea
         return fail(CUresult::CUDA_ERROR_INVALID_VALUE, || "null host function".into());
     };
     let call = HostCall(f as usize, user as usize);
+    // A host function queued on a stream (not a graph's host node) first writes what the
+    // context's kernels printed ([`crate::printf`]).
+    let flush = (!s.is_capturing()).then(|| std::sync::Arc::downgrade(&ctx));
     s.enqueue(
         &ctx,
         Work::Control,
         Vec::new(),
         std::sync::Arc::new(move || {
+            if let Some(ctx) = flush.as_ref().and_then(std::sync::Weak::upgrade) {
+                ctx.printf.flush();
+            }
             // SAFETY: `call.0` is the CUhostFn the application passed, restored to its type.
             let f: unsafe extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(call.0) };
             // SAFETY: calling the application's callback with its own argument, as documented.
@@ -175,6 +182,7 @@ fn add_callback(h: CUstream, cb: CUstreamCallback, user: *mut c_void, flags: c_u
         Work::Control,
         Vec::new(),
         std::sync::Arc::new(move || {
+            ctx2.printf.flush();
             let status = ctx2.check_sticky().err().unwrap_or(CUresult::CUDA_SUCCESS);
             // SAFETY: `call.0` is the CUstreamCallback the application passed.
             let f: unsafe extern "C" fn(CUstream, CUresult, *mut c_void) = unsafe { std::mem::transmute(call.0) };

@@ -87,7 +87,8 @@ pub fn compile(
             };
         }
     }
-    Ok(Arc::new(Program { instrs, nregs, shared_static, local_bytes: local }))
+    let prints = instrs.iter().any(|i| matches!(&i.op, ir::Op::Call(c) if c.callee == ir::Callee::Printf));
+    Ok(Arc::new(Program { instrs, nregs, shared_static, local_bytes: local, prints }))
 }
 
 /// Device functions get one register set each, so a recursive call is refused.
@@ -205,6 +206,7 @@ mod tests {
             sms: 132,
             clock_mhz: 1980,
             preemption: None,
+            printf: None,
         })?;
         Ok(buf)
     }

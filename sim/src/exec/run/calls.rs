@@ -70,11 +70,17 @@ impl Block<'_> {
             off += size;
             out.push_str(&c_format(spec, conv, raw, |addr| self.c_string(t, addr)));
         }
-        use std::io::Write;
-        let mut stdout = std::io::stdout().lock();
-        let _ = stdout.write_all(out.as_bytes());
-        let _ = stdout.flush();
-        Ok(out.len() as i32)
+        let n = out.len() as i32;
+        match self.l.printf {
+            Some((fifo, capacity)) => fifo.push(out, capacity),
+            None => {
+                use std::io::Write;
+                let mut stdout = std::io::stdout().lock();
+                let _ = stdout.write_all(out.as_bytes());
+                let _ = stdout.flush();
+            }
+        }
+        Ok(n)
     }
 }
 

@@ -32,6 +32,8 @@ pub struct Program {
     pub nregs: usize,
     pub shared_static: u64,
     pub local_bytes: u64,
+    /// It calls `vprintf` (reachable or not): launching it fixes the context's printf buffer.
+    pub prints: bool,
 }
 
 /// Device memory a kernel may touch: its context's allocations and page-locked
@@ -112,6 +114,8 @@ pub struct Launch<'a> {
     pub clock_mhz: u32,
     /// The launching context's preemption: consulted before each block ([`crate::preempt`]).
     pub preemption: Option<&'a crate::preempt::Preemption>,
+    /// Where device `printf` goes, and the buffer's size at this launch; `None` prints at once.
+    pub printf: Option<(&'a crate::printf::Fifo, usize)>,
 }
 
 /// Why a kernel stopped early.
