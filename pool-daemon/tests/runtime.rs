@@ -168,6 +168,14 @@ fn vector_add_device_queries_memory_symbols_errors_occupancy() {
     run_passing("vector_add", &[], 66);
 }
 
+/// Device printf reaches the program's standard output at its synchronizations and blocking
+/// copies, after its own earlier printf (tests/python/printf_checks.py checks the rest through the
+/// driver API).
+#[test]
+fn device_printf_is_written_at_synchronizations() {
+    run_passing("device_printf", &[], 9);
+}
+
 #[test]
 fn streams_events_pinned_memory_and_host_callbacks() {
     run_passing("streams_events", &[], 21);

@@ -141,6 +141,12 @@ fn default_flag_device_reset_matches_the_shared_build() {
     );
 }
 
+/// NVIDIA's runtime's synchronizations flush what kernels printed into the program's output.
+#[test]
+fn default_flag_device_printf_matches_the_shared_build() {
+    static_equals_shared("device_printf", &[], None, &[]);
+}
+
 #[test]
 fn default_flag_streams_and_events_match_the_shared_build() {
     static_equals_shared("streams_events", &[], None, &[]);

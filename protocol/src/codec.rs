@@ -48,6 +48,8 @@ pub enum DecodeError {
     BadBye,
     #[error("a checkpointed frame must have an empty payload")]
     BadCheckpointed,
+    #[error("a device output frame must have request id 0")]
+    BadDeviceOutput,
 }
 
 /// A value could not be encoded because it breaks a cap or a rule the decoder enforces.

@@ -22,7 +22,7 @@ use thiserror::Error;
 pub const MAGIC: [u8; 4] = *b"GPPL";
 /// The wire version. Bump it on any change to the header or to an operation's encoding;
 /// peers of different versions refuse each other at the first frame.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 /// Size of the header in bytes (this version).
 pub const HEADER_LEN: usize = 24;
 /// The largest payload a frame may carry: 64 MiB. Bulk data normally travels through the
@@ -50,11 +50,24 @@ pub enum FrameKind {
     /// that checkpoint had seen, the payload is empty. Sent before the reply to any later
     /// request, so a client may let go of what it kept to replay from before it.
     Checkpointed = 7,
+    /// What the session's kernels printed (device `printf`), flushed by a backend call the
+    /// session made (version 5): request id 0, the payload is the text's bytes. The client
+    /// writes it to its standard output. Sent before the reply to the request whose call
+    /// flushed it, or (a flush by an asynchronous launch) before the reply to a later one.
+    DeviceOutput = 8,
 }
 
 impl FrameKind {
-    pub const ALL: [FrameKind; 7] =
-        [Self::Request, Self::Reply, Self::AsyncError, Self::Hello, Self::HelloReply, Self::Bye, Self::Checkpointed];
+    pub const ALL: [FrameKind; 8] = [
+        Self::Request,
+        Self::Reply,
+        Self::AsyncError,
+        Self::Hello,
+        Self::HelloReply,
+        Self::Bye,
+        Self::Checkpointed,
+        Self::DeviceOutput,
+    ];
 
     pub fn from_u16(v: u16) -> Option<Self> {
         Self::ALL.into_iter().find(|k| *k as u16 == v)

@@ -57,6 +57,10 @@ pub enum Message {
     Checkpointed {
         seen: u64,
     },
+    /// Device `printf` output for the client's standard output ([`FrameKind::DeviceOutput`]).
+    DeviceOutput {
+        text: Vec<u8>,
+    },
 }
 
 impl Message {
@@ -69,6 +73,7 @@ impl Message {
             Message::AsyncError { .. } => FrameKind::AsyncError,
             Message::Bye => FrameKind::Bye,
             Message::Checkpointed { .. } => FrameKind::Checkpointed,
+            Message::DeviceOutput { .. } => FrameKind::DeviceOutput,
         }
     }
 
@@ -76,7 +81,7 @@ impl Message {
         match self {
             Message::Request { id, .. } | Message::Reply { id, .. } | Message::AsyncError { id, .. } => *id,
             Message::Checkpointed { seen } => *seen,
-            Message::Bye => 0,
+            Message::Bye | Message::DeviceOutput { .. } => 0,
         }
     }
 
@@ -116,6 +121,7 @@ impl Message {
                 Reply::Error { code: *code, message: message.clone() }.encode_payload(out)?
             }
             Message::Bye | Message::Checkpointed { .. } => {}
+            Message::DeviceOutput { text } => out.extend_from_slice(text),
         }
         let payload_len = out.len() - start - HEADER_LEN;
         if payload_len > MAX_PAYLOAD as usize {
@@ -180,6 +186,12 @@ impl Message {
                     return Err(DecodeError::BadCheckpointed.into());
                 }
                 Message::Checkpointed { seen: id }
+            }
+            FrameKind::DeviceOutput => {
+                if id != 0 {
+                    return Err(DecodeError::BadDeviceOutput.into());
+                }
+                Message::DeviceOutput { text: payload.to_vec() }
             }
         };
         Ok(msg)

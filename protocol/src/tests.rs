@@ -30,6 +30,10 @@ fn sample_message(seed: u64) -> Message {
             _ => unreachable!(),
         },
         7 if g.next() & 1 == 1 => Message::Checkpointed { seen: id },
+        7 if g.next() & 1 == 1 => {
+            let n = g.below(64) as usize;
+            Message::DeviceOutput { text: (0..n).map(|_| g.next() as u8).collect() }
+        }
         _ => Message::Bye,
     }
 }

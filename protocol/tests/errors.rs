@@ -46,7 +46,7 @@ fn header_errors_are_typed() {
     b[6] = 32;
     assert_eq!(frame_err(&b), FrameError::BadHeaderLen { expected: 24, found: 32 });
 
-    for kind in [0u16, 8, 0xffff] {
+    for kind in [0u16, 9, 0xffff] {
         let mut b = good.clone();
         b[8..10].copy_from_slice(&kind.to_le_bytes());
         assert_eq!(frame_err(&b), FrameError::UnknownKind(kind));

@@ -113,7 +113,7 @@ fn golden_bytes() {
     };
     let expected: Vec<u8> = [
         &b"GPPL"[..],
-        &[4, 0],        // version
+        &[5, 0],        // version
         &[24, 0],       // header length
         &[1, 0],        // kind: request
         &[0, 0],        // flags

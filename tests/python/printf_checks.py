@@ -20,6 +20,10 @@ step; its report goes to the original standard output.
 - The program's own printf before a synchronization comes before the kernels' lines in the same
   output (both go through the C library's stdout).
 - A process that launches a printing kernel and exits without synchronizing prints none of it.
+- Another process that synchronizes and copies while this process's output waits does not print it,
+  and this process's next synchronization does (through the pool, a tenant's processes share a
+  backend context and its buffer: the daemon gives a flush to the process that loaded printing
+  kernels).
 - On the simulator directly: CU_LIMIT_PRINTF_FIFO_SIZE, set in a new context before its first
   printing kernel, bounds what one flush writes (the newest lines are kept), and setting it after
   that launch is CUDA_ERROR_INVALID_VALUE; through the pool the client's limit is not applied
@@ -275,6 +279,26 @@ def main():
     ok = child.returncode == 0 and "LAUNCHED" in child.stdout and "tag 11" not in child.stdout
     report("a process that exits without synchronizing prints none of its kernels' output", ok, child.stdout[-300:] + child.stderr[-300:])
 
+    # Another process (of the same tenant, through the pool) that synchronizes while this
+    # process's output waits leaves it to this process.
+    launch(say, 4, [12, 1], stream)
+    idle(stream)
+    out.new()
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import printf_checks as p\n"
+        "p.sibling_synchronizes()\n"
+    ) % os.path.dirname(os.path.abspath(__file__))
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    check(cuda.cuStreamSynchronize(stream))
+    got = tagged(out.new(), 12)
+    ok = child.returncode == 0 and "SYNCHRONIZED" in child.stdout and "tag 12" not in child.stdout
+    report(
+        "another process's synchronization leaves this process's output to it",
+        ok and got == expected(12, 4),
+        f"mine: {got}; the other's: {child.stdout[-300:]}{child.stderr[-300:]}",
+    )
+
     check(cuda.cuStreamDestroy(stream))
     check(cuda.cuMemFree(buf))
     check(cuda.cuDevicePrimaryCtxRelease(dev))
@@ -293,6 +317,18 @@ def exit_without_flush():
     idle(stream)
     print("LAUNCHED", flush=True)
     os._exit(0)
+
+
+def sibling_synchronizes():
+    """A process with no printing kernel of its own: synchronizes and copies, then exits."""
+    check(cuda.cuInit(0))
+    create_context(check(cuda.cuDeviceGet(0)))
+    buf = check(cuda.cuMemAlloc(64))
+    check(cuda.cuCtxSynchronize())
+    host = (ctypes.c_int32 * 4)()
+    check(cuda.cuMemcpyDtoH(ctypes.addressof(host), buf, 16))
+    check(cuda.cuCtxSynchronize())
+    print("SYNCHRONIZED", flush=True)
 
 
 if __name__ == "__main__":

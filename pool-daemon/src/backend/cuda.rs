@@ -61,6 +61,7 @@ driver_table! {
     cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice);
     cuDevicePrimaryCtxRelease_v2: fn(CUdevice);
     cuCtxSetCurrent: fn(CUcontext);
+    cuCtxGetCurrent: fn(*mut CUcontext);
     cuCtxSynchronize: fn();
     cuMemAlloc_v2: fn(*mut CUdeviceptr, usize);
     cuMemFree_v2: fn(CUdeviceptr);
@@ -222,6 +223,14 @@ impl SimPreempt {
 }
 
 impl Cuda {
+    /// The calling thread's current backend context (null when none), as an address.
+    pub fn current_context(&self) -> usize {
+        let mut ctx: cu::CUcontext = std::ptr::null_mut();
+        // SAFETY: cuCtxGetCurrent writes one pointer to the live local.
+        unsafe { (self.cuCtxGetCurrent)(&mut ctx) };
+        ctx as usize
+    }
+
     /// Turns a status into a `Result`, naming the call and the vendor's error name.
     pub fn check(&self, call: &'static str, res: CUresult) -> Result<(), CudaError> {
         if res == CUresult::CUDA_SUCCESS {
@@ -248,6 +257,14 @@ macro_rules! call {
         // SAFETY: the arguments follow the entry point's documented contract; every
         // pointer passed is to a live local or buffer of the right size. (The argument
         // expressions are plain values and references at every call site.)
+        // A call that writes kernels' printf output, on a context whose kernels may print,
+        // runs inside a window that hands that output to the calling session.
+        const FLUSHES: bool = $crate::backend::device_output::flushes(stringify!($name));
+        let _window = if FLUSHES {
+            $crate::backend::device_output::window(stringify!($name), || cuda.current_context())
+        } else {
+            None
+        };
         #[allow(clippy::macro_metavars_in_unsafe)]
         let res = unsafe { (cuda.$name)($($arg),*) };
         cuda.check(stringify!($name), res)

@@ -6,6 +6,7 @@
 mod acl;
 mod cublas;
 mod cuda;
+pub mod device_output;
 mod nvml;
 
 pub use acl::{Acl, AclError, Opapi};

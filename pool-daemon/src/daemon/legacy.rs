@@ -221,7 +221,10 @@ impl Session {
             if self.capturing(s) {
                 continue;
             }
-            let r = self.enter(d).and_then(|()| Ok(call!(self.shared.cuda, cuStreamSynchronize(s.0))?));
+            let r = self.enter(d).and_then(|()| {
+                self.wait_quietly(d, || call!(self.shared.cuda, cuStreamQuery(s.0)));
+                Ok(call!(self.shared.cuda, cuStreamSynchronize(s.0))?)
+            });
             if first.is_ok() {
                 first = r;
             }

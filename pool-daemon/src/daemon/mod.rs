@@ -277,6 +277,7 @@ impl Shared {
         if let Err(e) = call!(self.cuda, cuCtxDestroy_v2(tc.ctx.0)) {
             tracing::warn!(tenant = %tc.tenant.as_str(), device = tc.device, "destroying the tenant's context: {e}");
         }
+        crate::backend::device_output::forget_context(tc.ctx.0 as usize);
     }
 }
 
@@ -454,6 +455,8 @@ pub fn run(opts: Options) -> Result<()> {
     // Before any thread exists, so every session thread finds the cap (malloc.rs says why).
     let malloc_arenas = malloc::cap_arenas();
     init_logging();
+    // Before any session: tenants' device printf output goes to them, not to this output.
+    crate::backend::device_output::install().context("capturing standard output for device printf")?;
     let src = crate::probe::source(opts.sim, opts.driver_dir.clone())?;
     let cuda_path = src.library("libcuda.so.1");
     let cuda = Cuda::load(&cuda_path).with_context(|| {

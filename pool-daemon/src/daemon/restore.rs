@@ -583,6 +583,9 @@ fn fill(s: &mut Session, m: &Manifest, dir: &Path) -> Result<u64> {
         let mut h: CUmodule = std::ptr::null_mut();
         call!(shared.cuda, cuModuleLoadData(&mut h, image.as_ptr().cast()))
             .map_err(|e| anyhow!("module {}: cuModuleLoadData: {e}", md.id))?;
+        if crate::backend::device_output::may_print(&image) {
+            crate::backend::device_output::note_printer(shared.cuda.current_context(), s.id);
+        }
         image.pop();
         let id = ModuleId(md.id);
         s.modules.insert(id, (Raw(h), md.device));

@@ -158,6 +158,9 @@ impl Serve for Session {
         let s0 = self.default_stream(d)?;
         let own = self.streams.values().filter(|(_, sd)| *sd == d).map(|(s, _)| *s);
         for s in own.chain([s0]) {
+            if !self.capturing(s) {
+                self.wait_quietly(d, || call!(self.shared.cuda, cuStreamQuery(s.0)));
+            }
             if let Err(e) = call!(self.shared.cuda, cuStreamSynchronize(s.0))
                 && first.is_ok()
             {
@@ -169,6 +172,7 @@ impl Serve for Session {
             std::mem::take(&mut self.stream_tails).into_iter().partition(|t| t.0 == d);
         self.stream_tails = others;
         for (_, e) in tails {
+            self.wait_quietly(d, || call!(self.shared.cuda, cuEventQuery(e.0)));
             if let Err(err) = call!(self.shared.cuda, cuEventSynchronize(e.0))
                 && first.is_ok()
             {
@@ -583,6 +587,9 @@ impl Serve for Session {
         self.enter(d)?;
         let mut m: CUmodule = std::ptr::null_mut();
         call!(self.shared.cuda, cuModuleLoadData(&mut m, bytes.as_ptr().cast()))?;
+        if crate::backend::device_output::may_print(&bytes) {
+            crate::backend::device_output::note_printer(self.tenant_ctxs[&d].ctx.0 as usize, self.id);
+        }
         let id = ModuleId(self.next_handle());
         self.modules.insert(id, (Raw(m), d));
         bytes.pop();
@@ -711,6 +718,7 @@ impl Serve for Session {
                 // carries the context's sticky error).
                 self.enter(d)?;
                 let s0 = self.default_stream(d)?;
+                self.wait_quietly(d, || call!(self.shared.cuda, cuStreamQuery(s0.0)));
                 call!(self.shared.cuda, cuStreamSynchronize(s0.0))?;
             }
         } else {
@@ -720,6 +728,9 @@ impl Serve for Session {
                 return Ok(answer::Ok {});
             }
             self.enter(d)?;
+            if !self.capturing(s) {
+                self.wait_quietly(d, || call!(self.shared.cuda, cuStreamQuery(s.0)));
+            }
             call!(self.shared.cuda, cuStreamSynchronize(s.0))?;
         }
         Ok(answer::Ok {})
@@ -814,6 +825,10 @@ impl Serve for Session {
             return Ok(answer::Ok {});
         }
         self.enter(d)?;
+        // (A captured event's query would end its capture.)
+        if !self.graphs.captured_events.contains(&event) {
+            self.wait_quietly(d, || call!(self.shared.cuda, cuEventQuery(e.0)));
+        }
         call!(self.shared.cuda, cuEventSynchronize(e.0))?;
         Ok(answer::Ok {})
     }

@@ -9,6 +9,7 @@ use super::dispatch::{Cx, Fail, NOT_PERMITTED};
 use super::exec::QueuedLaunch;
 use super::listener::PeerCred;
 use super::{Raw, SessionInfo, Shared, TenantCtx};
+use crate::backend::device_output;
 use gpupool_protocol::bulk::{self, Bulk, BulkView};
 use gpupool_protocol::frame::split_frame;
 use gpupool_protocol::ops::{DeviceInfo, ParamInfo};
@@ -286,8 +287,11 @@ fn run_link(shared: Arc<Shared>, mut link: Link, origin: Origin, t0: Instant, ti
             return;
         }
     };
+    // Through its cleanup too: what that flushes is the session's (device_output).
+    let _output = device_output::SessionThread::start(session.id);
     let reason = serve(&mut session, &mut link);
     link.t.close();
+    _output.client_gone();
     super::cleanup::end(session, &reason);
 }
 
@@ -623,6 +627,9 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             Ok(_) if no_reply => continue,
             // Copied bytes go from the reply's buffer to the transport, not through `out`.
             Ok(Reply::Bytes { data }) if data.0.len() > BULK_REPLY_MIN => {
+                if let Err(why) = send_device_output(t, &mut out) {
+                    return why;
+                }
                 out.clear();
                 if let Err(e) = bulk::encode_head(id, false, Bulk::Bytes, data.0.len(), &mut out) {
                     return format!("cannot encode a reply: {e}");
@@ -647,10 +654,26 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
                 }
             }
         };
+        if let Message::Reply { .. } = msg
+            && let Err(why) = send_device_output(t, &mut out)
+        {
+            return why;
+        }
         if let Err(why) = send(t, &mut out, msg) {
             return why;
         }
     }
+}
+
+/// What the session's kernels printed, flushed by its calls since its last reply, goes to the
+/// client before this reply: the client reads frames while it waits for one, so the daemon
+/// never sends it what the client would not read ([`device_output`]).
+fn send_device_output(t: &mut dyn Transport, out: &mut Vec<u8>) -> Result<(), String> {
+    let text = device_output::take_pending();
+    for chunk in text.chunks(gpupool_protocol::MAX_PAYLOAD as usize) {
+        send(t, out, Message::DeviceOutput { text: chunk.to_vec() })?;
+    }
+    Ok(())
 }
 
 /// Writes a checkpoint asked of the session, if any ([`super::checkpoint::at_call`]), and tells

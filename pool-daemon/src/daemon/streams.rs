@@ -3,9 +3,11 @@
 use super::Raw;
 use super::dispatch::{Fail, NOT_READY, Result};
 use super::session::Session;
+use crate::backend::{CudaError, device_output};
 use crate::call;
 use gpupool_protocol::EventId;
 use gpupool_shim::cuda::{CUevent, CUstream};
+use std::time::Duration;
 
 impl Session {
     /// Before stream `s` of device `d` (entered) is destroyed: marks its last operation with an
@@ -31,6 +33,22 @@ impl Session {
                 Ok(()) => self.stream_tails.push((d, e)),
                 Err(_) => tc.give_events(&[e]),
             }
+        }
+    }
+
+    /// Before a synchronizing backend call on device `d` (entered) whose work `query` asks about:
+    /// when kernels of the tenant's context there may print, waits for that work by queries
+    /// first, which flush nothing. The call's window ([`device_output`]), which other printing
+    /// contexts' flushing calls wait for, then lasts as long as the flush, not the work.
+    pub(super) fn wait_quietly(&self, d: u32, query: impl Fn() -> std::result::Result<(), CudaError>) {
+        let Some(tc) = self.tenant_ctxs.get(&d) else { return };
+        if !device_output::may_print_in(tc.ctx.0 as usize) {
+            return;
+        }
+        let mut pause = Duration::from_micros(20);
+        while matches!(ready(query()), Ok(false)) {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
         }
     }
 

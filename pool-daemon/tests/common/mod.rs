@@ -8,7 +8,7 @@ use gpupool_protocol::transport::shm::{ShmTransport, WaitPolicy};
 use gpupool_protocol::{CtxId, DevicePtr, FuncId, Message, PROTOCOL_VERSION, Reply, Request, StreamId};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
@@ -66,7 +66,7 @@ impl Daemon {
         cmd.envs(env.iter().copied());
         let mut log = std::fs::OpenOptions::new();
         log.create(true).append(append).write(true).truncate(!append);
-        cmd.stdout(Stdio::null()).stderr(log.open(dir.join("daemon.log")).unwrap());
+        cmd.stdout(log.open(dir.join("daemon.out")).unwrap()).stderr(log.open(dir.join("daemon.log")).unwrap());
         cmd.spawn().expect("starting gpupool daemon")
     }
 
@@ -93,6 +93,12 @@ impl Daemon {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// What the daemon wrote to its standard output (device printf output of no session would
+    /// land there; nothing else writes to it).
+    pub fn stdout_text(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.out")).unwrap_or_default()
     }
 
     pub fn endpoint(&self) -> String {
