@@ -44,9 +44,9 @@
 //!   either;
 //! - module images must fit the staging area (8 MiB by default; a larger fat binary is cut
 //!   to the device's own cubin and best PTX first); the JIT linker (`cuLink*`) links one
-//!   PTX input; device `printf` prints on
-//!   the daemon's output; copies to or from CUDA arrays are refused with
-//!   `CUDA_ERROR_NOT_SUPPORTED`;
+//!   PTX input; device `printf` output comes back from the daemon in `DeviceOutput` frames
+//!   and is written through the C library's `stdout` (`client/conn.rs`); the client's
+//!   `CU_LIMIT_PRINTF_FIFO_SIZE` is kept here, not applied;
 //! - stream capture and graphs are held by the daemon (`api/graph.rs`); the capture mode's
 //!   rules are enforced here; graphs built node by node are held there too, except host
 //!   and memcpy nodes (refused with `CUDA_ERROR_NOT_SUPPORTED`);
