@@ -127,10 +127,6 @@ impl Daemon {
 
     /// [`Daemon::start`] with more `gpupool daemon` arguments (`--restore DIR`).
     pub(crate) fn start_with(memory: &str, extra: &[&std::ffi::OsStr]) -> Result<Daemon, String> {
-        let dir = std::env::temp_dir().join(format!("gpupool-bench-evict-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let cfg = dir.join("quota.toml");
         let tenant = |name: &str, token: &str, priority: &str| {
             format!(
                 "[[tenant]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\npriority = \"{priority}\"\n",
@@ -138,7 +134,24 @@ impl Daemon {
             )
         };
         let text = tenant("low", LOW_TOKEN, "low") + &tenant("high", HIGH_TOKEN, "high");
-        std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
+        Self::start_config_with(&text, memory, "evict", extra, &[])
+    }
+
+    /// A daemon on one simulated GPU of `memory` with the quota file `config`, in a directory
+    /// named for `bench`, with more `gpupool daemon` arguments `extra` and environment `env`.
+    pub(crate) fn start_config_with(
+        config: &str,
+        memory: &str,
+        bench: &str,
+        extra: &[&std::ffi::OsStr],
+        env: &[(&str, &str)],
+    ) -> Result<Daemon, String> {
+        let dir = std::env::temp_dir().join(format!("gpupool-bench-{bench}-{}", std::process::id()));
+        let env = env.to_vec();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let cfg = dir.join("quota.toml");
+        std::fs::write(&cfg, config).map_err(|e| e.to_string())?;
         let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
         let child = Command::new(release_dir().join("gpupool"))
             .args(["daemon", "--sim", "--config"])
@@ -148,6 +161,7 @@ impl Daemon {
             .args(extra)
             .env("GPUPOOL_SIM_MEMORY", memory)
             .env("GPUPOOL_SIM_DEVICES", "1")
+            .envs(env)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -14,6 +14,7 @@
 //!   cargo run --release -p gpupool-benches -- containers [--quick]
 //!   cargo run --release -p gpupool-benches -- evict [--quick]
 //!   cargo run --release -p gpupool-benches -- checkpoint [--quick|--full]
+//!   cargo run --release -p gpupool-benches -- printf
 //!
 //! `sim` measures the simulated driver (release build, `scripts/sim-libdir --release`, or
 //! `$GPUPOOL_SIM_LIBDIR`) through its C ABI, loaded with libloading exactly as the daemon
@@ -43,6 +44,7 @@ mod evict;
 mod fuzz;
 mod npu;
 mod pool;
+mod printf;
 mod ptx;
 mod remote;
 mod report;
@@ -56,7 +58,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: gpupool-bench sim|ptx|transport|pool|compute|runtime|remote|npu [--json PATH]\n       \
-                     gpupool-bench admission|chaos|fuzz|blas|torch-start|containers|evict|checkpoint [OPTIONS] (see benches/README.md)";
+                     gpupool-bench admission|chaos|fuzz|blas|torch-start|containers|evict|checkpoint|printf [OPTIONS] (see benches/README.md)";
 
 fn main() -> ExitCode {
     let all: Vec<String> = std::env::args().skip(1).collect();
@@ -83,6 +85,12 @@ fn main() -> ExitCode {
     }
     if all.first().map(String::as_str) == Some("checkpoint") {
         return checkpoint::main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some("printf") {
+        return printf::main(&all[1..]);
+    }
+    if all.first().map(String::as_str) == Some(printf::CLIENT_COMMAND) {
+        return printf::client_main(&all[1..]);
     }
     if all.first().map(String::as_str) == Some("chaos") {
         return chaos::main(&all[1..]);

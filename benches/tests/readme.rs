@@ -1,4 +1,5 @@
-//! The benches/README.md commands of `gpupool-bench blas`, `torch-start`, `evict` and `admission`, run
+//! The benches/README.md commands of `gpupool-bench blas`, `torch-start`, `evict`, `checkpoint`,
+//! `admission` and `printf`, run
 //! exactly as written (their `--quick` forms), from the workspace root. Each must finish, and
 //! its table must hold every figure it promises, measured (positive, finite); the figures'
 //! values against their targets are the benchmark's to report, not this test's to enforce.
@@ -168,4 +169,41 @@ fn admission_times_the_policy_for_each_tenant_count() {
             assert_eq!(cells[3], "1.00x", "the baseline row:\n{table}");
         }
     }
+}
+
+/// The cells of the markdown table row `| name | ...` in the part of `report` after `heading`.
+fn markdown_row<'a>(report: &'a str, heading: &str, name: &str) -> Vec<&'a str> {
+    let part = &report[report.find(heading).unwrap_or_else(|| panic!("no {heading:?} in:\n{report}"))..];
+    let line = part
+        .lines()
+        .find(|l| l.trim_start().trim_start_matches('|').split('|').next().map(str::trim) == Some(name))
+        .unwrap_or_else(|| panic!("no row {name:?} after {heading:?} in:\n{report}"));
+    line.trim().trim_matches('|').split('|').map(str::trim).collect()
+}
+
+#[test]
+fn printf_measures_windows_and_a_neighbour_in_long_synchronizations() {
+    let line = gpupool_e2e::readme::command_in("benches/README.md", "cargo run --release -p gpupool-benches -- printf");
+    let report = run(&line);
+    for kernels in ["run", "discarded"] {
+        for module in ["printing", "quiet"] {
+            let name = format!("{module}, kernels {kernels}");
+            let cells = markdown_row(&report, "## 1.", &name);
+            assert_eq!(cells.len(), 4, "{name}: {cells:?}");
+            let v: Vec<f64> = cells[1..].iter().map(|c| number(c, &report)).collect();
+            assert!(v[0] <= v[1], "{name}: the median above the p99:\n{report}");
+        }
+        assert_eq!(markdown_row(&report, "## 1.", &format!("quiet, kernels {kernels}"))[3], "1.00x", "{report}");
+    }
+    for name in ["idle", "quiet", "printing"] {
+        let cells = markdown_row(&report, "## 2.", name);
+        assert_eq!(cells.len(), 5, "{name}: {cells:?}");
+        for c in &cells[2..] {
+            number(c, &report);
+        }
+        // a really synchronized beside b (none while idle).
+        let spins: usize = cells[1].parse().unwrap_or_else(|e| panic!("{cells:?}: {e}"));
+        assert_eq!(spins == 0, name == "idle", "{name}: {cells:?}\n{report}");
+    }
+    assert!(report.contains("Every round's line reached b."), "{report}");
 }

@@ -158,9 +158,18 @@ fn drain(fd: &OwnedFd, into: &mut Vec<u8>) {
     }
 }
 
+/// Passes stray bytes on to the original standard output, as long as it takes them within a
+/// second: a reader that stopped reading must not stop this thread, which keeps the pipe drained.
 fn write_all(fd: impl AsFd, mut bytes: &[u8]) {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
     while !bytes.is_empty() {
-        match rustix::io::write(&fd, bytes) {
+        let mut fds = [PollFd::new(&fd, PollFlags::OUT)];
+        if !matches!(poll(&mut fds, Some(&Timespec { tv_sec: 1, tv_nsec: 0 })), Ok(n) if n > 0) {
+            tracing::debug!(bytes = bytes.len(), "the daemon's standard output takes nothing: dropped");
+            return;
+        }
+        // At most PIPE_BUF at a time: writable means at least that much room, so this never blocks.
+        match rustix::io::write(&fd, &bytes[..bytes.len().min(4096)]) {
             Ok(0) => return,
             Ok(n) => bytes = &bytes[n..],
             Err(rustix::io::Errno::INTR) => continue,
