@@ -289,6 +289,25 @@ fn mark_printing(ctx: usize) {
     }
 }
 
+/// Waits until `query` (a `cuStreamQuery` or `cuEventQuery`) answers anything but
+/// `CUDA_ERROR_NOT_READY`: queries flush nothing, so a wait this way needs no window. Yields for
+/// the first 50 us (short work ends within a sleep's granularity), then sleeps 50 us doubling up
+/// to 1 ms between queries.
+pub fn wait_by_queries(query: impl Fn() -> Result<(), super::CudaError>) {
+    const NOT_READY: u32 = 600;
+    let pending = || matches!(query(), Err(super::CudaError::Call { code: NOT_READY, .. }));
+    let t0 = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_micros(50);
+    while pending() {
+        if t0.elapsed() < std::time::Duration::from_micros(50) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
 /// Whether kernels in backend context `ctx` may print.
 pub fn may_print_in(ctx: usize) -> bool {
     CAPTURE.get().is_some_and(|c| c.printing_count.load(Ordering::Acquire) > 0 && lock(&c.printing).contains(&ctx))

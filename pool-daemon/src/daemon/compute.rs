@@ -616,7 +616,9 @@ fn monitor(shared: &Arc<Shared>, device: u32) {
         let mut all_short = true;
         for k in batch.drain(..) {
             // A failed kernel (a sticky fault) still completes its events; anything else is charged 0.
-            let _ = call!(cuda, cuEventSynchronize(k.end.0));
+            // Waited for by queries, not cuEventSynchronize: that would write the context's
+            // device printf output here, on a thread of no session (backend/device_output.rs).
+            crate::backend::device_output::wait_by_queries(|| call!(cuda, cuEventQuery(k.end.0)));
             let charged = measured(shared, &k);
             let long = charged >= COALESCE.as_nanos() as u64;
             all_short &= !long;

@@ -7,7 +7,6 @@ use crate::backend::{CudaError, device_output};
 use crate::call;
 use gpupool_protocol::EventId;
 use gpupool_shim::cuda::{CUevent, CUstream};
-use std::time::Duration;
 
 impl Session {
     /// Before stream `s` of device `d` (entered) is destroyed: marks its last operation with an
@@ -42,13 +41,8 @@ impl Session {
     /// contexts' flushing calls wait for, then lasts as long as the flush, not the work.
     pub(super) fn wait_quietly(&self, d: u32, query: impl Fn() -> std::result::Result<(), CudaError>) {
         let Some(tc) = self.tenant_ctxs.get(&d) else { return };
-        if !device_output::may_print_in(tc.ctx.0 as usize) {
-            return;
-        }
-        let mut pause = Duration::from_micros(20);
-        while matches!(ready(query()), Ok(false)) {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
+        if device_output::may_print_in(tc.ctx.0 as usize) {
+            device_output::wait_by_queries(query);
         }
     }
 
