@@ -32,12 +32,10 @@ const A_TOKEN: &str = "bench-printf-a";
 const B_TOKEN: &str = "bench-printf-b";
 const LAUNCHES: usize = 1000;
 
-/// `spin(ns)` waits `ns` of device time, in a module that does not name `vprintf`.
-const QUIET_SPIN_PTX: &str = "\
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry spin(.param .u64 ns)
+/// `spin(ns)`: waits `ns` of device time.
+macro_rules! spin_ptx {
+    () => {
+        ".visible .entry spin(.param .u64 ns)
 {
 \t.reg .b64 %t<4>;
 \t.reg .pred %q;
@@ -51,11 +49,17 @@ LOOP:
 \t@%q bra LOOP;
 \tret;
 }
-\0";
+"
+    };
+}
+
+/// `spin(ns)` waits `ns` of device time, in a module that does not name `vprintf`.
+const QUIET_SPIN_PTX: &str = concat!(".version 8.0\n.target sm_90\n.address_size 64\n", spin_ptx!(), "\0");
 
 /// `empty(p0, p1)` prints `line <p1>` when `p1` is not 0 (the module names `vprintf`), and
 /// `spin` as in [`QUIET_SPIN_PTX`].
-const PRINTING_PTX: &str = "\
+const PRINTING_PTX: &str = concat!(
+    "\
 .version 8.0
 .target sm_90
 .address_size 64
@@ -91,21 +95,10 @@ const PRINTING_PTX: &str = "\
 DONE:
 \tret;
 }
-.visible .entry spin(.param .u64 ns)
-{
-\t.reg .b64 %t<4>;
-\t.reg .pred %q;
-\tld.param.u64 %t0, [ns];
-\tmov.u64 %t1, %globaltimer;
-LOOP:
-\tnanosleep.u32 1000000;
-\tmov.u64 %t2, %globaltimer;
-\tsub.u64 %t3, %t2, %t1;
-\tsetp.lt.u64 %q, %t3, %t0;
-\t@%q bra LOOP;
-\tret;
-}
-\0";
+",
+    spin_ptx!(),
+    "\0"
+);
 
 /// A client's context: device 0's primary context, a stream and a module.
 struct Side {

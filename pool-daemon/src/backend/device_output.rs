@@ -141,6 +141,17 @@ fn read_forever() {
     }
 }
 
+impl Capture {
+    /// Everything read or readable now, taken; a window is open from here on (`open`) or not.
+    fn take_caught(&self, open: bool) -> Vec<u8> {
+        let mut p = lock(&self.pipe);
+        let mut got = std::mem::take(&mut p.caught);
+        drain(&self.read, &mut got);
+        p.open = open;
+        got
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -395,13 +406,7 @@ pub fn window(name: &'static str, current: impl FnOnce() -> usize) -> Option<Win
     }
     let guard = lock(&c.window);
     // Anything written before this window is not its call's.
-    let stray = {
-        let mut p = lock(&c.pipe);
-        let mut got = std::mem::take(&mut p.caught);
-        drain(&c.read, &mut got);
-        p.open = true;
-        got
-    };
+    let stray = c.take_caught(true);
     if !stray.is_empty() {
         write_all(&c.original, &stray);
     }
@@ -414,13 +419,7 @@ impl Drop for Window {
         // A driver that writes through the C library's buffered stdout has written it all now.
         // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
         unsafe { libc::fflush(std::ptr::null_mut()) };
-        let caught = {
-            let mut p = lock(&c.pipe);
-            let mut got = std::mem::take(&mut p.caught);
-            drain(&c.read, &mut got);
-            p.open = false;
-            got
-        };
+        let caught = c.take_caught(false);
         if caught.is_empty() {
             return;
         }
