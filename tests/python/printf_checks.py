@@ -269,12 +269,7 @@ def main():
         check(cuda.cuCtxSetCurrent(ctx))
 
     # A process that exits without a flush point prints nothing of its kernels.
-    code = (
-        "import sys; sys.path.insert(0, %r)\n"
-        "import printf_checks as p\n"
-        "p.exit_without_flush()\n"
-    ) % os.path.dirname(os.path.abspath(__file__))
-    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    child = in_another_process("exit_without_flush")
     ok = child.returncode == 0 and "LAUNCHED" in child.stdout and "tag 11" not in child.stdout
     report("a process that exits without synchronizing prints none of its kernels' output", ok, child.stdout[-300:] + child.stderr[-300:])
 
@@ -285,12 +280,7 @@ def main():
     # Through the pool another flush of the tenant's context (the exiting process's cleanup,
     # above) may already have delivered them with an answer to this process's queries.
     before = out.new()
-    code = (
-        "import sys; sys.path.insert(0, %r)\n"
-        "import printf_checks as p\n"
-        "p.sibling_synchronizes()\n"
-    ) % os.path.dirname(os.path.abspath(__file__))
-    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    child = in_another_process("sibling_synchronizes")
     check(cuda.cuStreamSynchronize(stream))
     got = tagged(before + out.new(), 12)
     ok = child.returncode == 0 and "SYNCHRONIZED" in child.stdout and "tag 12" not in child.stdout
@@ -306,6 +296,16 @@ def main():
     passed = sum(results)
     print(f"SUMMARY {passed}/{len(results)}", file=real_stdout, flush=True)
     return 0 if passed == len(results) else 1
+
+
+def in_another_process(function):
+    """Runs this module's `function` in a new Python process (under `gpupool run`, another
+    session of the same tenant); its completed process, output captured."""
+    code = "import sys; sys.path.insert(0, %r)\nimport printf_checks\nprintf_checks.%s()\n" % (
+        os.path.dirname(os.path.abspath(__file__)),
+        function,
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
 
 def exit_without_flush():
