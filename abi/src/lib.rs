@@ -6,12 +6,14 @@
 //! ([`proc::lookup`], [`proc::validate`]), [`errors`], the answers for features no
 //! device of ours has ([`absent`]), NVML's shared answers ([`nvml`]: PCI identity,
 //! process lists, NVLink, fabric and peer-to-peer), and the documented bookkeeping of a
-//! stream-ordered memory pool ([`mempool`]: reuse, release threshold, maxSize, attributes).
+//! stream-ordered memory pool ([`mempool`]: reuse, release threshold, maxSize, attributes), and
+//! fat binary payloads, compressed or not ([`fatbin`]).
 //! Must not: implement any entry point; the crates that export them pass their own
 //! functions in (the table names them, and they resolve where the macro is invoked).
 
 pub mod absent;
 pub mod errors;
+pub mod fatbin;
 pub mod graph_node;
 pub mod identity;
 pub mod launch;

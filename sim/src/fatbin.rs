@@ -41,18 +41,13 @@ use std::fmt;
 const HEADER_LEN: usize = 16;
 /// The fields this parser reads end at byte 64 of an entry header.
 const ENTRY_HEADER_MIN: usize = 64;
-/// A sanity bound on one container (and on one decompressed payload): a garbage size
-/// field is refused instead of being trusted for a slice or an allocation.
-pub const MAX_CONTAINER_BYTES: u64 = 1 << 30;
-/// LZ4 cannot expand data by more than this factor (one 255-extension byte per 255
-/// bytes of match), so a larger declared uncompressed size is garbage.
-const LZ4_MAX_RATIO: u64 = 255;
+// Payloads and their compression are read by gpupool-abi, which the pool daemon shares.
+use gpupool_abi::fatbin::PayloadError;
+pub use gpupool_abi::fatbin::{FLAG_COMPRESSED_LZ4, FLAG_COMPRESSED_ZSTD, MAX_CONTAINER_BYTES};
 
 pub const KIND_PTX: u16 = 1;
 pub const KIND_ELF: u16 = 2;
 
-pub const FLAG_COMPRESSED_LZ4: u64 = 0x2000;
-pub const FLAG_COMPRESSED_ZSTD: u64 = 0x8000;
 /// Every flag bit whose meaning is known (see the module docs).
 const KNOWN_FLAGS: u64 = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | FLAG_COMPRESSED_LZ4 | FLAG_COMPRESSED_ZSTD;
 
@@ -320,41 +315,11 @@ enum Problem {
 /// The PTX text of one PTX entry: decompressed if need be, cut at its first NUL.
 fn ptx_text(entry: &[u8], payload: &[u8]) -> Result<String, Problem> {
     let flags = u64_at(entry, 40);
-    let compression = flags & (FLAG_COMPRESSED_LZ4 | FLAG_COMPRESSED_ZSTD);
-    let raw: Vec<u8>;
-    let text: &[u8] = if compression == 0 {
-        payload
-    } else {
-        let compressed_size = u32_at(entry, 16) as usize;
-        if compressed_size > payload.len() {
-            return Err(Problem::Malformed(format!(
-                "compressed size {compressed_size} exceeds the stored payload ({} bytes)",
-                payload.len()
-            )));
-        }
-        // 0 would mean "not compressed" elsewhere; with a compression flag, take the
-        // whole stored payload (both decoders stop at the end of their stream).
-        let input = if compressed_size == 0 { payload } else { &payload[..compressed_size] };
-        let declared = u64_at(entry, 56);
-        if declared == 0 {
-            return Err(Problem::Malformed(format!("compressed (flags {flags:#x}) but no uncompressed size")));
-        }
-        if declared > MAX_CONTAINER_BYTES {
-            return Err(Problem::Malformed(format!(
-                "uncompressed size {declared} is more than the {MAX_CONTAINER_BYTES} accepted"
-            )));
-        }
-        raw = match compression {
-            FLAG_COMPRESSED_LZ4 => lz4(input, declared)?,
-            FLAG_COMPRESSED_ZSTD => zstd(input, declared)?,
-            _ => {
-                return Err(Problem::Unsupported(format!(
-                    "flags {flags:#x} claim both LZ4 (0x2000) and Zstandard (0x8000) compression"
-                )));
-            }
-        };
-        &raw
-    };
+    let raw = gpupool_abi::fatbin::payload(entry, payload).map_err(|e| match e {
+        PayloadError::Malformed(why) => Problem::Malformed(why),
+        PayloadError::Unsupported(why) => Problem::Unsupported(why),
+    })?;
+    let text: &[u8] = &raw;
     let text = match text.iter().position(|&b| b == 0) {
         Some(nul) => &text[..nul],
         None => text,
@@ -373,43 +338,6 @@ fn ptx_text(entry: &[u8], payload: &[u8]) -> Result<String, Problem> {
             }
         }
     }
-}
-
-fn lz4(input: &[u8], declared: u64) -> Result<Vec<u8>, Problem> {
-    if declared > (input.len() as u64).saturating_mul(LZ4_MAX_RATIO).saturating_add(16) {
-        return Err(Problem::Malformed(format!(
-            "LZ4 payload of {} bytes cannot expand to the declared {declared}",
-            input.len()
-        )));
-    }
-    let mut out = vec![0u8; declared as usize];
-    match lz4_flex::block::decompress_into(input, &mut out) {
-        Ok(n) => {
-            out.truncate(n);
-            Ok(out)
-        }
-        Err(e) => Err(Problem::Malformed(format!("LZ4 (flag 0x2000) decompression failed: {e}"))),
-    }
-}
-
-fn zstd(input: &[u8], declared: u64) -> Result<Vec<u8>, Problem> {
-    use std::io::Read;
-    let decoder = match ruzstd::decoding::StreamingDecoder::new(input) {
-        Ok(d) => d,
-        Err(e) => return Err(Problem::Malformed(format!("Zstandard (flag 0x8000) frame header rejected: {e}"))),
-    };
-    // One byte more than declared, to tell "too long" from "exactly right"; the
-    // output grows only as the decoder produces it.
-    let mut out = Vec::new();
-    if let Err(e) = decoder.take(declared + 1).read_to_end(&mut out) {
-        return Err(Problem::Malformed(format!("Zstandard (flag 0x8000) decompression failed: {e}")));
-    }
-    if out.len() as u64 > declared {
-        return Err(Problem::Malformed(format!(
-            "Zstandard payload decompresses to more than the declared {declared} bytes"
-        )));
-    }
-    Ok(out)
 }
 
 /// The entry a device of compute capability `cc` (`major * 10 + minor`) would JIT: the

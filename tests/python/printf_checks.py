@@ -14,8 +14,8 @@ step; its report goes to the original standard output.
 - cuEventSynchronize, cuCtxSynchronize, a blocking cuMemcpyDtoH, cuModuleLoadData, cuModuleUnload
   and cuCtxDestroy of another context each write what was printed before them.
 - The next kernel launch writes what earlier kernels printed (through the pool, the launch is not
-  answered, so it arrives with the next answered call: here a cuStreamQuery, which by itself writes
-  nothing).
+  answered, and a process gets its kernels' lines only at its own flush points: they arrive with
+  the next synchronization, and not with an answered cuStreamQuery before it).
 - A kernel's many lines (256 threads x 16, 94 KiB) arrive whole and in each thread's order.
 - The program's own printf before a synchronization comes before the kernels' lines in the same
   output (both go through the C library's stdout).
@@ -177,17 +177,24 @@ def main():
     got = tagged(out.new(), 1)
     report("cuStreamSynchronize writes every thread's line once", got == expected(1, 32), got[:5])
 
-    # The next launch writes what earlier kernels printed.
+    # The next launch writes what earlier kernels printed. Through the pool the launch is not
+    # answered, and a process gets its kernels' lines only at one of its own flush points: they
+    # arrive with the next synchronization, not with the next answered call.
     launch(say, 8, [2, 1], stream)
     idle(stream)
     out.new()
     launch(quiet, 32, [ctypes.c_uint64(int(buf))], stream)
     if POOL:
-        # The launch is posted without an answer; its flush arrives before the next answer.
         cuda.cuStreamQuery(stream)
-    got = tagged(out.new(), 2)
-    report("a kernel launch writes what earlier kernels printed", got == expected(2, 8), got[:5])
-    check(cuda.cuStreamSynchronize(stream))
+        early = tagged(out.new(), 2)
+        check(cuda.cuStreamSynchronize(stream))
+        got = tagged(out.new(), 2)
+        ok = early == [] and got == expected(2, 8)
+        report("a kernel launch's flush reaches the process at its next synchronization, not before", ok, (early, got))
+    else:
+        got = tagged(out.new(), 2)
+        report("a kernel launch writes what earlier kernels printed", got == expected(2, 8), got[:5])
+        check(cuda.cuStreamSynchronize(stream))
     out.new()
 
     # An event's synchronization.
@@ -278,16 +285,16 @@ def main():
     launch(say, 4, [12, 1], stream)
     idle(stream)
     # Through the pool another flush of the tenant's context (the exiting process's cleanup,
-    # above) may already have delivered them with an answer to this process's queries.
-    before = out.new()
+    # above) may have caught them already: they still wait for this process's flush point.
+    before = tagged(out.new(), 12)
     child = in_another_process("sibling_synchronizes")
     check(cuda.cuStreamSynchronize(stream))
-    got = tagged(before + out.new(), 12)
-    ok = child.returncode == 0 and "SYNCHRONIZED" in child.stdout and "tag 12" not in child.stdout
+    got = tagged(out.new(), 12)
+    ok = child.returncode == 0 and "SYNCHRONIZED" in child.stdout and "tag 12" not in child.stdout and before == []
     report(
         "another process's synchronization leaves this process's output to it",
         ok and got == expected(12, 4),
-        f"mine: {got}; the other's: {child.stdout[-300:]}{child.stderr[-300:]}",
+        f"mine: {before} before, {got} after; the other's: {child.stdout[-300:]}{child.stderr[-300:]}",
     )
 
     check(cuda.cuStreamDestroy(stream))

@@ -627,7 +627,9 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             Ok(_) if no_reply => continue,
             // Copied bytes go from the reply's buffer to the transport, not through `out`.
             Ok(Reply::Bytes { data }) if data.0.len() > BULK_REPLY_MIN => {
-                if let Err(why) = send_device_output(t, &mut out) {
+                if flushes_output(kind)
+                    && let Err(why) = send_device_output(t, &mut out)
+                {
                     return why;
                 }
                 out.clear();
@@ -655,6 +657,7 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
             }
         };
         if let Message::Reply { .. } = msg
+            && flushes_output(kind)
             && let Err(why) = send_device_output(t, &mut out)
         {
             return why;
@@ -665,9 +668,31 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
     }
 }
 
-/// What the session's kernels printed, flushed by its calls since its last reply, goes to the
-/// client before this reply: the client reads frames while it waits for one, so the daemon
-/// never sends it what the client would not read ([`device_output`]).
+/// Requests at which CUDA writes kernels' printf output (CUDA C++ Programming Guide, "Formatted
+/// Output"): the session's device output goes to the client before their replies, and only
+/// theirs, so a process never sees its kernels' lines before one of its own flush points, even
+/// when another of the tenant's processes flushed them (a launch's own flush waits for the next).
+pub(super) fn flushes_output(op: RequestOp) -> bool {
+    use RequestOp as R;
+    (super::legacy::synchronous_copy(op) && op != R::Memset)
+        || matches!(
+            op,
+            R::LaunchKernel
+                | R::CtxSynchronize
+                | R::StreamSynchronize
+                | R::EventSynchronize
+                | R::ModuleLoad
+                | R::ModuleUnload
+                | R::CtxDestroy
+                | R::PrimaryCtxRelease
+                | R::PrimaryCtxReset
+        )
+}
+
+/// What the session's kernels printed and the daemon caught since it last sent some, to the
+/// client before the reply to a request at which CUDA writes it ([`flushes_output`]): the client
+/// reads frames while it waits for a reply, so the daemon never sends what it would not read
+/// ([`device_output`]).
 fn send_device_output(t: &mut dyn Transport, out: &mut Vec<u8>) -> Result<(), String> {
     let text = device_output::take_pending();
     for chunk in text.chunks(gpupool_protocol::MAX_PAYLOAD as usize) {
