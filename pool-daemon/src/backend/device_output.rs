@@ -17,7 +17,8 @@
 //! so a flush is the context's, not the calling session's. It goes to the session that loaded a
 //! printing module into that context ([`note_printer`]) when there is one; when several did, to
 //! the caller if it is one of them, else to the longest-lived. Each session's share waits in its
-//! mailbox until its next reply ([`take_pending`]). So a tenant's process whose kernels print sees
+//! mailbox until the reply to its next request at which CUDA writes output ([`take_pending`];
+//! the session decides which). So a tenant's process whose kernels print sees
 //! its lines even when a sibling process's synchronization or end flushed them, and two of a
 //! tenant's processes printing at the same time may see each other's lines (never another
 //! tenant's). What a session's own end flushes with no other printer left goes nowhere, as it
@@ -137,6 +138,9 @@ fn read_forever() {
         };
         if !stray.is_empty() {
             write_all(&c.original, &stray);
+        } else if fds[0].revents().intersects(rustix::event::PollFlags::HUP | rustix::event::PollFlags::ERR) {
+            // Every write end closed (fd 1 closed by someone): nothing will come; do not spin.
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
 }
