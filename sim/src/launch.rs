@@ -149,8 +149,10 @@ pub fn kernel_job(ctx: &Arc<Context>, f: Arc<Function>, cfg: LaunchConfig, param
     let driver = crate::driver::initialized()?;
     let prog = check(driver, ctx, &f, &cfg, &params)?;
     let ctx2 = ctx.clone();
-    // The buffer's size is fixed when the kernel is launched.
-    let printf_capacity = ctx.limit(CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE).unwrap_or(1 << 20);
+    // The buffer's size is fixed when the kernel is launched (read only for a kernel that prints:
+    // the limits sit behind a lock, and this is every launch's path).
+    let printf_capacity =
+        if prog.prints { ctx.limit(CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE).unwrap_or(1 << 20) } else { 0 };
     Ok(std::sync::Arc::new(move || {
         // The kernel sees the memory that exists when it runs, as on a GPU.
         let me = ctx2.handle();
