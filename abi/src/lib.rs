@@ -7,11 +7,13 @@
 //! device of ours has ([`absent`]), NVML's shared answers ([`nvml`]: PCI identity,
 //! process lists, NVLink, fabric and peer-to-peer), and the documented bookkeeping of a
 //! stream-ordered memory pool ([`mempool`]: reuse, release threshold, maxSize, attributes), and
-//! fat binary payloads, compressed or not ([`fatbin`]).
+//! fat binary payloads, compressed or not ([`fatbin`]), and how device `printf` text is written
+//! ([`device_output`]).
 //! Must not: implement any entry point; the crates that export them pass their own
 //! functions in (the table names them, and they resolve where the macro is invoked).
 
 pub mod absent;
+pub mod device_output;
 pub mod errors;
 pub mod fatbin;
 pub mod graph_node;

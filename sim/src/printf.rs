@@ -38,11 +38,6 @@ struct State {
     bytes: usize,
 }
 
-// SAFETY: glibc defines `stdout` as a `FILE *` variable; it is only read here.
-unsafe extern "C" {
-    static stdout: *mut libc::FILE;
-}
-
 impl Fifo {
     /// A kernel printed `text` into a buffer of `capacity` bytes: the oldest records make room.
     /// A record larger than the whole buffer is cut to fit.
@@ -82,12 +77,7 @@ impl Fifo {
         s.bytes = 0;
         let records = std::mem::take(&mut s.records);
         // Written while the buffer is held, so two flushes of one context keep its order.
-        for r in &records {
-            // SAFETY: `r` is a live buffer of `r.len()` bytes; `stdout` is the C library's stream.
-            unsafe { libc::fwrite(r.as_ptr().cast(), 1, r.len(), stdout) };
-        }
-        // SAFETY: as above.
-        unsafe { libc::fflush(stdout) };
+        gpupool_abi::device_output::write_to_stdout(records.iter().map(String::as_bytes));
     }
 }
 

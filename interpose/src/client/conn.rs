@@ -520,7 +520,8 @@ impl Conn {
                 Ok(None)
             }
             Ok((Message::DeviceOutput { text }, _)) => {
-                write_device_output(&text);
+                // What the client's kernels printed, as NVIDIA's driver writes it.
+                gpupool_abi::device_output::write_to_stdout([text.as_slice()]);
                 Ok(None)
             }
             Ok((Message::Bye, _)) => Err(self.fail("the daemon said goodbye")),
@@ -995,21 +996,5 @@ impl Conn {
         // SAFETY: `fd` is this process's copy of the inherited socket; the transport that
         // owned it was forgotten above, so nothing else will use or close it.
         unsafe { libc::close(fd) };
-    }
-}
-
-// SAFETY: glibc defines `stdout` as a `FILE *` variable; it is only read here.
-unsafe extern "C" {
-    static stdout: *mut libc::FILE;
-}
-
-/// What the client's kernels printed, flushed by the daemon's backend: written through the C
-/// library's `stdout`, as NVIDIA's driver writes it, so it keeps its order with the program's own
-/// `printf` output in that buffer.
-fn write_device_output(text: &[u8]) {
-    // SAFETY: `text` is a live buffer of `text.len()` bytes; `stdout` is the C library's stream.
-    unsafe {
-        libc::fwrite(text.as_ptr().cast(), 1, text.len(), stdout);
-        libc::fflush(stdout);
     }
 }

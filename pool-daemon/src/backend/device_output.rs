@@ -376,7 +376,7 @@ pub fn window(name: &'static str, current: impl FnOnce() -> usize) -> Option<Win
     }
     let ctx = current();
     let destroys = matches!(name, "cuCtxDestroy_v2" | "cuDevicePrimaryCtxReset_v2");
-    if !destroys && !lock(&c.printing).contains(&ctx) {
+    if !destroys && !may_print_in(ctx) {
         return None;
     }
     let guard = lock(&c.window);

@@ -672,7 +672,7 @@ fn serve(s: &mut Session, link: &mut Link) -> String {
 /// Output"): the session's device output goes to the client before their replies, and only
 /// theirs, so a process never sees its kernels' lines before one of its own flush points, even
 /// when another of the tenant's processes flushed them (a launch's own flush waits for the next).
-pub(super) fn flushes_output(op: RequestOp) -> bool {
+fn flushes_output(op: RequestOp) -> bool {
     use RequestOp as R;
     (super::legacy::synchronous_copy(op) && op != R::Memset)
         || matches!(
